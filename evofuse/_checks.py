@@ -1,0 +1,62 @@
+"""Input validation shared by the functional API and the modules (SPEC 4)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def _require_tensor(name: str, t: object) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    return t
+
+
+def _require_float(name: str, t: torch.Tensor) -> None:
+    if t.is_complex() or not t.is_floating_point():
+        raise TypeError(f"{name} must be a real floating tensor (float16, bfloat16, float32 or float64), got {t.dtype}")
+
+
+def check_msa(msa_repr: object, msa_dim: int) -> tuple[int, int, int]:
+    """msa_repr must be a real floating (B, S, N, msa_dim) tensor; returns (B, S, N)."""
+    t = _require_tensor("msa_repr", msa_repr)
+    _require_float("msa_repr", t)
+    if t.dim() != 4:
+        raise ValueError(f"msa_repr must have shape (B, S, N, {msa_dim}), got {tuple(t.shape)} (rank {t.dim()})")
+    if t.shape[-1] != msa_dim:
+        raise ValueError(f"msa_repr must have shape (B, S, N, {msa_dim}): last dimension is {t.shape[-1]}, expected {msa_dim}")
+    return t.shape[0], t.shape[1], t.shape[2]
+
+
+def check_mask(msa_mask: object, B: int, S: int, N: int, device: torch.device) -> None:
+    """msa_mask must be None or a real (B, S, N) tensor (bool, integer or floating) on `device`."""
+    if msa_mask is None:
+        return
+    t = _require_tensor("msa_mask", msa_mask)
+    if t.is_complex():
+        raise TypeError(f"msa_mask must be bool, integer or real floating, got {t.dtype}")
+    if tuple(t.shape) != (B, S, N):
+        raise ValueError(f"msa_mask must have shape (B, S, N) = {(B, S, N)} to match msa_repr, got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"msa_mask is on {t.device} but msa_repr is on {device}: all tensors must be on one device")
+
+
+def check_pair(pair_repr: object, B: int, N: int, pair_dim: int, device: torch.device) -> None:
+    """pair_repr must be a real floating (B, N, N, pair_dim) tensor on `device`."""
+    t = _require_tensor("pair_repr", pair_repr)
+    _require_float("pair_repr", t)
+    expected = (B, N, N, pair_dim)
+    if t.dim() != 4:
+        raise ValueError(f"pair_repr must have shape (B, N, N, {pair_dim}) = {expected}, got {tuple(t.shape)} (rank {t.dim()})")
+    if tuple(t.shape) != expected:
+        raise ValueError(f"pair_repr must have shape (B, N, N, {pair_dim}) = {expected} to match msa_repr, got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"pair_repr is on {t.device} but msa_repr is on {device}: all tensors must be on one device")
+
+
+def check_params(device: torch.device, **params: torch.Tensor) -> None:
+    """Every parameter must be a real floating tensor on the inputs' device."""
+    for name, p in params.items():
+        t = _require_tensor(name, p)
+        _require_float(name, t)
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device} but msa_repr is on {device}: all tensors must be on one device")

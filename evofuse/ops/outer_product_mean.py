@@ -1,0 +1,228 @@
+"""Fused Outer Product Mean forward (SPEC 1) in Triton.
+
+Two stages:
+1. LayerNorm and the two projections as one GEMM over the concatenated weights, the mask multiplied
+   in on the way out: a, b (B, S, N, c) each.
+2. `_opm_kernel`: per batch element and tile of residues (i, j), the outer products contracted over
+   the MSA rows, X[(i p), (j q)] = sum_s a[s, i, p] b[s, j, q], accumulate in fp32 on chip; the tile is
+   rearranged to X[(i j), (p q)], scaled by the normalization and contracted with out_proj's weight
+   in the epilogue, and only the (B, N, N, pair_dim) output is written. No N*N*c*c tensor exists.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS
+from ._common import bucket, dot_precision, interpreting
+
+FAST_HIDDEN_DIMS = (8, 16, 32)
+_NORM_CODE = {name: k for k, name in enumerate(NORMALIZATIONS)}  # seed 0, af2 1, boltz 2
+
+
+@triton.jit
+def _opm_kernel(
+    a_ptr, stride_ab, stride_as, stride_ai,  # a: (B, S, N, C), masked; channel stride 1
+    b_ptr, stride_bb, stride_bs, stride_bj,  # b: (B, S, N, C), masked; channel stride 1
+    m_ptr, stride_mb, stride_ms, stride_mi,  # mask: (B, S, N) float32 (af2 / boltz only)
+    rden_ptr, stride_rb, stride_ri,  # 1 / max(sum_s mask, 1): (B, N) float32 (seed only)
+    w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C)
+    wb_ptr,  # out_proj bias: (R,)
+    o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, N, N, R)
+    S, N, R,
+    S_BUCKET, N_BUCKET,  # autotuning keys only
+    C: tl.constexpr,
+    NORM: tl.constexpr,  # 0 seed, 1 af2, 2 boltz
+    EPS: tl.constexpr,
+    PRECISION: tl.constexpr,
+    TILE_ROWS: tl.constexpr,  # BLOCK_I * C, rows of the first product
+    COLS_FACTOR: tl.constexpr,  # BLOCK_J = COLS_FACTOR * BLOCK_I
+    BLOCK_S: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    GROUP_I: tl.constexpr,
+):
+    BLOCK_I: tl.constexpr = TILE_ROWS // C
+    BLOCK_J: tl.constexpr = BLOCK_I * COLS_FACTOR
+    pid = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    n_i = tl.cdiv(N, BLOCK_I)
+    n_j = tl.cdiv(N, BLOCK_J)
+    # grouped ordering: programs that run together share a rows and b columns in L2
+    group = pid // (GROUP_I * n_j)
+    first_i = group * GROUP_I
+    group_size = tl.minimum(n_i - first_i, GROUP_I)
+    blk_i = first_i + (pid % (GROUP_I * n_j)) % group_size
+    blk_j = (pid % (GROUP_I * n_j)) // group_size
+
+    # rows of the first product are (i, p), columns (j, q)
+    rows = tl.arange(0, BLOCK_I * C)
+    cols = tl.arange(0, BLOCK_J * C)
+    row_i = blk_i * BLOCK_I + rows // C  # [BLOCK_I*C]
+    col_j = blk_j * BLOCK_J + cols // C  # [BLOCK_J*C]
+    row_off = row_i.to(tl.int64) * stride_ai + rows % C
+    col_off = col_j.to(tl.int64) * stride_bj + cols % C
+    offs_s = tl.arange(0, BLOCK_S)
+    a_base = a_ptr + pid_b * stride_ab
+    b_base = b_ptr + pid_b * stride_bb
+
+    offs_i = blk_i * BLOCK_I + tl.arange(0, BLOCK_I)  # [BLOCK_I]
+    offs_j = blk_j * BLOCK_J + tl.arange(0, BLOCK_J)  # [BLOCK_J]
+    acc = tl.zeros((BLOCK_I * C, BLOCK_J * C), dtype=tl.float32)
+    norm = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)
+    for s0 in range(0, S, BLOCK_S):
+        s = s0 + offs_s
+        s_ok = s < S
+        s64 = s.to(tl.int64)
+        a_t = tl.load(  # [BLOCK_I*C, BLOCK_S]
+            a_base + row_off[:, None] + s64[None, :] * stride_as,
+            mask=(row_i < N)[:, None] & s_ok[None, :], other=0.0)
+        b_t = tl.load(  # [BLOCK_S, BLOCK_J*C]
+            b_base + s64[:, None] * stride_bs + col_off[None, :],
+            mask=s_ok[:, None] & (col_j < N)[None, :], other=0.0)
+        acc = tl.dot(a_t, b_t, acc, input_precision=PRECISION)
+        if NORM != 0:
+            m_base = m_ptr + pid_b * stride_mb + s64 * stride_ms
+            m_i = tl.load(m_base[:, None] + offs_i[None, :] * stride_mi,
+                          mask=s_ok[:, None] & (offs_i < N)[None, :], other=0.0)  # [BLOCK_S, BLOCK_I]
+            m_j = tl.load(m_base[:, None] + offs_j[None, :] * stride_mi,
+                          mask=s_ok[:, None] & (offs_j < N)[None, :], other=0.0)  # [BLOCK_S, BLOCK_J]
+            norm += tl.sum(m_i[:, :, None] * m_j[:, None, :], axis=0)  # [BLOCK_I, BLOCK_J]
+
+    # per-(i, j) scale of the outer products, and of the bias (af2 divides after the linear)
+    if NORM == 0:
+        rden = tl.load(rden_ptr + pid_b * stride_rb + offs_i * stride_ri, mask=offs_i < N, other=1.0)
+        scale = tl.broadcast_to(rden[:, None], (BLOCK_I, BLOCK_J))
+    elif NORM == 1:
+        scale = 1.0 / (EPS + norm)
+    else:
+        scale = 1.0 / tl.maximum(norm, 1.0)
+    scale = tl.reshape(scale, (BLOCK_I * BLOCK_J,))
+
+    x = tl.reshape(acc, (BLOCK_I, C, BLOCK_J, C))
+    x = tl.permute(x, (0, 2, 1, 3))
+    x = tl.reshape(x, (BLOCK_I * BLOCK_J, C * C))  # [(i j), (p q)]
+    x = (x * scale[:, None]).to(w_ptr.dtype.element_ty)
+
+    pair = tl.arange(0, BLOCK_I * BLOCK_J)
+    out_i = blk_i * BLOCK_I + pair // BLOCK_J
+    out_j = blk_j * BLOCK_J + pair % BLOCK_J
+    pair_ok = (out_i < N) & (out_j < N)
+    o_base = o_ptr + pid_b * stride_ob + out_i.to(tl.int64) * stride_oi + out_j.to(tl.int64) * stride_oj
+    offs_k = tl.arange(0, C * C)
+    for r0 in range(0, R, BLOCK_R):
+        offs_r = r0 + tl.arange(0, BLOCK_R)
+        r_ok = offs_r < R
+        w_t = tl.load(w_ptr + offs_k[:, None] * stride_wk + offs_r[None, :] * stride_wr,
+                      mask=r_ok[None, :], other=0.0)  # [C*C, BLOCK_R]
+        out = tl.dot(x, w_t, input_precision=PRECISION)  # [(i j), BLOCK_R]
+        wb = tl.load(wb_ptr + offs_r, mask=r_ok, other=0.0).to(tl.float32)
+        if NORM == 1:
+            out += scale[:, None] * wb[None, :]
+        else:
+            out += wb[None, :]
+        tl.store(o_base[:, None] + offs_r[None, :] * stride_or, out.to(o_ptr.dtype.element_ty),
+                 mask=pair_ok[:, None] & r_ok[None, :])
+
+
+def _configs() -> list[triton.Config]:
+    out = []
+    for tile_rows in (64, 128):
+        for cols_factor in (1, 2):
+            for block_s in (32, 64):
+                for block_r in (32, 64):
+                    for warps, stages in ((4, 3), (8, 3), (8, 4)):
+                        out.append(triton.Config(
+                            {"TILE_ROWS": tile_rows, "COLS_FACTOR": cols_factor, "BLOCK_S": block_s,
+                             "BLOCK_R": block_r, "GROUP_I": 8},
+                            num_warps=warps, num_stages=stages))
+    return out
+
+
+def _prune(configs, named_args, **kwargs):
+    """Keeps configs whose tiles fit: at least 16 (i, j) pairs per tile (tl.dot's minimum M)."""
+    C = named_args["C"] if "C" in named_args else kwargs["C"]
+    kept = []
+    for cfg in configs:
+        meta = cfg.kwargs
+        bi = meta["TILE_ROWS"] // C
+        bj = bi * meta["COLS_FACTOR"]
+        if bi < 1 or bi * bj < 16 or bi * C * bj * C > 128 * 256:
+            continue
+        kept.append(cfg)
+    return kept
+
+
+@functools.lru_cache(maxsize=None)
+def _tuned_kernel():
+    """The kernel autotuned on c, the output width, the normalization, the precision and power-of-two
+    buckets of S and N (GPU only; built on first use so that importing needs no device)."""
+    return triton.autotune(configs=_configs(), key=["C", "R", "S_BUCKET", "N_BUCKET", "NORM", "PRECISION"],
+                           prune_configs_by={"early_config_prune": _prune})(_opm_kernel)
+
+
+def _interpret_meta(C: int) -> dict:
+    """In Triton's interpreter (CI): one small config (16 (i, j) pairs a tile, 16 rows of S a step),
+    so that the awkward test shapes cross tile edges."""
+    return {"TILE_ROWS": 4 * C, "COLS_FACTOR": 1, "BLOCK_S": 16, "BLOCK_R": 16, "GROUP_I": 2}
+
+
+def project(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
+            proj_b_weight, proj_b_bias):
+    """LayerNorm, both projections as one GEMM and the mask: returns a, b (B, S, N, c) contiguous."""
+    B, S, N, D = msa_repr.shape
+    c = proj_a_weight.shape[0]
+    dtype = msa_repr.dtype
+    x = F.layer_norm(msa_repr, (D,), layer_norm_weight.to(dtype), layer_norm_bias.to(dtype), LAYER_NORM_EPS)
+    w = torch.cat([proj_a_weight, proj_b_weight]).to(dtype)
+    bias = torch.cat([proj_a_bias, proj_b_bias]).to(dtype)
+    ab = F.linear(x, w, bias).view(B, S, N, 2, c)
+    ab_masked = torch.empty(2, B, S, N, c, dtype=dtype, device=msa_repr.device)
+    if msa_mask is None:
+        ab_masked.copy_(ab.permute(3, 0, 1, 2, 4))
+    else:
+        torch.mul(ab.permute(3, 0, 1, 2, 4), msa_mask.to(dtype)[None, ..., None], out=ab_masked)
+    return ab_masked[0], ab_masked[1]
+
+
+def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight,
+                              proj_a_bias, proj_b_weight, proj_b_bias, out_proj_weight, out_proj_bias,
+                              normalization="seed", precision="default"):
+    """Fused forward; arguments as `evofuse.functional.outer_product_mean` (already validated)."""
+    B, S, N, _ = msa_repr.shape
+    c = proj_a_weight.shape[0]
+    R = out_proj_weight.shape[0]
+    dtype = msa_repr.dtype
+    device = msa_repr.device
+    out = torch.empty(B, N, N, R, dtype=dtype, device=device)
+    if out.numel() == 0:
+        return out
+    a, b = project(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
+                   proj_b_weight, proj_b_bias)
+    norm = _NORM_CODE[normalization]
+    if msa_mask is None:
+        mask = torch.ones(1, 1, 1, dtype=torch.float32, device=device).expand(B, S, N)
+    else:
+        mask = msa_mask.to(torch.float32)
+    rden = 1.0 / mask.sum(1).clamp(min=1.0)  # (B, N), used by the seed normalization
+    w = out_proj_weight.to(dtype)
+    wb = out_proj_bias.to(dtype)
+    args = (a, *a.stride()[:3], b, *b.stride()[:3], mask, *mask.stride(), rden, *rden.stride(),
+            w, *w.stride(), wb, out, *out.stride(), S, N, R, bucket(S), bucket(N))
+    consts = {"C": c, "NORM": norm, "EPS": AF2_EPS, "PRECISION": dot_precision(dtype, precision)}
+    if interpreting():
+        meta = _interpret_meta(c)
+        grid = (triton.cdiv(N, meta["TILE_ROWS"] // c) * triton.cdiv(N, meta["TILE_ROWS"] // c * meta["COLS_FACTOR"]), B)
+        _opm_kernel[grid](*args, **consts, **meta)
+        return out
+
+    def grid(meta):
+        bi = meta["TILE_ROWS"] // c
+        return (triton.cdiv(N, bi) * triton.cdiv(N, bi * meta["COLS_FACTOR"]), B)
+
+    _tuned_kernel()[grid](*args, **consts)
+    return out

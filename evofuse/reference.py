@@ -1,0 +1,121 @@
+"""The two operations of SPEC 1-2 in plain PyTorch.
+
+This module is the single definition of what evofuse computes: the tests and benchmarks import it,
+the float64 evaluations that the numerics contract is checked against run through it, and it is the
+path taken for CPU tensors. It works for any floating dtype, float64 included. Masks are 0/1 tensors
+of any real dtype (bool, int, float); counts of unmasked rows are always taken in float32 or wider
+so that they stay exact in low-precision runs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+NORMALIZATIONS = ("seed", "af2", "boltz")
+LAYER_NORM_EPS = 1e-5
+AF2_EPS = 1e-3
+MASK_LOGIT = -1e9
+
+
+def _count_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def outer_product_mean_reference(
+    msa_repr: torch.Tensor,
+    msa_mask: torch.Tensor | None,
+    layer_norm_weight: torch.Tensor,
+    layer_norm_bias: torch.Tensor,
+    proj_a_weight: torch.Tensor,
+    proj_a_bias: torch.Tensor,
+    proj_b_weight: torch.Tensor,
+    proj_b_bias: torch.Tensor,
+    out_proj_weight: torch.Tensor,
+    out_proj_bias: torch.Tensor,
+    normalization: str = "seed",
+) -> torch.Tensor:
+    """Outer Product Mean, SPEC 1, written as the definition.
+
+    msa_repr (B, S, N, D) float; msa_mask (B, S, N) 0/1 or None; proj weights (c, D), out_proj weight
+    (pair_dim, c*c). Returns (B, N, N, pair_dim) in msa_repr's dtype. Materializes the
+    (B, N, N, c*c) outer product: use it for reference and small shapes only.
+    """
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+    B, S, N, D = msa_repr.shape
+    dtype = msa_repr.dtype
+    c = proj_a_weight.shape[0]
+    if msa_mask is None:
+        msa_mask = torch.ones(B, S, N, dtype=dtype, device=msa_repr.device)
+    mask_x = msa_mask.to(dtype)[..., None]  # (B, S, N, 1)
+    mask_n = msa_mask.to(_count_dtype(dtype))  # (B, S, N), exact counts
+
+    x = F.layer_norm(msa_repr, (D,), layer_norm_weight, layer_norm_bias, LAYER_NORM_EPS)
+    a = F.linear(x, proj_a_weight, proj_a_bias) * mask_x  # (B, S, N, c)
+    b = F.linear(x, proj_b_weight, proj_b_bias) * mask_x
+    outer = torch.einsum("bsip,bsjq->bijpq", a, b).reshape(B, N, N, c * c)
+
+    if normalization == "seed":
+        den = mask_n.sum(1).clamp(min=1)  # (B, N): depends on i only
+        return F.linear(outer / den[:, :, None, None].to(dtype), out_proj_weight, out_proj_bias)
+    norm = torch.einsum("bsi,bsj->bij", mask_n, mask_n)  # (B, N, N)
+    if normalization == "af2":
+        out = F.linear(outer, out_proj_weight, out_proj_bias)
+        return out / (AF2_EPS + norm)[..., None].to(dtype)
+    return F.linear(outer / norm.clamp(min=1)[..., None].to(dtype), out_proj_weight, out_proj_bias)
+
+
+def msa_row_attention_reference(
+    msa_repr: torch.Tensor,
+    pair_repr: torch.Tensor,
+    msa_mask: torch.Tensor | None,
+    layer_norm_weight: torch.Tensor,
+    layer_norm_bias: torch.Tensor,
+    query_weight: torch.Tensor,
+    query_bias: torch.Tensor,
+    key_weight: torch.Tensor,
+    key_bias: torch.Tensor,
+    value_weight: torch.Tensor,
+    value_bias: torch.Tensor,
+    gate_weight: torch.Tensor,
+    gate_bias: torch.Tensor,
+    out_proj_weight: torch.Tensor,
+    out_proj_bias: torch.Tensor,
+    pair_bias_weight: torch.Tensor,
+    pair_bias_bias: torch.Tensor,
+    num_heads: int,
+    dropout: float = 0.0,
+    training: bool = False,
+) -> torch.Tensor:
+    """MSA row attention with pair bias, SPEC 2, written as the definition.
+
+    msa_repr (B, S, N, D); pair_repr (B, N, N, P); msa_mask (B, S, N) or None; the q/k/v/gate/out
+    weights (D, D), pair_bias weight (num_heads, P). Returns (B, S, N, D) in msa_repr's dtype.
+    Materializes the (B, S, h, N, N) logits: use it for reference and small shapes only.
+    """
+    B, S, N, D = msa_repr.shape
+    h = num_heads
+    d = D // h
+    dtype = msa_repr.dtype
+    x = F.layer_norm(msa_repr, (D,), layer_norm_weight, layer_norm_bias, LAYER_NORM_EPS)
+
+    def heads(t: torch.Tensor) -> torch.Tensor:  # (B, S, N, D) -> (B, S, h, N, d)
+        return t.reshape(B, S, N, h, d).permute(0, 1, 3, 2, 4)
+
+    q = heads(F.linear(x, query_weight, query_bias))
+    k = heads(F.linear(x, key_weight, key_bias))
+    v = heads(F.linear(x, value_weight, value_bias))
+    g = torch.sigmoid(heads(F.linear(x, gate_weight, gate_bias)))
+    bias = F.linear(pair_repr, pair_bias_weight, pair_bias_bias).permute(0, 3, 1, 2)  # (B, h, N, N)
+
+    logit = torch.einsum("bshid,bshjd->bshij", q, k) / math.sqrt(d) + bias[:, None]
+    if msa_mask is not None:
+        fill = max(MASK_LOGIT, torch.finfo(dtype).min)  # -1e9 overflows float16
+        logit = logit.masked_fill(msa_mask[:, :, None, None, :] == 0, fill)
+    p = F.dropout(torch.softmax(logit, dim=-1), dropout, training)
+    o = g * torch.einsum("bshij,bshjd->bshid", p, v)  # (B, S, h, N, d)
+    o = o.permute(0, 1, 3, 2, 4).reshape(B, S, N, D)
+    return F.linear(o, out_proj_weight, out_proj_bias)
