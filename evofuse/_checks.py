@@ -60,3 +60,10 @@ def check_params(device: torch.device, **params: torch.Tensor) -> None:
         _require_float(name, t)
         if t.device != device:
             raise ValueError(f"{name} is on {t.device} but msa_repr is on {device}: all tensors must be on one device")
+
+
+def check_param_shapes(**named: tuple[torch.Tensor, tuple[int, ...]]) -> None:
+    """Each parameter must have exactly its expected shape."""
+    for name, (t, expected) in named.items():
+        if tuple(t.shape) != tuple(expected):
+            raise ValueError(f"{name} must have shape {tuple(expected)}, got {tuple(t.shape)}")

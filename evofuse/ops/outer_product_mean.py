@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS
-from ._common import bucket, dot_precision, interpreting
+from ._common import bucket, dot_precision, empty, interpreting
 
 FAST_HIDDEN_DIMS = (8, 16, 32)
 _NORM_CODE = {name: k for k, name in enumerate(NORMALIZATIONS)}  # seed 0, af2 1, boltz 2
@@ -198,7 +198,7 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     R = out_proj_weight.shape[0]
     dtype = msa_repr.dtype
     device = msa_repr.device
-    out = torch.empty(B, N, N, R, dtype=dtype, device=device)
+    out = empty(B, N, N, R, dtype=dtype, device=device)
     if out.numel() == 0:
         return out
     a, b = project(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,

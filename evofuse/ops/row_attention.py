@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from ..reference import LAYER_NORM_EPS, MASK_LOGIT
-from ._common import bucket, dot_precision, interpreting
+from ._common import bucket, dot_precision, empty, interpreting
 
 MAX_HEAD_DIM = 128
 _LOG2E = 1.4426950408889634
@@ -144,7 +144,7 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
         mask = torch.ones(1, 1, 1, dtype=torch.int8, device=msa_repr.device).expand(B, S, N)
     else:
         mask = (msa_mask != 0).to(torch.int8)
-    o = torch.empty(B, S, N, D, dtype=dtype, device=msa_repr.device)
+    o = empty(B, S, N, D, dtype=dtype, device=msa_repr.device)
     args = (qkvg, *qkvg.stride()[:3], z, *z.stride(), mask, *mask.stride(), o, *o.stride()[:3],
             S, N, h, D, d, _LOG2E / math.sqrt(d), bucket(N))
     consts = {"HAS_MASK": msa_mask is not None, "BLOCK_D": max(16, triton.next_power_of_2(d)),

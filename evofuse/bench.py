@@ -1,0 +1,306 @@
+"""`evofuse bench`: evofuse against every importable peer (SPEC 6-7), forward and forward+backward.
+
+Each (case, implementation) row gets the median time of `triton.testing.do_bench` and the peak
+memory allocated beyond the inputs and parameters. A peer that fails or runs out of memory is kept
+as a row with the reason. Results go to <out>/<gpu-name>/: JSON, CSV, a markdown table and a PNG of
+the speedup over eager fp32 (log scale).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import platform
+import re
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from . import reference as ref
+from .suite import SUITE, Case, make_inputs, make_module
+
+
+# ---------------------------------------------------------------- peers: Outer Product Mean
+
+
+def _opm_params(mod):
+    return (mod.layer_norm.weight, mod.layer_norm.bias, mod.proj_a.weight, mod.proj_a.bias,
+            mod.proj_b.weight, mod.proj_b.bias, mod.out_proj.weight, mod.out_proj.bias)
+
+
+def _opm_projections(mod, msa, mask):
+    x = mod.layer_norm(msa)
+    m = mask.to(x.dtype)[..., None]
+    return mod.proj_a(x) * m, mod.proj_b(x) * m
+
+
+def _opm_folded_einsum(mod, msa, mask):
+    """einsum("bsic,bsjd,pcd->bijp") with out_proj's weight as the third operand (seed normalization)."""
+    a, b = _opm_projections(mod, msa, mask)
+    c = mod.hidden_dim
+    w = mod.out_proj.weight.view(-1, c, c)
+    den = mask.sum(1).clamp(min=1).to(a.dtype)
+    return torch.einsum("bsic,bsjd,pcd->bijp", a, b, w) / den[:, :, None, None] + mod.out_proj.bias
+
+
+def _opm_chunked_eager(mod, msa, mask, chunk=64):
+    """Eager over blocks of 64 residues i (seed normalization)."""
+    a, b = _opm_projections(mod, msa, mask)
+    B, S, N, c = a.shape
+    den = mask.sum(1).clamp(min=1).to(a.dtype)
+    out = torch.empty(B, N, N, mod.out_proj.out_features, dtype=a.dtype, device=a.device)
+    for i0 in range(0, N, chunk):
+        outer = torch.einsum("bsip,bsjq->bijpq", a[:, :, i0:i0 + chunk], b).reshape(B, -1, N, c * c)
+        out[:, i0:i0 + chunk] = mod.out_proj(outer / den[:, i0:i0 + chunk, None, None])
+    return out
+
+
+# ---------------------------------------------------------------- peers: row attention
+
+
+def _att_params(mod):
+    return (mod.layer_norm.weight, mod.layer_norm.bias, mod.query.weight, mod.query.bias, mod.key.weight,
+            mod.key.bias, mod.value.weight, mod.value.bias, mod.gate.weight, mod.gate.bias,
+            mod.out_proj.weight, mod.out_proj.bias, mod.pair_bias.weight, mod.pair_bias.bias)
+
+
+def _flex_peer():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    flex = torch.compile(flex_attention)
+
+    def run(mod, msa, pair, mask):
+        B, S, N, D = msa.shape
+        h, d = mod.num_heads, mod.head_dim
+        x = mod.layer_norm(msa)
+
+        def heads(t):
+            return t.view(B * S, N, h, d).transpose(1, 2)
+
+        q, k, v = heads(mod.query(x)), heads(mod.key(x)), heads(mod.value(x))
+        bias = mod.pair_bias(pair).permute(0, 3, 1, 2).contiguous()  # (B, h, N, N)
+        keep = mask.reshape(B * S, N) != 0
+
+        def score_mod(score, bs, hh, qi, kj):
+            return torch.where(keep[bs, kj], score + bias[bs // S, hh, qi, kj], -1e9)
+
+        o = flex(q, k, v, score_mod=score_mod)  # (B*S, h, N, d)
+        o = o.transpose(1, 2).reshape(B, S, N, D) * torch.sigmoid(mod.gate(x))
+        return mod.out_proj(o)
+
+    return run
+
+
+def _cueq_peer():
+    from cuequivariance_torch import attention_pair_bias
+
+    def run(mod, msa, pair, mask):
+        B, S, N, D = msa.shape
+        h, d = mod.num_heads, mod.head_dim
+        x = mod.layer_norm(msa).reshape(B * S, N, D)
+
+        def heads(t):
+            return t.view(B * S, N, h, d).transpose(1, 2)
+
+        q, k, v = heads(mod.query(x)), heads(mod.key(x)), heads(mod.value(x))
+        out = attention_pair_bias(
+            x, q, k, v, pair, mask.reshape(B * S, N), h, mod.pair_bias.weight, mod.gate.weight,
+            mod.out_proj.weight, b_proj_z=mod.pair_bias.bias, b_proj_g=mod.gate.bias,
+            b_proj_o=mod.out_proj.bias, inf=1e9)
+        out = out[0] if isinstance(out, tuple) else out
+        return out.reshape(B, S, N, D)
+
+    return run
+
+
+# ---------------------------------------------------------------- the implementations timed
+
+
+def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, object]]:
+    """(name, dtype of the module, builder(mod) -> callable(*inputs)) for every implementation."""
+    impls = []
+    reference_fn = (partial(ref.outer_product_mean_reference, normalization="seed") if case.op == "opm"
+                    else partial(ref.msa_row_attention_reference, num_heads=case.width))
+    params = _opm_params if case.op == "opm" else _att_params
+
+    def eager(mod):
+        return lambda *x: reference_fn(*x, *params(mod))
+
+    def autocast(mod):
+        def run(*x):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return reference_fn(*x, *params(mod))
+        return run
+
+    def compiled(mod):
+        fn = torch.compile(reference_fn)
+        return lambda *x: fn(*x, *params(mod))
+
+    impls += [("eager fp32", "float32", eager), ("eager bf16 autocast", "float32", autocast),
+              ("torch.compile fp32", "float32", compiled)]
+    if case.op == "opm":
+        impls += [("folded einsum bf16", "bfloat16", lambda mod: partial(_opm_folded_einsum, mod)),
+                  ("chunked eager bf16", "bfloat16", lambda mod: partial(_opm_chunked_eager, mod))]
+    else:
+        impls += [("FlexAttention bf16", "bfloat16", lambda mod: partial(_flex_peer(), mod)),
+                  ("cuEquivariance bf16", "bfloat16", lambda mod: partial(_cueq_peer(), mod))]
+    for dt in dtypes:
+        short = {"float32": "fp32", "bfloat16": "bf16"}[dt]
+        impls.append((f"evofuse {short}", dt, lambda mod: mod))
+    return impls
+
+
+def _measure(fn, train: bool, tensors: list[torch.Tensor]) -> tuple[float, float]:
+    """(median ms, peak MiB beyond what is allocated before the call)."""
+    import triton.testing
+
+    if train:
+        def step():
+            out = fn()
+            out.backward(torch.ones_like(out))
+        run = step
+    else:
+        run = fn
+    run()
+    torch.cuda.synchronize()
+    for t in tensors:
+        t.grad = None
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    run()
+    torch.cuda.synchronize()
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+    ms = triton.testing.do_bench(run, warmup=25, rep=100, return_mode="median", grad_to_none=tensors if train else None)
+    return ms, peak
+
+
+def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | None) -> list[dict]:
+    rows = []
+    for name, dt, build in implementations(case, dtypes):
+        if peers is not None and not name.startswith("evofuse") and name not in peers:
+            continue
+        row = {"case": case.name, "impl": name, "dtype": dt, "mode": "fwd+bwd" if train else "fwd"}
+        t0 = time.time()
+        try:
+            dtype = getattr(torch, dt)
+            mod = make_module(case, seed=0).to(device="cuda", dtype=dtype)
+            inputs = make_inputs(case, "cuda", dtype, seed=1, fully_masked=False)
+            tensors = list(mod.parameters()) if train else []
+            if train:
+                for t in inputs[:-1]:
+                    t.requires_grad_(True)
+                    tensors.append(t)
+            fn = build(mod)
+            with torch.set_grad_enabled(train):
+                ms, peak = _measure(lambda: fn(*inputs), train, tensors)
+            row.update(ms=ms, peak_mib=peak, tflops=case.flops * (3 if train else 1) / ms / 1e9, status="ok")
+        except Exception as exc:  # a peer that fails keeps its row, with the reason
+            kind = "out of memory" if isinstance(exc, torch.cuda.OutOfMemoryError) else type(exc).__name__
+            row.update(ms=None, peak_mib=None, tflops=None, status=f"{kind}: {str(exc).splitlines()[0][:160] if str(exc) else ''}")
+        finally:
+            mod = inputs = fn = None
+            torch.cuda.empty_cache()
+        print(f"  {case.name:<14} {row['mode']:<7} {name:<22} "
+              + (f"{row['ms']:9.3f} ms {row['peak_mib']:9.1f} MiB" if row["ms"] is not None else row["status"])
+              + f"   ({time.time() - t0:.0f}s)", flush=True)
+        rows.append(row)
+    return rows
+
+
+def _select(suite: str) -> list[Case]:
+    if suite == "all":
+        return list(SUITE)
+    if suite in ("opm", "att"):
+        return [c for c in SUITE if c.op == suite]
+    names = suite.split(",")
+    by_name = {c.name: c for c in SUITE}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise SystemExit(f"unknown case(s) {missing}; known: {sorted(by_name)}")
+    return [by_name[n] for n in names]
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| case | mode | implementation | dtype | median ms | peak MiB | TFLOP/s | speedup vs eager fp32 |",
+             "|---|---|---|---|---|---|---|---|"]
+    base = {(r["case"], r["mode"]): r["ms"] for r in rows if r["impl"] == "eager fp32" and r["ms"]}
+    for r in rows:
+        if r["ms"] is None:
+            lines.append(f"| {r['case']} | {r['mode']} | {r['impl']} | {r['dtype']} | {r['status']} | | | |")
+            continue
+        b = base.get((r["case"], r["mode"]))
+        lines.append(f"| {r['case']} | {r['mode']} | {r['impl']} | {r['dtype']} | {r['ms']:.3f} | "
+                     f"{r['peak_mib']:.0f} | {r['tflops']:.1f} | {b / r['ms']:.2f}x |" if b else
+                     f"| {r['case']} | {r['mode']} | {r['impl']} | {r['dtype']} | {r['ms']:.3f} | "
+                     f"{r['peak_mib']:.0f} | {r['tflops']:.1f} | |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = sorted({(r["case"], r["mode"]) for r in rows}, key=lambda k: (k[1], k[0]))
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    base = {(r["case"], r["mode"]): r["ms"] for r in rows if r["impl"] == "eager fp32" and r["ms"]}
+    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(keys)), 5))
+    width = 0.8 / max(len(impls), 1)
+    for k, impl in enumerate(impls):
+        xs, ys = [], []
+        for x, key in enumerate(keys):
+            r = next((r for r in rows if (r["case"], r["mode"]) == key and r["impl"] == impl), None)
+            if r and r["ms"] and key in base:
+                xs.append(x + (k - len(impls) / 2 + 0.5) * width)
+                ys.append(base[key] / r["ms"])
+        ax.bar(xs, ys, width, label=impl)
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(keys)), [f"{c}\n{m}" for c, m in keys], fontsize=8)
+    ax.set_ylabel("speedup over eager fp32 (log scale)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(f"evofuse on {torch.cuda.get_device_name()}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers: str) -> int:
+    if not torch.cuda.is_available():
+        print("evofuse bench: no CUDA device here, so nothing is timed against the peers; "
+              "a small CPU run of the reference follows")
+        from .check import run_check
+
+        run_check(1, ["float32"], None, None, "default")
+        return 0
+    dtypes = dtypes or ["float32", "bfloat16"]
+    peer_set = None if peers == "all" else set(p.strip() for p in peers.split(","))
+    gpu = torch.cuda.get_device_name()
+    import triton
+
+    meta = {"gpu": gpu, "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    print(f"evofuse bench on {gpu}, torch {meta['torch']}, triton {meta['triton']}", flush=True)
+    rows = []
+    for case in _select(suite):
+        rows += bench_case(case, dtypes, False, peer_set)
+        if train:
+            rows += bench_case(case, dtypes, True, peer_set)
+    folder = Path(out) / re.sub(r"[^A-Za-z0-9_.-]+", "-", gpu)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    with open(folder / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["case", "mode", "impl", "dtype", "ms", "peak_mib", "tflops", "status"])
+        writer.writeheader()
+        writer.writerows(rows)
+    table = markdown(rows)
+    (folder / "results.md").write_text(f"{gpu}, torch {meta['torch']}, triton {meta['triton']}, {meta['date']}\n\n{table}\n")
+    plot(rows, folder / "speedup.png")
+    print(table)
+    print(f"written to {folder}")
+    return 0

@@ -1,0 +1,114 @@
+"""`evofuse check`: evofuse against the reference at the suite shapes, under the numerics contract."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from .numerics import FP32_ALLCLOSE, bound, rel_error
+from .suite import SEED_CASES, SUITE, Case, make_inputs, make_module
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def median_ms(fn, device: torch.device) -> float:
+    """Median forward time: triton.testing.do_bench on CUDA, a wall clock on the CPU."""
+    if device.type == "cuda":
+        import triton.testing
+
+        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+    fn()
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _cast_inputs(inputs, dtype):
+    return tuple(t.to(dtype) if t.is_floating_point() and t.dim() == 4 else t for t in inputs)
+
+
+def check_case(case: Case, dtype: torch.dtype, trials: int, device: torch.device, impl: str | None,
+               precision: str = "default") -> dict:
+    """Runs `trials` random trials of one case and dtype; returns a row of the table."""
+    worst = 0.0
+    worst_bound = float("inf")
+    ok = True
+    path = None
+    mod = ref_mod = None
+    for trial in range(trials):
+        mod = make_module(case, seed=trial, impl=impl, precision=precision).to(device=device, dtype=dtype).eval()
+        ref_mod = make_module(case, seed=trial, impl="torch").to(device=device, dtype=dtype).eval()
+        ref64 = make_module(case, seed=trial, impl="torch").to(device=device, dtype=torch.float64).eval()
+        inputs = make_inputs(case, device, dtype, seed=1000 + trial, fully_masked=trial % 2 == 0)
+        with torch.no_grad():
+            out = mod(*inputs)
+            ref = ref_mod(*inputs)
+            exact = ref64(*_cast_inputs(inputs, torch.float64))
+        del ref64
+        err = rel_error(out, exact)
+        if dtype == torch.float32:
+            limit = bound(dtype, precision)
+            passed = err <= limit and (precision != "default" or torch.allclose(out, ref, **FP32_ALLCLOSE))
+        else:
+            limit = bound(dtype, precision, rel_error(ref, exact))
+            passed = err <= limit
+        ok &= passed
+        worst = max(worst, err)
+        worst_bound = min(worst_bound, limit)
+        path = _path_name(mod, inputs)
+    with torch.no_grad():
+        ref_ms = median_ms(lambda: ref_mod(*inputs), device)
+        ours_ms = median_ms(lambda: mod(*inputs), device)
+    return {"case": case.name, "dtype": str(dtype).replace("torch.", ""), "path": path, "trials": trials,
+            "rel_err": worst, "bound": worst_bound, "ok": ok, "ref_ms": ref_ms, "evofuse_ms": ours_ms,
+            "speedup": ref_ms / ours_ms if ours_ms > 0 else float("nan")}
+
+
+def _path_name(mod, inputs) -> str:
+    from ._dispatch import resolve_impl
+
+    return resolve_impl(mod.impl, *inputs[:-1])
+
+
+def cases_for(device: torch.device, names: list[str] | None) -> list[Case]:
+    if names:
+        by_name = {c.name: c for c in SUITE}
+        unknown = [n for n in names if n not in by_name]
+        if unknown:
+            raise SystemExit(f"unknown case(s) {unknown}; known: {sorted(by_name)}")
+        return [by_name[n] for n in names]
+    return list(SUITE if device.type == "cuda" else SEED_CASES)
+
+
+def format_table(rows: list[dict]) -> str:
+    head = f"{'case':<14} {'dtype':<9} {'path':<6} {'trials':>6} {'rel err':>9} {'bound':>9} {'result':>6} " \
+           f"{'ref ms':>9} {'evofuse ms':>10} {'speedup':>7}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['case']:<14} {r['dtype']:<9} {r['path']:<6} {r['trials']:>6} {r['rel_err']:>9.2e} "
+                     f"{r['bound']:>9.2e} {'pass' if r['ok'] else 'FAIL':>6} {r['ref_ms']:>9.3f} "
+                     f"{r['evofuse_ms']:>10.3f} {r['speedup']:>7.2f}")
+    return "\n".join(lines)
+
+
+def run_check(trials: int, dtypes: list[str] | None, names: list[str] | None, impl: str | None,
+              precision: str) -> int:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype_names = dtypes or (["float32", "bfloat16"] if device.type == "cuda" else ["float32"])
+    print(f"evofuse check on {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, "
+          f"{trials} trial(s) per row, precision={precision}", flush=True)
+    rows = []
+    for case in cases_for(device, names):
+        for name in dtype_names:
+            rows.append(check_case(case, DTYPES[name], trials, device, impl, precision))
+            print(f"  {case.name} {name}: rel err {rows[-1]['rel_err']:.2e} "
+                  f"{'pass' if rows[-1]['ok'] else 'FAIL'}", flush=True)
+    print(format_table(rows))
+    failed = [r for r in rows if not r["ok"]]
+    print(f"{len(rows) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0

@@ -1,0 +1,40 @@
+"""Command line: `evofuse check` and `evofuse bench` (also `python -m evofuse ...`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="evofuse", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    check = sub.add_parser("check", help="evofuse vs the float64 reference under the numerics contract")
+    check.add_argument("--trials", type=int, default=3, help="random trials per case and dtype (default 3)")
+    check.add_argument("--dtype", action="append", choices=["float32", "bfloat16", "float16"],
+                       help="dtype to check (repeatable; default float32 on CPU, float32 and bfloat16 on CUDA)")
+    check.add_argument("--case", action="append", help="suite case to check (repeatable; default: all that fit)")
+    check.add_argument("--impl", choices=["auto", "triton", "torch"], default=None)
+    check.add_argument("--precision", choices=["default", "fast"], default="default")
+
+    bench = sub.add_parser("bench", help="time evofuse against every importable peer (SPEC 6-7)")
+    bench.add_argument("--suite", default="all", help="'all', 'opm', 'att' or comma-separated case names")
+    bench.add_argument("--dtype", action="append", choices=["float32", "bfloat16"],
+                       help="evofuse dtype (repeatable; default both)")
+    bench.add_argument("--train", action="store_true", help="also time forward+backward")
+    bench.add_argument("--out", default="benchmarks/results", help="results folder (a subfolder per GPU)")
+    bench.add_argument("--peers", default="all", help="'all' or comma-separated peer names")
+
+    args = parser.parse_args(argv)
+    if args.command == "check":
+        from .check import run_check
+
+        return run_check(args.trials, args.dtype, args.case, args.impl, args.precision)
+    from .bench import run_bench
+
+    return run_bench(args.suite, args.dtype, args.train, args.out, args.peers)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Public functional API: the two operations with their weights passed explicitly.
+
+Both validate their inputs (SPEC 4), choose the path (SPEC 5: the fused Triton kernels for CUDA
+tensors, the PyTorch reference in `evofuse.reference` otherwise) and return a tensor in msa_repr's
+dtype. `impl` ("auto", "triton", "torch") overrides the EVOFUSE_IMPL environment variable for one
+call; `precision` ("default", "fast") chooses the float32 contract of SPEC 3.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import reference as ref
+from ._checks import check_mask, check_msa, check_pair, check_param_shapes, check_params
+from ._dispatch import resolve_impl, warn_once
+
+
+class _FusedForward(torch.autograd.Function):
+    """Fused forward; backward recomputes the reference under autograd (correct gradients, but with
+    the reference's memory during backward: the fused backward kernels are not written yet)."""
+
+    @staticmethod
+    def forward(ctx, fused, reference, *inputs):
+        ctx.reference = reference
+        ctx.save_for_backward(*inputs)
+        return fused(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        inputs = ctx.saved_tensors
+        wanted = ctx.needs_input_grad[2:]
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_(w) if t is not None and w else t for t, w in zip(inputs, wanted)]
+            out = ctx.reference(*leaves)
+            targets = [t for t, w in zip(leaves, wanted) if w]
+            grads = iter(torch.autograd.grad(out, targets, grad_out))
+        return (None, None, *[next(grads) if w else None for w in wanted])
+
+
+PRECISIONS = ("default", "fast")
+
+
+def _check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+
+
+def _run(fused, reference, inputs):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
+        return _FusedForward.apply(fused, reference, *inputs)
+    return fused(*inputs)
+
+
+def outer_product_mean(
+    msa_repr: torch.Tensor,
+    msa_mask: torch.Tensor | None,
+    layer_norm_weight: torch.Tensor,
+    layer_norm_bias: torch.Tensor,
+    proj_a_weight: torch.Tensor,
+    proj_a_bias: torch.Tensor,
+    proj_b_weight: torch.Tensor,
+    proj_b_bias: torch.Tensor,
+    out_proj_weight: torch.Tensor,
+    out_proj_bias: torch.Tensor,
+    *,
+    normalization: str = "seed",
+    precision: str = "default",
+    impl: str | None = None,
+) -> torch.Tensor:
+    """Outer Product Mean (SPEC 1).
+
+    Args:
+        msa_repr: (B, S, N, D) float16, bfloat16, float32 or float64.
+        msa_mask: (B, S, N) 0/1 of any real dtype (bool, int, float), or None for all ones.
+        layer_norm_weight, layer_norm_bias: (D,).
+        proj_a_weight, proj_b_weight: (c, D); proj_a_bias, proj_b_bias: (c,).
+        out_proj_weight: (pair_dim, c*c), flat index p*c + q; out_proj_bias: (pair_dim,).
+        normalization: "seed" (divide by max(sum_s mask[s, i], 1) before out_proj), "af2"
+            (divide out_proj's output, bias included, by 1e-3 + sum_s mask[s, i] mask[s, j]) or
+            "boltz" (divide by max(sum_s mask[s, i] mask[s, j], 1) before out_proj).
+    Returns:
+        (B, N, N, pair_dim) in msa_repr's dtype; parameters are cast to it. 16-bit inputs
+        accumulate in float32.
+    """
+    if normalization not in ref.NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {ref.NORMALIZATIONS}, got {normalization!r}")
+    _check_precision(precision)
+    D = layer_norm_weight.shape[0] if isinstance(layer_norm_weight, torch.Tensor) else -1
+    B, S, N = check_msa(msa_repr, D)
+    check_mask(msa_mask, B, S, N, msa_repr.device)
+    params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias,
+                  proj_a_weight=proj_a_weight, proj_a_bias=proj_a_bias, proj_b_weight=proj_b_weight,
+                  proj_b_bias=proj_b_bias, out_proj_weight=out_proj_weight, out_proj_bias=out_proj_bias)
+    check_params(msa_repr.device, **params)
+    c = proj_a_weight.shape[0]
+    R = out_proj_weight.shape[0]
+    check_param_shapes(layer_norm_bias=(layer_norm_bias, (D,)), proj_a_weight=(proj_a_weight, (c, D)),
+                       proj_a_bias=(proj_a_bias, (c,)), proj_b_weight=(proj_b_weight, (c, D)),
+                       proj_b_bias=(proj_b_bias, (c,)), out_proj_weight=(out_proj_weight, (R, c * c)),
+                       out_proj_bias=(out_proj_bias, (R,)))
+
+    def reference(*t):
+        return ref.outer_product_mean_reference(*t, normalization=normalization)
+
+    inputs = (msa_repr, msa_mask, *params.values())
+    if resolve_impl(impl, msa_repr, *params.values()) == "torch":
+        return reference(*inputs)
+    from .ops.outer_product_mean import FAST_HIDDEN_DIMS, outer_product_mean_triton
+
+    if c not in FAST_HIDDEN_DIMS or msa_repr.dtype == torch.float64:
+        warn_once(f"opm-{c}-{msa_repr.dtype}",
+                  f"evofuse: no fused Outer Product Mean for hidden_dim={c}, dtype={msa_repr.dtype} "
+                  f"(fused: hidden_dim in {FAST_HIDDEN_DIMS}, 16/32-bit floats); using the PyTorch reference")
+        return reference(*inputs)
+
+    def fused(*t):
+        return outer_product_mean_triton(*t, normalization=normalization, precision=precision)
+
+    return _run(fused, reference, inputs)
+
+
+def msa_row_attention(
+    msa_repr: torch.Tensor,
+    pair_repr: torch.Tensor,
+    msa_mask: torch.Tensor | None,
+    layer_norm_weight: torch.Tensor,
+    layer_norm_bias: torch.Tensor,
+    query_weight: torch.Tensor,
+    query_bias: torch.Tensor,
+    key_weight: torch.Tensor,
+    key_bias: torch.Tensor,
+    value_weight: torch.Tensor,
+    value_bias: torch.Tensor,
+    gate_weight: torch.Tensor,
+    gate_bias: torch.Tensor,
+    out_proj_weight: torch.Tensor,
+    out_proj_bias: torch.Tensor,
+    pair_bias_weight: torch.Tensor,
+    pair_bias_bias: torch.Tensor,
+    *,
+    num_heads: int,
+    dropout: float = 0.0,
+    training: bool = False,
+    precision: str = "default",
+    impl: str | None = None,
+) -> torch.Tensor:
+    """MSA row attention with pair bias (SPEC 2).
+
+    Args:
+        msa_repr: (B, S, N, D) float16, bfloat16, float32 or float64; D divisible by num_heads.
+        pair_repr: (B, N, N, P) real floating.
+        msa_mask: (B, S, N) 0/1 of any real dtype, or None; a key j with mask 0 gets logit -1e9
+            (replaced, not added), so a row with every key masked averages v over all N keys.
+        query/key/value/gate/out_proj weights: (D, D), biases (D,); channel = head * d + e.
+        pair_bias_weight: (num_heads, P); pair_bias_bias: (num_heads,).
+        dropout, training: dropout on the attention probabilities (training and dropout > 0 take the
+            reference path, with a one-time warning).
+    Returns:
+        (B, S, N, D) in msa_repr's dtype; 16-bit inputs accumulate in float32.
+    """
+    _check_precision(precision)
+    D = layer_norm_weight.shape[0] if isinstance(layer_norm_weight, torch.Tensor) else -1
+    if not isinstance(num_heads, int) or num_heads < 1 or D % num_heads != 0:
+        raise ValueError(f"num_heads must be a positive integer dividing msa_dim={D}, got {num_heads!r}")
+    B, S, N = check_msa(msa_repr, D)
+    P = pair_bias_weight.shape[-1] if isinstance(pair_bias_weight, torch.Tensor) else -1
+    check_pair(pair_repr, B, N, P, msa_repr.device)
+    check_mask(msa_mask, B, S, N, msa_repr.device)
+    params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias,
+                  query_weight=query_weight, query_bias=query_bias, key_weight=key_weight,
+                  key_bias=key_bias, value_weight=value_weight, value_bias=value_bias,
+                  gate_weight=gate_weight, gate_bias=gate_bias, out_proj_weight=out_proj_weight,
+                  out_proj_bias=out_proj_bias, pair_bias_weight=pair_bias_weight,
+                  pair_bias_bias=pair_bias_bias)
+    check_params(msa_repr.device, **params)
+    shapes = {"layer_norm_bias": (D,), "pair_bias_weight": (num_heads, P), "pair_bias_bias": (num_heads,)}
+    for name in ("query", "key", "value", "gate", "out_proj"):
+        shapes[f"{name}_weight"] = (D, D)
+        shapes[f"{name}_bias"] = (D,)
+    check_param_shapes(**{name: (params[name], shape) for name, shape in shapes.items()})
+
+    def reference(*t):
+        return ref.msa_row_attention_reference(*t, num_heads=num_heads, dropout=dropout, training=training)
+
+    inputs = (msa_repr, pair_repr, msa_mask, *params.values())
+    if resolve_impl(impl, msa_repr, pair_repr, *params.values()) == "torch":
+        return reference(*inputs)
+    from .ops.row_attention import MAX_HEAD_DIM, msa_row_attention_triton
+
+    d = D // num_heads
+    if training and dropout > 0:
+        warn_once("att-dropout", "evofuse: attention dropout in training mode runs the PyTorch reference "
+                                 "(no fused dropout yet)")
+        return reference(*inputs)
+    if d > MAX_HEAD_DIM or msa_repr.dtype == torch.float64:
+        warn_once(f"att-{d}-{msa_repr.dtype}",
+                  f"evofuse: no fused row attention for head_dim={d}, dtype={msa_repr.dtype} (fused: "
+                  f"head_dim <= {MAX_HEAD_DIM}, 16/32-bit floats); using the PyTorch reference")
+        return reference(*inputs)
+
+    def fused(*t):
+        return msa_row_attention_triton(*t, num_heads=num_heads, precision=precision)
+
+    return _run(fused, reference, inputs)

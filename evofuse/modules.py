@@ -1,0 +1,86 @@
+"""Drop-in nn.Modules. Parameter names match the seed modules, so their state_dicts load unchanged."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import functional
+from .reference import NORMALIZATIONS
+
+
+class OuterProductMean(nn.Module):
+    """Outer Product Mean (SPEC 1): (B, S, N, msa_dim) MSA -> (B, N, N, pair_dim) pair update.
+
+    Args:
+        msa_dim, pair_dim, hidden_dim: D, the output width and c.
+        normalization: "seed" (default), "af2" (AF2/OpenFold/AF3/Protenix/FastFold) or "boltz".
+        precision: "default" (float32 inputs meet rel <= 1e-5) or "fast" (TF32 dots, rel <= 5e-3).
+        impl: "auto", "triton" or "torch"; None follows EVOFUSE_IMPL (default auto).
+
+    forward(msa_repr (B, S, N, D) float, msa_mask (B, S, N) 0/1 or None) returns
+    (B, N, N, pair_dim) in msa_repr's dtype.
+    """
+
+    def __init__(self, msa_dim: int, pair_dim: int, hidden_dim: int = 32, normalization: str = "seed",
+                 precision: str = "default", impl: str | None = None):
+        super().__init__()
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+        self.layer_norm = nn.LayerNorm(msa_dim)
+        self.proj_a = nn.Linear(msa_dim, hidden_dim)
+        self.proj_b = nn.Linear(msa_dim, hidden_dim)
+        self.out_proj = nn.Linear(hidden_dim * hidden_dim, pair_dim)
+        self.hidden_dim = hidden_dim
+        self.normalization = normalization
+        self.precision = precision
+        self.impl = impl
+
+    def forward(self, msa_repr: torch.Tensor, msa_mask: torch.Tensor | None = None, *,
+                impl: str | None = None) -> torch.Tensor:
+        return functional.outer_product_mean(
+            msa_repr, msa_mask, self.layer_norm.weight, self.layer_norm.bias,
+            self.proj_a.weight, self.proj_a.bias, self.proj_b.weight, self.proj_b.bias,
+            self.out_proj.weight, self.out_proj.bias, normalization=self.normalization,
+            precision=self.precision, impl=impl if impl is not None else self.impl)
+
+
+class MSARowAttentionWithPairBias(nn.Module):
+    """MSA row attention with pair bias and gating (SPEC 2): (B, S, N, D) -> (B, S, N, D).
+
+    Args:
+        msa_dim, pair_dim, num_heads: D, P and h; head_dim = D // h (D must divide).
+        dropout: on the attention probabilities in training mode.
+        precision, impl: as for OuterProductMean.
+
+    forward(msa_repr (B, S, N, D), pair_repr (B, N, N, P), msa_mask (B, S, N) or None) returns
+    (B, S, N, D) in msa_repr's dtype.
+    """
+
+    def __init__(self, msa_dim: int, pair_dim: int, num_heads: int = 4, dropout: float = 0.0,
+                 precision: str = "default", impl: str | None = None):
+        super().__init__()
+        if num_heads < 1 or msa_dim % num_heads != 0:
+            raise ValueError(f"msa_dim={msa_dim} must be divisible by num_heads={num_heads}")
+        self.num_heads = num_heads
+        self.head_dim = msa_dim // num_heads
+        self.layer_norm = nn.LayerNorm(msa_dim)
+        self.query = nn.Linear(msa_dim, msa_dim)
+        self.key = nn.Linear(msa_dim, msa_dim)
+        self.value = nn.Linear(msa_dim, msa_dim)
+        self.gate = nn.Linear(msa_dim, msa_dim)
+        self.out_proj = nn.Linear(msa_dim, msa_dim)
+        self.pair_bias = nn.Linear(pair_dim, num_heads)
+        self.dropout = nn.Dropout(dropout)
+        self.precision = precision
+        self.impl = impl
+
+    def forward(self, msa_repr: torch.Tensor, pair_repr: torch.Tensor, msa_mask: torch.Tensor | None = None,
+                *, impl: str | None = None) -> torch.Tensor:
+        return functional.msa_row_attention(
+            msa_repr, pair_repr, msa_mask, self.layer_norm.weight, self.layer_norm.bias,
+            self.query.weight, self.query.bias, self.key.weight, self.key.bias,
+            self.value.weight, self.value.bias, self.gate.weight, self.gate.bias,
+            self.out_proj.weight, self.out_proj.bias, self.pair_bias.weight, self.pair_bias.bias,
+            num_heads=self.num_heads, dropout=self.dropout.p, training=self.training,
+            precision=self.precision, impl=impl if impl is not None else self.impl)

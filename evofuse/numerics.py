@@ -1,0 +1,33 @@
+"""The numerics contract of SPEC 3, as code: the error measure and the bound for a path."""
+
+from __future__ import annotations
+
+import torch
+
+FP32_DEFAULT_BOUND = 1e-5
+FP32_FAST_BOUND = 5e-3
+FP32_ALLCLOSE = {"atol": 1e-4, "rtol": 1e-4}
+
+
+def rel_error(out: torch.Tensor, ref64: torch.Tensor) -> float:
+    """||out - ref64|| / ||ref64|| in float64; NaN or Inf anywhere in out (not in ref64) gives inf."""
+    out64 = out.detach().to(torch.float64)
+    ref64 = ref64.detach().to(torch.float64)
+    if not torch.equal(torch.isfinite(out64), torch.isfinite(ref64)):
+        return float("inf")
+    finite = torch.isfinite(ref64)
+    num = (out64[finite] - ref64[finite]).norm().item()
+    den = ref64[finite].norm().item()
+    return num / den if den > 0 else num
+
+
+def bound(dtype: torch.dtype, precision: str = "default", lowp_ref_error: float | None = None) -> float:
+    """The largest rel_error the contract allows for outputs of `dtype` at `precision`.
+
+    16-bit: 2 x (the error of the PyTorch reference run in that dtype) + 1e-3.
+    """
+    if dtype in (torch.float32, torch.float64):
+        return FP32_DEFAULT_BOUND if precision == "default" else FP32_FAST_BOUND
+    if lowp_ref_error is None:
+        raise ValueError("16-bit bounds need the error of the reference run in that dtype")
+    return 2 * lowp_ref_error + 1e-3

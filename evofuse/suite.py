@@ -1,0 +1,81 @@
+"""The benchmark and check suite of SPEC 6, and seeded random modules and inputs for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .modules import MSARowAttentionWithPairBias, OuterProductMean
+
+
+@dataclass(frozen=True)
+class Case:
+    """One suite shape. `width` is hidden_dim c for the Outer Product Mean, num_heads for attention."""
+
+    name: str
+    op: str  # "opm" or "att"
+    B: int
+    S: int
+    N: int
+    D: int
+    pair: int
+    width: int
+
+    @property
+    def flops(self) -> float:
+        """Forward floating-point operations of the fused algorithm (the matrix products)."""
+        B, S, N, D, P = self.B, self.S, self.N, self.D, self.pair
+        if self.op == "opm":
+            c = self.width
+            return 2.0 * B * (S * N * D * 2 * c + N * N * c * c * S + N * N * c * c * P)
+        return 2.0 * B * (S * N * D * 5 * D + 2 * S * N * N * D + N * N * P * self.width)
+
+
+SUITE = (
+    Case("opm-seed", "opm", 2, 8, 32, 64, 64, 32),
+    Case("opm-af2-main", "opm", 1, 512, 384, 256, 128, 32),
+    Case("opm-af2-extra", "opm", 1, 1024, 384, 64, 128, 32),
+    Case("opm-long", "opm", 1, 512, 1024, 256, 128, 32),
+    Case("att-seed", "att", 2, 8, 32, 64, 64, 4),
+    Case("att-af2-main", "att", 1, 512, 384, 256, 128, 8),
+    Case("att-long", "att", 1, 128, 1024, 256, 128, 8),
+)
+SEED_CASES = tuple(c for c in SUITE if c.name.endswith("-seed"))
+
+
+def make_module(case: Case, seed: int = 0, **kwargs) -> torch.nn.Module:
+    """The evofuse module of a case with seeded weights; LayerNorm parameters are perturbed too."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if case.op == "opm":
+            mod = OuterProductMean(case.D, case.pair, case.width, **kwargs)
+        else:
+            mod = MSARowAttentionWithPairBias(case.D, case.pair, case.width, **kwargs)
+    with torch.no_grad():
+        mod.layer_norm.weight.copy_(1 + 0.2 * torch.randn(case.D, generator=g))
+        mod.layer_norm.bias.copy_(0.2 * torch.randn(case.D, generator=g))
+    return mod
+
+
+def make_inputs(case: Case, device, dtype, seed: int = 0, zero_frac: float = 0.1,
+                fully_masked: bool = True) -> tuple[torch.Tensor, ...]:
+    """Random inputs of a case: msa, [pair,] mask (float 0/1, ~zero_frac zeros).
+
+    With fully_masked, one residue of the Outer Product Mean is masked in every row, and one MSA row
+    of the attention has every key masked.
+    """
+    g = torch.Generator().manual_seed(seed)
+    msa = torch.randn(case.B, case.S, case.N, case.D, generator=g)
+    mask = (torch.rand(case.B, case.S, case.N, generator=g) >= zero_frac).float()
+    if fully_masked and case.op == "opm":
+        mask[:, :, case.N // 2] = 0
+    if fully_masked and case.op == "att":
+        mask[:, case.S // 2, :] = 0
+    msa = msa.to(device=device, dtype=dtype)
+    mask = mask.to(device)
+    if case.op == "opm":
+        return msa, mask
+    pair = torch.randn(case.B, case.N, case.N, case.pair, generator=g).to(device=device, dtype=dtype)
+    return msa, pair, mask

@@ -1,0 +1,36 @@
+"""Test set-up. Without CUDA the Triton kernels run in Triton's interpreter: TRITON_INTERPRET must be
+set before any kernel is defined, which happens on first use (evofuse.ops is imported lazily)."""
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import evofuse.ops._common as common  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (run on the H200)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def poison_outputs():
+    """Every kernel output starts as NaN, so unwritten elements fail the comparison."""
+    common.POISON_OUTPUTS = True
+    yield
+    common.POISON_OUTPUTS = False
+
+
+@pytest.fixture(autouse=True)
+def no_env_impl(monkeypatch):
+    monkeypatch.delenv("EVOFUSE_IMPL", raising=False)

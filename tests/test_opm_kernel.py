@@ -1,0 +1,95 @@
+"""The fused Outer Product Mean against the float64 reference (Triton's interpreter on CI)."""
+
+import itertools
+
+import pytest
+import torch
+
+from .conftest import DEVICE
+from .helpers import assert_contract, opm_module, random_mask
+
+NS, SS, CS = (1, 5, 17, 33), (1, 3, 20), (8, 16, 32)
+NORMS = ("seed", "af2", "boltz")
+MASKS = ("random", "rows", "ones", "none", "empty")
+# every (N, S) pair, with c, normalization and mask kind cycling at co-prime periods
+GRID = [(N, S, CS[k % 3], NORMS[k % 3 if k % 2 else (k + 1) % 3], MASKS[k % 5])
+        for k, (N, S) in enumerate(itertools.product(NS, SS))]
+
+
+def run(mod, x, mask, dtype, **kw):
+    """(triton output, float64 reference, reference in dtype, reference in float32)."""
+    mod = mod.to(DEVICE)
+    x, m = x.to(DEVICE), None if mask is None else mask.to(DEVICE)
+    out = mod.to(dtype)(x.to(dtype), m, impl="triton", **kw)
+    exact = mod.double()(x.double(), m, impl="torch")
+    ref_dtype = mod.to(dtype)(x.to(dtype), m, impl="torch")
+    ref32 = mod.float()(x.float(), m, impl="torch")
+    return out, exact, ref_dtype, ref32
+
+
+@pytest.mark.parametrize("N, S, c, normalization, mask_kind", GRID)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_forward_awkward_shapes(N, S, c, normalization, mask_kind, dtype):
+    B, D, R = 2, 12, 7
+    mod = opm_module(D, R, c, seed=N * 100 + S, normalization=normalization)
+    x = torch.randn(B, S, N, D)
+    mask = random_mask(B, S, N, mask_kind, seed=N + S)
+    out, exact, ref_dtype, ref32 = run(mod, x, mask, dtype)
+    if dtype == torch.float32:
+        assert_contract(out, exact, dtype, ref_fp32=ref32)
+    else:
+        assert_contract(out, exact, dtype, lowp_ref=ref_dtype)
+
+
+@pytest.mark.parametrize("normalization", NORMS)
+@pytest.mark.parametrize("mask_kind", MASKS)
+def test_normalizations_and_masks(normalization, mask_kind):
+    mod = opm_module(16, 9, 8, seed=3, normalization=normalization)
+    x = torch.randn(2, 6, 11, 16)
+    mask = random_mask(2, 6, 11, mask_kind, seed=5)
+    out, exact, _, ref32 = run(mod, x, mask, torch.float32)
+    assert_contract(out, exact, torch.float32, ref_fp32=ref32)
+
+
+def test_fast_precision():
+    mod = opm_module(16, 9, 16, seed=4, precision="fast")
+    x = torch.randn(2, 7, 9, 16)
+    out, exact, _, _ = run(mod, x, random_mask(2, 7, 9, "rows", 1), torch.float32)
+    assert_contract(out, exact, torch.float32, precision="fast")
+
+
+def test_non_contiguous_and_broadcast_inputs():
+    mod = opm_module(12, 6, 8, seed=2)
+    x = torch.randn(2, 9, 4, 12).transpose(1, 2)  # (2, 4, 9, 12)
+    mask = (torch.rand(1, 4, 9) > 0.3).float().expand(2, 4, 9)
+    out, exact, _, ref32 = run(mod, x, mask, torch.float32)
+    assert_contract(out, exact, torch.float32, ref_fp32=ref32)
+
+
+def test_deterministic():
+    mod = opm_module(12, 6, 16, seed=6).to(DEVICE)
+    x = torch.randn(2, 5, 13, 12, device=DEVICE)
+    mask = random_mask(2, 5, 13, "random", 2).to(DEVICE)
+    assert torch.equal(mod(x, mask, impl="triton"), mod(x, mask, impl="triton"))
+
+
+def test_nan_propagates_like_the_reference():
+    mod = opm_module(8, 5, 8, seed=7).to(DEVICE)
+    x = torch.randn(1, 4, 6, 8, device=DEVICE)
+    x[0, 1, 2, 3] = float("nan")
+    mask = torch.ones(1, 4, 6, device=DEVICE)
+    out = mod(x, mask, impl="triton")
+    ref = mod(x, mask, impl="torch")
+    assert torch.equal(torch.isnan(out), torch.isnan(ref))
+    assert torch.isnan(out).any() and not torch.isnan(out).all()
+
+
+def test_unsupported_hidden_dim_falls_back_with_one_warning():
+    import evofuse._dispatch as dispatch
+
+    dispatch._warned.discard(f"opm-12-{torch.float32}")
+    mod = opm_module(8, 5, 12, seed=8).to(DEVICE)
+    x = torch.randn(1, 3, 4, 8, device=DEVICE)
+    with pytest.warns(RuntimeWarning, match="hidden_dim=12"):
+        out = mod(x, None, impl="triton")
+    torch.testing.assert_close(out, mod(x, None, impl="torch"))
