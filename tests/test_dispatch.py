@@ -1,0 +1,69 @@
+"""SPEC 5: EVOFUSE_IMPL and the per-call / per-module override choose the path."""
+
+import pytest
+import torch
+
+import evofuse.ops.outer_product_mean as opm_op
+from evofuse._dispatch import resolve_impl
+
+from .conftest import DEVICE
+from .helpers import opm_module
+
+
+def test_auto_takes_the_reference_on_cpu():
+    assert resolve_impl(None, torch.zeros(1)) == "torch"
+    assert resolve_impl("auto", torch.zeros(1)) == "torch"
+
+
+@pytest.mark.gpu
+def test_auto_takes_triton_on_cuda():
+    assert resolve_impl(None, torch.zeros(1, device="cuda")) == "triton"
+
+
+def test_environment_variable_and_override(monkeypatch):
+    x = torch.zeros(1, device=DEVICE)
+    monkeypatch.setenv("EVOFUSE_IMPL", "torch")
+    assert resolve_impl(None, x) == "torch"
+    assert resolve_impl("triton", x) == "triton"  # the override wins
+    monkeypatch.setenv("EVOFUSE_IMPL", "triton")
+    assert resolve_impl(None, x) == "triton"
+    assert resolve_impl("torch", x) == "torch"
+    monkeypatch.setenv("EVOFUSE_IMPL", "cuda")
+    with pytest.raises(ValueError, match="EVOFUSE_IMPL"):
+        resolve_impl(None, x)
+
+
+def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        resolve_impl("triton", torch.zeros(1))
+
+
+def test_module_override_and_call_override_reach_the_kernel(monkeypatch):
+    calls = []
+    real = opm_op.outer_product_mean_triton
+    monkeypatch.setattr(opm_op, "outer_product_mean_triton", lambda *a, **k: calls.append(1) or real(*a, **k))
+    mod = opm_module(8, 4, 8, impl="triton").to(DEVICE)
+    x = torch.randn(1, 2, 3, 8, device=DEVICE)
+    mod(x, None)
+    assert calls == [1]
+    mod(x, None, impl="torch")  # a per-call override beats the module's
+    assert calls == [1]
+    monkeypatch.setenv("EVOFUSE_IMPL", "torch")
+    mod.impl = None
+    mod(x, None)
+    assert calls == [1]
+    monkeypatch.setenv("EVOFUSE_IMPL", "triton")
+    mod(x, None)
+    assert calls == [1, 1]
+
+
+def test_import_needs_no_gpu_and_compiles_nothing():
+    import subprocess
+    import sys
+
+    code = ("import sys, evofuse; assert 'evofuse.ops.outer_product_mean' not in sys.modules; "
+            "assert 'triton' not in sys.modules; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"CUDA_VISIBLE_DEVICES": "", "PATH": ""})
+    assert out.stdout.strip() == "ok", out.stderr

@@ -1,0 +1,120 @@
+"""On the GPU (H200): the suite shapes and awkward ones in every dtype, memory, and sizes past 2**31."""
+
+import pytest
+import torch
+
+from evofuse.suite import SUITE, make_inputs, make_module
+
+from .helpers import assert_contract, att_module, opm_module, random_mask
+
+pytestmark = pytest.mark.gpu
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def contract(mod, inputs, dtype):
+    """The fused output of `mod` in `dtype` against the reference in float64, dtype and float32."""
+    def cast(t, dt):
+        return t.to(dt) if t is not None and t.is_floating_point() and t.dim() == 4 else t
+
+    with torch.no_grad():
+        out = mod.to(dtype)(*[cast(t, dtype) for t in inputs], impl="triton")
+        ref = mod(*[cast(t, dtype) for t in inputs], impl="torch")
+        exact = mod.double()(*[cast(t, torch.float64) for t in inputs], impl="torch")
+        ref32 = mod.float()(*[cast(t, torch.float32) for t in inputs], impl="torch") if dtype == torch.float32 else None
+    return assert_contract(out, exact, dtype, lowp_ref=None if dtype == torch.float32 else ref, ref_fp32=ref32)
+
+
+@pytest.mark.parametrize("case", [c for c in SUITE], ids=lambda c: c.name)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_suite_shapes(case, dtype):
+    mod = make_module(case, seed=1).cuda()
+    contract(mod, make_inputs(case, "cuda", torch.float32, seed=2), dtype)
+
+
+@pytest.mark.parametrize("N, S", [(1, 1), (17, 3), (97, 33), (130, 7)])
+@pytest.mark.parametrize("c", [8, 16, 32])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_opm_awkward(N, S, c, dtype):
+    for k, normalization in enumerate(["seed", "af2", "boltz"]):
+        mod = opm_module(24, 19, c, seed=N + c, normalization=normalization).cuda()
+        x = torch.randn(2, S, N, 24, device="cuda")
+        contract(mod, (x, random_mask(2, S, N, ["rows", "random", "ones"][k], N).cuda()), dtype)
+
+
+@pytest.mark.parametrize("N, S", [(1, 1), (17, 3), (97, 5), (200, 2)])
+@pytest.mark.parametrize("h, d", [(1, 8), (4, 16), (2, 32), (8, 64), (2, 128), (3, 24)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_attention_awkward(N, S, h, d, dtype):
+    mod = att_module(h * d, 12, h, seed=N + d).cuda()
+    x, z = torch.randn(2, S, N, h * d, device="cuda"), torch.randn(2, N, N, 12, device="cuda")
+    contract(mod, (x, z, random_mask(2, S, N, "rows", N).cuda()), dtype)
+
+
+def _extra_mib(fn):
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    with torch.no_grad():
+        out = fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20, out
+
+
+def test_opm_long_memory():
+    """SPEC 6: beyond the inputs, the output, a and b, and at most 64 MiB more (opm-long fp32: 704 MiB)."""
+    case = next(c for c in SUITE if c.name == "opm-long")
+    mod = make_module(case).cuda()
+    x, mask = make_inputs(case, "cuda", torch.float32)
+    mib, _ = _extra_mib(lambda: mod(x, mask, impl="triton"))
+    assert mib <= 704, f"opm-long fp32 used {mib:.0f} MiB beyond the inputs"
+
+
+@pytest.mark.parametrize("dtype, limit", [(torch.bfloat16, 400), (torch.float32, 800)])
+def test_att_long_memory(dtype, limit):
+    case = next(c for c in SUITE if c.name == "att-long")
+    mod = make_module(case).cuda().to(dtype)
+    x, z, mask = make_inputs(case, "cuda", dtype)
+    mib, _ = _extra_mib(lambda: mod(x, z, mask, impl="triton"))
+    assert mib <= limit, f"att-long {dtype} used {mib:.0f} MiB beyond the inputs"
+
+
+def test_opm_offsets_past_2_31():
+    """N = 4096: the (B, N, N, 128) output has 2**31 elements; rows at the far end are checked."""
+    N, S, c, R = 4096, 4, 32, 128
+    mod = opm_module(32, R, c, seed=3).cuda().to(torch.bfloat16)
+    x = torch.randn(1, S, N, 32, device="cuda", dtype=torch.bfloat16)
+    mask = random_mask(1, S, N, "random", 1).cuda()
+    with torch.no_grad():
+        out = mod(x, mask, impl="triton")
+        rows = torch.tensor([0, 1, N // 2, N - 2, N - 1], device="cuda")
+        m = mod.double()
+        xl = m.layer_norm(x.double())
+        a = m.proj_a(xl) * mask[..., None].double()
+        b = m.proj_b(xl) * mask[..., None].double()
+        outer = torch.einsum("bsip,bsjq->bijpq", a[:, :, rows], b).reshape(1, len(rows), N, c * c)
+        den = mask.double().sum(1).clamp(min=1)[:, rows, None, None]
+        exact = m.out_proj(outer / den)
+    err = (out[:, rows].double() - exact).norm() / exact.norm()
+    assert err < 1e-2, err
+
+
+def test_attention_long_sequences_run():
+    """N = 4096 and S = 16384 run without a crash; spot-checked against the reference on slices."""
+    mod = att_module(64, 16, 4, seed=4).cuda().to(torch.bfloat16)
+    for B, S, N in [(1, 2, 4096), (1, 16384, 16)]:
+        x = torch.randn(B, S, N, 64, device="cuda", dtype=torch.bfloat16)
+        z = torch.randn(B, N, N, 16, device="cuda", dtype=torch.bfloat16)
+        mask = random_mask(B, S, N, "rows", 2).cuda()
+        with torch.no_grad():
+            out = mod(x, z, mask, impl="triton")
+            rows = [0, S // 2, S - 1]
+            ref = mod(x[:, rows], z, mask[:, rows], impl="torch")
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out[:, rows], ref, rtol=3e-2, atol=3e-2)
+
+
+def test_opm_long_msa_streams():
+    mod = opm_module(32, 16, 32, seed=5).cuda()
+    x = torch.randn(1, 16384, 24, 32, device="cuda")
+    mask = random_mask(1, 16384, 24, "rows", 3).cuda()
+    contract(mod, (x, mask), torch.float32)
