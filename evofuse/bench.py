@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import platform
 import re
 import time
@@ -18,11 +17,9 @@ from functools import partial
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from . import reference as ref
 from .suite import SUITE, Case, make_inputs, make_module
-
 
 # ---------------------------------------------------------------- peers: Outer Product Mean
 

@@ -31,6 +31,27 @@ def test_suite_shapes(case, dtype):
     contract(mod, make_inputs(case, "cuda", torch.float32, seed=2), dtype)
 
 
+@pytest.mark.parametrize("op", ["opm", "att"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_every_candidate_config(op, dtype, monkeypatch):
+    """Autotuning may pick any candidate: each one is checked at an awkward shape."""
+    from evofuse.ops import outer_product_mean, row_attention
+
+    module = outer_product_mean if op == "opm" else row_attention
+    if op == "opm":
+        mod = opm_module(64, 128, 32, seed=9).cuda()
+        inputs = (torch.randn(1, 33, 97, 64, device="cuda"), random_mask(1, 33, 97, "rows", 1).cuda())
+    else:
+        mod = att_module(256, 32, 8, seed=9).cuda()
+        inputs = (torch.randn(1, 5, 97, 256, device="cuda"), torch.randn(1, 97, 97, 32, device="cuda"),
+                  random_mask(1, 5, 97, "rows", 1).cuda())
+    for cfg in module._configs():
+        monkeypatch.setattr(module, "_configs", lambda cfg=cfg: [cfg])
+        if not module._prune([cfg], {}, C=32, N_BUCKET=128, BLOCK_D=32):
+            continue
+        contract(mod, inputs, dtype)
+
+
 @pytest.mark.parametrize("N, S", [(1, 1), (17, 3), (97, 33), (130, 7)])
 @pytest.mark.parametrize("c", [8, 16, 32])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

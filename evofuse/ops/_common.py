@@ -13,6 +13,24 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def autotune_enabled() -> bool:
+    """EVOFUSE_AUTOTUNE=0 launches each kernel's default config instead of autotuning (fast start-up,
+    used by the GPU correctness tests); anything else autotunes on first use of each size bucket."""
+    return os.environ.get("EVOFUSE_AUTOTUNE", "1") != "0"
+
+
+def launch(kernel, tuned, configs, prune, grid, args, consts, interpret_meta):
+    """Launches `kernel`: in Triton's interpreter with `interpret_meta`; with autotuning off, the first
+    config that survives `prune`; else through the autotuned wrapper `tuned()`."""
+    if interpreting():
+        kernel[grid(interpret_meta)](*args, **consts, **interpret_meta)
+    elif not autotune_enabled():
+        cfg = prune(configs, {}, **consts)[0]
+        kernel[grid(cfg.kwargs)](*args, **consts, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    else:
+        tuned()[grid](*args, **consts)
+
+
 def dot_precision(dtype: torch.dtype, precision: str) -> str:
     """input_precision for tl.dot on `dtype` operands (SPEC 3).
 

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS
-from ._common import bucket, dot_precision, empty, interpreting
+from ._common import bucket, dot_precision, empty, launch
 
 FAST_HIDDEN_DIMS = (8, 16, 32)
 _NORM_CODE = {name: k for k, name in enumerate(NORMALIZATIONS)}  # seed 0, af2 1, boltz 2
@@ -130,30 +130,28 @@ def _opm_kernel(
 
 
 def _configs() -> list[triton.Config]:
+    """Candidate tiles; the first that survives pruning is the default (EVOFUSE_AUTOTUNE=0)."""
     out = []
-    for tile_rows in (64, 128):
-        for cols_factor in (1, 2):
-            for block_s in (32, 64):
-                for block_r in (32, 64):
-                    for warps, stages in ((4, 3), (8, 3), (8, 4)):
-                        out.append(triton.Config(
-                            {"TILE_ROWS": tile_rows, "COLS_FACTOR": cols_factor, "BLOCK_S": block_s,
-                             "BLOCK_R": block_r, "GROUP_I": 8},
-                            num_warps=warps, num_stages=stages))
+    for tile_rows, cols_factor, block_s, block_r, warps, stages in (
+        (128, 1, 32, 16, 8, 2), (128, 1, 64, 32, 8, 3), (128, 1, 32, 32, 8, 3), (128, 1, 64, 16, 8, 3),
+        (128, 2, 32, 16, 8, 2), (128, 2, 64, 32, 8, 3), (128, 1, 64, 64, 8, 3), (128, 1, 32, 32, 4, 3),
+        (64, 1, 64, 32, 4, 3), (64, 2, 64, 32, 8, 3), (64, 1, 32, 16, 4, 2),
+    ):
+        out.append(triton.Config({"TILE_ROWS": tile_rows, "COLS_FACTOR": cols_factor, "BLOCK_S": block_s,
+                                  "BLOCK_R": block_r, "GROUP_I": 8}, num_warps=warps, num_stages=stages))
     return out
 
 
 def _prune(configs, named_args, **kwargs):
-    """Keeps configs whose tiles fit: at least 16 (i, j) pairs per tile (tl.dot's minimum M)."""
-    C = named_args["C"] if "C" in named_args else kwargs["C"]
+    """Keeps tiles with at least 16 (i, j) pairs (tl.dot's smallest M) and at most 128 x 256 outer
+    products (the fp32 accumulator lives in registers)."""
+    C = kwargs["C"]
     kept = []
     for cfg in configs:
-        meta = cfg.kwargs
-        bi = meta["TILE_ROWS"] // C
-        bj = bi * meta["COLS_FACTOR"]
-        if bi < 1 or bi * bj < 16 or bi * C * bj * C > 128 * 256:
-            continue
-        kept.append(cfg)
+        bi = cfg.kwargs["TILE_ROWS"] // C
+        bj = bi * cfg.kwargs["COLS_FACTOR"]
+        if bi >= 1 and bi * bj >= 16 and bi * C * bj * C <= 128 * 256:
+            kept.append(cfg)
     return kept
 
 
@@ -214,15 +212,10 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     args = (a, *a.stride()[:3], b, *b.stride()[:3], mask, *mask.stride(), rden, *rden.stride(),
             w, *w.stride(), wb, out, *out.stride(), S, N, R, bucket(S), bucket(N))
     consts = {"C": c, "NORM": norm, "EPS": AF2_EPS, "PRECISION": dot_precision(dtype, precision)}
-    if interpreting():
-        meta = _interpret_meta(c)
-        grid = (triton.cdiv(N, meta["TILE_ROWS"] // c) * triton.cdiv(N, meta["TILE_ROWS"] // c * meta["COLS_FACTOR"]), B)
-        _opm_kernel[grid](*args, **consts, **meta)
-        return out
 
     def grid(meta):
         bi = meta["TILE_ROWS"] // c
         return (triton.cdiv(N, bi) * triton.cdiv(N, bi * meta["COLS_FACTOR"]), B)
 
-    _tuned_kernel()[grid](*args, **consts)
+    launch(_opm_kernel, _tuned_kernel, _configs(), _prune, grid, args, consts, _interpret_meta(c))
     return out

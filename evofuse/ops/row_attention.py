@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from ..reference import LAYER_NORM_EPS, MASK_LOGIT
-from ._common import bucket, dot_precision, empty, interpreting
+from ._common import bucket, dot_precision, empty, launch
 
 MAX_HEAD_DIM = 128
 _LOG2E = 1.4426950408889634
@@ -36,6 +36,8 @@ def _row_attention_kernel(
     S, N, H, D, HEAD_DIM, qk_scale,  # qk_scale = log2(e) / sqrt(d)
     N_BUCKET,  # autotuning key only
     HAS_MASK: tl.constexpr,
+    LOG2E: tl.constexpr,
+    MASKED_LOGIT: tl.constexpr,  # -1e9 in log2 units
     BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -72,10 +74,10 @@ def _row_attention_kernel(
         k = tl.load(kv_ptrs + D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
         v = tl.load(kv_ptrs + 2 * D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
         z = tl.load(z_base + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=0.0)
-        logit = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + z.to(tl.float32) * 1.4426950408889634
+        logit = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + z.to(tl.float32) * LOG2E
         if HAS_MASK:
             key_on = tl.load(m_base + offs_j * stride_mj, mask=j_ok, other=0) != 0  # [BLOCK_N]
-            logit = tl.where(key_on[None, :], logit, -1e9 * 1.4426950408889634)  # replaced, not added
+            logit = tl.where(key_on[None, :], logit, MASKED_LOGIT)  # replaced, not added
         logit = tl.where(j_ok[None, :], logit, float("-inf"))  # [BLOCK_M, BLOCK_N], log2 units
         m_new = tl.maximum(m_run, tl.max(logit, axis=1))
         p = tl.math.exp2(logit - m_new[:, None])
@@ -91,13 +93,16 @@ def _row_attention_kernel(
 
 
 def _configs() -> list[triton.Config]:
+    """Candidate tiles; the first that survives pruning is the default (EVOFUSE_AUTOTUNE=0)."""
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
-            for bm in (32, 64, 128) for bn in (32, 64, 128) for w in (4, 8) for st in (2, 3)]
+            for bm, bn, w, st in ((64, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 2), (64, 64, 4, 3),
+                                  (64, 128, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 2),
+                                  (64, 128, 8, 2), (128, 32, 4, 3), (32, 64, 4, 3))]
 
 
 def _prune(configs, named_args, **kwargs):
     """Drops tiles far larger than the sequence and register-heavy tiles for wide heads."""
-    n = named_args["N_BUCKET"]
+    n = kwargs["N_BUCKET"]
     block_d = kwargs["BLOCK_D"]
     kept = [c for c in configs
             if c.kwargs["BLOCK_M"] <= max(n, 32) and c.kwargs["BLOCK_N"] <= max(n, 32)
@@ -146,12 +151,10 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
         mask = (msa_mask != 0).to(torch.int8)
     o = empty(B, S, N, D, dtype=dtype, device=msa_repr.device)
     args = (qkvg, *qkvg.stride()[:3], z, *z.stride(), mask, *mask.stride(), o, *o.stride()[:3],
-            S, N, h, D, d, _LOG2E / math.sqrt(d), bucket(N))
-    consts = {"HAS_MASK": msa_mask is not None, "BLOCK_D": max(16, triton.next_power_of_2(d)),
+            S, N, h, D, d, _LOG2E / math.sqrt(d))
+    consts = {"N_BUCKET": bucket(N), "HAS_MASK": msa_mask is not None, "LOG2E": _LOG2E,
+              "MASKED_LOGIT": MASK_LOGIT * _LOG2E, "BLOCK_D": max(16, triton.next_power_of_2(d)),
               "PRECISION": dot_precision(dtype, precision)}
-    if interpreting():
-        grid = (B * h * triton.cdiv(N, _INTERPRET_META["BLOCK_M"]) * S,)
-        _row_attention_kernel[grid](*args, **consts, **_INTERPRET_META)
-    else:
-        _tuned_kernel()[lambda meta: (B * h * triton.cdiv(N, meta["BLOCK_M"]) * S,)](*args, **consts)
+    launch(_row_attention_kernel, _tuned_kernel, _configs(), _prune,
+           lambda meta: (B * h * triton.cdiv(N, meta["BLOCK_M"]) * S,), args, consts, _INTERPRET_META)
     return F.linear(o, out_proj_weight.to(dtype), out_proj_bias.to(dtype))

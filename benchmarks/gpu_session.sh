@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One device-machine session: `benchmarks/gpu_session.sh tests` runs the gpu tests, `evofuse check` and
+# compute-sanitizer; `benchmarks/gpu_session.sh bench` probes the kernel configs and runs the benchmark.
+# Wheels carried in .whl/ and .whl2/ (cuEquivariance) are installed into /tmp/site first.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:/tmp/site"
+OUT=${OUT:-/tmp/evofuse-out}
+mkdir -p "$OUT"
+for d in .whl .whl2; do
+  if [ -d "$d" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$d"/*.whl
+  fi
+done
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+case "${1:-tests}" in
+  tests)
+    timeout 420 python3 -m pytest -q -x -m gpu tests/test_gpu.py --durations=8 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
+    timeout 100 python3 -m evofuse check --trials 2 2>&1 | tee "$OUT/check.log" | tail -20
+    timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -m gpu tests/test_gpu.py \
+      -k "opm_awkward and 17-3 or attention_awkward and 17-3" 2>&1 | tee "$OUT/memcheck.log" | tail -8
+    ;;
+  bench)
+    timeout 200 python3 benchmarks/probe_configs.py 2>&1 | tee "$OUT/probe.log"
+    timeout 360 python3 -m evofuse bench --out "$OUT/results" "${@:2}" 2>&1 | tee "$OUT/bench.log" | tail -45
+    ;;
+esac
