@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device-machine session: `benchmarks/gpu_session.sh tests` runs the gpu tests, `evofuse check` and
-# compute-sanitizer; `benchmarks/gpu_session.sh bench` probes the kernel configs and runs the benchmark.
+# compute-sanitizer; `... probe` times every kernel config; `... bench ARGS` runs `evofuse bench ARGS`.
 # Wheels carried in .whl/ and .whl2/ (cuEquivariance) are installed into /tmp/site first.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:/tmp/site"
@@ -20,8 +20,10 @@ case "${1:-tests}" in
     timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -m gpu tests/test_gpu.py \
       -k "opm_awkward and 17-3 or attention_awkward and 17-3" 2>&1 | tee "$OUT/memcheck.log" | tail -8
     ;;
+  probe)
+    timeout 300 python3 benchmarks/probe_configs.py 2>&1 | tee "$OUT/probe.log"
+    ;;
   bench)
-    timeout 200 python3 benchmarks/probe_configs.py 2>&1 | tee "$OUT/probe.log"
-    timeout 360 python3 -m evofuse bench --out "$OUT/results" "${@:2}" 2>&1 | tee "$OUT/bench.log" | tail -45
+    TRITON_PRINT_AUTOTUNING=1 timeout 540 python3 -m evofuse bench --out "$OUT/results" "${@:2}" 2>&1 | tee "$OUT/bench.log" | tail -45
     ;;
 esac

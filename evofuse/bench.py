@@ -197,7 +197,8 @@ def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | Non
             row.update(ms=ms, peak_mib=peak, tflops=case.flops * (3 if train else 1) / ms / 1e9, status="ok")
         except Exception as exc:  # a peer that fails keeps its row, with the reason
             kind = "out of memory" if isinstance(exc, torch.cuda.OutOfMemoryError) else type(exc).__name__
-            row.update(ms=None, peak_mib=None, tflops=None, status=f"{kind}: {str(exc).splitlines()[0][:160] if str(exc) else ''}")
+            reason = str(exc).splitlines()[0][:160] if str(exc) else ""
+            row.update(ms=None, peak_mib=None, tflops=None, status=f"{kind}: {reason}")
         finally:
             mod = inputs = fn = None
             torch.cuda.empty_cache()
@@ -237,7 +238,7 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -261,7 +262,7 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.set_xticks(range(len(keys)), [f"{c}\n{m}" for c, m in keys], fontsize=8)
     ax.set_ylabel("speedup over eager fp32 (log scale)")
     ax.legend(fontsize=7, ncol=2)
-    ax.set_title(f"evofuse on {torch.cuda.get_device_name()}")
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -288,16 +289,22 @@ def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers
         rows += bench_case(case, dtypes, False, peer_set)
         if train:
             rows += bench_case(case, dtypes, True, peer_set)
-    folder = Path(out) / re.sub(r"[^A-Za-z0-9_.-]+", "-", gpu)
+    folder = write_results(rows, meta, Path(out))
+    print(markdown(rows))
+    print(f"written to {folder}")
+    return 0
+
+
+def write_results(rows: list[dict], meta: dict, out: Path) -> Path:
+    """JSON, CSV, markdown and the speedup chart under out/<gpu-name>/."""
+    folder = out / re.sub(r"[^A-Za-z0-9_.-]+", "-", meta["gpu"])
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     with open(folder / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["case", "mode", "impl", "dtype", "ms", "peak_mib", "tflops", "status"])
         writer.writeheader()
         writer.writerows(rows)
-    table = markdown(rows)
-    (folder / "results.md").write_text(f"{gpu}, torch {meta['torch']}, triton {meta['triton']}, {meta['date']}\n\n{table}\n")
-    plot(rows, folder / "speedup.png")
-    print(table)
-    print(f"written to {folder}")
-    return 0
+    (folder / "results.md").write_text(
+        f"{meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, {meta['date']}\n\n{markdown(rows)}\n")
+    plot(rows, folder / "speedup.png", f"evofuse on {meta['gpu']} (median ms, do_bench)")
+    return folder

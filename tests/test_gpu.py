@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import triton
 
 from evofuse.suite import SUITE, make_inputs, make_module
 
@@ -49,7 +50,10 @@ def test_every_candidate_config(op, dtype, monkeypatch):
         monkeypatch.setattr(module, "_configs", lambda cfg=cfg: [cfg])
         if not module._prune([cfg], {}, C=32, N_BUCKET=128, BLOCK_D=32):
             continue
-        contract(mod, inputs, dtype)
+        try:
+            contract(mod, inputs, dtype)
+        except triton.runtime.errors.OutOfResources:  # the autotuner skips these too
+            continue
 
 
 @pytest.mark.parametrize("N, S", [(1, 1), (17, 3), (97, 33), (130, 7)])
