@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from . import reference as ref
+from .numerics import rel_error
 from .suite import SUITE, Case, make_inputs, make_module
 
 # ---------------------------------------------------------------- peers: Outer Product Mean
@@ -93,21 +94,17 @@ def _flex_peer():
 
 
 def _cueq_peer():
+    """cuEquivariance's attention_pair_bias: the whole module, the MSA rows as its multiplicity."""
     from cuequivariance_torch import attention_pair_bias
 
     def run(mod, msa, pair, mask):
         B, S, N, D = msa.shape
-        h, d = mod.num_heads, mod.head_dim
-        x = mod.layer_norm(msa).reshape(B * S, N, D)
-
-        def heads(t):
-            return t.view(B * S, N, h, d).transpose(1, 2)
-
-        q, k, v = heads(mod.query(x)), heads(mod.key(x)), heads(mod.value(x))
         out = attention_pair_bias(
-            x, q, k, v, pair, mask.reshape(B * S, N), h, mod.pair_bias.weight, mod.gate.weight,
-            mod.out_proj.weight, b_proj_z=mod.pair_bias.bias, b_proj_g=mod.gate.bias,
-            b_proj_o=mod.out_proj.bias, inf=1e9)
+            msa.reshape(B * S, N, D), pair, mask.reshape(B * S, N), mod.num_heads,
+            mod.layer_norm.weight, mod.layer_norm.bias, mod.query.weight, mod.query.bias, mod.key.weight,
+            mod.value.weight, mod.gate.weight, mod.out_proj.weight, w_proj_z=mod.pair_bias.weight,
+            b_proj_o=mod.out_proj.bias, b_proj_z=mod.pair_bias.bias, inf=1e9, b_proj_k=mod.key.bias,
+            b_proj_v=mod.value.bias, b_proj_g=mod.gate.bias)
         out = out[0] if isinstance(out, tuple) else out
         return out.reshape(B, S, N, D)
 
@@ -175,8 +172,17 @@ def _measure(fn, train: bool, tensors: list[torch.Tensor]) -> tuple[float, float
     return ms, peak
 
 
+def _exact_output(case: Case) -> torch.Tensor:
+    """The float64 reference output on the benchmark's inputs (the error column of forward rows)."""
+    mod = make_module(case, seed=0, impl="torch").to(device="cuda", dtype=torch.float64)
+    inputs = make_inputs(case, "cuda", torch.float64, seed=1, fully_masked=False)
+    with torch.no_grad():
+        return mod(*inputs).float()
+
+
 def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | None) -> list[dict]:
     rows = []
+    exact = None if train else _exact_output(case)
     for name, dt, build in implementations(case, dtypes):
         if peers is not None and not name.startswith("evofuse") and name not in peers:
             continue
@@ -194,11 +200,13 @@ def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | Non
             fn = build(mod)
             with torch.set_grad_enabled(train):
                 ms, peak = _measure(lambda: fn(*inputs), train, tensors)
-            row.update(ms=ms, peak_mib=peak, tflops=case.flops * (3 if train else 1) / ms / 1e9, status="ok")
+                err = None if train else rel_error(fn(*inputs), exact)
+            tflops = case.flops * (3 if train else 1) / ms / 1e9
+            row.update(ms=ms, peak_mib=peak, tflops=tflops, rel_err=err, status="ok")
         except Exception as exc:  # a peer that fails keeps its row, with the reason
             kind = "out of memory" if isinstance(exc, torch.cuda.OutOfMemoryError) else type(exc).__name__
             reason = str(exc).splitlines()[0][:160] if str(exc) else ""
-            row.update(ms=None, peak_mib=None, tflops=None, status=f"{kind}: {reason}")
+            row.update(ms=None, peak_mib=None, tflops=None, rel_err=None, status=f"{kind}: {reason}")
         finally:
             mod = inputs = fn = None
             torch.cuda.empty_cache()
@@ -223,18 +231,19 @@ def _select(suite: str) -> list[Case]:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| case | mode | implementation | dtype | median ms | peak MiB | TFLOP/s | speedup vs eager fp32 |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| case | mode | implementation | dtype | median ms | peak MiB | TFLOP/s | speedup vs eager fp32 "
+             "| rel err vs fp64 |",
+             "|---|---|---|---|---|---|---|---|---|"]
     base = {(r["case"], r["mode"]): r["ms"] for r in rows if r["impl"] == "eager fp32" and r["ms"]}
     for r in rows:
         if r["ms"] is None:
-            lines.append(f"| {r['case']} | {r['mode']} | {r['impl']} | {r['dtype']} | {r['status']} | | | |")
+            lines.append(f"| {r['case']} | {r['mode']} | {r['impl']} | {r['dtype']} | {r['status']} | | | | |")
             continue
         b = base.get((r["case"], r["mode"]))
+        speedup = f"{b / r['ms']:.2f}x" if b else ""
+        err = f"{r['rel_err']:.1e}" if r.get("rel_err") is not None else ""
         lines.append(f"| {r['case']} | {r['mode']} | {r['impl']} | {r['dtype']} | {r['ms']:.3f} | "
-                     f"{r['peak_mib']:.0f} | {r['tflops']:.1f} | {b / r['ms']:.2f}x |" if b else
-                     f"| {r['case']} | {r['mode']} | {r['impl']} | {r['dtype']} | {r['ms']:.3f} | "
-                     f"{r['peak_mib']:.0f} | {r['tflops']:.1f} | |")
+                     f"{r['peak_mib']:.0f} | {r['tflops']:.1f} | {speedup} | {err} |")
     return "\n".join(lines)
 
 
@@ -301,7 +310,7 @@ def write_results(rows: list[dict], meta: dict, out: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     with open(folder / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["case", "mode", "impl", "dtype", "ms", "peak_mib", "tflops", "status"])
+        writer = csv.DictWriter(f, fieldnames=["case", "mode", "impl", "dtype", "ms", "peak_mib", "tflops", "rel_err", "status"])
         writer.writeheader()
         writer.writerows(rows)
     (folder / "results.md").write_text(

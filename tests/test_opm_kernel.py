@@ -93,3 +93,14 @@ def test_unsupported_hidden_dim_falls_back_with_one_warning():
     with pytest.warns(RuntimeWarning, match="hidden_dim=12"):
         out = mod(x, None, impl="triton")
     torch.testing.assert_close(out, mod(x, None, impl="torch"))
+
+
+def test_wide_msa_dim_projects_in_blocks_of_rows():
+    """msa_dim above the fused projection's width goes through PyTorch a block of MSA rows at a time."""
+    from evofuse.ops.layer_norm_linear import MAX_WIDTH
+
+    D = MAX_WIDTH + 24
+    mod = opm_module(D, 5, 8, seed=9)
+    x = torch.randn(1, 3, 6, D)
+    out, exact, _, ref32 = run(mod, x, random_mask(1, 3, 6, "rows", 3), torch.float32)
+    assert_contract(out, exact, torch.float32, ref_fp32=ref32)

@@ -20,6 +20,7 @@ import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS
 from ._common import bucket, dot_precision, empty, launch
+from .layer_norm_linear import MAX_WIDTH, ln_linear_slots
 
 FAST_HIDDEN_DIMS = (8, 16, 32)
 _NORM_CODE = {name: k for k, name in enumerate(NORMALIZATIONS)}  # seed 0, af2 1, boltz 2
@@ -169,22 +170,31 @@ def _interpret_meta(C: int) -> dict:
     return {"TILE_ROWS": 4 * C, "COLS_FACTOR": 1, "BLOCK_S": 16, "BLOCK_R": 16, "GROUP_I": 2}
 
 
-def project(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
-            proj_b_weight, proj_b_bias):
-    """LayerNorm, both projections as one GEMM and the mask: returns a, b (B, S, N, c) contiguous."""
+def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
+            proj_b_bias, precision):
+    """LayerNorm, both projections and the mask (float32 (B, S, N) or None): a, b (B, S, N, c) contiguous.
+
+    One fused pass for msa_dim <= MAX_WIDTH (no normalized copy of the MSA in memory); wider
+    representations go through PyTorch, a block of MSA rows at a time.
+    """
     B, S, N, D = msa_repr.shape
     c = proj_a_weight.shape[0]
     dtype = msa_repr.dtype
-    x = F.layer_norm(msa_repr, (D,), layer_norm_weight.to(dtype), layer_norm_bias.to(dtype), LAYER_NORM_EPS)
     w = torch.cat([proj_a_weight, proj_b_weight]).to(dtype)
     bias = torch.cat([proj_a_bias, proj_b_bias]).to(dtype)
-    ab = F.linear(x, w, bias).view(B, S, N, 2, c)
-    ab_masked = torch.empty(2, B, S, N, c, dtype=dtype, device=msa_repr.device)
-    if msa_mask is None:
-        ab_masked.copy_(ab.permute(3, 0, 1, 2, 4))
-    else:
-        torch.mul(ab.permute(3, 0, 1, 2, 4), msa_mask.to(dtype)[None, ..., None], out=ab_masked)
-    return ab_masked[0], ab_masked[1]
+    if D <= MAX_WIDTH:
+        ab = ln_linear_slots(msa_repr, layer_norm_weight, layer_norm_bias, w, bias, mask, c, LAYER_NORM_EPS, precision)
+        return ab[0], ab[1]
+    ab = torch.empty(2, B, S, N, c, dtype=dtype, device=msa_repr.device)
+    rows = max(1, (32 << 20) // max(1, B * N * D * msa_repr.element_size()))  # ~32 MiB of normalized MSA at a time
+    for s0 in range(0, S, rows):
+        x = F.layer_norm(msa_repr[:, s0:s0 + rows], (D,), layer_norm_weight.to(dtype), layer_norm_bias.to(dtype),
+                         LAYER_NORM_EPS)
+        y = F.linear(x, w, bias).view(B, -1, N, 2, c).permute(3, 0, 1, 2, 4)
+        if mask is not None:
+            y = y * mask[:, s0:s0 + rows, :, None].to(dtype)
+        ab[:, :, s0:s0 + rows] = y
+    return ab[0], ab[1]
 
 
 def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight,
@@ -199,13 +209,12 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     out = empty(B, N, N, R, dtype=dtype, device=device)
     if out.numel() == 0:
         return out
-    a, b = project(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
-                   proj_b_weight, proj_b_bias)
+    mask = None if msa_mask is None else msa_mask.to(torch.float32)
+    a, b = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
+                   proj_b_weight, proj_b_bias, precision)
     norm = _NORM_CODE[normalization]
-    if msa_mask is None:
+    if mask is None:
         mask = torch.ones(1, 1, 1, dtype=torch.float32, device=device).expand(B, S, N)
-    else:
-        mask = msa_mask.to(torch.float32)
     rden = 1.0 / mask.sum(1).clamp(min=1.0)  # (B, N), used by the seed normalization
     w = out_proj_weight.to(dtype)
     wb = out_proj_bias.to(dtype)

@@ -7,7 +7,8 @@ Three stages:
 3. `_row_attention_kernel`: flash-style, one program per (b, h, block of query rows i, s), streaming
    blocks of keys j with an online softmax; the key mask replaces logits by -1e9 (a fully masked
    row is the mean of v over all keys, never NaN); the sigmoid gate is applied in the epilogue and
-   the merged-heads layout (B, S, N, D) is written, so out_proj is one GEMM. No S*h*N*N tensor.
+   the merged-heads layout (B, S, N, D) is written over the queries, so out_proj is one GEMM on a
+   strided view. No S*h*N*N tensor, and no buffer beyond qkvg, the pair bias and the output.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ..reference import LAYER_NORM_EPS, MASK_LOGIT
-from ._common import bucket, dot_precision, empty, launch
+from ._common import bucket, dot_precision, launch
 
 MAX_HEAD_DIM = 128
 _LOG2E = 1.4426950408889634
@@ -32,7 +33,6 @@ def _row_attention_kernel(
     x_ptr, stride_xb, stride_xs, stride_xi,  # qkvg: (B, S, N, 4D); channel 0*D + h*d + e is q, 1*D.. k, 2*D.. v, 3*D.. gate
     z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # pair bias: (B, h, N, N)
     m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N) int8, 0 = masked
-    o_ptr, stride_ob, stride_os, stride_oi,  # out: (B, S, N, D), channel h*d + e
     S, N, H, D, HEAD_DIM, qk_scale,  # qk_scale = log2(e) / sqrt(d)
     N_BUCKET,  # autotuning key only
     HAS_MASK: tl.constexpr,
@@ -88,8 +88,9 @@ def _row_attention_kernel(
 
     g = tl.load(q_ptrs + 3 * D, mask=i_ok[:, None] & e_ok[None, :], other=0.0).to(tl.float32)
     out = acc / l_run[:, None] * tl.sigmoid(g)
-    o_ptrs = o_ptr + b * stride_ob + s * stride_os + offs_i.to(tl.int64)[:, None] * stride_oi + (h * HEAD_DIM + offs_e)[None, :]
-    tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=i_ok[:, None] & e_ok[None, :])
+    # the output overwrites this program's own queries (read above, by no other program): no race,
+    # and the merged-heads output needs no buffer of its own
+    tl.store(q_ptrs, out.to(x_ptr.dtype.element_ty), mask=i_ok[:, None] & e_ok[None, :])
 
 
 def _configs() -> list[triton.Config]:
@@ -97,7 +98,8 @@ def _configs() -> list[triton.Config]:
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
             for bm, bn, w, st in ((64, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 2), (64, 64, 4, 3),
                                   (64, 128, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 2),
-                                  (64, 128, 8, 2), (128, 32, 4, 3), (32, 64, 4, 3))]
+                                  (64, 128, 8, 2), (128, 32, 4, 3), (32, 64, 4, 3), (128, 32, 8, 3),
+                                  (128, 64, 8, 2), (64, 32, 8, 3))]
 
 
 def _prune(configs, named_args, **kwargs):
@@ -149,12 +151,10 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
         mask = torch.ones(1, 1, 1, dtype=torch.int8, device=msa_repr.device).expand(B, S, N)
     else:
         mask = (msa_mask != 0).to(torch.int8)
-    o = empty(B, S, N, D, dtype=dtype, device=msa_repr.device)
-    args = (qkvg, *qkvg.stride()[:3], z, *z.stride(), mask, *mask.stride(), o, *o.stride()[:3],
-            S, N, h, D, d, _LOG2E / math.sqrt(d))
+    args = (qkvg, *qkvg.stride()[:3], z, *z.stride(), mask, *mask.stride(), S, N, h, D, d, _LOG2E / math.sqrt(d))
     consts = {"N_BUCKET": bucket(N), "HAS_MASK": msa_mask is not None, "LOG2E": _LOG2E,
               "MASKED_LOGIT": MASK_LOGIT * _LOG2E, "BLOCK_D": max(16, triton.next_power_of_2(d)),
               "PRECISION": dot_precision(dtype, precision)}
     launch(_row_attention_kernel, _tuned_kernel, _configs(), _prune,
            lambda meta: (B * h * triton.cdiv(N, meta["BLOCK_M"]) * S,), args, consts, _INTERPRET_META)
-    return F.linear(o, out_proj_weight.to(dtype), out_proj_bias.to(dtype))
+    return F.linear(qkvg[..., :D], out_proj_weight.to(dtype), out_proj_bias.to(dtype))
