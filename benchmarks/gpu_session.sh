@@ -16,7 +16,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 case "${1:-tests}" in
   tests)
     timeout 420 python3 -m pytest -q -x -m gpu tests/test_gpu.py --durations=8 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
-    timeout 150 python3 -m evofuse check --trials 2 --case opm-seed --case opm-af2-main --case att-seed \
+    timeout 150 python3 -m evofuse check --trials 1 --case opm-seed --case opm-af2-main --case att-seed \
       --case att-af2-main --dtype float32 --dtype bfloat16 --dtype float16 2>&1 | tee "$OUT/check.log" | tail -20
     timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -m gpu tests/test_gpu.py \
       -k "opm_awkward and 17-3 or attention_awkward and 17-3" 2>&1 | tee "$OUT/memcheck.log" | tail -8

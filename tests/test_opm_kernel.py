@@ -97,10 +97,11 @@ def test_unsupported_hidden_dim_falls_back_with_one_warning():
 
 def test_wide_msa_dim_projects_in_blocks_of_rows():
     """msa_dim above the fused projection's width goes through PyTorch a block of MSA rows at a time."""
-    from evofuse.ops.layer_norm_linear import MAX_WIDTH
+    from evofuse.ops.layer_norm_linear import fits
 
-    D = MAX_WIDTH + 24
-    mod = opm_module(D, 5, 8, seed=9)
+    D = 600
+    assert not fits(D, 64, torch.float32)
+    mod = opm_module(D, 5, 32, seed=9)
     x = torch.randn(1, 3, 6, D)
     out, exact, _, ref32 = run(mod, x, random_mask(1, 3, 6, "rows", 3), torch.float32)
     assert_contract(out, exact, torch.float32, ref_fp32=ref32)

@@ -20,7 +20,7 @@ import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS
 from ._common import bucket, dot_precision, empty, launch
-from .layer_norm_linear import MAX_WIDTH, ln_linear_slots
+from .layer_norm_linear import fits, ln_linear_slots
 
 FAST_HIDDEN_DIMS = (8, 16, 32)
 _NORM_CODE = {name: k for k, name in enumerate(NORMALIZATIONS)}  # seed 0, af2 1, boltz 2
@@ -174,7 +174,7 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
             proj_b_bias, precision):
     """LayerNorm, both projections and the mask (float32 (B, S, N) or None): a, b (B, S, N, c) contiguous.
 
-    One fused pass for msa_dim <= MAX_WIDTH (no normalized copy of the MSA in memory); wider
+    One fused pass where the weight fits on chip (no normalized copy of the MSA in memory); wider
     representations go through PyTorch, a block of MSA rows at a time.
     """
     B, S, N, D = msa_repr.shape
@@ -182,7 +182,7 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
     dtype = msa_repr.dtype
     w = torch.cat([proj_a_weight, proj_b_weight]).to(dtype)
     bias = torch.cat([proj_a_bias, proj_b_bias]).to(dtype)
-    if D <= MAX_WIDTH:
+    if fits(D, 2 * c, dtype):
         ab = ln_linear_slots(msa_repr, layer_norm_weight, layer_norm_bias, w, bias, mask, c, LAYER_NORM_EPS, precision)
         return ab[0], ab[1]
     ab = torch.empty(2, B, S, N, c, dtype=dtype, device=msa_repr.device)
