@@ -32,6 +32,13 @@ def test_suite_shapes(case, dtype):
     contract(mod, make_inputs(case, "cuda", torch.float32, seed=2), dtype)
 
 
+@pytest.mark.parametrize("case", [c for c in SUITE if c.name.endswith("seed")], ids=lambda c: c.name)
+def test_autotuned_path(case, monkeypatch):
+    """Autotuning runs each candidate on the call's own buffers first: the result must not change."""
+    monkeypatch.setenv("EVOFUSE_AUTOTUNE", "1")
+    contract(make_module(case, seed=3).cuda(), make_inputs(case, "cuda", torch.float32, seed=4), torch.bfloat16)
+
+
 @pytest.mark.parametrize("op", ["opm", "att"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_every_candidate_config(op, dtype, monkeypatch):

@@ -114,9 +114,10 @@ def _prune(configs, named_args, **kwargs):
 
 @functools.lru_cache(maxsize=None)
 def _tuned_kernel():
-    """Autotuned on the head width, the precision and a power-of-two bucket of N (GPU only)."""
+    """Autotuned on the head width, the precision and a power-of-two bucket of N (GPU only). The kernel
+    writes over its queries, so the tuner restores qkvg after each trial run."""
     return triton.autotune(configs=_configs(), key=["N_BUCKET", "HEAD_DIM", "BLOCK_D", "PRECISION", "HAS_MASK"],
-                           prune_configs_by={"early_config_prune": _prune})(_row_attention_kernel)
+                           prune_configs_by={"early_config_prune": _prune}, restore_value=["x_ptr"])(_row_attention_kernel)
 
 
 # In Triton's interpreter (CI): small tiles, so that the awkward test shapes cross tile edges.
