@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device-machine session: `benchmarks/gpu_session.sh tests` runs the gpu tests, `evofuse check` and
-# compute-sanitizer; `... probe` times every kernel config; `... bench ARGS` runs `evofuse bench ARGS`.
+# compute-sanitizer; `benchmarks/gpu_session.sh bench ARGS` runs `evofuse bench ARGS`.
 # Wheels carried in .whl/ and .whl2/ (cuEquivariance) are installed into /tmp/site first.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:/tmp/site"
@@ -20,9 +20,6 @@ case "${1:-tests}" in
       --case att-af2-main --dtype float32 --dtype bfloat16 --dtype float16 2>&1 | tee "$OUT/check.log" | tail -20
     timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -m gpu tests/test_gpu.py \
       -k "opm_awkward and 17-3 or attention_awkward and 17-3" 2>&1 | tee "$OUT/memcheck.log" | tail -8
-    ;;
-  probe)
-    timeout 300 python3 benchmarks/probe_configs.py 2>&1 | tee "$OUT/probe.log"
     ;;
   bench)  # RESULTS names the run; only its JSON comes back (benchmarks/merge_results.py makes the rest)
     run=${RESULTS:-results}

@@ -1,6 +1,8 @@
 """Merges results.json files of several `evofuse bench` runs on one GPU into one table and chart.
 
-python3 benchmarks/merge_results.py OUT_FOLDER RUN1/results.json RUN2/results.json ...
+python3 benchmarks/merge_results.py OUT_FOLDER RUN1/results.json[:PREFIXES] RUN2/results.json[:PREFIXES] ...
+PREFIXES (comma-separated) keep only the rows whose "case mode" starts with one of them
+(`:opm` keeps the Outer Product Mean rows, `:opm-af2-main fwd+bwd` one case's training rows).
 """
 
 import json
@@ -9,6 +11,10 @@ from pathlib import Path
 
 from evofuse.bench import write_results
 
-runs = [json.loads(Path(p).read_text()) for p in sys.argv[2:]]
-meta = dict(runs[0]["meta"], runs=[r["meta"] for r in runs])
-print(write_results([row for r in runs for row in r["rows"]], meta, Path(sys.argv[1])))
+rows, metas = [], []
+for arg in sys.argv[2:]:
+    path, _, prefixes = arg.partition(":")
+    run = json.loads(Path(path).read_text())
+    metas.append(dict(run["meta"], source=arg))
+    rows += [r for r in run["rows"] if f"{r['case']} {r['mode']}".startswith(tuple(prefixes.split(",")))]
+print(write_results(rows, dict(metas[0], runs=metas), Path(sys.argv[1])))

@@ -260,6 +260,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     base = {(r["case"], r["mode"]): r["ms"] for r in rows if r["impl"] == "eager fp32" and r["ms"]}
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(keys)), 5))
     width = 0.8 / max(len(impls), 1)
+    colors = plt.get_cmap("tab20").colors
     for k, impl in enumerate(impls):
         xs, ys = [], []
         for x, key in enumerate(keys):
@@ -267,7 +268,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
             if r and r["ms"] and key in base:
                 xs.append(x + (k - len(impls) / 2 + 0.5) * width)
                 ys.append(base[key] / r["ms"])
-        ax.bar(xs, ys, width, label=impl)
+        ax.bar(xs, ys, width, label=impl, color=colors[k % len(colors)])
     ax.set_yscale("log")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(keys)), [f"{c}\n{m}" for c, m in keys], fontsize=8)
