@@ -11,30 +11,24 @@ from __future__ import annotations
 import torch
 
 from . import reference as ref
+from ._backward import msa_row_attention_backward, outer_product_mean_backward
 from ._checks import check_mask, check_msa, check_pair, check_param_shapes, check_params
 from ._dispatch import resolve_impl, warn_once
 
 
 class _FusedForward(torch.autograd.Function):
-    """Fused forward; backward recomputes the reference under autograd (correct gradients, but with
-    the reference's memory during backward: the fused backward kernels are not written yet)."""
+    """The fused forward, with `backward(inputs, needs_input_grad, grad_out)` as its backward
+    (see `evofuse._backward`: the reference recomputed block by block)."""
 
     @staticmethod
-    def forward(ctx, fused, reference, *inputs):
-        ctx.reference = reference
+    def forward(ctx, fused, backward, *inputs):
+        ctx.backward_fn = backward
         ctx.save_for_backward(*inputs)
         return fused(*inputs)
 
     @staticmethod
     def backward(ctx, grad_out):
-        inputs = ctx.saved_tensors
-        wanted = ctx.needs_input_grad[2:]
-        with torch.enable_grad():
-            leaves = [t.detach().requires_grad_(w) if t is not None and w else t for t, w in zip(inputs, wanted)]
-            out = ctx.reference(*leaves)
-            targets = [t for t, w in zip(leaves, wanted) if w]
-            grads = iter(torch.autograd.grad(out, targets, grad_out))
-        return (None, None, *[next(grads) if w else None for w in wanted])
+        return (None, None, *ctx.backward_fn(ctx.saved_tensors, ctx.needs_input_grad[2:], grad_out))
 
 
 PRECISIONS = ("default", "fast")
@@ -45,9 +39,9 @@ def _check_precision(precision: str) -> None:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
 
 
-def _run(fused, reference, inputs):
+def _run(fused, backward, inputs):
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
-        return _FusedForward.apply(fused, reference, *inputs)
+        return _FusedForward.apply(fused, backward, *inputs)
     return fused(*inputs)
 
 
@@ -116,7 +110,10 @@ def outer_product_mean(
     def fused(*t):
         return outer_product_mean_triton(*t, normalization=normalization, precision=precision)
 
-    return _run(fused, reference, inputs)
+    def backward(saved, needs, grad_out):
+        return outer_product_mean_backward(saved, needs, grad_out, normalization)
+
+    return _run(fused, backward, inputs)
 
 
 def msa_row_attention(
@@ -201,4 +198,7 @@ def msa_row_attention(
     def fused(*t):
         return msa_row_attention_triton(*t, num_heads=num_heads, precision=precision)
 
-    return _run(fused, reference, inputs)
+    def backward(saved, needs, grad_out):
+        return msa_row_attention_backward(saved, needs, grad_out, num_heads)
+
+    return _run(fused, backward, inputs)

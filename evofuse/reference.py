@@ -45,23 +45,38 @@ def outer_product_mean_reference(
     """
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+    a, b, counts = outer_product_mean_projections(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias,
+                                                  proj_a_weight, proj_a_bias, proj_b_weight, proj_b_bias)
+    return outer_product_mean_rows(a, b, counts, counts, out_proj_weight, out_proj_bias, normalization)
+
+
+def outer_product_mean_projections(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight,
+                                   proj_a_bias, proj_b_weight, proj_b_bias):
+    """The first half of the Outer Product Mean: masked projections a, b (B, S, N, c) in msa_repr's
+    dtype, and the mask as exact counts (B, S, N) in float32 (float64 for float64 inputs)."""
     B, S, N, D = msa_repr.shape
     dtype = msa_repr.dtype
-    c = proj_a_weight.shape[0]
     if msa_mask is None:
         msa_mask = torch.ones(B, S, N, dtype=dtype, device=msa_repr.device)
     mask_x = msa_mask.to(dtype)[..., None]  # (B, S, N, 1)
-    mask_n = msa_mask.to(_count_dtype(dtype))  # (B, S, N), exact counts
-
     x = F.layer_norm(msa_repr, (D,), layer_norm_weight, layer_norm_bias, LAYER_NORM_EPS)
-    a = F.linear(x, proj_a_weight, proj_a_bias) * mask_x  # (B, S, N, c)
+    a = F.linear(x, proj_a_weight, proj_a_bias) * mask_x
     b = F.linear(x, proj_b_weight, proj_b_bias) * mask_x
-    outer = torch.einsum("bsip,bsjq->bijpq", a, b).reshape(B, N, N, c * c)
+    return a, b, msa_mask.to(_count_dtype(dtype))
 
+
+def outer_product_mean_rows(a_rows, b, counts_rows, counts, out_proj_weight, out_proj_bias, normalization="seed"):
+    """The second half, for a block of output rows i: a_rows (B, S, n, c) and counts_rows (B, S, n) are
+    those rows of a and of the counts; b (B, S, N, c) and counts (B, S, N) are whole.
+    Returns out[:, rows] (B, n, N, pair_dim)."""
+    B, S, n, c = a_rows.shape
+    N = b.shape[2]
+    dtype = a_rows.dtype
+    outer = torch.einsum("bsip,bsjq->bijpq", a_rows, b).reshape(B, n, N, c * c)
     if normalization == "seed":
-        den = mask_n.sum(1).clamp(min=1)  # (B, N): depends on i only
+        den = counts_rows.sum(1).clamp(min=1)  # (B, n): depends on i only
         return F.linear(outer / den[:, :, None, None].to(dtype), out_proj_weight, out_proj_bias)
-    norm = torch.einsum("bsi,bsj->bij", mask_n, mask_n)  # (B, N, N)
+    norm = torch.einsum("bsi,bsj->bij", counts_rows, counts)  # (B, n, N)
     if normalization == "af2":
         out = F.linear(outer, out_proj_weight, out_proj_bias)
         return out / (AF2_EPS + norm)[..., None].to(dtype)
@@ -96,6 +111,17 @@ def msa_row_attention_reference(
     weights (D, D), pair_bias weight (num_heads, P). Returns (B, S, N, D) in msa_repr's dtype.
     Materializes the (B, S, h, N, N) logits: use it for reference and small shapes only.
     """
+    bias = F.linear(pair_repr, pair_bias_weight, pair_bias_bias).permute(0, 3, 1, 2)  # (B, h, N, N)
+    return msa_row_attention_with_bias(msa_repr, bias, msa_mask, layer_norm_weight, layer_norm_bias, query_weight,
+                                       query_bias, key_weight, key_bias, value_weight, value_bias, gate_weight,
+                                       gate_bias, out_proj_weight, out_proj_bias, num_heads, dropout, training)
+
+
+def msa_row_attention_with_bias(msa_repr, bias, msa_mask, layer_norm_weight, layer_norm_bias, query_weight,
+                                query_bias, key_weight, key_bias, value_weight, value_bias, gate_weight, gate_bias,
+                                out_proj_weight, out_proj_bias, num_heads, dropout=0.0, training=False):
+    """Row attention given the pair bias (B, h, N, N) already projected: the MSA rows are independent
+    of each other given it, so any block of rows s can be evaluated alone."""
     B, S, N, D = msa_repr.shape
     h = num_heads
     d = D // h
@@ -109,7 +135,6 @@ def msa_row_attention_reference(
     k = heads(F.linear(x, key_weight, key_bias))
     v = heads(F.linear(x, value_weight, value_bias))
     g = torch.sigmoid(heads(F.linear(x, gate_weight, gate_bias)))
-    bias = F.linear(pair_repr, pair_bias_weight, pair_bias_bias).permute(0, 3, 1, 2)  # (B, h, N, N)
 
     logit = torch.einsum("bshid,bshjd->bshij", q, k) / math.sqrt(d) + bias[:, None]
     if msa_mask is not None:
