@@ -39,10 +39,11 @@ def test_autotuned_path(case, monkeypatch):
     contract(make_module(case, seed=3).cuda(), make_inputs(case, "cuda", torch.float32, seed=4), torch.bfloat16)
 
 
-@pytest.mark.parametrize("op", ["opm", "att"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("op, dtype", [("opm", torch.bfloat16), ("opm", torch.float16), ("att", torch.float32),
+                                       ("att", torch.bfloat16)], ids=str)
 def test_every_candidate_config(op, dtype, monkeypatch):
-    """Autotuning may pick any candidate: each one is checked at an awkward shape."""
+    """Autotuning may pick any candidate: each one is checked at an awkward shape (the Outer Product
+    Mean kernel runs 16-bit operands only)."""
     from evofuse.ops import outer_product_mean, row_attention
 
     module = outer_product_mean if op == "opm" else row_attention

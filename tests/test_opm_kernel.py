@@ -43,12 +43,41 @@ def test_forward_awkward_shapes(N, S, c, normalization, mask_kind, dtype):
 
 @pytest.mark.parametrize("normalization", NORMS)
 @pytest.mark.parametrize("mask_kind", MASKS)
-def test_normalizations_and_masks(normalization, mask_kind):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_normalizations_and_masks(normalization, mask_kind, dtype):
+    """float32 runs the blocked IEEE path, float16 the Triton kernel."""
     mod = opm_module(16, 9, 8, seed=3, normalization=normalization)
     x = torch.randn(2, 6, 11, 16)
     mask = random_mask(2, 6, 11, mask_kind, seed=5)
-    out, exact, _, ref32 = run(mod, x, mask, torch.float32)
+    out, exact, ref_dtype, ref32 = run(mod, x, mask, dtype)
+    if dtype == torch.float32:
+        assert_contract(out, exact, dtype, ref_fp32=ref32)
+    else:
+        assert_contract(out, exact, dtype, lowp_ref=ref_dtype)
+
+
+def test_float32_blocks_cross_row_edges(monkeypatch):
+    """The float32 path in blocks of a few output rows (16 KiB of outer products a block here)."""
+    import evofuse.ops.outer_product_mean as op
+
+    monkeypatch.setattr(op, "FP32_BLOCK_BYTES", 16 << 10)
+    mod = opm_module(12, 7, 16, seed=10, normalization="af2")
+    x = torch.randn(2, 5, 23, 12)
+    out, exact, _, ref32 = run(mod, x, random_mask(2, 5, 23, "rows", 6), torch.float32)
     assert_contract(out, exact, torch.float32, ref_fp32=ref32)
+
+
+def test_float32_ignores_a_global_tf32_setting():
+    import evofuse.ops._common as common
+
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        with common.ieee_fp32_matmul():
+            inside = torch.backends.cuda.matmul.allow_tf32
+        assert inside is False and torch.backends.cuda.matmul.allow_tf32 is True
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def test_fast_precision():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -62,3 +63,14 @@ def empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor
     if POISON_OUTPUTS:
         t.fill_(float("nan"))
     return t
+
+
+@contextlib.contextmanager
+def ieee_fp32_matmul():
+    """float32 matrix products in IEEE precision inside the block, whatever the caller set globally."""
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved

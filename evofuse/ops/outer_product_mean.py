@@ -1,12 +1,14 @@
 """Fused Outer Product Mean forward (SPEC 1) in Triton.
 
 Two stages:
-1. LayerNorm and the two projections as one GEMM over the concatenated weights, the mask multiplied
-   in on the way out: a, b (B, S, N, c) each.
+1. LayerNorm, the two projections and the mask in one pass (`layer_norm_linear`): a, b (B, S, N, c).
 2. `_opm_kernel`: per batch element and tile of residues (i, j), the outer products contracted over
    the MSA rows, X[(i p), (j q)] = sum_s a[s, i, p] b[s, j, q], accumulate in fp32 on chip; the tile is
    rearranged to X[(i j), (p q)], scaled by the normalization and contracted with out_proj's weight
    in the epilogue, and only the (B, N, N, pair_dim) output is written. No N*N*c*c tensor exists.
+   Its operands are 16-bit: bfloat16/float16 inputs as they are, float32 inputs at the "fast"
+   precision as float16. float32 at the default precision runs stage 2 as cuBLAS IEEE products on
+   blocks of output rows (`_outer_product_mean_blocks`).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS
-from ._common import bucket, dot_precision, empty, launch
+from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_rows
+from ._common import bucket, empty, ieee_fp32_matmul, launch
 from .layer_norm_linear import fits, ln_linear_slots
 
 FAST_HIDDEN_DIMS = (8, 16, 32)
@@ -40,7 +42,6 @@ def _opm_kernel(
     C: tl.constexpr,
     NORM: tl.constexpr,  # 0 seed, 1 af2, 2 boltz
     EPS: tl.constexpr,
-    PRECISION: tl.constexpr,
     TILE_ROWS: tl.constexpr,  # BLOCK_I * C, rows of the first product
     COLS_FACTOR: tl.constexpr,  # BLOCK_J = COLS_FACTOR * BLOCK_I
     BLOCK_S: tl.constexpr,
@@ -85,7 +86,7 @@ def _opm_kernel(
         b_t = tl.load(  # [BLOCK_S, BLOCK_J*C]
             b_base + s64[:, None] * stride_bs + col_off[None, :],
             mask=s_ok[:, None] & (col_j < N)[None, :], other=0.0)
-        acc = tl.dot(a_t, b_t, acc, input_precision=PRECISION)
+        acc = tl.dot(a_t, b_t, acc)  # 16-bit operands, fp32 accumulator
         if NORM != 0:
             m_base = m_ptr + pid_b * stride_mb + s64 * stride_ms
             m_i = tl.load(m_base[:, None] + offs_i[None, :] * stride_mi,
@@ -120,7 +121,7 @@ def _opm_kernel(
         r_ok = offs_r < R
         w_t = tl.load(w_ptr + offs_k[:, None] * stride_wk + offs_r[None, :] * stride_wr,
                       mask=r_ok[None, :], other=0.0)  # [C*C, BLOCK_R]
-        out = tl.dot(x, w_t, input_precision=PRECISION)  # [(i j), BLOCK_R]
+        out = tl.dot(x, w_t)  # [(i j), BLOCK_R]
         wb = tl.load(wb_ptr + offs_r, mask=r_ok, other=0.0).to(tl.float32)
         if NORM == 1:
             out += scale[:, None] * wb[None, :]
@@ -158,9 +159,9 @@ def _prune(configs, named_args, **kwargs):
 
 @functools.lru_cache(maxsize=None)
 def _tuned_kernel():
-    """The kernel autotuned on c, the output width, the normalization, the precision and power-of-two
-    buckets of S and N (GPU only; built on first use so that importing needs no device)."""
-    return triton.autotune(configs=_configs(), key=["C", "R", "S_BUCKET", "N_BUCKET", "NORM", "PRECISION"],
+    """The kernel autotuned on c, the output width, the normalization and power-of-two buckets of S and
+    N (GPU only; built on first use so that importing needs no device)."""
+    return triton.autotune(configs=_configs(), key=["C", "R", "S_BUCKET", "N_BUCKET", "NORM"],
                            prune_configs_by={"early_config_prune": _prune})(_opm_kernel)
 
 
@@ -206,25 +207,50 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     R = out_proj_weight.shape[0]
     dtype = msa_repr.dtype
     device = msa_repr.device
-    out = empty(B, N, N, R, dtype=dtype, device=device)
-    if out.numel() == 0:
-        return out
+    if B * N * N * R == 0:
+        return empty(B, N, N, R, dtype=dtype, device=device)
     mask = None if msa_mask is None else msa_mask.to(torch.float32)
     a, b = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
                    proj_b_weight, proj_b_bias, precision)
-    norm = _NORM_CODE[normalization]
     if mask is None:
         mask = torch.ones(1, 1, 1, dtype=torch.float32, device=device).expand(B, S, N)
+    if dtype == torch.float32 and precision == "default":
+        return _outer_product_mean_blocks(a, b, mask, out_proj_weight, out_proj_bias, normalization)
+    if dtype == torch.float32:  # "fast": float16 operands (11-bit mantissa), float32 accumulation and output
+        a, b = a.half(), b.half()
+    out = empty(B, N, N, R, dtype=dtype, device=device)
     rden = 1.0 / mask.sum(1).clamp(min=1.0)  # (B, N), used by the seed normalization
-    w = out_proj_weight.to(dtype)
-    wb = out_proj_bias.to(dtype)
+    w = out_proj_weight.to(a.dtype)
+    wb = out_proj_bias.to(torch.float32)
     args = (a, *a.stride()[:3], b, *b.stride()[:3], mask, *mask.stride(), rden, *rden.stride(),
             w, *w.stride(), wb, out, *out.stride(), S, N, R, bucket(S), bucket(N))
-    consts = {"C": c, "NORM": norm, "EPS": AF2_EPS, "PRECISION": dot_precision(dtype, precision)}
+    consts = {"C": c, "NORM": _NORM_CODE[normalization], "EPS": AF2_EPS}
 
     def grid(meta):
         bi = meta["TILE_ROWS"] // c
         return (triton.cdiv(N, bi) * triton.cdiv(N, bi * meta["COLS_FACTOR"]), B)
 
     launch(_opm_kernel, _tuned_kernel, _configs(), _prune, grid, args, consts, _interpret_meta(c))
+    return out
+
+
+FP32_BLOCK_BYTES = 16 << 20
+
+
+def _outer_product_mean_blocks(a, b, counts, out_proj_weight, out_proj_bias, normalization):
+    """float32 at the default precision: the reference's second half on blocks of output rows, in
+    cuBLAS IEEE float32 (~16 MiB of outer products a block).
+
+    Measured on the H200, 2026-11-29: the 3xTF32 Triton kernel ran opm-af2-main in 59.7 ms (only one
+    tile fits shared memory with float32 operands) where eager float32 cuBLAS took 5.4 ms, so float32
+    at the default precision takes cuBLAS on bounded blocks instead.
+    """
+    B, S, N, c = a.shape
+    R = out_proj_weight.shape[0]
+    out = empty(B, N, N, R, dtype=a.dtype, device=a.device)
+    rows = max(1, FP32_BLOCK_BYTES // (B * N * c * c * a.element_size()))
+    with ieee_fp32_matmul():
+        for i0 in range(0, N, rows):
+            out[:, i0:i0 + rows] = outer_product_mean_rows(a[:, :, i0:i0 + rows], b, counts[:, :, i0:i0 + rows],
+                                                           counts, out_proj_weight, out_proj_bias, normalization)
     return out
