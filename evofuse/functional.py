@@ -11,25 +11,9 @@ from __future__ import annotations
 import torch
 
 from . import reference as ref
-from ._backward import msa_row_attention_backward, outer_product_mean_backward
 from ._checks import check_mask, check_msa, check_pair, check_param_shapes, check_params
 from ._dispatch import resolve_impl, warn_once
-
-
-class _FusedForward(torch.autograd.Function):
-    """The fused forward, with `backward(inputs, needs_input_grad, grad_out)` as its backward
-    (see `evofuse._backward`: the reference recomputed block by block)."""
-
-    @staticmethod
-    def forward(ctx, fused, backward, *inputs):
-        ctx.backward_fn = backward
-        ctx.save_for_backward(*inputs)
-        return fused(*inputs)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        return (None, None, *ctx.backward_fn(ctx.saved_tensors, ctx.needs_input_grad[2:], grad_out))
-
+from ._library import msa_row_attention_op, outer_product_mean_op
 
 PRECISIONS = ("default", "fast")
 
@@ -37,12 +21,6 @@ PRECISIONS = ("default", "fast")
 def _check_precision(precision: str) -> None:
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-
-
-def _run(fused, backward, inputs):
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
-        return _FusedForward.apply(fused, backward, *inputs)
-    return fused(*inputs)
 
 
 def outer_product_mean(
@@ -99,7 +77,7 @@ def outer_product_mean(
     inputs = (msa_repr, msa_mask, *params.values())
     if resolve_impl(impl, msa_repr, *params.values()) == "torch":
         return reference(*inputs)
-    from .ops.outer_product_mean import FAST_HIDDEN_DIMS, outer_product_mean_triton
+    from .ops.outer_product_mean import FAST_HIDDEN_DIMS
 
     if c not in FAST_HIDDEN_DIMS or msa_repr.dtype == torch.float64:
         warn_once(f"opm-{c}-{msa_repr.dtype}",
@@ -107,13 +85,7 @@ def outer_product_mean(
                   f"(fused: hidden_dim in {FAST_HIDDEN_DIMS}, 16/32-bit floats); using the PyTorch reference")
         return reference(*inputs)
 
-    def fused(*t):
-        return outer_product_mean_triton(*t, normalization=normalization, precision=precision)
-
-    def backward(saved, needs, grad_out):
-        return outer_product_mean_backward(saved, needs, grad_out, normalization)
-
-    return _run(fused, backward, inputs)
+    return outer_product_mean_op(msa_repr, msa_mask, list(params.values()), normalization, precision)
 
 
 def msa_row_attention(
@@ -182,7 +154,7 @@ def msa_row_attention(
     inputs = (msa_repr, pair_repr, msa_mask, *params.values())
     if resolve_impl(impl, msa_repr, pair_repr, *params.values()) == "torch":
         return reference(*inputs)
-    from .ops.row_attention import MAX_HEAD_DIM, msa_row_attention_triton
+    from .ops.row_attention import MAX_HEAD_DIM
 
     d = D // num_heads
     if training and dropout > 0:
@@ -195,10 +167,4 @@ def msa_row_attention(
                   f"head_dim <= {MAX_HEAD_DIM}, 16/32-bit floats); using the PyTorch reference")
         return reference(*inputs)
 
-    def fused(*t):
-        return msa_row_attention_triton(*t, num_heads=num_heads, precision=precision)
-
-    def backward(saved, needs, grad_out):
-        return msa_row_attention_backward(saved, needs, grad_out, num_heads)
-
-    return _run(fused, backward, inputs)
+    return msa_row_attention_op(msa_repr, pair_repr, msa_mask, list(params.values()), num_heads, precision)

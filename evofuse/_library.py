@@ -1,0 +1,71 @@
+"""The fused forwards as torch.library custom ops, so that torch.compile sees one opaque node per
+operation (no graph break), with a fake implementation (shapes and dtypes only) and a registered
+backward (`evofuse._backward`: it runs autograd itself, block by block, so it is called from the
+registered backward directly rather than as an op of its own, inside which autograd does not record).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._backward import msa_row_attention_backward, outer_product_mean_backward
+
+
+@torch.library.custom_op("evofuse::outer_product_mean", mutates_args=())
+def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, params: list[Tensor], normalization: str,
+                          precision: str) -> Tensor:
+    from .ops.outer_product_mean import outer_product_mean_triton
+
+    return outer_product_mean_triton(msa_repr, msa_mask, *params, normalization=normalization, precision=precision)
+
+
+@outer_product_mean_op.register_fake
+def _(msa_repr, msa_mask, params, normalization, precision):
+    B, _, N, _ = msa_repr.shape
+    return msa_repr.new_empty((B, N, N, params[6].shape[0]))
+
+
+def _opm_setup(ctx, inputs, output):
+    msa_repr, msa_mask, params, normalization, _ = inputs
+    ctx.save_for_backward(msa_repr, msa_mask, *params)
+    ctx.normalization = normalization
+
+
+def _opm_backward(ctx, grad_out):
+    need_msa, _, need_params = ctx.needs_input_grad[:3]  # a list argument gets a list of flags
+    grads = outer_product_mean_backward(ctx.saved_tensors, [need_msa, False, *need_params], grad_out,
+                                        ctx.normalization)
+    return grads[0], None, list(grads[2:]), None, None
+
+
+outer_product_mean_op.register_autograd(_opm_backward, setup_context=_opm_setup)
+
+
+@torch.library.custom_op("evofuse::msa_row_attention", mutates_args=())
+def msa_row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | None, params: list[Tensor],
+                         num_heads: int, precision: str) -> Tensor:
+    from .ops.row_attention import msa_row_attention_triton
+
+    return msa_row_attention_triton(msa_repr, pair_repr, msa_mask, *params, num_heads=num_heads, precision=precision)
+
+
+@msa_row_attention_op.register_fake
+def _(msa_repr, pair_repr, msa_mask, params, num_heads, precision):
+    return msa_repr.new_empty(msa_repr.shape)
+
+
+def _att_setup(ctx, inputs, output):
+    msa_repr, pair_repr, msa_mask, params, num_heads, _ = inputs
+    ctx.save_for_backward(msa_repr, pair_repr, msa_mask, *params)
+    ctx.num_heads = num_heads
+
+
+def _att_backward(ctx, grad_out):
+    need_msa, need_pair, _, need_params = ctx.needs_input_grad[:4]
+    grads = msa_row_attention_backward(ctx.saved_tensors, [need_msa, need_pair, False, *need_params], grad_out,
+                                       ctx.num_heads)
+    return grads[0], grads[1], None, list(grads[3:]), None, None
+
+
+msa_row_attention_op.register_autograd(_att_backward, setup_context=_att_setup)

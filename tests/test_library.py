@@ -1,0 +1,102 @@
+"""The fused forwards as torch.library custom ops: opcheck, and torch.compile with fullgraph=True."""
+
+import pytest
+import torch
+
+from evofuse._library import msa_row_attention_op, outer_product_mean_op
+
+from .conftest import DEVICE
+from .helpers import att_module, opm_module, random_mask
+
+
+def opm_args(requires_grad):
+    mod = opm_module(8, 5, 8, seed=1).to(DEVICE)
+    x = torch.randn(2, 3, 5, 8, device=DEVICE, requires_grad=requires_grad)
+    params = [p.detach().clone().requires_grad_(requires_grad) for p in mod.parameters()]
+    return (x, random_mask(2, 3, 5, "rows", 1).to(DEVICE), params, "af2", "default")
+
+
+def att_args(requires_grad):
+    mod = att_module(16, 4, 2, seed=2).to(DEVICE)
+    x = torch.randn(1, 3, 6, 16, device=DEVICE, requires_grad=requires_grad)
+    z = torch.randn(1, 6, 6, 4, device=DEVICE, requires_grad=requires_grad)
+    params = [p.detach().clone().requires_grad_(requires_grad) for p in mod.parameters()]
+    return (x, z, random_mask(1, 3, 6, "rows", 2).to(DEVICE), params, 2, "default")
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("op, make_args", [(outer_product_mean_op, opm_args), (msa_row_attention_op, att_args)],
+                         ids=["opm", "att"])
+def test_opcheck(op, make_args, requires_grad):
+    torch.library.opcheck(op, make_args(requires_grad),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+class Trunk(torch.nn.Module):
+    """A toy Evoformer block holding both modules."""
+
+    def __init__(self):
+        super().__init__()
+        self.att = att_module(16, 8, 2, seed=3, impl="triton")
+        self.opm = opm_module(16, 8, 8, seed=4, impl="triton")
+
+    def forward(self, msa, pair, mask):
+        msa = msa + self.att(msa, pair, mask)
+        return msa, pair + self.opm(msa, mask)
+
+
+def test_compile_fullgraph_matches_eager():
+    torch._dynamo.reset()
+    model = Trunk().to(DEVICE)
+    msa = torch.randn(1, 3, 7, 16, device=DEVICE)
+    pair = torch.randn(1, 7, 7, 8, device=DEVICE)
+    mask = random_mask(1, 3, 7, "rows", 5).to(DEVICE)
+    with torch.no_grad():
+        eager = model(msa, pair, mask)
+        compiled = torch.compile(model, fullgraph=True)(msa, pair, mask)
+    for e, c in zip(eager, compiled):
+        torch.testing.assert_close(c, e)
+
+
+def test_compile_training_matches_eager():
+    torch._dynamo.reset()
+    model = Trunk().to(DEVICE)
+    mask = random_mask(1, 3, 7, "rows", 6).to(DEVICE)
+    msa = torch.randn(1, 3, 7, 16, device=DEVICE, requires_grad=True)
+    pair = torch.randn(1, 7, 7, 8, device=DEVICE)
+    grads = []
+    for fn in (torch.compile(model, fullgraph=True, backend="aot_eager"), model):
+        for p in model.parameters():
+            p.grad = None
+        msa.grad = None
+        a, b = fn(msa, pair, mask)
+        (a.square().sum() + b.sum()).backward()
+        grads.append([msa.grad.clone()] + [p.grad.clone() for p in model.parameters()])
+    for c, e in zip(*grads):
+        torch.testing.assert_close(c, e)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_and_replay():
+    """No host synchronization on the hot path: the forward captures into a CUDA graph (after a warm-up
+    that compiles and autotunes) and its replays match eager on new inputs."""
+    model = Trunk().cuda().to(torch.bfloat16)
+    msa = torch.randn(1, 3, 7, 16, device="cuda", dtype=torch.bfloat16)
+    pair = torch.randn(1, 7, 7, 8, device="cuda", dtype=torch.bfloat16)
+    mask = random_mask(1, 3, 7, "rows", 7).cuda()
+    with torch.no_grad():
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            model(msa, pair, mask)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = model(msa, pair, mask)
+        for seed in range(3):
+            torch.manual_seed(seed)
+            msa.copy_(torch.randn_like(msa))
+            graph.replay()
+            eager = model(msa, pair, mask)
+            for g, e in zip(static_out, eager):
+                torch.testing.assert_close(g, e)
