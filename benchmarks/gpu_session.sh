@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device-machine session: `benchmarks/gpu_session.sh tests` runs the gpu tests, `evofuse check` and
-# compute-sanitizer; `benchmarks/gpu_session.sh bench ARGS` runs `evofuse bench ARGS`.
+# compute-sanitizer; `... breakdown` prints kernel-by-kernel times; `... bench ARGS` runs `evofuse bench ARGS`.
 # Wheels carried in .whl/ and .whl2/ (cuEquivariance) are installed into /tmp/site first.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:/tmp/site"
@@ -20,6 +20,11 @@ case "${1:-tests}" in
       --case att-af2-main --dtype float32 --dtype bfloat16 --dtype float16 2>&1 | tee "$OUT/check.log" | tail -20
     timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -m gpu tests/test_gpu.py \
       -k "opm_awkward and 17-3 or attention_awkward and 17-3" 2>&1 | tee "$OUT/memcheck.log" | tail -8
+    ;;
+  breakdown)  # kernel-by-kernel device time of the main cases
+    for dt in bfloat16 float32; do
+      timeout 120 python3 benchmarks/breakdown.py opm-af2-main att-af2-main --dtype $dt 2>&1 | tee -a "$OUT/breakdown.log"
+    done
     ;;
   bench)  # RESULTS names the run; only its JSON comes back (benchmarks/merge_results.py makes the rest)
     run=${RESULTS:-results}

@@ -22,11 +22,11 @@ def autotune_enabled() -> bool:
 
 def launch(kernel, tuned, configs, prune, grid, args, consts, interpret_meta):
     """Launches `kernel`: in Triton's interpreter with `interpret_meta`; with autotuning off, the first
-    config that survives `prune`; else through the autotuned wrapper `tuned()`."""
+    of `configs()` that survives `prune`; else through the autotuned wrapper `tuned()`."""
     if interpreting():
         kernel[grid(interpret_meta)](*args, **consts, **interpret_meta)
     elif not autotune_enabled():
-        cfg = prune(configs, {}, **consts)[0]
+        cfg = prune(configs(), {}, **consts)[0]
         kernel[grid(cfg.kwargs)](*args, **consts, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     else:
         tuned()[grid](*args, **consts)

@@ -230,7 +230,7 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
         bi = meta["TILE_ROWS"] // c
         return (triton.cdiv(N, bi) * triton.cdiv(N, bi * meta["COLS_FACTOR"]), B)
 
-    launch(_opm_kernel, _tuned_kernel, _configs(), _prune, grid, args, consts, _interpret_meta(c))
+    launch(_opm_kernel, _tuned_kernel, _configs, _prune, grid, args, consts, _interpret_meta(c))
     return out
 
 

@@ -156,6 +156,6 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
     consts = {"N_BUCKET": bucket(N), "HAS_MASK": msa_mask is not None, "LOG2E": _LOG2E,
               "MASKED_LOGIT": MASK_LOGIT * _LOG2E, "BLOCK_D": max(16, triton.next_power_of_2(d)),
               "PRECISION": dot_precision(dtype, precision)}
-    launch(_row_attention_kernel, _tuned_kernel, _configs(), _prune,
+    launch(_row_attention_kernel, _tuned_kernel, _configs, _prune,
            lambda meta: (B * h * triton.cdiv(N, meta["BLOCK_M"]) * S,), args, consts, _INTERPRET_META)
     return F.linear(qkvg[..., :D], out_proj_weight.to(dtype), out_proj_bias.to(dtype))
