@@ -8,16 +8,14 @@ import warnings
 
 import torch
 
+from .ops._common import interpreting
+
 IMPLS = ("auto", "triton", "torch")
 _warned: set[str] = set()
 
 
 def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def resolve_impl(impl: str | None, *tensors: torch.Tensor) -> str:

@@ -14,8 +14,7 @@ from . import reference as ref
 from ._checks import check_mask, check_msa, check_pair, check_param_shapes, check_params
 from ._dispatch import resolve_impl, warn_once
 from ._library import msa_row_attention_op, outer_product_mean_op
-
-PRECISIONS = ("default", "fast")
+from .ops._common import PRECISIONS
 
 
 def _check_precision(precision: str) -> None:
