@@ -33,3 +33,29 @@ def test_python_dash_m_and_bench_without_gpu():
     out = subprocess.run([sys.executable, "-m", "evofuse", "bench"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "no CUDA device" in out.stdout
+
+
+def test_bench_report_files(tmp_path):
+    """The report a benchmark writes (JSON, CSV, markdown, chart), from rows of a run, failed peers included."""
+    import csv
+    import json
+
+    from evofuse.bench import write_results
+
+    rows = [
+        {"case": "opm-af2-main", "impl": "eager fp32", "dtype": "float32", "mode": "fwd", "ms": 5.4,
+         "peak_mib": 1464.0, "tflops": 37.0, "rel_err": 5e-7, "status": "ok"},
+        {"case": "opm-af2-main", "impl": "evofuse bf16", "dtype": "bfloat16", "mode": "fwd", "ms": 0.8,
+         "peak_mib": 60.0, "tflops": 248.0, "rel_err": 3.7e-3, "status": "ok"},
+        {"case": "opm-af2-main", "impl": "cuEquivariance bf16", "dtype": "bfloat16", "mode": "fwd", "ms": None,
+         "peak_mib": None, "tflops": None, "rel_err": None, "status": "ModuleNotFoundError: no module"},
+    ]
+    meta = {"gpu": "Test GPU 1", "torch": "x", "triton": "y", "date": "today"}
+    folder = write_results(rows, meta, tmp_path)
+    assert folder.name == "Test-GPU-1"
+    assert json.loads((folder / "results.json").read_text())["rows"] == rows
+    assert len(list(csv.DictReader(open(folder / "results.csv")))) == 3
+    md = (folder / "results.md").read_text()
+    assert "| opm-af2-main | fwd | evofuse bf16 | bfloat16 | 0.800 | 60 | 248.0 | 6.75x | 3.7e-03 |" in md
+    assert "ModuleNotFoundError" in md
+    assert (folder / "speedup.png").stat().st_size > 1000
