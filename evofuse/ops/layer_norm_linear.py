@@ -14,15 +14,24 @@ import triton.language as tl
 
 from ._common import dot_precision, interpreting
 
-# The transposed weight sits whole in shared memory (the row tile is small next to it). Sizes measured by
-# compiling for sm_90: D=512, K=64 takes 128 KiB in float32, D=1024 160 KiB in bfloat16 (the H200 has 227).
-MAX_WEIGHT_BYTES = 128 * 1024
+# The transposed weight and a tile of rows of x sit in shared memory. Sizes measured by compiling for
+# sm_90 (float32 with 3xTF32 / bfloat16): D=512, K=64: 128 KiB / -; D=1024, K=64: - / 160 KiB;
+# D=2048, K=16, 16 rows: 256 KiB / -; D=2048, K=32: - / 192 KiB. The H200 gives a block 227 KiB; the
+# estimate weight + row tile <= 160 KiB stays under every measurement.
+MAX_SHARED_BYTES = 160 * 1024
+ROW_TILE_BYTES = 32 * 1024
+
+
+def _block_rows(block_d: int, elt: int) -> int:
+    return 16 if interpreting() else max(16, min(128, (ROW_TILE_BYTES // elt) // block_d))
 
 
 def fits(D: int, K: int, dtype: torch.dtype) -> bool:
-    """Whether a (K, D) weight of `dtype` fits the fused kernel."""
+    """Whether a (K, D) weight of `dtype` and its row tile fit the fused kernel's shared memory."""
     elt = 4 if dtype == torch.float32 else 2
-    return max(16, triton.next_power_of_2(D)) * max(16, triton.next_power_of_2(K)) * elt <= MAX_WEIGHT_BYTES
+    block_d = max(16, triton.next_power_of_2(D))
+    weight = block_d * max(16, triton.next_power_of_2(K)) * elt
+    return weight + _block_rows(block_d, elt) * block_d * elt <= MAX_SHARED_BYTES
 
 
 @triton.jit
@@ -87,8 +96,7 @@ def ln_linear_slots(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.Ten
         return y
     block_d = max(16, triton.next_power_of_2(D))
     block_k = max(16, triton.next_power_of_2(K))
-    # row tiles of 32 KiB of x: 64 KiB of shared memory at D=256 in float32 (measured for sm_90)
-    block_rows = 16 if interpreting() else max(16, min(128, (32 * 1024 // x.element_size()) // block_d))
+    block_rows = _block_rows(block_d, x.element_size())
     m = mask if mask is not None else y  # unused when HAS_MASK is False
     m_strides = mask.stride() if mask is not None else (0, 0, 0)
     _ln_linear_kernel[(triton.cdiv(rows, block_rows),)](
