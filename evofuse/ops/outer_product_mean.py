@@ -16,11 +16,10 @@ from __future__ import annotations
 import functools
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_rows
+from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections, outer_product_mean_rows
 from ._common import bucket, empty, ieee_fp32_matmul, launch
 from .layer_norm_linear import fits, ln_linear_slots
 
@@ -176,25 +175,24 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
     """LayerNorm, both projections and the mask (float32 (B, S, N) or None): a, b (B, S, N, c) contiguous.
 
     One fused pass where the weight fits on chip (no normalized copy of the MSA in memory); wider
-    representations go through PyTorch, a block of MSA rows at a time.
+    representations go through the reference's first half, a block of MSA rows at a time.
     """
     B, S, N, D = msa_repr.shape
     c = proj_a_weight.shape[0]
     dtype = msa_repr.dtype
-    w = torch.cat([proj_a_weight, proj_b_weight]).to(dtype)
-    bias = torch.cat([proj_a_bias, proj_b_bias]).to(dtype)
     if fits(D, 2 * c, dtype):
+        w = torch.cat([proj_a_weight, proj_b_weight]).to(dtype)
+        bias = torch.cat([proj_a_bias, proj_b_bias]).to(dtype)
         ab = ln_linear_slots(msa_repr, layer_norm_weight, layer_norm_bias, w, bias, mask, c, LAYER_NORM_EPS, precision)
         return ab[0], ab[1]
     ab = torch.empty(2, B, S, N, c, dtype=dtype, device=msa_repr.device)
+    params = [p.to(dtype) for p in (layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
+                                    proj_b_bias)]
     rows = max(1, (32 << 20) // max(1, B * N * D * msa_repr.element_size()))  # ~32 MiB of normalized MSA at a time
     for s0 in range(0, S, rows):
-        x = F.layer_norm(msa_repr[:, s0:s0 + rows], (D,), layer_norm_weight.to(dtype), layer_norm_bias.to(dtype),
-                         LAYER_NORM_EPS)
-        y = F.linear(x, w, bias).view(B, -1, N, 2, c).permute(3, 0, 1, 2, 4)
-        if mask is not None:
-            y = y * mask[:, s0:s0 + rows, :, None].to(dtype)
-        ab[:, :, s0:s0 + rows] = y
+        block_mask = None if mask is None else mask[:, s0:s0 + rows]
+        ab[0, :, s0:s0 + rows], ab[1, :, s0:s0 + rows], _ = outer_product_mean_projections(
+            msa_repr[:, s0:s0 + rows], block_mask, *params)
     return ab[0], ab[1]
 
 
