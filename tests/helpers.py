@@ -56,3 +56,32 @@ def assert_contract(out, exact, dtype, precision="default", lowp_ref=None, ref_f
     if ref_fp32 is not None and precision == "default":
         assert torch.allclose(out.float(), ref_fp32.float(), **FP32_ALLCLOSE), f"{what}: not allclose to the fp32 reference"
     return err
+
+
+def grads(mod, inputs, impl, seed=0):
+    """Output and named gradients (the 4-D floating inputs as input0, input1, then every parameter)
+    of `mod` on `inputs` for a seeded random output gradient."""
+    for p in mod.parameters():
+        p.grad = None
+    leaves = [t.detach().clone().requires_grad_(t.is_floating_point() and t.dim() == 4) if t is not None else None
+              for t in inputs]
+    out = mod(*leaves, impl=impl)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(out)
+    out.backward(g)
+    named = {f"input{k}": t.grad for k, t in enumerate(leaves) if t is not None and t.requires_grad}
+    named.update({n: p.grad.clone() for n, p in mod.named_parameters()})
+    return out, named
+
+
+# softmax is shift-invariant per row, so key.bias and pair_bias.bias have exact gradient 0:
+# those are judged on the scale of their weights' gradients
+ZERO_GRADS = {"key.bias": "key.weight", "pair_bias.bias": "pair_bias.weight"}
+
+
+def compare(got, exact, dtype, lowp=None):
+    """SPEC 3 for every gradient in `got` against the float64 ones in `exact`."""
+    for name, g in got.items():
+        if name in ZERO_GRADS and exact[name].norm() < 1e-9 * exact[ZERO_GRADS[name]].norm():
+            assert g.double().norm() <= 1e-3 * exact[ZERO_GRADS[name]].norm(), name
+            continue
+        assert_contract(g, exact[name], dtype, lowp_ref=None if lowp is None else lowp[name], what=name)

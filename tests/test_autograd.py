@@ -9,7 +9,7 @@ import torch
 import evofuse._backward as backward
 
 from .conftest import DEVICE
-from .helpers import assert_contract, att_module, opm_module, random_mask
+from .helpers import assert_contract, att_module, compare, grads, opm_module, random_mask
 
 BLOCKS = {"one-row-blocks": 1, "default-blocks": backward.BLOCK_BYTES}
 
@@ -17,32 +17,6 @@ BLOCKS = {"one-row-blocks": 1, "default-blocks": backward.BLOCK_BYTES}
 @pytest.fixture(params=list(BLOCKS), autouse=True)
 def block_bytes(request, monkeypatch):
     monkeypatch.setattr(backward, "BLOCK_BYTES", BLOCKS[request.param])
-
-
-def grads(mod, inputs, impl, seed=0):
-    for p in mod.parameters():
-        p.grad = None
-    leaves = [t.detach().clone().requires_grad_(t.is_floating_point() and t.dim() == 4) if t is not None else None
-              for t in inputs]
-    out = mod(*leaves, impl=impl)
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(out)
-    out.backward(g)
-    named = {f"input{k}": t.grad for k, t in enumerate(leaves) if t is not None and t.requires_grad}
-    named.update({n: p.grad.clone() for n, p in mod.named_parameters()})
-    return out, named
-
-
-# softmax is shift-invariant per row, so key.bias and pair_bias.bias have exact gradient 0:
-# those are judged on the scale of their weights' gradients
-ZERO_GRADS = {"key.bias": "key.weight", "pair_bias.bias": "pair_bias.weight"}
-
-
-def compare(got, exact, dtype, lowp=None):
-    for name, g in got.items():
-        if name in ZERO_GRADS and exact[name].norm() < 1e-9 * exact[ZERO_GRADS[name]].norm():
-            assert g.double().norm() <= 1e-3 * exact[ZERO_GRADS[name]].norm(), name
-            continue
-        assert_contract(g, exact[name], dtype, lowp_ref=None if lowp is None else lowp[name], what=name)
 
 
 @pytest.mark.parametrize("normalization", ["seed", "af2", "boltz"])

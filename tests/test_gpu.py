@@ -1,12 +1,14 @@
 """On the GPU (H200): the suite shapes and awkward ones in every dtype, memory, and sizes past 2**31."""
 
+import copy
+
 import pytest
 import torch
 import triton
 
 from evofuse.suite import SUITE, make_inputs, make_module
 
-from .helpers import assert_contract, att_module, opm_module, random_mask
+from .helpers import assert_contract, att_module, compare, grads, opm_module, random_mask
 
 pytestmark = pytest.mark.gpu
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -81,6 +83,21 @@ def test_attention_awkward(N, S, h, d, dtype):
     mod = att_module(h * d, 12, h, seed=N + d).cuda()
     x, z = torch.randn(2, S, N, h * d, device="cuda"), torch.randn(2, N, N, 12, device="cuda")
     contract(mod, (x, z, random_mask(2, S, N, "rows", N).cuda()), dtype)
+
+
+@pytest.mark.parametrize("name", ["opm-seed", "opm-af2-main", "att-seed", "att-af2-main"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_suite_gradients(name, dtype):
+    """Every input and parameter gradient at the suite shapes against float64 autograd of the reference."""
+    case = next(c for c in SUITE if c.name == name)
+    mod = make_module(case, seed=6).cuda()
+    inputs = [t.to(dtype) if t.dim() == 4 else t for t in make_inputs(case, "cuda", torch.float32, seed=7)]
+    out, got = grads(copy.deepcopy(mod).to(dtype), inputs, "triton")
+    lowp_out, lowp = grads(copy.deepcopy(mod).to(dtype), inputs, "torch") if dtype != torch.float32 else (None, None)
+    exact_out, exact = grads(copy.deepcopy(mod).to(dtype).double(),
+                             [t.double() if t.dim() == 4 else t for t in inputs], "torch")
+    assert_contract(out, exact_out, dtype, lowp_ref=lowp_out)
+    compare(got, exact, dtype, lowp)
 
 
 def _extra_mib(fn):
