@@ -14,8 +14,12 @@ IMPLS = ("auto", "triton", "torch")
 _warned: set[str] = set()
 
 
+# looked up once at import (finding the package imports nothing): torch.compile cannot trace find_spec
+_TRITON_AVAILABLE = importlib.util.find_spec("triton") is not None
+
+
 def triton_available() -> bool:
-    return importlib.util.find_spec("triton") is not None
+    return _TRITON_AVAILABLE
 
 
 def resolve_impl(impl: str | None, *tensors: torch.Tensor) -> str:

@@ -10,7 +10,7 @@ from evofuse.cli import main
 
 
 def test_check_passes_on_the_seed_shapes(capsys):
-    assert main(["check", "--trials", "1"]) == 0
+    assert main(["check", "--trials", "1", "--case", "opm-seed", "--case", "att-seed", "--dtype", "float32"]) == 0
     out = capsys.readouterr().out
     assert "opm-seed" in out and "att-seed" in out and "2 passed, 0 failed" in out
 
