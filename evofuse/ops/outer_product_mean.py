@@ -21,7 +21,7 @@ import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections, outer_product_mean_rows
 from ._common import bucket, empty, ieee_fp32_matmul, launch
-from .layer_norm_linear import fits, ln_linear_slots
+from .layer_norm_linear import fits, ln_linear
 
 FAST_HIDDEN_DIMS = (8, 16, 32)
 _NORM_CODE = {name: k for k, name in enumerate(NORMALIZATIONS)}  # seed 0, af2 1, boltz 2
@@ -183,7 +183,8 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
     if fits(D, 2 * c, dtype):
         w = torch.cat([proj_a_weight, proj_b_weight]).to(dtype)
         bias = torch.cat([proj_a_bias, proj_b_bias]).to(dtype)
-        ab = ln_linear_slots(msa_repr, layer_norm_weight, layer_norm_bias, w, bias, mask, c, LAYER_NORM_EPS, precision)
+        ab = ln_linear(msa_repr, w, bias, layer_norm_weight, layer_norm_bias, mask, slot=c, eps=LAYER_NORM_EPS,
+                       precision=precision)
         return ab[0], ab[1]
     ab = torch.empty(2, B, S, N, c, dtype=dtype, device=msa_repr.device)
     params = [p.to(dtype) for p in (layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
