@@ -45,7 +45,7 @@ def test_forward_awkward_shapes(N, S, c, normalization, mask_kind, dtype):
 @pytest.mark.parametrize("mask_kind", MASKS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_normalizations_and_masks(normalization, mask_kind, dtype):
-    """float32 runs the blocked IEEE path, float16 the Triton kernel."""
+    """float32 runs the kernel on scaled float16 hi/lo operands, float16 on its inputs as they are."""
     mod = opm_module(16, 9, 8, seed=3, normalization=normalization)
     x = torch.randn(2, 6, 11, 16)
     mask = random_mask(2, 6, 11, mask_kind, seed=5)
@@ -56,12 +56,15 @@ def test_normalizations_and_masks(normalization, mask_kind, dtype):
         assert_contract(out, exact, dtype, lowp_ref=ref_dtype)
 
 
-def test_float32_blocks_cross_row_edges(monkeypatch):
-    """The float32 path in blocks of a few output rows (16 KiB of outer products a block here)."""
-    import evofuse.ops.outer_product_mean as op
-
-    monkeypatch.setattr(op, "FP32_BLOCK_BYTES", 16 << 10)
+@pytest.mark.parametrize("magnitude", [1e-7, 1e6])
+def test_float32_far_outside_float16_range(magnitude):
+    """float32 operands reach the kernel as float16 halves after a power-of-two scaling: projections
+    of ~1e6 (float16 overflows at 65504) or ~1e-7 (under float16's normal range) keep the contract."""
     mod = opm_module(12, 7, 16, seed=10, normalization="af2")
+    with torch.no_grad():
+        for p in (mod.proj_a.weight, mod.proj_a.bias, mod.proj_b.weight, mod.proj_b.bias):
+            p.mul_(magnitude)
+        mod.out_proj.weight.mul_(1 / magnitude**2)  # the output stays O(1)
     x = torch.randn(2, 5, 23, 12)
     out, exact, _, ref32 = run(mod, x, random_mask(2, 5, 23, "rows", 6), torch.float32)
     assert_contract(out, exact, torch.float32, ref_fp32=ref32)

@@ -6,9 +6,11 @@ Two stages:
    the MSA rows, X[(i p), (j q)] = sum_s a[s, i, p] b[s, j, q], accumulate in fp32 on chip; the tile is
    rearranged to X[(i j), (p q)], scaled by the normalization and contracted with out_proj's weight
    in the epilogue, and only the (B, N, N, pair_dim) output is written. No N*N*c*c tensor exists.
-   Its operands are 16-bit: bfloat16/float16 inputs as they are, float32 inputs at the "fast"
-   precision as float16. float32 at the default precision runs stage 2 as cuBLAS IEEE products on
-   blocks of output rows (`_outer_product_mean_blocks`).
+   Its operands are 16-bit: bfloat16/float16 inputs as they are; float32 inputs scaled by a power of
+   two into float16's range, at the "fast" precision as one float16 each (11-bit mantissas), at the
+   default precision as float16 hi + lo pairs with three products per pair of operands (hi*hi +
+   hi*lo + lo*hi, ~2**-22 relative: the float32 contract on float16 tensor cores, which run ~2x
+   TF32's rate; 3xTF32 in Triton measured 59.7 ms on opm-af2-main, IEEE cuBLAS blocks 8.6 ms).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections, outer_product_mean_rows
-from ._common import bucket, empty, ieee_fp32_matmul, launch
+from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections
+from ._common import bucket, empty, launch
 from .layer_norm_linear import fits, ln_linear
 
 FAST_HIDDEN_DIMS = (8, 16, 32)
@@ -35,6 +37,8 @@ def _opm_kernel(
     rden_ptr, stride_rb, stride_ri,  # 1 / max(sum_s mask, 1): (B, N) float32 (seed only)
     w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C)
     wb_ptr,  # out_proj bias: (R,)
+    a_lo_ptr, b_lo_ptr, w_lo_ptr,  # SPLIT only: the low float16 halves, with a's, b's and w's strides
+    inv_scale_ptr,  # SCALED only: one float32, 1 / (the power-of-two scales of a, b and w)
     o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, N, N, R)
     S, N, R,
     S_BUCKET, N_BUCKET,  # autotuning keys only
@@ -46,6 +50,8 @@ def _opm_kernel(
     BLOCK_S: tl.constexpr,
     BLOCK_R: tl.constexpr,
     GROUP_I: tl.constexpr,
+    SPLIT: tl.constexpr,  # float32 contract: operands as float16 hi + lo pairs, three products each
+    SCALED: tl.constexpr,  # float32 inputs: a, b, w arrive scaled by powers of two (float16 range)
 ):
     BLOCK_I: tl.constexpr = TILE_ROWS // C
     BLOCK_J: tl.constexpr = BLOCK_I * COLS_FACTOR
@@ -85,6 +91,13 @@ def _opm_kernel(
         b_t = tl.load(  # [BLOCK_S, BLOCK_J*C]
             b_base + s64[:, None] * stride_bs + col_off[None, :],
             mask=s_ok[:, None] & (col_j < N)[None, :], other=0.0)
+        if SPLIT:  # a b = a_hi b_hi + a_hi b_lo + a_lo b_hi, to ~2**-22; small terms first
+            a_lo = tl.load(a_lo_ptr + pid_b * stride_ab + row_off[:, None] + s64[None, :] * stride_as,
+                           mask=(row_i < N)[:, None] & s_ok[None, :], other=0.0)  # [BLOCK_I*C, BLOCK_S]
+            b_lo = tl.load(b_lo_ptr + pid_b * stride_bb + s64[:, None] * stride_bs + col_off[None, :],
+                           mask=s_ok[:, None] & (col_j < N)[None, :], other=0.0)  # [BLOCK_S, BLOCK_J*C]
+            acc = tl.dot(a_t, b_lo, acc)
+            acc = tl.dot(a_lo, b_t, acc)
         acc = tl.dot(a_t, b_t, acc)  # 16-bit operands, fp32 accumulator
         if NORM != 0:
             m_base = m_ptr + pid_b * stride_mb + s64 * stride_ms
@@ -106,8 +119,12 @@ def _opm_kernel(
 
     x = tl.reshape(acc, (BLOCK_I, C, BLOCK_J, C))
     x = tl.permute(x, (0, 2, 1, 3))
-    x = tl.reshape(x, (BLOCK_I * BLOCK_J, C * C))  # [(i j), (p q)]
-    x = (x * scale[:, None]).to(w_ptr.dtype.element_ty)
+    x = tl.reshape(x, (BLOCK_I * BLOCK_J, C * C)) * scale[:, None]  # [(i j), (p q)]
+    x_hi = x.to(w_ptr.dtype.element_ty)
+    if SPLIT:
+        x_lo = (x - x_hi.to(tl.float32)).to(w_ptr.dtype.element_ty)
+    if SCALED:
+        inv_scale = tl.load(inv_scale_ptr)
 
     pair = tl.arange(0, BLOCK_I * BLOCK_J)
     out_i = blk_i * BLOCK_I + pair // BLOCK_J
@@ -118,9 +135,16 @@ def _opm_kernel(
     for r0 in range(0, R, BLOCK_R):
         offs_r = r0 + tl.arange(0, BLOCK_R)
         r_ok = offs_r < R
-        w_t = tl.load(w_ptr + offs_k[:, None] * stride_wk + offs_r[None, :] * stride_wr,
-                      mask=r_ok[None, :], other=0.0)  # [C*C, BLOCK_R]
-        out = tl.dot(x, w_t)  # [(i j), BLOCK_R]
+        w_offs = offs_k[:, None] * stride_wk + offs_r[None, :] * stride_wr
+        w_t = tl.load(w_ptr + w_offs, mask=r_ok[None, :], other=0.0)  # [C*C, BLOCK_R]
+        out = tl.zeros((BLOCK_I * BLOCK_J, BLOCK_R), dtype=tl.float32)
+        if SPLIT:
+            w_lo = tl.load(w_lo_ptr + w_offs, mask=r_ok[None, :], other=0.0)  # [C*C, BLOCK_R]
+            out = tl.dot(x_hi, w_lo, out)
+            out = tl.dot(x_lo, w_t, out)
+        out = tl.dot(x_hi, w_t, out)  # [(i j), BLOCK_R]
+        if SCALED:
+            out = out * inv_scale
         wb = tl.load(wb_ptr + offs_r, mask=r_ok, other=0.0).to(tl.float32)
         if NORM == 1:
             out += scale[:, None] * wb[None, :]
@@ -158,9 +182,11 @@ def _prune(configs, named_args, **kwargs):
 
 @functools.lru_cache(maxsize=None)
 def _tuned_kernel():
-    """The kernel autotuned on c, the output width, the normalization and power-of-two buckets of S and
-    N (GPU only; built on first use so that importing needs no device)."""
-    return triton.autotune(configs=_configs(), key=["C", "R", "S_BUCKET", "N_BUCKET", "NORM"],
+    """The kernel autotuned on c, the output width, the normalization, the operand form and power-of-two
+    buckets of S and N (GPU only; built on first use so that importing needs no device). Candidates
+    that run out of shared memory (the split float32 form needs twice the operand tiles) are skipped
+    by the tuner."""
+    return triton.autotune(configs=_configs(), key=["C", "R", "S_BUCKET", "N_BUCKET", "NORM", "SPLIT", "SCALED"],
                            prune_configs_by={"early_config_prune": _prune})(_opm_kernel)
 
 
@@ -172,7 +198,8 @@ def _interpret_meta(C: int) -> dict:
 
 def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
             proj_b_bias, precision):
-    """LayerNorm, both projections and the mask (float32 (B, S, N) or None): a, b (B, S, N, c) contiguous.
+    """LayerNorm, both projections and the mask (float32 (B, S, N) or None): a and b as one contiguous
+    (2, B, S, N, c) tensor.
 
     One fused pass where the weight fits on chip (no normalized copy of the MSA in memory); wider
     representations go through the reference's first half, a block of MSA rows at a time.
@@ -183,9 +210,8 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
     if fits(D, 2 * c, dtype):
         w = torch.cat([proj_a_weight, proj_b_weight]).to(dtype)
         bias = torch.cat([proj_a_bias, proj_b_bias]).to(dtype)
-        ab = ln_linear(msa_repr, w, bias, layer_norm_weight, layer_norm_bias, mask, slot=c, eps=LAYER_NORM_EPS,
-                       precision=precision)
-        return ab[0], ab[1]
+        return ln_linear(msa_repr, w, bias, layer_norm_weight, layer_norm_bias, mask, slot=c, eps=LAYER_NORM_EPS,
+                         precision=precision)
     ab = torch.empty(2, B, S, N, c, dtype=dtype, device=msa_repr.device)
     params = [p.to(dtype) for p in (layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
                                     proj_b_bias)]
@@ -194,7 +220,41 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
         block_mask = None if mask is None else mask[:, s0:s0 + rows]
         ab[0, :, s0:s0 + rows], ab[1, :, s0:s0 + rows], _ = outer_product_mean_projections(
             msa_repr[:, s0:s0 + rows], block_mask, *params)
-    return ab[0], ab[1]
+    return ab
+
+
+@triton.jit
+def _float16_split_kernel(x_ptr, scale_ptr, hi_ptr, lo_ptr, n, LO: tl.constexpr, BLOCK: tl.constexpr):
+    """hi = float16(x * scale) and, with LO, lo = float16(x * scale - hi): x to ~2**-22 as hi + lo."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
+    ok = offs < n
+    x = tl.load(x_ptr + offs, mask=ok, other=0.0) * tl.load(scale_ptr)
+    hi = x.to(tl.float16)
+    tl.store(hi_ptr + offs, hi, mask=ok)
+    if LO:
+        tl.store(lo_ptr + offs, (x - hi.to(tl.float32)).to(tl.float16), mask=ok)
+
+
+# float32 operands are scaled by 2**(SCALE_TOP - ceil(log2(max |x|))) before the float16 split: the
+# largest magnitude lands at <= 2**7, so the tile sums |sum_s a b| / count <= 2**14 stay in float16's
+# range in the epilogue, while small values keep ~2**-24 absolute precision (subnormal low halves).
+SCALE_TOP = 7
+_EXP_CLAMP = 100.0  # 2**(SCALE_TOP + 100) and 2**(SCALE_TOP - 100) are finite float32
+
+
+def _float16_operands(x: torch.Tensor, split: bool):
+    """x (float32, contiguous) scaled by a power of two and split into float16 (hi, lo or None), and
+    the exponent e of the scale 2**(SCALE_TOP - e), as a device tensor (no host synchronization).
+    Inputs with Inf or NaN keep the scale 1."""
+    amax = torch.linalg.vector_norm(x, float("inf"))
+    e = torch.ceil(torch.log2(amax))
+    e = torch.where(torch.isfinite(e), e, float(SCALE_TOP)).clamp(-_EXP_CLAMP, _EXP_CLAMP)
+    scale = torch.exp2(SCALE_TOP - e)
+    out = torch.empty((2 if split else 1, *x.shape), dtype=torch.float16, device=x.device)
+    n = x.numel()
+    block = 1024
+    _float16_split_kernel[(triton.cdiv(n, block),)](x, scale, out[0], out[-1], n, LO=split, BLOCK=block)
+    return out[0], (out[1] if split else None), e
 
 
 def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight,
@@ -209,47 +269,33 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     if B * N * N * R == 0:
         return empty(B, N, N, R, dtype=dtype, device=device)
     mask = None if msa_mask is None else msa_mask.to(torch.float32)
-    a, b = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
-                   proj_b_weight, proj_b_bias, precision)
+    ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
+                 proj_b_weight, proj_b_bias, precision)
     if mask is None:
         mask = torch.ones(1, 1, 1, dtype=torch.float32, device=device).expand(B, S, N)
-    if dtype == torch.float32 and precision == "default":
-        return _outer_product_mean_blocks(a, b, mask, out_proj_weight, out_proj_bias, normalization)
-    if dtype == torch.float32:  # "fast": float16 operands (11-bit mantissa), float32 accumulation and output
-        a, b = a.half(), b.half()
+    scaled = dtype == torch.float32
+    split = scaled and precision == "default"
+    if scaled:  # float16 operands; "default" keeps a low half too (three products per pair of operands)
+        a, a_lo, e_a = _float16_operands(ab[0], split)
+        b, b_lo, e_b = _float16_operands(ab[1], split)
+        w, w_lo, e_w = _float16_operands(out_proj_weight.to(torch.float32).contiguous(), split)
+        inv_scale = torch.exp2(e_a + e_b + e_w - 3 * SCALE_TOP)
+        del ab  # the float32 projections are freed before the output is allocated
+        if not split:
+            a_lo, b_lo, w_lo = a, b, w  # unused
+    else:
+        a, b, w = ab[0], ab[1], out_proj_weight.to(dtype)
+        a_lo, b_lo, w_lo, inv_scale = a, b, w, mask  # unused
     out = empty(B, N, N, R, dtype=dtype, device=device)
     rden = 1.0 / mask.sum(1).clamp(min=1.0)  # (B, N), used by the seed normalization
-    w = out_proj_weight.to(a.dtype)
     wb = out_proj_bias.to(torch.float32)
     args = (a, *a.stride()[:3], b, *b.stride()[:3], mask, *mask.stride(), rden, *rden.stride(),
-            w, *w.stride(), wb, out, *out.stride(), S, N, R, bucket(S), bucket(N))
-    consts = {"C": c, "NORM": _NORM_CODE[normalization], "EPS": AF2_EPS}
+            w, *w.stride(), wb, a_lo, b_lo, w_lo, inv_scale, out, *out.stride(), S, N, R, bucket(S), bucket(N))
+    consts = {"C": c, "NORM": _NORM_CODE[normalization], "EPS": AF2_EPS, "SPLIT": split, "SCALED": scaled}
 
     def grid(meta):
         bi = meta["TILE_ROWS"] // c
         return (triton.cdiv(N, bi) * triton.cdiv(N, bi * meta["COLS_FACTOR"]), B)
 
     launch(_opm_kernel, _tuned_kernel, _configs, _prune, grid, args, consts, _interpret_meta(c))
-    return out
-
-
-FP32_BLOCK_BYTES = 16 << 20
-
-
-def _outer_product_mean_blocks(a, b, counts, out_proj_weight, out_proj_bias, normalization):
-    """float32 at the default precision: the reference's second half on blocks of output rows, in
-    cuBLAS IEEE float32 (~16 MiB of outer products a block).
-
-    Measured on the H200, 2026-11-29: the 3xTF32 Triton kernel ran opm-af2-main in 59.7 ms (only one
-    tile fits shared memory with float32 operands) where eager float32 cuBLAS took 5.4 ms, so float32
-    at the default precision takes cuBLAS on bounded blocks instead.
-    """
-    B, S, N, c = a.shape
-    R = out_proj_weight.shape[0]
-    out = empty(B, N, N, R, dtype=a.dtype, device=a.device)
-    rows = max(1, FP32_BLOCK_BYTES // (B * N * c * c * a.element_size()))
-    with ieee_fp32_matmul():
-        for i0 in range(0, N, rows):
-            out[:, i0:i0 + rows] = outer_product_mean_rows(a[:, :, i0:i0 + rows], b, counts[:, :, i0:i0 + rows],
-                                                           counts, out_proj_weight, out_proj_bias, normalization)
     return out
