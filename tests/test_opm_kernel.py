@@ -132,7 +132,7 @@ def test_wide_msa_dim_projects_in_blocks_of_rows():
     from evofuse.ops.layer_norm_linear import fits
 
     D = 600
-    assert not fits(D, 64, torch.float32)
+    assert not fits(D, 64, torch.bfloat16)
     mod = opm_module(D, 5, 32, seed=9)
     x = torch.randn(1, 3, 6, D)
     out, exact, _, ref32 = run(mod, x, random_mask(1, 3, 6, "rows", 3), torch.float32)

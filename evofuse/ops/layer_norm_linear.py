@@ -5,7 +5,8 @@ output columns in blocks of BLOCK_K: for each, a (BLOCK_D x BLOCK_K) tile of the
 (pipelined from L2), one matrix product, the bias, the row's mask value, and a store that can send
 column k to slot k // SLOT (the Outer Product Mean's a and b come out as two separate tensors). The
 normalized x never reaches device memory; each row is read once. Used for the Outer Product Mean's
-projections, and for row attention's query/key/value/gate projection and out_proj.
+projections. (Row attention's projections, K = 4 * 256 wide, ran 0.61 ms here against 0.44 ms for
+PyTorch's LayerNorm + cuBLAS on att-af2-main bf16 on the H200, and stay in PyTorch.)
 """
 
 from __future__ import annotations
@@ -16,30 +17,29 @@ import triton.language as tl
 
 from ._common import dot_precision, empty, interpreting
 
-# Tiles by operand width and row width, each measured by compiling for sm_90 (benchmarks/smem.py;
-# the H200 gives a block 227 KiB): 16-bit rows of 256: 128 KiB; of 512: 128 KiB. float32 (3xTF32,
-# whose operand splits need ~4x the row tile): rows of 128: 160 KiB; of 256: 136 KiB; of 512: 97 KiB.
-# (BLOCK_ROWS, BLOCK_K, num_warps) by BLOCK_D; wider rows take the PyTorch path.
-_TILES = {
-    2: {256: (128, 128, 8), 512: (64, 64, 4)},
-    4: {128: (64, 64, 4), 256: (32, 64, 4), 512: (16, 16, 4)},
-}
+# 16-bit operands only: with float32 rows and 3xTF32 products this kernel measured 5.1 ms for the
+# Outer Product Mean's projections on opm-af2-main on the H200 (LayerNorm + IEEE cuBLAS: ~0.5 ms), so
+# float32 takes the PyTorch path. Tiles: ~32 KiB of rows and ~32 KiB of weight columns, two weight
+# tiles in flight (the projections' K <= 128 columns are one step); 96 KiB at D = 256 or 512,
+# measured by compiling for sm_90 (benchmarks/smem.py). On the H200, 64 rows x 4 warps ran the
+# projections of opm-af2-main in 0.107 ms, 128 rows x 8 warps in 0.134 ms.
+ROW_TILE_BYTES = 32 * 1024
+WEIGHT_TILE_BYTES = 32 * 1024
 MAX_BLOCK_D = 512
 
 
-def _tiles(D: int, K: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
-    """(BLOCK_ROWS, BLOCK_D, BLOCK_K, num_warps) for a (K, D) weight of `dtype`."""
+def _tiles(D: int, K: int) -> tuple[int, int, int]:
+    """(BLOCK_ROWS, BLOCK_D, BLOCK_K) for a (K, D) weight of 16-bit elements."""
     block_d = max(16, triton.next_power_of_2(D))
+    block_k = min(max(16, triton.next_power_of_2(K)), max(16, WEIGHT_TILE_BYTES // 2 // block_d))
     if interpreting():
-        return 16, block_d, min(32, max(16, triton.next_power_of_2(K))), 4
-    by_width = _TILES[4 if dtype == torch.float32 else 2]
-    rows, block_k, warps = by_width[min(w for w in by_width if w >= block_d)]
-    return rows, block_d, min(block_k, max(16, triton.next_power_of_2(K))), warps
+        return 16, block_d, min(block_k, 32)
+    return max(16, min(128, ROW_TILE_BYTES // 2 // block_d)), block_d, block_k
 
 
 def fits(D: int, K: int, dtype: torch.dtype) -> bool:
-    """Whether rows of width D fit the fused kernel (K, the number of outputs, is streamed)."""
-    return max(16, triton.next_power_of_2(D)) <= MAX_BLOCK_D
+    """Whether the fused kernel takes rows of width D in `dtype` (16-bit; K is streamed)."""
+    return dtype in (torch.float16, torch.bfloat16) and max(16, triton.next_power_of_2(D)) <= MAX_BLOCK_D
 
 
 @triton.jit
@@ -98,9 +98,9 @@ def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weig
               eps: float = 1e-5, precision: str = "default") -> torch.Tensor:
     """(LayerNorm(x) @ weight.T + bias) * mask[..., None], LayerNorm only when ln_weight is given.
 
-    x (B, S, N, D), any strides, float32/bfloat16/float16; weight (K, D) and bias (K,) in x's dtype;
-    ln_weight, ln_bias (D,); mask (B, S, N) float32 or None. float32 uses 3xTF32 products at the
-    default precision (TF32 at "fast"); 16-bit inputs accumulate in float32.
+    x (B, S, N, D), any strides, bfloat16/float16 (float32 works, with 3xTF32 or TF32 products by
+    `precision`, but slowly: see above); weight (K, D) and bias (K,) in x's dtype; ln_weight, ln_bias
+    (D,); mask (B, S, N) float32 or None. Products accumulate in float32.
     Returns (K // slot, B, S, N, slot) contiguous in x's dtype, or (B, S, N, K) when slot is None.
     Needs fits(D, K, x.dtype).
     """
@@ -111,7 +111,7 @@ def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weig
     rows = B * S * N
     if rows == 0:
         return y if slot != K else y[0]
-    block_rows, block_d, block_k, warps = _tiles(D, K, x.dtype)
+    block_rows, block_d, block_k = _tiles(D, K)
     has_ln = ln_weight is not None
     lnw, lnb = (ln_weight, ln_bias) if has_ln else (weight, weight)  # unused without LayerNorm
     m = mask if mask is not None else y  # unused without a mask
@@ -120,5 +120,5 @@ def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weig
         x, *x.stride(), lnw, lnb, weight, *weight.stride(), bias, m, *m_strides,
         y, y.stride(0), slot, rows, S, N, D, K, eps,
         SLOT=slot, HAS_LN=has_ln, HAS_MASK=mask is not None, BLOCK_ROWS=block_rows, BLOCK_D=block_d,
-        BLOCK_K=block_k, PRECISION=dot_precision(x.dtype, precision), num_warps=warps, num_stages=2)
+        BLOCK_K=block_k, PRECISION=dot_precision(x.dtype, precision), num_warps=4, num_stages=2)
     return y if slot != K else y[0]

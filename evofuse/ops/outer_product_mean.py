@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections
-from ._common import bucket, empty, launch
+from ._common import bucket, empty, ieee_fp32_matmul, launch
 from .layer_norm_linear import fits, ln_linear
 
 FAST_HIDDEN_DIMS = (8, 16, 32)
@@ -201,8 +201,9 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
     """LayerNorm, both projections and the mask (float32 (B, S, N) or None): a and b as one contiguous
     (2, B, S, N, c) tensor.
 
-    One fused pass where the weight fits on chip (no normalized copy of the MSA in memory); wider
-    representations go through the reference's first half, a block of MSA rows at a time.
+    One fused pass for 16-bit inputs of width up to 512 (no normalized copy of the MSA in memory);
+    float32 (IEEE products) and wider representations go through the reference's first half, a
+    block of MSA rows at a time.
     """
     B, S, N, D = msa_repr.shape
     c = proj_a_weight.shape[0]
@@ -216,10 +217,11 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
     params = [p.to(dtype) for p in (layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
                                     proj_b_bias)]
     rows = max(1, (32 << 20) // max(1, B * N * D * msa_repr.element_size()))  # ~32 MiB of normalized MSA at a time
-    for s0 in range(0, S, rows):
-        block_mask = None if mask is None else mask[:, s0:s0 + rows]
-        ab[0, :, s0:s0 + rows], ab[1, :, s0:s0 + rows], _ = outer_product_mean_projections(
-            msa_repr[:, s0:s0 + rows], block_mask, *params)
+    with ieee_fp32_matmul():
+        for s0 in range(0, S, rows):
+            block_mask = None if mask is None else mask[:, s0:s0 + rows]
+            ab[0, :, s0:s0 + rows], ab[1, :, s0:s0 + rows], _ = outer_product_mean_projections(
+                msa_repr[:, s0:s0 + rows], block_mask, *params)
     return ab
 
 
