@@ -20,13 +20,12 @@ def compiled(kernel, types, consts, num_warps, num_stages):
 
 
 if __name__ == "__main__":
-    for dtype, name, prec in ((torch.bfloat16, "bf16", "tf32"),):
+    for name in ("bf16",):
         for D, K in ((64, 64), (128, 64), (256, 64), (256, 1024), (512, 64), (512, 2048)):
             rows, block_d, block_k = _tiles(D, K)
             warps = 4
             types = {n: f"*{name}" for n in POINTERS} | {"m_ptr": "*fp32", "eps": "fp32"}
-            consts = dict(SLOT=K, HAS_LN=True, HAS_MASK=True, BLOCK_ROWS=rows, BLOCK_D=block_d, BLOCK_K=block_k,
-                          PRECISION=prec)
+            consts = dict(SLOT=K, HAS_LN=True, HAS_MASK=True, BLOCK_ROWS=rows, BLOCK_D=block_d, BLOCK_K=block_k)
             meta = compiled(_ln_linear_kernel, types, consts, warps, 2)
             print(f"{name} D={D} K={K}: rows {rows} block_k {block_k} warps {warps}: "
                   f"{meta.shared / 1024:.0f} KiB shared")

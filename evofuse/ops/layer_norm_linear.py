@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import dot_precision, empty, interpreting
+from ._common import empty, interpreting
 
 # 16-bit operands only: with float32 rows and 3xTF32 products this kernel measured 5.1 ms for the
 # Outer Product Mean's projections on opm-af2-main on the H200 (LayerNorm + IEEE cuBLAS: ~0.5 ms), so
@@ -57,7 +57,6 @@ def _ln_linear_kernel(
     BLOCK_ROWS: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    PRECISION: tl.constexpr,
 ):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)  # [BLOCK_ROWS]
     rows_ok = rows < ROWS
@@ -85,7 +84,7 @@ def _ln_linear_kernel(
         k_ok = offs_k < K
         w_t = tl.load(w_ptr + offs_k[None, :] * stride_wk + offs_d[:, None] * stride_wd,
                       mask=d_ok[:, None] & k_ok[None, :], other=0.0)  # [BLOCK_D, BLOCK_K]
-        y = tl.dot(xn, w_t, input_precision=PRECISION)  # [BLOCK_ROWS, BLOCK_K]
+        y = tl.dot(xn, w_t)  # [BLOCK_ROWS, BLOCK_K], 16-bit operands, fp32 accumulator
         y += tl.load(bias_ptr + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
         if HAS_MASK:
             y = y * m[:, None]
@@ -95,15 +94,17 @@ def _ln_linear_kernel(
 
 def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weight: torch.Tensor | None = None,
               ln_bias: torch.Tensor | None = None, mask: torch.Tensor | None = None, slot: int | None = None,
-              eps: float = 1e-5, precision: str = "default") -> torch.Tensor:
+              eps: float = 1e-5) -> torch.Tensor:
     """(LayerNorm(x) @ weight.T + bias) * mask[..., None], LayerNorm only when ln_weight is given.
 
-    x (B, S, N, D), any strides, bfloat16/float16 (float32 works, with 3xTF32 or TF32 products by
-    `precision`, but slowly: see above); weight (K, D) and bias (K,) in x's dtype; ln_weight, ln_bias
-    (D,); mask (B, S, N) float32 or None. Products accumulate in float32.
+    x (B, S, N, D), any strides, bfloat16/float16; weight (K, D) and bias (K,) in x's dtype;
+    ln_weight, ln_bias (D,), any float dtype; mask (B, S, N) float32 or None. Products accumulate in
+    float32.
     Returns (K // slot, B, S, N, slot) contiguous in x's dtype, or (B, S, N, K) when slot is None.
     Needs fits(D, K, x.dtype).
     """
+    if not fits(x.shape[-1], weight.shape[0], x.dtype):
+        raise ValueError(f"ln_linear takes 16-bit rows of width <= {MAX_BLOCK_D}, got {x.dtype} rows of {x.shape[-1]}")
     B, S, N, D = x.shape
     K = weight.shape[0]
     slot = K if slot is None else slot
@@ -120,5 +121,5 @@ def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weig
         x, *x.stride(), lnw, lnb, weight, *weight.stride(), bias, m, *m_strides,
         y, y.stride(0), slot, rows, S, N, D, K, eps,
         SLOT=slot, HAS_LN=has_ln, HAS_MASK=mask is not None, BLOCK_ROWS=block_rows, BLOCK_D=block_d,
-        BLOCK_K=block_k, PRECISION=dot_precision(x.dtype, precision), num_warps=4, num_stages=2)
+        BLOCK_K=block_k, num_warps=4, num_stages=2)
     return y if slot != K else y[0]

@@ -211,8 +211,7 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
     if fits(D, 2 * c, dtype):
         w = torch.cat([proj_a_weight, proj_b_weight]).to(dtype)
         bias = torch.cat([proj_a_bias, proj_b_bias]).to(dtype)
-        return ln_linear(msa_repr, w, bias, layer_norm_weight, layer_norm_bias, mask, slot=c, eps=LAYER_NORM_EPS,
-                         precision=precision)
+        return ln_linear(msa_repr, w, bias, layer_norm_weight, layer_norm_bias, mask, slot=c, eps=LAYER_NORM_EPS)
     ab = torch.empty(2, B, S, N, c, dtype=dtype, device=msa_repr.device)
     params = [p.to(dtype) for p in (layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
                                     proj_b_bias)]
