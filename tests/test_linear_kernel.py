@@ -10,7 +10,8 @@ from .conftest import DEVICE
 from .helpers import random_mask
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+# bfloat16 products are wrong in Triton's interpreter (triton 3.9): checked on the GPU only
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.gpu)], ids=str)
 @pytest.mark.parametrize("D, K, slot", [(24, 40, None), (64, 96, 32), (7, 1, None)])
 @pytest.mark.parametrize("with_ln, with_mask", [(True, True), (False, False)])
 def test_ln_linear(dtype, D, K, slot, with_ln, with_mask):
