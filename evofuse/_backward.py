@@ -1,11 +1,16 @@
-"""Backward passes of the fused forwards: the reference recomputed under autograd one block at a time.
+"""Backward passes of the fused forwards.
 
-The forward kernels keep no N*N*c*c or S*h*N*N tensor, and neither does this backward: the Outer
-Product Mean is recomputed for a block of output rows i at a time, the row attention for a block of
-MSA rows s at a time (the rows are independent given the pair bias), each block sized to about
-BLOCK_BYTES of its large intermediate. Gradients of what every block shares (b, the pair bias, the
-weights) are summed by autograd in float32 (16-bit running sums lost ~1e-2 relative over the 16 blocks
-of att-af2-main on the H200) in a fixed block order: two backward passes give bit-identical gradients. These are PyTorch (cuBLAS) passes, not fused kernels.
+The Outer Product Mean's: the reference recomputed under autograd one block at a time.
+
+The forward kernel keeps no N*N*c*c tensor, and neither does this backward: the Outer Product Mean is
+recomputed for a block of output rows i at a time, each block sized to about BLOCK_BYTES of its
+outer products. Gradients of what every block shares (b, out_proj's weight and bias) are summed by
+autograd in float32 (16-bit running sums lost ~1e-2 relative over 16 blocks in a bf16 test on the
+H200) in a fixed block order: two backward passes give bit-identical gradients. These are PyTorch
+(cuBLAS) passes, not fused kernels.
+
+Row attention's backward (`msa_row_attention_backward`, last) is fused: the attention core's gradient
+comes from the kernels in `ops.row_attention`.
 """
 
 from __future__ import annotations
@@ -13,11 +18,12 @@ from __future__ import annotations
 import torch
 
 from . import reference as ref
+from .ops._common import ieee_fp32_matmul
 
 BLOCK_BYTES = 32 << 20
 
 
-def _leaf(t: torch.Tensor | None, needed: bool, dtype: torch.dtype | None = None) -> torch.Tensor | None:
+def leaf(t: torch.Tensor | None, needed: bool, dtype: torch.dtype | None = None) -> torch.Tensor | None:
     """A detached copy (cast to `dtype`) that collects its own gradient when `needed`."""
     if t is None:
         return None
@@ -51,8 +57,8 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     msa, mask, *params = inputs
     dtype = msa.dtype
     with torch.enable_grad():
-        msa_l = _leaf(msa, needs[0])
-        proj = [_leaf(p, n, dtype) for p, n in zip(params[:6], needs[2:8])]
+        msa_l = leaf(msa, needs[0])
+        proj = [leaf(p, n, dtype) for p, n in zip(params[:6], needs[2:8])]
         (w_leaf, w_out), (wb_leaf, b_out) = (_shared(p, n, dtype) for p, n in zip(params[6:], needs[8:]))
         a, b, counts = ref.outer_product_mean_projections(msa_l, mask, *proj)
         b_l, b_used = _shared(b, b.requires_grad, dtype)
@@ -60,7 +66,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
         B, S, N, c = a.shape
         rows = max(1, BLOCK_BYTES // max(1, B * N * c * c * a.element_size()))
         for i0 in range(0, N, rows):
-            a_rows = _leaf(a[:, :, i0:i0 + rows], da is not None)
+            a_rows = leaf(a[:, :, i0:i0 + rows], da is not None)
             out = ref.outer_product_mean_rows(a_rows, b_used, counts[:, :, i0:i0 + rows], counts, w_out, b_out,
                                               normalization)
             _backward([out], [grad_out[:, i0:i0 + rows].to(dtype)])
@@ -68,32 +74,44 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
                 da[:, :, i0:i0 + rows] = a_rows.grad
         _backward([a, b], [da, None if b_l.grad is None else b_l.grad.to(dtype)])
     leaves = [msa_l, None, *proj, w_leaf, wb_leaf]
-    return tuple(_grad(leaf, t, n) for leaf, t, n in zip(leaves, inputs, needs))
+    return tuple(_grad(lf, t, n) for lf, t, n in zip(leaves, inputs, needs))
 
 
-def msa_row_attention_backward(inputs, needs, grad_out, num_heads):
-    """Gradients of `reference.msa_row_attention_reference` (no dropout) for the tensors in `inputs`
-    (msa_repr, pair_repr, msa_mask, then the fourteen parameters), None where `needs` is False."""
-    msa, pair, mask, *params = inputs
+def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="default"):
+    """Gradients of the fused row attention for the tensors in `inputs` (msa_repr, pair_repr, msa_mask,
+    then the fourteen parameters), None where `needs` is False.
+
+    The projections and the pair bias are recomputed under autograd (cuBLAS); out_proj's backward is
+    two products; the attention core's backward is the custom op `evofuse::msa_row_attention_core_backward`
+    (fused kernels, `ops.row_attention.attention_core_backward`). What is kept between forward and
+    backward is the inputs only; the backward's buffers are of the size of qkvg and the pair bias.
+    """
+    from ._library import msa_row_attention_core_backward_op
+    from .ops.row_attention import pair_bias, project
+
+    msa, pair, msa_mask, *params = inputs
+    need_msa, need_pair, _, *need_params = needs
     dtype = msa.dtype
+    B, S, N, D = msa.shape
     with torch.enable_grad():
-        pair_l = _leaf(pair, needs[1], dtype)
-        shared = [_shared(p, n, dtype) for p, n in zip(params[:12], needs[3:15])]
-        w_z, b_z = (_leaf(p, n, dtype) for p, n in zip(params[12:], needs[15:]))
-        bias = torch.nn.functional.linear(pair_l, w_z, b_z).permute(0, 3, 1, 2)  # (B, h, N, N)
-        bias_l, bias_used = _shared(bias, bias.requires_grad, dtype)
-        B, S, N, D = msa.shape
-        dmsa = torch.empty_like(msa) if needs[0] else None
-        rows = max(1, BLOCK_BYTES // max(1, B * num_heads * N * N * msa.element_size()))
-        for s0 in range(0, S, rows):
-            x = _leaf(msa[:, s0:s0 + rows], needs[0])
-            m = None if mask is None else mask[:, s0:s0 + rows]
-            out = ref.msa_row_attention_with_bias(x, bias_used, m, *(used for _, used in shared), num_heads)
-            _backward([out], [grad_out[:, s0:s0 + rows].to(dtype)])
-            if dmsa is not None:
-                dmsa[:, s0:s0 + rows] = x.grad
-        _backward([bias], [None if bias_l.grad is None else bias_l.grad.to(dtype)])
-    grads = [dmsa, _grad(pair_l, pair, needs[1]), None]
-    leaves = [leaf for leaf, _ in shared] + [w_z, b_z]
-    grads += [_grad(leaf, t, n) for leaf, t, n in zip(leaves, params, needs[3:])]
+        msa_l = leaf(msa, need_msa)
+        proj = [leaf(p, n, dtype) for p, n in zip(params[:10], need_params[:10])]
+        qkvg = project(msa_l, proj[0], proj[1], proj[2::2], proj[3::2])
+        pair_l = leaf(pair, need_pair, dtype)
+        wz, bz = (leaf(p, n, dtype) for p, n in zip(params[12:], need_params[12:]))
+        z = pair_bias(pair_l, wz, bz, dtype)
+    wo = params[10].to(dtype)
+    go = grad_out.to(dtype).reshape(-1, D)
+    with ieee_fp32_matmul():
+        d_gated = (go @ wo).view(B, S, N, D)
+    dx, dz, gated = msa_row_attention_core_backward_op(qkvg.detach(), z.detach(), msa_mask, d_gated, num_heads,
+                                                       precision, z.requires_grad)
+    with ieee_fp32_matmul():
+        dwo = go.t() @ gated.view(-1, D) if need_params[10] else None
+    dbo = go.float().sum(0) if need_params[11] else None
+    _backward([qkvg, z], [dx, dz.to(dtype) if z.requires_grad else None])
+    grads = [_grad(msa_l, msa, need_msa), _grad(pair_l, pair, need_pair), None]
+    grads += [_grad(lf, p, n) for lf, p, n in zip(proj, params[:10], need_params[:10])]
+    grads += [None if dwo is None else dwo.to(params[10].dtype), None if dbo is None else dbo.to(params[11].dtype)]
+    grads += [_grad(wz, params[12], need_params[12]), _grad(bz, params[13], need_params[13])]
     return tuple(grads)

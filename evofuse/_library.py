@@ -56,16 +56,32 @@ def _(msa_repr, pair_repr, msa_mask, params, num_heads, precision):
 
 
 def _att_setup(ctx, inputs, output):
-    msa_repr, pair_repr, msa_mask, params, num_heads, _ = inputs
+    msa_repr, pair_repr, msa_mask, params, num_heads, precision = inputs
     ctx.save_for_backward(msa_repr, pair_repr, msa_mask, *params)
     ctx.num_heads = num_heads
+    ctx.precision = precision
 
 
 def _att_backward(ctx, grad_out):
     need_msa, need_pair, _, need_params = ctx.needs_input_grad[:4]
     grads = msa_row_attention_backward(ctx.saved_tensors, [need_msa, need_pair, False, *need_params], grad_out,
-                                       ctx.num_heads)
+                                       ctx.num_heads, ctx.precision)
     return grads[0], grads[1], None, list(grads[3:]), None, None
 
 
 msa_row_attention_op.register_autograd(_att_backward, setup_context=_att_setup)
+
+
+@torch.library.custom_op("evofuse::msa_row_attention_core_backward", mutates_args=())
+def msa_row_attention_core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, d_gated: Tensor,
+                                       num_heads: int, precision: str, need_dz: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """The Triton part of row attention's backward (`ops.row_attention.attention_core_backward`)."""
+    from .ops.row_attention import attention_core_backward
+
+    return attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision, need_dz)
+
+
+@msa_row_attention_core_backward_op.register_fake
+def _(qkvg, z, msa_mask, d_gated, num_heads, precision, need_dz):
+    dz = z.new_empty(z.shape if need_dz else (0,), dtype=torch.float32)
+    return qkvg.new_empty(qkvg.shape), dz, d_gated.new_empty(d_gated.shape, dtype=qkvg.dtype)

@@ -1,5 +1,6 @@
-"""Gradients through the fused forward against float64 autograd of the reference (SPEC 3), with the
-block-by-block recomputing backward forced to small blocks so that block edges are crossed."""
+"""Gradients through the fused forward against float64 autograd of the reference (SPEC 3): the Outer
+Product Mean's block-by-block recomputing backward forced to small blocks so that block edges are
+crossed, and row attention's fused backward kernels."""
 
 import copy
 
@@ -30,10 +31,15 @@ def test_opm_gradients(normalization):
     compare(got, exact, torch.float32)
 
 
-def test_attention_gradients():
-    mod = att_module(16, 4, 2, seed=3).to(DEVICE)
-    x, z = torch.randn(2, 3, 10, 16, device=DEVICE), torch.randn(2, 10, 10, 4, device=DEVICE)
-    mask = random_mask(2, 3, 10, "rows", 4).to(DEVICE)
+@pytest.mark.parametrize("B, S, N, h, d, mask_kind", [(2, 3, 10, 2, 8, "rows"), (1, 1, 17, 4, 8, "none"),
+                                                     (1, 2, 5, 1, 16, "ones"), (1, 3, 33, 2, 8, "random")])
+def test_attention_gradients(B, S, N, h, d, mask_kind):
+    """Shapes that cross the kernels' 16-wide tiles (17, 33), a fully masked MSA row ("rows"), no mask."""
+    D = h * d
+    mod = att_module(D, 4, h, seed=N).to(DEVICE)
+    x, z = torch.randn(B, S, N, D, device=DEVICE), torch.randn(B, N, N, 4, device=DEVICE)
+    mask = random_mask(B, S, N, mask_kind, 4)
+    mask = None if mask is None else mask.to(DEVICE)
     out, got = grads(mod, (x, z, mask), "triton")
     exact_out, exact = grads(copy.deepcopy(mod).double(), (x.double(), z.double(), mask), "torch")
     assert_contract(out, exact_out, torch.float32)

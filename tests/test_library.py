@@ -1,9 +1,9 @@
-"""The fused forwards as torch.library custom ops: opcheck, and torch.compile with fullgraph=True."""
+"""The fused operations as torch.library custom ops: opcheck, torch.compile with fullgraph=True, CUDA graphs."""
 
 import pytest
 import torch
 
-from evofuse._library import msa_row_attention_op, outer_product_mean_op
+from evofuse._library import msa_row_attention_core_backward_op, msa_row_attention_op, outer_product_mean_op
 
 from .conftest import DEVICE
 from .helpers import att_module, opm_module, random_mask
@@ -30,6 +30,16 @@ def att_args(requires_grad):
 def test_opcheck(op, make_args, requires_grad):
     torch.library.opcheck(op, make_args(requires_grad),
                           test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+@pytest.mark.parametrize("need_dz", [True, False])
+def test_opcheck_attention_core_backward(need_dz):
+    g = torch.Generator().manual_seed(3)
+    qkvg = torch.randn(1, 2, 9, 4 * 16, generator=g).to(DEVICE)
+    z = torch.randn(1, 2, 9, 9, generator=g).to(DEVICE)
+    d_gated = torch.randn(1, 2, 9, 16, generator=g).to(DEVICE)
+    args = (qkvg, z, random_mask(1, 2, 9, "rows", 3).to(DEVICE), d_gated, 2, "default", need_dz)
+    torch.library.opcheck(msa_row_attention_core_backward_op, args, test_utils=("test_schema", "test_faketensor"))
 
 
 class Trunk(torch.nn.Module):

@@ -23,10 +23,25 @@ import triton
 import triton.language as tl
 
 from ..reference import LAYER_NORM_EPS, MASK_LOGIT
-from ._common import bucket, dot_precision, ieee_fp32_matmul, launch
+from ._common import bucket, dot_precision, ieee_fp32_matmul, interpreting, launch
 
 MAX_HEAD_DIM = 128
 _LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _scores(q, k, z, m_row, offs_j, j_ok, stride_mj, qk_scale,
+            HAS_MASK: tl.constexpr, LOG2E: tl.constexpr, MASKED_LOGIT: tl.constexpr, PRECISION: tl.constexpr):
+    """Logits of a (query block, key block) tile in log2 units, q k^T / sqrt(d) + z (z: the float32
+    bias tile), masked keys replaced by -1e9, keys past N at -inf; and which keys carry a gradient
+    (unmasked and in range)."""
+    logit = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + z * LOG2E  # [BLOCK_M, BLOCK_N]
+    key_on = j_ok
+    if HAS_MASK:
+        key_on = key_on & (tl.load(m_row + offs_j * stride_mj, mask=j_ok, other=0) != 0)  # [BLOCK_N]
+        logit = tl.where(key_on[None, :], logit, MASKED_LOGIT)  # replaced, not added
+    logit = tl.where(j_ok[None, :], logit, float("-inf"))
+    return logit, key_on
 
 
 @triton.jit
@@ -34,6 +49,8 @@ def _row_attention_kernel(
     x_ptr, stride_xb, stride_xs, stride_xi,  # qkvg: (B, S, N, 4D); channel 0*D + h*d + e is q, 1*D.. k, 2*D.. v, 3*D.. gate
     z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # pair bias: (B, h, N, N)
     m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N) int8, 0 = masked
+    o_ptr, stride_ob, stride_os, stride_oi,  # out: (B, S, N, .), channel h*d + e; may be the queries themselves
+    st_ptr, stride_st, stride_lb, stride_ls, stride_lh,  # softmax statistics: (2, B, S, h, N) float32 (STORE_STATS)
     S, N, H, D, HEAD_DIM, qk_scale,  # qk_scale = log2(e) / sqrt(d)
     N_BUCKET,  # autotuning key only
     HAS_MASK: tl.constexpr,
@@ -41,6 +58,9 @@ def _row_attention_kernel(
     MASKED_LOGIT: tl.constexpr,  # -1e9 in log2 units
     BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr,
+    GATE: tl.constexpr,  # multiply by sigmoid(gate) (inference); the backward's recompute stores o itself
+    STORE_STATS: tl.constexpr,  # each row's running max (log2 units) and sum of exponentials, kept apart:
+    # for a fully masked row max + log2(sum) would lose log2(N) against -1e9 * log2(e) in float32
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -62,7 +82,7 @@ def _row_attention_kernel(
     q_ptrs = row_base + offs_i.to(tl.int64)[:, None] * stride_xi + (h * HEAD_DIM + offs_e)[None, :]
     q = tl.load(q_ptrs, mask=i_ok[:, None] & e_ok[None, :], other=0.0)  # [BLOCK_M, BLOCK_D]
     z_base = z_ptr + b * stride_zb + h * stride_zh + offs_i.to(tl.int64)[:, None] * stride_zi
-    m_base = m_ptr + b * stride_mb + s * stride_ms
+    m_row = m_ptr + b * stride_mb + s * stride_ms
 
     m_run = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     l_run = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -75,11 +95,8 @@ def _row_attention_kernel(
         k = tl.load(kv_ptrs + D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
         v = tl.load(kv_ptrs + 2 * D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
         z = tl.load(z_base + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=0.0)
-        logit = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + z.to(tl.float32) * LOG2E
-        if HAS_MASK:
-            key_on = tl.load(m_base + offs_j * stride_mj, mask=j_ok, other=0) != 0  # [BLOCK_N]
-            logit = tl.where(key_on[None, :], logit, MASKED_LOGIT)  # replaced, not added
-        logit = tl.where(j_ok[None, :], logit, float("-inf"))  # [BLOCK_M, BLOCK_N], log2 units
+        logit, _ = _scores(q, k, z.to(tl.float32), m_row, offs_j, j_ok, stride_mj, qk_scale, HAS_MASK, LOG2E,
+                           MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
         m_new = tl.maximum(m_run, tl.max(logit, axis=1))
         p = tl.math.exp2(logit - m_new[:, None])
         alpha = tl.math.exp2(m_run - m_new)
@@ -87,11 +104,195 @@ def _row_attention_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_run = m_new
 
-    g = tl.load(q_ptrs + 3 * D, mask=i_ok[:, None] & e_ok[None, :], other=0.0).to(tl.float32)
-    out = acc / l_run[:, None] * tl.sigmoid(g)
-    # the output overwrites this program's own queries (read above, by no other program): no race,
-    # and the merged-heads output needs no buffer of its own
-    tl.store(q_ptrs, out.to(x_ptr.dtype.element_ty), mask=i_ok[:, None] & e_ok[None, :])
+    out = acc / l_run[:, None]
+    if GATE:
+        out = out * tl.sigmoid(tl.load(q_ptrs + 3 * D, mask=i_ok[:, None] & e_ok[None, :], other=0.0).to(tl.float32))
+    if STORE_STATS:
+        stat = st_ptr + b * stride_lb + s * stride_ls + h * stride_lh + offs_i
+        tl.store(stat, m_run, mask=i_ok)
+        tl.store(stat + stride_st, l_run, mask=i_ok)
+    # when o_ptr is qkvg the output overwrites this program's own queries (read above, by no other
+    # program): no race, and the merged-heads output needs no buffer of its own
+    o_ptrs = o_ptr + b * stride_ob + s * stride_os + offs_i.to(tl.int64)[:, None] * stride_oi \
+        + (h * HEAD_DIM + offs_e)[None, :]
+    tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=i_ok[:, None] & e_ok[None, :])
+
+
+@triton.jit
+def _row_attention_bwd_dq_kernel(
+    x_ptr, stride_xb, stride_xs, stride_xi,  # qkvg: (B, S, N, 4D)
+    z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # pair bias: (B, h, N, N)
+    m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N) int8
+    do_ptr, stride_db, stride_ds, stride_di,  # gradient of the un-gated attention output: (B, S, N, D)
+    st_ptr, stride_st, dl_ptr, stride_lb, stride_ls, stride_lh,  # statistics (2, B, S, h, N), rowsum(do * o) (B, S, h, N)
+    dx_ptr,  # gradient of qkvg, same strides as qkvg: dq goes to channels [0, D)
+    S, N, H, D, HEAD_DIM, qk_scale, sm_scale,
+    HAS_MASK: tl.constexpr, LOG2E: tl.constexpr, MASKED_LOGIT: tl.constexpr, BLOCK_D: tl.constexpr,
+    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """dq for one (b, s, h, block of query rows): dL = P (dP - rowsum(do o)), dq = dL k / sqrt(d),
+    summed over key blocks inside the program (no atomics)."""
+    pid = tl.program_id(0).to(tl.int64)
+    s = pid % S
+    rest = pid // S
+    n_blk = tl.cdiv(N, BLOCK_M)
+    blk_i = rest % n_blk
+    rest = rest // n_blk
+    h = rest % H
+    b = rest // H
+
+    offs_i = blk_i * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
+    offs_e = tl.arange(0, BLOCK_D)  # [BLOCK_D]
+    i_ok = offs_i < N
+    ie_ok = i_ok[:, None] & (offs_e < HEAD_DIM)[None, :]
+    row_base = x_ptr + b * stride_xb + s * stride_xs
+    q_off = offs_i.to(tl.int64)[:, None] * stride_xi + (h * HEAD_DIM + offs_e)[None, :]
+    q = tl.load(row_base + q_off, mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
+    do = tl.load(do_ptr + b * stride_db + s * stride_ds + offs_i.to(tl.int64)[:, None] * stride_di
+                 + (h * HEAD_DIM + offs_e)[None, :], mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
+    stat = b * stride_lb + s * stride_ls + h * stride_lh + offs_i
+    row_max = tl.load(st_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
+    row_inv = 1.0 / tl.load(st_ptr + stride_st + stat, mask=i_ok, other=1.0)  # [BLOCK_M]
+    dl = tl.load(dl_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
+    z_base = z_ptr + b * stride_zb + h * stride_zh + offs_i.to(tl.int64)[:, None] * stride_zi
+    m_row = m_ptr + b * stride_mb + s * stride_ms
+
+    dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    for j0 in range(0, N, BLOCK_N):
+        offs_j = j0 + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+        j_ok = offs_j < N
+        kv_ptrs = row_base + offs_j.to(tl.int64)[:, None] * stride_xi + (h * HEAD_DIM + offs_e)[None, :]
+        kv_mask = j_ok[:, None] & (offs_e < HEAD_DIM)[None, :]
+        k = tl.load(kv_ptrs + D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+        v = tl.load(kv_ptrs + 2 * D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+        z = tl.load(z_base + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=0.0)
+        logit, key_on = _scores(q, k, z.to(tl.float32), m_row, offs_j, j_ok, stride_mj, qk_scale, HAS_MASK, LOG2E,
+                                MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
+        p = tl.math.exp2(logit - row_max[:, None]) * row_inv[:, None]  # [BLOCK_M, BLOCK_N]
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # [BLOCK_M, BLOCK_N]
+        ds = tl.where(key_on[None, :], p * (dp - dl[:, None]), 0.0)  # a replaced logit has no gradient
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)  # [BLOCK_M, BLOCK_D]
+    tl.store(dx_ptr + b * stride_xb + s * stride_xs + q_off, (dq * sm_scale).to(dx_ptr.dtype.element_ty), mask=ie_ok)
+
+
+@triton.jit
+def _row_attention_bwd_dkdv_kernel(
+    x_ptr, stride_xb, stride_xs, stride_xi,  # qkvg: (B, S, N, 4D)
+    z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # pair bias: (B, h, N, N)
+    m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N) int8
+    do_ptr, stride_db, stride_ds, stride_di,  # gradient of the un-gated attention output: (B, S, N, D)
+    st_ptr, stride_st, dl_ptr, stride_lb, stride_ls, stride_lh,  # as in the dq kernel
+    dx_ptr,  # gradient of qkvg: dk to channels [D, 2D), dv to [2D, 3D)
+    S, N, H, D, HEAD_DIM, qk_scale, sm_scale,
+    HAS_MASK: tl.constexpr, LOG2E: tl.constexpr, MASKED_LOGIT: tl.constexpr, BLOCK_D: tl.constexpr,
+    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """dk and dv for one (b, s, h, block of keys): dv = P^T do, dk = dL^T q / sqrt(d), summed over
+    query blocks inside the program."""
+    pid = tl.program_id(0).to(tl.int64)
+    s = pid % S
+    rest = pid // S
+    n_blk = tl.cdiv(N, BLOCK_N)
+    blk_j = rest % n_blk
+    rest = rest // n_blk
+    h = rest % H
+    b = rest // H
+
+    offs_j = blk_j * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    offs_e = tl.arange(0, BLOCK_D)  # [BLOCK_D]
+    j_ok = offs_j < N
+    e_ok = offs_e < HEAD_DIM
+    row_base = x_ptr + b * stride_xb + s * stride_xs
+    kv_off = offs_j.to(tl.int64)[:, None] * stride_xi + (h * HEAD_DIM + offs_e)[None, :]
+    kv_mask = j_ok[:, None] & e_ok[None, :]
+    k = tl.load(row_base + kv_off + D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+    v = tl.load(row_base + kv_off + 2 * D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+    m_row = m_ptr + b * stride_mb + s * stride_ms
+
+    dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    for i0 in range(0, N, BLOCK_M):
+        offs_i = i0 + tl.arange(0, BLOCK_M)  # [BLOCK_M]
+        i_ok = offs_i < N
+        ie_ok = i_ok[:, None] & e_ok[None, :]
+        q = tl.load(row_base + offs_i.to(tl.int64)[:, None] * stride_xi + (h * HEAD_DIM + offs_e)[None, :],
+                    mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
+        do = tl.load(do_ptr + b * stride_db + s * stride_ds + offs_i.to(tl.int64)[:, None] * stride_di
+                     + (h * HEAD_DIM + offs_e)[None, :], mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
+        stat = b * stride_lb + s * stride_ls + h * stride_lh + offs_i
+        row_max = tl.load(st_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
+        row_inv = 1.0 / tl.load(st_ptr + stride_st + stat, mask=i_ok, other=1.0)  # [BLOCK_M]
+        dl = tl.load(dl_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
+        z = tl.load(z_ptr + b * stride_zb + h * stride_zh + offs_i.to(tl.int64)[:, None] * stride_zi
+                    + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=0.0)
+        logit, key_on = _scores(q, k, z.to(tl.float32), m_row, offs_j, j_ok, stride_mj, qk_scale, HAS_MASK, LOG2E,
+                                MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
+        p = tl.where(i_ok[:, None], tl.math.exp2(logit - row_max[:, None]) * row_inv[:, None], 0.0)  # [BLOCK_M, BLOCK_N]
+        dv = tl.dot(tl.trans(p).to(do.dtype), do, dv, input_precision=PRECISION)  # [BLOCK_N, BLOCK_D]
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # [BLOCK_M, BLOCK_N]
+        ds = tl.where(key_on[None, :], p * (dp - dl[:, None]), 0.0)
+        dk = tl.dot(tl.trans(ds).to(q.dtype), q, dk, input_precision=PRECISION)  # [BLOCK_N, BLOCK_D]
+    dx_base = dx_ptr + b * stride_xb + s * stride_xs + kv_off
+    tl.store(dx_base + D, (dk * sm_scale).to(dx_ptr.dtype.element_ty), mask=kv_mask)
+    tl.store(dx_base + 2 * D, dv.to(dx_ptr.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _row_attention_bwd_dz_kernel(
+    x_ptr, stride_xb, stride_xs, stride_xi,  # qkvg: (B, S, N, 4D)
+    z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # pair bias: (B, h, N, N)
+    m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N) int8
+    do_ptr, stride_db, stride_ds, stride_di,  # gradient of the un-gated attention output: (B, S, N, D)
+    st_ptr, stride_st, dl_ptr, stride_lb, stride_ls, stride_lh,  # as in the dq kernel
+    dz_ptr,  # gradient of the pair bias: (B, h, N, N) float32, z's strides
+    S, N, H, D, HEAD_DIM, qk_scale,
+    HAS_MASK: tl.constexpr, LOG2E: tl.constexpr, MASKED_LOGIT: tl.constexpr, BLOCK_D: tl.constexpr,
+    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """The pair-bias gradient of one (b, h, block i, block j) tile, dz = sum_s dL_s, summed over the
+    MSA rows in order inside the program: deterministic, no atomics."""
+    pid = tl.program_id(0).to(tl.int64)
+    n_blk_j = tl.cdiv(N, BLOCK_N)
+    n_blk_i = tl.cdiv(N, BLOCK_M)
+    blk_j = pid % n_blk_j
+    rest = pid // n_blk_j
+    blk_i = rest % n_blk_i
+    rest = rest // n_blk_i
+    h = rest % H
+    b = rest // H
+
+    offs_i = blk_i * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
+    offs_j = blk_j * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    offs_e = tl.arange(0, BLOCK_D)  # [BLOCK_D]
+    i_ok = offs_i < N
+    j_ok = offs_j < N
+    e_ok = offs_e < HEAD_DIM
+    ie_ok = i_ok[:, None] & e_ok[None, :]
+    kv_mask = j_ok[:, None] & e_ok[None, :]
+    q_off = offs_i.to(tl.int64)[:, None] * stride_xi + (h * HEAD_DIM + offs_e)[None, :]
+    kv_off = offs_j.to(tl.int64)[:, None] * stride_xi + (h * HEAD_DIM + offs_e)[None, :]
+    do_off = offs_i.to(tl.int64)[:, None] * stride_di + (h * HEAD_DIM + offs_e)[None, :]
+    ij_ok = i_ok[:, None] & j_ok[None, :]
+    z_off = b * stride_zb + h * stride_zh + offs_i.to(tl.int64)[:, None] * stride_zi + offs_j[None, :] * stride_zj
+
+    z = tl.load(z_ptr + z_off, mask=ij_ok, other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_N], shared by every row s
+    dz = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for s in range(0, S):
+        row_base = x_ptr + b * stride_xb + s * stride_xs
+        q = tl.load(row_base + q_off, mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
+        k = tl.load(row_base + kv_off + D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+        v = tl.load(row_base + kv_off + 2 * D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+        do = tl.load(do_ptr + b * stride_db + s * stride_ds + do_off, mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
+        stat = b * stride_lb + s * stride_ls + h * stride_lh + offs_i
+        row_max = tl.load(st_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
+        row_inv = 1.0 / tl.load(st_ptr + stride_st + stat, mask=i_ok, other=1.0)  # [BLOCK_M]
+        dl = tl.load(dl_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
+        logit, key_on = _scores(q, k, z, m_ptr + b * stride_mb + s * stride_ms, offs_j, j_ok, stride_mj, qk_scale,
+                                HAS_MASK, LOG2E, MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
+        p = tl.math.exp2(logit - row_max[:, None]) * row_inv[:, None]  # [BLOCK_M, BLOCK_N]
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # [BLOCK_M, BLOCK_N]
+        dz += tl.where(key_on[None, :], p * (dp - dl[:, None]), 0.0)
+    tl.store(dz_ptr + z_off, dz, mask=ij_ok)
 
 
 def _configs() -> list[triton.Config]:
@@ -117,7 +318,8 @@ def _prune(configs, named_args, **kwargs):
 def _tuned_kernel():
     """Autotuned on the head width, the precision and a power-of-two bucket of N (GPU only). The kernel
     writes over its queries, so the tuner restores qkvg after each trial run."""
-    return triton.autotune(configs=_configs(), key=["N_BUCKET", "HEAD_DIM", "BLOCK_D", "PRECISION", "HAS_MASK"],
+    return triton.autotune(configs=_configs(), key=["N_BUCKET", "HEAD_DIM", "BLOCK_D", "PRECISION", "HAS_MASK", "GATE",
+                                                    "STORE_STATS"],
                            prune_configs_by={"early_config_prune": _prune}, restore_value=["x_ptr"])(_row_attention_kernel)
 
 
@@ -148,30 +350,112 @@ def out_projection(qkvg, weight, bias):
         return torch.addmm(bias.to(qkvg.dtype), x, weight.to(qkvg.dtype).t()).view(B, S, N, D)
 
 
+def _key_mask(msa_mask, B, S, N, device):
+    """The key mask as int8 (B, S, N), a broadcast ones tensor when there is none."""
+    if msa_mask is None:
+        return torch.ones(1, 1, 1, dtype=torch.int8, device=device).expand(B, S, N)
+    return (msa_mask != 0).to(torch.int8)
+
+
+def pair_bias(pair_repr, weight, bias, dtype):
+    """The pair bias (B, h, N, N), contiguous, computed once per batch element."""
+    return F.linear(pair_repr.to(dtype), weight.to(dtype), bias.to(dtype)).permute(0, 3, 1, 2).contiguous()
+
+
+def _common_args(qkvg, z, mask):
+    return (qkvg, *qkvg.stride()[:3], z, *z.stride(), mask, *mask.stride())
+
+
+def _core_consts(d, dtype, has_mask, precision):
+    return {"HAS_MASK": has_mask, "LOG2E": _LOG2E, "MASKED_LOGIT": MASK_LOGIT * _LOG2E,
+            "BLOCK_D": max(16, triton.next_power_of_2(d)), "PRECISION": dot_precision(dtype, precision)}
+
+
+def _attention_core(qkvg, z, mask, has_mask, num_heads, precision, out=None, stats=None):
+    """The forward kernel. Without `out`: gated, written over the queries in qkvg. With `out` (B, S, N, D)
+    and `stats` (2, B, S, h, N) float32: the un-gated output and each row's softmax max (log2 units)
+    and sum of exponentials (for the backward)."""
+    B, S, N, D4 = qkvg.shape
+    D = D4 // 4
+    d = D // num_heads
+    o, o_strides = (qkvg, qkvg.stride()[:3]) if out is None else (out, out.stride()[:3])
+    st_arg, st_strides = (mask, (0, 0, 0, 0)) if stats is None else (stats, stats.stride()[:4])
+    args = (*_common_args(qkvg, z, mask), o, *o_strides, st_arg, *st_strides, S, N, num_heads, D, d,
+            _LOG2E / math.sqrt(d), bucket(N))
+    consts = _core_consts(d, qkvg.dtype, has_mask, precision) | {"GATE": out is None, "STORE_STATS": stats is not None}
+    launch(_row_attention_kernel, _tuned_kernel, _configs, _prune,
+           lambda meta: (B * num_heads * triton.cdiv(N, meta["BLOCK_M"]) * S,), args, consts, _INTERPRET_META)
+
+
 def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, layer_norm_bias,
                              query_weight, query_bias, key_weight, key_bias, value_weight, value_bias,
                              gate_weight, gate_bias, out_proj_weight, out_proj_bias, pair_bias_weight,
                              pair_bias_bias, num_heads, precision="default"):
     """Fused forward; arguments as `evofuse.functional.msa_row_attention` (already validated)."""
     B, S, N, D = msa_repr.shape
-    h = num_heads
-    d = D // h
     dtype = msa_repr.dtype
     if msa_repr.numel() == 0:
         return torch.empty(B, S, N, D, dtype=dtype, device=msa_repr.device)
     qkvg = project(msa_repr, layer_norm_weight, layer_norm_bias,
                    (query_weight, key_weight, value_weight, gate_weight),
                    (query_bias, key_bias, value_bias, gate_bias))
-    z = F.linear(pair_repr.to(dtype), pair_bias_weight.to(dtype), pair_bias_bias.to(dtype))
-    z = z.permute(0, 3, 1, 2).contiguous()  # (B, h, N, N)
-    if msa_mask is None:
-        mask = torch.ones(1, 1, 1, dtype=torch.int8, device=msa_repr.device).expand(B, S, N)
-    else:
-        mask = (msa_mask != 0).to(torch.int8)
-    args = (qkvg, *qkvg.stride()[:3], z, *z.stride(), mask, *mask.stride(), S, N, h, D, d, _LOG2E / math.sqrt(d))
-    consts = {"N_BUCKET": bucket(N), "HAS_MASK": msa_mask is not None, "LOG2E": _LOG2E,
-              "MASKED_LOGIT": MASK_LOGIT * _LOG2E, "BLOCK_D": max(16, triton.next_power_of_2(d)),
-              "PRECISION": dot_precision(dtype, precision)}
-    launch(_row_attention_kernel, _tuned_kernel, _configs, _prune,
-           lambda meta: (B * h * triton.cdiv(N, meta["BLOCK_M"]) * S,), args, consts, _INTERPRET_META)
+    z = pair_bias(pair_repr, pair_bias_weight, pair_bias_bias, dtype)
+    mask = _key_mask(msa_mask, B, S, N, msa_repr.device)
+    _attention_core(qkvg, z, mask, msa_mask is not None, num_heads, precision)
     return out_projection(qkvg, out_proj_weight, out_proj_bias)
+
+
+def _bwd_meta(block_d: int) -> dict:
+    """Tiles of the three backward kernels (not autotuned yet): 64 x 64 up to head_dim 64, else 32 x 32."""
+    if interpreting():
+        return {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4}
+    bm = 64 if block_d <= 64 else 32
+    return {"BLOCK_M": bm, "BLOCK_N": bm, "num_warps": 4, "num_stages": 2}
+
+
+def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="default", need_dz=True):
+    """The kernels' part of the backward, from the gradient of the gated attention output d_gated
+    (B, S, N, D): returns the gradient of qkvg (B, S, N, 4D) in its dtype, of the pair bias z
+    (B, h, N, N) in float32 (an empty tensor without need_dz), and the gated output (B, S, N, D),
+    which out_proj's weight gradient needs.
+
+    The attention core runs once more to get its un-gated output and per-row softmax statistics;
+    then three kernels: dq (a program per query block, summing over keys), dk and dv (a program per
+    key block, summing over queries), and the pair-bias gradient (a program per (i, j) tile, summing
+    over the MSA rows in order). Nothing of size S*h*N*N exists and no atomics are used: the
+    gradients are bit-reproducible.
+    """
+    B, S, N, D4 = qkvg.shape
+    D = D4 // 4
+    h = num_heads
+    d = D // h
+    dtype = qkvg.dtype
+    mask = _key_mask(msa_mask, B, S, N, qkvg.device)
+    o = torch.empty(B, S, N, D, dtype=dtype, device=qkvg.device)
+    stats = torch.empty(2, B, S, h, N, dtype=torch.float32, device=qkvg.device)
+    _attention_core(qkvg, z, mask, msa_mask is not None, h, precision, out=o, stats=stats)
+
+    gate = torch.sigmoid(qkvg[..., 3 * D:].float())
+    d_gated = d_gated.float()
+    dx = torch.empty_like(qkvg)
+    dx[..., 3 * D:] = (d_gated * o.float() * gate * (1 - gate)).to(dtype)
+    gated = (o.float() * gate).to(dtype)
+    do = d_gated * gate
+    delta = (do * o.float()).view(B, S, N, h, d).sum(-1).permute(0, 1, 3, 2).contiguous()  # (B, S, h, N)
+    do = do.to(dtype)
+    del d_gated, gate, o
+
+    meta = _bwd_meta(max(16, triton.next_power_of_2(d)))
+    consts = _core_consts(d, dtype, msa_mask is not None, precision) | meta
+    tail = (S, N, h, D, d, _LOG2E / math.sqrt(d))
+    # the statistics and delta are indexed with the same (b, s, h) strides
+    common = (*_common_args(qkvg, z, mask), do, *do.stride()[:3], stats, stats.stride(0), delta,
+              *delta.stride()[:3])
+    n_i, n_j = triton.cdiv(N, meta["BLOCK_M"]), triton.cdiv(N, meta["BLOCK_N"])
+    _row_attention_bwd_dq_kernel[(B * h * n_i * S,)](*common, dx, *tail, 1 / math.sqrt(d), **consts)
+    _row_attention_bwd_dkdv_kernel[(B * h * n_j * S,)](*common, dx, *tail, 1 / math.sqrt(d), **consts)
+    if not need_dz:
+        return dx, torch.empty(0, dtype=torch.float32, device=qkvg.device), gated
+    dz = torch.empty(B, h, N, N, dtype=torch.float32, device=qkvg.device)
+    _row_attention_bwd_dz_kernel[(B * h * n_i * n_j,)](*common, dz, *tail, **consts)
+    return dx, dz, gated
