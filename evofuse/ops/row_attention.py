@@ -381,8 +381,9 @@ def _attention_core(qkvg, z, mask, has_mask, num_heads, precision, out=None, sta
     o, o_strides = (qkvg, qkvg.stride()[:3]) if out is None else (out, out.stride()[:3])
     st_arg, st_strides = (mask, (0, 0, 0, 0)) if stats is None else (stats, stats.stride()[:4])
     args = (*_common_args(qkvg, z, mask), o, *o_strides, st_arg, *st_strides, S, N, num_heads, D, d,
-            _LOG2E / math.sqrt(d), bucket(N))
-    consts = _core_consts(d, qkvg.dtype, has_mask, precision) | {"GATE": out is None, "STORE_STATS": stats is not None}
+            _LOG2E / math.sqrt(d))
+    consts = _core_consts(d, qkvg.dtype, has_mask, precision) | {"GATE": out is None, "STORE_STATS": stats is not None,
+                                                                 "N_BUCKET": bucket(N)}
     launch(_row_attention_kernel, _tuned_kernel, _configs, _prune,
            lambda meta: (B * num_heads * triton.cdiv(N, meta["BLOCK_M"]) * S,), args, consts, _INTERPRET_META)
 
