@@ -295,6 +295,40 @@ def _row_attention_bwd_dz_kernel(
     tl.store(dz_ptr + z_off, dz, mask=ij_ok)
 
 
+@triton.jit
+def _gate_backward_kernel(
+    x_ptr, stride_xr,  # qkvg as (ROWS, 4D): the gate is channel 3D + h*d + e
+    o_ptr,  # un-gated attention output (ROWS, D) contiguous; overwritten with do
+    dgt_ptr,  # gradient of the gated output (ROWS, D) contiguous
+    gated_ptr,  # out: the gated output (ROWS, D) contiguous (out_proj's weight gradient needs it)
+    dx_ptr,  # gradient of qkvg, x's strides: the gate's gradient goes to channels [3D, 4D)
+    delta_ptr, stride_db, stride_ds, stride_dh,  # out: rowsum(do * o) per head, (B, S, h, N) float32
+    ROWS, S, N, H, D, HEAD_DIM,
+    BLOCK_ROWS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_E: tl.constexpr,
+):
+    """The sigmoid gate's backward and the softmax backward's row sums in one pass, in float32."""
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)  # [BLOCK_ROWS]
+    hh = tl.arange(0, BLOCK_H)
+    e = tl.arange(0, BLOCK_E)
+    chan = hh[None, :, None] * HEAD_DIM + e[None, None, :]  # [1, BLOCK_H, BLOCK_E]
+    ok = (rows < ROWS)[:, None, None] & (hh < H)[None, :, None] & (e < HEAD_DIM)[None, None, :]
+    x_rows = rows[:, None, None] * stride_xr
+    d_rows = rows[:, None, None] * D + chan  # [BLOCK_ROWS, BLOCK_H, BLOCK_E]
+    g = tl.sigmoid(tl.load(x_ptr + x_rows + 3 * D + chan, mask=ok, other=0.0).to(tl.float32))
+    o = tl.load(o_ptr + d_rows, mask=ok, other=0.0).to(tl.float32)
+    dgt = tl.load(dgt_ptr + d_rows, mask=ok, other=0.0).to(tl.float32)
+    do = dgt * g
+    tl.store(dx_ptr + x_rows + 3 * D + chan, (dgt * o * g * (1.0 - g)).to(dx_ptr.dtype.element_ty), mask=ok)
+    tl.store(gated_ptr + d_rows, (o * g).to(gated_ptr.dtype.element_ty), mask=ok)
+    tl.store(o_ptr + d_rows, do.to(o_ptr.dtype.element_ty), mask=ok)
+    delta = tl.sum(do * o, axis=2)  # [BLOCK_ROWS, BLOCK_H]
+    b = rows // (S * N)
+    s = (rows // N) % S
+    i = rows % N
+    tl.store(delta_ptr + (b * stride_db + s * stride_ds + i)[:, None] + hh[None, :] * stride_dh, delta,
+             mask=(rows < ROWS)[:, None] & (hh < H)[None, :])
+
+
 def _configs() -> list[triton.Config]:
     """Candidate tiles; the first that survives pruning is the default (EVOFUSE_AUTOTUNE=0)."""
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
@@ -436,15 +470,17 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
     stats = torch.empty(2, B, S, h, N, dtype=torch.float32, device=qkvg.device)
     _attention_core(qkvg, z, mask, msa_mask is not None, h, precision, out=o, stats=stats)
 
-    gate = torch.sigmoid(qkvg[..., 3 * D:].float())
-    d_gated = d_gated.float()
+    rows = B * S * N
     dx = torch.empty_like(qkvg)
-    dx[..., 3 * D:] = (d_gated * o.float() * gate * (1 - gate)).to(dtype)
-    gated = (o.float() * gate).to(dtype)
-    do = d_gated * gate
-    delta = (do * o.float()).view(B, S, N, h, d).sum(-1).permute(0, 1, 3, 2).contiguous()  # (B, S, h, N)
-    do = do.to(dtype)
-    del d_gated, gate, o
+    gated = torch.empty(B, S, N, D, dtype=dtype, device=qkvg.device)
+    delta = torch.empty(B, S, h, N, dtype=torch.float32, device=qkvg.device)
+    block_h, block_e = triton.next_power_of_2(h), triton.next_power_of_2(d)
+    block_rows = max(1, 4096 // (block_h * block_e))
+    d_gated = d_gated.contiguous()
+    _gate_backward_kernel[(triton.cdiv(rows, block_rows),)](
+        qkvg, qkvg.stride(2), o, d_gated, gated, dx, delta, *delta.stride()[:3], rows, S, N, h, D, d,
+        BLOCK_ROWS=block_rows, BLOCK_H=block_h, BLOCK_E=block_e)
+    do = o  # the gate kernel wrote do over o
 
     meta = _bwd_meta(max(16, triton.next_power_of_2(d)))
     consts = _core_consts(d, dtype, msa_mask is not None, precision) | meta
