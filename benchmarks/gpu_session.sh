@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device-machine session: `benchmarks/gpu_session.sh tests` runs the tests on the GPU and
-# compute-sanitizer; `... probe` prints kernel-by-kernel and per-config times; `... bench ARGS` runs `evofuse bench ARGS`.
+# One device-machine session: `benchmarks/gpu_session.sh tests` runs the gpu-marked tests, `tests-rest` the
+# others on CUDA tensors and compute-sanitizer; `... probe` prints kernel-by-kernel and per-config times; `... bench ARGS` runs `evofuse bench ARGS`.
 # Wheels carried in .whl/ and .whl2/ (cuEquivariance) are installed into /tmp/site first.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:/tmp/site"
@@ -14,10 +14,16 @@ done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 case "${1:-tests}" in
-  tests)  # every test on the GPU (the CPU tests run there on CUDA tensors too), then memcheck at small shapes
-    timeout 470 python3 -m pytest -q --maxfail=10 tests/ --durations=10 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
-    timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -m gpu tests/test_gpu.py \
-      -k "opm_awkward and 17-3 or attention_awkward and 17-3" 2>&1 | tee "$OUT/memcheck.log" | tail -8
+  tests)  # the gpu-marked tests (about 5 minutes on the H200)
+    timeout 560 python3 -m pytest -q --maxfail=10 tests/test_gpu.py --durations=10 2>&1 | grep -v DEBUG \
+      | tee "$OUT/gpu-tests.log" | tail -40
+    ;;
+  tests-rest)  # every other test on CUDA tensors, then memcheck at small shapes
+    timeout 450 python3 -m pytest -q --maxfail=10 tests/ --ignore=tests/test_gpu.py --durations=10 2>&1 \
+      | grep -v DEBUG | tee "$OUT/other-tests.log" | tail -30
+    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -m gpu tests/test_gpu.py \
+      -k "opm_awkward and 17-3 or attention_awkward and 17-3 or gradients_awkward and 17-5" 2>&1 \
+      | tee "$OUT/memcheck.log" | tail -8
     ;;
   probe)  # kernel-by-kernel device time of the main cases, and each candidate config's time
     for dt in bfloat16 float32; do

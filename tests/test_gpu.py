@@ -100,6 +100,21 @@ def test_suite_gradients(name, dtype):
     compare(got, exact, dtype, lowp)
 
 
+@pytest.mark.parametrize("N, S, h, d", [(97, 3, 2, 64), (40, 2, 1, 128), (17, 5, 3, 24)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_attention_gradients_awkward(N, S, h, d, dtype):
+    """The fused backward kernels at shapes that cross their tiles, every head width class."""
+    mod = att_module(h * d, 12, h, seed=N + d).cuda()
+    inputs = [torch.randn(2, S, N, h * d, device="cuda").to(dtype), torch.randn(2, N, N, 12, device="cuda").to(dtype),
+              random_mask(2, S, N, "rows", N).cuda()]
+    out, got = grads(copy.deepcopy(mod).to(dtype), inputs, "triton")
+    lowp_out, lowp = grads(copy.deepcopy(mod).to(dtype), inputs, "torch") if dtype != torch.float32 else (None, None)
+    exact_out, exact = grads(copy.deepcopy(mod).to(dtype).double(),
+                             [t.double() if t.dim() == 4 else t for t in inputs], "torch")
+    assert_contract(out, exact_out, dtype, lowp_ref=lowp_out)
+    compare(got, exact, dtype, lowp)
+
+
 def _extra_mib(fn):
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from ..reference import LAYER_NORM_EPS, MASK_LOGIT
-from ._common import bucket, dot_precision, ieee_fp32_matmul, interpreting, launch
+from ._common import bucket, dot_precision, ieee_fp32_matmul, launch
 
 MAX_HEAD_DIM = 128
 _LOG2E = 1.4426950408889634
@@ -127,8 +127,9 @@ def _row_attention_bwd_dq_kernel(
     st_ptr, stride_st, dl_ptr, stride_lb, stride_ls, stride_lh,  # statistics (2, B, S, h, N), rowsum(do * o) (B, S, h, N)
     dx_ptr,  # gradient of qkvg, same strides as qkvg: dq goes to channels [0, D)
     S, N, H, D, HEAD_DIM, qk_scale, sm_scale,
+    N_BUCKET,  # autotuning key only
     HAS_MASK: tl.constexpr, LOG2E: tl.constexpr, MASKED_LOGIT: tl.constexpr, BLOCK_D: tl.constexpr,
-    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr, OPERAND_BYTES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """dq for one (b, s, h, block of query rows): dL = P (dP - rowsum(do o)), dq = dL k / sqrt(d),
     summed over key blocks inside the program (no atomics)."""
@@ -184,8 +185,9 @@ def _row_attention_bwd_dkdv_kernel(
     st_ptr, stride_st, dl_ptr, stride_lb, stride_ls, stride_lh,  # as in the dq kernel
     dx_ptr,  # gradient of qkvg: dk to channels [D, 2D), dv to [2D, 3D)
     S, N, H, D, HEAD_DIM, qk_scale, sm_scale,
+    N_BUCKET,  # autotuning key only
     HAS_MASK: tl.constexpr, LOG2E: tl.constexpr, MASKED_LOGIT: tl.constexpr, BLOCK_D: tl.constexpr,
-    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr, OPERAND_BYTES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """dk and dv for one (b, s, h, block of keys): dv = P^T do, dk = dL^T q / sqrt(d), summed over
     query blocks inside the program."""
@@ -246,8 +248,9 @@ def _row_attention_bwd_dz_kernel(
     st_ptr, stride_st, dl_ptr, stride_lb, stride_ls, stride_lh,  # as in the dq kernel
     dz_ptr,  # gradient of the pair bias: (B, h, N, N) float32, z's strides
     S, N, H, D, HEAD_DIM, qk_scale,
+    N_BUCKET,  # autotuning key only
     HAS_MASK: tl.constexpr, LOG2E: tl.constexpr, MASKED_LOGIT: tl.constexpr, BLOCK_D: tl.constexpr,
-    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr, OPERAND_BYTES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """The pair-bias gradient of one (b, h, block i, block j) tile, dz = sum_s dL_s, summed over the
     MSA rows in order inside the program: deterministic, no atomics."""
@@ -440,12 +443,29 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
     return out_projection(qkvg, out_proj_weight, out_proj_bias)
 
 
-def _bwd_meta(block_d: int) -> dict:
-    """Tiles of the three backward kernels (not autotuned yet): 64 x 64 up to head_dim 64, else 32 x 32."""
-    if interpreting():
-        return {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4}
-    bm = 64 if block_d <= 64 else 32
-    return {"BLOCK_M": bm, "BLOCK_N": bm, "num_warps": 4, "num_stages": 2}
+def _bwd_configs() -> list[triton.Config]:
+    """Candidate tiles of the three backward kernels; the first that survives pruning is the default."""
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
+            for bm, bn, w, st in ((64, 64, 4, 2), (128, 64, 8, 2), (64, 128, 8, 2), (128, 128, 8, 2), (64, 32, 4, 2),
+                                  (32, 64, 4, 2), (64, 64, 4, 3), (128, 64, 4, 2), (32, 32, 4, 2))]
+
+
+def _bwd_prune(configs, named_args, **kwargs):
+    """Keeps tiles whose shared memory fits: (BLOCK_M + BLOCK_N) * BLOCK_D * e * 2 + BLOCK_M * BLOCK_N * e
+    bytes with e the operand bytes (8 for float32 at 3xTF32, whose splits double it), which matched
+    sm_90 compilations of these kernels within ~10% (benchmarks/smem.py's method), under 200 KiB."""
+    block_d, e = kwargs["BLOCK_D"], kwargs["OPERAND_BYTES"]
+    kept = [c for c in configs if (c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"]) * block_d * e * 2
+            + c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] * e <= 200 * 1024]
+    return kept or configs[-1:]
+
+
+@functools.lru_cache(maxsize=None)
+def _tuned_bwd(kernel_name: str):
+    """One backward kernel autotuned on the head width, precision, mask and a power-of-two bucket of N.
+    Each writes only its own outputs, so the tuner's repeated runs are harmless."""
+    return triton.autotune(configs=_bwd_configs(), key=["N_BUCKET", "HEAD_DIM", "BLOCK_D", "PRECISION", "HAS_MASK"],
+                           prune_configs_by={"early_config_prune": _bwd_prune})(globals()[kernel_name])
 
 
 def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="default", need_dz=True):
@@ -482,17 +502,28 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
         BLOCK_ROWS=block_rows, BLOCK_H=block_h, BLOCK_E=block_e)
     do = o  # the gate kernel wrote do over o
 
-    meta = _bwd_meta(max(16, triton.next_power_of_2(d)))
-    consts = _core_consts(d, dtype, msa_mask is not None, precision) | meta
+    consts = _core_consts(d, dtype, msa_mask is not None, precision)
+    consts["N_BUCKET"] = bucket(N)
+    consts["OPERAND_BYTES"] = 2 if dtype != torch.float32 else (8 if consts["PRECISION"] == "tf32x3" else 4)
     tail = (S, N, h, D, d, _LOG2E / math.sqrt(d))
     # the statistics and delta are indexed with the same (b, s, h) strides
     common = (*_common_args(qkvg, z, mask), do, *do.stride()[:3], stats, stats.stride(0), delta,
               *delta.stride()[:3])
-    n_i, n_j = triton.cdiv(N, meta["BLOCK_M"]), triton.cdiv(N, meta["BLOCK_N"])
-    _row_attention_bwd_dq_kernel[(B * h * n_i * S,)](*common, dx, *tail, 1 / math.sqrt(d), **consts)
-    _row_attention_bwd_dkdv_kernel[(B * h * n_j * S,)](*common, dx, *tail, 1 / math.sqrt(d), **consts)
+
+    def run(kernel, grid, *args):
+        launch(kernel, lambda: _tuned_bwd(kernel.__name__), _bwd_configs, _bwd_prune, grid, args, consts,
+               _INTERPRET_META)
+
+    def blocks(n, block):
+        return triton.cdiv(N, n[block])
+
+    run(_row_attention_bwd_dq_kernel, lambda m: (B * h * blocks(m, "BLOCK_M") * S,), *common, dx, *tail,
+        1 / math.sqrt(d))
+    run(_row_attention_bwd_dkdv_kernel, lambda m: (B * h * blocks(m, "BLOCK_N") * S,), *common, dx, *tail,
+        1 / math.sqrt(d))
     if not need_dz:
         return dx, torch.empty(0, dtype=torch.float32, device=qkvg.device), gated
     dz = torch.empty(B, h, N, N, dtype=torch.float32, device=qkvg.device)
-    _row_attention_bwd_dz_kernel[(B * h * n_i * n_j,)](*common, dz, *tail, **consts)
+    run(_row_attention_bwd_dz_kernel, lambda m: (B * h * blocks(m, "BLOCK_M") * blocks(m, "BLOCK_N"),), *common, dz,
+        *tail)
     return dx, dz, gated
