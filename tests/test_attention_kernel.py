@@ -112,3 +112,20 @@ def test_dropout_distribution_in_training():
     assert not torch.allclose(draws[0], draws[1])
     se = draws.std(0) / 2000 ** 0.5
     assert ((draws.mean(0) - expected).abs() <= 5 * se + 1e-6).all()
+
+
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.int64, torch.float64])
+def test_mask_of_any_dtype_is_read_as_it_is(mask_dtype):
+    """The kernels read the caller's mask (bool, integer, float; here broadcast over the batch) without
+    a converted copy; forward and gradients match the float mask's."""
+    mod = att_module(16, 4, 2, seed=8).to(DEVICE)
+    x, z = torch.randn(2, 3, 9, 16, device=DEVICE), torch.randn(2, 9, 9, 4, device=DEVICE)
+    mask = random_mask(1, 3, 9, "rows", 3).to(DEVICE).expand(2, 3, 9)
+    outs = []
+    for m in (mask, mask.to(mask_dtype)):
+        xi = x.clone().requires_grad_(True)
+        out = mod(xi, z, m, impl="triton")
+        out.square().sum().backward()
+        outs.append((out.detach(), xi.grad))
+    torch.testing.assert_close(outs[1][0], outs[0][0], rtol=0, atol=0)
+    torch.testing.assert_close(outs[1][1], outs[0][1], rtol=0, atol=0)

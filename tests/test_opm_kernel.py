@@ -137,3 +137,13 @@ def test_wide_msa_dim_projects_in_blocks_of_rows():
     x = torch.randn(1, 3, 6, D)
     out, exact, _, ref32 = run(mod, x, random_mask(1, 3, 6, "rows", 3), torch.float32)
     assert_contract(out, exact, torch.float32, ref_fp32=ref32)
+
+
+@pytest.mark.parametrize("normalization", NORMS)
+def test_mask_of_any_dtype(normalization):
+    mod = opm_module(12, 6, 8, seed=9, normalization=normalization).to(DEVICE)
+    x = torch.randn(2, 5, 7, 12, device=DEVICE)
+    mask = random_mask(2, 5, 7, "rows", 4).to(DEVICE)
+    ref = mod(x, mask, impl="triton")
+    for dt in (torch.bool, torch.int32):
+        torch.testing.assert_close(mod(x, mask.to(dt), impl="triton"), ref, rtol=0, atol=0)

@@ -33,8 +33,7 @@ _NORM_CODE = {name: k for k, name in enumerate(NORMALIZATIONS)}  # seed 0, af2 1
 def _opm_kernel(
     a_ptr, stride_ab, stride_as, stride_ai,  # a: (B, S, N, C), masked; channel stride 1
     b_ptr, stride_bb, stride_bs, stride_bj,  # b: (B, S, N, C), masked; channel stride 1
-    m_ptr, stride_mb, stride_ms, stride_mi,  # mask: (B, S, N) float32 (af2 / boltz only)
-    rden_ptr, stride_rb, stride_ri,  # 1 / max(sum_s mask, 1): (B, N) float32 (seed only)
+    m_ptr, stride_mb, stride_ms, stride_mi,  # mask: (B, S, N) float32 (HAS_MASK only): the counts
     w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C)
     wb_ptr,  # out_proj bias: (R,)
     a_lo_ptr, b_lo_ptr, w_lo_ptr,  # SPLIT only: the low float16 halves, with a's, b's and w's strides
@@ -44,6 +43,7 @@ def _opm_kernel(
     S_BUCKET, N_BUCKET,  # autotuning keys only
     C: tl.constexpr,
     NORM: tl.constexpr,  # 0 seed, 1 af2, 2 boltz
+    HAS_MASK: tl.constexpr,  # without a mask every count is S
     EPS: tl.constexpr,
     TILE_ROWS: tl.constexpr,  # BLOCK_I * C, rows of the first product
     COLS_FACTOR: tl.constexpr,  # BLOCK_J = COLS_FACTOR * BLOCK_I
@@ -80,7 +80,8 @@ def _opm_kernel(
     offs_i = blk_i * BLOCK_I + tl.arange(0, BLOCK_I)  # [BLOCK_I]
     offs_j = blk_j * BLOCK_J + tl.arange(0, BLOCK_J)  # [BLOCK_J]
     acc = tl.zeros((BLOCK_I * C, BLOCK_J * C), dtype=tl.float32)
-    norm = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)
+    norm = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)  # af2 / boltz: sum_s mask[s, i] mask[s, j]
+    count_i = tl.zeros((BLOCK_I,), dtype=tl.float32)  # seed: sum_s mask[s, i]
     for s0 in range(0, S, BLOCK_S):
         s = s0 + offs_s
         s_ok = s < S
@@ -99,18 +100,23 @@ def _opm_kernel(
             acc = tl.dot(a_t, b_lo, acc)
             acc = tl.dot(a_lo, b_t, acc)
         acc = tl.dot(a_t, b_t, acc)  # 16-bit operands, fp32 accumulator
-        if NORM != 0:
+        if HAS_MASK:
             m_base = m_ptr + pid_b * stride_mb + s64 * stride_ms
             m_i = tl.load(m_base[:, None] + offs_i[None, :] * stride_mi,
                           mask=s_ok[:, None] & (offs_i < N)[None, :], other=0.0)  # [BLOCK_S, BLOCK_I]
-            m_j = tl.load(m_base[:, None] + offs_j[None, :] * stride_mi,
-                          mask=s_ok[:, None] & (offs_j < N)[None, :], other=0.0)  # [BLOCK_S, BLOCK_J]
-            norm += tl.sum(m_i[:, :, None] * m_j[:, None, :], axis=0)  # [BLOCK_I, BLOCK_J]
+            if NORM == 0:
+                count_i += tl.sum(m_i, axis=0)
+            else:
+                m_j = tl.load(m_base[:, None] + offs_j[None, :] * stride_mi,
+                              mask=s_ok[:, None] & (offs_j < N)[None, :], other=0.0)  # [BLOCK_S, BLOCK_J]
+                norm += tl.sum(m_i[:, :, None] * m_j[:, None, :], axis=0)  # [BLOCK_I, BLOCK_J]
+    if not HAS_MASK:
+        count_i += S
+        norm += S
 
     # per-(i, j) scale of the outer products, and of the bias (af2 divides after the linear)
     if NORM == 0:
-        rden = tl.load(rden_ptr + pid_b * stride_rb + offs_i * stride_ri, mask=offs_i < N, other=1.0)
-        scale = tl.broadcast_to(rden[:, None], (BLOCK_I, BLOCK_J))
+        scale = tl.broadcast_to((1.0 / tl.maximum(count_i, 1.0))[:, None], (BLOCK_I, BLOCK_J))
     elif NORM == 1:
         scale = 1.0 / (EPS + norm)
     else:
@@ -186,7 +192,8 @@ def _tuned_kernel():
     buckets of S and N (GPU only; built on first use so that importing needs no device). Candidates
     that run out of shared memory (the split float32 form needs twice the operand tiles) are skipped
     by the tuner."""
-    return triton.autotune(configs=_configs(), key=["C", "R", "S_BUCKET", "N_BUCKET", "NORM", "SPLIT", "SCALED"],
+    return triton.autotune(configs=_configs(), key=["C", "R", "S_BUCKET", "N_BUCKET", "NORM", "HAS_MASK", "SPLIT",
+                                                    "SCALED"],
                            prune_configs_by={"early_config_prune": _prune})(_opm_kernel)
 
 
@@ -243,19 +250,22 @@ SCALE_TOP = 7
 _EXP_CLAMP = 100.0  # 2**(SCALE_TOP + 100) and 2**(SCALE_TOP - 100) are finite float32
 
 
-def _float16_operands(x: torch.Tensor, split: bool):
-    """x (float32, contiguous) scaled by a power of two and split into float16 (hi, lo or None), and
-    the exponent e of the scale 2**(SCALE_TOP - e), as a device tensor (no host synchronization).
-    Inputs with Inf or NaN keep the scale 1."""
-    amax = torch.linalg.vector_norm(x, float("inf"))
+def _float16_operands(tensors, split: bool):
+    """Each float32 tensor scaled by a power of two and split into float16 (hi, lo or None); and
+    1 / (the product of the scales), a one-element device tensor (no host synchronization). The scale
+    of x is 2**(SCALE_TOP - ceil(log2(max |x|))); a tensor holding Inf or NaN keeps the scale 1."""
+    amax = torch.stack([torch.linalg.vector_norm(x, float("inf")) for x in tensors])
     e = torch.ceil(torch.log2(amax))
     e = torch.where(torch.isfinite(e), e, float(SCALE_TOP)).clamp(-_EXP_CLAMP, _EXP_CLAMP)
-    scale = torch.exp2(SCALE_TOP - e)
-    out = torch.empty((2 if split else 1, *x.shape), dtype=torch.float16, device=x.device)
-    n = x.numel()
-    block = 1024
-    _float16_split_kernel[(triton.cdiv(n, block),)](x, scale, out[0], out[-1], n, LO=split, BLOCK=block)
-    return out[0], (out[1] if split else None), e
+    scales = torch.exp2(SCALE_TOP - e)
+    out = []
+    for k, x in enumerate(tensors):
+        halves = torch.empty((2 if split else 1, *x.shape), dtype=torch.float16, device=x.device)
+        n = x.numel()
+        block = 1024
+        _float16_split_kernel[(triton.cdiv(n, block),)](x, scales[k:], halves[0], halves[-1], n, LO=split, BLOCK=block)
+        out.append((halves[0], halves[1] if split else None))
+    return out, torch.exp2(e.sum() - len(tensors) * SCALE_TOP)
 
 
 def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight,
@@ -272,27 +282,24 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     mask = None if msa_mask is None else msa_mask.to(torch.float32)
     ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
                  proj_b_weight, proj_b_bias, precision)
-    if mask is None:
-        mask = torch.ones(1, 1, 1, dtype=torch.float32, device=device).expand(B, S, N)
     scaled = dtype == torch.float32
     split = scaled and precision == "default"
     if scaled:  # float16 operands; "default" keeps a low half too (three products per pair of operands)
-        a, a_lo, e_a = _float16_operands(ab[0], split)
-        b, b_lo, e_b = _float16_operands(ab[1], split)
-        w, w_lo, e_w = _float16_operands(out_proj_weight.to(torch.float32).contiguous(), split)
-        inv_scale = torch.exp2(e_a + e_b + e_w - 3 * SCALE_TOP)
+        ((a, a_lo), (b, b_lo), (w, w_lo)), inv_scale = _float16_operands(
+            (ab[0], ab[1], out_proj_weight.to(torch.float32).contiguous()), split)
         del ab  # the float32 projections are freed before the output is allocated
         if not split:
             a_lo, b_lo, w_lo = a, b, w  # unused
     else:
         a, b, w = ab[0], ab[1], out_proj_weight.to(dtype)
-        a_lo, b_lo, w_lo, inv_scale = a, b, w, mask  # unused
+        a_lo, b_lo, w_lo, inv_scale = a, b, w, a  # unused
     out = empty(B, N, N, R, dtype=dtype, device=device)
-    rden = 1.0 / mask.sum(1).clamp(min=1.0)  # (B, N), used by the seed normalization
     wb = out_proj_bias.to(torch.float32)
-    args = (a, *a.stride()[:3], b, *b.stride()[:3], mask, *mask.stride(), rden, *rden.stride(),
-            w, *w.stride(), wb, a_lo, b_lo, w_lo, inv_scale, out, *out.stride(), S, N, R, bucket(S), bucket(N))
-    consts = {"C": c, "NORM": _NORM_CODE[normalization], "EPS": AF2_EPS, "SPLIT": split, "SCALED": scaled}
+    m, m_strides = (a, (0, 0, 0)) if mask is None else (mask, mask.stride())  # a: unused without a mask
+    args = (a, *a.stride()[:3], b, *b.stride()[:3], m, *m_strides, w, *w.stride(), wb, a_lo, b_lo, w_lo, inv_scale,
+            out, *out.stride(), S, N, R, bucket(S), bucket(N))
+    consts = {"C": c, "NORM": _NORM_CODE[normalization], "HAS_MASK": mask is not None, "EPS": AF2_EPS,
+              "SPLIT": split, "SCALED": scaled}
 
     def grid(meta):
         bi = meta["TILE_ROWS"] // c

@@ -48,7 +48,7 @@ def _scores(q, k, z, m_row, offs_j, j_ok, stride_mj, qk_scale,
 def _row_attention_kernel(
     x_ptr, stride_xb, stride_xs, stride_xi,  # qkvg: (B, S, N, 4D); channel 0*D + h*d + e is q, 1*D.. k, 2*D.. v, 3*D.. gate
     z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # pair bias: (B, h, N, N)
-    m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N) int8, 0 = masked
+    m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N), any real dtype, 0 = masked (HAS_MASK)
     o_ptr, stride_ob, stride_os, stride_oi,  # out: (B, S, N, .), channel h*d + e; may be the queries themselves
     st_ptr, stride_st, stride_lb, stride_ls, stride_lh,  # softmax statistics: (2, B, S, h, N) float32 (STORE_STATS)
     S, N, H, D, HEAD_DIM, qk_scale,  # qk_scale = log2(e) / sqrt(d)
@@ -122,7 +122,7 @@ def _row_attention_kernel(
 def _row_attention_bwd_dq_kernel(
     x_ptr, stride_xb, stride_xs, stride_xi,  # qkvg: (B, S, N, 4D)
     z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # pair bias: (B, h, N, N)
-    m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N) int8
+    m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N), any real dtype (HAS_MASK)
     do_ptr, stride_db, stride_ds, stride_di,  # gradient of the un-gated attention output: (B, S, N, D)
     st_ptr, stride_st, dl_ptr, stride_lb, stride_ls, stride_lh,  # statistics (2, B, S, h, N), rowsum(do * o) (B, S, h, N)
     dx_ptr,  # gradient of qkvg, same strides as qkvg: dq goes to channels [0, D)
@@ -180,7 +180,7 @@ def _row_attention_bwd_dq_kernel(
 def _row_attention_bwd_dkdv_kernel(
     x_ptr, stride_xb, stride_xs, stride_xi,  # qkvg: (B, S, N, 4D)
     z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # pair bias: (B, h, N, N)
-    m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N) int8
+    m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N), any real dtype (HAS_MASK)
     do_ptr, stride_db, stride_ds, stride_di,  # gradient of the un-gated attention output: (B, S, N, D)
     st_ptr, stride_st, dl_ptr, stride_lb, stride_ls, stride_lh,  # as in the dq kernel
     dx_ptr,  # gradient of qkvg: dk to channels [D, 2D), dv to [2D, 3D)
@@ -243,7 +243,7 @@ def _row_attention_bwd_dkdv_kernel(
 def _row_attention_bwd_dz_kernel(
     x_ptr, stride_xb, stride_xs, stride_xi,  # qkvg: (B, S, N, 4D)
     z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # pair bias: (B, h, N, N)
-    m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N) int8
+    m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N), any real dtype (HAS_MASK)
     do_ptr, stride_db, stride_ds, stride_di,  # gradient of the un-gated attention output: (B, S, N, D)
     st_ptr, stride_st, dl_ptr, stride_lb, stride_ls, stride_lh,  # as in the dq kernel
     dz_ptr,  # gradient of the pair bias: (B, h, N, N) float32, z's strides
@@ -387,11 +387,11 @@ def out_projection(qkvg, weight, bias):
         return torch.addmm(bias.to(qkvg.dtype), x, weight.to(qkvg.dtype).t()).view(B, S, N, D)
 
 
-def _key_mask(msa_mask, B, S, N, device):
-    """The key mask as int8 (B, S, N), a broadcast ones tensor when there is none."""
-    if msa_mask is None:
-        return torch.ones(1, 1, 1, dtype=torch.int8, device=device).expand(B, S, N)
-    return (msa_mask != 0).to(torch.int8)
+def _common_args(qkvg, z, msa_mask):
+    """qkvg, the pair bias and the key mask with their strides; the kernels read the mask as it is
+    (any dtype, nonzero = attend) and not at all without one (HAS_MASK)."""
+    m, m_strides = (qkvg, (0, 0, 0)) if msa_mask is None else (msa_mask, msa_mask.stride())
+    return (qkvg, *qkvg.stride()[:3], z, *z.stride(), m, *m_strides)
 
 
 def pair_bias(pair_repr, weight, bias, dtype):
@@ -399,16 +399,12 @@ def pair_bias(pair_repr, weight, bias, dtype):
     return F.linear(pair_repr.to(dtype), weight.to(dtype), bias.to(dtype)).permute(0, 3, 1, 2).contiguous()
 
 
-def _common_args(qkvg, z, mask):
-    return (qkvg, *qkvg.stride()[:3], z, *z.stride(), mask, *mask.stride())
-
-
 def _core_consts(d, dtype, has_mask, precision):
     return {"HAS_MASK": has_mask, "LOG2E": _LOG2E, "MASKED_LOGIT": MASK_LOGIT * _LOG2E,
             "BLOCK_D": max(16, triton.next_power_of_2(d)), "PRECISION": dot_precision(dtype, precision)}
 
 
-def _attention_core(qkvg, z, mask, has_mask, num_heads, precision, out=None, stats=None):
+def _attention_core(qkvg, z, msa_mask, num_heads, precision, out=None, stats=None):
     """The forward kernel. Without `out`: gated, written over the queries in qkvg. With `out` (B, S, N, D)
     and `stats` (2, B, S, h, N) float32: the un-gated output and each row's softmax max (log2 units)
     and sum of exponentials (for the backward)."""
@@ -416,10 +412,10 @@ def _attention_core(qkvg, z, mask, has_mask, num_heads, precision, out=None, sta
     D = D4 // 4
     d = D // num_heads
     o, o_strides = (qkvg, qkvg.stride()[:3]) if out is None else (out, out.stride()[:3])
-    st_arg, st_strides = (mask, (0, 0, 0, 0)) if stats is None else (stats, stats.stride()[:4])
-    args = (*_common_args(qkvg, z, mask), o, *o_strides, st_arg, *st_strides, S, N, num_heads, D, d,
+    st_arg, st_strides = (qkvg, (0, 0, 0, 0)) if stats is None else (stats, stats.stride()[:4])
+    args = (*_common_args(qkvg, z, msa_mask), o, *o_strides, st_arg, *st_strides, S, N, num_heads, D, d,
             _LOG2E / math.sqrt(d))
-    consts = _core_consts(d, qkvg.dtype, has_mask, precision) | {"GATE": out is None, "STORE_STATS": stats is not None,
+    consts = _core_consts(d, qkvg.dtype, msa_mask is not None, precision) | {"GATE": out is None, "STORE_STATS": stats is not None,
                                                                  "N_BUCKET": bucket(N)}
     launch(_row_attention_kernel, _tuned_kernel, _configs, _prune,
            lambda meta: (B * num_heads * triton.cdiv(N, meta["BLOCK_M"]) * S,), args, consts, _INTERPRET_META)
@@ -438,8 +434,7 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
                    (query_weight, key_weight, value_weight, gate_weight),
                    (query_bias, key_bias, value_bias, gate_bias))
     z = pair_bias(pair_repr, pair_bias_weight, pair_bias_bias, dtype)
-    mask = _key_mask(msa_mask, B, S, N, msa_repr.device)
-    _attention_core(qkvg, z, mask, msa_mask is not None, num_heads, precision)
+    _attention_core(qkvg, z, msa_mask, num_heads, precision)
     return out_projection(qkvg, out_proj_weight, out_proj_bias)
 
 
@@ -485,10 +480,9 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
     h = num_heads
     d = D // h
     dtype = qkvg.dtype
-    mask = _key_mask(msa_mask, B, S, N, qkvg.device)
     o = torch.empty(B, S, N, D, dtype=dtype, device=qkvg.device)
     stats = torch.empty(2, B, S, h, N, dtype=torch.float32, device=qkvg.device)
-    _attention_core(qkvg, z, mask, msa_mask is not None, h, precision, out=o, stats=stats)
+    _attention_core(qkvg, z, msa_mask, h, precision, out=o, stats=stats)
 
     rows = B * S * N
     dx = torch.empty_like(qkvg)
@@ -507,7 +501,7 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
     consts["OPERAND_BYTES"] = 2 if dtype != torch.float32 else (8 if consts["PRECISION"] == "tf32x3" else 4)
     tail = (S, N, h, D, d, _LOG2E / math.sqrt(d))
     # the statistics and delta are indexed with the same (b, s, h) strides
-    common = (*_common_args(qkvg, z, mask), do, *do.stride()[:3], stats, stats.stride(0), delta,
+    common = (*_common_args(qkvg, z, msa_mask), do, *do.stride()[:3], stats, stats.stride(0), delta,
               *delta.stride()[:3])
 
     def run(kernel, grid, *args):
