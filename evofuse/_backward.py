@@ -1,16 +1,9 @@
 """Backward passes of the fused forwards.
 
-The Outer Product Mean's: the reference recomputed under autograd one block at a time.
-
-The forward kernel keeps no N*N*c*c tensor, and neither does this backward: the Outer Product Mean is
-recomputed for a block of output rows i at a time, each block sized to about BLOCK_BYTES of its
-outer products. Gradients of what every block shares (b, out_proj's weight and bias) are summed by
-autograd in float32 (16-bit running sums lost ~1e-2 relative over 16 blocks in a bf16 test on the
-H200) in a fixed block order: two backward passes give bit-identical gradients. These are PyTorch
-(cuBLAS) passes, not fused kernels.
-
-Row attention's backward (`msa_row_attention_backward`, last) is fused: the attention core's gradient
-comes from the kernels in `ops.row_attention`.
+The Outer Product Mean's (`outer_product_mean_backward`): its gradient formulas as cuBLAS products on
+blocks of output rows, no N*N*c*c tensor, fixed-order float32 sums (bit-reproducible); not yet fused
+kernels. Row attention's (`msa_row_attention_backward`): the projections by autograd, the attention
+core by the fused kernels of `ops.row_attention`.
 """
 
 from __future__ import annotations
@@ -31,13 +24,6 @@ def leaf(t: torch.Tensor | None, needed: bool, dtype: torch.dtype | None = None)
     return t.requires_grad_(needed)
 
 
-def _shared(t: torch.Tensor, needed: bool, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """For a tensor every block uses: a float32 leaf, which sums the blocks' gradients in float32
-    (a 16-bit leaf would round the running sum after every block), and its cast to `dtype`."""
-    leaf = t.detach().float().requires_grad_(needed)
-    return leaf, leaf.to(dtype)
-
-
 def _grad(leaf: torch.Tensor | None, original: torch.Tensor | None, needed: bool) -> torch.Tensor | None:
     if not needed or leaf is None:
         return None
@@ -51,30 +37,68 @@ def _backward(outputs: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
         torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
 
 
+def _opm_scale(counts_rows, counts, normalization):
+    """The per-(i, j) factor (B, n, N) float32 that multiplies out_proj's product (and, for af2, the
+    bias): seed 1 / max(count_i, 1), af2 1 / (eps + count_ij), boltz 1 / max(count_ij, 1)."""
+    if normalization == "seed":
+        den = counts_rows.float().sum(1).clamp(min=1)  # (B, n)
+        return (1 / den)[:, :, None].expand(-1, -1, counts.shape[2])
+    pairs = torch.einsum("bsi,bsj->bij", counts_rows.float(), counts.float())
+    return 1 / (ref.AF2_EPS + pairs) if normalization == "af2" else 1 / pairs.clamp(min=1)
+
+
 def outer_product_mean_backward(inputs, needs, grad_out, normalization):
-    """Gradients of `reference.outer_product_mean_reference` for the tensors in `inputs`
-    (msa_repr, msa_mask, then the eight parameters), None where `needs` is False."""
+    """Gradients of the Outer Product Mean for the tensors in `inputs` (msa_repr, msa_mask, then the
+    eight parameters), None where `needs` is False.
+
+    With X[i, j] = sum_s a[s, i] (x) b[s, j] and Gs = grad_out * scale (the normalization's per-pair
+    factor): dX = Gs W, da[s, i] = sum_j dX[i, j] b[s, j], db[s, j] = sum_i a[s, i] dX[i, j],
+    dW = sum_ij Gs[i, j] (x) X[i, j]. These run as cuBLAS products on blocks of output rows i (each
+    block's dX and recomputed X about BLOCK_BYTES), never the whole N*N*c*c; db, dW and the bias
+    gradient are summed over blocks in float32 in a fixed order (bit-reproducible). The projections'
+    gradients then come from autograd on their recomputation.
+    """
     msa, mask, *params = inputs
     dtype = msa.dtype
+    w = params[6].to(dtype)
     with torch.enable_grad():
         msa_l = leaf(msa, needs[0])
         proj = [leaf(p, n, dtype) for p, n in zip(params[:6], needs[2:8])]
-        (w_leaf, w_out), (wb_leaf, b_out) = (_shared(p, n, dtype) for p, n in zip(params[6:], needs[8:]))
         a, b, counts = ref.outer_product_mean_projections(msa_l, mask, *proj)
-        b_l, b_used = _shared(b, b.requires_grad, dtype)
-        da = torch.zeros_like(a) if a.requires_grad else None
-        B, S, N, c = a.shape
-        rows = max(1, BLOCK_BYTES // max(1, B * N * c * c * a.element_size()))
+    B, S, N, c = a.shape
+    R = w.shape[0]
+    ad, bd = a.detach(), b.detach()
+    b_flat = bd.reshape(B, S, N * c)
+    da = torch.empty_like(ad) if a.requires_grad else None
+    db = torch.zeros(B, S, N * c, dtype=torch.float32, device=a.device) if b.requires_grad else None
+    dw = torch.zeros(R, c * c, dtype=torch.float32, device=a.device) if needs[8] else None
+    dwb = torch.zeros(R, dtype=torch.float32, device=a.device) if needs[9] else None
+    rows = max(1, BLOCK_BYTES // max(1, B * N * c * c * a.element_size()))
+    with ieee_fp32_matmul():
         for i0 in range(0, N, rows):
-            a_rows = leaf(a[:, :, i0:i0 + rows], da is not None)
-            out = ref.outer_product_mean_rows(a_rows, b_used, counts[:, :, i0:i0 + rows], counts, w_out, b_out,
-                                              normalization)
-            _backward([out], [grad_out[:, i0:i0 + rows].to(dtype)])
-            if da is not None:
-                da[:, :, i0:i0 + rows] = a_rows.grad
-        _backward([a, b], [da, None if b_l.grad is None else b_l.grad.to(dtype)])
-    leaves = [msa_l, None, *proj, w_leaf, wb_leaf]
-    return tuple(_grad(lf, t, n) for lf, t, n in zip(leaves, inputs, needs))
+            n = min(rows, N - i0)
+            a_rows = ad[:, :, i0:i0 + n].reshape(B, S, n * c)  # (B, S, (i p))
+            scale = _opm_scale(counts[:, :, i0:i0 + n], counts, normalization)  # (B, n, N)
+            g = grad_out[:, i0:i0 + n].float()
+            gs = (g * scale[..., None]).to(dtype)  # (B, n, N, R)
+            if dwb is not None:
+                dwb += (gs.float() if normalization == "af2" else g).sum((0, 1, 2))
+            if dw is not None:
+                x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
+                x = x.view(B, n, c, N, c).transpose(2, 3).reshape(B * n * N, c * c)  # ((b i j), (p q))
+                dw += (gs.reshape(-1, R).t() @ x).float()
+            if da is None and db is None:
+                continue
+            dx = (gs.reshape(-1, R) @ w).view(B, n, N, c, c).transpose(2, 3).reshape(B, n * c, N * c)
+            if da is not None:  # da[s, (i p)] = sum_(j q) dX[(i p), (j q)] b[s, (j q)]
+                da[:, :, i0:i0 + n] = torch.bmm(b_flat, dx.transpose(1, 2)).view(B, S, n, c)
+            if db is not None:
+                db += torch.bmm(a_rows, dx).float()
+    _backward([a, b], [da, None if db is None else db.view(B, S, N, c).to(dtype)])
+    grads = [_grad(msa_l, msa, needs[0]), None]
+    grads += [_grad(lf, p, n) for lf, p, n in zip(proj, params[:6], needs[2:8])]
+    grads += [None if dw is None else dw.to(params[6].dtype), None if dwb is None else dwb.to(params[7].dtype)]
+    return tuple(grads)
 
 
 def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="default"):
