@@ -1,7 +1,9 @@
 """The fused forwards as torch.library custom ops, so that torch.compile sees one opaque node per
 operation (no graph break), with a fake implementation (shapes and dtypes only) and a registered
-backward (`evofuse._backward`: it runs autograd itself, block by block, so it is called from the
-registered backward directly rather than as an op of its own, inside which autograd does not record).
+backward (`evofuse._backward`). The backwards run autograd themselves for the projections, so they
+are called from the registered backward directly rather than as ops of their own (inside which
+autograd does not record); the Triton part of row attention's backward is an op of its own,
+`evofuse::msa_row_attention_core_backward`, so that torch.compile can trace around it.
 """
 
 from __future__ import annotations
