@@ -67,7 +67,7 @@ def test_every_candidate_config(op, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("N, S", [(1, 1), (17, 3), (97, 33), (130, 7)])
-@pytest.mark.parametrize("c", [8, 16, 32])
+@pytest.mark.parametrize("c", [8, 16, 32, 64])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_opm_awkward(N, S, c, dtype):
     for k, normalization in enumerate(["seed", "af2", "boltz"]):

@@ -147,3 +147,21 @@ def test_mask_of_any_dtype(normalization):
     ref = mod(x, mask, impl="triton")
     for dt in (torch.bool, torch.int32):
         torch.testing.assert_close(mod(x, mask.to(dt), impl="triton"), ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("N, S, normalization, mask_kind", [(5, 3, "seed", "rows"), (17, 20, "af2", "random"),
+                                                           (9, 1, "boltz", "none")])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_hidden_dim_64(N, S, normalization, mask_kind, dtype, monkeypatch):
+    """hidden_dim 64 runs as four 32-wide parts summed in float32; 16-bit outputs in blocks of rows i
+    (forced to a few rows here so that block edges are crossed)."""
+    import evofuse.ops.outer_product_mean as op
+
+    monkeypatch.setattr(op, "PARTIAL_BYTES", 2 * N * 6 * 4)  # two rows i per block
+    mod = opm_module(12, 6, 64, seed=N + S, normalization=normalization)
+    x = torch.randn(2, S, N, 12)
+    out, exact, ref_dtype, ref32 = run(mod, x, random_mask(2, S, N, mask_kind, seed=N), dtype)
+    if dtype == torch.float32:
+        assert_contract(out, exact, dtype, ref_fp32=ref32)
+    else:
+        assert_contract(out, exact, dtype, lowp_ref=ref_dtype)

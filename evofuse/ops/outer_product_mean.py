@@ -25,7 +25,8 @@ from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_m
 from ._common import bucket, empty, ieee_fp32_matmul, launch
 from .layer_norm_linear import fits, ln_linear
 
-FAST_HIDDEN_DIMS = (8, 16, 32)
+FAST_HIDDEN_DIMS = (8, 16, 32, 64)
+PARTIAL_BYTES = 32 << 20  # hidden_dim 64 with 16-bit outputs: float32 partial sums of this size at most
 _NORM_CODE = {name: k for k, name in enumerate(NORMALIZATIONS)}  # seed 0, af2 1, boltz 2
 
 
@@ -34,12 +35,14 @@ def _opm_kernel(
     a_ptr, stride_ab, stride_as, stride_ai,  # a: (B, S, N, C), masked; channel stride 1
     b_ptr, stride_bb, stride_bs, stride_bj,  # b: (B, S, N, C), masked; channel stride 1
     m_ptr, stride_mb, stride_ms, stride_mi,  # mask: (B, S, N) float32 (HAS_MASK only): the counts
+    mi_ptr,  # the mask from this launch's first row i on (the rows' side), with m's strides
     w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C)
     wb_ptr,  # out_proj bias: (R,)
     a_lo_ptr, b_lo_ptr, w_lo_ptr,  # SPLIT only: the low float16 halves, with a's, b's and w's strides
     inv_scale_ptr,  # SCALED only: one float32, 1 / (the power-of-two scales of a, b and w)
-    o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, N, N, R)
-    S, N, R,
+    o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, NI, N, R), rows i of this launch
+    p_ptr, stride_pb, stride_pi, stride_pj, stride_pr,  # ACCUMULATE: float32 partial sums (B, NI, N, R) to add
+    S, NI, N, R,  # NI: rows i in this launch (a, mi and out start at its first row), N: columns j
     S_BUCKET, N_BUCKET,  # autotuning keys only
     C: tl.constexpr,
     NORM: tl.constexpr,  # 0 seed, 1 af2, 2 boltz
@@ -52,12 +55,14 @@ def _opm_kernel(
     GROUP_I: tl.constexpr,
     SPLIT: tl.constexpr,  # float32 contract: operands as float16 hi + lo pairs, three products each
     SCALED: tl.constexpr,  # float32 inputs: a, b, w arrive scaled by powers of two (float16 range)
+    ACCUMULATE: tl.constexpr,  # add the partial sums at p_ptr (hidden_dim 64 runs as four 32-wide parts)
+    ADD_BIAS: tl.constexpr,  # add out_proj's bias (the last part only)
 ):
     BLOCK_I: tl.constexpr = TILE_ROWS // C
     BLOCK_J: tl.constexpr = BLOCK_I * COLS_FACTOR
     pid = tl.program_id(0)
     pid_b = tl.program_id(1).to(tl.int64)
-    n_i = tl.cdiv(N, BLOCK_I)
+    n_i = tl.cdiv(NI, BLOCK_I)
     n_j = tl.cdiv(N, BLOCK_J)
     # grouped ordering: programs that run together share a rows and b columns in L2
     group = pid // (GROUP_I * n_j)
@@ -88,13 +93,13 @@ def _opm_kernel(
         s64 = s.to(tl.int64)
         a_t = tl.load(  # [BLOCK_I*C, BLOCK_S]
             a_base + row_off[:, None] + s64[None, :] * stride_as,
-            mask=(row_i < N)[:, None] & s_ok[None, :], other=0.0)
+            mask=(row_i < NI)[:, None] & s_ok[None, :], other=0.0)
         b_t = tl.load(  # [BLOCK_S, BLOCK_J*C]
             b_base + s64[:, None] * stride_bs + col_off[None, :],
             mask=s_ok[:, None] & (col_j < N)[None, :], other=0.0)
         if SPLIT:  # a b = a_hi b_hi + a_hi b_lo + a_lo b_hi, to ~2**-22; small terms first
             a_lo = tl.load(a_lo_ptr + pid_b * stride_ab + row_off[:, None] + s64[None, :] * stride_as,
-                           mask=(row_i < N)[:, None] & s_ok[None, :], other=0.0)  # [BLOCK_I*C, BLOCK_S]
+                           mask=(row_i < NI)[:, None] & s_ok[None, :], other=0.0)  # [BLOCK_I*C, BLOCK_S]
             b_lo = tl.load(b_lo_ptr + pid_b * stride_bb + s64[:, None] * stride_bs + col_off[None, :],
                            mask=s_ok[:, None] & (col_j < N)[None, :], other=0.0)  # [BLOCK_S, BLOCK_J*C]
             acc = tl.dot(a_t, b_lo, acc)
@@ -102,8 +107,8 @@ def _opm_kernel(
         acc = tl.dot(a_t, b_t, acc)  # 16-bit operands, fp32 accumulator
         if HAS_MASK:
             m_base = m_ptr + pid_b * stride_mb + s64 * stride_ms
-            m_i = tl.load(m_base[:, None] + offs_i[None, :] * stride_mi,
-                          mask=s_ok[:, None] & (offs_i < N)[None, :], other=0.0)  # [BLOCK_S, BLOCK_I]
+            m_i = tl.load((mi_ptr + pid_b * stride_mb + s64 * stride_ms)[:, None] + offs_i[None, :] * stride_mi,
+                          mask=s_ok[:, None] & (offs_i < NI)[None, :], other=0.0)  # [BLOCK_S, BLOCK_I]
             if NORM == 0:
                 count_i += tl.sum(m_i, axis=0)
             else:
@@ -135,8 +140,9 @@ def _opm_kernel(
     pair = tl.arange(0, BLOCK_I * BLOCK_J)
     out_i = blk_i * BLOCK_I + pair // BLOCK_J
     out_j = blk_j * BLOCK_J + pair % BLOCK_J
-    pair_ok = (out_i < N) & (out_j < N)
+    pair_ok = (out_i < NI) & (out_j < N)
     o_base = o_ptr + pid_b * stride_ob + out_i.to(tl.int64) * stride_oi + out_j.to(tl.int64) * stride_oj
+    p_base = p_ptr + pid_b * stride_pb + out_i.to(tl.int64) * stride_pi + out_j.to(tl.int64) * stride_pj
     offs_k = tl.arange(0, C * C)
     for r0 in range(0, R, BLOCK_R):
         offs_r = r0 + tl.arange(0, BLOCK_R)
@@ -151,11 +157,15 @@ def _opm_kernel(
         out = tl.dot(x_hi, w_t, out)  # [(i j), BLOCK_R]
         if SCALED:
             out = out * inv_scale
-        wb = tl.load(wb_ptr + offs_r, mask=r_ok, other=0.0).to(tl.float32)
-        if NORM == 1:
-            out += scale[:, None] * wb[None, :]
-        else:
-            out += wb[None, :]
+        if ACCUMULATE:
+            out += tl.load(p_base[:, None] + offs_r[None, :] * stride_pr, mask=pair_ok[:, None] & r_ok[None, :],
+                           other=0.0)
+        if ADD_BIAS:
+            wb = tl.load(wb_ptr + offs_r, mask=r_ok, other=0.0).to(tl.float32)
+            if NORM == 1:
+                out += scale[:, None] * wb[None, :]
+            else:
+                out += wb[None, :]
         tl.store(o_base[:, None] + offs_r[None, :] * stride_or, out.to(o_ptr.dtype.element_ty),
                  mask=pair_ok[:, None] & r_ok[None, :])
 
@@ -191,10 +201,11 @@ def _tuned_kernel():
     """The kernel autotuned on c, the output width, the normalization, the operand form and power-of-two
     buckets of S and N (GPU only; built on first use so that importing needs no device). Candidates
     that run out of shared memory (the split float32 form needs twice the operand tiles) are skipped
-    by the tuner."""
+    by the tuner. A part of a 64-wide hidden_dim may add to its own output, so the tuner restores the
+    output after each trial."""
     return triton.autotune(configs=_configs(), key=["C", "R", "S_BUCKET", "N_BUCKET", "NORM", "HAS_MASK", "SPLIT",
-                                                    "SCALED"],
-                           prune_configs_by={"early_config_prune": _prune})(_opm_kernel)
+                                                    "SCALED", "ACCUMULATE"],
+                           prune_configs_by={"early_config_prune": _prune}, restore_value=["o_ptr"])(_opm_kernel)
 
 
 def _interpret_meta(C: int) -> dict:
@@ -284,26 +295,48 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
                  proj_b_weight, proj_b_bias, precision)
     scaled = dtype == torch.float32
     split = scaled and precision == "default"
+    # hidden_dim 64 runs as four 32-wide parts (p and q halves), each with its block of out_proj's weight,
+    # summed in float32 (the kernel's tile holds (i p) x (j q) outer products: 64-wide ones do not fit)
+    cs = min(c, 32)
+    halves = c // cs
+    parts = halves * halves
+    w_parts = out_proj_weight.reshape(R, halves, cs, halves, cs).permute(1, 3, 0, 2, 4).reshape(parts, R, cs * cs)
     if scaled:  # float16 operands; "default" keeps a low half too (three products per pair of operands)
         ((a, a_lo), (b, b_lo), (w, w_lo)), inv_scale = _float16_operands(
-            (ab[0], ab[1], out_proj_weight.to(torch.float32).contiguous()), split)
+            (ab[0], ab[1], w_parts.to(torch.float32).contiguous()), split)
         del ab  # the float32 projections are freed before the output is allocated
         if not split:
             a_lo, b_lo, w_lo = a, b, w  # unused
     else:
-        a, b, w = ab[0], ab[1], out_proj_weight.to(dtype)
+        a, b, w = ab[0], ab[1], w_parts.to(dtype).contiguous()
         a_lo, b_lo, w_lo, inv_scale = a, b, w, a  # unused
     out = empty(B, N, N, R, dtype=dtype, device=device)
     wb = out_proj_bias.to(torch.float32)
     m, m_strides = (a, (0, 0, 0)) if mask is None else (mask, mask.stride())  # a: unused without a mask
-    args = (a, *a.stride()[:3], b, *b.stride()[:3], m, *m_strides, w, *w.stride(), wb, a_lo, b_lo, w_lo, inv_scale,
-            out, *out.stride(), S, N, R, bucket(S), bucket(N))
-    consts = {"C": c, "NORM": _NORM_CODE[normalization], "HAS_MASK": mask is not None, "EPS": AF2_EPS,
+    consts = {"C": cs, "NORM": _NORM_CODE[normalization], "HAS_MASK": mask is not None, "EPS": AF2_EPS,
               "SPLIT": split, "SCALED": scaled}
+    if parts == 1 or dtype == torch.float32:
+        rows, partial = N, None  # float32 sums the parts in the output itself
+    else:  # 16-bit outputs: float32 partial sums for a block of rows i at a time
+        rows = max(1, PARTIAL_BYTES // (B * N * R * 4))
+        partial = torch.empty(B, min(rows, N), N, R, dtype=torch.float32, device=device)
+    for i0 in range(0, N, rows):
+        n = min(rows, N - i0)
+        acc = out[:, i0:i0 + n] if partial is None else partial[:, :n]
+        for k in range(parts):
+            ph, qh = divmod(k, halves)
+            p_cols, q_cols = slice(ph * cs, (ph + 1) * cs), slice(qh * cs, (qh + 1) * cs)
+            a_k, a_lo_k = a[:, :, i0:i0 + n, p_cols], a_lo[:, :, i0:i0 + n, p_cols]
+            b_k, b_lo_k = b[..., q_cols], b_lo[..., q_cols]
+            dst = out[:, i0:i0 + n] if k == parts - 1 else acc
+            args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], m, *m_strides, m[:, :, i0:] if mask is not None else m,
+                    w[k], *w[k].stride(), wb, a_lo_k, b_lo_k, w_lo[k], inv_scale, dst, *dst.stride(), acc,
+                    *acc.stride(), S, n, N, R, bucket(S), bucket(N))
 
-    def grid(meta):
-        bi = meta["TILE_ROWS"] // c
-        return (triton.cdiv(N, bi) * triton.cdiv(N, bi * meta["COLS_FACTOR"]), B)
+            def grid(meta, n=n):
+                bi = meta["TILE_ROWS"] // cs
+                return (triton.cdiv(n, bi) * triton.cdiv(N, bi * meta["COLS_FACTOR"]), B)
 
-    launch(_opm_kernel, _tuned_kernel, _configs, _prune, grid, args, consts, _interpret_meta(c))
+            launch(_opm_kernel, _tuned_kernel, _configs, _prune, grid, args,
+                   consts | {"ACCUMULATE": k > 0, "ADD_BIAS": k == parts - 1}, _interpret_meta(cs))
     return out
