@@ -20,8 +20,8 @@ from ._common import empty, interpreting
 # 16-bit operands only: with float32 rows and 3xTF32 products this kernel measured 5.1 ms for the
 # Outer Product Mean's projections on opm-af2-main on the H200 (LayerNorm + IEEE cuBLAS: ~0.5 ms), so
 # float32 takes the PyTorch path. Tiles: ~32 KiB of rows and ~32 KiB of weight columns, two weight
-# tiles in flight (the projections' K <= 128 columns are one step); 96 KiB at D = 256 or 512,
-# measured by compiling for sm_90 (benchmarks/smem.py). On the H200, 64 rows x 4 warps ran the
+# tiles in flight (the projections' K <= 128 columns are one step); 64 KiB at D = 256 or 512,
+# measured by compiling for sm_90 (benchmarks/compile_sm90.py). On the H200, 64 rows x 4 warps ran the
 # projections of opm-af2-main in 0.107 ms, 128 rows x 8 warps in 0.134 ms.
 ROW_TILE_BYTES = 32 * 1024
 WEIGHT_TILE_BYTES = 32 * 1024

@@ -448,7 +448,7 @@ def _bwd_configs() -> list[triton.Config]:
 def _bwd_prune(configs, named_args, **kwargs):
     """Keeps tiles whose shared memory fits: (BLOCK_M + BLOCK_N) * BLOCK_D * e * 2 + BLOCK_M * BLOCK_N * e
     bytes with e the operand bytes (8 for float32 at 3xTF32, whose splits double it), which matched
-    sm_90 compilations of these kernels within ~10% (benchmarks/smem.py's method), under 200 KiB."""
+    sm_90 compilations of these kernels within ~10% (benchmarks/compile_sm90.py), under 200 KiB."""
     block_d, e = kwargs["BLOCK_D"], kwargs["OPERAND_BYTES"]
     kept = [c for c in configs if (c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"]) * block_d * e * 2
             + c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] * e <= 200 * 1024]

@@ -1,0 +1,100 @@
+"""Compiles every Triton kernel's default launch for sm_90 (the H100/H200) on a machine without a GPU,
+and checks that each fits a block's shared memory (227 KiB on the H200).
+
+python3 benchmarks/compile_sm90.py [-v]: one line per launch with its shared memory; exits 1 if a
+launch fails to compile or needs more shared memory than the card has. CI runs it (in a process of
+its own: the kernels must not be in Triton's interpreter), so that compile errors and shared-memory
+overruns in paths only a GPU takes show before a device session. Shared memory read this way matched
+what the H200 reported.
+"""
+
+import os
+import sys
+
+os.environ.pop("TRITON_INTERPRET", None)
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+
+from evofuse.ops import layer_norm_linear as lnl  # noqa: E402
+from evofuse.ops import outer_product_mean as opm  # noqa: E402
+from evofuse.ops import row_attention as ra  # noqa: E402
+from evofuse.reference import MASK_LOGIT  # noqa: E402
+
+SHARED_LIMIT = 227 * 1024
+FLOATS = ("eps", "qk_scale", "sm_scale")
+
+
+def compile_sm90(kernel, pointers, consts, num_warps, num_stages):
+    """Shared memory in bytes of `kernel` compiled for sm_90 with `pointers` {arg: "*bf16", ...}."""
+    sig = {n: "constexpr" if n in consts else pointers.get(n, "fp32" if n in FLOATS else "i32")
+           for n in kernel.arg_names}
+    src = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=consts)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": num_warps, "num_stages": num_stages}).metadata.shared
+
+
+def launches():
+    """(name, kernel, pointer types, constexprs, num_warps, num_stages) of the default launches."""
+    for dt in ("bf16", "fp16"):
+        for D in (64, 256, 512):
+            rows, block_d, block_k = lnl._tiles(D, 64)
+            yield (f"ln_linear {dt} D={D}", lnl._ln_linear_kernel,
+                   {n: f"*{dt}" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "w_ptr", "bias_ptr", "y_ptr")} | {"m_ptr": "*fp32"},
+                   dict(SLOT=32, HAS_LN=True, HAS_MASK=True, BLOCK_ROWS=rows, BLOCK_D=block_d, BLOCK_K=block_k), 4, 2)
+    for lo in (False, True):
+        yield (f"float16 split lo={lo}", opm._float16_split_kernel,
+               {"x_ptr": "*fp32", "scale_ptr": "*fp32", "hi_ptr": "*fp16", "lo_ptr": "*fp16"}, dict(LO=lo, BLOCK=1024), 4, 3)
+    for form, dt, split, scaled in (("bf16", "bf16", False, False), ("fp32", "fp16", True, True),
+                                    ("fp32 fast", "fp16", False, True)):
+        out = "*bf16" if dt == "bf16" else "*fp32"
+        ptrs = {n: f"*{dt}" for n in ("a_ptr", "b_ptr", "w_ptr", "a_lo_ptr", "b_lo_ptr", "w_lo_ptr")}
+        ptrs |= {n: "*fp32" for n in ("m_ptr", "mi_ptr", "wb_ptr", "inv_scale_ptr", "p_ptr")} | {"o_ptr": out}
+        for C in opm.FAST_HIDDEN_DIMS[:3]:
+            for norm, acc in ((0, False), (1, True)):
+                consts = dict(C=C, NORM=norm, HAS_MASK=True, EPS=1e-3, SPLIT=split, SCALED=scaled, ACCUMULATE=acc,
+                              ADD_BIAS=True)
+                cfg = opm._prune(opm._configs(), {}, **consts)[0]
+                yield (f"opm {form} c={C} norm={norm} accumulate={acc}", opm._opm_kernel, ptrs, consts | cfg.kwargs,
+                       cfg.num_warps, cfg.num_stages)
+    for dt, prec, e in (("bf16", "tf32", 2), ("fp32", "tf32x3", 8)):
+        for block_d in (16, 32, 64, 128):
+            base = dict(HAS_MASK=True, LOG2E=1.4426950408889634, MASKED_LOGIT=MASK_LOGIT * 1.4426950408889634,
+                        BLOCK_D=block_d, PRECISION=prec)
+            ptrs = {n: f"*{dt}" for n in ("x_ptr", "z_ptr", "o_ptr", "do_ptr", "dx_ptr")}
+            ptrs |= {"m_ptr": "*fp32", "st_ptr": "*fp32", "dl_ptr": "*fp32", "dz_ptr": "*fp32"}
+            for gate in (True, False):
+                consts = base | dict(GATE=gate, STORE_STATS=not gate)
+                cfg = ra._prune(ra._configs(), {}, N_BUCKET=512, **consts)[0]
+                yield (f"attention {dt} d={block_d} gate={gate}", ra._row_attention_kernel, ptrs, consts | cfg.kwargs,
+                       cfg.num_warps, cfg.num_stages)
+            consts = base | dict(OPERAND_BYTES=e)
+            cfg = ra._bwd_prune(ra._bwd_configs(), {}, **consts)[0]
+            for name in ("dq", "dkdv", "dz"):
+                kernel = getattr(ra, f"_row_attention_bwd_{name}_kernel")
+                yield (f"attention {name} {dt} d={block_d}", kernel, ptrs, consts | cfg.kwargs, cfg.num_warps,
+                       cfg.num_stages)
+        yield (f"attention gate backward {dt}", ra._gate_backward_kernel,
+               {n: f"*{dt}" for n in ("x_ptr", "o_ptr", "dgt_ptr", "gated_ptr", "dx_ptr")} | {"delta_ptr": "*fp32"},
+               dict(BLOCK_ROWS=16, BLOCK_H=8, BLOCK_E=32), 4, 3)
+
+
+def main(verbose: bool) -> int:
+    failed = 0
+    for name, kernel, ptrs, consts, warps, stages in launches():
+        try:
+            shared = compile_sm90(kernel, ptrs, consts, warps, stages)
+        except Exception as err:  # a compile error is a finding, reported with the others
+            failed += 1
+            print(f"FAIL {name}: {type(err).__name__}: {str(err)[:300]}")
+            continue
+        over = shared > SHARED_LIMIT
+        failed += over
+        if verbose or over:
+            print(f"{'FAIL' if over else 'ok  '} {name}: {shared / 1024:.0f} KiB shared")
+    print(f"{failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main("-v" in sys.argv))
