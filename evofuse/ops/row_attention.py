@@ -475,6 +475,7 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
     over the MSA rows in order). Nothing of size S*h*N*N exists and no atomics are used: the
     gradients are bit-reproducible.
     """
+    qkvg = qkvg.contiguous()  # the gate kernel reads it as (rows, 4D)
     B, S, N, D4 = qkvg.shape
     D = D4 // 4
     h = num_heads
@@ -508,8 +509,8 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
         launch(kernel, lambda: _tuned_bwd(kernel.__name__), _bwd_configs, _bwd_prune, grid, args, consts,
                _INTERPRET_META)
 
-    def blocks(n, block):
-        return triton.cdiv(N, n[block])
+    def blocks(meta, name):
+        return triton.cdiv(N, meta[name])
 
     run(_row_attention_bwd_dq_kernel, lambda m: (B * h * blocks(m, "BLOCK_M") * S,), *common, dx, *tail,
         1 / math.sqrt(d))
