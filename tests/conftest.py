@@ -38,3 +38,9 @@ def poison_outputs():
 @pytest.fixture(autouse=True)
 def no_env_impl(monkeypatch):
     monkeypatch.delenv("EVOFUSE_IMPL", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def seeded_rng():
+    """Every test draws the same random inputs whether it runs alone or in the whole suite."""
+    torch.manual_seed(0)

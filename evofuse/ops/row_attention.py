@@ -323,8 +323,11 @@ def _gate_backward_kernel(
     do = dgt * g
     tl.store(dx_ptr + x_rows + 3 * D + chan, (dgt * o * g * (1.0 - g)).to(dx_ptr.dtype.element_ty), mask=ok)
     tl.store(gated_ptr + d_rows, (o * g).to(gated_ptr.dtype.element_ty), mask=ok)
-    tl.store(o_ptr + d_rows, do.to(o_ptr.dtype.element_ty), mask=ok)
-    delta = tl.sum(do * o, axis=2)  # [BLOCK_ROWS, BLOCK_H]
+    do = do.to(o_ptr.dtype.element_ty)
+    tl.store(o_ptr + d_rows, do, mask=ok)
+    # the row sums from do as the kernels will read it (rounded to the input dtype): dP - delta then
+    # cancels consistently
+    delta = tl.sum(do.to(tl.float32) * o, axis=2)  # [BLOCK_ROWS, BLOCK_H]
     b = rows // (S * N)
     s = (rows // N) % S
     i = rows % N
