@@ -13,6 +13,7 @@ import sys
 
 os.environ.pop("TRITON_INTERPRET", None)
 
+import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
@@ -57,6 +58,13 @@ def launches():
                 cfg = opm._prune(opm._configs(), {}, **consts)[0]
                 yield (f"opm {form} c={C} norm={norm} accumulate={acc}", opm._opm_kernel, ptrs, consts | cfg.kwargs,
                        cfg.num_warps, cfg.num_stages)
+    for dt, out in (("bf16", "*bf16"), ("fp32", "*fp32")):
+        ptrs = {n: f"*{dt}" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "wa_ptr", "ba_ptr", "wb_ptr", "bb_ptr", "w_ptr",
+                                      "wbias_ptr")} | {"m_ptr": "*fp32", "o_ptr": out}
+        for S, D, C in ((8, 64, 32), (1, 128, 16), (40, 64, 32)):
+            meta = opm._small_meta(S, 32, D, C, torch.float32 if dt == "fp32" else torch.bfloat16)
+            yield (f"opm single launch {dt} S={S} D={D} c={C}", opm._opm_small_kernel, ptrs,
+                   dict(C=C, NORM=1, HAS_MASK=True, EPS=1e-3) | meta, 4, 1)
     for dt, prec, e in (("bf16", "tf32", 2), ("fp32", "tf32x3", 8)):
         for block_d in (16, 32, 64, 128):
             base = dict(HAS_MASK=True, LOG2E=1.4426950408889634, MASKED_LOGIT=MASK_LOGIT * 1.4426950408889634,

@@ -6,6 +6,7 @@ import pytest
 import torch
 import triton
 
+from evofuse.ops import outer_product_mean
 from evofuse.suite import SUITE, make_inputs, make_module
 
 from .helpers import assert_contract, att_module, compare, grads, opm_module, random_mask
@@ -46,7 +47,7 @@ def test_autotuned_path(case, monkeypatch):
 def test_every_candidate_config(op, dtype, monkeypatch):
     """Autotuning may pick any candidate: each one is checked at an awkward shape (float32 runs the Outer
     Product Mean kernel on split float16 operands)."""
-    from evofuse.ops import outer_product_mean, row_attention
+    from evofuse.ops import row_attention
 
     module = outer_product_mean if op == "opm" else row_attention
     if op == "opm":
@@ -69,7 +70,11 @@ def test_every_candidate_config(op, dtype, monkeypatch):
 @pytest.mark.parametrize("N, S", [(1, 1), (17, 3), (97, 33), (130, 7)])
 @pytest.mark.parametrize("c", [8, 16, 32, 64])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_opm_awkward(N, S, c, dtype):
+@pytest.mark.parametrize("tiled", [False, True], ids=["auto", "tiled"])
+def test_opm_awkward(N, S, c, dtype, tiled, monkeypatch):
+    """"auto" lets small problems take the single-launch kernel; "tiled" forces the tiled kernels."""
+    if tiled:
+        monkeypatch.setattr(outer_product_mean, "SMALL_MAX_N", 0)
     for k, normalization in enumerate(["seed", "af2", "boltz"]):
         mod = opm_module(24, 19, c, seed=N + c, normalization=normalization).cuda()
         x = torch.randn(2, S, N, 24, device="cuda")

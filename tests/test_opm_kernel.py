@@ -27,9 +27,19 @@ def run(mod, x, mask, dtype, **kw):
     return out, exact, ref_dtype, ref32
 
 
+@pytest.fixture(params=["single-launch", "tiled"])
+def path(request, monkeypatch):
+    """Small problems take the single-launch kernel; "tiled" forces the projection + tiled kernels."""
+    import evofuse.ops.outer_product_mean as op
+
+    if request.param == "tiled":
+        monkeypatch.setattr(op, "SMALL_MAX_N", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("N, S, c, normalization, mask_kind", GRID)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_forward_awkward_shapes(N, S, c, normalization, mask_kind, dtype):
+def test_forward_awkward_shapes(N, S, c, normalization, mask_kind, dtype, path):
     B, D, R = 2, 12, 7
     mod = opm_module(D, R, c, seed=N * 100 + S, normalization=normalization)
     x = torch.randn(B, S, N, D)
@@ -44,7 +54,7 @@ def test_forward_awkward_shapes(N, S, c, normalization, mask_kind, dtype):
 @pytest.mark.parametrize("normalization", NORMS)
 @pytest.mark.parametrize("mask_kind", MASKS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_normalizations_and_masks(normalization, mask_kind, dtype):
+def test_normalizations_and_masks(normalization, mask_kind, dtype, path):
     """float32 runs the kernel on scaled float16 hi/lo operands, float16 on its inputs as they are."""
     mod = opm_module(16, 9, 8, seed=3, normalization=normalization)
     x = torch.randn(2, 6, 11, 16)
@@ -57,7 +67,7 @@ def test_normalizations_and_masks(normalization, mask_kind, dtype):
 
 
 @pytest.mark.parametrize("magnitude", [1e-7, 1e6])
-def test_float32_far_outside_float16_range(magnitude):
+def test_float32_far_outside_float16_range(magnitude, path):
     """float32 operands reach the kernel as float16 halves after a power-of-two scaling: projections
     of ~1e6 (float16 overflows at 65504) or ~1e-7 (under float16's normal range) keep the contract."""
     mod = opm_module(12, 7, 16, seed=10, normalization="af2")
@@ -83,14 +93,14 @@ def test_float32_ignores_a_global_tf32_setting():
         torch.backends.cuda.matmul.allow_tf32 = saved
 
 
-def test_fast_precision():
+def test_fast_precision(path):
     mod = opm_module(16, 9, 16, seed=4, precision="fast")
     x = torch.randn(2, 7, 9, 16)
     out, exact, _, _ = run(mod, x, random_mask(2, 7, 9, "rows", 1), torch.float32)
     assert_contract(out, exact, torch.float32, precision="fast")
 
 
-def test_non_contiguous_and_broadcast_inputs():
+def test_non_contiguous_and_broadcast_inputs(path):
     mod = opm_module(12, 6, 8, seed=2)
     x = torch.randn(2, 9, 4, 12).transpose(1, 2)  # (2, 4, 9, 12)
     mask = (torch.rand(1, 4, 9) > 0.3).float().expand(2, 4, 9)
@@ -98,14 +108,14 @@ def test_non_contiguous_and_broadcast_inputs():
     assert_contract(out, exact, torch.float32, ref_fp32=ref32)
 
 
-def test_deterministic():
+def test_deterministic(path):
     mod = opm_module(12, 6, 16, seed=6).to(DEVICE)
     x = torch.randn(2, 5, 13, 12, device=DEVICE)
     mask = random_mask(2, 5, 13, "random", 2).to(DEVICE)
     assert torch.equal(mod(x, mask, impl="triton"), mod(x, mask, impl="triton"))
 
 
-def test_nan_propagates_like_the_reference():
+def test_nan_propagates_like_the_reference(path):
     mod = opm_module(8, 5, 8, seed=7).to(DEVICE)
     x = torch.randn(1, 4, 6, 8, device=DEVICE)
     x[0, 1, 2, 3] = float("nan")
@@ -140,7 +150,7 @@ def test_wide_msa_dim_projects_in_blocks_of_rows():
 
 
 @pytest.mark.parametrize("normalization", NORMS)
-def test_mask_of_any_dtype(normalization):
+def test_mask_of_any_dtype(normalization, path):
     mod = opm_module(12, 6, 8, seed=9, normalization=normalization).to(DEVICE)
     x = torch.randn(2, 5, 7, 12, device=DEVICE)
     mask = random_mask(2, 5, 7, "rows", 4).to(DEVICE)
@@ -165,3 +175,18 @@ def test_hidden_dim_64(N, S, normalization, mask_kind, dtype, monkeypatch):
         assert_contract(out, exact, dtype, ref_fp32=ref32)
     else:
         assert_contract(out, exact, dtype, lowp_ref=ref_dtype)
+
+
+def test_small_problems_take_one_launch(monkeypatch):
+    """The single-launch path is chosen by size: the seed shape takes it, a long sequence does not, and
+    nothing else runs on it (no projection kernel, no tiled kernel)."""
+    import evofuse.ops.outer_product_mean as op
+
+    assert op._small_meta(8, 32, 64, 32, torch.bfloat16) is not None  # opm-seed
+    assert op._small_meta(512, 384, 256, 32, torch.bfloat16) is None  # opm-af2-main
+    assert op._small_meta(8, 32, 64, 8, torch.bfloat16) is None  # c = 8: tl.dot needs 16 columns
+    monkeypatch.setattr(op, "project", lambda *a, **k: pytest.fail("the projection kernel ran"))
+    monkeypatch.setattr(op, "launch", lambda *a, **k: pytest.fail("the tiled kernel ran"))
+    mod = opm_module(16, 6, 32, seed=2).to(DEVICE)
+    x = torch.randn(1, 4, 9, 16, device=DEVICE)
+    torch.testing.assert_close(mod(x, None, impl="triton"), mod(x, None, impl="torch"), rtol=1e-4, atol=1e-5)

@@ -119,6 +119,26 @@ def _opm_kernel(
         count_i += S
         norm += S
 
+    pair = tl.arange(0, BLOCK_I * BLOCK_J)
+    out_i = blk_i * BLOCK_I + pair // BLOCK_J
+    out_j = blk_j * BLOCK_J + pair % BLOCK_J
+    _epilogue(acc, count_i, norm, out_i.to(tl.int64), out_j.to(tl.int64), (out_i < NI) & (out_j < N),
+              w_ptr, stride_wr, stride_wk, w_lo_ptr, wb_ptr, inv_scale_ptr,
+              o_ptr + pid_b * stride_ob, stride_oi, stride_oj, stride_or,
+              p_ptr + pid_b * stride_pb, stride_pi, stride_pj, stride_pr, R,
+              C, NORM, EPS, BLOCK_I, BLOCK_J, BLOCK_R, SPLIT, SCALED, ACCUMULATE, ADD_BIAS, "tf32")
+
+
+@triton.jit
+def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
+              w_ptr, stride_wr, stride_wk, w_lo_ptr, wb_ptr, inv_scale_ptr,
+              o_ptr, stride_oi, stride_oj, stride_or, p_ptr, stride_pi, stride_pj, stride_pr, R,
+              C: tl.constexpr, NORM: tl.constexpr, EPS: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_J: tl.constexpr,
+              BLOCK_R: tl.constexpr, SPLIT: tl.constexpr, SCALED: tl.constexpr, ACCUMULATE: tl.constexpr,
+              ADD_BIAS: tl.constexpr, PRECISION: tl.constexpr):
+    """From the tile's outer products acc [(i p), (j q)] (float32) and its counts to the output: the
+    normalization's per-pair scale, the rearrangement to [(i j), (p q)], out_proj's product streamed
+    over blocks of its rows r, bias, partial sums, store. o_ptr and p_ptr point at this batch element."""
     # per-(i, j) scale of the outer products, and of the bias (af2 divides after the linear)
     if NORM == 0:
         scale = tl.broadcast_to((1.0 / tl.maximum(count_i, 1.0))[:, None], (BLOCK_I, BLOCK_J))
@@ -137,12 +157,8 @@ def _opm_kernel(
     if SCALED:
         inv_scale = tl.load(inv_scale_ptr)
 
-    pair = tl.arange(0, BLOCK_I * BLOCK_J)
-    out_i = blk_i * BLOCK_I + pair // BLOCK_J
-    out_j = blk_j * BLOCK_J + pair % BLOCK_J
-    pair_ok = (out_i < NI) & (out_j < N)
-    o_base = o_ptr + pid_b * stride_ob + out_i.to(tl.int64) * stride_oi + out_j.to(tl.int64) * stride_oj
-    p_base = p_ptr + pid_b * stride_pb + out_i.to(tl.int64) * stride_pi + out_j.to(tl.int64) * stride_pj
+    o_base = o_ptr + out_i * stride_oi + out_j * stride_oj  # [(i j)]
+    p_base = p_ptr + out_i * stride_pi + out_j * stride_pj
     offs_k = tl.arange(0, C * C)
     for r0 in range(0, R, BLOCK_R):
         offs_r = r0 + tl.arange(0, BLOCK_R)
@@ -154,7 +170,7 @@ def _opm_kernel(
             w_lo = tl.load(w_lo_ptr + w_offs, mask=r_ok[None, :], other=0.0)  # [C*C, BLOCK_R]
             out = tl.dot(x_hi, w_lo, out)
             out = tl.dot(x_lo, w_t, out)
-        out = tl.dot(x_hi, w_t, out)  # [(i j), BLOCK_R]
+        out = tl.dot(x_hi, w_t, out, input_precision=PRECISION)  # [(i j), BLOCK_R]
         if SCALED:
             out = out * inv_scale
         if ACCUMULATE:
@@ -168,6 +184,115 @@ def _opm_kernel(
                 out += wb[None, :]
         tl.store(o_base[:, None] + offs_r[None, :] * stride_or, out.to(o_ptr.dtype.element_ty),
                  mask=pair_ok[:, None] & r_ok[None, :])
+
+
+@triton.jit
+def _project_rows(x_ptr, stride_xs, stride_xi, stride_xd, lnw_ptr, lnb_ptr, w_ptr, stride_wc, stride_wd, bias_ptr,
+                  m_ptr, stride_ms, stride_mi, first, S, N, D, eps,
+                  C: tl.constexpr, HAS_MASK: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_RES: tl.constexpr,
+                  BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+    """LayerNorm, one projection and the mask for residues first.. first+BLOCK_RES of every MSA row of
+    one batch element (pointers at it): y [(s, res), C] float32 (0 outside S x N) and the mask values
+    [BLOCK_S, BLOCK_RES] float32."""
+    r = tl.arange(0, BLOCK_S * BLOCK_RES)
+    s = r // BLOCK_RES
+    res = first + r % BLOCK_RES
+    ok = (s < S) & (res < N)  # [BLOCK_S*BLOCK_RES]
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    x = tl.load(x_ptr + (s.to(tl.int64) * stride_xs + res * stride_xi)[:, None] + offs_d[None, :] * stride_xd,
+                mask=ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)  # [BLOCK_S*BLOCK_RES, BLOCK_D]
+    mean = tl.sum(x, axis=1) / D
+    xc = tl.where(d_ok[None, :], x - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
+    lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    xn = (xc * rstd[:, None] * lnw[None, :] + lnb[None, :]).to(x_ptr.dtype.element_ty)
+    offs_c = tl.arange(0, C)
+    w_t = tl.load(w_ptr + offs_c[None, :] * stride_wc + offs_d[:, None] * stride_wd, mask=d_ok[:, None],
+                  other=0.0).to(x_ptr.dtype.element_ty)  # [BLOCK_D, C]
+    y = tl.dot(xn, w_t, input_precision=PRECISION) + tl.load(bias_ptr + offs_c).to(tl.float32)[None, :]
+    if HAS_MASK:
+        m = tl.load(m_ptr + s.to(tl.int64) * stride_ms + res * stride_mi, mask=ok, other=0.0).to(tl.float32)
+    else:
+        m = ok.to(tl.float32)
+    y = tl.where(ok[:, None], y * m[:, None], 0.0)  # [BLOCK_S*BLOCK_RES, C]
+    return y, tl.reshape(m, (BLOCK_S, BLOCK_RES))
+
+
+@triton.jit
+def _opm_small_kernel(
+    x_ptr, stride_xb, stride_xs, stride_xi, stride_xd,  # msa_repr: (B, S, N, D), any strides
+    lnw_ptr, lnb_ptr,  # LayerNorm weight, bias: (D,)
+    wa_ptr, stride_wac, stride_wad, ba_ptr,  # proj_a: (C, D), (C,)
+    wb_ptr, stride_wbc, stride_wbd, bb_ptr,  # proj_b: (C, D), (C,)
+    m_ptr, stride_mb, stride_ms, stride_mi,  # mask: (B, S, N), any real dtype (HAS_MASK only)
+    w_ptr, stride_wr, stride_wk, wbias_ptr,  # out_proj: (R, C*C), (R,)
+    o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, N, N, R)
+    S, N, D, R, eps,
+    C: tl.constexpr, NORM: tl.constexpr, HAS_MASK: tl.constexpr, EPS: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_R: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """The whole Outer Product Mean for small problems in one launch: each program normalizes and
+    projects the MSA rows of its residues i and j itself (all S rows in one step), then the tile's
+    outer products and the epilogue as in `_opm_kernel`."""
+    pid = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    n_j = tl.cdiv(N, BLOCK_I)
+    blk_i = pid // n_j
+    blk_j = pid % n_j
+    x_b = x_ptr + pid_b * stride_xb
+    m_b = m_ptr + pid_b * stride_mb
+    a, m_i = _project_rows(x_b, stride_xs, stride_xi, stride_xd, lnw_ptr, lnb_ptr, wa_ptr, stride_wac, stride_wad,
+                           ba_ptr, m_b, stride_ms, stride_mi, blk_i * BLOCK_I, S, N, D, eps, C, HAS_MASK, BLOCK_S,
+                           BLOCK_I, BLOCK_D, PRECISION)  # [(s i), p]
+    b, m_j = _project_rows(x_b, stride_xs, stride_xi, stride_xd, lnw_ptr, lnb_ptr, wb_ptr, stride_wbc, stride_wbd,
+                           bb_ptr, m_b, stride_ms, stride_mi, blk_j * BLOCK_I, S, N, D, eps, C, HAS_MASK, BLOCK_S,
+                           BLOCK_I, BLOCK_D, PRECISION)  # [(s j), q]
+    a_t = tl.reshape(tl.permute(tl.reshape(a, (BLOCK_S, BLOCK_I, C)), (1, 2, 0)), (BLOCK_I * C, BLOCK_S))
+    b_t = tl.reshape(b, (BLOCK_S, BLOCK_I * C))
+    acc = tl.dot(a_t.to(x_ptr.dtype.element_ty), b_t.to(x_ptr.dtype.element_ty),
+                 input_precision=PRECISION)  # [(i p), (j q)]
+    count_i = tl.sum(m_i, axis=0)  # [BLOCK_I]
+    norm = tl.sum(m_i[:, :, None] * m_j[:, None, :], axis=0)  # [BLOCK_I, BLOCK_J]
+    pair = tl.arange(0, BLOCK_I * BLOCK_I)
+    out_i = blk_i * BLOCK_I + pair // BLOCK_I
+    out_j = blk_j * BLOCK_I + pair % BLOCK_I
+    _epilogue(acc, count_i, norm, out_i.to(tl.int64), out_j.to(tl.int64), (out_i < N) & (out_j < N),
+              w_ptr, stride_wr, stride_wk, w_ptr, wbias_ptr, w_ptr, o_ptr + pid_b * stride_ob, stride_oi, stride_oj,
+              stride_or, o_ptr, 0, 0, 0, R, C, NORM, EPS, BLOCK_I, BLOCK_I, BLOCK_R, False, False, False, True, PRECISION)
+
+
+# The single-launch path takes problems whose row tile (all S rows of a block of residues, the whole
+# msa_dim) stays small on chip; each program re-projects its residues, so N is bounded too.
+SMALL_MAX_TILE = 16384  # BLOCK_S * BLOCK_I * BLOCK_D elements
+SMALL_MAX_N = 128
+
+
+def _small_meta(S: int, N: int, D: int, c: int, dtype: torch.dtype) -> dict | None:
+    """Constexprs of the single-launch path, or None when the problem is not small."""
+    if c not in (16, 32) or N > SMALL_MAX_N:
+        return None
+    block_s, block_d, block_i = max(16, triton.next_power_of_2(S)), max(16, triton.next_power_of_2(D)), 128 // c
+    if block_s * block_i * block_d > SMALL_MAX_TILE:
+        return None
+    return {"BLOCK_S": block_s, "BLOCK_D": block_d, "BLOCK_I": block_i, "BLOCK_R": 16,
+            "PRECISION": "ieee" if dtype == torch.float32 else "tf32"}
+
+
+def _outer_product_mean_small(msa_repr, msa_mask, lnw, lnb, wa, ba, wb, bb, w, wbias, normalization, meta):
+    """One launch from msa_repr to the output; float32 takes IEEE products (exact to the contract)."""
+    B, S, N, D = msa_repr.shape
+    c = wa.shape[0]
+    R = w.shape[0]
+    out = empty(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device)
+    m, m_strides = (msa_repr, (0, 0, 0)) if msa_mask is None else (msa_mask, msa_mask.stride())
+    grid = (triton.cdiv(N, meta["BLOCK_I"]) ** 2, B)
+    _opm_small_kernel[grid](msa_repr, *msa_repr.stride(), lnw, lnb, wa, *wa.stride(), ba, wb, *wb.stride(), bb,
+                            m, *m_strides, w, *w.stride(), wbias, out, *out.stride(), S, N, D, R, LAYER_NORM_EPS,
+                            C=c, NORM=_NORM_CODE[normalization], HAS_MASK=msa_mask is not None, EPS=AF2_EPS,
+                            num_warps=4, num_stages=1, **meta)
+    return out
 
 
 def _configs() -> list[triton.Config]:
@@ -290,6 +415,11 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     device = msa_repr.device
     if B * N * N * R == 0:
         return empty(B, N, N, R, dtype=dtype, device=device)
+    small = _small_meta(S, N, msa_repr.shape[-1], c, dtype)
+    if small is not None:
+        return _outer_product_mean_small(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight,
+                                         proj_a_bias, proj_b_weight, proj_b_bias, out_proj_weight, out_proj_bias,
+                                         normalization, small)
     mask = None if msa_mask is None else msa_mask.to(torch.float32)
     ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
                  proj_b_weight, proj_b_bias, precision)
