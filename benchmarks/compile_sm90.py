@@ -65,6 +65,14 @@ def launches():
             meta = opm._small_meta(S, 32, D, C, torch.float32 if dt == "fp32" else torch.bfloat16)
             yield (f"opm single launch {dt} S={S} D={D} c={C}", opm._opm_small_kernel, ptrs,
                    dict(C=C, NORM=1, HAS_MASK=True, EPS=1e-3) | meta, 4, 1)
+    for dt in ("bf16", "fp32"):
+        names = ("x_ptr", "pair_ptr", "lnw_ptr", "lnb_ptr", "wq_ptr", "bq_ptr", "wk_ptr", "bk_ptr", "wv_ptr", "bv_ptr",
+                 "wg_ptr", "bg_ptr", "wo_ptr", "bo_ptr", "wz_ptr", "bz_ptr", "o_ptr")
+        ptrs = {n: f"*{dt}" for n in names} | {"m_ptr": "*fp32"}
+        for N, D, P, h in ((32, 64, 64, 4), (17, 128, 16, 8), (32, 128, 64, 1)):
+            meta = ra._small_meta(N, D, h, torch.float32 if dt == "fp32" else torch.bfloat16, ())
+            yield (f"attention single launch {dt} N={N} D={D} P={P} h={h}", ra._row_attention_small_kernel, ptrs,
+                   dict(HAS_MASK=True, MASKED_LOGIT=MASK_LOGIT) | meta, 4, 1)
     for dt, prec, e in (("bf16", "tf32", 2), ("fp32", "tf32x3", 8)):
         for block_d in (16, 32, 64, 128):
             base = dict(HAS_MASK=True, LOG2E=1.4426950408889634, MASKED_LOGIT=MASK_LOGIT * 1.4426950408889634,

@@ -24,9 +24,19 @@ def run(mod, x, z, mask, dtype):
     return out, exact, ref_dtype, ref32
 
 
+@pytest.fixture(params=["single-launch", "tiled"])
+def path(request, monkeypatch):
+    """Small problems take the single-launch kernel; "tiled" forces projections + flash kernel."""
+    import evofuse.ops.row_attention as ra
+
+    if request.param == "tiled":
+        monkeypatch.setattr(ra, "SMALL_MAX_N", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("N, S, h, d, mask_kind", GRID)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_forward_awkward_shapes(N, S, h, d, mask_kind, dtype):
+def test_forward_awkward_shapes(N, S, h, d, mask_kind, dtype, path):
     B, P = 2, 5
     mod = att_module(h * d, P, h, seed=N * 10 + S)
     x, z = torch.randn(B, S, N, h * d), torch.randn(B, N, N, P)
@@ -38,14 +48,14 @@ def test_forward_awkward_shapes(N, S, h, d, mask_kind, dtype):
 
 
 @pytest.mark.parametrize("d", [24, 32])
-def test_head_dims_that_are_padded_or_wide(d):
+def test_head_dims_that_are_padded_or_wide(d, path):
     mod = att_module(2 * d, 3, 2, seed=d)
     x, z = torch.randn(1, 2, 19, 2 * d), torch.randn(1, 19, 19, 3)
     out, exact, _, ref32 = run(mod, x, z, random_mask(1, 2, 19, "rows", 3), torch.float32)
     assert_contract(out, exact, torch.float32, ref_fp32=ref32)
 
 
-def test_fully_masked_row_is_uniform_and_finite():
+def test_fully_masked_row_is_uniform_and_finite(path):
     mod = att_module(16, 4, 2, seed=1).to(DEVICE)
     x, z = torch.randn(1, 2, 21, 16, device=DEVICE), torch.randn(1, 21, 21, 4, device=DEVICE)
     mask = torch.ones(1, 2, 21, device=DEVICE)
@@ -55,14 +65,14 @@ def test_fully_masked_row_is_uniform_and_finite():
     torch.testing.assert_close(out, mod(x, z, mask, impl="torch"), rtol=1e-4, atol=1e-4)
 
 
-def test_fast_precision():
+def test_fast_precision(path):
     mod = att_module(32, 4, 2, seed=2, precision="fast")
     x, z = torch.randn(2, 2, 18, 32), torch.randn(2, 18, 18, 4)
     out, exact, _, _ = run(mod, x, z, random_mask(2, 2, 18, "rows", 4), torch.float32)
     assert_contract(out, exact, torch.float32, precision="fast")
 
 
-def test_non_contiguous_and_broadcast_inputs():
+def test_non_contiguous_and_broadcast_inputs(path):
     mod = att_module(16, 4, 2, seed=3)
     x = torch.randn(1, 9, 3, 16).transpose(1, 2)  # (1, 3, 9, 16)
     z = torch.randn(1, 9, 9, 4).transpose(1, 2)
@@ -71,14 +81,14 @@ def test_non_contiguous_and_broadcast_inputs():
     assert_contract(out, exact, torch.float32, ref_fp32=ref32)
 
 
-def test_deterministic():
+def test_deterministic(path):
     mod = att_module(16, 4, 4, seed=4).to(DEVICE)
     x, z = torch.randn(2, 2, 13, 16, device=DEVICE), torch.randn(2, 13, 13, 4, device=DEVICE)
     mask = random_mask(2, 2, 13, "rows", 5).to(DEVICE)
     assert torch.equal(mod(x, z, mask, impl="triton"), mod(x, z, mask, impl="triton"))
 
 
-def test_nan_propagates_like_the_reference():
+def test_nan_propagates_like_the_reference(path):
     mod = att_module(8, 3, 2, seed=5).to(DEVICE)
     x, z = torch.randn(1, 3, 6, 8, device=DEVICE), torch.randn(1, 6, 6, 3, device=DEVICE)
     x[0, 1, 2, 0] = float("nan")  # poisons row s=1 (LayerNorm spreads it over that residue's channels)
@@ -115,7 +125,7 @@ def test_dropout_distribution_in_training():
 
 
 @pytest.mark.parametrize("mask_dtype", [torch.bool, torch.int64, torch.float64])
-def test_mask_of_any_dtype_is_read_as_it_is(mask_dtype):
+def test_mask_of_any_dtype_is_read_as_it_is(mask_dtype, path):
     """The kernels read the caller's mask (bool, integer, float; here broadcast over the batch) without
     a converted copy; forward and gradients match the float mask's."""
     mod = att_module(16, 4, 2, seed=8).to(DEVICE)
@@ -129,3 +139,20 @@ def test_mask_of_any_dtype_is_read_as_it_is(mask_dtype):
         outs.append((out.detach(), xi.grad))
     torch.testing.assert_close(outs[1][0], outs[0][0], rtol=0, atol=0)
     torch.testing.assert_close(outs[1][1], outs[0][1], rtol=0, atol=0)
+
+
+def test_small_problems_take_one_launch(monkeypatch):
+    """The seed shape runs the single-launch kernel and nothing else; larger rows do not take it."""
+    import evofuse.ops.row_attention as ra
+
+    mod = att_module(64, 64, 4, seed=1)
+    params = list(mod.parameters())
+    assert ra._small_meta(32, 64, 4, torch.bfloat16, params) is not None  # att-seed
+    assert ra._small_meta(384, 256, 8, torch.bfloat16, params) is None  # att-af2-main
+    assert ra._small_meta(32, 64, 4, torch.bfloat16, [params[2].t()]) is None  # a transposed weight
+    monkeypatch.setattr(ra, "project", lambda *a, **k: pytest.fail("the tiled path ran"))
+    monkeypatch.setattr(ra, "launch", lambda *a, **k: pytest.fail("the tiled path ran"))
+    mod = att_module(16, 4, 2, seed=2).to(DEVICE)
+    x, z = torch.randn(1, 3, 9, 16, device=DEVICE), torch.randn(1, 9, 9, 4, device=DEVICE)
+    mask = random_mask(1, 3, 9, "rows", 1).to(DEVICE)
+    torch.testing.assert_close(mod(x, z, mask, impl="triton"), mod(x, z, mask, impl="torch"), rtol=1e-4, atol=1e-5)

@@ -84,7 +84,13 @@ def test_opm_awkward(N, S, c, dtype, tiled, monkeypatch):
 @pytest.mark.parametrize("N, S", [(1, 1), (17, 3), (97, 5), (200, 2)])
 @pytest.mark.parametrize("h, d", [(1, 8), (4, 16), (2, 32), (8, 64), (2, 128), (3, 24)])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_attention_awkward(N, S, h, d, dtype):
+@pytest.mark.parametrize("tiled", [False, True], ids=["auto", "tiled"])
+def test_attention_awkward(N, S, h, d, dtype, tiled, monkeypatch):
+    """"auto" lets small problems take the single-launch kernel; "tiled" forces the tiled path."""
+    from evofuse.ops import row_attention
+
+    if tiled:
+        monkeypatch.setattr(row_attention, "SMALL_MAX_N", 0)
     mod = att_module(h * d, 12, h, seed=N + d).cuda()
     x, z = torch.randn(2, S, N, h * d, device="cuda"), torch.randn(2, N, N, 12, device="cuda")
     contract(mod, (x, z, random_mask(2, S, N, "rows", N).cuda()), dtype)

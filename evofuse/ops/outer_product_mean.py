@@ -11,6 +11,8 @@ Two stages:
    default precision as float16 hi + lo pairs with three products per pair of operands (hi*hi +
    hi*lo + lo*hi, ~2**-22 relative: the float32 contract on float16 tensor cores, which run ~2x
    TF32's rate; 3xTF32 in Triton measured 59.7 ms on opm-af2-main, IEEE cuBLAS blocks 8.6 ms).
+hidden_dim 64 runs stage 2 as four 32-wide parts summed in float32. Small problems (N <= 128, a short
+MSA) take one launch instead: `_opm_small_kernel` projects its residues' rows itself.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ Three stages:
    the merged-heads layout (B, S, N, D) is written over the queries, so out_proj is one GEMM on a
    strided view. No S*h*N*N tensor, and no buffer beyond qkvg, the pair bias and the output.
 4. out_proj, one GEMM reading the strided (rows, D) view of qkvg in place.
+
+Small problems (N <= 32, msa_dim <= 128, contiguous weights) take one launch instead:
+`_row_attention_small_kernel`, a program per MSA row doing all of the above on chip.
+The backward (`attention_core_backward`) recomputes the core and runs three kernels; see there.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import triton
 import triton.language as tl
 
 from ..reference import LAYER_NORM_EPS, MASK_LOGIT
-from ._common import bucket, dot_precision, ieee_fp32_matmul, launch
+from ._common import bucket, dot_precision, empty, ieee_fp32_matmul, launch
 
 MAX_HEAD_DIM = 128
 _LOG2E = 1.4426950408889634
@@ -335,6 +339,97 @@ def _gate_backward_kernel(
              mask=(rows < ROWS)[:, None] & (hh < H)[None, :])
 
 
+@triton.jit
+def _head_projection(xn, w_ptr, b_ptr, hh, D, HEAD_DIM, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
+                     PRECISION: tl.constexpr):
+    """xn [BLOCK_N, BLOCK_D] times the rows hh*d.. (hh+1)*d of a (D, D) contiguous weight, plus bias:
+    [BLOCK_N, BLOCK_E] float32."""
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_d = tl.arange(0, BLOCK_D)
+    e_ok = offs_e < HEAD_DIM
+    rows = hh * HEAD_DIM + offs_e
+    w_t = tl.load(w_ptr + rows[None, :] * D + offs_d[:, None], mask=e_ok[None, :] & (offs_d < D)[:, None],
+                  other=0.0).to(xn.dtype)  # [BLOCK_D, BLOCK_E]
+    bias = tl.load(b_ptr + rows, mask=e_ok, other=0.0).to(tl.float32)
+    return tl.dot(xn, w_t, input_precision=PRECISION) + bias[None, :]
+
+
+@triton.jit
+def _row_attention_small_kernel(
+    x_ptr, stride_xb, stride_xs, stride_xi, stride_xd,  # msa_repr: (B, S, N, D), any strides
+    pair_ptr, stride_pb, stride_pi, stride_pj, stride_pp,  # pair_repr: (B, N, N, P), any strides
+    m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N), any real dtype (HAS_MASK only)
+    lnw_ptr, lnb_ptr, wq_ptr, bq_ptr, wk_ptr, bk_ptr, wv_ptr, bv_ptr, wg_ptr, bg_ptr, wo_ptr, bo_ptr,  # contiguous
+    wz_ptr, bz_ptr,  # pair_bias: (h, P), (h,) contiguous
+    o_ptr,  # out: (B, S, N, D) contiguous
+    S, N, D, P, HEAD_DIM, eps, sm_scale,
+    H: tl.constexpr, HAS_MASK: tl.constexpr, MASKED_LOGIT: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_H: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """The whole row attention of one MSA row (b, s) in one program, for small problems: LayerNorm,
+    the pair bias of every head (recomputed from pair_repr), each head's projections, softmax with
+    the key mask replacing logits, the gate, and out_proj summed over heads."""
+    pid = tl.program_id(0).to(tl.int64)
+    b = pid // S
+    s = pid % S
+    offs_i = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    i_ok = offs_i < N
+    d_ok = offs_d < D
+    x = tl.load(x_ptr + b * stride_xb + s * stride_xs + offs_i[:, None] * stride_xi + offs_d[None, :] * stride_xd,
+                mask=i_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)  # [BLOCK_N, BLOCK_D]
+    mean = tl.sum(x, axis=1) / D
+    xc = tl.where(d_ok[None, :], x - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
+    lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    xn = (xc * rstd[:, None] * lnw[None, :] + lnb[None, :]).to(x_ptr.dtype.element_ty)
+
+    # the pair bias of every head at once, [(i j), P] x [P, h], over chunks of P
+    ij = tl.arange(0, BLOCK_N * BLOCK_N)
+    pi = ij // BLOCK_N
+    pj = ij % BLOCK_N
+    ij_ok = (pi < N) & (pj < N)
+    offs_h = tl.arange(0, BLOCK_H)
+    z_all = tl.zeros((BLOCK_N * BLOCK_N, BLOCK_H), dtype=tl.float32)
+    for p0 in range(0, P, BLOCK_P):
+        offs_p = p0 + tl.arange(0, BLOCK_P)
+        pair = tl.load(pair_ptr + b * stride_pb + (pi * stride_pi + pj * stride_pj)[:, None] + offs_p[None, :] * stride_pp,
+                       mask=ij_ok[:, None] & (offs_p < P)[None, :],
+                       other=0.0).to(xn.dtype)  # [(i j), BLOCK_P], in msa_repr's dtype as the reference casts it
+        wz_t = tl.load(wz_ptr + offs_h[None, :] * P + offs_p[:, None],
+                       mask=(offs_h < H)[None, :] & (offs_p < P)[:, None], other=0.0).to(xn.dtype)  # [BLOCK_P, BLOCK_H]
+        z_all = tl.dot(pair, wz_t, z_all, input_precision=PRECISION)  # [(i j), BLOCK_H]
+    z_all += tl.load(bz_ptr + offs_h, mask=offs_h < H, other=0.0).to(tl.float32)[None, :]
+
+    j_ok = offs_i < N
+    key_on = j_ok
+    if HAS_MASK:
+        key_on = j_ok & (tl.load(m_ptr + b * stride_mb + s * stride_ms + offs_i * stride_mj, mask=j_ok, other=0) != 0)
+    out = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    offs_e = tl.arange(0, BLOCK_E)
+    for hh in tl.static_range(H):
+        q = _head_projection(xn, wq_ptr, bq_ptr, hh, D, HEAD_DIM, BLOCK_D, BLOCK_E, PRECISION).to(xn.dtype)
+        k = _head_projection(xn, wk_ptr, bk_ptr, hh, D, HEAD_DIM, BLOCK_D, BLOCK_E, PRECISION).to(xn.dtype)
+        v = _head_projection(xn, wv_ptr, bv_ptr, hh, D, HEAD_DIM, BLOCK_D, BLOCK_E, PRECISION).to(xn.dtype)
+        g = _head_projection(xn, wg_ptr, bg_ptr, hh, D, HEAD_DIM, BLOCK_D, BLOCK_E, PRECISION)
+        z = tl.reshape(tl.sum(tl.where((offs_h == hh)[None, :], z_all, 0.0), axis=1), (BLOCK_N, BLOCK_N))
+        logit = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale + z  # [BLOCK_N, BLOCK_N]
+        logit = tl.where(key_on[None, :], logit, MASKED_LOGIT)  # replaced, not added
+        logit = tl.where(j_ok[None, :], logit, float("-inf"))
+        p = tl.exp(logit - tl.max(logit, axis=1)[:, None])
+        p = p / tl.sum(p, axis=1)[:, None]
+        o = tl.dot(p.to(xn.dtype), v, input_precision=PRECISION) * tl.sigmoid(g)  # [BLOCK_N, BLOCK_E]
+        cols = hh * HEAD_DIM + offs_e
+        wo_t = tl.load(wo_ptr + offs_d[None, :] * D + cols[:, None],
+                       mask=(offs_e < HEAD_DIM)[:, None] & d_ok[None, :], other=0.0).to(xn.dtype)  # [BLOCK_E, BLOCK_D]
+        out = tl.dot(o.to(xn.dtype), wo_t, out, input_precision=PRECISION)
+    out += tl.load(bo_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(o_ptr + ((b * S + s) * N + offs_i)[:, None] * D + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
+             mask=i_ok[:, None] & d_ok[None, :])
+
+
 def _configs() -> list[triton.Config]:
     """Candidate tiles; the first that survives pruning is the default (EVOFUSE_AUTOTUNE=0)."""
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
@@ -424,6 +519,22 @@ def _attention_core(qkvg, z, msa_mask, num_heads, precision, out=None, stats=Non
            lambda meta: (B * num_heads * triton.cdiv(N, meta["BLOCK_M"]) * S,), args, consts, _INTERPRET_META)
 
 
+# The single-launch path takes problems whose row (N x D) and pair tile (N x N, in chunks of 16
+# channels) stay small on chip; shared memory measured by benchmarks/compile_sm90.py.
+SMALL_MAX_N = 32
+SMALL_MAX_D = 128
+
+
+def _small_meta(N, D, h, dtype, params):
+    """Constexprs of the single-launch path, or None (too large, or non-contiguous weights)."""
+    block_n, block_d = max(16, triton.next_power_of_2(N)), max(16, triton.next_power_of_2(D))
+    if N > SMALL_MAX_N or block_d > SMALL_MAX_D or not all(p.is_contiguous() for p in params):
+        return None
+    return {"H": h, "BLOCK_N": block_n, "BLOCK_D": block_d, "BLOCK_E": max(16, triton.next_power_of_2(D // h)),
+            "BLOCK_P": 16, "BLOCK_H": max(16, triton.next_power_of_2(h)),
+            "PRECISION": "ieee" if dtype == torch.float32 else "tf32"}
+
+
 def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, layer_norm_bias,
                              query_weight, query_bias, key_weight, key_bias, value_weight, value_bias,
                              gate_weight, gate_bias, out_proj_weight, out_proj_bias, pair_bias_weight,
@@ -433,6 +544,17 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
     dtype = msa_repr.dtype
     if msa_repr.numel() == 0:
         return torch.empty(B, S, N, D, dtype=dtype, device=msa_repr.device)
+    params = (layer_norm_weight, layer_norm_bias, query_weight, query_bias, key_weight, key_bias, value_weight,
+              value_bias, gate_weight, gate_bias, out_proj_weight, out_proj_bias, pair_bias_weight, pair_bias_bias)
+    small = _small_meta(N, D, num_heads, dtype, params)
+    if small is not None:  # one launch from msa_repr to the output; float32 takes IEEE products
+        out = empty(B, S, N, D, dtype=dtype, device=msa_repr.device)
+        m, m_strides = (msa_repr, (0, 0, 0)) if msa_mask is None else (msa_mask, msa_mask.stride())
+        _row_attention_small_kernel[(B * S,)](
+            msa_repr, *msa_repr.stride(), pair_repr, *pair_repr.stride(), m, *m_strides, *params, out,
+            S, N, D, pair_repr.shape[-1], D // num_heads, LAYER_NORM_EPS, 1 / math.sqrt(D // num_heads),
+            HAS_MASK=msa_mask is not None, MASKED_LOGIT=MASK_LOGIT, num_warps=4, num_stages=1, **small)
+        return out
     qkvg = project(msa_repr, layer_norm_weight, layer_norm_bias,
                    (query_weight, key_weight, value_weight, gate_weight),
                    (query_bias, key_bias, value_bias, gate_bias))
