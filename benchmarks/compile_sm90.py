@@ -64,7 +64,7 @@ def launches():
         for S, D, C in ((8, 64, 32), (1, 128, 16), (40, 64, 32)):
             meta = opm._small_meta(S, 32, D, C, torch.float32 if dt == "fp32" else torch.bfloat16)
             yield (f"opm single launch {dt} S={S} D={D} c={C}", opm._opm_small_kernel, ptrs,
-                   dict(C=C, NORM=1, HAS_MASK=True, EPS=1e-3) | meta, 4, 1)
+                   dict(C=C, NORM=1, HAS_MASK=True, EPS=1e-3) | meta, 8, 1)
     for dt in ("bf16", "fp32"):
         names = ("x_ptr", "pair_ptr", "lnw_ptr", "lnb_ptr", "wq_ptr", "bq_ptr", "wk_ptr", "bk_ptr", "wv_ptr", "bv_ptr",
                  "wg_ptr", "bg_ptr", "wo_ptr", "bo_ptr", "wz_ptr", "bz_ptr", "o_ptr")

@@ -67,6 +67,26 @@ def test_every_candidate_config(op, dtype, monkeypatch):
             continue
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_every_backward_config(dtype, monkeypatch):
+    """Each candidate tile of the three attention backward kernels gives the right gradients."""
+    from evofuse.ops import row_attention
+
+    mod = att_module(128, 12, 2, seed=4).cuda()
+    inputs = [torch.randn(1, 3, 97, 128, device="cuda").to(dtype), torch.randn(1, 97, 97, 12, device="cuda").to(dtype),
+              random_mask(1, 3, 97, "rows", 2).cuda()]
+    exact_out, exact = grads(copy.deepcopy(mod).to(dtype).double(),
+                             [t.double() if t.dim() == 4 else t for t in inputs], "torch")
+    lowp = None if dtype == torch.float32 else grads(copy.deepcopy(mod).to(dtype), inputs, "torch")[1]
+    for cfg in row_attention._bwd_configs():
+        monkeypatch.setattr(row_attention, "_bwd_configs", lambda cfg=cfg: [cfg])
+        try:
+            _, got = grads(copy.deepcopy(mod).to(dtype), inputs, "triton")
+        except triton.runtime.errors.OutOfResources:  # the autotuner skips these too
+            continue
+        compare(got, exact, dtype, lowp)
+
+
 @pytest.mark.parametrize("N, S", [(1, 1), (17, 3), (97, 33), (130, 7)])
 @pytest.mark.parametrize("c", [8, 16, 32, 64])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

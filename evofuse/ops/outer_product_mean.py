@@ -293,7 +293,7 @@ def _outer_product_mean_small(msa_repr, msa_mask, lnw, lnb, wa, ba, wb, bb, w, w
     _opm_small_kernel[grid](msa_repr, *msa_repr.stride(), lnw, lnb, wa, *wa.stride(), ba, wb, *wb.stride(), bb,
                             m, *m_strides, w, *w.stride(), wbias, out, *out.stride(), S, N, D, R, LAYER_NORM_EPS,
                             C=c, NORM=_NORM_CODE[normalization], HAS_MASK=msa_mask is not None, EPS=AF2_EPS,
-                            num_warps=4, num_stages=1, **meta)
+                            num_warps=8, num_stages=1, **meta)
     return out
 
 
