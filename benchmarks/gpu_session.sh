@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device-machine session: `benchmarks/gpu_session.sh tests` runs the gpu-marked tests, `tests-rest` the
-# others on CUDA tensors and compute-sanitizer; `... probe` prints kernel-by-kernel and per-config times; `... bench ARGS` runs `evofuse bench ARGS`.
+# One device-machine session: `benchmarks/gpu_session.sh tests` and `tests-grid` run the gpu-marked tests,
+# `tests-rest` the others on CUDA tensors and compute-sanitizer; `... probe` prints kernel-by-kernel and per-config times; `... bench ARGS` runs `evofuse bench ARGS`.
 # Wheels carried in .whl/ and .whl2/ (cuEquivariance) are installed into /tmp/site first.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:/tmp/site"
@@ -14,9 +14,13 @@ done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 case "${1:-tests}" in
-  tests)  # the gpu-marked tests (about 5 minutes on the H200)
-    timeout 560 python3 -m pytest -q --maxfail=10 tests/test_gpu.py --durations=10 2>&1 | grep -v DEBUG \
-      | tee "$OUT/gpu-tests.log" | tail -40
+  tests)  # the gpu-marked tests at the suite shapes, memory limits and long sequences (~5 min)
+    timeout 560 python3 -m pytest -q --maxfail=10 tests/test_gpu.py -k "not awkward and not every" --durations=10 \
+      2>&1 | grep -v DEBUG | tee "$OUT/gpu-tests.log" | tail -40
+    ;;
+  tests-grid)  # the gpu-marked grids of awkward shapes and every candidate tile (~5 min)
+    timeout 560 python3 -m pytest -q --maxfail=10 tests/test_gpu.py -k "awkward or every" --durations=10 2>&1 \
+      | grep -v DEBUG | tee "$OUT/gpu-grid-tests.log" | tail -40
     ;;
   tests-rest)  # every other test on CUDA tensors, then memcheck at small shapes
     timeout 450 python3 -m pytest -q --maxfail=10 tests/ --ignore=tests/test_gpu.py --durations=10 2>&1 \
