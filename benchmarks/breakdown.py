@@ -1,8 +1,9 @@
 """Where a forward's time goes, kernel by kernel, from torch.profiler's CUDA activity.
 
-python3 benchmarks/breakdown.py [CASE ...] [--dtype bfloat16|float32]
-For each case: the device time of every kernel one evofuse forward launches (mean of 10 forwards),
-and their sum next to the forward's wall time, so that launch gaps show too.
+python3 benchmarks/breakdown.py [CASE ...] [--dtype bfloat16|float32] [--train]
+For each case: the device time of every kernel one evofuse forward (with --train: forward and
+backward) launches (mean of 10 calls), and their sum next to the call's wall time, so that launch
+gaps show too.
 """
 
 import argparse
@@ -14,19 +15,30 @@ from torch.profiler import ProfilerActivity, profile
 from evofuse.suite import SUITE, make_inputs, make_module
 
 
-def breakdown(case, dtype, reps=10):
+def breakdown(case, dtype, train=False, reps=10):
     mod = make_module(case).cuda().to(dtype)
     inputs = make_inputs(case, "cuda", dtype, fully_masked=False)
-    with torch.no_grad():
-        ms = triton.testing.do_bench(lambda: mod(*inputs), warmup=25, rep=100, return_mode="median")
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(reps):
+    if train:
+        inputs = [t.requires_grad_(True) if t.dim() == 4 else t for t in inputs]
+        grad = torch.ones(1, device="cuda", dtype=dtype)
+
+        def call():
+            out = mod(*inputs)
+            out.backward(grad.expand_as(out))
+    else:
+        def call():
+            with torch.no_grad():
                 mod(*inputs)
-            torch.cuda.synchronize()
+    ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            call()
+        torch.cuda.synchronize()
     rows = [(e.key, e.device_time_total / reps / 1e3) for e in prof.key_averages() if e.device_time_total > 0]
     rows.sort(key=lambda r: -r[1])
     total = sum(t for _, t in rows)
-    print(f"\n{case.name} {dtype}: forward {ms:.3f} ms (do_bench median), kernels {total:.3f} ms")
+    what = "forward+backward" if train else "forward"
+    print(f"\n{case.name} {dtype}: {what} {ms:.3f} ms (do_bench median), kernels {total:.3f} ms")
     for name, t in rows:
         print(f"  {t:8.3f} ms {100 * t / total:5.1f}%  {name[:90]}")
 
@@ -35,7 +47,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("cases", nargs="*", default=["opm-af2-main", "att-af2-main"])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    parser.add_argument("--train", action="store_true", help="profile forward and backward")
     args = parser.parse_args()
     by_name = {c.name: c for c in SUITE}
     for name in args.cases:
-        breakdown(by_name[name], getattr(torch, args.dtype))
+        breakdown(by_name[name], getattr(torch, args.dtype), args.train)

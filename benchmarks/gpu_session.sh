@@ -33,6 +33,7 @@ case "${1:-tests}" in
     for dt in bfloat16 float32; do
       timeout 120 python3 benchmarks/breakdown.py opm-af2-main att-af2-main --dtype $dt 2>&1 | tee -a "$OUT/breakdown.log"
     done
+    timeout 150 python3 benchmarks/breakdown.py opm-af2-main att-af2-main --train 2>&1 | tee -a "$OUT/breakdown.log"
     timeout 200 python3 benchmarks/configs.py opm-af2-main att-af2-main 2>&1 | tee "$OUT/configs.log"
     ;;
   bench)  # RESULTS names the run; only its JSON comes back (benchmarks/merge_results.py makes the rest)
