@@ -250,15 +250,20 @@ def _row_attention_bwd_dz_kernel(
     m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N), any real dtype (HAS_MASK)
     do_ptr, stride_db, stride_ds, stride_di,  # gradient of the un-gated attention output: (B, S, N, D)
     st_ptr, stride_st, dl_ptr, stride_lb, stride_ls, stride_lh,  # as in the dq kernel
-    dz_ptr,  # gradient of the pair bias: (B, h, N, N) float32, z's strides
+    dz_ptr, stride_dzc,  # partial pair-bias gradients: (chunks, B, h, N, N) float32, z's strides within a chunk
     S, N, H, D, HEAD_DIM, qk_scale,
+    S_PER_CHUNK,  # MSA rows per program: a chunk's rows are summed here, the chunks by the caller
     N_BUCKET,  # autotuning key only
     HAS_MASK: tl.constexpr, LOG2E: tl.constexpr, MASKED_LOGIT: tl.constexpr, BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr, OPERAND_BYTES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """The pair-bias gradient of one (b, h, block i, block j) tile, dz = sum_s dL_s, summed over the
-    MSA rows in order inside the program: deterministic, no atomics."""
+    """The pair-bias gradient of one (b, h, block i, block j) tile over one chunk of MSA rows,
+    dz = sum_s dL_s, summed in order inside the program (chunks, then summed in a fixed order by the
+    caller, give more programs than tiles alone): deterministic, no atomics."""
     pid = tl.program_id(0).to(tl.int64)
+    n_chunks = tl.cdiv(S, S_PER_CHUNK)
+    chunk = pid % n_chunks  # chunks of one tile run side by side and share its bias tile in L2
+    pid = pid // n_chunks
     n_blk_j = tl.cdiv(N, BLOCK_N)
     n_blk_i = tl.cdiv(N, BLOCK_M)
     blk_j = pid % n_blk_j
@@ -284,7 +289,7 @@ def _row_attention_bwd_dz_kernel(
 
     z = tl.load(z_ptr + z_off, mask=ij_ok, other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_N], shared by every row s
     dz = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for s in range(0, S):
+    for s in range(chunk * S_PER_CHUNK, tl.minimum(S, (chunk + 1) * S_PER_CHUNK)):
         row_base = x_ptr + b * stride_xb + s * stride_xs
         q = tl.load(row_base + q_off, mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
         k = tl.load(row_base + kv_off + D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
@@ -299,7 +304,7 @@ def _row_attention_bwd_dz_kernel(
         p = tl.math.exp2(logit - row_max[:, None]) * row_inv[:, None]  # [BLOCK_M, BLOCK_N]
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # [BLOCK_M, BLOCK_N]
         dz += tl.where(key_on[None, :], p * (dp - dl[:, None]), 0.0)
-    tl.store(dz_ptr + z_off, dz, mask=ij_ok)
+    tl.store(dz_ptr + chunk * stride_dzc + z_off, dz, mask=ij_ok)
 
 
 @triton.jit
@@ -591,6 +596,12 @@ def _tuned_bwd(kernel_name: str):
                            prune_configs_by={"early_config_prune": _bwd_prune})(globals()[kernel_name])
 
 
+# The pair-bias kernel has a program per (b, h, i-tile, j-tile) and MSA-row chunk: at least this many
+# rows a chunk, at most this many chunks (partial sums in float32, then summed in order).
+DZ_ROWS_PER_PROGRAM = 64
+DZ_MAX_CHUNKS = 8
+
+
 def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="default", need_dz=True):
     """The kernels' part of the backward, from the gradient of the gated attention output d_gated
     (B, S, N, D): returns the gradient of qkvg (B, S, N, 4D) in its dtype, of the pair bias z
@@ -646,7 +657,9 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
         1 / math.sqrt(d))
     if not need_dz:
         return dx, torch.empty(0, dtype=torch.float32, device=qkvg.device), gated
-    dz = torch.empty(B, h, N, N, dtype=torch.float32, device=qkvg.device)
-    run(_row_attention_bwd_dz_kernel, lambda m: (B * h * blocks(m, "BLOCK_M") * blocks(m, "BLOCK_N"),), *common, dz,
-        *tail)
-    return dx, dz, gated
+    per_chunk = max(DZ_ROWS_PER_PROGRAM, triton.cdiv(S, DZ_MAX_CHUNKS))
+    chunks = triton.cdiv(S, per_chunk)
+    dz = torch.empty(chunks, B, h, N, N, dtype=torch.float32, device=qkvg.device)
+    run(_row_attention_bwd_dz_kernel, lambda m: (B * h * blocks(m, "BLOCK_M") * blocks(m, "BLOCK_N") * chunks,),
+        *common, dz, dz.stride(0), *tail, per_chunk)
+    return dx, (dz[0] if chunks == 1 else dz.sum(0)), gated
