@@ -24,6 +24,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from evofuse.ops import layer_norm_linear as lnl  # noqa: E402
 from evofuse.ops import outer_product_mean as opm  # noqa: E402
 from evofuse.ops import row_attention as ra  # noqa: E402
+from evofuse.ops import split_linear  # noqa: E402
 from evofuse.reference import MASK_LOGIT  # noqa: E402
 
 SHARED_LIMIT = 227 * 1024
@@ -55,6 +56,10 @@ def launches():
             yield (f"ln_linear {dt} D={D}", lnl._ln_linear_kernel,
                    {n: f"*{dt}" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "w_ptr", "bias_ptr", "y_ptr")} | {"m_ptr": "*fp32"},
                    dict(SLOT=32, HAS_LN=True, HAS_MASK=True, BLOCK_ROWS=rows, BLOCK_D=block_d, BLOCK_K=block_k), 4, 2)
+    for has_ln in (True, False):
+        yield (f"split rows ln={has_ln}", split_linear._split_rows_kernel,
+               {"x_ptr": "*fp32", "lnw_ptr": "*fp32", "lnb_ptr": "*fp32", "shift_ptr": "*fp32", "a_ptr": "*fp16"},
+               dict(HAS_LN=has_ln, BLOCK_ROWS=16, BLOCK_D=256), 4, 3)
     for lo in (False, True):
         yield (f"float16 split lo={lo}", opm._float16_split_kernel,
                {"x_ptr": "*fp32", "scale_ptr": "*fp32", "hi_ptr": "*fp16", "lo_ptr": "*fp16"}, dict(LO=lo, BLOCK=1024), 4, 3)

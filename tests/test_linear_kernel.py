@@ -1,4 +1,4 @@
-"""The fused LayerNorm + linear + row-mask kernel on its own, against PyTorch in float64."""
+"""The fused LayerNorm + linear + row-mask kernel and the float32 split linear, against PyTorch in float64."""
 
 import pytest
 import torch
@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from evofuse.ops.layer_norm_linear import ln_linear
 
 from .conftest import DEVICE
-from .helpers import random_mask
+from .helpers import assert_contract, att_module, random_mask
 
 
 # bfloat16 products are wrong in Triton's interpreter (triton 3.9): checked on the GPU only
@@ -45,3 +45,37 @@ def test_ln_linear_refuses_float32_and_wide_rows():
     wide = torch.zeros(1, 1, 2, 600, device=DEVICE, dtype=torch.float16)
     with pytest.raises(ValueError, match="width"):
         ln_linear(wide, torch.zeros(4, 600, device=DEVICE, dtype=torch.float16), torch.zeros(4, device=DEVICE))
+
+
+@pytest.mark.parametrize("with_ln", [True, False])
+@pytest.mark.parametrize("scale_x, scale_w", [(1.0, 1.0), (1e3, 1e-4), (1e-4, 30.0)])
+def test_split_linear_float32_accuracy(with_ln, scale_x, scale_w, monkeypatch):
+    """float32 products on float16 halves: the float32 contract at magnitudes far from 1, on a strided
+    view of rows, across row blocks (forced small)."""
+    from evofuse.ops import split_linear
+
+    monkeypatch.setattr(split_linear, "BLOCK_BYTES", 7 * 3 * 24 * 2)  # 7 rows a block
+    g = torch.Generator().manual_seed(5)
+    x = (scale_x * torch.randn(45, 4 * 24, generator=g))[:, :24]  # row stride 96, as out_proj reads qkvg
+    w, b = scale_w * torch.randn(40, 24, generator=g), torch.randn(40, generator=g)
+    lnw, lnb = 1 + 0.3 * torch.randn(24, generator=g), 0.3 * torch.randn(24, generator=g)
+    ln = (lnw.to(DEVICE), lnb.to(DEVICE), 1e-5) if with_ln else None
+    out = split_linear.split_linear(x.to(DEVICE), w.to(DEVICE), b.to(DEVICE), ln=ln)
+    xe = F.layer_norm(x.double(), (24,), lnw.double(), lnb.double(), 1e-5) if with_ln else x.double()
+    exact = F.linear(xe, w.double(), b.double())
+    assert out.dtype == torch.float32 and out.shape == (45, 40)
+    err = ((out.double().cpu() - exact).norm() / exact.norm()).item()
+    assert err <= 1e-6, err
+
+
+def test_attention_float32_without_out_dtype_support_takes_ieee(monkeypatch):
+    """Where PyTorch's cuBLAS path lacks float32 output from float16 operands, float32 attention falls
+    back to IEEE products and still meets the contract."""
+    from evofuse.ops import split_linear
+
+    monkeypatch.setattr(split_linear, "available", lambda x: False)
+    mod = att_module(16, 4, 2, seed=3).to(DEVICE)
+    x, z = torch.randn(1, 2, 40, 16, device=DEVICE), torch.randn(1, 40, 40, 4, device=DEVICE)
+    out = mod(x, z, None, impl="triton")
+    exact = mod.double()(x.double(), z.double(), None, impl="torch")
+    assert_contract(out, exact, torch.float32)

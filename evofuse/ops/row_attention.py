@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from ..reference import LAYER_NORM_EPS, MASK_LOGIT
+from . import split_linear
 from ._common import bucket, dot_precision, empty, ieee_fp32_matmul, launch
 
 MAX_HEAD_DIM = 128
@@ -467,25 +468,35 @@ def _tuned_kernel():
 _INTERPRET_META = {"BLOCK_M": 16, "BLOCK_N": 16}
 
 
-def project(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases):
-    """LayerNorm, then the q, k, v, gate projections as one cuBLAS product: (B, S, N, 4D).
+def project(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases, split=False):
+    """LayerNorm, then the q, k, v, gate projections as one product: (B, S, N, 4D).
 
-    (The fused LayerNorm-linear kernel ran this 0.61 ms against these two passes' 0.44 ms on
-    att-af2-main bf16 on the H200.) float32 products are IEEE, whatever the global TF32 setting."""
-    D = msa_repr.shape[-1]
+    float32 with `split` (the forward) takes `split_linear`: float16 hi/lo halves on tensor cores, the
+    LayerNorm applied on the way; otherwise (and in the backward's differentiable recompute) PyTorch's
+    LayerNorm and one cuBLAS product, IEEE for float32 whatever the global TF32 setting. (A fused
+    LayerNorm-linear Triton kernel ran the bf16 case in 0.61 ms against these two passes' 0.44 ms on
+    att-af2-main on the H200.)"""
+    B, S, N, D = msa_repr.shape
     dtype = msa_repr.dtype
+    w, bias = torch.cat(weights).to(dtype), torch.cat(biases).to(dtype)
+    if split and split_linear.available(msa_repr):
+        y = split_linear.split_linear(msa_repr.reshape(-1, D), w, bias,
+                                      ln=(layer_norm_weight, layer_norm_bias, LAYER_NORM_EPS))
+        return y.view(B, S, N, 4 * D)
     x = F.layer_norm(msa_repr, (D,), layer_norm_weight.to(dtype), layer_norm_bias.to(dtype), LAYER_NORM_EPS)
     with ieee_fp32_matmul():
-        return F.linear(x, torch.cat(weights).to(dtype), torch.cat(biases).to(dtype))
+        return F.linear(x, w, bias)
 
 
-def out_projection(qkvg, weight, bias):
-    """out_proj on the gated attention output, which sits in the first D channels of qkvg: one cuBLAS
-    product on the strided (rows, D) view, row stride 4D (F.linear on the 4-D view copied it first:
-    0.14 ms on att-af2-main bf16)."""
+def out_projection(qkvg, weight, bias, split=False):
+    """out_proj on the gated attention output, which sits in the first D channels of qkvg: one product
+    on the strided (rows, D) view, row stride 4D (F.linear on the 4-D view copied it first: 0.14 ms on
+    att-af2-main bf16); float32 with `split` takes `split_linear`."""
     B, S, N, D4 = qkvg.shape
     D = D4 // 4
     x = qkvg.view(B * S * N, D4)[:, :D]
+    if split and split_linear.available(qkvg):
+        return split_linear.split_linear(x, weight, bias).view(B, S, N, D)
     with ieee_fp32_matmul():
         return torch.addmm(bias.to(qkvg.dtype), x, weight.to(qkvg.dtype).t()).view(B, S, N, D)
 
@@ -563,10 +574,10 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
         return out
     qkvg = project(msa_repr, layer_norm_weight, layer_norm_bias,
                    (query_weight, key_weight, value_weight, gate_weight),
-                   (query_bias, key_bias, value_bias, gate_bias))
+                   (query_bias, key_bias, value_bias, gate_bias), split=True)
     z = pair_bias(pair_repr, pair_bias_weight, pair_bias_bias, dtype)
     _attention_core(qkvg, z, msa_mask, num_heads, precision)
-    return out_projection(qkvg, out_proj_weight, out_proj_bias)
+    return out_projection(qkvg, out_proj_weight, out_proj_bias, split=True)
 
 
 def _bwd_configs() -> list[triton.Config]:
