@@ -27,13 +27,15 @@ def run(mod, x, mask, dtype, **kw):
     return out, exact, ref_dtype, ref32
 
 
-@pytest.fixture(params=["single-launch", "tiled"])
+@pytest.fixture(params=["single-launch", "tiled", "tiled-transposed"])
 def path(request, monkeypatch):
-    """Small problems take the single-launch kernel; "tiled" forces the projection + tiled kernels."""
+    """Small problems take the single-launch kernel; "tiled" forces the projection + tiled kernels,
+    "tiled-transposed" with the epilogue's product transposed."""
     import evofuse.ops.outer_product_mean as op
 
-    if request.param == "tiled":
+    if request.param.startswith("tiled"):
         monkeypatch.setattr(op, "SMALL_MAX_N", 0)
+    monkeypatch.setattr(op, "INTERPRET_EPI_T", request.param == "tiled-transposed")
     return request.param
 
 
@@ -162,7 +164,7 @@ def test_mask_of_any_dtype(normalization, path):
 @pytest.mark.parametrize("N, S, normalization, mask_kind", [(5, 3, "seed", "rows"), (17, 20, "af2", "random"),
                                                            (9, 1, "boltz", "none")])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_hidden_dim_64(N, S, normalization, mask_kind, dtype, monkeypatch):
+def test_hidden_dim_64(N, S, normalization, mask_kind, dtype, monkeypatch, path):
     """hidden_dim 64 runs as four 32-wide parts summed in float32; 16-bit outputs in blocks of rows i
     (forced to a few rows here so that block edges are crossed)."""
     import evofuse.ops.outer_product_mean as op
