@@ -43,11 +43,20 @@ def dot_precision(dtype: torch.dtype, precision: str) -> str:
     return "tf32"
 
 
-def bucket(n: int) -> int:
-    """Power-of-two bucket of a size, the autotuning key (configs are not retuned per N)."""
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (n >= 1), in plain Python: on the launch path, where triton 3.9's
+    `triton.next_power_of_2` (a constexpr function) costs microseconds a call."""
     return 1 << max(int(n) - 1, 0).bit_length()
 
 
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division in plain Python (see next_pow2)."""
+    return -(-int(a) // int(b))
+
+
+def bucket(n: int) -> int:
+    """Power-of-two bucket of a size, the autotuning key (configs are not retuned per N)."""
+    return next_pow2(n)
 
 
 # Tests set this so that every output the kernels should write starts as NaN: an element left

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import empty, interpreting
+from ._common import cdiv, empty, interpreting, next_pow2
 
 # 16-bit operands only: with float32 rows and 3xTF32 products this kernel measured 5.1 ms for the
 # Outer Product Mean's projections on opm-af2-main on the H200 (LayerNorm + IEEE cuBLAS: ~0.5 ms), so
@@ -30,8 +30,8 @@ MAX_BLOCK_D = 512
 
 def _tiles(D: int, K: int) -> tuple[int, int, int]:
     """(BLOCK_ROWS, BLOCK_D, BLOCK_K) for a (K, D) weight of 16-bit elements."""
-    block_d = max(16, triton.next_power_of_2(D))
-    block_k = min(max(16, triton.next_power_of_2(K)), max(16, WEIGHT_TILE_BYTES // 2 // block_d))
+    block_d = max(16, next_pow2(D))
+    block_k = min(max(16, next_pow2(K)), max(16, WEIGHT_TILE_BYTES // 2 // block_d))
     if interpreting():
         return 16, block_d, min(block_k, 32)
     return max(16, min(128, ROW_TILE_BYTES // 2 // block_d)), block_d, block_k
@@ -39,7 +39,7 @@ def _tiles(D: int, K: int) -> tuple[int, int, int]:
 
 def fits(D: int, K: int, dtype: torch.dtype) -> bool:
     """Whether the fused kernel takes rows of width D in `dtype` (16-bit; K is streamed)."""
-    return dtype in (torch.float16, torch.bfloat16) and max(16, triton.next_power_of_2(D)) <= MAX_BLOCK_D
+    return dtype in (torch.float16, torch.bfloat16) and max(16, next_pow2(D)) <= MAX_BLOCK_D
 
 
 @triton.jit
@@ -117,7 +117,7 @@ def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weig
     lnw, lnb = (ln_weight, ln_bias) if has_ln else (weight, weight)  # unused without LayerNorm
     m = mask if mask is not None else y  # unused without a mask
     m_strides = mask.stride() if mask is not None else (0, 0, 0)
-    _ln_linear_kernel[(triton.cdiv(rows, block_rows),)](
+    _ln_linear_kernel[(cdiv(rows, block_rows),)](
         x, *x.stride(), lnw, lnb, weight, *weight.stride(), bias, m, *m_strides,
         y, y.stride(0), slot, rows, S, N, D, K, eps,
         SLOT=slot, HAS_LN=has_ln, HAS_MASK=mask is not None, BLOCK_ROWS=block_rows, BLOCK_D=block_d,

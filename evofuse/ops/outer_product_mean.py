@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections
-from ._common import bucket, empty, ieee_fp32_matmul, launch
+from ._common import bucket, cdiv, empty, ieee_fp32_matmul, launch, next_pow2
 from .layer_norm_linear import fits, ln_linear
 
 FAST_HIDDEN_DIMS = (8, 16, 32, 64)
@@ -294,7 +294,7 @@ def _small_meta(S: int, N: int, D: int, c: int, dtype: torch.dtype) -> dict | No
     """Constexprs of the single-launch path, or None when the problem is not small."""
     if c not in (16, 32) or N > SMALL_MAX_N:
         return None
-    block_s, block_d, block_i = max(16, triton.next_power_of_2(S)), max(16, triton.next_power_of_2(D)), 128 // c
+    block_s, block_d, block_i = max(16, next_pow2(S)), max(16, next_pow2(D)), 128 // c
     if block_s * block_i * block_d > SMALL_MAX_TILE // (4 if dtype == torch.float32 else 1):
         return None
     return {"BLOCK_S": block_s, "BLOCK_D": block_d, "BLOCK_I": block_i, "BLOCK_R": 16,
@@ -308,7 +308,7 @@ def _outer_product_mean_small(msa_repr, msa_mask, lnw, lnb, wa, ba, wb, bb, w, w
     R = w.shape[0]
     out = empty(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device)
     m, m_strides = (msa_repr, (0, 0, 0)) if msa_mask is None else (msa_mask, msa_mask.stride())
-    grid = (triton.cdiv(N, meta["BLOCK_I"]) ** 2, B)
+    grid = (cdiv(N, meta["BLOCK_I"]) ** 2, B)
     _opm_small_kernel[grid](msa_repr, *msa_repr.stride(), lnw, lnb, wa, *wa.stride(), ba, wb, *wb.stride(), bb,
                             m, *m_strides, w, *w.stride(), wbias, out, *out.stride(), S, N, D, R, LAYER_NORM_EPS,
                             C=c, NORM=_NORM_CODE[normalization], HAS_MASK=msa_mask is not None, EPS=AF2_EPS,
@@ -441,7 +441,7 @@ def _float16_operands(tensors, split: bool):
         halves = torch.empty((2 if split else 1, *x.shape), dtype=torch.float16, device=x.device)
         n = x.numel()
         block = 1024
-        _float16_split_kernel[(triton.cdiv(n, block),)](x, scales[k:], halves[0], halves[-1], n, LO=split, BLOCK=block)
+        _float16_split_kernel[(cdiv(n, block),)](x, scales[k:], halves[0], halves[-1], n, LO=split, BLOCK=block)
         out.append((halves[0], halves[1] if split else None))
     return out, torch.exp2(e.sum() - len(tensors) * SCALE_TOP)
 
@@ -507,7 +507,7 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
 
             def grid(meta, n=n):
                 bi = meta["TILE_ROWS"] // cs
-                return (triton.cdiv(n, bi) * triton.cdiv(N, bi * meta["COLS_FACTOR"]), B)
+                return (cdiv(n, bi) * cdiv(N, bi * meta["COLS_FACTOR"]), B)
 
             launch(_opm_kernel, _tuned_kernel, _configs, _prune, grid, args,
                    consts | {"ACCUMULATE": k > 0, "ADD_BIAS": k == parts - 1}, _interpret_meta(cs))

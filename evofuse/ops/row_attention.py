@@ -28,7 +28,7 @@ import triton.language as tl
 
 from ..reference import LAYER_NORM_EPS, MASK_LOGIT
 from . import split_linear
-from ._common import bucket, dot_precision, empty, ieee_fp32_matmul, launch
+from ._common import bucket, cdiv, dot_precision, empty, ieee_fp32_matmul, launch, next_pow2
 
 MAX_HEAD_DIM = 128
 _LOG2E = 1.4426950408889634
@@ -515,7 +515,7 @@ def pair_bias(pair_repr, weight, bias, dtype):
 
 def _core_consts(d, dtype, has_mask, precision):
     return {"HAS_MASK": has_mask, "LOG2E": _LOG2E, "MASKED_LOGIT": MASK_LOGIT * _LOG2E,
-            "BLOCK_D": max(16, triton.next_power_of_2(d)), "PRECISION": dot_precision(dtype, precision)}
+            "BLOCK_D": max(16, next_pow2(d)), "PRECISION": dot_precision(dtype, precision)}
 
 
 def _attention_core(qkvg, z, msa_mask, num_heads, precision, out=None, stats=None):
@@ -532,7 +532,7 @@ def _attention_core(qkvg, z, msa_mask, num_heads, precision, out=None, stats=Non
     consts = _core_consts(d, qkvg.dtype, msa_mask is not None, precision) | {"GATE": out is None, "STORE_STATS": stats is not None,
                                                                  "N_BUCKET": bucket(N)}
     launch(_row_attention_kernel, _tuned_kernel, _configs, _prune,
-           lambda meta: (B * num_heads * triton.cdiv(N, meta["BLOCK_M"]) * S,), args, consts, _INTERPRET_META)
+           lambda meta: (B * num_heads * cdiv(N, meta["BLOCK_M"]) * S,), args, consts, _INTERPRET_META)
 
 
 # The single-launch path takes problems whose row (N x D) and pair tile (N x N, in chunks of 16
@@ -543,12 +543,12 @@ SMALL_MAX_D = 128
 
 def _small_meta(N, D, h, dtype, params):
     """Constexprs of the single-launch path, or None (too large, or non-contiguous weights)."""
-    block_n, block_d = max(16, triton.next_power_of_2(N)), max(16, triton.next_power_of_2(D))
+    block_n, block_d = max(16, next_pow2(N)), max(16, next_pow2(D))
     max_d = SMALL_MAX_D // (2 if dtype == torch.float32 else 1)  # float32 (IEEE products) spills beyond
     if N > SMALL_MAX_N or block_d > max_d or not all(p.is_contiguous() for p in params):
         return None
-    return {"H": h, "BLOCK_N": block_n, "BLOCK_D": block_d, "BLOCK_E": max(16, triton.next_power_of_2(D // h)),
-            "BLOCK_P": 16, "BLOCK_H": max(16, triton.next_power_of_2(h)),
+    return {"H": h, "BLOCK_N": block_n, "BLOCK_D": block_d, "BLOCK_E": max(16, next_pow2(D // h)),
+            "BLOCK_P": 16, "BLOCK_H": max(16, next_pow2(h)),
             "PRECISION": "ieee" if dtype == torch.float32 else "tf32"}
 
 
@@ -639,10 +639,10 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
     dx = torch.empty_like(qkvg)
     gated = torch.empty(B, S, N, D, dtype=dtype, device=qkvg.device)
     delta = torch.empty(B, S, h, N, dtype=torch.float32, device=qkvg.device)
-    block_h, block_e = triton.next_power_of_2(h), triton.next_power_of_2(d)
+    block_h, block_e = next_pow2(h), next_pow2(d)
     block_rows = max(1, 4096 // (block_h * block_e))
     d_gated = d_gated.contiguous()
-    _gate_backward_kernel[(triton.cdiv(rows, block_rows),)](
+    _gate_backward_kernel[(cdiv(rows, block_rows),)](
         qkvg, qkvg.stride(2), o, d_gated, gated, dx, delta, *delta.stride()[:3], rows, S, N, h, D, d,
         BLOCK_ROWS=block_rows, BLOCK_H=block_h, BLOCK_E=block_e)
     do = o  # the gate kernel wrote do over o
@@ -660,7 +660,7 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
                _INTERPRET_META)
 
     def blocks(meta, name):
-        return triton.cdiv(N, meta[name])
+        return cdiv(N, meta[name])
 
     run(_row_attention_bwd_dq_kernel, lambda m: (B * h * blocks(m, "BLOCK_M") * S,), *common, dx, *tail,
         1 / math.sqrt(d))
@@ -668,8 +668,8 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
         1 / math.sqrt(d))
     if not need_dz:
         return dx, torch.empty(0, dtype=torch.float32, device=qkvg.device), gated
-    per_chunk = max(DZ_ROWS_PER_PROGRAM, triton.cdiv(S, DZ_MAX_CHUNKS))
-    chunks = triton.cdiv(S, per_chunk)
+    per_chunk = max(DZ_ROWS_PER_PROGRAM, cdiv(S, DZ_MAX_CHUNKS))
+    chunks = cdiv(S, per_chunk)
     dz = torch.empty(chunks, B, h, N, N, dtype=torch.float32, device=qkvg.device)
     run(_row_attention_bwd_dz_kernel, lambda m: (B * h * blocks(m, "BLOCK_M") * blocks(m, "BLOCK_N") * chunks,),
         *common, dz, dz.stride(0), *tail, per_chunk)

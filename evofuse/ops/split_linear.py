@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import empty
+from ._common import cdiv, empty, next_pow2
 
 BLOCK_BYTES = 32 << 20
 _SHIFT_CLAMP = 60.0
@@ -112,14 +112,14 @@ def split_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     w_hi = w_scaled.half()
     b16 = torch.cat([w_hi, (w_scaled - w_hi.float()).half(), w_hi], dim=1).t()  # (3D, K)
     out = empty(rows, K, dtype=torch.float32, device=x.device)
-    block_d = max(16, triton.next_power_of_2(D))
+    block_d = max(16, next_pow2(D))
     block_rows = max(1, min(rows, BLOCK_BYTES // (3 * D * 2)))
     a16 = torch.empty(block_rows, 3 * D, dtype=torch.float16, device=x.device)
     kernel_rows = max(1, 4096 // block_d)
     for r0 in range(0, rows, block_rows):
         n = min(block_rows, rows - r0)
         xb = x[r0:r0 + n]
-        _split_rows_kernel[(triton.cdiv(n, kernel_rows),)](
+        _split_rows_kernel[(cdiv(n, kernel_rows),)](
             xb, xb.stride(0), xb.stride(1), lnw, lnb, shift, a16, n, D, eps,
             HAS_LN=ln is not None, BLOCK_ROWS=kernel_rows, BLOCK_D=block_d)
         _addmm_f32(bias.float(), a16[:n], b16, out[r0:r0 + n])
