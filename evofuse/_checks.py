@@ -11,8 +11,11 @@ def _require_tensor(name: str, t: object) -> torch.Tensor:
     return t
 
 
+_REAL_FLOATS = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
+
+
 def _require_float(name: str, t: torch.Tensor) -> None:
-    if t.is_complex() or not t.is_floating_point():
+    if t.dtype not in _REAL_FLOATS:
         raise TypeError(f"{name} must be a real floating tensor (float16, bfloat16, float32 or float64), got {t.dtype}")
 
 
