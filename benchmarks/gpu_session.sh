@@ -35,6 +35,7 @@ case "${1:-tests}" in
     done
     timeout 150 python3 benchmarks/breakdown.py opm-af2-main att-af2-main --train 2>&1 | tee -a "$OUT/breakdown.log"
     timeout 200 python3 benchmarks/configs.py opm-af2-main att-af2-main 2>&1 | tee "$OUT/configs.log"
+    timeout 150 python3 benchmarks/configs.py opm-af2-main --dtype float32 2>&1 | tee -a "$OUT/configs.log"
     ;;
   bench)  # RESULTS names the run; only its JSON comes back (benchmarks/merge_results.py makes the rest)
     run=${RESULTS:-results}
