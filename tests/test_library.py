@@ -87,9 +87,15 @@ def test_compile_training_matches_eager():
 
 
 @pytest.mark.gpu
-def test_cuda_graph_capture_and_replay():
+@pytest.mark.parametrize("tiled", [False, True], ids=["single-launch", "tiled"])
+def test_cuda_graph_capture_and_replay(tiled, monkeypatch):
     """No host synchronization on the hot path: the forward captures into a CUDA graph (after a warm-up
-    that compiles and autotunes) and its replays match eager on new inputs."""
+    that compiles and autotunes) and its replays match eager on new inputs, on both kernel paths."""
+    from evofuse.ops import outer_product_mean, row_attention
+
+    if tiled:
+        monkeypatch.setattr(outer_product_mean, "SMALL_MAX_N", 0)
+        monkeypatch.setattr(row_attention, "SMALL_MAX_N", 0)
     model = Trunk().cuda().to(torch.bfloat16)
     msa = torch.randn(1, 3, 7, 16, device="cuda", dtype=torch.bfloat16)
     pair = torch.randn(1, 7, 7, 8, device="cuda", dtype=torch.bfloat16)
