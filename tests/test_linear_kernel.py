@@ -79,3 +79,18 @@ def test_attention_float32_without_out_dtype_support_takes_ieee(monkeypatch):
     out = mod(x, z, None, impl="triton")
     exact = mod.double()(x.double(), z.double(), None, impl="torch")
     assert_contract(out, exact, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("D", [16, 24, 130])
+def test_layer_norm_kernel(dtype, D):
+    from evofuse.ops.layer_norm_linear import layer_norm
+
+    g = torch.Generator().manual_seed(D)
+    x = (3 + 2 * torch.randn(2, 3, 2 * 7, D, generator=g))[:, :, ::2]  # non-contiguous, mean far from 0
+    w, b = 1 + 0.3 * torch.randn(D, generator=g), 0.3 * torch.randn(D, generator=g)
+    out = layer_norm(x.to(DEVICE, dtype), w.to(DEVICE, dtype), b.to(DEVICE, dtype), 1e-5)
+    exact = F.layer_norm(x.to(dtype).double(), (D,), w.to(dtype).double(), b.to(dtype).double(), 1e-5)
+    assert out.dtype == dtype and out.shape == exact.shape and out.is_contiguous()
+    err = ((out.double().cpu() - exact).norm() / exact.norm()).item()
+    assert err <= (1e-6 if dtype == torch.float32 else 1e-3), err

@@ -123,3 +123,45 @@ def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weig
         SLOT=slot, HAS_LN=has_ln, HAS_MASK=mask is not None, BLOCK_ROWS=block_rows, BLOCK_D=block_d,
         BLOCK_K=block_k, num_warps=4, num_stages=2)
     return y if slot != K else y[0]
+
+
+@triton.jit
+def _layer_norm_kernel(
+    x_ptr, stride_xb, stride_xs, stride_xi, stride_xd,  # x: (B, S, N, D), any strides
+    w_ptr, b_ptr,  # LayerNorm weight, bias: (D,)
+    y_ptr,  # out: (B*S*N, D) contiguous, x's dtype
+    ROWS, S, N, D, eps,
+    BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)  # [BLOCK_ROWS]
+    b = rows // (S * N)
+    s = (rows // N) % S
+    i = rows % N
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    ok = (rows < ROWS)[:, None] & d_ok[None, :]
+    x = tl.load(x_ptr + (b * stride_xb + s * stride_xs + i * stride_xi)[:, None] + offs_d[None, :] * stride_xd,
+                mask=ok, other=0.0).to(tl.float32)  # [BLOCK_ROWS, BLOCK_D]
+    mean = tl.sum(x, axis=1) / D
+    xc = tl.where(d_ok[None, :], x - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
+    w = tl.load(w_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    bias = tl.load(b_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    y = xc * rstd[:, None] * w[None, :] + bias[None, :]
+    tl.store(y_ptr + rows[:, None] * D + offs_d[None, :], y.to(y_ptr.dtype.element_ty), mask=ok)
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    """LayerNorm over the last dim of x (B, S, N, D), any strides, statistics in float32; returns a
+    contiguous tensor of x's shape and dtype. On the H200, PyTorch's LayerNorm moved att-af2-main's
+    200 MB in 0.259 ms (0.77 TB/s, bf16): a row tile per program is a plain bandwidth-bound pass."""
+    B, S, N, D = x.shape
+    y = empty(B, S, N, D, dtype=x.dtype, device=x.device)
+    rows = B * S * N
+    if rows == 0:
+        return y
+    block_d = max(16, next_pow2(D))
+    block_rows = 4 if interpreting() else max(1, 4096 // block_d)
+    _layer_norm_kernel[(cdiv(rows, block_rows),)](x, *x.stride(), weight, bias, y, rows, S, N, D, eps,
+                                                  BLOCK_ROWS=block_rows, BLOCK_D=block_d, num_warps=4)
+    return y

@@ -28,6 +28,7 @@ import triton.language as tl
 
 from ..reference import LAYER_NORM_EPS, MASK_LOGIT
 from . import split_linear
+from .layer_norm_linear import layer_norm
 from ._common import bucket, cdiv, dot_precision, empty, ieee_fp32_matmul, launch, next_pow2
 
 MAX_HEAD_DIM = 128
@@ -471,11 +472,11 @@ _INTERPRET_META = {"BLOCK_M": 16, "BLOCK_N": 16}
 def project(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases, split=False):
     """LayerNorm, then the q, k, v, gate projections as one product: (B, S, N, 4D).
 
-    float32 with `split` (the forward) takes `split_linear`: float16 hi/lo halves on tensor cores, the
-    LayerNorm applied on the way; otherwise (and in the backward's differentiable recompute) PyTorch's
-    LayerNorm and one cuBLAS product, IEEE for float32 whatever the global TF32 setting. (A fused
-    LayerNorm-linear Triton kernel ran the bf16 case in 0.61 ms against these two passes' 0.44 ms on
-    att-af2-main on the H200.)"""
+    `split` (the forward, not the backward's differentiable recompute): float32 takes `split_linear`
+    (float16 hi/lo halves on tensor cores, the LayerNorm applied on the way), 16-bit inputs evofuse's
+    LayerNorm kernel and one cuBLAS product. Otherwise PyTorch's LayerNorm and one cuBLAS product, IEEE
+    for float32 whatever the global TF32 setting. (A fused LayerNorm-linear Triton kernel ran the bf16
+    case in 0.61 ms against LayerNorm + cuBLAS's 0.44 ms on att-af2-main on the H200.)"""
     B, S, N, D = msa_repr.shape
     dtype = msa_repr.dtype
     w, bias = torch.cat(weights).to(dtype), torch.cat(biases).to(dtype)
@@ -483,7 +484,10 @@ def project(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases, split
         y = split_linear.split_linear(msa_repr.reshape(-1, D), w, bias,
                                       ln=(layer_norm_weight, layer_norm_bias, LAYER_NORM_EPS))
         return y.view(B, S, N, 4 * D)
-    x = F.layer_norm(msa_repr, (D,), layer_norm_weight.to(dtype), layer_norm_bias.to(dtype), LAYER_NORM_EPS)
+    if not split or not 16 <= D <= 4096:  # the backward's recompute: differentiable
+        x = F.layer_norm(msa_repr, (D,), layer_norm_weight.to(dtype), layer_norm_bias.to(dtype), LAYER_NORM_EPS)
+    else:
+        x = layer_norm(msa_repr, layer_norm_weight.to(dtype), layer_norm_bias.to(dtype), LAYER_NORM_EPS)
     with ieee_fp32_matmul():
         return F.linear(x, w, bias)
 
