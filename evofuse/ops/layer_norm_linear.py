@@ -43,6 +43,19 @@ def fits(D: int, K: int, dtype: torch.dtype) -> bool:
 
 
 @triton.jit
+def normalize_rows(x, offs_d, D, w_ptr, b_ptr, eps):
+    """LayerNorm of a float32 row tile x [rows, BLOCK_D] whose columns past D are 0; weight and bias
+    (D,) of any float dtype. Returns float32. Every kernel that normalizes rows on chip calls it."""
+    d_ok = offs_d < D
+    mean = tl.sum(x, axis=1) / D
+    xc = tl.where(d_ok[None, :], x - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
+    w = tl.load(w_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    return xc * rstd[:, None] * w[None, :] + b[None, :]
+
+
+@triton.jit
 def _ln_linear_kernel(
     x_ptr, stride_xb, stride_xs, stride_xi, stride_xd,  # x: (B, S, N, D), any strides
     lnw_ptr, lnb_ptr,  # LayerNorm weight, bias: (D,) (HAS_LN only)
@@ -68,12 +81,7 @@ def _ln_linear_kernel(
     x = tl.load(x_ptr + (b * stride_xb + s * stride_xs + i * stride_xi)[:, None] + offs_d[None, :] * stride_xd,
                 mask=rows_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)  # [BLOCK_ROWS, BLOCK_D]
     if HAS_LN:
-        mean = tl.sum(x, axis=1) / D
-        xc = tl.where(d_ok[None, :], x - mean[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
-        lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-        lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-        x = xc * rstd[:, None] * lnw[None, :] + lnb[None, :]
+        x = normalize_rows(x, offs_d, D, lnw_ptr, lnb_ptr, eps)
     xn = x.to(w_ptr.dtype.element_ty)  # [BLOCK_ROWS, BLOCK_D], the products' operand dtype
     if HAS_MASK:
         m = tl.load(m_ptr + b * stride_mb + s * stride_ms + i * stride_mi, mask=rows_ok, other=0.0)  # [BLOCK_ROWS]
@@ -142,12 +150,7 @@ def _layer_norm_kernel(
     ok = (rows < ROWS)[:, None] & d_ok[None, :]
     x = tl.load(x_ptr + (b * stride_xb + s * stride_xs + i * stride_xi)[:, None] + offs_d[None, :] * stride_xd,
                 mask=ok, other=0.0).to(tl.float32)  # [BLOCK_ROWS, BLOCK_D]
-    mean = tl.sum(x, axis=1) / D
-    xc = tl.where(d_ok[None, :], x - mean[:, None], 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
-    w = tl.load(w_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-    bias = tl.load(b_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-    y = xc * rstd[:, None] * w[None, :] + bias[None, :]
+    y = normalize_rows(x, offs_d, D, w_ptr, b_ptr, eps)
     tl.store(y_ptr + rows[:, None] * D + offs_d[None, :], y.to(y_ptr.dtype.element_ty), mask=ok)
 
 

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections
 from ._common import bucket, cdiv, empty, ieee_fp32_matmul, launch, next_pow2
-from .layer_norm_linear import fits, ln_linear
+from .layer_norm_linear import fits, ln_linear, normalize_rows
 
 FAST_HIDDEN_DIMS = (8, 16, 32, 64)
 PARTIAL_BYTES = 32 << 20  # hidden_dim 64 with 16-bit outputs: float32 partial sums of this size at most
@@ -222,12 +222,7 @@ def _project_rows(x_ptr, stride_xs, stride_xi, stride_xd, lnw_ptr, lnb_ptr, w_pt
     d_ok = offs_d < D
     x = tl.load(x_ptr + (s.to(tl.int64) * stride_xs + res * stride_xi)[:, None] + offs_d[None, :] * stride_xd,
                 mask=ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)  # [BLOCK_S*BLOCK_RES, BLOCK_D]
-    mean = tl.sum(x, axis=1) / D
-    xc = tl.where(d_ok[None, :], x - mean[:, None], 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
-    lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-    lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-    xn = (xc * rstd[:, None] * lnw[None, :] + lnb[None, :]).to(x_ptr.dtype.element_ty)
+    xn = normalize_rows(x, offs_d, D, lnw_ptr, lnb_ptr, eps).to(x_ptr.dtype.element_ty)
     offs_c = tl.arange(0, C)
     w_t = tl.load(w_ptr + offs_c[None, :] * stride_wc + offs_d[:, None] * stride_wd, mask=d_ok[:, None],
                   other=0.0).to(x_ptr.dtype.element_ty)  # [BLOCK_D, C]
@@ -382,7 +377,7 @@ def _interpret_meta(C: int) -> dict:
 
 
 def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
-            proj_b_bias, precision):
+            proj_b_bias):
     """LayerNorm, both projections and the mask (float32 (B, S, N) or None): a and b as one contiguous
     (2, B, S, N, c) tensor.
 
@@ -464,7 +459,7 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
                                          normalization, small)
     mask = None if msa_mask is None else msa_mask.to(torch.float32)
     ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
-                 proj_b_weight, proj_b_bias, precision)
+                 proj_b_weight, proj_b_bias)
     scaled = dtype == torch.float32
     split = scaled and precision == "default"
     # hidden_dim 64 runs as four 32-wide parts (p and q halves), each with its block of out_proj's weight,

@@ -28,8 +28,8 @@ import triton.language as tl
 
 from ..reference import LAYER_NORM_EPS, MASK_LOGIT
 from . import split_linear
-from .layer_norm_linear import layer_norm
 from ._common import bucket, cdiv, dot_precision, empty, ieee_fp32_matmul, launch, next_pow2
+from .layer_norm_linear import layer_norm, normalize_rows
 
 MAX_HEAD_DIM = 128
 _LOG2E = 1.4426950408889634
@@ -48,6 +48,19 @@ def _scores(q, k, z, m_row, offs_j, j_ok, stride_mj, qk_scale,
         logit = tl.where(key_on[None, :], logit, MASKED_LOGIT)  # replaced, not added
     logit = tl.where(j_ok[None, :], logit, float("-inf"))
     return logit, key_on
+
+
+@triton.jit
+def _row_block(S, N, H, BLOCK: tl.constexpr):
+    """This program's (MSA row s, block of residues, head, batch element), s varying fastest so that
+    programs running together share the (b, h) pair-bias tiles in L2."""
+    pid = tl.program_id(0).to(tl.int64)
+    s = pid % S
+    rest = pid // S
+    n_blk = tl.cdiv(N, BLOCK)
+    blk = rest % n_blk
+    rest = rest // n_blk
+    return s, blk, rest % H, rest // H
 
 
 @triton.jit
@@ -70,15 +83,7 @@ def _row_attention_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    pid = tl.program_id(0).to(tl.int64)
-    # s varies fastest so that programs running together share the (b, h) pair-bias tile in L2
-    s = pid % S
-    rest = pid // S
-    n_blk = tl.cdiv(N, BLOCK_M)
-    blk_i = rest % n_blk
-    rest = rest // n_blk
-    h = rest % H
-    b = rest // H
+    s, blk_i, h, b = _row_block(S, N, H, BLOCK_M)
 
     offs_i = blk_i * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
     offs_e = tl.arange(0, BLOCK_D)  # [BLOCK_D]
@@ -139,14 +144,7 @@ def _row_attention_bwd_dq_kernel(
 ):
     """dq for one (b, s, h, block of query rows): dL = P (dP - rowsum(do o)), dq = dL k / sqrt(d),
     summed over key blocks inside the program (no atomics)."""
-    pid = tl.program_id(0).to(tl.int64)
-    s = pid % S
-    rest = pid // S
-    n_blk = tl.cdiv(N, BLOCK_M)
-    blk_i = rest % n_blk
-    rest = rest // n_blk
-    h = rest % H
-    b = rest // H
+    s, blk_i, h, b = _row_block(S, N, H, BLOCK_M)
 
     offs_i = blk_i * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
     offs_e = tl.arange(0, BLOCK_D)  # [BLOCK_D]
@@ -197,14 +195,7 @@ def _row_attention_bwd_dkdv_kernel(
 ):
     """dk and dv for one (b, s, h, block of keys): dv = P^T do, dk = dL^T q / sqrt(d), summed over
     query blocks inside the program."""
-    pid = tl.program_id(0).to(tl.int64)
-    s = pid % S
-    rest = pid // S
-    n_blk = tl.cdiv(N, BLOCK_N)
-    blk_j = rest % n_blk
-    rest = rest // n_blk
-    h = rest % H
-    b = rest // H
+    s, blk_j, h, b = _row_block(S, N, H, BLOCK_N)
 
     offs_j = blk_j * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
     offs_e = tl.arange(0, BLOCK_D)  # [BLOCK_D]
@@ -386,12 +377,7 @@ def _row_attention_small_kernel(
     d_ok = offs_d < D
     x = tl.load(x_ptr + b * stride_xb + s * stride_xs + offs_i[:, None] * stride_xi + offs_d[None, :] * stride_xd,
                 mask=i_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)  # [BLOCK_N, BLOCK_D]
-    mean = tl.sum(x, axis=1) / D
-    xc = tl.where(d_ok[None, :], x - mean[:, None], 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
-    lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-    lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-    xn = (xc * rstd[:, None] * lnw[None, :] + lnb[None, :]).to(x_ptr.dtype.element_ty)
+    xn = normalize_rows(x, offs_d, D, lnw_ptr, lnb_ptr, eps).to(x_ptr.dtype.element_ty)
 
     # the pair bias of every head at once, [(i j), P] x [P, h], over chunks of P
     ij = tl.arange(0, BLOCK_N * BLOCK_N)

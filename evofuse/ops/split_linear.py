@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from ._common import cdiv, empty, next_pow2
+from .layer_norm_linear import normalize_rows
 
 BLOCK_BYTES = 32 << 20
 _SHIFT_CLAMP = 60.0
@@ -41,12 +42,7 @@ def _split_rows_kernel(
     ok = (rows < ROWS)[:, None] & (offs_d < D)[None, :]
     x = tl.load(x_ptr + rows[:, None] * stride_xr + offs_d[None, :] * stride_xd, mask=ok, other=0.0)  # [BLOCK_ROWS, BLOCK_D]
     if HAS_LN:
-        mean = tl.sum(x, axis=1) / D
-        xc = tl.where(ok, x - mean[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
-        lnw = tl.load(lnw_ptr + offs_d, mask=offs_d < D, other=0.0)
-        lnb = tl.load(lnb_ptr + offs_d, mask=offs_d < D, other=0.0)
-        x = xc * rstd[:, None] * lnw[None, :] + lnb[None, :]
+        x = normalize_rows(x, offs_d, D, lnw_ptr, lnb_ptr, eps)
     x = x * tl.math.exp2(tl.load(shift_ptr))
     hi = x.to(tl.float16)
     lo = (x - hi.to(tl.float32)).to(tl.float16)
