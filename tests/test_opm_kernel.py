@@ -179,6 +179,27 @@ def test_hidden_dim_64(N, S, normalization, mask_kind, dtype, monkeypatch, path)
         assert_contract(out, exact, dtype, lowp_ref=ref_dtype)
 
 
+@pytest.mark.parametrize("c, normalization, mask_kind", [(16, "seed", "rows"), (32, "af2", "random"),
+                                                   (64, "boltz", "empty"), (8, "seed", "none")])
+def test_float32_long_msa_in_chunks_of_rows(c, normalization, mask_kind, monkeypatch):
+    """float32 (default precision) multiplies at most SPLIT_CHUNK_S MSA rows a launch and adds the
+    chunks in the output (forced to 12 rows here: 37 rows take 4 launches a part, the last short;
+    the counts of every launch still take all rows)."""
+    import evofuse.ops.outer_product_mean as op
+
+    monkeypatch.setattr(op, "SMALL_MAX_N", 0)
+    monkeypatch.setattr(op, "SPLIT_CHUNK_S", 12)
+    launches = []
+    real_launch = op.launch
+    monkeypatch.setattr(op, "launch", lambda *a, **k: (launches.append(a[5][-4:-2]), real_launch(*a, **k)))
+    N, S = 9, 37
+    mod = opm_module(12, 6, c, seed=c, normalization=normalization)
+    out, exact, _, ref32 = run(mod, torch.randn(2, S, N, 12), random_mask(2, S, N, mask_kind, seed=c), torch.float32)
+    assert_contract(out, exact, torch.float32, ref_fp32=ref32)
+    parts = (c // 32) ** 2 if c > 32 else 1
+    assert launches == [(0, 12), (12, 24), (24, 36), (36, 37)] * parts
+
+
 def test_small_problems_take_one_launch(monkeypatch):
     """The single-launch path is chosen by size: the seed shape takes it, a long sequence does not, and
     nothing else runs on it (no projection kernel, no tiled kernel)."""

@@ -11,7 +11,8 @@ Two stages:
    default precision as float16 hi + lo pairs with three products per pair of operands (hi*hi +
    hi*lo + lo*hi, ~2**-22 relative: the float32 contract on float16 tensor cores, which run ~2x
    TF32's rate; 3xTF32 in Triton measured 59.7 ms on opm-af2-main, IEEE cuBLAS blocks 8.6 ms).
-hidden_dim 64 runs stage 2 as four 32-wide parts summed in float32. Small problems (N <= 128, a short
+hidden_dim 64 runs stage 2 as four 32-wide parts summed in float32, and float32 at the default
+precision runs it on chunks of at most SPLIT_CHUNK_S MSA rows, summed likewise. Small problems (N <= 128, a short
 MSA) take one launch instead: `_opm_small_kernel` projects its residues' rows itself.
 """
 
@@ -29,6 +30,7 @@ from .layer_norm_linear import fits, ln_linear, normalize_rows
 
 FAST_HIDDEN_DIMS = (8, 16, 32, 64)
 PARTIAL_BYTES = 32 << 20  # hidden_dim 64 with 16-bit outputs: float32 partial sums of this size at most
+SPLIT_CHUNK_S = 2048  # float32, default precision: MSA rows multiplied per launch (see the launcher)
 _NORM_CODE = {name: k for k, name in enumerate(NORMALIZATIONS)}  # seed 0, af2 1, boltz 2
 
 
@@ -45,6 +47,7 @@ def _opm_kernel(
     o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, NI, N, R), rows i of this launch
     p_ptr, stride_pb, stride_pi, stride_pj, stride_pr,  # ACCUMULATE: float32 partial sums (B, NI, N, R) to add
     S, NI, N, R,  # NI: rows i in this launch (a, mi and out start at its first row), N: columns j
+    S_LO, S_HI,  # the MSA rows this launch multiplies (the counts always take all S)
     S_BUCKET, N_BUCKET,  # autotuning keys only
     C: tl.constexpr,
     NORM: tl.constexpr,  # 0 seed, 1 af2, 2 boltz
@@ -90,9 +93,11 @@ def _opm_kernel(
     acc = tl.zeros((BLOCK_I * C, BLOCK_J * C), dtype=tl.float32)
     norm = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)  # af2 / boltz: sum_s mask[s, i] mask[s, j]
     count_i = tl.zeros((BLOCK_I,), dtype=tl.float32)  # seed: sum_s mask[s, i]
-    for s0 in range(0, S, BLOCK_S):
+    m_b = m_ptr + pid_b * stride_mb
+    mi_b = mi_ptr + pid_b * stride_mb
+    for s0 in range(S_LO, S_HI, BLOCK_S):
         s = s0 + offs_s
-        s_ok = s < S
+        s_ok = s < S_HI
         s64 = s.to(tl.int64)
         a_t = tl.load(  # [BLOCK_I*C, BLOCK_S]
             a_base + row_off[:, None] + s64[None, :] * stride_as,
@@ -109,16 +114,18 @@ def _opm_kernel(
             acc = tl.dot(a_lo, b_t, acc)
         acc = tl.dot(a_t, b_t, acc)  # 16-bit operands, fp32 accumulator
         if HAS_MASK:
-            m_base = m_ptr + pid_b * stride_mb + s64 * stride_ms
-            m_i = tl.load((mi_ptr + pid_b * stride_mb + s64 * stride_ms)[:, None] + offs_i[None, :] * stride_mi,
-                          mask=s_ok[:, None] & (offs_i < NI)[None, :], other=0.0)  # [BLOCK_S, BLOCK_I]
-            if NORM == 0:
-                count_i += tl.sum(m_i, axis=0)
-            else:
-                m_j = tl.load(m_base[:, None] + offs_j[None, :] * stride_mi,
-                              mask=s_ok[:, None] & (offs_j < N)[None, :], other=0.0)  # [BLOCK_S, BLOCK_J]
-                norm += tl.sum(m_i[:, :, None] * m_j[:, None, :], axis=0)  # [BLOCK_I, BLOCK_J]
-    if not HAS_MASK:
+            count_i, norm = _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s64, s_ok, offs_i, offs_j,
+                                        NI, N, NORM)
+    if HAS_MASK:  # rows outside this launch's range still count (S split into launches)
+        for s0 in range(0, S_LO, BLOCK_S):
+            s = s0 + offs_s
+            count_i, norm = _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s.to(tl.int64), s < S_LO,
+                                        offs_i, offs_j, NI, N, NORM)
+        for s0 in range(S_HI, S, BLOCK_S):
+            s = s0 + offs_s
+            count_i, norm = _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s.to(tl.int64), s < S,
+                                        offs_i, offs_j, NI, N, NORM)
+    else:
         count_i += S
         norm += S
 
@@ -130,6 +137,22 @@ def _opm_kernel(
               o_ptr + pid_b * stride_ob, stride_oi, stride_oj, stride_or,
               p_ptr + pid_b * stride_pb, stride_pi, stride_pj, stride_pr, R,
               C, NORM, EPS, BLOCK_I, BLOCK_J, BLOCK_R, SPLIT, SCALED, ACCUMULATE, ADD_BIAS, "tf32", EPI_T)
+
+
+@triton.jit
+def _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s64, s_ok, offs_i, offs_j, NI, N,
+                NORM: tl.constexpr):
+    """Adds MSA rows s64 of the mask (pointers at this batch element; mi_b at this launch's first row
+    i) to the counts: seed's sum_s mask[s, i], af2's and boltz's sum_s mask[s, i] mask[s, j]."""
+    m_i = tl.load(mi_b + s64[:, None] * stride_ms + offs_i[None, :] * stride_mi,
+                  mask=s_ok[:, None] & (offs_i < NI)[None, :], other=0.0)  # [BLOCK_S, BLOCK_I]
+    if NORM == 0:
+        count_i += tl.sum(m_i, axis=0)
+    else:
+        m_j = tl.load(m_b + s64[:, None] * stride_ms + offs_j[None, :] * stride_mi,
+                      mask=s_ok[:, None] & (offs_j < N)[None, :], other=0.0)  # [BLOCK_S, BLOCK_J]
+        norm += tl.sum(m_i[:, :, None] * m_j[:, None, :], axis=0)  # [BLOCK_I, BLOCK_J]
+    return count_i, norm
 
 
 @triton.jit
@@ -487,23 +510,30 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     else:  # 16-bit outputs: float32 partial sums for a block of rows i at a time
         rows = max(1, PARTIAL_BYTES // (B * N * R * 4))
         partial = torch.empty(B, min(rows, N), N, R, dtype=torch.float32, device=device)
+    # float32 at the default precision multiplies at most SPLIT_CHUNK_S MSA rows a launch: the tensor
+    # cores' float32 accumulation over ~16k rows measured 1.7e-5 relative error (contract: 1e-5); each
+    # chunk adds its normalized product to the output, as the parts of hidden_dim 64 do
+    chunk = SPLIT_CHUNK_S if split else S
+    steps = [(k, s0) for k in range(parts) for s0 in range(0, S, chunk)]
     for i0 in range(0, N, rows):
         n = min(rows, N - i0)
         acc = out[:, i0:i0 + n] if partial is None else partial[:, :n]
-        for k in range(parts):
+        for step, (k, s0) in enumerate(steps):
             ph, qh = divmod(k, halves)
             p_cols, q_cols = slice(ph * cs, (ph + 1) * cs), slice(qh * cs, (qh + 1) * cs)
             a_k, a_lo_k = a[:, :, i0:i0 + n, p_cols], a_lo[:, :, i0:i0 + n, p_cols]
             b_k, b_lo_k = b[..., q_cols], b_lo[..., q_cols]
-            dst = out[:, i0:i0 + n] if k == parts - 1 else acc
+            last = step == len(steps) - 1
+            dst = out[:, i0:i0 + n] if last else acc
+            s1 = min(S, s0 + chunk)
             args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], m, *m_strides, m[:, :, i0:] if mask is not None else m,
                     w[k], *w[k].stride(), wb, a_lo_k, b_lo_k, w_lo[k], inv_scale, dst, *dst.stride(), acc,
-                    *acc.stride(), S, n, N, R, bucket(S), bucket(N))
+                    *acc.stride(), S, n, N, R, s0, s1, bucket(s1 - s0), bucket(N))
 
             def grid(meta, n=n):
                 bi = meta["TILE_ROWS"] // cs
                 return (cdiv(n, bi) * cdiv(N, bi * meta["COLS_FACTOR"]), B)
 
             launch(_opm_kernel, _tuned_kernel, _configs, _prune, grid, args,
-                   consts | {"ACCUMULATE": k > 0, "ADD_BIAS": k == parts - 1}, _interpret_meta(cs))
+                   consts | {"ACCUMULATE": step > 0, "ADD_BIAS": last}, _interpret_meta(cs))
     return out
