@@ -13,7 +13,7 @@ import torch
 from . import reference as ref
 from .ops._common import ieee_fp32_matmul
 
-BLOCK_BYTES = 32 << 20
+BLOCK_BYTES = 64 << 20  # recomputed outer products (and their gradient) per block of rows i
 
 
 def leaf(t: torch.Tensor | None, needed: bool, dtype: torch.dtype | None = None) -> torch.Tensor | None:
@@ -72,21 +72,25 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     da = torch.empty_like(ad) if a.requires_grad else None
     db = torch.zeros(B, S, N * c, dtype=torch.float32, device=a.device) if b.requires_grad else None
     dw = torch.zeros(R, c * c, dtype=torch.float32, device=a.device) if needs[8] else None
-    dwb = torch.zeros(R, dtype=torch.float32, device=a.device) if needs[9] else None
+    dwb = None
+    if needs[9] and normalization != "af2":  # the bias is not normalized: its gradient is grad_out's sum
+        dwb = grad_out.sum((0, 1, 2), dtype=torch.float32)
+    elif needs[9]:
+        dwb = torch.zeros(R, dtype=torch.float32, device=a.device)
+    scale = _opm_scale(counts, counts, normalization)  # (B, N, N), once for every block
     rows = max(1, BLOCK_BYTES // max(1, B * N * c * c * a.element_size()))
     with ieee_fp32_matmul():
         for i0 in range(0, N, rows):
             n = min(rows, N - i0)
             a_rows = ad[:, :, i0:i0 + n].reshape(B, S, n * c)  # (B, S, (i p))
-            scale = _opm_scale(counts[:, :, i0:i0 + n], counts, normalization)  # (B, n, N)
-            g = grad_out[:, i0:i0 + n].float()
-            gs = (g * scale[..., None]).to(dtype)  # (B, n, N, R)
-            if dwb is not None:
-                dwb += (gs.float() if normalization == "af2" else g).sum((0, 1, 2))
+            gs = (grad_out[:, i0:i0 + n] * scale[:, i0:i0 + n, :, None]).to(dtype)  # (B, n, N, R)
+            if dwb is not None and normalization == "af2":
+                dwb += gs.sum((0, 1, 2), dtype=torch.float32)
             if dw is not None:
                 x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
                 x = x.view(B, n, c, N, c).transpose(2, 3).reshape(B * n * N, c * c)  # ((b i j), (p q))
                 dw += (gs.reshape(-1, R).t() @ x).float()
+                del x
             if da is None and db is None:
                 continue
             dx = (gs.reshape(-1, R) @ w).view(B, n, N, c, c).transpose(2, 3).reshape(B, n * c, N * c)
