@@ -17,6 +17,15 @@ from ._library import msa_row_attention_op, outer_product_mean_op
 from .ops._common import PRECISIONS
 
 
+def _direct(*tensors: torch.Tensor | None) -> bool:
+    """Whether the fused forward may run without its custom-op wrapper: eager mode and no gradient to
+    record. The wrapper (torch.compile's opaque node, the registered backward) costs ~20-40 us of host
+    time a call, more than the whole kernel on small problems."""
+    if torch.compiler.is_compiling():
+        return False
+    return not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors))
+
+
 def _check_precision(precision: str) -> None:
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -84,6 +93,10 @@ def outer_product_mean(
                   f"(fused: hidden_dim in {FAST_HIDDEN_DIMS}, 16/32-bit floats); using the PyTorch reference")
         return reference(*inputs)
 
+    if _direct(msa_repr, *params.values()):
+        from .ops.outer_product_mean import outer_product_mean_triton
+
+        return outer_product_mean_triton(*inputs, normalization=normalization, precision=precision)
     return outer_product_mean_op(msa_repr, msa_mask, list(params.values()), normalization, precision)
 
 
@@ -166,4 +179,8 @@ def msa_row_attention(
                   f"head_dim <= {MAX_HEAD_DIM}, 16/32-bit floats); using the PyTorch reference")
         return reference(*inputs)
 
+    if _direct(msa_repr, pair_repr, *params.values()):
+        from .ops.row_attention import msa_row_attention_triton
+
+        return msa_row_attention_triton(*inputs, num_heads=num_heads, precision=precision)
     return msa_row_attention_op(msa_repr, pair_repr, msa_mask, list(params.values()), num_heads, precision)
