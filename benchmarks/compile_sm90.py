@@ -103,10 +103,10 @@ def launches():
                         BLOCK_D=block_d, PRECISION=prec)
             ptrs = {n: f"*{dt}" for n in ("x_ptr", "z_ptr", "o_ptr", "do_ptr", "dx_ptr")}
             ptrs |= {"m_ptr": "*fp32", "st_ptr": "*fp32", "dl_ptr": "*fp32", "dz_ptr": "*fp32"}
-            for gate in (True, False):
-                consts = base | dict(GATE=gate, STORE_STATS=not gate)
+            for gate, stats in ((True, False), (True, True), (False, True)):  # inference, training, recompute
+                consts = base | dict(GATE=gate, STORE_STATS=stats)
                 cfg = ra._prune(ra._configs(), {}, N_BUCKET=512, **consts)[0]
-                yield (f"attention {dt} d={block_d} gate={gate}", ra._row_attention_kernel, ptrs, consts | cfg.kwargs,
+                yield (f"attention {dt} d={block_d} gate={gate} stats={stats}", ra._row_attention_kernel, ptrs, consts | cfg.kwargs,
                        cfg.num_warps, cfg.num_stages)
             consts = base | dict(OPERAND_BYTES=e)
             cfg = ra._bwd_prune(ra._bwd_configs(), {}, **consts)[0]
@@ -115,7 +115,7 @@ def launches():
                 yield (f"attention {name} {dt} d={block_d}", kernel, ptrs, consts | cfg.kwargs, cfg.num_warps,
                        cfg.num_stages)
         yield (f"attention gate backward {dt}", ra._gate_backward_kernel,
-               {n: f"*{dt}" for n in ("x_ptr", "o_ptr", "dgt_ptr", "gated_ptr", "dx_ptr")} | {"delta_ptr": "*fp32"},
+               {n: f"*{dt}" for n in ("x_ptr", "o_ptr", "do_ptr", "dgt_ptr", "gated_ptr", "dx_ptr")} | {"delta_ptr": "*fp32"},
                dict(BLOCK_ROWS=16, BLOCK_H=8, BLOCK_E=32), 4, 3)
 
 

@@ -105,14 +105,16 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     return tuple(grads)
 
 
-def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="default"):
+def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="default", o=None, stats=None):
     """Gradients of the fused row attention for the tensors in `inputs` (msa_repr, pair_repr, msa_mask,
-    then the fourteen parameters), None where `needs` is False.
+    then the fourteen parameters), None where `needs` is False; `o` and `stats`, the forward's un-gated
+    attention output and softmax statistics, when it kept them.
 
     The projections and the pair bias are recomputed under autograd (cuBLAS); out_proj's backward is
     two products; the attention core's backward is the custom op `evofuse::msa_row_attention_core_backward`
     (fused kernels, `ops.row_attention.attention_core_backward`). What is kept between forward and
-    backward is the inputs only; the backward's buffers are of the size of qkvg and the pair bias.
+    backward is the inputs, o (their size) and the statistics (two floats a row and head); the
+    backward's buffers are of the size of qkvg and the pair bias.
     """
     from ._library import msa_row_attention_core_backward_op
     from .ops.row_attention import pair_bias, project
@@ -133,7 +135,7 @@ def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="de
     with ieee_fp32_matmul():
         d_gated = (go @ wo).view(B, S, N, D)
     dx, dz, gated = msa_row_attention_core_backward_op(qkvg.detach(), z.detach(), msa_mask, d_gated, num_heads,
-                                                       precision, z.requires_grad)
+                                                       precision, z.requires_grad, o, stats)
     with ieee_fp32_matmul():
         dwo = go.t() @ gated.view(-1, D) if need_params[10] else None
     dbo = go.float().sum(0) if need_params[11] else None

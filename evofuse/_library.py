@@ -59,31 +59,59 @@ def _(msa_repr, pair_repr, msa_mask, params, num_heads, precision):
 
 def _att_setup(ctx, inputs, output):
     msa_repr, pair_repr, msa_mask, params, num_heads, precision = inputs
-    ctx.save_for_backward(msa_repr, pair_repr, msa_mask, *params)
+    saved = output[1:] if isinstance(output, tuple) else ()  # the training op's o and statistics
+    ctx.save_for_backward(msa_repr, pair_repr, msa_mask, *saved, *params)
+    ctx.num_saved = len(saved)
     ctx.num_heads = num_heads
     ctx.precision = precision
 
 
-def _att_backward(ctx, grad_out):
+def _att_backward(ctx, grad_out, *_):
     need_msa, need_pair, _, need_params = ctx.needs_input_grad[:4]
-    grads = msa_row_attention_backward(ctx.saved_tensors, [need_msa, need_pair, False, *need_params], grad_out,
-                                       ctx.num_heads, ctx.precision)
+    msa_repr, pair_repr, msa_mask, *rest = ctx.saved_tensors
+    saved, params = rest[:ctx.num_saved], rest[ctx.num_saved:]
+    grads = msa_row_attention_backward((msa_repr, pair_repr, msa_mask, *params),
+                                       [need_msa, need_pair, False, *need_params], grad_out, ctx.num_heads,
+                                       ctx.precision, *saved)
     return grads[0], grads[1], None, list(grads[3:]), None, None
 
 
 msa_row_attention_op.register_autograd(_att_backward, setup_context=_att_setup)
 
 
+@torch.library.custom_op("evofuse::msa_row_attention_train", mutates_args=())
+def msa_row_attention_train_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | None, params: list[Tensor],
+                               num_heads: int, precision: str) -> tuple[Tensor, Tensor, Tensor]:
+    """The forward when gradients are recorded: (out, o, stats), o the un-gated attention output
+    (B, S, N, D) and stats the softmax statistics (2, B, S, h, N) float32, which the backward takes
+    instead of running the attention core again."""
+    from .ops.row_attention import msa_row_attention_triton
+
+    return msa_row_attention_triton(msa_repr, pair_repr, msa_mask, *params, num_heads=num_heads, precision=precision,
+                                    save=True)
+
+
+@msa_row_attention_train_op.register_fake
+def _(msa_repr, pair_repr, msa_mask, params, num_heads, precision):
+    B, S, N, _ = msa_repr.shape
+    stats = msa_repr.new_empty((2, B, S, num_heads, N), dtype=torch.float32)
+    return msa_repr.new_empty(msa_repr.shape), msa_repr.new_empty(msa_repr.shape), stats
+
+
+msa_row_attention_train_op.register_autograd(_att_backward, setup_context=_att_setup)
+
+
 @torch.library.custom_op("evofuse::msa_row_attention_core_backward", mutates_args=())
 def msa_row_attention_core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, d_gated: Tensor,
-                                       num_heads: int, precision: str, need_dz: bool) -> tuple[Tensor, Tensor, Tensor]:
+                                       num_heads: int, precision: str, need_dz: bool, o: Tensor | None = None,
+                                       stats: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """The Triton part of row attention's backward (`ops.row_attention.attention_core_backward`)."""
     from .ops.row_attention import attention_core_backward
 
-    return attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision, need_dz)
+    return attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision, need_dz, o, stats)
 
 
 @msa_row_attention_core_backward_op.register_fake
-def _(qkvg, z, msa_mask, d_gated, num_heads, precision, need_dz):
+def _(qkvg, z, msa_mask, d_gated, num_heads, precision, need_dz, o=None, stats=None):
     dz = z.new_empty(z.shape if need_dz else (0,), dtype=torch.float32)
     return qkvg.new_empty(qkvg.shape), dz, d_gated.new_empty(d_gated.shape, dtype=qkvg.dtype)

@@ -13,7 +13,7 @@ import torch
 from . import reference as ref
 from ._checks import check_mask, check_msa, check_pair, check_param_shapes, check_params
 from ._dispatch import resolve_impl, warn_once
-from ._library import msa_row_attention_op, outer_product_mean_op
+from ._library import msa_row_attention_op, msa_row_attention_train_op, outer_product_mean_op
 from .ops._common import PRECISIONS
 
 
@@ -21,9 +21,11 @@ def _direct(*tensors: torch.Tensor | None) -> bool:
     """Whether the fused forward may run without its custom-op wrapper: eager mode and no gradient to
     record. The wrapper (torch.compile's opaque node, the registered backward) costs ~20-40 us of host
     time a call, more than the whole kernel on small problems."""
-    if torch.compiler.is_compiling():
-        return False
-    return not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors))
+    return not torch.compiler.is_compiling() and not _records_grad(*tensors)
+
+
+def _records_grad(*tensors: torch.Tensor | None) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def _check_precision(precision: str) -> None:
@@ -183,4 +185,7 @@ def msa_row_attention(
         from .ops.row_attention import msa_row_attention_triton
 
         return msa_row_attention_triton(*inputs, num_heads=num_heads, precision=precision)
+    if _records_grad(msa_repr, pair_repr, *params.values()):  # keeps what the backward would recompute
+        return msa_row_attention_train_op(msa_repr, pair_repr, msa_mask, list(params.values()), num_heads,
+                                          precision)[0]
     return msa_row_attention_op(msa_repr, pair_repr, msa_mask, list(params.values()), num_heads, precision)

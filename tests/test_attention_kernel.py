@@ -155,4 +155,6 @@ def test_small_problems_take_one_launch(monkeypatch):
     mod = att_module(16, 4, 2, seed=2).to(DEVICE)
     x, z = torch.randn(1, 3, 9, 16, device=DEVICE), torch.randn(1, 9, 9, 4, device=DEVICE)
     mask = random_mask(1, 3, 9, "rows", 1).to(DEVICE)
-    torch.testing.assert_close(mod(x, z, mask, impl="triton"), mod(x, z, mask, impl="torch"), rtol=1e-4, atol=1e-5)
+    with torch.no_grad():  # recording gradients takes the tiled path, which keeps what the backward needs
+        torch.testing.assert_close(mod(x, z, mask, impl="triton"), mod(x, z, mask, impl="torch"), rtol=1e-4,
+                                   atol=1e-5)

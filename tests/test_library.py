@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from evofuse._library import msa_row_attention_core_backward_op, msa_row_attention_op, outer_product_mean_op
+from evofuse._library import (msa_row_attention_core_backward_op, msa_row_attention_op, msa_row_attention_train_op,
+                              outer_product_mean_op)
 
 from .conftest import DEVICE
 from .helpers import att_module, opm_module, random_mask
@@ -25,21 +26,49 @@ def att_args(requires_grad):
 
 
 @pytest.mark.parametrize("requires_grad", [False, True])
-@pytest.mark.parametrize("op, make_args", [(outer_product_mean_op, opm_args), (msa_row_attention_op, att_args)],
-                         ids=["opm", "att"])
+@pytest.mark.parametrize("op, make_args", [(outer_product_mean_op, opm_args), (msa_row_attention_op, att_args),
+                                           (msa_row_attention_train_op, att_args)], ids=["opm", "att", "att-train"])
 def test_opcheck(op, make_args, requires_grad):
     torch.library.opcheck(op, make_args(requires_grad),
                           test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
 
 
 @pytest.mark.parametrize("need_dz", [True, False])
-def test_opcheck_attention_core_backward(need_dz):
+@pytest.mark.parametrize("saved", [False, True], ids=["recompute", "saved"])
+def test_opcheck_attention_core_backward(need_dz, saved):
+    from evofuse.ops.row_attention import _attention_core
+
     g = torch.Generator().manual_seed(3)
     qkvg = torch.randn(1, 2, 9, 4 * 16, generator=g).to(DEVICE)
     z = torch.randn(1, 2, 9, 9, generator=g).to(DEVICE)
     d_gated = torch.randn(1, 2, 9, 16, generator=g).to(DEVICE)
-    args = (qkvg, z, random_mask(1, 2, 9, "rows", 3).to(DEVICE), d_gated, 2, "default", need_dz)
+    mask = random_mask(1, 2, 9, "rows", 3).to(DEVICE)
+    args = (qkvg, z, mask, d_gated, 2, "default", need_dz)
+    if saved:  # the forward's un-gated output and statistics
+        o, stats = torch.empty(1, 2, 9, 16, device=DEVICE), torch.empty(2, 1, 2, 2, 9, device=DEVICE)
+        _attention_core(qkvg.clone(), z, mask, 2, "default", out=o, stats=stats, gate=False)
+        args += (o, stats)
     torch.library.opcheck(msa_row_attention_core_backward_op, args, test_utils=("test_schema", "test_faketensor"))
+
+
+def test_attention_backward_from_the_forwards_statistics_equals_the_recompute(monkeypatch):
+    """The training op keeps o and the statistics; the plain op's backward recomputes them. Same output
+    (both forwards on the tiled path), gradients equal to float32 rounding: the backward's recomputed
+    projections are IEEE products, the forward's float16 hi/lo ones (~2**-22 apart)."""
+    import evofuse.ops.row_attention as ra
+
+    monkeypatch.setattr(ra, "SMALL_MAX_N", 0)
+    x, z, mask, params, heads, precision = att_args(True)
+    results = []
+    for op in (msa_row_attention_train_op, msa_row_attention_op):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (x, z, *params)]
+        out = op(leaves[0], leaves[1], mask, leaves[2:], heads, precision)
+        out = out[0] if isinstance(out, tuple) else out
+        out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(4)).to(out))
+        results.append([out.detach()] + [t.grad for t in leaves])
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=0, atol=0)
+    for a, b in zip(results[0][1:], results[1][1:]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 class Trunk(torch.nn.Module):
@@ -120,11 +149,12 @@ def test_cuda_graph_capture_and_replay(tiled, monkeypatch):
 
 def test_eager_inference_skips_the_op_wrapper(monkeypatch):
     """Eager calls with no gradient to record run the fused forward directly (the custom-op wrapper
-    costs ~20-40 us of host time); calls that record gradients go through the op and its backward."""
+    costs ~20-40 us of host time); calls that record gradients go through an op and its backward."""
     import evofuse.functional as F
+    import evofuse.ops.row_attention as ra
 
     calls = []
-    for name in ("outer_product_mean_op", "msa_row_attention_op"):
+    for name in ("outer_product_mean_op", "msa_row_attention_op", "msa_row_attention_train_op"):
         real = getattr(F, name)
         monkeypatch.setattr(F, name, lambda *a, real=real, name=name: (calls.append(name), real(*a))[1])
     opm, att = opm_module(8, 5, 8, seed=1).to(DEVICE), att_module(16, 4, 2, seed=2).to(DEVICE)
@@ -133,7 +163,10 @@ def test_eager_inference_skips_the_op_wrapper(monkeypatch):
     with torch.no_grad():
         direct = opm(x, None, impl="triton"), att(x16, z, None, impl="triton")
     assert calls == []
+    monkeypatch.setattr(ra, "SMALL_MAX_N", 0)  # recording gradients takes the tiled path: compare like with like
+    with torch.no_grad():
+        direct = direct[0], att(x16, z, None, impl="triton")
     recorded = opm(x, None, impl="triton"), att(x16, z, None, impl="triton")  # parameters require grad
-    assert calls == ["outer_product_mean_op", "msa_row_attention_op"]
+    assert calls == ["outer_product_mean_op", "msa_row_attention_train_op"]  # attention keeps o for the backward
     for d, r in zip(direct, recorded):
         torch.testing.assert_close(d, r.detach(), rtol=0, atol=0)

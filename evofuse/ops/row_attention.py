@@ -68,7 +68,7 @@ def _row_attention_kernel(
     x_ptr, stride_xb, stride_xs, stride_xi,  # qkvg: (B, S, N, 4D); channel 0*D + h*d + e is q, 1*D.. k, 2*D.. v, 3*D.. gate
     z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # pair bias: (B, h, N, N)
     m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N), any real dtype, 0 = masked (HAS_MASK)
-    o_ptr, stride_ob, stride_os, stride_oi,  # out: (B, S, N, .), channel h*d + e; may be the queries themselves
+    o_ptr, stride_ob, stride_os, stride_oi,  # un-gated output: (B, S, N, D), channel h*d + e (STORE_STATS)
     st_ptr, stride_st, stride_lb, stride_ls, stride_lh,  # softmax statistics: (2, B, S, h, N) float32 (STORE_STATS)
     S, N, H, D, HEAD_DIM, qk_scale,  # qk_scale = log2(e) / sqrt(d)
     N_BUCKET,  # autotuning key only
@@ -77,7 +77,7 @@ def _row_attention_kernel(
     MASKED_LOGIT: tl.constexpr,  # -1e9 in log2 units
     BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr,
-    GATE: tl.constexpr,  # multiply by sigmoid(gate) (inference); the backward's recompute stores o itself
+    GATE: tl.constexpr,  # the output times sigmoid(gate), written over the queries (the forward)
     STORE_STATS: tl.constexpr,  # each row's running max (log2 units) and sum of exponentials, kept apart:
     # for a fully masked row max + log2(sum) would lose log2(N) against -1e9 * log2(e) in float32
     BLOCK_M: tl.constexpr,
@@ -115,18 +115,20 @@ def _row_attention_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_run = m_new
 
-    out = acc / l_run[:, None]
-    if GATE:
-        out = out * tl.sigmoid(tl.load(q_ptrs + 3 * D, mask=i_ok[:, None] & e_ok[None, :], other=0.0).to(tl.float32))
-    if STORE_STATS:
+    out = acc / l_run[:, None]  # [BLOCK_M, BLOCK_D]
+    ie_ok = i_ok[:, None] & e_ok[None, :]
+    if STORE_STATS:  # the un-gated output and the statistics, for the backward
         stat = st_ptr + b * stride_lb + s * stride_ls + h * stride_lh + offs_i
         tl.store(stat, m_run, mask=i_ok)
         tl.store(stat + stride_st, l_run, mask=i_ok)
-    # when o_ptr is qkvg the output overwrites this program's own queries (read above, by no other
-    # program): no race, and the merged-heads output needs no buffer of its own
-    o_ptrs = o_ptr + b * stride_ob + s * stride_os + offs_i.to(tl.int64)[:, None] * stride_oi \
-        + (h * HEAD_DIM + offs_e)[None, :]
-    tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=i_ok[:, None] & e_ok[None, :])
+        o_ptrs = o_ptr + b * stride_ob + s * stride_os + offs_i.to(tl.int64)[:, None] * stride_oi \
+            + (h * HEAD_DIM + offs_e)[None, :]
+        tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=ie_ok)
+    if GATE:
+        # the gated output overwrites this program's own queries (read above, by no other program):
+        # no race, and the merged-heads output needs no buffer of its own
+        out = out * tl.sigmoid(tl.load(q_ptrs + 3 * D, mask=ie_ok, other=0.0).to(tl.float32))
+        tl.store(q_ptrs, out.to(x_ptr.dtype.element_ty), mask=ie_ok)
 
 
 @triton.jit
@@ -303,7 +305,8 @@ def _row_attention_bwd_dz_kernel(
 @triton.jit
 def _gate_backward_kernel(
     x_ptr, stride_xr,  # qkvg as (ROWS, 4D): the gate is channel 3D + h*d + e
-    o_ptr,  # un-gated attention output (ROWS, D) contiguous; overwritten with do
+    o_ptr,  # un-gated attention output (ROWS, D) contiguous
+    do_ptr,  # out: the gradient of o (ROWS, D) contiguous, in o's dtype; may be o itself
     dgt_ptr,  # gradient of the gated output (ROWS, D) contiguous
     gated_ptr,  # out: the gated output (ROWS, D) contiguous (out_proj's weight gradient needs it)
     dx_ptr,  # gradient of qkvg, x's strides: the gate's gradient goes to channels [3D, 4D)
@@ -325,8 +328,8 @@ def _gate_backward_kernel(
     do = dgt * g
     tl.store(dx_ptr + x_rows + 3 * D + chan, (dgt * o * g * (1.0 - g)).to(dx_ptr.dtype.element_ty), mask=ok)
     tl.store(gated_ptr + d_rows, (o * g).to(gated_ptr.dtype.element_ty), mask=ok)
-    do = do.to(o_ptr.dtype.element_ty)
-    tl.store(o_ptr + d_rows, do, mask=ok)
+    do = do.to(do_ptr.dtype.element_ty)
+    tl.store(do_ptr + d_rows, do, mask=ok)
     # the row sums from do as the kernels will read it (rounded to the input dtype): dP - delta then
     # cancels consistently
     delta = tl.sum(do.to(tl.float32) * o, axis=2)  # [BLOCK_ROWS, BLOCK_H]
@@ -508,18 +511,18 @@ def _core_consts(d, dtype, has_mask, precision):
             "BLOCK_D": max(16, next_pow2(d)), "PRECISION": dot_precision(dtype, precision)}
 
 
-def _attention_core(qkvg, z, msa_mask, num_heads, precision, out=None, stats=None):
-    """The forward kernel. Without `out`: gated, written over the queries in qkvg. With `out` (B, S, N, D)
-    and `stats` (2, B, S, h, N) float32: the un-gated output and each row's softmax max (log2 units)
-    and sum of exponentials (for the backward)."""
+def _attention_core(qkvg, z, msa_mask, num_heads, precision, out=None, stats=None, gate=True):
+    """The forward kernel. `gate`: the gated output, written over the queries in qkvg. With `out`
+    (B, S, N, D) and `stats` (2, B, S, h, N) float32: also the un-gated output and each row's softmax
+    max (log2 units) and sum of exponentials (for the backward)."""
     B, S, N, D4 = qkvg.shape
     D = D4 // 4
     d = D // num_heads
-    o, o_strides = (qkvg, qkvg.stride()[:3]) if out is None else (out, out.stride()[:3])
+    o, o_strides = (qkvg, (0, 0, 0)) if out is None else (out, out.stride()[:3])
     st_arg, st_strides = (qkvg, (0, 0, 0, 0)) if stats is None else (stats, stats.stride()[:4])
     args = (*_common_args(qkvg, z, msa_mask), o, *o_strides, st_arg, *st_strides, S, N, num_heads, D, d,
             _LOG2E / math.sqrt(d))
-    consts = _core_consts(d, qkvg.dtype, msa_mask is not None, precision) | {"GATE": out is None, "STORE_STATS": stats is not None,
+    consts = _core_consts(d, qkvg.dtype, msa_mask is not None, precision) | {"GATE": gate, "STORE_STATS": stats is not None,
                                                                  "N_BUCKET": bucket(N)}
     launch(_row_attention_kernel, _tuned_kernel, _configs, _prune,
            lambda meta: (B * num_heads * cdiv(N, meta["BLOCK_M"]) * S,), args, consts, _INTERPRET_META)
@@ -545,15 +548,19 @@ def _small_meta(N, D, h, dtype, params):
 def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, layer_norm_bias,
                              query_weight, query_bias, key_weight, key_bias, value_weight, value_bias,
                              gate_weight, gate_bias, out_proj_weight, out_proj_bias, pair_bias_weight,
-                             pair_bias_bias, num_heads, precision="default"):
-    """Fused forward; arguments as `evofuse.functional.msa_row_attention` (already validated)."""
+                             pair_bias_bias, num_heads, precision="default", save=False):
+    """Fused forward; arguments as `evofuse.functional.msa_row_attention` (already validated).
+
+    With `save` (training) returns (out, o, stats): also the un-gated attention output (B, S, N, D) and
+    the softmax statistics (2, B, S, h, N) float32 that the backward takes instead of running the
+    attention core again (always the tiled path)."""
     B, S, N, D = msa_repr.shape
     dtype = msa_repr.dtype
     if msa_repr.numel() == 0:
         return torch.empty(B, S, N, D, dtype=dtype, device=msa_repr.device)
     params = (layer_norm_weight, layer_norm_bias, query_weight, query_bias, key_weight, key_bias, value_weight,
               value_bias, gate_weight, gate_bias, out_proj_weight, out_proj_bias, pair_bias_weight, pair_bias_bias)
-    small = _small_meta(N, D, num_heads, dtype, params)
+    small = None if save else _small_meta(N, D, num_heads, dtype, params)
     if small is not None:  # one launch from msa_repr to the output; float32 takes IEEE products
         out = empty(B, S, N, D, dtype=dtype, device=msa_repr.device)
         m, m_strides = (msa_repr, (0, 0, 0)) if msa_mask is None else (msa_mask, msa_mask.stride())
@@ -566,8 +573,13 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
                    (query_weight, key_weight, value_weight, gate_weight),
                    (query_bias, key_bias, value_bias, gate_bias), split=True)
     z = pair_bias(pair_repr, pair_bias_weight, pair_bias_bias, dtype)
-    _attention_core(qkvg, z, msa_mask, num_heads, precision)
-    return out_projection(qkvg, out_proj_weight, out_proj_bias, split=True)
+    if not save:
+        _attention_core(qkvg, z, msa_mask, num_heads, precision)
+        return out_projection(qkvg, out_proj_weight, out_proj_bias, split=True)
+    o = torch.empty(B, S, N, D, dtype=dtype, device=msa_repr.device)
+    stats = torch.empty(2, B, S, num_heads, N, dtype=torch.float32, device=msa_repr.device)
+    _attention_core(qkvg, z, msa_mask, num_heads, precision, out=o, stats=stats)
+    return out_projection(qkvg, out_proj_weight, out_proj_bias, split=True), o, stats
 
 
 def _bwd_configs() -> list[triton.Config]:
@@ -603,14 +615,16 @@ DZ_ROWS_PER_PROGRAM = 64
 DZ_MAX_CHUNKS = 8
 
 
-def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="default", need_dz=True):
+def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="default", need_dz=True, o=None,
+                            stats=None):
     """The kernels' part of the backward, from the gradient of the gated attention output d_gated
     (B, S, N, D): returns the gradient of qkvg (B, S, N, 4D) in its dtype, of the pair bias z
     (B, h, N, N) in float32 (an empty tensor without need_dz), and the gated output (B, S, N, D),
     which out_proj's weight gradient needs.
 
-    The attention core runs once more to get its un-gated output and per-row softmax statistics;
-    then three kernels: dq (a program per query block, summing over keys), dk and dv (a program per
+    The un-gated output o (B, S, N, D) and the softmax statistics `stats` (2, B, S, h, N) come from the
+    forward (`msa_row_attention_triton(save=True)`); without them the attention core runs once more
+    to get them. Then the gate's backward and the softmax's row sums in one pass, and three kernels: dq (a program per query block, summing over keys), dk and dv (a program per
     key block, summing over queries), and the pair-bias gradient (a program per (i, j) tile, summing
     over the MSA rows in order). Nothing of size S*h*N*N exists and no atomics are used: the
     gradients are bit-reproducible.
@@ -621,9 +635,14 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
     h = num_heads
     d = D // h
     dtype = qkvg.dtype
-    o = torch.empty(B, S, N, D, dtype=dtype, device=qkvg.device)
-    stats = torch.empty(2, B, S, h, N, dtype=torch.float32, device=qkvg.device)
-    _attention_core(qkvg, z, msa_mask, h, precision, out=o, stats=stats)
+    if o is None:
+        o = torch.empty(B, S, N, D, dtype=dtype, device=qkvg.device)
+        stats = torch.empty(2, B, S, h, N, dtype=torch.float32, device=qkvg.device)
+        _attention_core(qkvg, z, msa_mask, h, precision, out=o, stats=stats, gate=False)
+        do = o  # recomputed here: do may overwrite it
+    else:  # the forward's: kept intact (a second backward may read it)
+        o = o.contiguous()
+        do = torch.empty_like(o)
 
     rows = B * S * N
     dx = torch.empty_like(qkvg)
@@ -633,9 +652,8 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
     block_rows = max(1, 4096 // (block_h * block_e))
     d_gated = d_gated.contiguous()
     _gate_backward_kernel[(cdiv(rows, block_rows),)](
-        qkvg, qkvg.stride(2), o, d_gated, gated, dx, delta, *delta.stride()[:3], rows, S, N, h, D, d,
+        qkvg, qkvg.stride(2), o, do, d_gated, gated, dx, delta, *delta.stride()[:3], rows, S, N, h, D, d,
         BLOCK_ROWS=block_rows, BLOCK_H=block_h, BLOCK_E=block_e)
-    do = o  # the gate kernel wrote do over o
 
     consts = _core_consts(d, dtype, msa_mask is not None, precision)
     consts["N_BUCKET"] = bucket(N)
