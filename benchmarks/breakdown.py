@@ -1,12 +1,15 @@
 """Where a forward's time goes, kernel by kernel, from torch.profiler's CUDA activity.
 
-python3 benchmarks/breakdown.py [CASE ...] [--dtype bfloat16|float32] [--train]
+python3 benchmarks/breakdown.py [CASE ...] [--dtype bfloat16|float32] [--train] [--host]
 For each case: the device time of every kernel one evofuse forward (with --train: forward and
 backward) launches (mean of 10 calls), and their sum next to the call's wall time, so that launch
-gaps show too.
+gaps show too. --host adds where the host's time per call goes (cProfile of 500 calls, by own time:
+what bounds small problems).
 """
 
 import argparse
+import cProfile
+import pstats
 
 import torch
 import triton.testing
@@ -41,6 +44,19 @@ def breakdown(case, dtype, train=False, reps=10):
     print(f"\n{case.name} {dtype}: {what} {ms:.3f} ms (do_bench median), kernels {total:.3f} ms")
     for name, t in rows:
         print(f"  {t:8.3f} ms {100 * t / total:5.1f}%  {name[:90]}")
+    return call
+
+
+def host_profile(call, calls=500):
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        call()
+    prof.disable()
+    torch.cuda.synchronize()
+    stats = pstats.Stats(prof)
+    print(f"  host: {stats.total_tt / calls * 1e6:.1f} us a call under cProfile (it adds ~1 us a function call)")
+    stats.sort_stats("tottime").print_stats(14)
 
 
 if __name__ == "__main__":
@@ -48,7 +64,10 @@ if __name__ == "__main__":
     parser.add_argument("cases", nargs="*", default=["opm-af2-main", "att-af2-main"])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--train", action="store_true", help="profile forward and backward")
+    parser.add_argument("--host", action="store_true", help="also profile the host's time per call")
     args = parser.parse_args()
     by_name = {c.name: c for c in SUITE}
     for name in args.cases:
-        breakdown(by_name[name], getattr(torch, args.dtype), args.train)
+        call = breakdown(by_name[name], getattr(torch, args.dtype), args.train)
+        if args.host:
+            host_profile(call)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device-machine session: `benchmarks/gpu_session.sh tests` and `tests-grid` run the gpu-marked tests,
+# One device-machine session: `benchmarks/gpu_session.sh tests` and `tests-grid` run the gpu-marked tests
+# (`tests-all`: all of them on 12 pytest-xdist workers, then memcheck: compiling dominates, ~6 min),
 # `tests-rest` the others on CUDA tensors and compute-sanitizer; `... probe` prints kernel-by-kernel and per-config times; `... bench ARGS` runs `evofuse bench ARGS`.
 # Wheels carried in .whl/ and .whl2/ (cuEquivariance) are installed into /tmp/site first.
 set -uo pipefail
@@ -13,7 +14,17 @@ for d in .whl .whl2; do
 done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+memcheck() {  # compute-sanitizer over a few small gpu-marked tests
+  timeout ${MEMCHECK_TIMEOUT:-120} compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -m gpu \
+    tests/test_gpu.py -k "opm_awkward and 17-3 or attention_awkward and 17-3 or gradients_awkward and 17-5" 2>&1 \
+    | tee "$OUT/memcheck.log" | tail -8
+}
 case "${1:-tests}" in
+  tests-all)
+    timeout ${TESTS_TIMEOUT:-360} python3 -m pytest -q -n 12 --maxfail=20 tests/test_gpu.py --durations=8 2>&1 \
+      | grep -v DEBUG | tee "$OUT/gpu-tests.log" | tail -30
+    memcheck
+    ;;
   tests)  # the gpu-marked tests at the suite shapes, memory limits and long sequences (~5 min)
     timeout 560 python3 -m pytest -q --maxfail=10 tests/test_gpu.py -k "not awkward and not every" --durations=10 \
       2>&1 | grep -v DEBUG | tee "$OUT/gpu-tests.log" | tail -40
@@ -25,9 +36,7 @@ case "${1:-tests}" in
   tests-rest)  # every other test on CUDA tensors, then memcheck at small shapes
     timeout 450 python3 -m pytest -q --maxfail=10 tests/ --ignore=tests/test_gpu.py --durations=10 2>&1 \
       | grep -v DEBUG | tee "$OUT/other-tests.log" | tail -30
-    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -m gpu tests/test_gpu.py \
-      -k "opm_awkward and 17-3 or attention_awkward and 17-3 or gradients_awkward and 17-5" 2>&1 \
-      | tee "$OUT/memcheck.log" | tail -8
+    memcheck
     ;;
   probe)  # kernel-by-kernel device time of the main cases, and each candidate config's time
     for dt in bfloat16 float32; do
