@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device-machine session: `benchmarks/gpu_session.sh tests` and `tests-grid` run the gpu-marked tests
-# (`tests-all`: all of them on 12 pytest-xdist workers, then memcheck: compiling dominates, ~6 min),
+# (`tests-all`: all of them, the grids on 12 pytest-xdist workers, then memcheck; `tests-grad`: the training ones),
 # `tests-rest` the others on CUDA tensors and compute-sanitizer; `... probe` prints kernel-by-kernel and per-config times; `... bench ARGS` runs `evofuse bench ARGS`.
 # Wheels carried in .whl/ and .whl2/ (cuEquivariance) are installed into /tmp/site first.
 set -uo pipefail
@@ -20,9 +20,15 @@ memcheck() {  # compute-sanitizer over a few small gpu-marked tests
     | tee "$OUT/memcheck.log" | tail -8
 }
 case "${1:-tests}" in
-  tests-all)
-    timeout ${TESTS_TIMEOUT:-360} python3 -m pytest -q -n 12 --maxfail=20 tests/test_gpu.py --durations=8 2>&1 \
+  tests-all)  # the suite-shape tests one at a time (float64 references of ~30 GB), the grids on 12 workers
+    timeout ${TESTS_TIMEOUT:-360} bash -c 'python3 -m pytest -q tests/test_gpu.py -k "not awkward and not every" \
+      && python3 -m pytest -q -n 12 --maxfail=20 tests/test_gpu.py -k "awkward or every" --durations=8' 2>&1 \
       | grep -v DEBUG | tee "$OUT/gpu-tests.log" | tail -30
+    memcheck
+    ;;
+  tests-grad)  # the gradient and memory tests (training), then memcheck
+    timeout ${TESTS_TIMEOUT:-240} python3 -m pytest -q tests/test_gpu.py \
+      -k "gradient or memory or backward_config" --durations=8 2>&1 | grep -v DEBUG | tee "$OUT/gpu-grad-tests.log" | tail -20
     memcheck
     ;;
   tests)  # the gpu-marked tests at the suite shapes, memory limits and long sequences (~5 min)

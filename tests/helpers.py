@@ -82,6 +82,11 @@ def compare(got, exact, dtype, lowp=None):
     """SPEC 3 for every gradient in `got` against the float64 ones in `exact`."""
     for name, g in got.items():
         if name in ZERO_GRADS and exact[name].norm() < 1e-9 * exact[ZERO_GRADS[name]].norm():
-            assert g.double().norm() <= 1e-3 * exact[ZERO_GRADS[name]].norm(), name
+            # exactly 0 in exact arithmetic (softmax ignores a constant per row): the contract with the
+            # sibling gradient's norm as the scale; 16-bit: twice what the reference in that dtype
+            # leaves, + 1e-3 (bf16 rounding of o leaves ~1e-3 in the row sums, PyTorch's own as well)
+            scale = exact[ZERO_GRADS[name]].norm()
+            limit = 1e-3 * scale + (0 if lowp is None else 2 * lowp[name].double().norm())
+            assert g.double().norm() <= limit, f"{name}: norm {g.double().norm():.3e} > {limit:.3e}"
             continue
         assert_contract(g, exact[name], dtype, lowp_ref=None if lowp is None else lowp[name], what=name)

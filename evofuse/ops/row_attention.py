@@ -569,9 +569,12 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
             S, N, D, pair_repr.shape[-1], D // num_heads, LAYER_NORM_EPS, 1 / math.sqrt(D // num_heads),
             HAS_MASK=msa_mask is not None, MASKED_LOGIT=MASK_LOGIT, num_warps=8, num_stages=1, **small)
         return out
+    # training, 16-bit: the projection the backward recomputes under autograd (PyTorch's LayerNorm),
+    # so that q, k, v there are bit for bit those that made o and the statistics (otherwise the
+    # softmax's row sums and the pair-bias bias gradient, exactly 0, pick up 16-bit rounding)
     qkvg = project(msa_repr, layer_norm_weight, layer_norm_bias,
                    (query_weight, key_weight, value_weight, gate_weight),
-                   (query_bias, key_bias, value_bias, gate_bias), split=True)
+                   (query_bias, key_bias, value_bias, gate_bias), split=not save or dtype == torch.float32)
     z = pair_bias(pair_repr, pair_bias_weight, pair_bias_bias, dtype)
     if not save:
         _attention_core(qkvg, z, msa_mask, num_heads, precision)
