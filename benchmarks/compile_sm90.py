@@ -74,10 +74,21 @@ def launches():
         for C in opm.FAST_HIDDEN_DIMS[:3]:
             for norm, acc in ((0, False), (1, True)):
                 consts = dict(C=C, NORM=norm, HAS_MASK=True, EPS=1e-3, SPLIT=split, SCALED=scaled, ACCUMULATE=acc,
-                              ADD_BIAS=True)
+                              ADD_BIAS=True, STORE_X=False)
                 cfg = opm._prune(opm._configs(), {}, **consts)[0]
                 yield (f"opm {form} c={C} norm={norm} accumulate={acc}", opm._opm_kernel, ptrs, consts | cfg.kwargs,
                        cfg.num_warps, cfg.num_stages)
+    for C in opm.FAST_HIDDEN_DIMS[:3]:  # the backward's kernels (16-bit)
+        ptrs = {n: "*bf16" for n in ("a_ptr", "b_ptr", "w_ptr", "a_lo_ptr", "b_lo_ptr", "w_lo_ptr", "o_ptr", "p_ptr")}
+        ptrs |= {n: "*bf16" for n in ("m_ptr", "mi_ptr", "wb_ptr", "inv_scale_ptr")}
+        consts = dict(C=C, NORM=0, HAS_MASK=False, EPS=1e-3, SPLIT=False, SCALED=False, ACCUMULATE=False,
+                      ADD_BIAS=False, STORE_X=True)
+        cfg = opm._prune(opm._configs(), {}, **consts)[0]
+        yield (f"opm backward outer products bf16 c={C}", opm._opm_kernel, ptrs, consts | cfg.kwargs, cfg.num_warps,
+               cfg.num_stages)
+        cfg = opm._dx_prune(opm._dx_configs(), {}, C=C)[0]
+        yield (f"opm backward dX bf16 c={C}", opm._opm_dx_kernel, {n: "*bf16" for n in ("g_ptr", "w_ptr", "dx_ptr")},
+               dict(C=C) | cfg.kwargs, cfg.num_warps, cfg.num_stages)
     for dt, out in (("bf16", "*bf16"), ("fp32", "*fp32")):
         ptrs = {n: f"*{dt}" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "wa_ptr", "ba_ptr", "wb_ptr", "bb_ptr", "w_ptr",
                                       "wbias_ptr")} | {"m_ptr": "*fp32", "o_ptr": out}

@@ -1,8 +1,8 @@
 """Backward passes of the fused forwards.
 
-The Outer Product Mean's (`outer_product_mean_backward`): its gradient formulas as cuBLAS products on
-blocks of output rows, no N*N*c*c tensor, fixed-order float32 sums (bit-reproducible); not yet fused
-kernels. Row attention's (`msa_row_attention_backward`): the projections by autograd, the attention
+The Outer Product Mean's (`outer_product_mean_backward`): its gradient formulas on blocks of output
+rows, cuBLAS products around two Triton kernels (16-bit), no N*N*c*c tensor, fixed-order float32 sums
+(bit-reproducible). Row attention's (`msa_row_attention_backward`): the projections by autograd, the attention
 core by the fused kernels of `ops.row_attention`.
 """
 
@@ -53,11 +53,15 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
 
     With X[i, j] = sum_s a[s, i] (x) b[s, j] and Gs = grad_out * scale (the normalization's per-pair
     factor): dX = Gs W, da[s, i] = sum_j dX[i, j] b[s, j], db[s, j] = sum_i a[s, i] dX[i, j],
-    dW = sum_ij Gs[i, j] (x) X[i, j]. These run as cuBLAS products on blocks of output rows i (each
+    dW = sum_ij Gs[i, j] (x) X[i, j]. For 16-bit inputs with hidden_dim <= 32, X and dX come from Triton
+    kernels already in the layouts of the products that take them; the rest are cuBLAS products on
+    blocks of output rows i (each
     block's dX and recomputed X about BLOCK_BYTES), never the whole N*N*c*c; db, dW and the bias
     gradient are summed over blocks in float32 in a fixed order (bit-reproducible). The projections'
     gradients then come from autograd on their recomputation.
     """
+    from .ops.outer_product_mean import backward_fused, outer_product_grad, outer_products
+
     msa, mask, *params = inputs
     dtype = msa.dtype
     w = params[6].to(dtype)
@@ -78,6 +82,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     elif needs[9]:
         dwb = torch.zeros(R, dtype=torch.float32, device=a.device)
     scale = _opm_scale(counts, counts, normalization)  # (B, N, N), once for every block
+    fused = backward_fused(dtype, c)  # 16-bit: X and dX from Triton kernels in cuBLAS's layouts
     rows = max(1, BLOCK_BYTES // max(1, B * N * c * c * a.element_size()))
     with ieee_fp32_matmul():
         for i0 in range(0, N, rows):
@@ -87,13 +92,19 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
             if dwb is not None and normalization == "af2":
                 dwb += gs.sum((0, 1, 2), dtype=torch.float32)
             if dw is not None:
-                x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
-                x = x.view(B, n, c, N, c).transpose(2, 3).reshape(B * n * N, c * c)  # ((b i j), (p q))
+                if fused:  # ((b i j), (p q)) straight from the kernel
+                    x = outer_products(ad[:, :, i0:i0 + n], bd).view(B * n * N, c * c)
+                else:
+                    x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
+                    x = x.view(B, n, c, N, c).transpose(2, 3).reshape(B * n * N, c * c)  # ((b i j), (p q))
                 dw += (gs.reshape(-1, R).t() @ x).float()
                 del x
             if da is None and db is None:
                 continue
-            dx = (gs.reshape(-1, R) @ w).view(B, n, N, c, c).transpose(2, 3).reshape(B, n * c, N * c)
+            if fused:  # ((b i p), (j q)) straight from the kernel
+                dx = outer_product_grad(gs, w, c)
+            else:
+                dx = (gs.reshape(-1, R) @ w).view(B, n, N, c, c).transpose(2, 3).reshape(B, n * c, N * c)
             if da is not None:  # da[s, (i p)] = sum_(j q) dX[(i p), (j q)] b[s, (j q)]
                 da[:, :, i0:i0 + n] = torch.bmm(b_flat, dx.transpose(1, 2)).view(B, S, n, c)
             if db is not None:

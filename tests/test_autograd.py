@@ -63,6 +63,25 @@ def test_float16_gradients(op):
     compare(got, exact, torch.float16, lowp)
 
 
+@pytest.mark.parametrize("c, N, normalization", [(8, 9, "seed"), (16, 17, "af2"), (32, 5, "boltz")])
+def test_opm_float16_backward_kernels(c, N, normalization, monkeypatch):
+    """16-bit, hidden_dim <= 32: the outer products and dX come from Triton kernels in the layouts the
+    products take. Gradients meet the float16 contract and match the all-cuBLAS path to float16 rounding."""
+    import evofuse.ops.outer_product_mean as op
+
+    mod = opm_module(12, 6, c, seed=c, normalization=normalization).to(DEVICE).half()
+    inputs = (torch.randn(2, 7, N, 12, device=DEVICE).half(), random_mask(2, 7, N, "rows", 1).to(DEVICE))
+    assert op.backward_fused(torch.float16, c)
+    _, got = grads(copy.deepcopy(mod), inputs, "triton")
+    _, lowp = grads(copy.deepcopy(mod), inputs, "torch")
+    _, exact = grads(copy.deepcopy(mod).double(), (inputs[0].double(), inputs[1]), "torch")
+    compare(got, exact, torch.float16, lowp)
+    monkeypatch.setattr(op, "backward_fused", lambda dtype, c: False)
+    _, cublas = grads(copy.deepcopy(mod), inputs, "triton")
+    for name, g in got.items():
+        torch.testing.assert_close(g, cublas[name], rtol=2e-3, atol=1e-4, msg=name)
+
+
 def test_gradients_of_weights_only():
     """Inputs that need no gradient (frozen MSA) still give every parameter its gradient."""
     mod = opm_module(8, 4, 8, seed=6).to(DEVICE)

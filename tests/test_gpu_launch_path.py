@@ -46,3 +46,14 @@ def test_attention_default_configs_forward_and_backward():
     exact_out, exact = grads(copy.deepcopy(mod).double(), (inputs[0].double(), inputs[1].double(), inputs[2]), "torch")
     assert_contract(out, exact_out, torch.float32)
     compare(got, exact, torch.float32)
+
+
+@pytest.mark.parametrize("c", [8, 32])
+def test_opm_backward_kernels_default_configs(c):
+    """float16 gradients through the backward's outer-product and dX kernels at their default tiles."""
+    mod = opm_module(16, 9, c, seed=3, normalization="af2").half()
+    inputs = (torch.randn(1, 3, 6, 16).half(), random_mask(1, 3, 6, "rows", 1))
+    _, got = grads(copy.deepcopy(mod), inputs, "triton")
+    _, lowp = grads(copy.deepcopy(mod), inputs, "torch")
+    _, exact = grads(copy.deepcopy(mod).double(), (inputs[0].double(), inputs[1]), "torch")
+    compare(got, exact, torch.float16, lowp)

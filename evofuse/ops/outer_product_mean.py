@@ -63,6 +63,7 @@ def _opm_kernel(
     SCALED: tl.constexpr,  # float32 inputs: a, b, w arrive scaled by powers of two (float16 range)
     ACCUMULATE: tl.constexpr,  # add the partial sums at p_ptr (hidden_dim 64 runs as four 32-wide parts)
     ADD_BIAS: tl.constexpr,  # add out_proj's bias (the last part only)
+    STORE_X: tl.constexpr,  # the backward's: store the raw outer products X (B, NI, N, C*C) at o_ptr, no epilogue
 ):
     BLOCK_I: tl.constexpr = TILE_ROWS // C
     BLOCK_J: tl.constexpr = BLOCK_I * COLS_FACTOR
@@ -129,14 +130,20 @@ def _opm_kernel(
         count_i += S
         norm += S
 
-    pair = tl.arange(0, BLOCK_I * BLOCK_J)
-    out_i = blk_i * BLOCK_I + pair // BLOCK_J
-    out_j = blk_j * BLOCK_J + pair % BLOCK_J
-    _epilogue(acc, count_i, norm, out_i.to(tl.int64), out_j.to(tl.int64), (out_i < NI) & (out_j < N),
-              w_ptr, stride_wr, stride_wk, w_lo_ptr, wb_ptr, inv_scale_ptr,
-              o_ptr + pid_b * stride_ob, stride_oi, stride_oj, stride_or,
-              p_ptr + pid_b * stride_pb, stride_pi, stride_pj, stride_pr, R,
-              C, NORM, EPS, BLOCK_I, BLOCK_J, BLOCK_R, SPLIT, SCALED, ACCUMULATE, ADD_BIAS, "tf32", EPI_T)
+    if STORE_X:  # X[i, j, p*C + q]: acc's row (i p), column (j q) stored in place, no rearrangement on chip
+        x_off = (row_i.to(tl.int64) * stride_oi + (rows % C) * C * stride_or)[:, None] \
+            + (col_j.to(tl.int64) * stride_oj + (cols % C) * stride_or)[None, :]  # [BLOCK_I*C, BLOCK_J*C]
+        tl.store(o_ptr + pid_b * stride_ob + x_off, acc.to(o_ptr.dtype.element_ty),
+                 mask=(row_i < NI)[:, None] & (col_j < N)[None, :])
+    else:
+        pair = tl.arange(0, BLOCK_I * BLOCK_J)
+        out_i = blk_i * BLOCK_I + pair // BLOCK_J
+        out_j = blk_j * BLOCK_J + pair % BLOCK_J
+        _epilogue(acc, count_i, norm, out_i.to(tl.int64), out_j.to(tl.int64), (out_i < NI) & (out_j < N),
+                  w_ptr, stride_wr, stride_wk, w_lo_ptr, wb_ptr, inv_scale_ptr,
+                  o_ptr + pid_b * stride_ob, stride_oi, stride_oj, stride_or,
+                  p_ptr + pid_b * stride_pb, stride_pi, stride_pj, stride_pr, R,
+                  C, NORM, EPS, BLOCK_I, BLOCK_J, BLOCK_R, SPLIT, SCALED, ACCUMULATE, ADD_BIAS, "tf32", EPI_T)
 
 
 @triton.jit
@@ -232,6 +239,50 @@ def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
                 out += wb[None, :]
         tl.store(o_base[:, None] + offs_r[None, :] * stride_or, out.to(o_ptr.dtype.element_ty),
                  mask=pair_ok[:, None] & r_ok[None, :])
+
+
+@triton.jit
+def _opm_dx_kernel(
+    g_ptr, stride_gb, stride_gi, stride_gj, stride_gr,  # Gs: (B, NI, N, R) 16-bit, the normalized output gradient
+    w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C), same dtype
+    dx_ptr, stride_db, stride_dr, stride_dc,  # out: dX (B, NI*C, N*C), row (i p), column (j q)
+    NI, N, R,
+    C: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # columns (p q) of out_proj's weight a program
+    BLOCK_R: tl.constexpr,
+):
+    """The backward's dX[(i p), (j q)] = sum_r Gs[i, j, r] W[r, (p q)] for a tile of (i, j) pairs and a
+    block of (p q), stored straight into the layout the products with a and b take (cuBLAS then needs
+    no rearranging copy)."""
+    pid = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    n_k: tl.constexpr = C * C // BLOCK_K
+    n_j = tl.cdiv(N, BLOCK_J)
+    blk_k = pid % n_k
+    blk_j = (pid // n_k) % n_j
+    blk_i = pid // (n_k * n_j)
+    pair = tl.arange(0, BLOCK_I * BLOCK_J)
+    i = blk_i * BLOCK_I + pair // BLOCK_J  # [BLOCK_I*BLOCK_J]
+    j = blk_j * BLOCK_J + pair % BLOCK_J
+    pair_ok = (i < NI) & (j < N)
+    offs_k = blk_k * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]
+    g_base = g_ptr + pid_b * stride_gb + i.to(tl.int64) * stride_gi + j.to(tl.int64) * stride_gj
+    acc = tl.zeros((BLOCK_I * BLOCK_J, BLOCK_K), dtype=tl.float32)
+    for r0 in range(0, R, BLOCK_R):
+        offs_r = r0 + tl.arange(0, BLOCK_R)
+        r_ok = offs_r < R
+        g = tl.load(g_base[:, None] + offs_r[None, :] * stride_gr, mask=pair_ok[:, None] & r_ok[None, :],
+                    other=0.0)  # [BLOCK_I*BLOCK_J, BLOCK_R]
+        w = tl.load(w_ptr + offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk, mask=r_ok[:, None],
+                    other=0.0)  # [BLOCK_R, BLOCK_K]
+        acc = tl.dot(g, w, acc)  # [BLOCK_I*BLOCK_J, BLOCK_K]
+    p = offs_k // C
+    q = offs_k % C
+    d_off = (i.to(tl.int64) * C * stride_dr + j.to(tl.int64) * C * stride_dc)[:, None] \
+        + (p * stride_dr + q * stride_dc)[None, :]  # [BLOCK_I*BLOCK_J, BLOCK_K]
+    tl.store(dx_ptr + pid_b * stride_db + d_off, acc.to(dx_ptr.dtype.element_ty), mask=pair_ok[:, None])
 
 
 @triton.jit
@@ -369,7 +420,8 @@ EPI_T_CONFIGS = ((128, 2, 64, 64, 8, 3), (128, 1, 32, 64, 8, 2))
 
 def _prune(configs, named_args, **kwargs):
     """Keeps tiles with at least 16 (i, j) pairs (tl.dot's smallest M) and at most 128 x 256 outer
-    products (the fp32 accumulator lives in registers); the transposed epilogue not for split float32."""
+    products (the fp32 accumulator lives in registers); the transposed epilogue not for split float32;
+    one epilogue variant of each tile for STORE_X."""
     C = kwargs["C"]
     kept = []
     for cfg in configs:
@@ -377,6 +429,8 @@ def _prune(configs, named_args, **kwargs):
         bj = bi * cfg.kwargs["COLS_FACTOR"]
         if cfg.kwargs["EPI_T"] and kwargs.get("SPLIT"):
             continue  # out of shared memory
+        if kwargs.get("STORE_X") and (cfg.kwargs["EPI_T"] or cfg.kwargs["BLOCK_R"] != 16):
+            continue  # no epilogue: these differ only in it
         if bi >= 1 and bi * bj >= 16 and bi * C * bj * C <= 128 * 256:
             kept.append(cfg)
     return kept
@@ -390,7 +444,7 @@ def _tuned_kernel():
     by the tuner. A part of a 64-wide hidden_dim may add to its own output, so the tuner restores the
     output after each trial."""
     return triton.autotune(configs=_configs(), key=["C", "R", "S_BUCKET", "N_BUCKET", "NORM", "HAS_MASK", "SPLIT",
-                                                    "SCALED", "ACCUMULATE"],
+                                                    "SCALED", "ACCUMULATE", "STORE_X"],
                            prune_configs_by={"early_config_prune": _prune}, restore_value=["o_ptr"])(_opm_kernel)
 
 
@@ -509,7 +563,7 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     wb = out_proj_bias.to(torch.float32)
     m, m_strides = (a, (0, 0, 0)) if mask is None else (mask, mask.stride())  # a: unused without a mask
     consts = {"C": cs, "NORM": _NORM_CODE[normalization], "HAS_MASK": mask is not None, "EPS": AF2_EPS,
-              "SPLIT": split, "SCALED": scaled}
+              "SPLIT": split, "SCALED": scaled, "STORE_X": False}
     if parts == 1 or dtype == torch.float32:
         rows, partial = N, None  # float32 sums the parts in the output itself
     else:  # 16-bit outputs: float32 partial sums for a block of rows i at a time
@@ -542,3 +596,68 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
             launch(_opm_kernel, _tuned_kernel, _configs, _prune, grid, args,
                    consts | {"ACCUMULATE": step > 0, "ADD_BIAS": last}, _interpret_meta(cs))
     return out
+
+
+# ---------------------------------------------------------------- the backward's kernels (16-bit)
+
+
+def backward_fused(dtype: torch.dtype, c: int) -> bool:
+    """Whether the backward's outer products and dX take the kernels below (16-bit, hidden_dim <= 32)."""
+    return dtype in (torch.float16, torch.bfloat16) and c in FAST_HIDDEN_DIMS and c <= 32
+
+
+def outer_products(a_rows: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """X[b, i, j, p*c + q] = sum_s a_rows[b, s, i, p] b[b, s, j, q] (16-bit, float32 sums): (B, n, N, c*c),
+    the raw outer products of a block of rows i, laid out for out_proj's weight gradient. a_rows and b
+    are the masked projections (channel stride 1)."""
+    B, S, n, c = a_rows.shape
+    N = b.shape[2]
+    x = empty(B, n, N, c * c, dtype=a_rows.dtype, device=a_rows.device)
+    args = (a_rows, *a_rows.stride()[:3], b, *b.stride()[:3], a_rows, 0, 0, 0, a_rows, b, 0, 0, b, b, b, b, b,
+            x, *x.stride(), x, *x.stride(), S, n, N, 1, 0, S, bucket(S), bucket(N))
+    consts = {"C": c, "NORM": 0, "HAS_MASK": False, "EPS": AF2_EPS, "SPLIT": False, "SCALED": False,
+              "ACCUMULATE": False, "ADD_BIAS": False, "STORE_X": True}
+
+    def grid(meta):
+        bi = meta["TILE_ROWS"] // c
+        return (cdiv(n, bi) * cdiv(N, bi * meta["COLS_FACTOR"]), B)
+
+    launch(_opm_kernel, _tuned_kernel, _configs, _prune, grid, args, consts, _interpret_meta(c))
+    return x
+
+
+def _dx_configs() -> list[triton.Config]:
+    """Tiles of (i, j) pairs x (p q) columns for `_opm_dx_kernel`; the first that survives is the default."""
+    return [triton.Config({"BLOCK_I": bi, "BLOCK_J": bj, "BLOCK_K": bk, "BLOCK_R": br}, num_warps=w, num_stages=st)
+            for bi, bj, bk, br, w, st in ((4, 8, 256, 32, 8, 3), (8, 8, 128, 32, 8, 3), (4, 4, 512, 32, 8, 2),
+                                          (8, 8, 256, 64, 8, 3), (4, 8, 128, 64, 4, 3))]
+
+
+def _dx_prune(configs, named_args, **kwargs):
+    """Column blocks no wider than c*c (c = 8 has 64 columns)."""
+    cc = kwargs["C"] * kwargs["C"]
+    return [cfg for cfg in configs if cfg.kwargs["BLOCK_K"] <= cc] or [
+        triton.Config(dict(configs[0].kwargs, BLOCK_K=cc), num_warps=4, num_stages=2)]
+
+
+@functools.lru_cache(maxsize=None)
+def _tuned_dx():
+    """`_opm_dx_kernel` autotuned on c and the output width (GPU only)."""
+    return triton.autotune(configs=_dx_configs(), key=["C", "R"],
+                           prune_configs_by={"early_config_prune": _dx_prune})(_opm_dx_kernel)
+
+
+def outer_product_grad(gs: torch.Tensor, weight: torch.Tensor, c: int) -> torch.Tensor:
+    """dX[b, (i p), (j q)] = sum_r gs[b, i, j, r] weight[r, p*c + q]: (B, n*c, N*c) in gs's dtype, from the
+    normalized output gradient gs (B, n, N, R) of a block of rows i and out_proj's weight (R, c*c)."""
+    B, n, N, R = gs.shape
+    w = weight.to(gs.dtype)
+    dx = empty(B, n * c, N * c, dtype=gs.dtype, device=gs.device)
+    args = (gs, *gs.stride(), w, *w.stride(), dx, *dx.stride(), n, N, R)
+
+    def grid(meta):
+        return (cdiv(n, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"]) * (c * c // meta["BLOCK_K"]), B)
+
+    interpret = {"BLOCK_I": 4, "BLOCK_J": 4, "BLOCK_K": min(64, c * c), "BLOCK_R": 16}
+    launch(_opm_dx_kernel, _tuned_dx, _dx_configs, _dx_prune, grid, args, {"C": c}, interpret)
+    return dx
