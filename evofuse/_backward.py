@@ -149,7 +149,7 @@ def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="de
                                                        precision, z.requires_grad, o, stats)
     with ieee_fp32_matmul():
         dwo = go.t() @ gated.view(-1, D) if need_params[10] else None
-    dbo = go.float().sum(0) if need_params[11] else None
+    dbo = go.sum(0, dtype=torch.float32) if need_params[11] else None  # no float32 copy of go
     _backward([qkvg, z], [dx, dz.to(dtype) if z.requires_grad else None])
     grads = [_grad(msa_l, msa, need_msa), _grad(pair_l, pair, need_pair), None]
     grads += [_grad(lf, p, n) for lf, p, n in zip(proj, params[:10], need_params[:10])]
