@@ -17,6 +17,10 @@ from ._library import msa_row_attention_op, msa_row_attention_train_op, outer_pr
 from .ops._common import PRECISIONS
 
 
+_ATT_LINEAR_PARAMS = tuple(f"{name}_{kind}" for name in ("query", "key", "value", "gate", "out_proj")
+                           for kind in ("weight", "bias"))
+
+
 def _direct(*tensors: torch.Tensor | None) -> bool:
     """Whether the fused forward may run without its custom-op wrapper: eager mode and no gradient to
     record. The wrapper (torch.compile's opaque node, the registered backward) costs ~20-40 us of host
@@ -85,7 +89,7 @@ def outer_product_mean(
         return ref.outer_product_mean_reference(*t, normalization=normalization)
 
     inputs = (msa_repr, msa_mask, *params.values())
-    if resolve_impl(impl, msa_repr, *params.values()) == "torch":
+    if resolve_impl(impl, msa_repr) == "torch":  # every tensor is on msa_repr's device (checked above)
         return reference(*inputs)
     from .ops.outer_product_mean import FAST_HIDDEN_DIMS
 
@@ -156,17 +160,17 @@ def msa_row_attention(
                   out_proj_bias=out_proj_bias, pair_bias_weight=pair_bias_weight,
                   pair_bias_bias=pair_bias_bias)
     check_params(msa_repr.device, **params)
-    shapes = {"layer_norm_bias": (D,), "pair_bias_weight": (num_heads, P), "pair_bias_bias": (num_heads,)}
-    for name in ("query", "key", "value", "gate", "out_proj"):
-        shapes[f"{name}_weight"] = (D, D)
-        shapes[f"{name}_bias"] = (D,)
-    check_param_shapes(**{name: (params[name], shape) for name, shape in shapes.items()})
+    square, vector = (D, D), (D,)
+    check_param_shapes(**{name: (params[name], square if name.endswith("weight") else vector)
+                          for name in _ATT_LINEAR_PARAMS},
+                       layer_norm_bias=(layer_norm_bias, vector), pair_bias_weight=(pair_bias_weight, (num_heads, P)),
+                       pair_bias_bias=(pair_bias_bias, (num_heads,)))
 
     def reference(*t):
         return ref.msa_row_attention_reference(*t, num_heads=num_heads, dropout=dropout, training=training)
 
     inputs = (msa_repr, pair_repr, msa_mask, *params.values())
-    if resolve_impl(impl, msa_repr, pair_repr, *params.values()) == "torch":
+    if resolve_impl(impl, msa_repr) == "torch":  # every tensor is on msa_repr's device (checked above)
         return reference(*inputs)
     from .ops.row_attention import MAX_HEAD_DIM
 

@@ -9,6 +9,24 @@ from . import functional
 from .reference import NORMALIZATIONS
 
 
+def _linear_params(module: nn.Module, names: tuple[str, ...]) -> list[torch.Tensor]:
+    """weight, bias of each named submodule, read from the parameter dicts: nn.Module's attribute
+    lookup costs ~1 us a name (13.5 us for row attention's 14 parameters against 0.6 us here, a third
+    of the seed shapes' host time). A parametrized or hooked weight is not in the dict: it is looked up
+    as an attribute, as usual."""
+    out = []
+    for name in names:
+        sub = module._modules[name]
+        for kind in ("weight", "bias"):
+            p = sub._parameters.get(kind)
+            out.append(p if p is not None else getattr(sub, kind))
+    return out
+
+
+_OPM_LINEARS = ("layer_norm", "proj_a", "proj_b", "out_proj")
+_ATT_LINEARS = ("layer_norm", "query", "key", "value", "gate", "out_proj", "pair_bias")
+
+
 class OuterProductMean(nn.Module):
     """Outer Product Mean (SPEC 1): (B, S, N, msa_dim) MSA -> (B, N, N, pair_dim) pair update.
 
@@ -39,9 +57,7 @@ class OuterProductMean(nn.Module):
     def forward(self, msa_repr: torch.Tensor, msa_mask: torch.Tensor | None = None, *,
                 impl: str | None = None) -> torch.Tensor:
         return functional.outer_product_mean(
-            msa_repr, msa_mask, self.layer_norm.weight, self.layer_norm.bias,
-            self.proj_a.weight, self.proj_a.bias, self.proj_b.weight, self.proj_b.bias,
-            self.out_proj.weight, self.out_proj.bias, normalization=self.normalization,
+            msa_repr, msa_mask, *_linear_params(self, _OPM_LINEARS), normalization=self.normalization,
             precision=self.precision, impl=impl if impl is not None else self.impl)
 
 
@@ -78,9 +94,6 @@ class MSARowAttentionWithPairBias(nn.Module):
     def forward(self, msa_repr: torch.Tensor, pair_repr: torch.Tensor, msa_mask: torch.Tensor | None = None,
                 *, impl: str | None = None) -> torch.Tensor:
         return functional.msa_row_attention(
-            msa_repr, pair_repr, msa_mask, self.layer_norm.weight, self.layer_norm.bias,
-            self.query.weight, self.query.bias, self.key.weight, self.key.bias,
-            self.value.weight, self.value.bias, self.gate.weight, self.gate.bias,
-            self.out_proj.weight, self.out_proj.bias, self.pair_bias.weight, self.pair_bias.bias,
-            num_heads=self.num_heads, dropout=self.dropout.p, training=self.training,
-            precision=self.precision, impl=impl if impl is not None else self.impl)
+            msa_repr, pair_repr, msa_mask, *_linear_params(self, _ATT_LINEARS), num_heads=self.num_heads,
+            dropout=self._modules["dropout"].p, training=self.training, precision=self.precision,
+            impl=impl if impl is not None else self.impl)

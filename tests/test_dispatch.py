@@ -67,3 +67,27 @@ def test_import_needs_no_gpu_and_compiles_nothing():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"CUDA_VISIBLE_DEVICES": "", "PATH": ""})
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_modules_read_parametrized_and_replaced_weights():
+    """The modules read parameters from the parameter dicts (fast) and fall back to attribute lookup:
+    a parametrized weight (torch.nn.utils.parametrize) and a replaced Parameter both reach the kernel."""
+    from torch.nn.utils import parametrize
+
+    from .helpers import att_module
+
+    class Doubled(torch.nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    for mod, inputs in ((opm_module(8, 4, 8, seed=1), (torch.randn(1, 2, 5, 8),)),
+                        (att_module(16, 4, 2, seed=2), (torch.randn(1, 2, 5, 16), torch.randn(1, 5, 5, 4)))):
+        mod = mod.to(DEVICE)
+        inputs = tuple(t.to(DEVICE) for t in inputs) + (None,)
+        parametrize.register_parametrization(mod.out_proj, "weight", Doubled())
+        mod.layer_norm.bias = torch.nn.Parameter(torch.full_like(mod.layer_norm.bias, 0.3))
+        with torch.no_grad():
+            torch.testing.assert_close(mod(*inputs, impl="triton"), mod(*inputs, impl="torch"), rtol=1e-4, atol=1e-5)
+            plain = mod(*inputs, impl="torch")
+            parametrize.remove_parametrizations(mod.out_proj, "weight", leave_parametrized=False)
+            assert not torch.allclose(mod(*inputs, impl="torch"), plain)  # the parametrization mattered
