@@ -127,7 +127,7 @@ def launches():
                        cfg.num_stages)
         yield (f"attention gate backward {dt}", ra._gate_backward_kernel,
                {n: f"*{dt}" for n in ("x_ptr", "o_ptr", "do_ptr", "dgt_ptr", "gated_ptr", "dx_ptr")} | {"delta_ptr": "*fp32"},
-               dict(BLOCK_ROWS=16, BLOCK_H=8, BLOCK_E=32), 4, 3)
+               dict(BLOCK_ROWS=16, BLOCK_H=8, BLOCK_E=32), 8, 3)
 
 
 def main(verbose: bool) -> int:

@@ -656,7 +656,7 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
     d_gated = d_gated.contiguous()
     _gate_backward_kernel[(cdiv(rows, block_rows),)](
         qkvg, qkvg.stride(2), o, do, d_gated, gated, dx, delta, *delta.stride()[:3], rows, S, N, h, D, d,
-        BLOCK_ROWS=block_rows, BLOCK_H=block_h, BLOCK_E=block_e)
+        BLOCK_ROWS=block_rows, BLOCK_H=block_h, BLOCK_E=block_e, num_warps=8)  # 4 warps spill (sm_90, cuobjdump)
 
     consts = _core_consts(d, dtype, msa_mask is not None, precision)
     consts["N_BUCKET"] = bucket(N)
