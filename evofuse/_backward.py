@@ -60,7 +60,8 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     gradient are summed over blocks in float32 in a fixed order (bit-reproducible). The projections'
     gradients then come from autograd on their recomputation.
     """
-    from .ops.outer_product_mean import backward_fused, outer_product_grad, outer_products
+    from ._library import opm_outer_product_grad_op, opm_outer_products_op
+    from .ops.outer_product_mean import backward_fused
 
     msa, mask, *params = inputs
     dtype = msa.dtype
@@ -93,7 +94,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
                 dwb += gs.sum((0, 1, 2), dtype=torch.float32)
             if dw is not None:
                 if fused:  # ((b i j), (p q)) straight from the kernel
-                    x = outer_products(ad[:, :, i0:i0 + n], bd).view(B * n * N, c * c)
+                    x = opm_outer_products_op(ad[:, :, i0:i0 + n], bd).view(B * n * N, c * c)
                 else:
                     x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
                     x = x.view(B, n, c, N, c).transpose(2, 3).reshape(B * n * N, c * c)  # ((b i j), (p q))
@@ -102,7 +103,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
             if da is None and db is None:
                 continue
             if fused:  # ((b i p), (j q)) straight from the kernel
-                dx = outer_product_grad(gs, w, c)
+                dx = opm_outer_product_grad_op(gs, w, c)
             else:
                 dx = (gs.reshape(-1, R) @ w).view(B, n, N, c, c).transpose(2, 3).reshape(B, n * c, N * c)
             if da is not None:  # da[s, (i p)] = sum_(j q) dX[(i p), (j q)] b[s, (j q)]

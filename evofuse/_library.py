@@ -2,8 +2,9 @@
 operation (no graph break), with a fake implementation (shapes and dtypes only) and a registered
 backward (`evofuse._backward`). The backwards run autograd themselves for the projections, so they
 are called from the registered backward directly rather than as ops of their own (inside which
-autograd does not record); the Triton part of row attention's backward is an op of its own,
-`evofuse::msa_row_attention_core_backward`, so that torch.compile can trace around it.
+autograd does not record); the Triton parts of the backwards are ops of their own
+(`evofuse::msa_row_attention_core_backward`, `evofuse::opm_outer_products`,
+`evofuse::opm_outer_product_grad`), so that torch.compile can trace around them.
 """
 
 from __future__ import annotations
@@ -115,3 +116,31 @@ def msa_row_attention_core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor
 def _(qkvg, z, msa_mask, d_gated, num_heads, precision, need_dz, o=None, stats=None):
     dz = z.new_empty(z.shape if need_dz else (0,), dtype=torch.float32)
     return qkvg.new_empty(qkvg.shape), dz, d_gated.new_empty(d_gated.shape, dtype=qkvg.dtype)
+
+
+@torch.library.custom_op("evofuse::opm_outer_products", mutates_args=())
+def opm_outer_products_op(a_rows: Tensor, b: Tensor) -> Tensor:
+    """The Outer Product Mean backward's recomputed outer products (`ops.outer_product_mean.outer_products`)."""
+    from .ops.outer_product_mean import outer_products
+
+    return outer_products(a_rows, b)
+
+
+@opm_outer_products_op.register_fake
+def _(a_rows, b):
+    B, _, n, c = a_rows.shape
+    return a_rows.new_empty((B, n, b.shape[2], c * c))
+
+
+@torch.library.custom_op("evofuse::opm_outer_product_grad", mutates_args=())
+def opm_outer_product_grad_op(gs: Tensor, weight: Tensor, c: int) -> Tensor:
+    """The Outer Product Mean backward's dX (`ops.outer_product_mean.outer_product_grad`)."""
+    from .ops.outer_product_mean import outer_product_grad
+
+    return outer_product_grad(gs, weight, c)
+
+
+@opm_outer_product_grad_op.register_fake
+def _(gs, weight, c):
+    B, n, N, _ = gs.shape
+    return gs.new_empty((B, n * c, N * c))

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from evofuse._library import (msa_row_attention_core_backward_op, msa_row_attention_op, msa_row_attention_train_op,
-                              outer_product_mean_op)
+                              opm_outer_product_grad_op, opm_outer_products_op, outer_product_mean_op)
 
 from .conftest import DEVICE
 from .helpers import att_module, opm_module, random_mask
@@ -49,6 +49,15 @@ def test_opcheck_attention_core_backward(need_dz, saved):
         _attention_core(qkvg.clone(), z, mask, 2, "default", out=o, stats=stats, gate=False)
         args += (o, stats)
     torch.library.opcheck(msa_row_attention_core_backward_op, args, test_utils=("test_schema", "test_faketensor"))
+
+
+def test_opcheck_outer_product_mean_backward_kernels():
+    g = torch.Generator().manual_seed(5)
+    ab = torch.randn(2, 1, 3, 9, 16, generator=g).to(DEVICE).half()  # a, b: (B, S, N, c)
+    torch.library.opcheck(opm_outer_products_op, (ab[0][:, :, 2:7], ab[1]), test_utils=("test_schema", "test_faketensor"))
+    gs = torch.randn(1, 5, 9, 6, generator=g).to(DEVICE).half()
+    w = torch.randn(6, 16 * 16, generator=g).to(DEVICE).half()
+    torch.library.opcheck(opm_outer_product_grad_op, (gs, w, 16), test_utils=("test_schema", "test_faketensor"))
 
 
 def test_attention_backward_from_the_forwards_statistics_equals_the_recompute(monkeypatch):
@@ -97,19 +106,21 @@ def test_compile_fullgraph_matches_eager():
         torch.testing.assert_close(c, e)
 
 
-def test_compile_training_matches_eager():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_compile_training_matches_eager(dtype):
+    """float16 takes the Outer Product Mean backward's Triton kernels (custom ops: traced around)."""
     torch._dynamo.reset()
-    model = Trunk().to(DEVICE)
+    model = Trunk().to(DEVICE).to(dtype)
     mask = random_mask(1, 3, 7, "rows", 6).to(DEVICE)
-    msa = torch.randn(1, 3, 7, 16, device=DEVICE, requires_grad=True)
-    pair = torch.randn(1, 7, 7, 8, device=DEVICE)
+    msa = torch.randn(1, 3, 7, 16, device=DEVICE).to(dtype).requires_grad_(True)
+    pair = torch.randn(1, 7, 7, 8, device=DEVICE).to(dtype)
     grads = []
     for fn in (torch.compile(model, fullgraph=True, backend="aot_eager"), model):
         for p in model.parameters():
             p.grad = None
         msa.grad = None
         a, b = fn(msa, pair, mask)
-        (a.square().sum() + b.sum()).backward()
+        (a.float().square().sum() + b.float().sum()).backward()
         grads.append([msa.grad.clone()] + [p.grad.clone() for p in model.parameters()])
     for c, e in zip(*grads):
         torch.testing.assert_close(c, e)
