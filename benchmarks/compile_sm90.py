@@ -57,8 +57,10 @@ def launches():
                    {n: f"*{dt}" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "w_ptr", "bias_ptr", "y_ptr")} | {"m_ptr": "*fp32"},
                    dict(SLOT=32, HAS_LN=True, HAS_MASK=True, BLOCK_ROWS=rows, BLOCK_D=block_d, BLOCK_K=block_k), 4, 2)
     for dt in ("bf16", "fp32"):
-        yield (f"layer norm {dt} D=256", lnl._layer_norm_kernel, {"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "b_ptr": f"*{dt}",
-               "y_ptr": f"*{dt}"}, dict(BLOCK_ROWS=16, BLOCK_D=256), 4, 3)
+        for stats in (False, True):
+            yield (f"layer norm {dt} D=256 stats={stats}", lnl._layer_norm_kernel,
+                   {"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "b_ptr": f"*{dt}", "y_ptr": f"*{dt}", "mean_ptr": "*fp32", "rstd_ptr": "*fp32"},
+                   dict(STATS=stats, BLOCK_ROWS=16, BLOCK_D=256), 4, 3)
     for has_ln in (True, False):
         yield (f"split rows ln={has_ln}", split_linear._split_rows_kernel,
                {"x_ptr": "*fp32", "lnw_ptr": "*fp32", "lnb_ptr": "*fp32", "shift_ptr": "*fp32", "a_ptr": "*fp16"},

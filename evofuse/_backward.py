@@ -117,31 +117,70 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     return tuple(grads)
 
 
+def _projection_grads(dqkvg, msa, xn, mean, rstd, params, need_msa, needs):
+    """Gradients of LayerNorm + the q/k/v/gate projection from dqkvg (B, S, N, 4D), by hand: [msa's, then
+    the ten parameters' (LayerNorm weight, bias; weight, bias of q, k, v, gate)], None where not needed.
+    xn, mean and rstd are `ops.row_attention.ln_project`'s; the LayerNorm's backward is PyTorch's."""
+    B, S, N, D = msa.shape
+    dtype = msa.dtype
+    dy = dqkvg.reshape(-1, 4 * D)
+    grads = [None] * 11
+    with ieee_fp32_matmul():
+        if any(needs[2::2]):
+            dw = dy.t() @ xn.reshape(-1, D)  # (4D, D): q, k, v, gate stacked
+            for m in range(4):
+                if needs[2 + 2 * m]:
+                    grads[3 + 2 * m] = dw[m * D:(m + 1) * D].to(params[2 + 2 * m].dtype)
+        if any(needs[3::2]):
+            db = dy.sum(0, dtype=torch.float32)
+            for m in range(4):
+                if needs[3 + 2 * m]:
+                    grads[4 + 2 * m] = db[m * D:(m + 1) * D].to(params[3 + 2 * m].dtype)
+        if need_msa or needs[0] or needs[1]:
+            dxn = (dy @ torch.cat(params[2::2]).to(dtype)).view(B, S, N, D)
+            # PyTorch's LayerNorm keeps its statistics in float32 on CUDA, in the input's dtype on the CPU
+            st = torch.float32 if msa.is_cuda else dtype
+            dmsa, dlnw, dlnb = torch.ops.aten.native_layer_norm_backward(
+                dxn, msa, [D], mean.to(st), rstd.to(st), params[0].to(dtype), params[1].to(dtype),
+                [need_msa, needs[0], needs[1]])
+            grads[0] = dmsa if need_msa else None
+            grads[1] = dlnw.to(params[0].dtype) if needs[0] else None
+            grads[2] = dlnb.to(params[1].dtype) if needs[1] else None
+    return grads
+
+
 def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="default", o=None, stats=None):
     """Gradients of the fused row attention for the tensors in `inputs` (msa_repr, pair_repr, msa_mask,
     then the fourteen parameters), None where `needs` is False; `o` and `stats`, the forward's un-gated
     attention output and softmax statistics, when it kept them.
 
-    The projections and the pair bias are recomputed under autograd (cuBLAS); out_proj's backward is
-    two products; the attention core's backward is the custom op `evofuse::msa_row_attention_core_backward`
-    (fused kernels, `ops.row_attention.attention_core_backward`). What is kept between forward and
-    backward is the inputs, o (their size) and the statistics (two floats a row and head); the
-    backward's buffers are of the size of qkvg and the pair bias.
+    The projections are recomputed: for 16-bit inputs by `ops.row_attention.ln_project` (evofuse's
+    LayerNorm with its statistics, as the training forward ran it) with their gradients by hand,
+    otherwise under autograd (PyTorch's LayerNorm, cuBLAS); the pair bias under autograd; out_proj's
+    backward is two products; the attention core's backward is the custom op
+    `evofuse::msa_row_attention_core_backward` (fused kernels, `ops.row_attention.attention_core_backward`).
+    What is kept between forward and backward is the inputs, o (their size) and the statistics (two
+    floats a row and head); the backward's buffers are of the size of qkvg and the pair bias.
     """
-    from ._library import msa_row_attention_core_backward_op
-    from .ops.row_attention import pair_bias, project
+    from ._library import attention_ln_project_op, msa_row_attention_core_backward_op
+    from .ops.row_attention import ln_project_backward_ready, pair_bias, project
 
     msa, pair, msa_mask, *params = inputs
     need_msa, need_pair, _, *need_params = needs
     dtype = msa.dtype
     B, S, N, D = msa.shape
+    by_hand = ln_project_backward_ready(dtype, D)
     with torch.enable_grad():
-        msa_l = leaf(msa, need_msa)
-        proj = [leaf(p, n, dtype) for p, n in zip(params[:10], need_params[:10])]
-        qkvg = project(msa_l, proj[0], proj[1], proj[2::2], proj[3::2])
         pair_l = leaf(pair, need_pair, dtype)
         wz, bz = (leaf(p, n, dtype) for p, n in zip(params[12:], need_params[12:]))
         z = pair_bias(pair_l, wz, bz, dtype)
+        if not by_hand:
+            msa_l = leaf(msa, need_msa)
+            proj = [leaf(p, n, dtype) for p, n in zip(params[:10], need_params[:10])]
+            qkvg = project(msa_l, proj[0], proj[1], proj[2::2], proj[3::2])
+    if by_hand:
+        qkvg, xn, mean, rstd = attention_ln_project_op(msa, params[0], params[1], list(params[2:10:2]),
+                                                       list(params[3:10:2]))
     wo = params[10].to(dtype)
     go = grad_out.to(dtype).reshape(-1, D)
     with ieee_fp32_matmul():
@@ -151,9 +190,14 @@ def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="de
     with ieee_fp32_matmul():
         dwo = go.t() @ gated.view(-1, D) if need_params[10] else None
     dbo = go.sum(0, dtype=torch.float32) if need_params[11] else None  # no float32 copy of go
-    _backward([qkvg, z], [dx, dz.to(dtype) if z.requires_grad else None])
-    grads = [_grad(msa_l, msa, need_msa), _grad(pair_l, pair, need_pair), None]
-    grads += [_grad(lf, p, n) for lf, p, n in zip(proj, params[:10], need_params[:10])]
+    if by_hand:
+        _backward([z], [dz.to(dtype) if z.requires_grad else None])
+        proj_grads = _projection_grads(dx, msa, xn, mean, rstd, params[:10], need_msa, need_params[:10])
+        grads = [proj_grads[0], _grad(pair_l, pair, need_pair), None] + proj_grads[1:]
+    else:
+        _backward([qkvg, z], [dx, dz.to(dtype) if z.requires_grad else None])
+        grads = [_grad(msa_l, msa, need_msa), _grad(pair_l, pair, need_pair), None]
+        grads += [_grad(lf, p, n) for lf, p, n in zip(proj, params[:10], need_params[:10])]
     grads += [None if dwo is None else dwo.to(params[10].dtype), None if dbo is None else dbo.to(params[11].dtype)]
     grads += [_grad(wz, params[12], need_params[12]), _grad(bz, params[13], need_params[13])]
     return tuple(grads)

@@ -3,8 +3,9 @@ operation (no graph break), with a fake implementation (shapes and dtypes only) 
 backward (`evofuse._backward`). The backwards run autograd themselves for the projections, so they
 are called from the registered backward directly rather than as ops of their own (inside which
 autograd does not record); the Triton parts of the backwards are ops of their own
-(`evofuse::msa_row_attention_core_backward`, `evofuse::opm_outer_products`,
-`evofuse::opm_outer_product_grad`), so that torch.compile can trace around them.
+(`evofuse::msa_row_attention_core_backward`, `evofuse::attention_ln_project`,
+`evofuse::opm_outer_products`, `evofuse::opm_outer_product_grad`), so that torch.compile can trace
+around them.
 """
 
 from __future__ import annotations
@@ -144,3 +145,19 @@ def opm_outer_product_grad_op(gs: Tensor, weight: Tensor, c: int) -> Tensor:
 def _(gs, weight, c):
     B, n, N, _ = gs.shape
     return gs.new_empty((B, n * c, N * c))
+
+
+@torch.library.custom_op("evofuse::attention_ln_project", mutates_args=())
+def attention_ln_project_op(msa_repr: Tensor, layer_norm_weight: Tensor, layer_norm_bias: Tensor,
+                            weights: list[Tensor], biases: list[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Row attention backward's recomputed projection, 16-bit (`ops.row_attention.ln_project`)."""
+    from .ops.row_attention import ln_project
+
+    return ln_project(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases)
+
+
+@attention_ln_project_op.register_fake
+def _(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases):
+    B, S, N, D = msa_repr.shape
+    stat = msa_repr.new_empty((B, S, N, 1), dtype=torch.float32)
+    return msa_repr.new_empty((B, S, N, 4 * D)), msa_repr.new_empty((B, S, N, D)), stat, stat.clone()

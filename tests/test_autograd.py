@@ -82,6 +82,42 @@ def test_opm_float16_backward_kernels(c, N, normalization, monkeypatch):
         torch.testing.assert_close(g, cublas[name], rtol=2e-3, atol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize("B, S, N, h, d", [(2, 3, 10, 2, 8), (1, 2, 17, 4, 8), (1, 1, 33, 1, 16)])
+def test_attention_float16_projection_gradients_by_hand(B, S, N, h, d):
+    """16-bit row attention recomputes its projection with evofuse's LayerNorm (and its statistics) and
+    takes the projection's and LayerNorm's gradients by hand: every gradient under the float16 contract."""
+    D = h * d
+    mod = att_module(D, 4, h, seed=N + d).to(DEVICE).half()
+    inputs = (torch.randn(B, S, N, D, device=DEVICE).half(), torch.randn(B, N, N, 4, device=DEVICE).half(),
+              random_mask(B, S, N, "rows", N).to(DEVICE))
+    out, got = grads(copy.deepcopy(mod), inputs, "triton")
+    lowp_out, lowp = grads(copy.deepcopy(mod), inputs, "torch")
+    exact_out, exact = grads(copy.deepcopy(mod).double(), [t.double() if t.dim() == 4 else t for t in inputs],
+                             "torch")
+    assert_contract(out, exact_out, torch.float16, lowp_ref=lowp_out)
+    compare(got, exact, torch.float16, lowp)
+
+
+def test_attention_gradients_of_a_subset():
+    """Frozen LayerNorm weight, query bias and MSA input: the others' gradients are those of the full
+    backward, bit for bit (16-bit: the by-hand projection gradients; float32: autograd)."""
+    for dtype in (torch.float16, torch.float32):
+        mod = att_module(16, 4, 2, seed=8).to(DEVICE).to(dtype)
+        x, z = torch.randn(1, 2, 9, 16, device=DEVICE).to(dtype), torch.randn(1, 9, 9, 4, device=DEVICE).to(dtype)
+        g = torch.randn(1, 2, 9, 16, device=DEVICE).to(dtype)
+        full = copy.deepcopy(mod)
+        full(x.clone().requires_grad_(True), z, None, impl="triton").backward(g)
+        part = copy.deepcopy(mod)
+        part.layer_norm.weight.requires_grad_(False)
+        part.query.bias.requires_grad_(False)
+        part(x, z, None, impl="triton").backward(g)
+        for (name, p), q in zip(part.named_parameters(), full.parameters()):
+            if p.requires_grad:
+                torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0, msg=name)
+            else:
+                assert p.grad is None, name
+
+
 def test_gradients_of_weights_only():
     """Inputs that need no gradient (frozen MSA) still give every parameter its gradient."""
     mod = opm_module(8, 4, 8, seed=6).to(DEVICE)

