@@ -53,38 +53,53 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
 
     With X[i, j] = sum_s a[s, i] (x) b[s, j] and Gs = grad_out * scale (the normalization's per-pair
     factor): dX = Gs W, da[s, i] = sum_j dX[i, j] b[s, j], db[s, j] = sum_i a[s, i] dX[i, j],
-    dW = sum_ij Gs[i, j] (x) X[i, j]. For 16-bit inputs with hidden_dim <= 32, X and dX come from Triton
-    kernels already in the layouts of the products that take them; the rest are cuBLAS products on
-    blocks of output rows i (each
-    block's dX and recomputed X about BLOCK_BYTES), never the whole N*N*c*c; db, dW and the bias
-    gradient are summed over blocks in float32 in a fixed order (bit-reproducible). The projections'
-    gradients then come from autograd on their recomputation.
+    dW = sum_ij Gs[i, j] (x) X[i, j], on blocks of output rows i (each block's X and dX about
+    BLOCK_BYTES: few blocks, since each costs ~10 launches of host time), never the whole N*N*c*c. For
+    16-bit inputs with hidden_dim <= 32, X and dX come from Triton kernels (custom ops, so that
+    torch.compile traces around them) already in the layouts of the cuBLAS products that take them;
+    otherwise all are cuBLAS products and rearranging copies. db, dW and the bias gradient are summed
+    over blocks in float32 in a fixed order (bit-reproducible). a and b are recomputed: for 16-bit
+    inputs by evofuse's LayerNorm and one product (`ops.layer_norm_linear.ln_project`) with the
+    projections' gradients by hand, otherwise by the reference under autograd.
     """
-    from ._library import opm_outer_product_grad_op, opm_outer_products_op
+    from ._library import ln_project_op, opm_outer_product_grad_op, opm_outer_products_op
+    from .ops.layer_norm_linear import ln_project_ready
     from .ops.outer_product_mean import backward_fused
 
     msa, mask, *params = inputs
     dtype = msa.dtype
+    B, S, N, D = msa.shape
+    c = params[2].shape[0]
     w = params[6].to(dtype)
-    with torch.enable_grad():
-        msa_l = leaf(msa, needs[0])
-        proj = [leaf(p, n, dtype) for p, n in zip(params[:6], needs[2:8])]
-        a, b, counts = ref.outer_product_mean_projections(msa_l, mask, *proj)
-    B, S, N, c = a.shape
+    by_hand = ln_project_ready(dtype, D)
+    need_ab = needs[0] or any(needs[2:8])
+    if by_hand:
+        y, xn, mean, rstd = ln_project_op(msa, params[0], params[1], [params[2], params[4]], [params[3], params[5]])
+        mask_x = None if mask is None else mask.to(dtype)[..., None]
+        ad, bd = (y[..., :c], y[..., c:]) if mask_x is None else (y[..., :c] * mask_x, y[..., c:] * mask_x)
+        counts = torch.ones(B, S, N, device=msa.device) if mask is None else mask.to(torch.float32)
+        need_a = need_b = need_ab
+    else:
+        with torch.enable_grad():
+            msa_l = leaf(msa, needs[0])
+            proj = [leaf(p, n, dtype) for p, n in zip(params[:6], needs[2:8])]
+            a, b, counts = ref.outer_product_mean_projections(msa_l, mask, *proj)
+        ad, bd = a.detach(), b.detach()
+        need_a, need_b = a.requires_grad, b.requires_grad
     R = w.shape[0]
-    ad, bd = a.detach(), b.detach()
+    ad, bd = ad.contiguous(), bd.contiguous()
     b_flat = bd.reshape(B, S, N * c)
-    da = torch.empty_like(ad) if a.requires_grad else None
-    db = torch.zeros(B, S, N * c, dtype=torch.float32, device=a.device) if b.requires_grad else None
-    dw = torch.zeros(R, c * c, dtype=torch.float32, device=a.device) if needs[8] else None
+    da = torch.empty_like(ad) if need_a else None
+    db = torch.zeros(B, S, N * c, dtype=torch.float32, device=msa.device) if need_b else None
+    dw = torch.zeros(R, c * c, dtype=torch.float32, device=msa.device) if needs[8] else None
     dwb = None
     if needs[9] and normalization != "af2":  # the bias is not normalized: its gradient is grad_out's sum
         dwb = grad_out.sum((0, 1, 2), dtype=torch.float32)
     elif needs[9]:
-        dwb = torch.zeros(R, dtype=torch.float32, device=a.device)
+        dwb = torch.zeros(R, dtype=torch.float32, device=msa.device)
     scale = _opm_scale(counts, counts, normalization)  # (B, N, N), once for every block
     fused = backward_fused(dtype, c)  # 16-bit: X and dX from Triton kernels in cuBLAS's layouts
-    rows = max(1, BLOCK_BYTES // max(1, B * N * c * c * a.element_size()))
+    rows = max(1, BLOCK_BYTES // max(1, B * N * c * c * ad.element_size()))
     with ieee_fp32_matmul():
         for i0 in range(0, N, rows):
             n = min(rows, N - i0)
@@ -110,40 +125,52 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
                 da[:, :, i0:i0 + n] = torch.bmm(b_flat, dx.transpose(1, 2)).view(B, S, n, c)
             if db is not None:
                 db += torch.bmm(a_rows, dx).float()
-    _backward([a, b], [da, None if db is None else db.view(B, S, N, c).to(dtype)])
-    grads = [_grad(msa_l, msa, needs[0]), None]
-    grads += [_grad(lf, p, n) for lf, p, n in zip(proj, params[:6], needs[2:8])]
+    db = None if db is None else db.view(B, S, N, c).to(dtype)
+    if by_hand:
+        proj_grads = [None] * 7
+        if need_ab:  # through the mask, then LayerNorm and the two projections
+            dy = torch.cat([da, db], dim=-1)
+            proj_grads = _ln_linear_grads(dy if mask_x is None else dy * mask_x, msa, xn, mean, rstd, params[:6],
+                                          needs[0], needs[2:8])
+        grads = [proj_grads[0], None] + proj_grads[1:]
+    else:
+        _backward([a, b], [da, db])
+        grads = [_grad(msa_l, msa, needs[0]), None]
+        grads += [_grad(lf, p, n) for lf, p, n in zip(proj, params[:6], needs[2:8])]
     grads += [None if dw is None else dw.to(params[6].dtype), None if dwb is None else dwb.to(params[7].dtype)]
     return tuple(grads)
 
 
-def _projection_grads(dqkvg, msa, xn, mean, rstd, params, need_msa, needs):
-    """Gradients of LayerNorm + the q/k/v/gate projection from dqkvg (B, S, N, 4D), by hand: [msa's, then
-    the ten parameters' (LayerNorm weight, bias; weight, bias of q, k, v, gate)], None where not needed.
-    xn, mean and rstd are `ops.row_attention.ln_project`'s; the LayerNorm's backward is PyTorch's."""
-    B, S, N, D = msa.shape
-    dtype = msa.dtype
-    dy = dqkvg.reshape(-1, 4 * D)
-    grads = [None] * 11
+def _ln_linear_grads(dy, x, xn, mean, rstd, params, need_x, needs):
+    """Gradients of y = LayerNorm(x) @ [w_1; w_2; ...]^T + [b_1, b_2, ...] by hand, from dy (..., sum of the
+    w_k's rows): [x's, then those of params = (LayerNorm weight, bias, w_1, b_1, w_2, b_2, ...)], None
+    where not needed. xn, mean and rstd are `ops.layer_norm_linear.ln_project`'s; the LayerNorm's
+    backward is PyTorch's, from those statistics."""
+    D = x.shape[-1]
+    dtype = x.dtype
+    dy = dy.reshape(-1, dy.shape[-1])
+    widths = [w.shape[0] for w in params[2::2]]
+    starts = [sum(widths[:m]) for m in range(len(widths))]
+    grads = [None] * (1 + len(params))
     with ieee_fp32_matmul():
         if any(needs[2::2]):
-            dw = dy.t() @ xn.reshape(-1, D)  # (4D, D): q, k, v, gate stacked
-            for m in range(4):
+            dw = dy.t() @ xn.reshape(-1, D)  # the weights stacked
+            for m, (k0, k) in enumerate(zip(starts, widths)):
                 if needs[2 + 2 * m]:
-                    grads[3 + 2 * m] = dw[m * D:(m + 1) * D].to(params[2 + 2 * m].dtype)
+                    grads[3 + 2 * m] = dw[k0:k0 + k].to(params[2 + 2 * m].dtype)
         if any(needs[3::2]):
             db = dy.sum(0, dtype=torch.float32)
-            for m in range(4):
+            for m, (k0, k) in enumerate(zip(starts, widths)):
                 if needs[3 + 2 * m]:
-                    grads[4 + 2 * m] = db[m * D:(m + 1) * D].to(params[3 + 2 * m].dtype)
-        if need_msa or needs[0] or needs[1]:
-            dxn = (dy @ torch.cat(params[2::2]).to(dtype)).view(B, S, N, D)
+                    grads[4 + 2 * m] = db[k0:k0 + k].to(params[3 + 2 * m].dtype)
+        if need_x or needs[0] or needs[1]:
+            dxn = (dy @ torch.cat(params[2::2]).to(dtype)).view(x.shape)
             # PyTorch's LayerNorm keeps its statistics in float32 on CUDA, in the input's dtype on the CPU
-            st = torch.float32 if msa.is_cuda else dtype
-            dmsa, dlnw, dlnb = torch.ops.aten.native_layer_norm_backward(
-                dxn, msa, [D], mean.to(st), rstd.to(st), params[0].to(dtype), params[1].to(dtype),
-                [need_msa, needs[0], needs[1]])
-            grads[0] = dmsa if need_msa else None
+            st = torch.float32 if x.is_cuda else dtype
+            dx, dlnw, dlnb = torch.ops.aten.native_layer_norm_backward(
+                dxn, x, [D], mean.to(st), rstd.to(st), params[0].to(dtype), params[1].to(dtype),
+                [need_x, needs[0], needs[1]])
+            grads[0] = dx if need_x else None
             grads[1] = dlnw.to(params[0].dtype) if needs[0] else None
             grads[2] = dlnb.to(params[1].dtype) if needs[1] else None
     return grads
@@ -154,7 +181,7 @@ def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="de
     then the fourteen parameters), None where `needs` is False; `o` and `stats`, the forward's un-gated
     attention output and softmax statistics, when it kept them.
 
-    The projections are recomputed: for 16-bit inputs by `ops.row_attention.ln_project` (evofuse's
+    The projections are recomputed: for 16-bit inputs by `ops.layer_norm_linear.ln_project` (evofuse's
     LayerNorm with its statistics, as the training forward ran it) with their gradients by hand,
     otherwise under autograd (PyTorch's LayerNorm, cuBLAS); the pair bias under autograd; out_proj's
     backward is two products; the attention core's backward is the custom op
@@ -162,14 +189,15 @@ def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="de
     What is kept between forward and backward is the inputs, o (their size) and the statistics (two
     floats a row and head); the backward's buffers are of the size of qkvg and the pair bias.
     """
-    from ._library import attention_ln_project_op, msa_row_attention_core_backward_op
-    from .ops.row_attention import ln_project_backward_ready, pair_bias, project
+    from ._library import ln_project_op, msa_row_attention_core_backward_op
+    from .ops.layer_norm_linear import ln_project_ready
+    from .ops.row_attention import pair_bias, project
 
     msa, pair, msa_mask, *params = inputs
     need_msa, need_pair, _, *need_params = needs
     dtype = msa.dtype
     B, S, N, D = msa.shape
-    by_hand = ln_project_backward_ready(dtype, D)
+    by_hand = ln_project_ready(dtype, D)
     with torch.enable_grad():
         pair_l = leaf(pair, need_pair, dtype)
         wz, bz = (leaf(p, n, dtype) for p, n in zip(params[12:], need_params[12:]))
@@ -179,8 +207,7 @@ def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="de
             proj = [leaf(p, n, dtype) for p, n in zip(params[:10], need_params[:10])]
             qkvg = project(msa_l, proj[0], proj[1], proj[2::2], proj[3::2])
     if by_hand:
-        qkvg, xn, mean, rstd = attention_ln_project_op(msa, params[0], params[1], list(params[2:10:2]),
-                                                       list(params[3:10:2]))
+        qkvg, xn, mean, rstd = ln_project_op(msa, params[0], params[1], list(params[2:10:2]), list(params[3:10:2]))
     wo = params[10].to(dtype)
     go = grad_out.to(dtype).reshape(-1, D)
     with ieee_fp32_matmul():
@@ -192,7 +219,7 @@ def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="de
     dbo = go.sum(0, dtype=torch.float32) if need_params[11] else None  # no float32 copy of go
     if by_hand:
         _backward([z], [dz.to(dtype) if z.requires_grad else None])
-        proj_grads = _projection_grads(dx, msa, xn, mean, rstd, params[:10], need_msa, need_params[:10])
+        proj_grads = _ln_linear_grads(dx, msa, xn, mean, rstd, params[:10], need_msa, need_params[:10])
         grads = [proj_grads[0], _grad(pair_l, pair, need_pair), None] + proj_grads[1:]
     else:
         _backward([qkvg, z], [dx, dz.to(dtype) if z.requires_grad else None])

@@ -3,7 +3,7 @@ operation (no graph break), with a fake implementation (shapes and dtypes only) 
 backward (`evofuse._backward`). The backwards run autograd themselves for the projections, so they
 are called from the registered backward directly rather than as ops of their own (inside which
 autograd does not record); the Triton parts of the backwards are ops of their own
-(`evofuse::msa_row_attention_core_backward`, `evofuse::attention_ln_project`,
+(`evofuse::msa_row_attention_core_backward`, `evofuse::ln_project`,
 `evofuse::opm_outer_products`, `evofuse::opm_outer_product_grad`), so that torch.compile can trace
 around them.
 """
@@ -147,17 +147,18 @@ def _(gs, weight, c):
     return gs.new_empty((B, n * c, N * c))
 
 
-@torch.library.custom_op("evofuse::attention_ln_project", mutates_args=())
-def attention_ln_project_op(msa_repr: Tensor, layer_norm_weight: Tensor, layer_norm_bias: Tensor,
-                            weights: list[Tensor], biases: list[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Row attention backward's recomputed projection, 16-bit (`ops.row_attention.ln_project`)."""
-    from .ops.row_attention import ln_project
+@torch.library.custom_op("evofuse::ln_project", mutates_args=())
+def ln_project_op(x: Tensor, layer_norm_weight: Tensor, layer_norm_bias: Tensor, weights: list[Tensor],
+                  biases: list[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The backwards' recomputed LayerNorm + projection, 16-bit (`ops.layer_norm_linear.ln_project`)."""
+    from .ops.layer_norm_linear import ln_project
+    from .reference import LAYER_NORM_EPS
 
-    return ln_project(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases)
+    return ln_project(x, layer_norm_weight, layer_norm_bias, weights, biases, LAYER_NORM_EPS)
 
 
-@attention_ln_project_op.register_fake
-def _(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases):
-    B, S, N, D = msa_repr.shape
-    stat = msa_repr.new_empty((B, S, N, 1), dtype=torch.float32)
-    return msa_repr.new_empty((B, S, N, 4 * D)), msa_repr.new_empty((B, S, N, D)), stat, stat.clone()
+@ln_project_op.register_fake
+def _(x, layer_norm_weight, layer_norm_bias, weights, biases):
+    B, S, N, D = x.shape
+    stat = x.new_empty((B, S, N, 1), dtype=torch.float32)
+    return x.new_empty((B, S, N, sum(w.shape[0] for w in weights))), x.new_empty((B, S, N, D)), stat, stat.clone()

@@ -66,11 +66,12 @@ def test_float16_gradients(op):
 @pytest.mark.parametrize("c, N, normalization", [(8, 9, "seed"), (16, 17, "af2"), (32, 5, "boltz")])
 def test_opm_float16_backward_kernels(c, N, normalization, monkeypatch):
     """16-bit, hidden_dim <= 32: the outer products and dX come from Triton kernels in the layouts the
-    products take. Gradients meet the float16 contract and match the all-cuBLAS path to float16 rounding."""
+    products take, the projections' gradients are taken by hand (msa_dim 24: evofuse's LayerNorm).
+    Gradients meet the float16 contract and match the all-cuBLAS path to float16 rounding."""
     import evofuse.ops.outer_product_mean as op
 
-    mod = opm_module(12, 6, c, seed=c, normalization=normalization).to(DEVICE).half()
-    inputs = (torch.randn(2, 7, N, 12, device=DEVICE).half(), random_mask(2, 7, N, "rows", 1).to(DEVICE))
+    mod = opm_module(24, 6, c, seed=c, normalization=normalization).to(DEVICE).half()
+    inputs = (torch.randn(2, 7, N, 24, device=DEVICE).half(), random_mask(2, 7, N, "rows", 1).to(DEVICE))
     assert op.backward_fused(torch.float16, c)
     _, got = grads(copy.deepcopy(mod), inputs, "triton")
     _, lowp = grads(copy.deepcopy(mod), inputs, "torch")
@@ -96,6 +97,26 @@ def test_attention_float16_projection_gradients_by_hand(B, S, N, h, d):
                              "torch")
     assert_contract(out, exact_out, torch.float16, lowp_ref=lowp_out)
     compare(got, exact, torch.float16, lowp)
+
+
+def test_opm_gradients_of_a_subset():
+    """Frozen LayerNorm bias, proj_b weight and MSA input, no mask: the others' gradients are those of
+    the full backward, bit for bit (16-bit: the projections' gradients by hand; float32: autograd)."""
+    for dtype in (torch.float16, torch.float32):
+        mod = opm_module(16, 5, 8, seed=9, normalization="af2").to(DEVICE).to(dtype)
+        x = torch.randn(1, 4, 6, 16, device=DEVICE).to(dtype)
+        g = torch.randn(1, 6, 6, 5, device=DEVICE).to(dtype)
+        full = copy.deepcopy(mod)
+        full(x.clone().requires_grad_(True), None, impl="triton").backward(g)
+        part = copy.deepcopy(mod)
+        part.layer_norm.bias.requires_grad_(False)
+        part.proj_b.weight.requires_grad_(False)
+        part(x, None, impl="triton").backward(g)
+        for (name, p), q in zip(part.named_parameters(), full.parameters()):
+            if p.requires_grad:
+                torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0, msg=name)
+            else:
+                assert p.grad is None, name
 
 
 def test_attention_gradients_of_a_subset():

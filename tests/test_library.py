@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from evofuse._library import (msa_row_attention_core_backward_op, msa_row_attention_op, msa_row_attention_train_op,
-                              opm_outer_product_grad_op, opm_outer_products_op, outer_product_mean_op)
+                              ln_project_op, opm_outer_product_grad_op, opm_outer_products_op, outer_product_mean_op)
 
 from .conftest import DEVICE
 from .helpers import att_module, opm_module, random_mask
@@ -51,13 +51,18 @@ def test_opcheck_attention_core_backward(need_dz, saved):
     torch.library.opcheck(msa_row_attention_core_backward_op, args, test_utils=("test_schema", "test_faketensor"))
 
 
-def test_opcheck_outer_product_mean_backward_kernels():
+def test_opcheck_backward_ops():
     g = torch.Generator().manual_seed(5)
     ab = torch.randn(2, 1, 3, 9, 16, generator=g).to(DEVICE).half()  # a, b: (B, S, N, c)
     torch.library.opcheck(opm_outer_products_op, (ab[0][:, :, 2:7], ab[1]), test_utils=("test_schema", "test_faketensor"))
     gs = torch.randn(1, 5, 9, 6, generator=g).to(DEVICE).half()
     w = torch.randn(6, 16 * 16, generator=g).to(DEVICE).half()
     torch.library.opcheck(opm_outer_product_grad_op, (gs, w, 16), test_utils=("test_schema", "test_faketensor"))
+    x = torch.randn(1, 2, 5, 16, generator=g).to(DEVICE).half()
+    ln = [torch.ones(16, device=DEVICE).half(), torch.zeros(16, device=DEVICE).half()]
+    ws = [torch.randn(k, 16, generator=g).to(DEVICE).half() for k in (8, 8)]
+    bs = [torch.randn(k, generator=g).to(DEVICE).half() for k in (8, 8)]
+    torch.library.opcheck(ln_project_op, (x, *ln, ws, bs), test_utils=("test_schema", "test_faketensor"))
 
 
 def test_attention_backward_from_the_forwards_statistics_equals_the_recompute(monkeypatch):

@@ -189,3 +189,22 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
                                                       eps, STATS=stats, BLOCK_ROWS=block_rows, BLOCK_D=block_d,
                                                       num_warps=4)
     return (y, mean, rstd) if stats else y
+
+
+def ln_project_ready(dtype: torch.dtype, D: int) -> bool:
+    """Whether `ln_project` takes rows of width D in `dtype` (16-bit; the LayerNorm kernel's widths)."""
+    return dtype in (torch.float16, torch.bfloat16) and 16 <= D <= 4096
+
+
+def ln_project(x: torch.Tensor, layer_norm_weight: torch.Tensor, layer_norm_bias: torch.Tensor, weights, biases,
+               eps: float):
+    """16-bit training: LayerNorm (this module's kernel, with its row statistics), then one cuBLAS
+    product over the concatenated weights, without autograd. Returns (y (B, S, N, sum of the weights'
+    rows), the normalized rows (B, S, N, D), mean, 1 / std (B, S, N, 1) float32): what a backward needs
+    to take the products' and the LayerNorm's gradients by hand (`evofuse._backward`). Row attention's
+    training forward and its backward both call it, so the backward's q, k, v are bit for bit the
+    forward's."""
+    dtype = x.dtype
+    xn, mean, rstd = layer_norm(x, layer_norm_weight.to(dtype), layer_norm_bias.to(dtype), eps, stats=True)
+    w, bias = torch.cat(list(weights)).to(dtype), torch.cat(list(biases)).to(dtype)
+    return torch.nn.functional.linear(xn, w, bias), xn, mean, rstd

@@ -29,7 +29,7 @@ import triton.language as tl
 from ..reference import LAYER_NORM_EPS, MASK_LOGIT
 from . import split_linear
 from ._common import bucket, cdiv, dot_precision, empty, ieee_fp32_matmul, launch, next_pow2
-from .layer_norm_linear import layer_norm, normalize_rows
+from .layer_norm_linear import layer_norm, ln_project, ln_project_ready, normalize_rows
 
 MAX_HEAD_DIM = 128
 _LOG2E = 1.4426950408889634
@@ -481,24 +481,6 @@ def project(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases, split
         return F.linear(x, w, bias)
 
 
-def ln_project_backward_ready(dtype: torch.dtype, D: int) -> bool:
-    """Whether training takes `ln_project` (16-bit, and widths evofuse's LayerNorm kernel takes)."""
-    return dtype in (torch.float16, torch.bfloat16) and 16 <= D <= 4096
-
-
-def ln_project(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases):
-    """Training, 16-bit: evofuse's LayerNorm with its row statistics, then one cuBLAS product, without
-    autograd: (qkvg (B, S, N, 4D), the normalized rows (B, S, N, D), mean, 1 / std (B, S, N, 1) float32).
-    The forward and the backward both call it, so the backward's q, k, v are bit for bit those behind
-    the o and statistics the forward kept, and the backward needs no PyTorch LayerNorm pass."""
-    dtype = msa_repr.dtype
-    xn, mean, rstd = layer_norm(msa_repr, layer_norm_weight.to(dtype), layer_norm_bias.to(dtype), LAYER_NORM_EPS,
-                                stats=True)
-    w, bias = torch.cat(weights).to(dtype), torch.cat(biases).to(dtype)
-    with ieee_fp32_matmul():
-        return F.linear(xn, w, bias), xn, mean, rstd
-
-
 def out_projection(qkvg, weight, bias, split=False):
     """out_proj on the gated attention output, which sits in the first D channels of qkvg: one product
     on the strided (rows, D) view, row stride 4D (F.linear on the 4-D view copied it first: 0.14 ms on
@@ -593,8 +575,8 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
     # exactly 0, pick up 16-bit rounding)
     weights = (query_weight, key_weight, value_weight, gate_weight)
     biases = (query_bias, key_bias, value_bias, gate_bias)
-    if save and ln_project_backward_ready(dtype, D):
-        qkvg = ln_project(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases)[0]
+    if save and ln_project_ready(dtype, D):
+        qkvg = ln_project(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases, LAYER_NORM_EPS)[0]
     else:
         qkvg = project(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases,
                        split=not save or dtype == torch.float32)
