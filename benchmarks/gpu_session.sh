@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine session: `benchmarks/gpu_session.sh tests` and `tests-grid` run the gpu-marked tests
-# (`tests-all`: all of them, the grids on 12 pytest-xdist workers, then memcheck; `tests-grad`: the training ones),
+# (`tests-all`: all of them, the grids on 12 pytest-xdist workers, then memcheck; `tests-grad`: the training ones;
+# `seeds`: the host-bound seed shapes three ways),
 # `tests-rest` the others on CUDA tensors and compute-sanitizer; `... probe` prints kernel-by-kernel and per-config times; `... bench ARGS` runs `evofuse bench ARGS`.
 # Wheels carried in .whl/ and .whl2/ (cuEquivariance) are installed into /tmp/site first.
 set -uo pipefail
@@ -51,6 +52,17 @@ case "${1:-tests}" in
     timeout 150 python3 benchmarks/breakdown.py opm-af2-main att-af2-main --train 2>&1 | tee -a "$OUT/breakdown.log"
     timeout 200 python3 benchmarks/configs.py opm-af2-main att-af2-main 2>&1 | tee "$OUT/configs.log"
     timeout 150 python3 benchmarks/configs.py opm-af2-main --dtype float32 2>&1 | tee -a "$OUT/configs.log"
+    ;;
+  seeds)  # the host-bound seed shapes: evofuse alone in a fresh process, then beside eager and torch.compile
+    # (in session 3 the same call took 0.133 ms in the bench and 0.047 ms in breakdown.py), then the host profile
+    timeout 120 python3 -m evofuse bench --suite opm-seed,att-seed --peers none --out "$OUT/seeds-alone" 2>&1 | tail -8
+    timeout 150 python3 -m evofuse bench --suite opm-seed,att-seed --peers "eager fp32,torch.compile fp32" \
+      --out "$OUT/seeds" 2>&1 | tail -12
+    for dt in bfloat16 float32; do
+      timeout 60 python3 benchmarks/breakdown.py opm-seed att-seed --dtype $dt --host 2>&1 | tee -a "$OUT/seeds-host.log" \
+        | grep -E "forward|host:"
+    done
+    find "$OUT/seeds-alone" "$OUT/seeds" -type f ! -name results.json -delete
     ;;
   bench)  # RESULTS names the run; only its JSON comes back (benchmarks/merge_results.py makes the rest)
     run=${RESULTS:-results}
