@@ -100,44 +100,35 @@ def test_attention_float16_projection_gradients_by_hand(B, S, N, h, d):
     compare(got, exact, torch.float16, lowp)
 
 
-def test_opm_gradients_of_a_subset():
-    """Frozen LayerNorm bias, proj_b weight and MSA input, no mask: the others' gradients are those of
-    the full backward, bit for bit (16-bit: the projections' gradients by hand; float32: autograd)."""
-    for dtype in (torch.float16, torch.float32):
-        mod = opm_module(16, 5, 8, seed=9, normalization="af2").to(DEVICE).to(dtype)
-        x = torch.randn(1, 4, 6, 16, device=DEVICE).to(dtype)
-        g = torch.randn(1, 6, 6, 5, device=DEVICE).to(dtype)
-        full = copy.deepcopy(mod)
-        full(x.clone().requires_grad_(True), None, impl="triton").backward(g)
-        part = copy.deepcopy(mod)
-        part.layer_norm.bias.requires_grad_(False)
-        part.proj_b.weight.requires_grad_(False)
-        part(x, None, impl="triton").backward(g)
-        for (name, p), q in zip(part.named_parameters(), full.parameters()):
-            if p.requires_grad:
-                torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0, msg=name)
-            else:
-                assert p.grad is None, name
+def _opm_subset_case(dtype):
+    mod = opm_module(16, 5, 8, seed=9, normalization="af2").to(DEVICE).to(dtype)
+    x = torch.randn(1, 4, 6, 16, device=DEVICE).to(dtype)
+    return mod, (x, None), torch.randn(1, 6, 6, 5, device=DEVICE).to(dtype), ("layer_norm.bias", "proj_b.weight")
 
 
-def test_attention_gradients_of_a_subset():
-    """Frozen LayerNorm weight, query bias and MSA input: the others' gradients are those of the full
-    backward, bit for bit (16-bit: the by-hand projection gradients; float32: autograd)."""
-    for dtype in (torch.float16, torch.float32):
-        mod = att_module(16, 4, 2, seed=8).to(DEVICE).to(dtype)
-        x, z = torch.randn(1, 2, 9, 16, device=DEVICE).to(dtype), torch.randn(1, 9, 9, 4, device=DEVICE).to(dtype)
-        g = torch.randn(1, 2, 9, 16, device=DEVICE).to(dtype)
-        full = copy.deepcopy(mod)
-        full(x.clone().requires_grad_(True), z, None, impl="triton").backward(g)
-        part = copy.deepcopy(mod)
-        part.layer_norm.weight.requires_grad_(False)
-        part.query.bias.requires_grad_(False)
-        part(x, z, None, impl="triton").backward(g)
-        for (name, p), q in zip(part.named_parameters(), full.parameters()):
-            if p.requires_grad:
-                torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0, msg=name)
-            else:
-                assert p.grad is None, name
+def _att_subset_case(dtype):
+    mod = att_module(16, 4, 2, seed=8).to(DEVICE).to(dtype)
+    x, z = torch.randn(1, 2, 9, 16, device=DEVICE).to(dtype), torch.randn(1, 9, 9, 4, device=DEVICE).to(dtype)
+    return mod, (x, z, None), torch.randn(1, 2, 9, 16, device=DEVICE).to(dtype), ("layer_norm.weight", "query.bias")
+
+
+@pytest.mark.parametrize("case", [_opm_subset_case, _att_subset_case], ids=["opm", "att"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
+def test_gradients_of_a_subset(case, dtype):
+    """Two frozen parameters and an MSA input that needs no gradient: the others' gradients are those
+    of the full backward, bit for bit (16-bit: the projections' gradients by hand; float32: autograd)."""
+    mod, inputs, g, frozen = case(dtype)
+    full = copy.deepcopy(mod)
+    full(inputs[0].clone().requires_grad_(True), *inputs[1:], impl="triton").backward(g)
+    part = copy.deepcopy(mod)
+    for name, p in part.named_parameters():
+        p.requires_grad_(name not in frozen)
+    part(*inputs, impl="triton").backward(g)
+    for (name, p), q in zip(part.named_parameters(), full.parameters()):
+        if name in frozen:
+            assert p.grad is None, name
+        else:
+            torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0, msg=name)
 
 
 def test_gradients_of_weights_only():

@@ -191,9 +191,14 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
     return (y, mean, rstd) if stats else y
 
 
+def layer_norm_fits(D: int) -> bool:
+    """Whether `layer_norm` takes rows of width D (one row tile of BLOCK_D columns a program)."""
+    return 16 <= D <= 4096
+
+
 def ln_project_ready(dtype: torch.dtype, D: int) -> bool:
-    """Whether `ln_project` takes rows of width D in `dtype` (16-bit; the LayerNorm kernel's widths)."""
-    return dtype in (torch.float16, torch.bfloat16) and 16 <= D <= 4096
+    """Whether `ln_project` takes rows of width D in `dtype` (16-bit, widths `layer_norm` takes)."""
+    return dtype in (torch.float16, torch.bfloat16) and layer_norm_fits(D)
 
 
 def ln_project(x: torch.Tensor, layer_norm_weight: torch.Tensor, layer_norm_bias: torch.Tensor, weights, biases,

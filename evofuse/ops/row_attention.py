@@ -29,7 +29,7 @@ import triton.language as tl
 from ..reference import LAYER_NORM_EPS, MASK_LOGIT
 from . import split_linear
 from ._common import bucket, cdiv, dot_precision, empty, ieee_fp32_matmul, launch, next_pow2
-from .layer_norm_linear import layer_norm, ln_project, ln_project_ready, normalize_rows
+from .layer_norm_linear import layer_norm, layer_norm_fits, ln_project, ln_project_ready, normalize_rows
 
 MAX_HEAD_DIM = 128
 _LOG2E = 1.4426950408889634
@@ -473,7 +473,7 @@ def project(msa_repr, layer_norm_weight, layer_norm_bias, weights, biases, split
         y = split_linear.split_linear(msa_repr.reshape(-1, D), w, bias,
                                       ln=(layer_norm_weight, layer_norm_bias, LAYER_NORM_EPS))
         return y.view(B, S, N, 4 * D)
-    if not split or not 16 <= D <= 4096:  # the backward's recompute: differentiable
+    if not split or not layer_norm_fits(D):  # the backward's recompute: differentiable
         x = F.layer_norm(msa_repr, (D,), layer_norm_weight.to(dtype), layer_norm_bias.to(dtype), LAYER_NORM_EPS)
     else:
         x = layer_norm(msa_repr, layer_norm_weight.to(dtype), layer_norm_bias.to(dtype), LAYER_NORM_EPS)
