@@ -45,6 +45,20 @@ case "${1:-tests}" in
       | grep -v DEBUG | tee "$OUT/other-tests.log" | tail -30
     memcheck
     ;;
+  measure)  # after CPU-only changes: the training tests, then evofuse alone on the main cases and the host profile
+    timeout ${TESTS_TIMEOUT:-200} python3 -m pytest -q tests/test_gpu.py -k "gradient or memory or backward_config" \
+      --durations=5 2>&1 | grep -v DEBUG | tee "$OUT/gpu-grad-tests.log" | tail -6
+    timeout 150 python3 -m evofuse bench --suite opm-af2-main,att-af2-main --dtype bfloat16 --train --peers none \
+      --out "$OUT/train" 2>&1 | grep -E "fwd|fwd\+bwd" | tee "$OUT/bench-train.log"
+    timeout 90 python3 -m evofuse bench --suite opm-af2-main,att-af2-main --dtype float32 --peers none \
+      --out "$OUT/fwd32" 2>&1 | grep -E " fwd " | tee "$OUT/bench-fwd32.log"
+    timeout 90 python3 benchmarks/breakdown.py opm-af2-main att-af2-main --train 2>&1 | tee "$OUT/breakdown-train.log" | grep -v Warn
+    for dt in bfloat16 float32; do
+      timeout 40 python3 benchmarks/breakdown.py opm-seed att-seed --dtype $dt --host 2>&1 | tee -a "$OUT/seeds-host.log" \
+        | grep -E "forward|host:"
+    done
+    find "$OUT/train" "$OUT/fwd32" -type f ! -name results.json -delete
+    ;;
   probe)  # kernel-by-kernel device time of the main cases, and each candidate config's time
     for dt in bfloat16 float32; do
       timeout 120 python3 benchmarks/breakdown.py opm-af2-main att-af2-main --dtype $dt 2>&1 | tee -a "$OUT/breakdown.log"
