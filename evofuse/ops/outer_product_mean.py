@@ -215,17 +215,12 @@ def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
         else:
             w_offs = offs_k[:, None] * stride_wk + offs_r[None, :] * stride_wr
             w_t = tl.load(w_ptr + w_offs, mask=r_ok[None, :], other=0.0)  # [C*C, BLOCK_R]
-            if SPLIT:  # x_hi in one product only (with w's halves side by side): an operand of two
-                # products was kept in registers in the dot layout, 1.4-3.6 KB of spills a thread
-                # (compiled for sm_90); this way the default 128 x 128 tile spills nothing
+            out = tl.zeros((BLOCK_I * BLOCK_J, BLOCK_R), dtype=tl.float32)
+            if SPLIT:
                 w_lo = tl.load(w_lo_ptr + w_offs, mask=r_ok[None, :], other=0.0)  # [C*C, BLOCK_R]
-                w_both = tl.reshape(tl.join(w_t, w_lo), (C * C, 2 * BLOCK_R))  # columns (r, hi / lo)
-                out = tl.dot(x_lo, w_t)  # [(i j), BLOCK_R]
-                both = tl.reshape(tl.dot(x_hi, w_both), (BLOCK_I * BLOCK_J, BLOCK_R, 2))
-                out_hi, out_lo = tl.split(both)  # [(i j), BLOCK_R] each
-                out = out_hi + (out_lo + out)
-            else:
-                out = tl.dot(x_hi, w_t, input_precision=PRECISION)  # [(i j), BLOCK_R]
+                out = tl.dot(x_hi, w_lo, out)
+                out = tl.dot(x_lo, w_t, out)
+            out = tl.dot(x_hi, w_t, out, input_precision=PRECISION)  # [(i j), BLOCK_R]
         if SCALED:
             out = out * inv_scale
         if ACCUMULATE:
