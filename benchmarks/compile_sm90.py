@@ -81,15 +81,15 @@ def launches():
                 yield (f"opm {form} c={C} norm={norm} accumulate={acc}", opm._opm_kernel, ptrs, consts | cfg.kwargs,
                        cfg.num_warps, cfg.num_stages)
     for C in opm.FAST_HIDDEN_DIMS[:3]:  # the backward's kernels (16-bit)
-        ptrs = {n: "*bf16" for n in ("a_ptr", "b_ptr", "w_ptr", "a_lo_ptr", "b_lo_ptr", "w_lo_ptr", "o_ptr", "p_ptr")}
-        ptrs |= {n: "*bf16" for n in ("m_ptr", "mi_ptr", "wb_ptr", "inv_scale_ptr")}
+        ptrs = {n: "*bf16" for n in ("a_ptr", "b_ptr", "w_ptr", "a_lo_ptr", "b_lo_ptr", "w_lo_ptr", "o_ptr")}
+        ptrs |= {n: "*bf16" for n in ("m_ptr", "mi_ptr", "wb_ptr", "inv_scale_ptr")} | {"p_ptr": "*fp32"}
         consts = dict(C=C, NORM=0, HAS_MASK=False, EPS=1e-3, SPLIT=False, SCALED=False, ACCUMULATE=False,
                       ADD_BIAS=False, STORE_X=True)
         cfg = opm._prune(opm._configs(), {}, **consts)[0]
         yield (f"opm backward outer products bf16 c={C}", opm._opm_kernel, ptrs, consts | cfg.kwargs, cfg.num_warps,
                cfg.num_stages)
         cfg = opm._dx_prune(opm._dx_configs(), {}, C=C)[0]
-        yield (f"opm backward dX bf16 c={C}", opm._opm_dx_kernel, {n: "*bf16" for n in ("g_ptr", "w_ptr", "dx_ptr")},
+        yield (f"opm backward dX bf16 c={C}", opm._opm_dx_kernel, {n: "*bf16" for n in ("g_ptr", "w_ptr", "dx_ptr")} | {"sc_ptr": "*fp32"},
                dict(C=C) | cfg.kwargs, cfg.num_warps, cfg.num_stages)
     for dt, out in (("bf16", "*bf16"), ("fp32", "*fp32")):
         ptrs = {n: f"*{dt}" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "wa_ptr", "ba_ptr", "wb_ptr", "bb_ptr", "w_ptr",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from . import reference as ref
-from .ops._common import ieee_fp32_matmul
+from .ops._common import add_product, ieee_fp32_matmul
 
 BLOCK_BYTES = 64 << 20  # recomputed outer products (and their gradient) per block of rows i
 
@@ -104,27 +104,33 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
         for i0 in range(0, N, rows):
             n = min(rows, N - i0)
             a_rows = ad[:, :, i0:i0 + n].reshape(B, S, n * c)  # (B, S, (i p))
-            gs = (grad_out[:, i0:i0 + n] * scale[:, i0:i0 + n, :, None]).to(dtype)  # (B, n, N, R)
-            if dwb is not None and normalization == "af2":
-                dwb += gs.sum((0, 1, 2), dtype=torch.float32)
-            if dw is not None:
-                if fused:  # ((b i j), (p q)) straight from the kernel
-                    x = opm_outer_products_op(ad[:, :, i0:i0 + n], bd).view(B * n * N, c * c)
-                else:
+            g_rows, scale_rows = grad_out[:, i0:i0 + n], scale[:, i0:i0 + n]  # (B, n, N, R), (B, n, N)
+            if fused:  # the scale inside the kernels: Gs W and sum_ij G[i, j] (x) (scale[i, j] X[i, j])
+                if dwb is not None and normalization == "af2":
+                    dwb += (g_rows * scale_rows[..., None]).sum((0, 1, 2), dtype=torch.float32)
+                if dw is not None:  # ((b i j), (p q)) straight from the kernel
+                    xs = opm_outer_products_op(ad[:, :, i0:i0 + n], bd, scale_rows).view(B * n * N, c * c)
+                    add_product(dw, g_rows.reshape(-1, R).t(), xs)
+                    del xs
+                if da is None and db is None:
+                    continue
+                dx = opm_outer_product_grad_op(g_rows, scale_rows, w, c)  # ((b i p), (j q)) from the kernel
+            else:
+                gs = (g_rows * scale_rows[..., None]).to(dtype)  # (B, n, N, R)
+                if dwb is not None and normalization == "af2":
+                    dwb += gs.sum((0, 1, 2), dtype=torch.float32)
+                if dw is not None:
                     x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
                     x = x.view(B, n, c, N, c).transpose(2, 3).reshape(B * n * N, c * c)  # ((b i j), (p q))
-                dw += (gs.reshape(-1, R).t() @ x).float()
-                del x
-            if da is None and db is None:
-                continue
-            if fused:  # ((b i p), (j q)) straight from the kernel
-                dx = opm_outer_product_grad_op(gs, w, c)
-            else:
+                    add_product(dw, gs.reshape(-1, R).t(), x)
+                    del x
+                if da is None and db is None:
+                    continue
                 dx = (gs.reshape(-1, R) @ w).view(B, n, N, c, c).transpose(2, 3).reshape(B, n * c, N * c)
-            if da is not None:  # da[s, (i p)] = sum_(j q) dX[(i p), (j q)] b[s, (j q)]
-                da[:, :, i0:i0 + n] = torch.bmm(b_flat, dx.transpose(1, 2)).view(B, S, n, c)
+            if da is not None:  # da[s, (i p)] = sum_(j q) dX[(i p), (j q)] b[s, (j q)], written in place
+                torch.bmm(b_flat, dx.transpose(1, 2), out=da[:, :, i0:i0 + n].view(B, S, n * c))
             if db is not None:
-                db += torch.bmm(a_rows, dx).float()
+                add_product(db, a_rows, dx)
     db = None if db is None else db.view(B, S, N, c).to(dtype)
     if by_hand:
         proj_grads = [None] * 7

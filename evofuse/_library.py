@@ -120,31 +120,32 @@ def _(qkvg, z, msa_mask, d_gated, num_heads, precision, need_dz, o=None, stats=N
 
 
 @torch.library.custom_op("evofuse::opm_outer_products", mutates_args=())
-def opm_outer_products_op(a_rows: Tensor, b: Tensor) -> Tensor:
-    """The Outer Product Mean backward's recomputed outer products (`ops.outer_product_mean.outer_products`)."""
+def opm_outer_products_op(a_rows: Tensor, b: Tensor, scale: Tensor) -> Tensor:
+    """The Outer Product Mean backward's recomputed, normalized outer products
+    (`ops.outer_product_mean.outer_products`)."""
     from .ops.outer_product_mean import outer_products
 
-    return outer_products(a_rows, b)
+    return outer_products(a_rows, b, scale)
 
 
 @opm_outer_products_op.register_fake
-def _(a_rows, b):
+def _(a_rows, b, scale):
     B, _, n, c = a_rows.shape
     return a_rows.new_empty((B, n, b.shape[2], c * c))
 
 
 @torch.library.custom_op("evofuse::opm_outer_product_grad", mutates_args=())
-def opm_outer_product_grad_op(gs: Tensor, weight: Tensor, c: int) -> Tensor:
+def opm_outer_product_grad_op(g: Tensor, scale: Tensor, weight: Tensor, c: int) -> Tensor:
     """The Outer Product Mean backward's dX (`ops.outer_product_mean.outer_product_grad`)."""
     from .ops.outer_product_mean import outer_product_grad
 
-    return outer_product_grad(gs, weight, c)
+    return outer_product_grad(g, scale, weight, c)
 
 
 @opm_outer_product_grad_op.register_fake
-def _(gs, weight, c):
-    B, n, N, _ = gs.shape
-    return gs.new_empty((B, n * c, N * c))
+def _(g, scale, weight, c):
+    B, n, N, _ = g.shape
+    return g.new_empty((B, n * c, N * c))
 
 
 @torch.library.custom_op("evofuse::ln_project", mutates_args=())

@@ -67,7 +67,8 @@ def test_float16_gradients(op):
 def test_opm_float16_backward_kernels(c, N, normalization, monkeypatch):
     """16-bit, hidden_dim <= 32: the outer products and dX come from Triton kernels in the layouts the
     products take, the projections' gradients are taken by hand (msa_dim 24: evofuse's LayerNorm).
-    Gradients meet the float16 contract and match the all-cuBLAS path to float16 rounding."""
+    Gradients meet the float16 contract and match the all-cuBLAS path to float16 rounding (which the
+    two paths apply at different places: the scale on the outer products or on the output gradient)."""
     import evofuse.ops.outer_product_mean as op
 
     mod = opm_module(24, 6, c, seed=c, normalization=normalization).to(DEVICE).half()
@@ -80,7 +81,7 @@ def test_opm_float16_backward_kernels(c, N, normalization, monkeypatch):
     monkeypatch.setattr(op, "backward_fused", lambda dtype, c: False)
     _, cublas = grads(copy.deepcopy(mod), inputs, "triton")
     for name, g in got.items():
-        torch.testing.assert_close(g, cublas[name], rtol=2e-3, atol=1e-4, msg=name)
+        torch.testing.assert_close(g, cublas[name], rtol=2e-3, atol=2e-3 * cublas[name].abs().max().item(), msg=name)
 
 
 @pytest.mark.parametrize("B, S, N, h, d", [(2, 3, 10, 2, 8), (1, 2, 17, 4, 8), (1, 1, 33, 1, 16), (1, 2, 9, 1, 8)])

@@ -54,10 +54,12 @@ def test_opcheck_attention_core_backward(need_dz, saved):
 def test_opcheck_backward_ops():
     g = torch.Generator().manual_seed(5)
     ab = torch.randn(2, 1, 3, 9, 16, generator=g).to(DEVICE).half()  # a, b: (B, S, N, c)
-    torch.library.opcheck(opm_outer_products_op, (ab[0][:, :, 2:7], ab[1]), test_utils=("test_schema", "test_faketensor"))
-    gs = torch.randn(1, 5, 9, 6, generator=g).to(DEVICE).half()
+    scale = torch.rand(1, 5, 9, generator=g).to(DEVICE)
+    torch.library.opcheck(opm_outer_products_op, (ab[0][:, :, 2:7], ab[1], scale),
+                          test_utils=("test_schema", "test_faketensor"))
+    grad = torch.randn(1, 5, 9, 6, generator=g).to(DEVICE).half()
     w = torch.randn(6, 16 * 16, generator=g).to(DEVICE).half()
-    torch.library.opcheck(opm_outer_product_grad_op, (gs, w, 16), test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(opm_outer_product_grad_op, (grad, scale, w, 16), test_utils=("test_schema", "test_faketensor"))
     x = torch.randn(1, 2, 5, 16, generator=g).to(DEVICE).half()
     ln = [torch.ones(16, device=DEVICE).half(), torch.zeros(16, device=DEVICE).half()]
     ws = [torch.randn(k, 16, generator=g).to(DEVICE).half() for k in (8, 8)]

@@ -213,3 +213,27 @@ def test_small_problems_take_one_launch(monkeypatch):
     mod = opm_module(16, 6, 32, seed=2).to(DEVICE)
     x = torch.randn(1, 4, 9, 16, device=DEVICE)
     torch.testing.assert_close(mod(x, None, impl="triton"), mod(x, None, impl="torch"), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("c, n, N, S", [(8, 5, 9, 3), (16, 3, 17, 20), (32, 1, 5, 1)])
+def test_backward_kernels_against_float64(c, n, N, S):
+    """The backward's kernels: the normalized outer products of a block of rows (per-pair scale, here
+    broadcast over j as the seed normalization's) and dX from a sliced output gradient (strided) with
+    the scale applied on chip, against float64 einsums."""
+    from evofuse.ops.outer_product_mean import outer_product_grad, outer_products
+
+    g = torch.Generator().manual_seed(c + n)
+    a = torch.randn(2, S, N, c, generator=g).half().to(DEVICE)
+    b = torch.randn(2, S, N, c, generator=g).half().to(DEVICE)
+    scale = torch.rand(2, N, 1, generator=g).expand(2, N, N).to(DEVICE)  # stride 0 over j
+    i0 = N - n
+    x = outer_products(a[:, :, i0:], b, scale[:, i0:])
+    exact = torch.einsum("bsip,bsjq,bij->bijpq", a[:, :, i0:].double(), b.double(), scale[:, i0:].double())
+    torch.testing.assert_close(x.double(), exact.reshape(2, n, N, c * c), rtol=2e-3, atol=2e-3)
+    R = 6
+    grad = torch.randn(2, N, N, R + 2, generator=g).half().to(DEVICE)[:, i0:, :, 1:R + 1]  # strided
+    w = torch.randn(R, c * c, generator=g).half().to(DEVICE)
+    dx = outer_product_grad(grad, scale[:, i0:], w, c)
+    gs = (grad.float() * scale[:, i0:, :, None]).half().double()  # rounded to 16 bits as the kernel does
+    exact = torch.einsum("bijr,rpq->bipjq", gs, w.double().view(R, c, c)).reshape(2, n * c, N * c)
+    torch.testing.assert_close(dx.double(), exact, rtol=2e-3, atol=2e-3)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 
 import torch
@@ -70,6 +71,27 @@ def empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor
     if POISON_OUTPUTS:
         t.fill_(float("nan"))
     return t
+
+
+@functools.lru_cache(maxsize=None)
+def _float32_out_products() -> bool:
+    """Whether this PyTorch's CUDA products take 16-bit operands with a float32 output (addmm's and
+    baddbmm's out_dtype, PyTorch 2.8 and later)."""
+    major, minor = (int(v) for v in torch.__version__.split(".")[:2])
+    return (major, minor) >= (2, 8)
+
+
+def add_product(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """acc += a @ b for a, b (2-D, or batched 3-D) and a contiguous float32 acc. float32 operands, and
+    16-bit ones on CUDA: one product accumulating into acc (for 16-bit, cuBLAS with a float32 output);
+    16-bit elsewhere (and before PyTorch 2.8): the product rounded to a's dtype, cast and added."""
+    if a.dtype == acc.dtype:
+        (acc.addmm_ if a.dim() == 2 else acc.baddbmm_)(a, b)
+    elif acc.is_cuda and _float32_out_products():
+        product = torch.addmm if a.dim() == 2 else torch.baddbmm
+        product(acc, a, b, out_dtype=torch.float32, out=acc)
+    else:
+        acc += (a @ b).float()
 
 
 @contextlib.contextmanager

@@ -45,7 +45,8 @@ def _opm_kernel(
     a_lo_ptr, b_lo_ptr, w_lo_ptr,  # SPLIT only: the low float16 halves, with a's, b's and w's strides
     inv_scale_ptr,  # SCALED only: one float32, 1 / (the power-of-two scales of a, b and w)
     o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, NI, N, R), rows i of this launch
-    p_ptr, stride_pb, stride_pi, stride_pj, stride_pr,  # ACCUMULATE: float32 partial sums (B, NI, N, R) to add
+    p_ptr, stride_pb, stride_pi, stride_pj, stride_pr,  # ACCUMULATE: float32 partial sums (B, NI, N, R) to add;
+    # STORE_X: the normalization's per-pair scale (B, NI, N) float32 (stride_pr unused)
     S, NI, N, R,  # NI: rows i in this launch (a, mi and out start at its first row), N: columns j
     S_LO, S_HI,  # the MSA rows this launch multiplies (the counts always take all S)
     S_BUCKET, N_BUCKET,  # autotuning keys only
@@ -63,7 +64,7 @@ def _opm_kernel(
     SCALED: tl.constexpr,  # float32 inputs: a, b, w arrive scaled by powers of two (float16 range)
     ACCUMULATE: tl.constexpr,  # add the partial sums at p_ptr (hidden_dim 64 runs as four 32-wide parts)
     ADD_BIAS: tl.constexpr,  # add out_proj's bias (the last part only)
-    STORE_X: tl.constexpr,  # the backward's: store the raw outer products X (B, NI, N, C*C) at o_ptr, no epilogue
+    STORE_X: tl.constexpr,  # the backward's: store the scaled outer products X (B, NI, N, C*C) at o_ptr, no epilogue
 ):
     BLOCK_I: tl.constexpr = TILE_ROWS // C
     BLOCK_J: tl.constexpr = BLOCK_I * COLS_FACTOR
@@ -130,11 +131,13 @@ def _opm_kernel(
         count_i += S
         norm += S
 
-    if STORE_X:  # X[i, j, p*C + q]: acc's row (i p), column (j q) stored in place, no rearrangement on chip
+    if STORE_X:  # scale[i, j] X[i, j, p*C + q]: acc's row (i p), column (j q) stored in place, no rearrangement
+        x_ok = (row_i < NI)[:, None] & (col_j < N)[None, :]
+        sc = tl.load(p_ptr + pid_b * stride_pb + (row_i.to(tl.int64) * stride_pi)[:, None]
+                     + (col_j.to(tl.int64) * stride_pj)[None, :], mask=x_ok, other=0.0)  # [BLOCK_I*C, BLOCK_J*C]
         x_off = (row_i.to(tl.int64) * stride_oi + (rows % C) * C * stride_or)[:, None] \
             + (col_j.to(tl.int64) * stride_oj + (cols % C) * stride_or)[None, :]  # [BLOCK_I*C, BLOCK_J*C]
-        tl.store(o_ptr + pid_b * stride_ob + x_off, acc.to(o_ptr.dtype.element_ty),
-                 mask=(row_i < NI)[:, None] & (col_j < N)[None, :])
+        tl.store(o_ptr + pid_b * stride_ob + x_off, (acc * sc).to(o_ptr.dtype.element_ty), mask=x_ok)
     else:
         pair = tl.arange(0, BLOCK_I * BLOCK_J)
         out_i = blk_i * BLOCK_I + pair // BLOCK_J
@@ -238,7 +241,8 @@ def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
 
 @triton.jit
 def _opm_dx_kernel(
-    g_ptr, stride_gb, stride_gi, stride_gj, stride_gr,  # Gs: (B, NI, N, R) 16-bit, the normalized output gradient
+    g_ptr, stride_gb, stride_gi, stride_gj, stride_gr,  # the output gradient: (B, NI, N, R) 16-bit
+    sc_ptr, stride_scb, stride_sci, stride_scj,  # the normalization's per-pair scale: (B, NI, N) float32
     w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C), same dtype
     dx_ptr, stride_db, stride_dr, stride_dc,  # out: dX (B, NI*C, N*C), row (i p), column (j q)
     NI, N, R,
@@ -248,9 +252,9 @@ def _opm_dx_kernel(
     BLOCK_K: tl.constexpr,  # columns (p q) of out_proj's weight a program
     BLOCK_R: tl.constexpr,
 ):
-    """The backward's dX[(i p), (j q)] = sum_r Gs[i, j, r] W[r, (p q)] for a tile of (i, j) pairs and a
-    block of (p q), stored straight into the layout the products with a and b take (cuBLAS then needs
-    no rearranging copy)."""
+    """The backward's dX[(i p), (j q)] = sum_r Gs[i, j, r] W[r, (p q)], Gs = 16-bit(scale[i, j] G[i, j, r]),
+    for a tile of (i, j) pairs and a block of (p q), stored straight into the layout the products with
+    a and b take (cuBLAS then needs no rearranging copy)."""
     pid = tl.program_id(0)
     pid_b = tl.program_id(1).to(tl.int64)
     n_k: tl.constexpr = C * C // BLOCK_K
@@ -264,12 +268,15 @@ def _opm_dx_kernel(
     pair_ok = (i < NI) & (j < N)
     offs_k = blk_k * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]
     g_base = g_ptr + pid_b * stride_gb + i.to(tl.int64) * stride_gi + j.to(tl.int64) * stride_gj
+    sc = tl.load(sc_ptr + pid_b * stride_scb + i.to(tl.int64) * stride_sci + j.to(tl.int64) * stride_scj,
+                 mask=pair_ok, other=0.0)  # [BLOCK_I*BLOCK_J]
     acc = tl.zeros((BLOCK_I * BLOCK_J, BLOCK_K), dtype=tl.float32)
     for r0 in range(0, R, BLOCK_R):
         offs_r = r0 + tl.arange(0, BLOCK_R)
         r_ok = offs_r < R
         g = tl.load(g_base[:, None] + offs_r[None, :] * stride_gr, mask=pair_ok[:, None] & r_ok[None, :],
                     other=0.0)  # [BLOCK_I*BLOCK_J, BLOCK_R]
+        g = (g.to(tl.float32) * sc[:, None]).to(w_ptr.dtype.element_ty)
         w = tl.load(w_ptr + offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk, mask=r_ok[:, None],
                     other=0.0)  # [BLOCK_R, BLOCK_K]
         acc = tl.dot(g, w, acc)  # [BLOCK_I*BLOCK_J, BLOCK_K]
@@ -601,15 +608,16 @@ def backward_fused(dtype: torch.dtype, c: int) -> bool:
     return dtype in (torch.float16, torch.bfloat16) and c in FAST_HIDDEN_DIMS and c <= 32
 
 
-def outer_products(a_rows: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """X[b, i, j, p*c + q] = sum_s a_rows[b, s, i, p] b[b, s, j, q] (16-bit, float32 sums): (B, n, N, c*c),
-    the raw outer products of a block of rows i, laid out for out_proj's weight gradient. a_rows and b
-    are the masked projections (channel stride 1)."""
+def outer_products(a_rows: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """X[b, i, j, p*c + q] = scale[b, i, j] sum_s a_rows[b, s, i, p] b[b, s, j, q] (16-bit, float32 sums):
+    (B, n, N, c*c), the normalized outer products of a block of rows i, laid out for out_proj's weight
+    gradient. a_rows and b are the masked projections (channel stride 1), scale (B, n, N) float32 (any
+    strides) the normalization's per-pair factor."""
     B, S, n, c = a_rows.shape
     N = b.shape[2]
     x = empty(B, n, N, c * c, dtype=a_rows.dtype, device=a_rows.device)
     args = (a_rows, *a_rows.stride()[:3], b, *b.stride()[:3], a_rows, 0, 0, 0, a_rows, b, 0, 0, b, b, b, b, b,
-            x, *x.stride(), x, *x.stride(), S, n, N, 1, 0, S, bucket(S), bucket(N))
+            x, *x.stride(), scale, *scale.stride(), 0, S, n, N, 1, 0, S, bucket(S), bucket(N))
     consts = {"C": c, "NORM": 0, "HAS_MASK": False, "EPS": AF2_EPS, "SPLIT": False, "SCALED": False,
               "ACCUMULATE": False, "ADD_BIAS": False, "STORE_X": True}
 
@@ -642,13 +650,15 @@ def _tuned_dx():
                            prune_configs_by={"early_config_prune": _dx_prune})(_opm_dx_kernel)
 
 
-def outer_product_grad(gs: torch.Tensor, weight: torch.Tensor, c: int) -> torch.Tensor:
-    """dX[b, (i p), (j q)] = sum_r gs[b, i, j, r] weight[r, p*c + q]: (B, n*c, N*c) in gs's dtype, from the
-    normalized output gradient gs (B, n, N, R) of a block of rows i and out_proj's weight (R, c*c)."""
-    B, n, N, R = gs.shape
-    w = weight.to(gs.dtype)
-    dx = empty(B, n * c, N * c, dtype=gs.dtype, device=gs.device)
-    args = (gs, *gs.stride(), w, *w.stride(), dx, *dx.stride(), n, N, R)
+def outer_product_grad(g: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor, c: int) -> torch.Tensor:
+    """dX[b, (i p), (j q)] = sum_r gs[b, i, j, r] weight[r, p*c + q], gs = (g * scale[..., None]) rounded to
+    g's dtype: (B, n*c, N*c) in g's dtype, from the output gradient g (B, n, N, R) of a block of rows i
+    (any strides), the normalization's per-pair scale (B, n, N) float32 (any strides) and out_proj's
+    weight (R, c*c)."""
+    B, n, N, R = g.shape
+    w = weight.to(g.dtype)
+    dx = empty(B, n * c, N * c, dtype=g.dtype, device=g.device)
+    args = (g, *g.stride(), scale, *scale.stride(), w, *w.stride(), dx, *dx.stride(), n, N, R)
 
     def grid(meta):
         return (cdiv(n, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"]) * (c * c // meta["BLOCK_K"]), B)
