@@ -15,26 +15,27 @@ import torch
 import triton.testing
 from torch.profiler import ProfilerActivity, profile
 
+from evofuse.bench import training_step
 from evofuse.suite import SUITE, make_inputs, make_module
 
 
 def breakdown(case, dtype, train=False, reps=10):
     mod = make_module(case).cuda().to(dtype)
     inputs = make_inputs(case, "cuda", dtype, fully_masked=False)
-    if train:
+    tensors = None
+    if train:  # as the bench's forward+backward rows: gradients set to None before each call
         inputs = [t.requires_grad_(True) if t.dim() == 4 else t for t in inputs]
-        grad = torch.ones(1, device="cuda", dtype=dtype)
-
-        def call():
-            out = mod(*inputs)
-            out.backward(grad.expand_as(out))
+        tensors = list(mod.parameters()) + [t for t in inputs if t.dim() == 4]
+        call = training_step(lambda: mod(*inputs))
     else:
         def call():
             with torch.no_grad():
                 mod(*inputs)
-    ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
+    ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median", grad_to_none=tensors)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
+            for t in tensors or []:
+                t.grad = None
             call()
         torch.cuda.synchronize()
     rows = [(e.key, e.device_time_total / reps / 1e3) for e in prof.key_averages() if e.device_time_total > 0]

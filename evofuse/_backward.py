@@ -37,16 +37,6 @@ def _backward(outputs: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
         torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
 
 
-def _opm_scale(counts_rows, counts, normalization):
-    """The per-(i, j) factor (B, n, N) float32 that multiplies out_proj's product (and, for af2, the
-    bias): seed 1 / max(count_i, 1), af2 1 / (eps + count_ij), boltz 1 / max(count_ij, 1)."""
-    if normalization == "seed":
-        den = counts_rows.float().sum(1).clamp(min=1)  # (B, n)
-        return (1 / den)[:, :, None].expand(-1, -1, counts.shape[2])
-    pairs = torch.einsum("bsi,bsj->bij", counts_rows.float(), counts.float())
-    return 1 / (ref.AF2_EPS + pairs) if normalization == "af2" else 1 / pairs.clamp(min=1)
-
-
 def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     """Gradients of the Outer Product Mean for the tensors in `inputs` (msa_repr, msa_mask, then the
     eight parameters), None where `needs` is False.
@@ -64,7 +54,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     """
     from ._library import ln_project_op, opm_outer_product_grad_op, opm_outer_products_op
     from .ops.layer_norm_linear import ln_project_ready
-    from .ops.outer_product_mean import backward_fused
+    from .ops.outer_product_mean import backward_fused, pair_scale
 
     msa, mask, *params = inputs
     dtype = msa.dtype
@@ -97,7 +87,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
         dwb = grad_out.sum((0, 1, 2), dtype=torch.float32)
     elif needs[9]:
         dwb = torch.zeros(R, dtype=torch.float32, device=msa.device)
-    scale = _opm_scale(counts, counts, normalization)  # (B, N, N), once for every block
+    scale = pair_scale(counts, B, S, N, normalization, msa.device)  # (B, N, N), once for every block
     fused = backward_fused(dtype, c)  # 16-bit: X and dX from Triton kernels in cuBLAS's layouts
     rows = max(1, BLOCK_BYTES // max(1, B * N * c * c * ad.element_size()))
     with ieee_fp32_matmul():

@@ -150,17 +150,19 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
     return impls
 
 
+def training_step(fn):
+    """The forward+backward row's call: the output's gradient all ones."""
+    def step():
+        out = fn()
+        out.backward(torch.ones_like(out))
+    return step
+
+
 def _measure(fn, train: bool, tensors: list[torch.Tensor]) -> tuple[float, float]:
     """(median ms, peak MiB beyond what is allocated before the call)."""
     import triton.testing
 
-    if train:
-        def step():
-            out = fn()
-            out.backward(torch.ones_like(out))
-        run = step
-    else:
-        run = fn
+    run = training_step(fn) if train else fn
     run()
     torch.cuda.synchronize()
     for t in tensors:

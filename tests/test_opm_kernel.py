@@ -184,20 +184,23 @@ def test_hidden_dim_64(N, S, normalization, mask_kind, dtype, monkeypatch, path)
 def test_float32_long_msa_in_chunks_of_rows(c, normalization, mask_kind, monkeypatch):
     """float32 (default precision) multiplies at most SPLIT_CHUNK_S MSA rows a launch and adds the
     chunks in the output (forced to 12 rows here: 37 rows take 4 launches a part, the last short;
-    the counts of every launch still take all rows)."""
+    the counts of every launch still take all rows), for blocks of rows i (forced to 4 rows: 9 rows
+    take 3 blocks, the last short) whose split outer products cuBLAS multiplies with out_proj."""
     import evofuse.ops.outer_product_mean as op
 
+    N, S, B = 9, 37, 2
+    cs = min(c, 32)
     monkeypatch.setattr(op, "SMALL_MAX_N", 0)
     monkeypatch.setattr(op, "SPLIT_CHUNK_S", 12)
+    monkeypatch.setattr(op, "SPLIT_BLOCK_BYTES", 4 * B * N * 3 * cs * cs * 2)
     launches = []
     real_launch = op.launch
     monkeypatch.setattr(op, "launch", lambda *a, **k: (launches.append(a[5][-4:-2]), real_launch(*a, **k)))
-    N, S = 9, 37
     mod = opm_module(12, 6, c, seed=c, normalization=normalization)
-    out, exact, _, ref32 = run(mod, torch.randn(2, S, N, 12), random_mask(2, S, N, mask_kind, seed=c), torch.float32)
+    out, exact, _, ref32 = run(mod, torch.randn(B, S, N, 12), random_mask(B, S, N, mask_kind, seed=c), torch.float32)
     assert_contract(out, exact, torch.float32, ref_fp32=ref32)
     parts = (c // 32) ** 2 if c > 32 else 1
-    assert launches == [(0, 12), (12, 24), (24, 36), (36, 37)] * parts
+    assert launches == [(0, 12), (12, 24), (24, 36), (36, 37)] * parts * 3
 
 
 def test_small_problems_take_one_launch(monkeypatch):

@@ -81,17 +81,17 @@ def _float32_out_products() -> bool:
     return (major, minor) >= (2, 8)
 
 
-def add_product(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """acc += a @ b for a, b (2-D, or batched 3-D) and a contiguous float32 acc. float32 operands, and
-    16-bit ones on CUDA: one product accumulating into acc (for 16-bit, cuBLAS with a float32 output);
-    16-bit elsewhere (and before PyTorch 2.8): the product rounded to a's dtype, cast and added."""
-    if a.dtype == acc.dtype:
-        (acc.addmm_ if a.dim() == 2 else acc.baddbmm_)(a, b)
-    elif acc.is_cuda and _float32_out_products():
-        product = torch.addmm if a.dim() == 2 else torch.baddbmm
-        product(acc, a, b, out_dtype=torch.float32, out=acc)
+def add_product(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, overwrite: bool = False) -> None:
+    """acc += a @ b (acc = a @ b with `overwrite`: acc's old values, NaN included, are ignored) for a, b
+    (2-D, or batched 3-D) and a float32 acc, in one product accumulating in float32: cuBLAS with a
+    float32 output for 16-bit operands on CUDA (addmm's / baddbmm's out_dtype, PyTorch 2.8 and later);
+    elsewhere the 16-bit operands cast to float32 (their products are exact there)."""
+    beta = 0 if overwrite else 1
+    product = torch.addmm if a.dim() == 2 else torch.baddbmm
+    if a.dtype != acc.dtype and acc.is_cuda and _float32_out_products():
+        product(acc, a, b, beta=beta, out_dtype=torch.float32, out=acc)
     else:
-        acc += (a @ b).float()
+        product(acc, a.to(acc.dtype), b.to(acc.dtype), beta=beta, out=acc)
 
 
 @contextlib.contextmanager

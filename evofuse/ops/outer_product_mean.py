@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections
-from ._common import bucket, cdiv, empty, ieee_fp32_matmul, launch, next_pow2
+from ._common import add_product, bucket, cdiv, empty, ieee_fp32_matmul, launch, next_pow2
 from .layer_norm_linear import fits, ln_linear, normalize_rows
 
 FAST_HIDDEN_DIMS = (8, 16, 32, 64)
@@ -42,7 +42,7 @@ def _opm_kernel(
     mi_ptr,  # the mask from this launch's first row i on (the rows' side), with m's strides
     w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C)
     wb_ptr,  # out_proj bias: (R,)
-    a_lo_ptr, b_lo_ptr, w_lo_ptr,  # SPLIT only: the low float16 halves, with a's, b's and w's strides
+    a_lo_ptr, b_lo_ptr,  # SPLIT only: a's and b's low float16 halves, with their strides
     inv_scale_ptr,  # SCALED only: one float32, 1 / (the power-of-two scales of a, b and w)
     o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, NI, N, R), rows i of this launch
     p_ptr, stride_pb, stride_pi, stride_pj, stride_pr,  # ACCUMULATE: float32 partial sums (B, NI, N, R) to add;
@@ -60,11 +60,12 @@ def _opm_kernel(
     BLOCK_R: tl.constexpr,
     GROUP_I: tl.constexpr,
     EPI_T: tl.constexpr,  # the epilogue's product transposed (see _epilogue)
-    SPLIT: tl.constexpr,  # float32 contract: operands as float16 hi + lo pairs, three products each
+    SPLIT: tl.constexpr,  # float32 contract (with STORE_X): a, b as float16 hi + lo pairs, three products each
     SCALED: tl.constexpr,  # float32 inputs: a, b, w arrive scaled by powers of two (float16 range)
     ACCUMULATE: tl.constexpr,  # add the partial sums at p_ptr (hidden_dim 64 runs as four 32-wide parts)
     ADD_BIAS: tl.constexpr,  # add out_proj's bias (the last part only)
-    STORE_X: tl.constexpr,  # the backward's: store the scaled outer products X (B, NI, N, C*C) at o_ptr, no epilogue
+    STORE_X: tl.constexpr,  # no epilogue: the outer products times the per-pair scale stored at o_ptr, as
+    # (B, NI, N, C*C) 16-bit (the backward's), or with SPLIT as float16 [hi, hi, lo] (B, NI, N, 3*C*C)
 ):
     BLOCK_I: tl.constexpr = TILE_ROWS // C
     BLOCK_J: tl.constexpr = BLOCK_I * COLS_FACTOR
@@ -132,21 +133,32 @@ def _opm_kernel(
         norm += S
 
     if STORE_X:  # scale[i, j] X[i, j, p*C + q]: acc's row (i p), column (j q) stored in place, no rearrangement
+        # 64-bit tile origins, 32-bit offsets inside the tile (a 64-bit offset tile costs 128 registers)
         x_ok = (row_i < NI)[:, None] & (col_j < N)[None, :]
-        sc = tl.load(p_ptr + pid_b * stride_pb + (row_i.to(tl.int64) * stride_pi)[:, None]
-                     + (col_j.to(tl.int64) * stride_pj)[None, :], mask=x_ok, other=0.0)  # [BLOCK_I*C, BLOCK_J*C]
-        x_off = (row_i.to(tl.int64) * stride_oi + (rows % C) * C * stride_or)[:, None] \
-            + (col_j.to(tl.int64) * stride_oj + (cols % C) * stride_or)[None, :]  # [BLOCK_I*C, BLOCK_J*C]
-        tl.store(o_ptr + pid_b * stride_ob + x_off, (acc * sc).to(o_ptr.dtype.element_ty), mask=x_ok)
+        tile_i = (blk_i * BLOCK_I).to(tl.int64)
+        tile_j = (blk_j * BLOCK_J).to(tl.int64)
+        li = rows // C  # [BLOCK_I*C] residue i within the tile
+        lj = cols // C  # [BLOCK_J*C]
+        sc = tl.load(p_ptr + pid_b * stride_pb + tile_i * stride_pi + tile_j * stride_pj
+                     + (li * stride_pi)[:, None] + (lj * stride_pj)[None, :], mask=x_ok, other=0.0)  # [BLOCK_I*C, BLOCK_J*C]
+        x_off = (li * stride_oi + (rows % C) * C * stride_or)[:, None] \
+            + (lj * stride_oj + (cols % C) * stride_or)[None, :]  # [BLOCK_I*C, BLOCK_J*C]
+        x = acc * sc
+        x_hi = x.to(o_ptr.dtype.element_ty)
+        o_x = o_ptr + pid_b * stride_ob + tile_i * stride_oi + tile_j * stride_oj + x_off
+        tl.store(o_x, x_hi, mask=x_ok)
+        if SPLIT:  # [hi, hi, lo] along the last axis, for one product with out_proj's [hi; lo; hi]
+            tl.store(o_x + C * C * stride_or, x_hi, mask=x_ok)
+            tl.store(o_x + 2 * C * C * stride_or, (x - x_hi.to(tl.float32)).to(o_ptr.dtype.element_ty), mask=x_ok)
     else:
         pair = tl.arange(0, BLOCK_I * BLOCK_J)
         out_i = blk_i * BLOCK_I + pair // BLOCK_J
         out_j = blk_j * BLOCK_J + pair % BLOCK_J
         _epilogue(acc, count_i, norm, out_i.to(tl.int64), out_j.to(tl.int64), (out_i < NI) & (out_j < N),
-                  w_ptr, stride_wr, stride_wk, w_lo_ptr, wb_ptr, inv_scale_ptr,
+                  w_ptr, stride_wr, stride_wk, wb_ptr, inv_scale_ptr,
                   o_ptr + pid_b * stride_ob, stride_oi, stride_oj, stride_or,
                   p_ptr + pid_b * stride_pb, stride_pi, stride_pj, stride_pr, R,
-                  C, NORM, EPS, BLOCK_I, BLOCK_J, BLOCK_R, SPLIT, SCALED, ACCUMULATE, ADD_BIAS, "tf32", EPI_T)
+                  C, NORM, EPS, BLOCK_I, BLOCK_J, BLOCK_R, SCALED, ACCUMULATE, ADD_BIAS, "tf32", EPI_T)
 
 
 @triton.jit
@@ -167,10 +179,10 @@ def _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s64, s_ok, offs_
 
 @triton.jit
 def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
-              w_ptr, stride_wr, stride_wk, w_lo_ptr, wb_ptr, inv_scale_ptr,
+              w_ptr, stride_wr, stride_wk, wb_ptr, inv_scale_ptr,
               o_ptr, stride_oi, stride_oj, stride_or, p_ptr, stride_pi, stride_pj, stride_pr, R,
               C: tl.constexpr, NORM: tl.constexpr, EPS: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_J: tl.constexpr,
-              BLOCK_R: tl.constexpr, SPLIT: tl.constexpr, SCALED: tl.constexpr, ACCUMULATE: tl.constexpr,
+              BLOCK_R: tl.constexpr, SCALED: tl.constexpr, ACCUMULATE: tl.constexpr,
               ADD_BIAS: tl.constexpr, PRECISION: tl.constexpr, EPI_T: tl.constexpr):
     """From the tile's outer products acc [(i p), (j q)] (float32) and its counts to the output: the
     normalization's per-pair scale, the rearrangement to [(i j), (p q)], out_proj's product streamed
@@ -191,8 +203,6 @@ def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
     x = tl.permute(x, (0, 2, 1, 3))
     x = tl.reshape(x, (BLOCK_I * BLOCK_J, C * C)) * scale[:, None]  # [(i j), (p q)]
     x_hi = x.to(w_ptr.dtype.element_ty)
-    if SPLIT:
-        x_lo = (x - x_hi.to(tl.float32)).to(w_ptr.dtype.element_ty)
     if SCALED:
         inv_scale = tl.load(inv_scale_ptr)
 
@@ -201,29 +211,17 @@ def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
     offs_k = tl.arange(0, C * C)
     if EPI_T:
         xt_hi = tl.trans(x_hi)  # [(p q), (i j)]
-        if SPLIT:
-            xt_lo = tl.trans(x_lo)
     for r0 in range(0, R, BLOCK_R):
         offs_r = r0 + tl.arange(0, BLOCK_R)
         r_ok = offs_r < R
         if EPI_T:
             w_offs = offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk
             w_r = tl.load(w_ptr + w_offs, mask=r_ok[:, None], other=0.0)  # [BLOCK_R, C*C]
-            out = tl.zeros((BLOCK_R, BLOCK_I * BLOCK_J), dtype=tl.float32)
-            if SPLIT:
-                w_lo = tl.load(w_lo_ptr + w_offs, mask=r_ok[:, None], other=0.0)  # [BLOCK_R, C*C]
-                out = tl.dot(w_lo, xt_hi, out)
-                out = tl.dot(w_r, xt_lo, out)
-            out = tl.trans(tl.dot(w_r, xt_hi, out, input_precision=PRECISION))  # [(i j), BLOCK_R]
+            out = tl.trans(tl.dot(w_r, xt_hi, input_precision=PRECISION))  # [(i j), BLOCK_R]
         else:
             w_offs = offs_k[:, None] * stride_wk + offs_r[None, :] * stride_wr
             w_t = tl.load(w_ptr + w_offs, mask=r_ok[None, :], other=0.0)  # [C*C, BLOCK_R]
-            out = tl.zeros((BLOCK_I * BLOCK_J, BLOCK_R), dtype=tl.float32)
-            if SPLIT:
-                w_lo = tl.load(w_lo_ptr + w_offs, mask=r_ok[None, :], other=0.0)  # [C*C, BLOCK_R]
-                out = tl.dot(x_hi, w_lo, out)
-                out = tl.dot(x_lo, w_t, out)
-            out = tl.dot(x_hi, w_t, out, input_precision=PRECISION)  # [(i j), BLOCK_R]
+            out = tl.dot(x_hi, w_t, input_precision=PRECISION)  # [(i j), BLOCK_R]
         if SCALED:
             out = out * inv_scale
         if ACCUMULATE:
@@ -355,8 +353,8 @@ def _opm_small_kernel(
     out_i = blk_i * BLOCK_I + pair // BLOCK_I
     out_j = blk_j * BLOCK_I + pair % BLOCK_I
     _epilogue(acc, count_i, norm, out_i.to(tl.int64), out_j.to(tl.int64), (out_i < N) & (out_j < N),
-              w_ptr, stride_wr, stride_wk, w_ptr, wbias_ptr, w_ptr, o_ptr + pid_b * stride_ob, stride_oi, stride_oj,
-              stride_or, o_ptr, 0, 0, 0, R, C, NORM, EPS, BLOCK_I, BLOCK_I, BLOCK_R, False, False, False, True, PRECISION,
+              w_ptr, stride_wr, stride_wk, wbias_ptr, w_ptr, o_ptr + pid_b * stride_ob, stride_oi, stride_oj,
+              stride_or, o_ptr, 0, 0, 0, R, C, NORM, EPS, BLOCK_I, BLOCK_I, BLOCK_R, False, False, True, PRECISION,
               False)
 
 
@@ -525,6 +523,95 @@ def _float16_operands(tensors, split: bool):
     return out, torch.exp2(e.sum() - len(tensors) * SCALE_TOP)
 
 
+def pair_scale(mask: torch.Tensor | None, B: int, S: int, N: int, normalization: str,
+               device: torch.device) -> torch.Tensor:
+    """The normalization's per-(i, j) factor (B, N, N) float32 (any strides) from the mask (B, S, N) or
+    None: seed 1 / max(count_i, 1), af2 1 / (eps + count_ij), boltz 1 / max(count_ij, 1)."""
+    counts = torch.ones(B, S, N, device=device) if mask is None else mask.float()
+    if normalization == "seed":
+        den = counts.sum(1).clamp(min=1)  # (B, N)
+        return (1 / den)[:, :, None].expand(-1, -1, N)
+    pairs = torch.einsum("bsi,bsj->bij", counts, counts)
+    return 1 / (AF2_EPS + pairs) if normalization == "af2" else 1 / pairs.clamp(min=1)
+
+
+@triton.jit
+def _finish_kernel(o_ptr, inv_scale_ptr, wb_ptr, sc_ptr, stride_scb, stride_sci, stride_scj, N, R,
+                   SCALE_BIAS: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_R: tl.constexpr):
+    """out[b, i, j, r] = out * inv_scale + bias[r] (times scale[b, i, j] with SCALE_BIAS: af2) in place, over
+    a contiguous float32 (B, N, N, R) output: the split float32 path's last pass. A program per (b, i)
+    and block of j."""
+    bi = tl.program_id(0)
+    b = bi // N
+    i = bi % N
+    offs_j = tl.program_id(1) * BLOCK_J + tl.arange(0, BLOCK_J)  # [BLOCK_J]
+    offs_r = tl.arange(0, BLOCK_R)
+    ok = (offs_j < N)[:, None] & (offs_r < R)[None, :]
+    ptrs = o_ptr + bi.to(tl.int64) * N * R + offs_j[:, None] * R + offs_r[None, :]  # [BLOCK_J, BLOCK_R]
+    bias = tl.load(wb_ptr + offs_r, mask=offs_r < R, other=0.0)[None, :]
+    if SCALE_BIAS:
+        sc = tl.load(sc_ptr + b.to(tl.int64) * stride_scb + i.to(tl.int64) * stride_sci + offs_j * stride_scj,
+                     mask=offs_j < N, other=0.0)  # [BLOCK_J]
+        bias = bias * sc[:, None]
+    tl.store(ptrs, tl.load(ptrs, mask=ok, other=0.0) * tl.load(inv_scale_ptr) + bias, mask=ok)
+
+
+SPLIT_BLOCK_BYTES = 48 << 20  # float32 default precision: [hi, hi, lo] outer products of a block of rows i
+
+
+def _outer_product_mean_split(ab, mask, out_proj_weight, out_proj_bias, normalization, B, S, N, c, R, device):
+    """float32 at the default precision. For a block of rows i at a time, the kernel stores the
+    normalized outer products as float16 [x_hi, x_hi, x_lo] (B, n, N, 3*c*c) (power-of-two scaled
+    operands, three products per pair of them in the main loop) and one cuBLAS product with out_proj's
+    [w_hi; w_lo; w_hi] accumulates the block's output in float32 (~2**-22: the float32 contract). The
+    epilogue's product with float16 hi/lo halves inside the kernel spilled 1.4-3.6 KB of registers a
+    thread and ran the kernel at 5.7 ms on opm-af2-main. hidden_dim 64 (four 32-wide parts) and MSAs
+    longer than SPLIT_CHUNK_S rows (float32 accumulation over ~16k rows measured 1.7e-5) add one such
+    product each. A last pass undoes the operands' scales and adds the bias."""
+    cs = min(c, 32)
+    halves = c // cs
+    parts = halves * halves
+    w_parts = out_proj_weight.reshape(R, halves, cs, halves, cs).permute(1, 3, 0, 2, 4).reshape(parts, R, cs * cs)
+    ((a, a_lo), (b, b_lo), (w, w_lo)), inv_scale = _float16_operands(
+        (ab[0], ab[1], w_parts.to(torch.float32).contiguous()), True)
+    del ab  # the float32 projections are freed before the output is allocated
+    w3 = torch.cat([w, w_lo, w], dim=2).transpose(1, 2)  # (parts, 3 c c, R): [hi; lo; hi]
+    scale = pair_scale(mask, B, S, N, normalization, device)
+    out = empty(B, N, N, R, dtype=torch.float32, device=device)
+    m, m_strides = (a, (0, 0, 0)) if mask is None else (mask, mask.stride())  # a: unused without a mask
+    consts = {"C": cs, "NORM": 0, "HAS_MASK": False, "EPS": AF2_EPS, "SPLIT": True, "SCALED": True,
+              "ACCUMULATE": False, "ADD_BIAS": False, "STORE_X": True}
+    rows = max(1, SPLIT_BLOCK_BYTES // (B * N * 3 * cs * cs * 2))
+    x3 = empty(B, min(rows, N), N, 3 * cs * cs, dtype=torch.float16, device=device)
+    steps = [(k, s0) for k in range(parts) for s0 in range(0, S, SPLIT_CHUNK_S)]
+    for i0 in range(0, N, rows):
+        n = min(rows, N - i0)
+        xb = x3[:, :n]
+        for step, (k, s0) in enumerate(steps):
+            ph, qh = divmod(k, halves)
+            p_cols, q_cols = slice(ph * cs, (ph + 1) * cs), slice(qh * cs, (qh + 1) * cs)
+            a_k, a_lo_k = a[:, :, i0:i0 + n, p_cols], a_lo[:, :, i0:i0 + n, p_cols]
+            b_k, b_lo_k = b[..., q_cols], b_lo[..., q_cols]
+            s1 = min(S, s0 + SPLIT_CHUNK_S)
+            sc = scale[:, i0:i0 + n]
+            args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], m, *m_strides, m, w, 0, 0, w, a_lo_k, b_lo_k,
+                    w, xb, *xb.stride(), sc, *sc.stride(), 0, S, n, N, R, s0, s1, bucket(s1 - s0), bucket(N))
+
+            def grid(meta, n=n):
+                bi = meta["TILE_ROWS"] // cs
+                return (cdiv(n, bi) * cdiv(N, bi * meta["COLS_FACTOR"]), B)
+
+            launch(_opm_kernel, _tuned_kernel, _configs, _prune, grid, args, consts, _interpret_meta(cs))
+            for bb in range(B):  # (n N, 3 c c) @ (3 c c, R) into the output's rows, float32
+                dst = out[bb, i0:i0 + n].view(n * N, R)
+                add_product(dst, xb[bb].view(n * N, -1), w3[k], overwrite=step == 0)
+    block_r = max(16, next_pow2(R))
+    block_j = max(1, min(next_pow2(N), 4096 // block_r))
+    _finish_kernel[(B * N, cdiv(N, block_j))](out, inv_scale, out_proj_bias.float(), scale, *scale.stride(), N, R,
+                                              SCALE_BIAS=normalization == "af2", BLOCK_J=block_j, BLOCK_R=block_r)
+    return out
+
+
 def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight,
                               proj_a_bias, proj_b_weight, proj_b_bias, out_proj_weight, out_proj_bias,
                               normalization="seed", precision="default"):
@@ -545,58 +632,51 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
                  proj_b_weight, proj_b_bias)
     scaled = dtype == torch.float32
-    split = scaled and precision == "default"
+    if scaled and precision == "default":
+        return _outer_product_mean_split(ab, mask, out_proj_weight, out_proj_bias, normalization, B, S, N, c, R,
+                                         device)
     # hidden_dim 64 runs as four 32-wide parts (p and q halves), each with its block of out_proj's weight,
     # summed in float32 (the kernel's tile holds (i p) x (j q) outer products: 64-wide ones do not fit)
     cs = min(c, 32)
     halves = c // cs
     parts = halves * halves
     w_parts = out_proj_weight.reshape(R, halves, cs, halves, cs).permute(1, 3, 0, 2, 4).reshape(parts, R, cs * cs)
-    if scaled:  # float16 operands; "default" keeps a low half too (three products per pair of operands)
-        ((a, a_lo), (b, b_lo), (w, w_lo)), inv_scale = _float16_operands(
-            (ab[0], ab[1], w_parts.to(torch.float32).contiguous()), split)
+    if scaled:  # float32 at the "fast" precision: one float16 operand each
+        ((a, _), (b, _), (w, _)), inv_scale = _float16_operands((ab[0], ab[1], w_parts.to(torch.float32).contiguous()),
+                                                                False)
         del ab  # the float32 projections are freed before the output is allocated
-        if not split:
-            a_lo, b_lo, w_lo = a, b, w  # unused
     else:
         a, b, w = ab[0], ab[1], w_parts.to(dtype).contiguous()
-        a_lo, b_lo, w_lo, inv_scale = a, b, w, a  # unused
+        inv_scale = a  # unused
     out = empty(B, N, N, R, dtype=dtype, device=device)
     wb = out_proj_bias.to(torch.float32)
     m, m_strides = (a, (0, 0, 0)) if mask is None else (mask, mask.stride())  # a: unused without a mask
     consts = {"C": cs, "NORM": _NORM_CODE[normalization], "HAS_MASK": mask is not None, "EPS": AF2_EPS,
-              "SPLIT": split, "SCALED": scaled, "STORE_X": False}
+              "SPLIT": False, "SCALED": scaled, "STORE_X": False}
     if parts == 1 or dtype == torch.float32:
         rows, partial = N, None  # float32 sums the parts in the output itself
     else:  # 16-bit outputs: float32 partial sums for a block of rows i at a time
         rows = max(1, PARTIAL_BYTES // (B * N * R * 4))
         partial = torch.empty(B, min(rows, N), N, R, dtype=torch.float32, device=device)
-    # float32 at the default precision multiplies at most SPLIT_CHUNK_S MSA rows a launch: the tensor
-    # cores' float32 accumulation over ~16k rows measured 1.7e-5 relative error (contract: 1e-5); each
-    # chunk adds its normalized product to the output, as the parts of hidden_dim 64 do
-    chunk = SPLIT_CHUNK_S if split else S
-    steps = [(k, s0) for k in range(parts) for s0 in range(0, S, chunk)]
     for i0 in range(0, N, rows):
         n = min(rows, N - i0)
         acc = out[:, i0:i0 + n] if partial is None else partial[:, :n]
-        for step, (k, s0) in enumerate(steps):
+        for k in range(parts):
             ph, qh = divmod(k, halves)
-            p_cols, q_cols = slice(ph * cs, (ph + 1) * cs), slice(qh * cs, (qh + 1) * cs)
-            a_k, a_lo_k = a[:, :, i0:i0 + n, p_cols], a_lo[:, :, i0:i0 + n, p_cols]
-            b_k, b_lo_k = b[..., q_cols], b_lo[..., q_cols]
-            last = step == len(steps) - 1
+            a_k = a[:, :, i0:i0 + n, ph * cs:(ph + 1) * cs]
+            b_k = b[..., qh * cs:(qh + 1) * cs]
+            last = k == parts - 1
             dst = out[:, i0:i0 + n] if last else acc
-            s1 = min(S, s0 + chunk)
             args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], m, *m_strides, m[:, :, i0:] if mask is not None else m,
-                    w[k], *w[k].stride(), wb, a_lo_k, b_lo_k, w_lo[k], inv_scale, dst, *dst.stride(), acc,
-                    *acc.stride(), S, n, N, R, s0, s1, bucket(s1 - s0), bucket(N))
+                    w[k], *w[k].stride(), wb, a_k, b_k, inv_scale, dst, *dst.stride(), acc,
+                    *acc.stride(), S, n, N, R, 0, S, bucket(S), bucket(N))
 
             def grid(meta, n=n):
                 bi = meta["TILE_ROWS"] // cs
                 return (cdiv(n, bi) * cdiv(N, bi * meta["COLS_FACTOR"]), B)
 
             launch(_opm_kernel, _tuned_kernel, _configs, _prune, grid, args,
-                   consts | {"ACCUMULATE": step > 0, "ADD_BIAS": last}, _interpret_meta(cs))
+                   consts | {"ACCUMULATE": k > 0, "ADD_BIAS": last}, _interpret_meta(cs))
     return out
 
 
@@ -616,7 +696,7 @@ def outer_products(a_rows: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -
     B, S, n, c = a_rows.shape
     N = b.shape[2]
     x = empty(B, n, N, c * c, dtype=a_rows.dtype, device=a_rows.device)
-    args = (a_rows, *a_rows.stride()[:3], b, *b.stride()[:3], a_rows, 0, 0, 0, a_rows, b, 0, 0, b, b, b, b, b,
+    args = (a_rows, *a_rows.stride()[:3], b, *b.stride()[:3], a_rows, 0, 0, 0, a_rows, b, 0, 0, b, b, b, b,
             x, *x.stride(), scale, *scale.stride(), 0, S, n, N, 1, 0, S, bucket(S), bucket(N))
     consts = {"C": c, "NORM": 0, "HAS_MASK": False, "EPS": AF2_EPS, "SPLIT": False, "SCALED": False,
               "ACCUMULATE": False, "ADD_BIAS": False, "STORE_X": True}
