@@ -65,10 +65,10 @@ def launches():
         yield (f"split rows ln={has_ln}", split_linear._split_rows_kernel,
                {"x_ptr": "*fp32", "lnw_ptr": "*fp32", "lnb_ptr": "*fp32", "shift_ptr": "*fp32", "a_ptr": "*fp16"},
                dict(HAS_LN=has_ln, BLOCK_ROWS=16, BLOCK_D=256), 4, 3)
-    for scale_bias in (False, True):
-        yield (f"opm float32 finish af2={scale_bias}", opm._finish_kernel,
-               {n: "*fp32" for n in ("o_ptr", "inv_scale_ptr", "wb_ptr", "sc_ptr")},
-               dict(SCALE_BIAS=scale_bias, BLOCK_J=32, BLOCK_R=128), 4, 1)
+    for out, scaled, scale_bias in (("fp32", True, False), ("fp32", True, True), ("bf16", False, True)):
+        yield (f"opm finish {out} af2={scale_bias}", opm._finish_kernel,
+               {"src_ptr": "*fp32", "o_ptr": f"*{out}", "inv_scale_ptr": "*fp32", "wb_ptr": f"*{out}", "sc_ptr": "*fp32"},
+               dict(SCALED=scaled, SCALE_BIAS=scale_bias, BLOCK_J=32, BLOCK_R=128), 4, 1)
     for lo in (False, True):
         yield (f"float16 split lo={lo}", opm._float16_split_kernel,
                {"x_ptr": "*fp32", "scale_ptr": "*fp32", "hi_ptr": "*fp16", "lo_ptr": "*fp16"}, dict(LO=lo, BLOCK=1024), 4, 3)

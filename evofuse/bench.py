@@ -299,10 +299,14 @@ def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     print(f"evofuse bench on {gpu}, torch {meta['torch']}, triton {meta['triton']}", flush=True)
     rows = []
+    folder = Path(out) / re.sub(r"[^A-Za-z0-9_.-]+", "-", gpu)
+    folder.mkdir(parents=True, exist_ok=True)
     for case in _select(suite):
         rows += bench_case(case, dtypes, False, peer_set)
         if train:
             rows += bench_case(case, dtypes, True, peer_set)
+        # the rows so far, so that a run stopped by a time limit keeps them
+        (folder / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     folder = write_results(rows, meta, Path(out))
     print(markdown(rows))
     print(f"written to {folder}")

@@ -19,6 +19,7 @@ MSA) take one launch instead: `_opm_small_kernel` projects its residues' rows it
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 import triton
@@ -451,6 +452,12 @@ def _tuned_kernel():
 INTERPRET_EPI_T = False  # the tests set it to run the transposed epilogue in the interpreter
 
 
+def _gemm_epilogue() -> bool:
+    """16-bit: out_proj's product in cuBLAS after the kernel (EVOFUSE_OPM_EPILOGUE=gemm, the default) or in
+    the kernel's epilogue (=fused)."""
+    return os.environ.get("EVOFUSE_OPM_EPILOGUE", "gemm") != "fused"
+
+
 def _interpret_meta(C: int) -> dict:
     """In Triton's interpreter (CI): one small config (16 (i, j) pairs a tile, 16 rows of S a step),
     so that the awkward test shapes cross tile edges."""
@@ -536,79 +543,106 @@ def pair_scale(mask: torch.Tensor | None, B: int, S: int, N: int, normalization:
 
 
 @triton.jit
-def _finish_kernel(o_ptr, inv_scale_ptr, wb_ptr, sc_ptr, stride_scb, stride_sci, stride_scj, N, R,
-                   SCALE_BIAS: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_R: tl.constexpr):
-    """out[b, i, j, r] = out * inv_scale + bias[r] (times scale[b, i, j] with SCALE_BIAS: af2) in place, over
-    a contiguous float32 (B, N, N, R) output: the split float32 path's last pass. A program per (b, i)
-    and block of j."""
+def _finish_kernel(src_ptr, stride_sb, stride_si, stride_sj,  # float32 sums: (B, n, N, R), channel stride 1
+                   o_ptr, stride_ob, stride_oi, stride_oj,  # the output's rows of the block: (B, n, N, R), may be src
+                   inv_scale_ptr,  # SCALED only: one float32, 1 / (the power-of-two scales of a, b and w)
+                   wb_ptr,  # out_proj bias: (R,)
+                   sc_ptr, stride_scb, stride_sci, stride_scj,  # SCALE_BIAS only: the per-pair scale (B, n, N)
+                   n, N, R,
+                   SCALED: tl.constexpr, SCALE_BIAS: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_R: tl.constexpr):
+    """out = src * inv_scale + bias (the bias times the pair's scale with SCALE_BIAS: af2), in out's dtype:
+    the last pass of the cuBLAS-epilogue path. A program per (b, i) and block of j."""
     bi = tl.program_id(0)
-    b = bi // N
-    i = bi % N
+    b = (bi // n).to(tl.int64)
+    i = (bi % n).to(tl.int64)
     offs_j = tl.program_id(1) * BLOCK_J + tl.arange(0, BLOCK_J)  # [BLOCK_J]
     offs_r = tl.arange(0, BLOCK_R)
-    ok = (offs_j < N)[:, None] & (offs_r < R)[None, :]
-    ptrs = o_ptr + bi.to(tl.int64) * N * R + offs_j[:, None] * R + offs_r[None, :]  # [BLOCK_J, BLOCK_R]
-    bias = tl.load(wb_ptr + offs_r, mask=offs_r < R, other=0.0)[None, :]
+    j_ok = offs_j < N
+    ok = j_ok[:, None] & (offs_r < R)[None, :]
+    x = tl.load(src_ptr + b * stride_sb + i * stride_si + offs_j[:, None] * stride_sj + offs_r[None, :], mask=ok,
+                other=0.0)  # [BLOCK_J, BLOCK_R]
+    if SCALED:
+        x = x * tl.load(inv_scale_ptr)
+    bias = tl.load(wb_ptr + offs_r, mask=offs_r < R, other=0.0).to(tl.float32)[None, :]
     if SCALE_BIAS:
-        sc = tl.load(sc_ptr + b.to(tl.int64) * stride_scb + i.to(tl.int64) * stride_sci + offs_j * stride_scj,
-                     mask=offs_j < N, other=0.0)  # [BLOCK_J]
-        bias = bias * sc[:, None]
-    tl.store(ptrs, tl.load(ptrs, mask=ok, other=0.0) * tl.load(inv_scale_ptr) + bias, mask=ok)
+        sc = tl.load(sc_ptr + b * stride_scb + i * stride_sci + offs_j * stride_scj, mask=j_ok, other=0.0)
+        bias = bias * sc[:, None]  # [BLOCK_J, BLOCK_R]
+    tl.store(o_ptr + b * stride_ob + i * stride_oi + offs_j[:, None] * stride_oj + offs_r[None, :],
+             (x + bias).to(o_ptr.dtype.element_ty), mask=ok)
 
 
-SPLIT_BLOCK_BYTES = 48 << 20  # float32 default precision: [hi, hi, lo] outer products of a block of rows i
+GEMM_BLOCK_BYTES = 48 << 20  # the cuBLAS-epilogue path: stored outer products of a block of rows i
 
 
-def _outer_product_mean_split(ab, mask, out_proj_weight, out_proj_bias, normalization, B, S, N, c, R, device):
-    """float32 at the default precision. For a block of rows i at a time, the kernel stores the
-    normalized outer products as float16 [x_hi, x_hi, x_lo] (B, n, N, 3*c*c) (power-of-two scaled
-    operands, three products per pair of them in the main loop) and one cuBLAS product with out_proj's
-    [w_hi; w_lo; w_hi] accumulates the block's output in float32 (~2**-22: the float32 contract). The
-    epilogue's product with float16 hi/lo halves inside the kernel spilled 1.4-3.6 KB of registers a
-    thread and ran the kernel at 5.7 ms on opm-af2-main. hidden_dim 64 (four 32-wide parts) and MSAs
-    longer than SPLIT_CHUNK_S rows (float32 accumulation over ~16k rows measured 1.7e-5) add one such
-    product each. A last pass undoes the operands' scales and adds the bias."""
+def _outer_product_mean_gemm(ab, mask, out_proj_weight, out_proj_bias, normalization, B, S, N, c, R, dtype,
+                             device):
+    """The Outer Product Mean with out_proj's product in cuBLAS. For a block of rows i at a time, the
+    kernel stores the normalized outer products X[(b i j), (p q)] (no epilogue) and one cuBLAS product
+    with out_proj's weight makes the block's output. 16-bit: X in the input's dtype; with the seed or
+    boltz normalization and hidden_dim <= 32 the product adds the bias and writes the output itself.
+    float32 (default precision): X as float16 [x_hi, x_hi, x_lo] (B, n, N, 3*c*c) from power-of-two
+    scaled operands (three products per pair of them in the main loop), times out_proj's
+    [w_hi; w_lo; w_hi] accumulated in float32 (~2**-22: the float32 contract); the in-kernel epilogue
+    with float16 hi/lo halves spilled 1.4-3.6 KB of registers a thread and ran at 5.7 ms on
+    opm-af2-main. hidden_dim 64 (four 32-wide parts) and float32 MSAs longer than SPLIT_CHUNK_S rows
+    (float32 accumulation over ~16k rows measured 1.7e-5) add one product each into float32 sums; a
+    last pass then undoes the scales and adds the bias (times the pair's scale for af2)."""
+    split = dtype == torch.float32
     cs = min(c, 32)
     halves = c // cs
     parts = halves * halves
     w_parts = out_proj_weight.reshape(R, halves, cs, halves, cs).permute(1, 3, 0, 2, 4).reshape(parts, R, cs * cs)
-    ((a, a_lo), (b, b_lo), (w, w_lo)), inv_scale = _float16_operands(
-        (ab[0], ab[1], w_parts.to(torch.float32).contiguous()), True)
-    del ab  # the float32 projections are freed before the output is allocated
-    w3 = torch.cat([w, w_lo, w], dim=2).transpose(1, 2)  # (parts, 3 c c, R): [hi; lo; hi]
+    if split:
+        ((a, a_lo), (b, b_lo), (w, w_lo)), inv_scale = _float16_operands(
+            (ab[0], ab[1], w_parts.to(torch.float32).contiguous()), True)
+        del ab  # the float32 projections are freed before the output is allocated
+        w_t = torch.cat([w, w_lo, w], dim=2).transpose(1, 2)  # (parts, 3 c c, R): [hi; lo; hi]
+        x_dtype, width, chunk = torch.float16, 3 * cs * cs, SPLIT_CHUNK_S
+    else:
+        a, b = a_lo, b_lo = ab[0], ab[1]
+        w_t = w_parts.to(dtype).transpose(1, 2)  # (parts, c c, R)
+        inv_scale, x_dtype, width, chunk = a, dtype, cs * cs, S  # inv_scale unused
     scale = pair_scale(mask, B, S, N, normalization, device)
-    out = empty(B, N, N, R, dtype=torch.float32, device=device)
-    m, m_strides = (a, (0, 0, 0)) if mask is None else (mask, mask.stride())  # a: unused without a mask
-    consts = {"C": cs, "NORM": 0, "HAS_MASK": False, "EPS": AF2_EPS, "SPLIT": True, "SCALED": True,
+    bias = out_proj_bias.to(dtype)
+    out = empty(B, N, N, R, dtype=dtype, device=device)
+    direct = not split and parts == 1 and normalization != "af2"  # cuBLAS adds the bias and writes out
+    rows = max(1, GEMM_BLOCK_BYTES // (B * N * width * 2))
+    xs = empty(B, min(rows, N), N, width, dtype=x_dtype, device=device)
+    sums = None if direct or split else torch.empty(B, min(rows, N), N, R, dtype=torch.float32, device=device)
+    consts = {"C": cs, "NORM": 0, "HAS_MASK": False, "EPS": AF2_EPS, "SPLIT": split, "SCALED": split,
               "ACCUMULATE": False, "ADD_BIAS": False, "STORE_X": True}
-    rows = max(1, SPLIT_BLOCK_BYTES // (B * N * 3 * cs * cs * 2))
-    x3 = empty(B, min(rows, N), N, 3 * cs * cs, dtype=torch.float16, device=device)
-    steps = [(k, s0) for k in range(parts) for s0 in range(0, S, SPLIT_CHUNK_S)]
+    steps = [(k, s0) for k in range(parts) for s0 in range(0, S, chunk)]
     for i0 in range(0, N, rows):
         n = min(rows, N - i0)
-        xb = x3[:, :n]
+        xb, sc = xs[:, :n], scale[:, i0:i0 + n]
+        acc = out[:, i0:i0 + n] if split else None if direct else sums[:, :n]  # float32 sums
         for step, (k, s0) in enumerate(steps):
             ph, qh = divmod(k, halves)
             p_cols, q_cols = slice(ph * cs, (ph + 1) * cs), slice(qh * cs, (qh + 1) * cs)
             a_k, a_lo_k = a[:, :, i0:i0 + n, p_cols], a_lo[:, :, i0:i0 + n, p_cols]
             b_k, b_lo_k = b[..., q_cols], b_lo[..., q_cols]
-            s1 = min(S, s0 + SPLIT_CHUNK_S)
-            sc = scale[:, i0:i0 + n]
-            args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], m, *m_strides, m, w, 0, 0, w, a_lo_k, b_lo_k,
-                    w, xb, *xb.stride(), sc, *sc.stride(), 0, S, n, N, R, s0, s1, bucket(s1 - s0), bucket(N))
+            s1 = min(S, s0 + chunk)
+            args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], a_k, 0, 0, 0, a_k, a_k, 0, 0, a_k, a_lo_k, b_lo_k,
+                    a_k, xb, *xb.stride(), sc, *sc.stride(), 0, S, n, N, R, s0, s1, bucket(s1 - s0), bucket(N))
 
             def grid(meta, n=n):
                 bi = meta["TILE_ROWS"] // cs
                 return (cdiv(n, bi) * cdiv(N, bi * meta["COLS_FACTOR"]), B)
 
             launch(_opm_kernel, _tuned_kernel, _configs, _prune, grid, args, consts, _interpret_meta(cs))
-            for bb in range(B):  # (n N, 3 c c) @ (3 c c, R) into the output's rows, float32
-                dst = out[bb, i0:i0 + n].view(n * N, R)
-                add_product(dst, xb[bb].view(n * N, -1), w3[k], overwrite=step == 0)
-    block_r = max(16, next_pow2(R))
-    block_j = max(1, min(next_pow2(N), 4096 // block_r))
-    _finish_kernel[(B * N, cdiv(N, block_j))](out, inv_scale, out_proj_bias.float(), scale, *scale.stride(), N, R,
-                                              SCALE_BIAS=normalization == "af2", BLOCK_J=block_j, BLOCK_R=block_r)
+            for bb in range(B):  # (n N, width) @ (width, R) into the block's output rows
+                x2 = xb[bb].view(n * N, width)
+                if direct:
+                    torch.addmm(bias, x2, w_t[k], out=out[bb, i0:i0 + n].view(n * N, R))
+                else:
+                    add_product(acc[bb].view(n * N, R), x2, w_t[k], overwrite=step == 0)
+        if not direct:
+            dst = out[:, i0:i0 + n]
+            block_r = max(16, next_pow2(R))
+            block_j = max(1, min(next_pow2(N), 4096 // block_r))
+            _finish_kernel[(B * n, cdiv(N, block_j))](
+                acc, *acc.stride()[:3], dst, *dst.stride()[:3], inv_scale, bias, sc, *sc.stride(), n, N, R,
+                SCALED=split, SCALE_BIAS=normalization == "af2", BLOCK_J=block_j, BLOCK_R=block_r)
     return out
 
 
@@ -632,9 +666,9 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
                  proj_b_weight, proj_b_bias)
     scaled = dtype == torch.float32
-    if scaled and precision == "default":
-        return _outer_product_mean_split(ab, mask, out_proj_weight, out_proj_bias, normalization, B, S, N, c, R,
-                                         device)
+    if (scaled and precision == "default") or (not scaled and _gemm_epilogue()):
+        return _outer_product_mean_gemm(ab, mask, out_proj_weight, out_proj_bias, normalization, B, S, N, c, R,
+                                        dtype, device)
     # hidden_dim 64 runs as four 32-wide parts (p and q halves), each with its block of out_proj's weight,
     # summed in float32 (the kernel's tile holds (i p) x (j q) outer products: 64-wide ones do not fit)
     cs = min(c, 32)
