@@ -61,6 +61,12 @@ def launches():
             yield (f"layer norm {dt} D=256 stats={stats}", lnl._layer_norm_kernel,
                    {"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "b_ptr": f"*{dt}", "y_ptr": f"*{dt}", "mean_ptr": "*fp32", "rstd_ptr": "*fp32"},
                    dict(STATS=stats, BLOCK_ROWS=16, BLOCK_D=256), 4, 3)
+    for dt in ("bf16", "fp32"):
+        for need_x in (True, False):
+            yield (f"layer norm backward {dt} D=256 dx={need_x}", lnl._layer_norm_bwd_kernel,
+                   {"x_ptr": f"*{dt}", "dy_ptr": f"*{dt}", "mean_ptr": "*fp32", "rstd_ptr": "*fp32", "w_ptr": f"*{dt}",
+                    "dx_ptr": f"*{dt}", "dw_ptr": "*fp32", "db_ptr": "*fp32"},
+                   dict(NEED_X=need_x, BLOCK_ROWS=8, BLOCK_D=256), 4, 3)
     for has_ln in (True, False):
         yield (f"split rows ln={has_ln}", split_linear._split_rows_kernel,
                {"x_ptr": "*fp32", "lnw_ptr": "*fp32", "lnb_ptr": "*fp32", "shift_ptr": "*fp32", "a_ptr": "*fp16"},

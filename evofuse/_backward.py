@@ -141,7 +141,9 @@ def _ln_linear_grads(dy, x, xn, mean, rstd, params, need_x, needs):
     """Gradients of y = LayerNorm(x) @ [w_1; w_2; ...]^T + [b_1, b_2, ...] by hand, from dy (..., sum of the
     w_k's rows): [x's, then those of params = (LayerNorm weight, bias, w_1, b_1, w_2, b_2, ...)], None
     where not needed. xn, mean and rstd are `ops.layer_norm_linear.ln_project`'s; the LayerNorm's
-    backward is PyTorch's, from those statistics."""
+    backward is `ops.layer_norm_linear.layer_norm_backward`, from those statistics."""
+    from ._library import layer_norm_backward_op
+
     D = x.shape[-1]
     dtype = x.dtype
     dy = dy.reshape(-1, dy.shape[-1])
@@ -161,11 +163,7 @@ def _ln_linear_grads(dy, x, xn, mean, rstd, params, need_x, needs):
                     grads[4 + 2 * m] = db[k0:k0 + k].to(params[3 + 2 * m].dtype)
         if need_x or needs[0] or needs[1]:
             dxn = (dy @ torch.cat(params[2::2]).to(dtype)).view(x.shape)
-            # PyTorch's LayerNorm keeps its statistics in float32 on CUDA, in the input's dtype on the CPU
-            st = torch.float32 if x.is_cuda else dtype
-            dx, dlnw, dlnb = torch.ops.aten.native_layer_norm_backward(
-                dxn, x, [D], mean.to(st), rstd.to(st), params[0].to(dtype), params[1].to(dtype),
-                [need_x, needs[0], needs[1]])
+            dx, dlnw, dlnb = layer_norm_backward_op(dxn, x, mean, rstd, params[0].to(dtype), need_x)
             grads[0] = dx if need_x else None
             grads[1] = dlnw.to(params[0].dtype) if needs[0] else None
             grads[2] = dlnb.to(params[1].dtype) if needs[1] else None

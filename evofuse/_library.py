@@ -148,6 +148,24 @@ def _(g, scale, weight, c):
     return g.new_empty((B, n * c, N * c))
 
 
+@torch.library.custom_op("evofuse::layer_norm_backward", mutates_args=())
+def layer_norm_backward_op(dy: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, weight: Tensor,
+                           need_x: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """The backwards' LayerNorm gradients, 16-bit (`ops.layer_norm_linear.layer_norm_backward`); dx is empty
+    without `need_x`."""
+    from .ops.layer_norm_linear import layer_norm_backward
+
+    dx, dw, db = layer_norm_backward(dy, x, mean, rstd, weight, need_x)
+    return (dx if need_x else x.new_empty((0,))), dw, db
+
+
+@layer_norm_backward_op.register_fake
+def _(dy, x, mean, rstd, weight, need_x):
+    D = x.shape[-1]
+    dx = x.new_empty(x.shape) if need_x else x.new_empty((0,))
+    return dx, x.new_empty((D,), dtype=torch.float32), x.new_empty((D,), dtype=torch.float32)
+
+
 @torch.library.custom_op("evofuse::ln_project", mutates_args=())
 def ln_project_op(x: Tensor, layer_norm_weight: Tensor, layer_norm_bias: Tensor, weights: list[Tensor],
                   biases: list[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from evofuse._library import (msa_row_attention_core_backward_op, msa_row_attention_op, msa_row_attention_train_op,
-                              ln_project_op, opm_outer_product_grad_op, opm_outer_products_op, outer_product_mean_op)
+                              layer_norm_backward_op, ln_project_op, opm_outer_product_grad_op, opm_outer_products_op, outer_product_mean_op)
 
 from .conftest import DEVICE
 from .helpers import att_module, opm_module, random_mask
@@ -65,6 +65,10 @@ def test_opcheck_backward_ops():
     ws = [torch.randn(k, 16, generator=g).to(DEVICE).half() for k in (8, 8)]
     bs = [torch.randn(k, generator=g).to(DEVICE).half() for k in (8, 8)]
     torch.library.opcheck(ln_project_op, (x, *ln, ws, bs), test_utils=("test_schema", "test_faketensor"))
+    _, _, mean, rstd = ln_project_op(x, *ln, ws, bs)
+    for need_x in (True, False):
+        torch.library.opcheck(layer_norm_backward_op, (torch.randn_like(x), x, mean, rstd, ln[0], need_x),
+                              test_utils=("test_schema", "test_faketensor"))
 
 
 def test_attention_backward_from_the_forwards_statistics_equals_the_recompute(monkeypatch):

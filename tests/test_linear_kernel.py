@@ -101,3 +101,32 @@ def test_layer_norm_kernel(dtype, D):
                                rtol=1e-5, atol=0)
     torch.testing.assert_close(layer_norm(x.to(DEVICE, dtype), w.to(DEVICE, dtype), b.to(DEVICE, dtype), 1e-5), out,
                                rtol=0, atol=0)  # the same rows with or without the statistics
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("D, programs", [(16, 8), (24, 3), (130, 1)])
+def test_layer_norm_backward_kernel(dtype, D, programs, monkeypatch):
+    """The LayerNorm backward from the forward's statistics against float64 autograd: dx and the
+    weight's and bias's gradients (summed over programs that each take several row tiles, the last
+    short), non-contiguous x; without dx the same parameter gradients, bit for bit."""
+    import evofuse.ops.layer_norm_linear as lnl
+
+    monkeypatch.setattr(lnl, "LN_BWD_PROGRAMS", programs)
+    g = torch.Generator().manual_seed(D + programs)
+    x = (3 + 2 * torch.randn(2, 3, 2 * 7, D, generator=g))[:, :, ::2]  # non-contiguous, mean far from 0
+    w, b = 1 + 0.3 * torch.randn(D, generator=g), 0.3 * torch.randn(D, generator=g)
+    dy = torch.randn(2, 3, 7, D, generator=g)
+    _, mean, rstd = lnl.layer_norm(x.to(DEVICE, dtype), w.to(DEVICE, dtype), b.to(DEVICE, dtype), 1e-5, stats=True)
+    dx, dw, db = lnl.layer_norm_backward(dy.to(DEVICE, dtype), x.to(DEVICE, dtype), mean, rstd, w.to(DEVICE, dtype))
+    xe, we, be = (t.to(dtype).double().requires_grad_(True) for t in (x, w, b))
+    F.layer_norm(xe, (D,), we, be, 1e-5).backward(dy.to(dtype).double())
+    tol = 1e-5 if dtype == torch.float32 else 2e-3
+    assert dx.dtype == dtype and dx.shape == x.shape and dw.dtype == db.dtype == torch.float32
+    for got, exact in ((dx, xe.grad), (dw, we.grad), (db, be.grad)):
+        err = ((got.double().cpu() - exact).norm() / exact.norm()).item()
+        assert err <= tol, err
+    none, dw2, db2 = lnl.layer_norm_backward(dy.to(DEVICE, dtype), x.to(DEVICE, dtype), mean, rstd,
+                                             w.to(DEVICE, dtype), need_x=False)
+    assert none is None
+    torch.testing.assert_close(dw2, dw, rtol=0, atol=0)
+    torch.testing.assert_close(db2, db, rtol=0, atol=0)

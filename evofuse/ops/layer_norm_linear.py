@@ -191,6 +191,76 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
     return (y, mean, rstd) if stats else y
 
 
+@triton.jit
+def _layer_norm_bwd_kernel(
+    x_ptr, stride_xb, stride_xs, stride_xi, stride_xd,  # x: (B, S, N, D), any strides
+    dy_ptr,  # the output's gradient: (B*S*N, D) contiguous
+    mean_ptr, rstd_ptr,  # the forward's statistics: (B*S*N,) float32 each
+    w_ptr,  # LayerNorm weight: (D,)
+    dx_ptr,  # out (NEED_X): (B*S*N, D) contiguous, x's dtype
+    dw_ptr, db_ptr,  # out: per-program partial sums of the weight's and bias's gradients, (programs, D) float32
+    ROWS, S, N, D,
+    NEED_X: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """LayerNorm's backward from the forward's statistics: dx = rstd (g - mean(g) - xhat mean(g xhat)) with
+    g = dy w, xhat = (x - mean) rstd; the weight's and bias's gradients summed over this program's row
+    tiles (tiles pid, pid + programs, ...) in a fixed order, no atomics."""
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    w = tl.load(w_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    dw = tl.zeros((BLOCK_ROWS, BLOCK_D), dtype=tl.float32)
+    db = tl.zeros((BLOCK_ROWS, BLOCK_D), dtype=tl.float32)
+    for t in range(pid, tl.cdiv(ROWS, BLOCK_ROWS), programs):
+        rows = (t * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)).to(tl.int64)  # [BLOCK_ROWS] (t * BLOCK_ROWS < ROWS)
+        r_ok = rows < ROWS
+        ok = r_ok[:, None] & d_ok[None, :]
+        b = rows // (S * N)
+        s = (rows // N) % S
+        i = rows % N
+        x = tl.load(x_ptr + (b * stride_xb + s * stride_xs + i * stride_xi)[:, None] + offs_d[None, :] * stride_xd,
+                    mask=ok, other=0.0).to(tl.float32)  # [BLOCK_ROWS, BLOCK_D]
+        dy = tl.load(dy_ptr + rows[:, None] * D + offs_d[None, :], mask=ok, other=0.0).to(tl.float32)
+        mean = tl.load(mean_ptr + rows, mask=r_ok, other=0.0)
+        rstd = tl.load(rstd_ptr + rows, mask=r_ok, other=0.0)
+        xhat = tl.where(ok, (x - mean[:, None]) * rstd[:, None], 0.0)
+        dw += dy * xhat
+        db += dy
+        if NEED_X:
+            g = dy * w[None, :]
+            c1 = tl.sum(g * xhat, axis=1) / D
+            c2 = tl.sum(g, axis=1) / D
+            dx = (g - c2[:, None] - xhat * c1[:, None]) * rstd[:, None]
+            tl.store(dx_ptr + rows[:, None] * D + offs_d[None, :], dx.to(dx_ptr.dtype.element_ty), mask=ok)
+    tl.store(dw_ptr + pid * D + offs_d, tl.sum(dw, axis=0), mask=d_ok)
+    tl.store(db_ptr + pid * D + offs_d, tl.sum(db, axis=0), mask=d_ok)
+
+
+LN_BWD_PROGRAMS = 1024  # programs of the LayerNorm backward (each sums its row tiles' weight gradients)
+
+
+def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                        weight: torch.Tensor, need_x: bool = True):
+    """Gradients of `layer_norm` (x (B, S, N, D), any strides; weight (D,)) from the output's gradient dy
+    (B, S, N, D) and the forward's statistics mean, rstd (B, S, N, 1) float32: (dx in x's dtype and shape,
+    or None without `need_x`; the weight's and the bias's gradients (D,) float32), all in one pass over
+    the rows, the parameter gradients summed in a fixed order (bit-reproducible). On the H200, PyTorch's
+    LayerNorm backward took 0.26 ms for att-af2-main's 200 MB rows (bf16)."""
+    B, S, N, D = x.shape
+    rows = B * S * N
+    dy = dy.reshape(rows, D).contiguous()
+    block_d = max(16, next_pow2(D))
+    block_rows = 4 if interpreting() else max(1, 2048 // block_d)
+    programs = max(1, min(cdiv(rows, block_rows), 8 if interpreting() else LN_BWD_PROGRAMS))
+    dx = empty(B, S, N, D, dtype=x.dtype, device=x.device) if need_x else None
+    partial = torch.empty(2, programs, D, dtype=torch.float32, device=x.device)
+    _layer_norm_bwd_kernel[(programs,)](x, *x.stride(), dy, mean, rstd, weight, dx if need_x else dy, partial[0],
+                                        partial[1], rows, S, N, D, NEED_X=need_x, BLOCK_ROWS=block_rows,
+                                        BLOCK_D=block_d, num_warps=4)
+    return dx, partial[0].sum(0), partial[1].sum(0)
+
+
 def layer_norm_fits(D: int) -> bool:
     """Whether `layer_norm` takes rows of width D (one row tile of BLOCK_D columns a program)."""
     return 16 <= D <= 4096
