@@ -94,7 +94,7 @@ def test_layer_norm_kernel(dtype, D):
     assert out.dtype == dtype and out.shape == exact.shape and out.is_contiguous()
     err = ((out.double().cpu() - exact).norm() / exact.norm()).item()
     assert err <= (1e-6 if dtype == torch.float32 else 1e-3), err
-    xd = x.to(dtype).double()  # the statistics, float32, (B, S, N, 1) as PyTorch's LayerNorm backward takes them
+    xd = x.to(dtype).double()  # the statistics, float32, (B, S, N, 1) as layer_norm_backward takes them
     assert mean.dtype == rstd.dtype == torch.float32 and mean.shape == rstd.shape == (*x.shape[:3], 1)
     torch.testing.assert_close(mean.cpu().double(), xd.mean(-1, keepdim=True), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(rstd.cpu().double(), 1 / torch.sqrt(xd.var(-1, unbiased=False, keepdim=True) + 1e-5),
