@@ -574,8 +574,7 @@ def _finish_kernel(src_ptr, stride_sb, stride_si, stride_sj,  # float32 sums: (B
 GEMM_BLOCK_BYTES = 48 << 20  # the cuBLAS-epilogue path: stored outer products of a block of rows i
 
 
-def _outer_product_mean_gemm(ab, mask, out_proj_weight, out_proj_bias, normalization, B, S, N, c, R, dtype,
-                             device):
+def _outer_product_mean_gemm(msa_repr, mask, proj, out_proj_weight, out_proj_bias, normalization, c, R):
     """The Outer Product Mean with out_proj's product in cuBLAS. For a block of rows i at a time, the
     kernel stores the normalized outer products X[(b i j), (p q)] (no epilogue) and one cuBLAS product
     with out_proj's weight makes the block's output. 16-bit: X in the input's dtype; with the seed or
@@ -587,6 +586,9 @@ def _outer_product_mean_gemm(ab, mask, out_proj_weight, out_proj_bias, normaliza
     opm-af2-main. hidden_dim 64 (four 32-wide parts) and float32 MSAs longer than SPLIT_CHUNK_S rows
     (float32 accumulation over ~16k rows measured 1.7e-5) add one product each into float32 sums; a
     last pass then undoes the scales and adds the bias (times the pair's scale for af2)."""
+    B, S, N, _ = msa_repr.shape
+    dtype, device = msa_repr.dtype, msa_repr.device
+    ab = project(msa_repr, mask, *proj)  # held here alone: float32 frees it once split into float16 halves
     split = dtype == torch.float32
     cs = min(c, 32)
     halves = c // cs
@@ -663,12 +665,11 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
                                          proj_a_bias, proj_b_weight, proj_b_bias, out_proj_weight, out_proj_bias,
                                          normalization, small)
     mask = None if msa_mask is None else msa_mask.to(torch.float32)
-    ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
-                 proj_b_weight, proj_b_bias)
+    proj = (layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight, proj_b_bias)
     scaled = dtype == torch.float32
     if (scaled and precision == "default") or (not scaled and _gemm_epilogue()):
-        return _outer_product_mean_gemm(ab, mask, out_proj_weight, out_proj_bias, normalization, B, S, N, c, R,
-                                        dtype, device)
+        return _outer_product_mean_gemm(msa_repr, mask, proj, out_proj_weight, out_proj_bias, normalization, c, R)
+    ab = project(msa_repr, mask, *proj)
     # hidden_dim 64 runs as four 32-wide parts (p and q halves), each with its block of out_proj's weight,
     # summed in float32 (the kernel's tile holds (i p) x (j q) outer products: 64-wide ones do not fit)
     cs = min(c, 32)
