@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine session: `benchmarks/gpu_session.sh tests` and `tests-grid` run the gpu-marked tests
 # (`tests-all`: all of them, the grids on 12 pytest-xdist workers, then memcheck; `tests-grad`: the training ones;
-# `seeds`: the host-bound seed shapes three ways; `measure`: training tests and evofuse alone; `fp32-epilogue`),
+# `seeds`: the host-bound seed shapes three ways; `measure`: training tests and evofuse alone; `final`: the suite with every peer),
 # `tests-rest` the others on CUDA tensors and compute-sanitizer; `... probe` prints kernel-by-kernel and per-config times; `... bench ARGS` runs `evofuse bench ARGS`.
 # Wheels carried in .whl/ and .whl2/ (cuEquivariance) are installed into /tmp/site first.
 set -uo pipefail
@@ -65,18 +65,17 @@ case "${1:-tests}" in
     done
     find "$OUT/train" "$OUT/fwd32" -type f ! -name results.json -delete
     ;;
-  fp32-epilogue)  # float32 forward beside eager and torch.compile; the 16-bit OPM with its epilogue in the kernel
-    # (EVOFUSE_OPM_EPILOGUE=fused) against the default cuBLAS one; the seed shapes' host profile
-    timeout 200 python3 -m evofuse bench --suite opm-af2-main,opm-af2-extra,opm-long,att-af2-main,att-long \
-      --dtype float32 --peers "eager fp32,torch.compile fp32" --out "$OUT/fwd32" 2>&1 | grep -E " fwd " \
-      | tee "$OUT/bench-fwd32.log"
-    EVOFUSE_OPM_EPILOGUE=fused timeout 100 python3 -m evofuse bench --suite opm-af2-main,opm-af2-extra,opm-long \
-      --dtype bfloat16 --peers none --out "$OUT/fused" 2>&1 | grep -E " fwd " | tee "$OUT/bench-fused.log"
-    for dt in bfloat16 float32; do
-      timeout 40 python3 benchmarks/breakdown.py opm-seed att-seed --dtype $dt --host 2>&1 | tee -a "$OUT/seeds-host.log" \
-        | grep -E "forward|host:"
-    done
-    find "$OUT/fwd32" "$OUT/fused" -type f ! -name results.json -delete
+  final)  # every suite shape forward and forward+backward (bf16) beside every peer; float32 forward beside eager
+    # and torch.compile; the 16-bit OPM with its epilogue in the kernel (EVOFUSE_OPM_EPILOGUE=fused); seed host profile
+    TRITON_PRINT_AUTOTUNING=1 timeout ${BENCH_TIMEOUT:-400} python3 -m evofuse bench --suite all --dtype bfloat16 \
+      --train --out "$OUT/suite" 2>&1 | tee "$OUT/suite.log" | grep -E "^  (opm|att)-"
+    timeout 80 python3 -m evofuse bench --suite opm-af2-main,att-af2-main --dtype float32 \
+      --peers "eager fp32,torch.compile fp32" --out "$OUT/fwd32" 2>&1 | grep -E "^  (opm|att)-" | tee "$OUT/bench-fwd32.log"
+    EVOFUSE_OPM_EPILOGUE=fused timeout 40 python3 -m evofuse bench --suite opm-af2-main --dtype bfloat16 \
+      --peers none --out "$OUT/fused" 2>&1 | grep -E "^  (opm|att)-" | tee "$OUT/bench-fused.log"
+    timeout 30 python3 benchmarks/breakdown.py opm-seed att-seed --dtype bfloat16 --host 2>&1 \
+      | tee "$OUT/seeds-host.log" | grep -E "forward|host:"
+    find "$OUT/suite" "$OUT/fwd32" "$OUT/fused" -type f ! -name results.json -delete
     ;;
   probe)  # kernel-by-kernel device time of the main cases, and each candidate config's time
     for dt in bfloat16 float32; do
