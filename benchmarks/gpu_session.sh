@@ -28,8 +28,8 @@ case "${1:-tests}" in
     memcheck
     ;;
   tests-grids)  # the memory tests, then the grids on 12 workers, then memcheck (after a suite-shape run)
-    timeout ${TESTS_TIMEOUT:-300} bash -c 'python3 -m pytest -q tests/test_gpu.py -k "memory" \
-      && python3 -m pytest -q -n 12 --maxfail=20 tests/test_gpu.py -k "awkward or every" --durations=8' 2>&1 \
+    timeout ${TESTS_TIMEOUT:-300} bash -c 'python3 -m pytest -q tests/test_gpu.py -k "memory"; \
+      python3 -m pytest -q -n 12 --maxfail=20 tests/test_gpu.py -k "awkward or every" --durations=8' 2>&1 \
       | grep -v DEBUG | tee "$OUT/gpu-grid-tests.log" | tail -30
     memcheck
     ;;
