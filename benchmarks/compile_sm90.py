@@ -71,28 +71,23 @@ def launches():
         yield (f"split rows ln={has_ln}", split_linear._split_rows_kernel,
                {"x_ptr": "*fp32", "lnw_ptr": "*fp32", "lnb_ptr": "*fp32", "shift_ptr": "*fp32", "a_ptr": "*fp16"},
                dict(HAS_LN=has_ln, BLOCK_ROWS=16, BLOCK_D=256), 4, 3)
-    for out, scaled, scale_bias in (("fp32", True, False), ("fp32", True, True), ("bf16", False, True)):
-        yield (f"opm finish {out} af2={scale_bias}", opm._finish_kernel,
-               {"src_ptr": "*fp32", "o_ptr": f"*{out}", "inv_scale_ptr": "*fp32", "wb_ptr": f"*{out}", "sc_ptr": "*fp32"},
-               dict(SCALED=scaled, SCALE_BIAS=scale_bias, BLOCK_J=32, BLOCK_R=128), 4, 1)
     for lo in (False, True):
         yield (f"float16 split lo={lo}", opm._float16_split_kernel,
                {"x_ptr": "*fp32", "scale_ptr": "*fp32", "hi_ptr": "*fp16", "lo_ptr": "*fp16"}, dict(LO=lo, BLOCK=1024), 4, 3)
     for form, dt, split, scaled in (("bf16", "bf16", False, False), ("fp32", "fp16", True, True),
                                     ("fp32 fast", "fp16", False, True)):
-        out = "*fp16" if split else "*bf16" if dt == "bf16" else "*fp32"
-        ptrs = {n: f"*{dt}" for n in ("a_ptr", "b_ptr", "w_ptr", "a_lo_ptr", "b_lo_ptr")}
+        out = "*bf16" if dt == "bf16" else "*fp32"
+        ptrs = {n: f"*{dt}" for n in ("a_ptr", "b_ptr", "w_ptr", "a_lo_ptr", "b_lo_ptr", "w_lo_ptr")}
         ptrs |= {n: "*fp32" for n in ("m_ptr", "mi_ptr", "wb_ptr", "inv_scale_ptr", "p_ptr")} | {"o_ptr": out}
         for C in opm.FAST_HIDDEN_DIMS[:3]:
-            # float32 at the default precision: no epilogue, the split outer products stored for cuBLAS
-            for norm, acc in ((0, False),) if split else ((0, False), (1, True)):
-                consts = dict(C=C, NORM=norm, HAS_MASK=not split, EPS=1e-3, SPLIT=split, SCALED=scaled,
-                              ACCUMULATE=acc, ADD_BIAS=not split, STORE_X=split)
+            for norm, acc in ((0, False), (1, True)):
+                consts = dict(C=C, NORM=norm, HAS_MASK=True, EPS=1e-3, SPLIT=split, SCALED=scaled, ACCUMULATE=acc,
+                              ADD_BIAS=True, STORE_X=False)
                 cfg = opm._prune(opm._configs(), {}, **consts)[0]
                 yield (f"opm {form} c={C} norm={norm} accumulate={acc}", opm._opm_kernel, ptrs, consts | cfg.kwargs,
                        cfg.num_warps, cfg.num_stages)
     for C in opm.FAST_HIDDEN_DIMS[:3]:  # the backward's kernels (16-bit)
-        ptrs = {n: "*bf16" for n in ("a_ptr", "b_ptr", "w_ptr", "a_lo_ptr", "b_lo_ptr", "o_ptr")}
+        ptrs = {n: "*bf16" for n in ("a_ptr", "b_ptr", "w_ptr", "a_lo_ptr", "b_lo_ptr", "w_lo_ptr", "o_ptr")}
         ptrs |= {n: "*bf16" for n in ("m_ptr", "mi_ptr", "wb_ptr", "inv_scale_ptr")} | {"p_ptr": "*fp32"}
         consts = dict(C=C, NORM=0, HAS_MASK=False, EPS=1e-3, SPLIT=False, SCALED=False, ACCUMULATE=False,
                       ADD_BIAS=False, STORE_X=True)

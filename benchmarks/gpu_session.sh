@@ -66,16 +66,26 @@ case "${1:-tests}" in
     find "$OUT/train" "$OUT/fwd32" -type f ! -name results.json -delete
     ;;
   final)  # every suite shape forward and forward+backward (bf16) beside every peer; float32 forward beside eager
-    # and torch.compile; the 16-bit OPM with its epilogue in the kernel (EVOFUSE_OPM_EPILOGUE=fused); seed host profile
+    # and torch.compile; the seed shapes' host profile
     TRITON_PRINT_AUTOTUNING=1 timeout ${BENCH_TIMEOUT:-400} python3 -m evofuse bench --suite all --dtype bfloat16 \
       --train --out "$OUT/suite" 2>&1 | tee "$OUT/suite.log" | grep -E "^  (opm|att)-"
     timeout 80 python3 -m evofuse bench --suite opm-af2-main,att-af2-main --dtype float32 \
       --peers "eager fp32,torch.compile fp32" --out "$OUT/fwd32" 2>&1 | grep -E "^  (opm|att)-" | tee "$OUT/bench-fwd32.log"
-    EVOFUSE_OPM_EPILOGUE=fused timeout 40 python3 -m evofuse bench --suite opm-af2-main --dtype bfloat16 \
-      --peers none --out "$OUT/fused" 2>&1 | grep -E "^  (opm|att)-" | tee "$OUT/bench-fused.log"
     timeout 30 python3 benchmarks/breakdown.py opm-seed att-seed --dtype bfloat16 --host 2>&1 \
       | tee "$OUT/seeds-host.log" | grep -E "forward|host:"
-    find "$OUT/suite" "$OUT/fwd32" "$OUT/fused" -type f ! -name results.json -delete
+    find "$OUT/suite" "$OUT/fwd32" -type f ! -name results.json -delete
+    ;;
+  opm-final)  # after the Outer Product Mean's forward went back to the in-kernel epilogue: its GPU tests, its
+    # forward and forward+backward rows, float32 beside eager and torch.compile, the training breakdown
+    timeout 100 python3 -m pytest -q -n 12 tests/test_gpu.py \
+      -k "opm_awkward or opm_long_memory or (suite_gradients and opm) or (suite_shapes and opm-af2-main)" 2>&1 \
+      | grep -v DEBUG | tee "$OUT/gpu-opm-tests.log" | tail -4
+    timeout 90 python3 -m evofuse bench --suite opm-af2-main,opm-long --dtype bfloat16 --train --peers "eager fp32" \
+      --out "$OUT/opm" 2>&1 | grep -E "^  (opm|att)-" | tee "$OUT/bench-opm.log"
+    timeout 50 python3 -m evofuse bench --suite opm-af2-main --dtype float32 --peers "eager fp32,torch.compile fp32" \
+      --out "$OUT/opm32" 2>&1 | grep -E "^  (opm|att)-" | tee "$OUT/bench-opm32.log"
+    timeout 40 python3 benchmarks/breakdown.py opm-af2-main --train 2>&1 | tee "$OUT/breakdown-train.log" | head -24
+    find "$OUT/opm" "$OUT/opm32" -type f ! -name results.json -delete
     ;;
   probe)  # kernel-by-kernel device time of the main cases, and each candidate config's time
     for dt in bfloat16 float32; do

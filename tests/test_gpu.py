@@ -1,7 +1,6 @@
 """On the GPU (H200): the suite shapes and awkward ones in every dtype, memory, and sizes past 2**31."""
 
 import copy
-import itertools
 
 import pytest
 import torch
@@ -64,13 +63,9 @@ def test_every_candidate_config(op, dtype, monkeypatch):
         mod = att_module(256, 32, 8, seed=9).cuda()
         inputs = (torch.randn(1, 5, 97, 256, device="cuda"), torch.randn(1, 97, 97, 32, device="cuda"),
                   random_mask(1, 5, 97, "rows", 1).cuda())
-    # the Outer Product Mean's 16-bit forward runs either epilogue (float32 always stores the split X for cuBLAS)
-    epilogues = ["gemm", "fused"] if op == "opm" and dtype != torch.float32 else ["gemm"]
-    for epilogue, cfg in itertools.product(epilogues, module._configs()):
-        monkeypatch.setenv("EVOFUSE_OPM_EPILOGUE", epilogue)
+    for cfg in module._configs():
         monkeypatch.setattr(module, "_configs", lambda cfg=cfg: [cfg])
-        if not module._prune([cfg], {}, C=32, N_BUCKET=128, BLOCK_D=32, SPLIT=dtype == torch.float32,
-                             STORE_X=op == "opm" and epilogue == "gemm"):
+        if not module._prune([cfg], {}, C=32, N_BUCKET=128, BLOCK_D=32, SPLIT=dtype == torch.float32):
             continue
         try:
             contract(mod, inputs, dtype)
@@ -172,11 +167,9 @@ def _extra_mib(fn):
 
 
 @pytest.mark.parametrize("dtype, limit", [(torch.float32, 704), (torch.bfloat16, 384)], ids=str)
-@pytest.mark.parametrize("epilogue", ["gemm", "fused"])
-def test_opm_long_memory(dtype, limit, epilogue, monkeypatch):
+def test_opm_long_memory(dtype, limit):
     """SPEC 6: beyond the inputs, the output, a and b, and at most 64 MiB more (opm-long fp32: 704 MiB,
-    bf16: 384 MiB), with out_proj's product in cuBLAS (blocks of stored outer products) or in the kernel."""
-    monkeypatch.setenv("EVOFUSE_OPM_EPILOGUE", epilogue)
+    bf16: 384 MiB)."""
     case = next(c for c in SUITE if c.name == "opm-long")
     mod = make_module(case).cuda().to(dtype)
     x, mask = make_inputs(case, "cuda", dtype)

@@ -27,17 +27,15 @@ def run(mod, x, mask, dtype, **kw):
     return out, exact, ref_dtype, ref32
 
 
-@pytest.fixture(params=["single-launch", "tiled", "tiled-fused", "tiled-fused-transposed"])
+@pytest.fixture(params=["single-launch", "tiled", "tiled-transposed"])
 def path(request, monkeypatch):
-    """Small problems take the single-launch kernel; "tiled" forces the projection + tiled kernels (out_proj's
-    product in cuBLAS), "tiled-fused" with that product in the kernel's epilogue (16-bit and float32 "fast"),
-    "-transposed" with the epilogue's product transposed."""
+    """Small problems take the single-launch kernel; "tiled" forces the projection + tiled kernels,
+    "tiled-transposed" with the epilogue's product transposed."""
     import evofuse.ops.outer_product_mean as op
 
     if request.param.startswith("tiled"):
         monkeypatch.setattr(op, "SMALL_MAX_N", 0)
-    monkeypatch.setenv("EVOFUSE_OPM_EPILOGUE", "fused" if request.param.startswith("tiled-fused") else "gemm")
-    monkeypatch.setattr(op, "INTERPRET_EPI_T", request.param == "tiled-fused-transposed")
+    monkeypatch.setattr(op, "INTERPRET_EPI_T", request.param == "tiled-transposed")
     return request.param
 
 
@@ -186,23 +184,20 @@ def test_hidden_dim_64(N, S, normalization, mask_kind, dtype, monkeypatch, path)
 def test_float32_long_msa_in_chunks_of_rows(c, normalization, mask_kind, monkeypatch):
     """float32 (default precision) multiplies at most SPLIT_CHUNK_S MSA rows a launch and adds the
     chunks in the output (forced to 12 rows here: 37 rows take 4 launches a part, the last short;
-    the counts of every launch still take all rows), for blocks of rows i (forced to 4 rows: 9 rows
-    take 3 blocks, the last short) whose split outer products cuBLAS multiplies with out_proj."""
+    the counts of every launch still take all rows)."""
     import evofuse.ops.outer_product_mean as op
 
-    N, S, B = 9, 37, 2
-    cs = min(c, 32)
     monkeypatch.setattr(op, "SMALL_MAX_N", 0)
     monkeypatch.setattr(op, "SPLIT_CHUNK_S", 12)
-    monkeypatch.setattr(op, "GEMM_BLOCK_BYTES", 4 * B * N * 3 * cs * cs * 2)
     launches = []
     real_launch = op.launch
     monkeypatch.setattr(op, "launch", lambda *a, **k: (launches.append(a[5][-4:-2]), real_launch(*a, **k)))
+    N, S = 9, 37
     mod = opm_module(12, 6, c, seed=c, normalization=normalization)
-    out, exact, _, ref32 = run(mod, torch.randn(B, S, N, 12), random_mask(B, S, N, mask_kind, seed=c), torch.float32)
+    out, exact, _, ref32 = run(mod, torch.randn(2, S, N, 12), random_mask(2, S, N, mask_kind, seed=c), torch.float32)
     assert_contract(out, exact, torch.float32, ref_fp32=ref32)
     parts = (c // 32) ** 2 if c > 32 else 1
-    assert launches == [(0, 12), (12, 24), (24, 36), (36, 37)] * parts * 3
+    assert launches == [(0, 12), (12, 24), (24, 36), (36, 37)] * parts
 
 
 def test_small_problems_take_one_launch(monkeypatch):
@@ -242,23 +237,3 @@ def test_backward_kernels_against_float64(c, n, N, S):
     gs = (grad.float() * scale[:, i0:, :, None]).half().double()  # rounded to 16 bits as the kernel does
     exact = torch.einsum("bijr,rpq->bipjq", gs, w.double().view(R, c, c)).reshape(2, n * c, N * c)
     torch.testing.assert_close(dx.double(), exact, rtol=2e-3, atol=2e-3)
-
-
-@pytest.mark.parametrize("c, normalization", [(16, "seed"), (32, "af2"), (64, "boltz")])
-def test_float16_cublas_epilogue_in_blocks_of_rows(c, normalization, monkeypatch):
-    """16-bit, out_proj's product in cuBLAS after the kernel, for blocks of rows i (forced to 4 rows: 9
-    rows take 3 blocks, the last short): cuBLAS adds the bias itself (seed, boltz at hidden_dim <= 32) or
-    float32 sums and a last pass do (af2's scaled bias, hidden_dim 64's four parts)."""
-    import evofuse.ops.outer_product_mean as op
-
-    N, S, B = 9, 5, 2
-    monkeypatch.setattr(op, "SMALL_MAX_N", 0)
-    monkeypatch.setenv("EVOFUSE_OPM_EPILOGUE", "gemm")
-    monkeypatch.setattr(op, "GEMM_BLOCK_BYTES", 4 * B * N * min(c, 32) ** 2 * 2)
-    launches = []
-    real_launch = op.launch
-    monkeypatch.setattr(op, "launch", lambda *a, **k: (launches.append(a[5][-4:-2]), real_launch(*a, **k)))
-    mod = opm_module(12, 6, c, seed=c, normalization=normalization)
-    out, exact, ref16, _ = run(mod, torch.randn(B, S, N, 12), random_mask(B, S, N, "random", seed=c), torch.float16)
-    assert_contract(out, exact, torch.float16, lowp_ref=ref16)
-    assert len(launches) == 3 * ((c // 32) ** 2 if c > 32 else 1)

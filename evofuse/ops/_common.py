@@ -81,17 +81,15 @@ def _float32_out_products() -> bool:
     return (major, minor) >= (2, 8)
 
 
-def add_product(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, overwrite: bool = False) -> None:
-    """acc += a @ b (acc = a @ b with `overwrite`: acc's old values, NaN included, are ignored) for a, b
-    (2-D, or batched 3-D) and a float32 acc, in one product accumulating in float32: cuBLAS with a
-    float32 output for 16-bit operands on CUDA (addmm's / baddbmm's out_dtype, PyTorch 2.8 and later);
-    elsewhere the 16-bit operands cast to float32 (their products are exact there)."""
-    beta = 0 if overwrite else 1
+def add_product(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """acc += a @ b for a, b (2-D, or batched 3-D) and a float32 acc, in one product accumulating in
+    float32: cuBLAS with a float32 output for 16-bit operands on CUDA (addmm's / baddbmm's out_dtype,
+    PyTorch 2.8 and later); elsewhere the 16-bit operands cast to float32 (their products are exact there)."""
     product = torch.addmm if a.dim() == 2 else torch.baddbmm
     if a.dtype != acc.dtype and acc.is_cuda and _float32_out_products():
-        product(acc, a, b, beta=beta, out_dtype=torch.float32, out=acc)
+        product(acc, a, b, out_dtype=torch.float32, out=acc)
     else:
-        product(acc, a.to(acc.dtype), b.to(acc.dtype), beta=beta, out=acc)
+        product(acc, a.to(acc.dtype), b.to(acc.dtype), out=acc)
 
 
 @contextlib.contextmanager

@@ -19,14 +19,13 @@ MSA) take one launch instead: `_opm_small_kernel` projects its residues' rows it
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections
-from ._common import add_product, bucket, cdiv, empty, ieee_fp32_matmul, launch, next_pow2
+from ._common import bucket, cdiv, empty, ieee_fp32_matmul, launch, next_pow2
 from .layer_norm_linear import fits, ln_linear, normalize_rows
 
 FAST_HIDDEN_DIMS = (8, 16, 32, 64)
@@ -43,7 +42,7 @@ def _opm_kernel(
     mi_ptr,  # the mask from this launch's first row i on (the rows' side), with m's strides
     w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C)
     wb_ptr,  # out_proj bias: (R,)
-    a_lo_ptr, b_lo_ptr,  # SPLIT only: a's and b's low float16 halves, with their strides
+    a_lo_ptr, b_lo_ptr, w_lo_ptr,  # SPLIT only: the low float16 halves, with a's, b's and w's strides
     inv_scale_ptr,  # SCALED only: one float32, 1 / (the power-of-two scales of a, b and w)
     o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, NI, N, R), rows i of this launch
     p_ptr, stride_pb, stride_pi, stride_pj, stride_pr,  # ACCUMULATE: float32 partial sums (B, NI, N, R) to add;
@@ -61,12 +60,11 @@ def _opm_kernel(
     BLOCK_R: tl.constexpr,
     GROUP_I: tl.constexpr,
     EPI_T: tl.constexpr,  # the epilogue's product transposed (see _epilogue)
-    SPLIT: tl.constexpr,  # float32 contract (with STORE_X): a, b as float16 hi + lo pairs, three products each
+    SPLIT: tl.constexpr,  # float32 contract: operands as float16 hi + lo pairs, three products each
     SCALED: tl.constexpr,  # float32 inputs: a, b, w arrive scaled by powers of two (float16 range)
     ACCUMULATE: tl.constexpr,  # add the partial sums at p_ptr (hidden_dim 64 runs as four 32-wide parts)
     ADD_BIAS: tl.constexpr,  # add out_proj's bias (the last part only)
-    STORE_X: tl.constexpr,  # no epilogue: the outer products times the per-pair scale stored at o_ptr, as
-    # (B, NI, N, C*C) 16-bit (the backward's), or with SPLIT as float16 [hi, hi, lo] (B, NI, N, 3*C*C)
+    STORE_X: tl.constexpr,  # the backward's: store the scaled outer products X (B, NI, N, C*C) at o_ptr, no epilogue
 ):
     BLOCK_I: tl.constexpr = TILE_ROWS // C
     BLOCK_J: tl.constexpr = BLOCK_I * COLS_FACTOR
@@ -144,22 +142,17 @@ def _opm_kernel(
                      + (li * stride_pi)[:, None] + (lj * stride_pj)[None, :], mask=x_ok, other=0.0)  # [BLOCK_I*C, BLOCK_J*C]
         x_off = (li * stride_oi + (rows % C) * C * stride_or)[:, None] \
             + (lj * stride_oj + (cols % C) * stride_or)[None, :]  # [BLOCK_I*C, BLOCK_J*C]
-        x = acc * sc
-        x_hi = x.to(o_ptr.dtype.element_ty)
-        o_x = o_ptr + pid_b * stride_ob + tile_i * stride_oi + tile_j * stride_oj + x_off
-        tl.store(o_x, x_hi, mask=x_ok)
-        if SPLIT:  # [hi, hi, lo] along the last axis, for one product with out_proj's [hi; lo; hi]
-            tl.store(o_x + C * C * stride_or, x_hi, mask=x_ok)
-            tl.store(o_x + 2 * C * C * stride_or, (x - x_hi.to(tl.float32)).to(o_ptr.dtype.element_ty), mask=x_ok)
+        tl.store(o_ptr + pid_b * stride_ob + tile_i * stride_oi + tile_j * stride_oj + x_off,
+                 (acc * sc).to(o_ptr.dtype.element_ty), mask=x_ok)
     else:
         pair = tl.arange(0, BLOCK_I * BLOCK_J)
         out_i = blk_i * BLOCK_I + pair // BLOCK_J
         out_j = blk_j * BLOCK_J + pair % BLOCK_J
         _epilogue(acc, count_i, norm, out_i.to(tl.int64), out_j.to(tl.int64), (out_i < NI) & (out_j < N),
-                  w_ptr, stride_wr, stride_wk, wb_ptr, inv_scale_ptr,
+                  w_ptr, stride_wr, stride_wk, w_lo_ptr, wb_ptr, inv_scale_ptr,
                   o_ptr + pid_b * stride_ob, stride_oi, stride_oj, stride_or,
                   p_ptr + pid_b * stride_pb, stride_pi, stride_pj, stride_pr, R,
-                  C, NORM, EPS, BLOCK_I, BLOCK_J, BLOCK_R, SCALED, ACCUMULATE, ADD_BIAS, "tf32", EPI_T)
+                  C, NORM, EPS, BLOCK_I, BLOCK_J, BLOCK_R, SPLIT, SCALED, ACCUMULATE, ADD_BIAS, "tf32", EPI_T)
 
 
 @triton.jit
@@ -180,10 +173,10 @@ def _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s64, s_ok, offs_
 
 @triton.jit
 def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
-              w_ptr, stride_wr, stride_wk, wb_ptr, inv_scale_ptr,
+              w_ptr, stride_wr, stride_wk, w_lo_ptr, wb_ptr, inv_scale_ptr,
               o_ptr, stride_oi, stride_oj, stride_or, p_ptr, stride_pi, stride_pj, stride_pr, R,
               C: tl.constexpr, NORM: tl.constexpr, EPS: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_J: tl.constexpr,
-              BLOCK_R: tl.constexpr, SCALED: tl.constexpr, ACCUMULATE: tl.constexpr,
+              BLOCK_R: tl.constexpr, SPLIT: tl.constexpr, SCALED: tl.constexpr, ACCUMULATE: tl.constexpr,
               ADD_BIAS: tl.constexpr, PRECISION: tl.constexpr, EPI_T: tl.constexpr):
     """From the tile's outer products acc [(i p), (j q)] (float32) and its counts to the output: the
     normalization's per-pair scale, the rearrangement to [(i j), (p q)], out_proj's product streamed
@@ -204,6 +197,8 @@ def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
     x = tl.permute(x, (0, 2, 1, 3))
     x = tl.reshape(x, (BLOCK_I * BLOCK_J, C * C)) * scale[:, None]  # [(i j), (p q)]
     x_hi = x.to(w_ptr.dtype.element_ty)
+    if SPLIT:
+        x_lo = (x - x_hi.to(tl.float32)).to(w_ptr.dtype.element_ty)
     if SCALED:
         inv_scale = tl.load(inv_scale_ptr)
 
@@ -212,17 +207,29 @@ def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
     offs_k = tl.arange(0, C * C)
     if EPI_T:
         xt_hi = tl.trans(x_hi)  # [(p q), (i j)]
+        if SPLIT:
+            xt_lo = tl.trans(x_lo)
     for r0 in range(0, R, BLOCK_R):
         offs_r = r0 + tl.arange(0, BLOCK_R)
         r_ok = offs_r < R
         if EPI_T:
             w_offs = offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk
             w_r = tl.load(w_ptr + w_offs, mask=r_ok[:, None], other=0.0)  # [BLOCK_R, C*C]
-            out = tl.trans(tl.dot(w_r, xt_hi, input_precision=PRECISION))  # [(i j), BLOCK_R]
+            out = tl.zeros((BLOCK_R, BLOCK_I * BLOCK_J), dtype=tl.float32)
+            if SPLIT:
+                w_lo = tl.load(w_lo_ptr + w_offs, mask=r_ok[:, None], other=0.0)  # [BLOCK_R, C*C]
+                out = tl.dot(w_lo, xt_hi, out)
+                out = tl.dot(w_r, xt_lo, out)
+            out = tl.trans(tl.dot(w_r, xt_hi, out, input_precision=PRECISION))  # [(i j), BLOCK_R]
         else:
             w_offs = offs_k[:, None] * stride_wk + offs_r[None, :] * stride_wr
             w_t = tl.load(w_ptr + w_offs, mask=r_ok[None, :], other=0.0)  # [C*C, BLOCK_R]
-            out = tl.dot(x_hi, w_t, input_precision=PRECISION)  # [(i j), BLOCK_R]
+            out = tl.zeros((BLOCK_I * BLOCK_J, BLOCK_R), dtype=tl.float32)
+            if SPLIT:
+                w_lo = tl.load(w_lo_ptr + w_offs, mask=r_ok[None, :], other=0.0)  # [C*C, BLOCK_R]
+                out = tl.dot(x_hi, w_lo, out)
+                out = tl.dot(x_lo, w_t, out)
+            out = tl.dot(x_hi, w_t, out, input_precision=PRECISION)  # [(i j), BLOCK_R]
         if SCALED:
             out = out * inv_scale
         if ACCUMULATE:
@@ -354,8 +361,8 @@ def _opm_small_kernel(
     out_i = blk_i * BLOCK_I + pair // BLOCK_I
     out_j = blk_j * BLOCK_I + pair % BLOCK_I
     _epilogue(acc, count_i, norm, out_i.to(tl.int64), out_j.to(tl.int64), (out_i < N) & (out_j < N),
-              w_ptr, stride_wr, stride_wk, wbias_ptr, w_ptr, o_ptr + pid_b * stride_ob, stride_oi, stride_oj,
-              stride_or, o_ptr, 0, 0, 0, R, C, NORM, EPS, BLOCK_I, BLOCK_I, BLOCK_R, False, False, True, PRECISION,
+              w_ptr, stride_wr, stride_wk, w_ptr, wbias_ptr, w_ptr, o_ptr + pid_b * stride_ob, stride_oi, stride_oj,
+              stride_or, o_ptr, 0, 0, 0, R, C, NORM, EPS, BLOCK_I, BLOCK_I, BLOCK_R, False, False, False, True, PRECISION,
               False)
 
 
@@ -452,12 +459,6 @@ def _tuned_kernel():
 INTERPRET_EPI_T = False  # the tests set it to run the transposed epilogue in the interpreter
 
 
-def _gemm_epilogue() -> bool:
-    """16-bit: out_proj's product in cuBLAS after the kernel (EVOFUSE_OPM_EPILOGUE=gemm, the default) or in
-    the kernel's epilogue (=fused)."""
-    return os.environ.get("EVOFUSE_OPM_EPILOGUE", "gemm") != "fused"
-
-
 def _interpret_meta(C: int) -> dict:
     """In Triton's interpreter (CI): one small config (16 (i, j) pairs a tile, 16 rows of S a step),
     so that the awkward test shapes cross tile edges."""
@@ -542,112 +543,6 @@ def pair_scale(mask: torch.Tensor | None, B: int, S: int, N: int, normalization:
     return 1 / (AF2_EPS + pairs) if normalization == "af2" else 1 / pairs.clamp(min=1)
 
 
-@triton.jit
-def _finish_kernel(src_ptr, stride_sb, stride_si, stride_sj,  # float32 sums: (B, n, N, R), channel stride 1
-                   o_ptr, stride_ob, stride_oi, stride_oj,  # the output's rows of the block: (B, n, N, R), may be src
-                   inv_scale_ptr,  # SCALED only: one float32, 1 / (the power-of-two scales of a, b and w)
-                   wb_ptr,  # out_proj bias: (R,)
-                   sc_ptr, stride_scb, stride_sci, stride_scj,  # SCALE_BIAS only: the per-pair scale (B, n, N)
-                   n, N, R,
-                   SCALED: tl.constexpr, SCALE_BIAS: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_R: tl.constexpr):
-    """out = src * inv_scale + bias (the bias times the pair's scale with SCALE_BIAS: af2), in out's dtype:
-    the last pass of the cuBLAS-epilogue path. A program per (b, i) and block of j."""
-    bi = tl.program_id(0)
-    b = (bi // n).to(tl.int64)
-    i = (bi % n).to(tl.int64)
-    offs_j = tl.program_id(1) * BLOCK_J + tl.arange(0, BLOCK_J)  # [BLOCK_J]
-    offs_r = tl.arange(0, BLOCK_R)
-    j_ok = offs_j < N
-    ok = j_ok[:, None] & (offs_r < R)[None, :]
-    x = tl.load(src_ptr + b * stride_sb + i * stride_si + offs_j[:, None] * stride_sj + offs_r[None, :], mask=ok,
-                other=0.0)  # [BLOCK_J, BLOCK_R]
-    if SCALED:
-        x = x * tl.load(inv_scale_ptr)
-    bias = tl.load(wb_ptr + offs_r, mask=offs_r < R, other=0.0).to(tl.float32)[None, :]
-    if SCALE_BIAS:
-        sc = tl.load(sc_ptr + b * stride_scb + i * stride_sci + offs_j * stride_scj, mask=j_ok, other=0.0)
-        bias = bias * sc[:, None]  # [BLOCK_J, BLOCK_R]
-    tl.store(o_ptr + b * stride_ob + i * stride_oi + offs_j[:, None] * stride_oj + offs_r[None, :],
-             (x + bias).to(o_ptr.dtype.element_ty), mask=ok)
-
-
-GEMM_BLOCK_BYTES = 48 << 20  # the cuBLAS-epilogue path: stored outer products of a block of rows i
-
-
-def _outer_product_mean_gemm(msa_repr, mask, proj, out_proj_weight, out_proj_bias, normalization, c, R):
-    """The Outer Product Mean with out_proj's product in cuBLAS. For a block of rows i at a time, the
-    kernel stores the normalized outer products X[(b i j), (p q)] (no epilogue) and one cuBLAS product
-    with out_proj's weight makes the block's output. 16-bit: X in the input's dtype; with the seed or
-    boltz normalization and hidden_dim <= 32 the product adds the bias and writes the output itself.
-    float32 (default precision): X as float16 [x_hi, x_hi, x_lo] (B, n, N, 3*c*c) from power-of-two
-    scaled operands (three products per pair of them in the main loop), times out_proj's
-    [w_hi; w_lo; w_hi] accumulated in float32 (~2**-22: the float32 contract); the in-kernel epilogue
-    with float16 hi/lo halves spilled 1.4-3.6 KB of registers a thread and ran at 5.7 ms on
-    opm-af2-main. hidden_dim 64 (four 32-wide parts) and float32 MSAs longer than SPLIT_CHUNK_S rows
-    (float32 accumulation over ~16k rows measured 1.7e-5) add one product each into float32 sums; a
-    last pass then undoes the scales and adds the bias (times the pair's scale for af2)."""
-    B, S, N, _ = msa_repr.shape
-    dtype, device = msa_repr.dtype, msa_repr.device
-    ab = project(msa_repr, mask, *proj)  # held here alone: float32 frees it once split into float16 halves
-    split = dtype == torch.float32
-    cs = min(c, 32)
-    halves = c // cs
-    parts = halves * halves
-    w_parts = out_proj_weight.reshape(R, halves, cs, halves, cs).permute(1, 3, 0, 2, 4).reshape(parts, R, cs * cs)
-    if split:
-        ((a, a_lo), (b, b_lo), (w, w_lo)), inv_scale = _float16_operands(
-            (ab[0], ab[1], w_parts.to(torch.float32).contiguous()), True)
-        del ab  # the float32 projections are freed before the output is allocated
-        w_t = torch.cat([w, w_lo, w], dim=2).transpose(1, 2)  # (parts, 3 c c, R): [hi; lo; hi]
-        x_dtype, width, chunk = torch.float16, 3 * cs * cs, SPLIT_CHUNK_S
-    else:
-        a, b = a_lo, b_lo = ab[0], ab[1]
-        w_t = w_parts.to(dtype).transpose(1, 2)  # (parts, c c, R)
-        inv_scale, x_dtype, width, chunk = a, dtype, cs * cs, S  # inv_scale unused
-    scale = pair_scale(mask, B, S, N, normalization, device)
-    bias = out_proj_bias.to(dtype)
-    out = empty(B, N, N, R, dtype=dtype, device=device)
-    direct = not split and parts == 1 and normalization != "af2"  # cuBLAS adds the bias and writes out
-    rows = max(1, GEMM_BLOCK_BYTES // (B * N * width * 2))
-    xs = empty(B, min(rows, N), N, width, dtype=x_dtype, device=device)
-    sums = None if direct or split else torch.empty(B, min(rows, N), N, R, dtype=torch.float32, device=device)
-    consts = {"C": cs, "NORM": 0, "HAS_MASK": False, "EPS": AF2_EPS, "SPLIT": split, "SCALED": split,
-              "ACCUMULATE": False, "ADD_BIAS": False, "STORE_X": True}
-    steps = [(k, s0) for k in range(parts) for s0 in range(0, S, chunk)]
-    for i0 in range(0, N, rows):
-        n = min(rows, N - i0)
-        xb, sc = xs[:, :n], scale[:, i0:i0 + n]
-        acc = out[:, i0:i0 + n] if split else None if direct else sums[:, :n]  # float32 sums
-        for step, (k, s0) in enumerate(steps):
-            ph, qh = divmod(k, halves)
-            p_cols, q_cols = slice(ph * cs, (ph + 1) * cs), slice(qh * cs, (qh + 1) * cs)
-            a_k, a_lo_k = a[:, :, i0:i0 + n, p_cols], a_lo[:, :, i0:i0 + n, p_cols]
-            b_k, b_lo_k = b[..., q_cols], b_lo[..., q_cols]
-            s1 = min(S, s0 + chunk)
-            args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], a_k, 0, 0, 0, a_k, a_k, 0, 0, a_k, a_lo_k, b_lo_k,
-                    a_k, xb, *xb.stride(), sc, *sc.stride(), 0, S, n, N, R, s0, s1, bucket(s1 - s0), bucket(N))
-
-            def grid(meta, n=n):
-                bi = meta["TILE_ROWS"] // cs
-                return (cdiv(n, bi) * cdiv(N, bi * meta["COLS_FACTOR"]), B)
-
-            launch(_opm_kernel, _tuned_kernel, _configs, _prune, grid, args, consts, _interpret_meta(cs))
-            for bb in range(B):  # (n N, width) @ (width, R) into the block's output rows
-                x2 = xb[bb].view(n * N, width)
-                if direct:
-                    torch.addmm(bias, x2, w_t[k], out=out[bb, i0:i0 + n].view(n * N, R))
-                else:
-                    add_product(acc[bb].view(n * N, R), x2, w_t[k], overwrite=step == 0)
-        if not direct:
-            dst = out[:, i0:i0 + n]
-            block_r = max(16, next_pow2(R))
-            block_j = max(1, min(next_pow2(N), 4096 // block_r))
-            _finish_kernel[(B * n, cdiv(N, block_j))](
-                acc, *acc.stride()[:3], dst, *dst.stride()[:3], inv_scale, bias, sc, *sc.stride(), n, N, R,
-                SCALED=split, SCALE_BIAS=normalization == "af2", BLOCK_J=block_j, BLOCK_R=block_r)
-    return out
-
-
 def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight,
                               proj_a_bias, proj_b_weight, proj_b_bias, out_proj_weight, out_proj_bias,
                               normalization="seed", precision="default"):
@@ -665,53 +560,61 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
                                          proj_a_bias, proj_b_weight, proj_b_bias, out_proj_weight, out_proj_bias,
                                          normalization, small)
     mask = None if msa_mask is None else msa_mask.to(torch.float32)
-    proj = (layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight, proj_b_bias)
+    ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
+                 proj_b_weight, proj_b_bias)
     scaled = dtype == torch.float32
-    if (scaled and precision == "default") or (not scaled and _gemm_epilogue()):
-        return _outer_product_mean_gemm(msa_repr, mask, proj, out_proj_weight, out_proj_bias, normalization, c, R)
-    ab = project(msa_repr, mask, *proj)
+    split = scaled and precision == "default"
     # hidden_dim 64 runs as four 32-wide parts (p and q halves), each with its block of out_proj's weight,
     # summed in float32 (the kernel's tile holds (i p) x (j q) outer products: 64-wide ones do not fit)
     cs = min(c, 32)
     halves = c // cs
     parts = halves * halves
     w_parts = out_proj_weight.reshape(R, halves, cs, halves, cs).permute(1, 3, 0, 2, 4).reshape(parts, R, cs * cs)
-    if scaled:  # float32 at the "fast" precision: one float16 operand each
-        ((a, _), (b, _), (w, _)), inv_scale = _float16_operands((ab[0], ab[1], w_parts.to(torch.float32).contiguous()),
-                                                                False)
+    if scaled:  # float16 operands; "default" keeps a low half too (three products per pair of operands)
+        ((a, a_lo), (b, b_lo), (w, w_lo)), inv_scale = _float16_operands(
+            (ab[0], ab[1], w_parts.to(torch.float32).contiguous()), split)
         del ab  # the float32 projections are freed before the output is allocated
+        if not split:
+            a_lo, b_lo, w_lo = a, b, w  # unused
     else:
         a, b, w = ab[0], ab[1], w_parts.to(dtype).contiguous()
-        inv_scale = a  # unused
+        a_lo, b_lo, w_lo, inv_scale = a, b, w, a  # unused
     out = empty(B, N, N, R, dtype=dtype, device=device)
     wb = out_proj_bias.to(torch.float32)
     m, m_strides = (a, (0, 0, 0)) if mask is None else (mask, mask.stride())  # a: unused without a mask
     consts = {"C": cs, "NORM": _NORM_CODE[normalization], "HAS_MASK": mask is not None, "EPS": AF2_EPS,
-              "SPLIT": False, "SCALED": scaled, "STORE_X": False}
+              "SPLIT": split, "SCALED": scaled, "STORE_X": False}
     if parts == 1 or dtype == torch.float32:
         rows, partial = N, None  # float32 sums the parts in the output itself
     else:  # 16-bit outputs: float32 partial sums for a block of rows i at a time
         rows = max(1, PARTIAL_BYTES // (B * N * R * 4))
         partial = torch.empty(B, min(rows, N), N, R, dtype=torch.float32, device=device)
+    # float32 at the default precision multiplies at most SPLIT_CHUNK_S MSA rows a launch: the tensor
+    # cores' float32 accumulation over ~16k rows measured 1.7e-5 relative error (contract: 1e-5); each
+    # chunk adds its normalized product to the output, as the parts of hidden_dim 64 do
+    chunk = SPLIT_CHUNK_S if split else S
+    steps = [(k, s0) for k in range(parts) for s0 in range(0, S, chunk)]
     for i0 in range(0, N, rows):
         n = min(rows, N - i0)
         acc = out[:, i0:i0 + n] if partial is None else partial[:, :n]
-        for k in range(parts):
+        for step, (k, s0) in enumerate(steps):
             ph, qh = divmod(k, halves)
-            a_k = a[:, :, i0:i0 + n, ph * cs:(ph + 1) * cs]
-            b_k = b[..., qh * cs:(qh + 1) * cs]
-            last = k == parts - 1
+            p_cols, q_cols = slice(ph * cs, (ph + 1) * cs), slice(qh * cs, (qh + 1) * cs)
+            a_k, a_lo_k = a[:, :, i0:i0 + n, p_cols], a_lo[:, :, i0:i0 + n, p_cols]
+            b_k, b_lo_k = b[..., q_cols], b_lo[..., q_cols]
+            last = step == len(steps) - 1
             dst = out[:, i0:i0 + n] if last else acc
+            s1 = min(S, s0 + chunk)
             args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], m, *m_strides, m[:, :, i0:] if mask is not None else m,
-                    w[k], *w[k].stride(), wb, a_k, b_k, inv_scale, dst, *dst.stride(), acc,
-                    *acc.stride(), S, n, N, R, 0, S, bucket(S), bucket(N))
+                    w[k], *w[k].stride(), wb, a_lo_k, b_lo_k, w_lo[k], inv_scale, dst, *dst.stride(), acc,
+                    *acc.stride(), S, n, N, R, s0, s1, bucket(s1 - s0), bucket(N))
 
             def grid(meta, n=n):
                 bi = meta["TILE_ROWS"] // cs
                 return (cdiv(n, bi) * cdiv(N, bi * meta["COLS_FACTOR"]), B)
 
             launch(_opm_kernel, _tuned_kernel, _configs, _prune, grid, args,
-                   consts | {"ACCUMULATE": k > 0, "ADD_BIAS": last}, _interpret_meta(cs))
+                   consts | {"ACCUMULATE": step > 0, "ADD_BIAS": last}, _interpret_meta(cs))
     return out
 
 
@@ -731,7 +634,7 @@ def outer_products(a_rows: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -
     B, S, n, c = a_rows.shape
     N = b.shape[2]
     x = empty(B, n, N, c * c, dtype=a_rows.dtype, device=a_rows.device)
-    args = (a_rows, *a_rows.stride()[:3], b, *b.stride()[:3], a_rows, 0, 0, 0, a_rows, b, 0, 0, b, b, b, b,
+    args = (a_rows, *a_rows.stride()[:3], b, *b.stride()[:3], a_rows, 0, 0, 0, a_rows, b, 0, 0, b, b, b, b, b,
             x, *x.stride(), scale, *scale.stride(), 0, S, n, N, 1, 0, S, bucket(S), bucket(N))
     consts = {"C": c, "NORM": 0, "HAS_MASK": False, "EPS": AF2_EPS, "SPLIT": False, "SCALED": False,
               "ACCUMULATE": False, "ADD_BIAS": False, "STORE_X": True}
