@@ -8,12 +8,34 @@ core by the fused kernels of `ops.row_attention`.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 from . import reference as ref
 from .ops._common import add_product, ieee_fp32_matmul
 
 BLOCK_BYTES = 64 << 20  # recomputed outer products (and their gradient) per block of rows i
+
+
+def _kernels(grad_out: torch.Tensor) -> SimpleNamespace:
+    """The backwards' Triton parts: called directly when the backward runs eagerly on real tensors (a
+    custom op's dispatch costs ~50 us of host time a call, ~13 calls a 16-bit Outer Product Mean
+    backward), through their custom ops (with fake implementations) while torch.compile traces it."""
+    if type(grad_out) is torch.Tensor and not torch.compiler.is_compiling():
+        from .ops.layer_norm_linear import layer_norm_backward, ln_project
+        from .ops.outer_product_mean import outer_product_grad, outer_products
+        from .ops.row_attention import attention_core_backward
+
+        return SimpleNamespace(
+            ln_project=lambda x, lnw, lnb, ws, bs: ln_project(x, lnw, lnb, ws, bs, ref.LAYER_NORM_EPS),
+            layer_norm_backward=layer_norm_backward, outer_products=outer_products,
+            outer_product_grad=outer_product_grad, attention_core_backward=attention_core_backward)
+    from . import _library as lib
+
+    return SimpleNamespace(ln_project=lib.ln_project_op, layer_norm_backward=lib.layer_norm_backward_op,
+                           outer_products=lib.opm_outer_products_op, outer_product_grad=lib.opm_outer_product_grad_op,
+                           attention_core_backward=lib.msa_row_attention_core_backward_op)
 
 
 def leaf(t: torch.Tensor | None, needed: bool, dtype: torch.dtype | None = None) -> torch.Tensor | None:
@@ -45,16 +67,17 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     factor): dX = Gs W, da[s, i] = sum_j dX[i, j] b[s, j], db[s, j] = sum_i a[s, i] dX[i, j],
     dW = sum_ij Gs[i, j] (x) X[i, j], on blocks of output rows i (each block's X and dX about
     BLOCK_BYTES: few blocks, since each costs ~10 launches of host time), never the whole N*N*c*c. For
-    16-bit inputs with hidden_dim <= 32, X and dX come from Triton kernels (custom ops, so that
-    torch.compile traces around them) already in the layouts of the cuBLAS products that take them;
+    16-bit inputs with hidden_dim <= 32, X and dX come from Triton kernels (through their custom ops
+    while torch.compile traces) already in the layouts of the cuBLAS products that take them;
     otherwise all are cuBLAS products and rearranging copies. db, dW and the bias gradient are summed
     over blocks in float32 in a fixed order (bit-reproducible). a and b are recomputed: for 16-bit
     inputs by evofuse's LayerNorm and one product (`ops.layer_norm_linear.ln_project`) with the
     projections' gradients by hand, otherwise by the reference under autograd.
     """
-    from ._library import ln_project_op, opm_outer_product_grad_op, opm_outer_products_op
     from .ops.layer_norm_linear import ln_project_ready
     from .ops.outer_product_mean import backward_fused, pair_scale
+
+    kernels = _kernels(grad_out)
 
     msa, mask, *params = inputs
     dtype = msa.dtype
@@ -64,7 +87,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     by_hand = ln_project_ready(dtype, D)
     need_ab = needs[0] or any(needs[2:8])
     if by_hand:
-        y, xn, mean, rstd = ln_project_op(msa, params[0], params[1], [params[2], params[4]], [params[3], params[5]])
+        y, xn, mean, rstd = kernels.ln_project(msa, params[0], params[1], [params[2], params[4]], [params[3], params[5]])
         mask_x = None if mask is None else mask.to(dtype)[..., None]
         ad, bd = (y[..., :c], y[..., c:]) if mask_x is None else (y[..., :c] * mask_x, y[..., c:] * mask_x)
         counts = torch.ones(B, S, N, device=msa.device) if mask is None else mask.to(torch.float32)
@@ -99,12 +122,12 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
                 if dwb is not None and normalization == "af2":
                     dwb += (g_rows * scale_rows[..., None]).sum((0, 1, 2), dtype=torch.float32)
                 if dw is not None:  # ((b i j), (p q)) straight from the kernel
-                    xs = opm_outer_products_op(ad[:, :, i0:i0 + n], bd, scale_rows).view(B * n * N, c * c)
+                    xs = kernels.outer_products(ad[:, :, i0:i0 + n], bd, scale_rows).view(B * n * N, c * c)
                     add_product(dw, g_rows.reshape(-1, R).t(), xs)
                     del xs
                 if da is None and db is None:
                     continue
-                dx = opm_outer_product_grad_op(g_rows, scale_rows, w, c)  # ((b i p), (j q)) from the kernel
+                dx = kernels.outer_product_grad(g_rows, scale_rows, w, c)  # ((b i p), (j q)) from the kernel
             else:
                 gs = (g_rows * scale_rows[..., None]).to(dtype)  # (B, n, N, R)
                 if dwb is not None and normalization == "af2":
@@ -142,8 +165,6 @@ def _ln_linear_grads(dy, x, xn, mean, rstd, params, need_x, needs):
     w_k's rows): [x's, then those of params = (LayerNorm weight, bias, w_1, b_1, w_2, b_2, ...)], None
     where not needed. xn, mean and rstd are `ops.layer_norm_linear.ln_project`'s; the LayerNorm's
     backward is `ops.layer_norm_linear.layer_norm_backward`, from those statistics."""
-    from ._library import layer_norm_backward_op
-
     D = x.shape[-1]
     dtype = x.dtype
     dy = dy.reshape(-1, dy.shape[-1])
@@ -163,7 +184,7 @@ def _ln_linear_grads(dy, x, xn, mean, rstd, params, need_x, needs):
                     grads[4 + 2 * m] = db[k0:k0 + k].to(params[3 + 2 * m].dtype)
         if need_x or needs[0] or needs[1]:
             dxn = (dy @ torch.cat(params[2::2]).to(dtype)).view(x.shape)
-            dx, dlnw, dlnb = layer_norm_backward_op(dxn, x, mean, rstd, params[0].to(dtype), need_x)
+            dx, dlnw, dlnb = _kernels(dy).layer_norm_backward(dxn, x, mean, rstd, params[0].to(dtype), need_x)
             grads[0] = dx if need_x else None
             grads[1] = dlnw.to(params[0].dtype) if needs[0] else None
             grads[2] = dlnb.to(params[1].dtype) if needs[1] else None
@@ -178,14 +199,15 @@ def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="de
     The projections are recomputed: for 16-bit inputs by `ops.layer_norm_linear.ln_project` (evofuse's
     LayerNorm with its statistics, as the training forward ran it) with their gradients by hand,
     otherwise under autograd (PyTorch's LayerNorm, cuBLAS); the pair bias under autograd; out_proj's
-    backward is two products; the attention core's backward is the custom op
-    `evofuse::msa_row_attention_core_backward` (fused kernels, `ops.row_attention.attention_core_backward`).
+    backward is two products; the attention core's backward is `ops.row_attention.attention_core_backward`
+    (fused kernels; the custom op `evofuse::msa_row_attention_core_backward` under torch.compile).
     What is kept between forward and backward is the inputs, o (their size) and the statistics (two
     floats a row and head); the backward's buffers are of the size of qkvg and the pair bias.
     """
-    from ._library import ln_project_op, msa_row_attention_core_backward_op
     from .ops.layer_norm_linear import ln_project_ready
     from .ops.row_attention import pair_bias, project
+
+    kernels = _kernels(grad_out)
 
     msa, pair, msa_mask, *params = inputs
     need_msa, need_pair, _, *need_params = needs
@@ -201,12 +223,13 @@ def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="de
             proj = [leaf(p, n, dtype) for p, n in zip(params[:10], need_params[:10])]
             qkvg = project(msa_l, proj[0], proj[1], proj[2::2], proj[3::2])
     if by_hand:
-        qkvg, xn, mean, rstd = ln_project_op(msa, params[0], params[1], list(params[2:10:2]), list(params[3:10:2]))
+        qkvg, xn, mean, rstd = kernels.ln_project(msa, params[0], params[1], list(params[2:10:2]),
+                                                  list(params[3:10:2]))
     wo = params[10].to(dtype)
     go = grad_out.to(dtype).reshape(-1, D)
     with ieee_fp32_matmul():
         d_gated = (go @ wo).view(B, S, N, D)
-    dx, dz, gated = msa_row_attention_core_backward_op(qkvg.detach(), z.detach(), msa_mask, d_gated, num_heads,
+    dx, dz, gated = kernels.attention_core_backward(qkvg.detach(), z.detach(), msa_mask, d_gated, num_heads,
                                                        precision, z.requires_grad, o, stats)
     with ieee_fp32_matmul():
         dwo = go.t() @ gated.view(-1, D) if need_params[10] else None

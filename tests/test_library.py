@@ -137,6 +137,24 @@ def test_compile_training_matches_eager(dtype):
         torch.testing.assert_close(c, e)
 
 
+def test_eager_backward_calls_the_kernels_directly(monkeypatch):
+    """An eager 16-bit backward launches its Triton parts without their custom ops' dispatch (~50 us of
+    host time a call); torch.compile's tracing takes the ops (test above)."""
+    import evofuse._library as lib
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a backward custom op was dispatched in eager mode")
+
+    for name in ("ln_project_op", "layer_norm_backward_op", "opm_outer_products_op", "opm_outer_product_grad_op",
+                 "msa_row_attention_core_backward_op"):
+        monkeypatch.setattr(lib, name, refuse)
+    model = Trunk().to(DEVICE).half()
+    msa = torch.randn(1, 3, 7, 16, device=DEVICE).half().requires_grad_(True)
+    a, b = model(msa, torch.randn(1, 7, 7, 8, device=DEVICE).half(), random_mask(1, 3, 7, "rows", 6).to(DEVICE))
+    (a.float().square().sum() + b.float().sum()).backward()
+    assert msa.grad is not None and all(p.grad is not None for p in model.parameters())
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("tiled", [False, True], ids=["single-launch", "tiled"])
 def test_cuda_graph_capture_and_replay(tiled, monkeypatch):
