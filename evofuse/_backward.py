@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import torch
 
 from . import reference as ref
-from .ops._common import add_product, ieee_fp32_matmul
+from .ops._common import add_product, column_sums, ieee_fp32_matmul
 
 BLOCK_BYTES = 64 << 20  # recomputed outer products (and their gradient) per block of rows i
 
@@ -107,7 +107,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     dw = torch.zeros(R, c * c, dtype=torch.float32, device=msa.device) if needs[8] else None
     dwb = None
     if needs[9] and normalization != "af2":  # the bias is not normalized: its gradient is grad_out's sum
-        dwb = grad_out.sum((0, 1, 2), dtype=torch.float32)
+        dwb = column_sums(grad_out.reshape(-1, R))
     elif needs[9]:
         dwb = torch.zeros(R, dtype=torch.float32, device=msa.device)
     scale = pair_scale(counts, B, S, N, normalization, msa.device)  # (B, N, N), once for every block
@@ -178,7 +178,7 @@ def _ln_linear_grads(dy, x, xn, mean, rstd, params, need_x, needs):
                 if needs[2 + 2 * m]:
                     grads[3 + 2 * m] = dw[k0:k0 + k].to(params[2 + 2 * m].dtype)
         if any(needs[3::2]):
-            db = dy.sum(0, dtype=torch.float32)
+            db = column_sums(dy)
             for m, (k0, k) in enumerate(zip(starts, widths)):
                 if needs[3 + 2 * m]:
                     grads[4 + 2 * m] = db[k0:k0 + k].to(params[3 + 2 * m].dtype)
@@ -233,7 +233,7 @@ def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="de
                                                        precision, z.requires_grad, o, stats)
     with ieee_fp32_matmul():
         dwo = go.t() @ gated.view(-1, D) if need_params[10] else None
-    dbo = go.sum(0, dtype=torch.float32) if need_params[11] else None  # no float32 copy of go
+    dbo = column_sums(go) if need_params[11] else None  # no float32 copy of go
     if by_hand:
         _backward([z], [dz.to(dtype) if z.requires_grad else None])
         proj_grads = _ln_linear_grads(dx, msa, xn, mean, rstd, params[:10], need_msa, need_params[:10])

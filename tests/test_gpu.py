@@ -247,3 +247,15 @@ def test_training_memory_is_of_the_forward_order(name, limit):
     mod = make_module(case).cuda().to(torch.bfloat16)
     mib = _train_extra_mib(mod, make_inputs(case, "cuda", torch.bfloat16))
     assert mib <= limit, f"{name} bf16 forward+backward used {mib:.0f} MiB beyond the inputs"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_column_sums(dtype):
+    """The backwards' bias gradients: rows summed in float32 (a product with a row of ones for 16-bit)."""
+    from evofuse.ops._common import column_sums
+
+    x = torch.randn(196613, 64, device="cuda").to(dtype)
+    got = column_sums(x)
+    exact = x.double().sum(0)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), exact, rtol=1e-5, atol=1e-3)
