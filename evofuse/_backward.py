@@ -231,10 +231,13 @@ def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="de
         d_gated = (go @ wo).view(B, S, N, D)
     dx, dz, gated = kernels.attention_core_backward(qkvg.detach(), z.detach(), msa_mask, d_gated, num_heads,
                                                        precision, z.requires_grad, o, stats)
+    del d_gated
     with ieee_fp32_matmul():
         dwo = go.t() @ gated.view(-1, D) if need_params[10] else None
+    del gated
     dbo = column_sums(go) if need_params[11] else None  # no float32 copy of go
     if by_hand:
+        del qkvg  # (B, S, N, 4D): freed before the projection's and the LayerNorm's gradients are allocated
         _backward([z], [dz.to(dtype) if z.requires_grad else None])
         proj_grads = _ln_linear_grads(dx, msa, xn, mean, rstd, params[:10], need_msa, need_params[:10])
         grads = [proj_grads[0], _grad(pair_l, pair, need_pair), None] + proj_grads[1:]
