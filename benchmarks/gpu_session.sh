@@ -52,7 +52,7 @@ case "${1:-tests}" in
     memcheck
     ;;
   measure)  # after CPU-only changes: the training tests, then evofuse alone on the main cases and the host profile
-    timeout ${TESTS_TIMEOUT:-200} python3 -m pytest -q tests/test_gpu.py -k "gradient or memory or backward_config" \
+    timeout ${TESTS_TIMEOUT:-200} python3 -m pytest -q tests/test_gpu.py -k "gradient or memory or backward_config or column_sums" \
       --durations=5 2>&1 | grep -v DEBUG | tee "$OUT/gpu-grad-tests.log" | tail -6
     timeout 150 python3 -m evofuse bench --suite opm-af2-main,att-af2-main --dtype bfloat16 --train --peers none \
       --out "$OUT/train" 2>&1 | grep -E "fwd|fwd\+bwd" | tee "$OUT/bench-train.log"
