@@ -8,6 +8,7 @@ core by the fused kernels of `ops.row_attention`.
 
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 
 import torch
@@ -22,7 +23,12 @@ def _kernels(grad_out: torch.Tensor) -> SimpleNamespace:
     """The backwards' Triton parts: called directly when the backward runs eagerly on real tensors (a
     custom op's dispatch costs ~50 us of host time a call, ~13 calls a 16-bit Outer Product Mean
     backward), through their custom ops (with fake implementations) while torch.compile traces it."""
-    if type(grad_out) is torch.Tensor and not torch.compiler.is_compiling():
+    return _kernel_set(type(grad_out) is torch.Tensor and not torch.compiler.is_compiling())
+
+
+@functools.lru_cache(maxsize=2)
+def _kernel_set(eager: bool) -> SimpleNamespace:
+    if eager:
         from .ops.layer_norm_linear import layer_norm_backward, ln_project
         from .ops.outer_product_mean import outer_product_grad, outer_products
         from .ops.row_attention import attention_core_backward

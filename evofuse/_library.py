@@ -3,9 +3,9 @@ operation (no graph break), with a fake implementation (shapes and dtypes only) 
 backward (`evofuse._backward`). The backwards run autograd themselves for the projections, so they
 are called from the registered backward directly rather than as ops of their own (inside which
 autograd does not record); the Triton parts of the backwards are ops of their own
-(`evofuse::msa_row_attention_core_backward`, `evofuse::ln_project`,
+(`evofuse::msa_row_attention_core_backward`, `evofuse::ln_project`, `evofuse::layer_norm_backward`,
 `evofuse::opm_outer_products`, `evofuse::opm_outer_product_grad`), so that torch.compile can trace
-around them.
+around them; eager backwards call the functions behind them directly (`evofuse._backward._kernels`).
 """
 
 from __future__ import annotations

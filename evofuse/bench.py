@@ -299,8 +299,7 @@ def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     print(f"evofuse bench on {gpu}, torch {meta['torch']}, triton {meta['triton']}", flush=True)
     rows = []
-    folder = Path(out) / re.sub(r"[^A-Za-z0-9_.-]+", "-", gpu)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _gpu_folder(Path(out), gpu)
     for case in _select(suite):
         rows += bench_case(case, dtypes, False, peer_set)
         if train:
@@ -313,10 +312,16 @@ def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers
     return 0
 
 
+def _gpu_folder(out: Path, gpu: str) -> Path:
+    """out/<gpu-name>/, created."""
+    folder = out / re.sub(r"[^A-Za-z0-9_.-]+", "-", gpu)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def write_results(rows: list[dict], meta: dict, out: Path) -> Path:
     """JSON, CSV, markdown and the speedup chart under out/<gpu-name>/."""
-    folder = out / re.sub(r"[^A-Za-z0-9_.-]+", "-", meta["gpu"])
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _gpu_folder(out, meta["gpu"])
     (folder / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     with open(folder / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["case", "mode", "impl", "dtype", "ms", "peak_mib", "tflops", "rel_err", "status"])

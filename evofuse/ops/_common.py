@@ -74,9 +74,10 @@ def empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor
 
 
 @functools.lru_cache(maxsize=None)
-def _float32_out_products() -> bool:
+def float32_out_products() -> bool:
     """Whether this PyTorch's CUDA products take 16-bit operands with a float32 output (addmm's and
-    baddbmm's out_dtype, PyTorch 2.8 and later)."""
+    baddbmm's out_dtype, PyTorch 2.8 and later). Read from the version, not probed: it is also asked
+    while torch.compile traces, on fake tensors."""
     major, minor = (int(v) for v in torch.__version__.split(".")[:2])
     return (major, minor) >= (2, 8)
 
@@ -86,7 +87,7 @@ def add_product(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     float32: cuBLAS with a float32 output for 16-bit operands on CUDA (addmm's / baddbmm's out_dtype,
     PyTorch 2.8 and later); elsewhere the 16-bit operands cast to float32 (their products are exact there)."""
     product = torch.addmm if a.dim() == 2 else torch.baddbmm
-    if a.dtype != acc.dtype and acc.is_cuda and _float32_out_products():
+    if a.dtype != acc.dtype and acc.is_cuda and float32_out_products():
         product(acc, a, b, out_dtype=torch.float32, out=acc)
     else:
         product(acc, a.to(acc.dtype), b.to(acc.dtype), out=acc)

@@ -14,14 +14,13 @@ Limits: max|x| * max|W| must stay under ~2**31 (float16's range after the balanc
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
 import triton
 import triton.language as tl
 
-from ._common import cdiv, empty, next_pow2
+from ._common import cdiv, empty, float32_out_products, next_pow2
 from .layer_norm_linear import normalize_rows
 
 BLOCK_BYTES = 32 << 20
@@ -60,25 +59,11 @@ def _addmm_f32(bias, a16, b16, out):
     return torch.addmm(bias, a16.float(), b16.float(), out=out)
 
 
-@functools.lru_cache(maxsize=None)
-def _supported(device_index: int) -> bool:
-    """Whether this PyTorch's cuBLAS path takes float16 operands with a float32 output (torch.addmm's
-    out_dtype, added in PyTorch 2.8); asked once per device, on first use."""
-    device = torch.device("cuda", device_index)
-    try:
-        a = torch.ones(2, 16, dtype=torch.float16, device=device)
-        out = torch.empty(2, 8, dtype=torch.float32, device=device)
-        _addmm_f32(torch.zeros(8, device=device), a, torch.ones(16, 8, dtype=torch.float16, device=device), out)
-    except (RuntimeError, TypeError):
-        return False
-    return True
-
-
 def available(x: torch.Tensor) -> bool:
     """Whether split_linear runs for this tensor (float32; CUDA with out_dtype support, or the CPU)."""
     if x.dtype != torch.float32:
         return False
-    return _supported(x.device.index or 0) if x.is_cuda else True
+    return float32_out_products() if x.is_cuda else True
 
 
 def _log2_max(t: torch.Tensor) -> torch.Tensor:
