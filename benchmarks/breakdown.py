@@ -3,13 +3,14 @@
 python3 benchmarks/breakdown.py [CASE ...] [--dtype bfloat16|float32] [--train] [--host]
 For each case: the device time of every kernel one evofuse forward (with --train: forward and
 backward) launches (mean of 10 calls), and their sum next to the call's wall time, so that launch
-gaps show too. --host adds where the host's time per call goes (cProfile of 500 calls, by own time:
-what bounds small problems).
+gaps show too. --host adds the host's time per call (wall time of calls in a row) and where it goes
+(cProfile of 500 calls, by own time): what bounds small problems.
 """
 
 import argparse
 import cProfile
 import pstats
+import time
 
 import torch
 import triton.testing
@@ -49,6 +50,14 @@ def breakdown(case, dtype, train=False, reps=10):
 
 
 def host_profile(call, calls=500):
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(4 * calls):
+        call()
+    wall = (time.perf_counter() - start) / (4 * calls)
+    torch.cuda.synchronize()
+    print(f"  host: {wall * 1e6:.1f} us a call (wall time of {4 * calls} calls in a row, no profiler; the "
+          "device's time instead where the kernels take longer)")
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(calls):

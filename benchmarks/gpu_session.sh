@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine session: `benchmarks/gpu_session.sh tests` and `tests-grid` run the gpu-marked tests
 # (`tests-all`: all of them, the grids on 12 pytest-xdist workers, then memcheck; `tests-grad`: the training ones;
-# `seeds`: the host-bound seed shapes three ways; `measure`: training tests and evofuse alone; `final`: the suite with every peer),
+# `seeds`: the host-bound seed shapes three ways (`seeds-tests`: the single-launch kernels' and library tests first); `measure`: training tests and evofuse alone; `final`: the suite with every peer),
 # `tests-rest` the others on CUDA tensors and compute-sanitizer; `... probe` prints kernel-by-kernel and per-config times; `... bench ARGS` runs `evofuse bench ARGS`.
 # Wheels carried in .whl/ and .whl2/ (cuEquivariance) are installed into /tmp/site first.
 set -uo pipefail
@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 memcheck() {  # compute-sanitizer over a few small gpu-marked tests
   timeout ${MEMCHECK_TIMEOUT:-120} compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -m gpu \
-    tests/test_gpu.py -k "opm_awkward and 17-3 or attention_awkward and 17-3 or gradients_awkward and 17-5" 2>&1 \
+    tests/test_gpu.py -k "opm_awkward and 17-3 or attention_awkward and 17-3 or gradients_awkward and 17-5 or reuses" 2>&1 \
     | tee "$OUT/memcheck.log" | tail -8
 }
 case "${1:-tests}" in
@@ -95,10 +95,18 @@ case "${1:-tests}" in
     timeout 200 python3 benchmarks/configs.py opm-af2-main att-af2-main 2>&1 | tee "$OUT/configs.log"
     timeout 150 python3 benchmarks/configs.py opm-af2-main --dtype float32 2>&1 | tee -a "$OUT/configs.log"
     ;;
+  seeds-tests)  # the single-launch kernels' GPU tests, the library's (compile, CUDA graphs, opcheck) on CUDA,
+    # memcheck, then the seeds as below
+    timeout 240 python3 -m pytest -q -n 8 tests/test_gpu.py -k "reuses_its_binary or (awkward and auto)" 2>&1 \
+      | grep -v DEBUG | tee "$OUT/gpu-small-tests.log" | tail -4
+    timeout 240 python3 -m pytest -q tests/test_library.py tests/test_cached_launch.py tests/test_gpu_launch_path.py \
+      tests/test_dispatch.py --durations=5 2>&1 | grep -v DEBUG | tee "$OUT/library-tests.log" | tail -12
+    memcheck
+    ;&
   seeds)  # the host-bound seed shapes: evofuse alone in a fresh process, then beside eager and torch.compile
     # (in session 3 the same call took 0.133 ms in the bench and 0.047 ms in breakdown.py), then the host profile
     timeout 120 python3 -m evofuse bench --suite opm-seed,att-seed --peers none --out "$OUT/seeds-alone" 2>&1 | tail -8
-    timeout 150 python3 -m evofuse bench --suite opm-seed,att-seed --peers "eager fp32,torch.compile fp32" \
+    timeout 150 python3 -m evofuse bench --suite opm-seed,att-seed --peers "eager fp32,eager bf16 autocast,torch.compile fp32" \
       --out "$OUT/seeds" 2>&1 | tail -12
     for dt in bfloat16 float32; do
       timeout 60 python3 benchmarks/breakdown.py opm-seed att-seed --dtype $dt --host 2>&1 | tee -a "$OUT/seeds-host.log" \

@@ -92,6 +92,33 @@ def test_every_backward_config(dtype, monkeypatch):
         compare(got, exact, dtype, lowp)
 
 
+@pytest.mark.parametrize("case", [c for c in SUITE if c.name.endswith("seed")], ids=lambda c: c.name)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_single_launch_reuses_its_binary(case, dtype):
+    """The single-launch kernels' second call of a key launches the cached binary (`CachedLaunch`),
+    with the new call's tensors and strides (a transposed MSA view, another mask)."""
+    from evofuse.ops import row_attention
+
+    launcher = (outer_product_mean if case.op == "opm" else row_attention)._launch_small
+    launcher.binaries.clear()
+    mod = make_module(case, seed=5).cuda()
+    contract(mod, make_inputs(case, "cuda", torch.float32, seed=6), dtype)
+    (key, (binary, constexprs)), = launcher.binaries.items()
+    runs = []
+
+    class Counted:
+        function, packed_metadata = binary.function, binary.packed_metadata
+
+        def run(self, *args):
+            runs.append(args)
+            binary.run(*args)
+
+    launcher.binaries[key] = (Counted(), constexprs)
+    msa, *rest = make_inputs(case, "cuda", torch.float32, seed=7, zero_frac=0.5)
+    contract(mod, (msa.transpose(1, 2).contiguous().transpose(1, 2), *rest), dtype)
+    assert len(runs) == 1 and list(launcher.binaries) == [key]
+
+
 @pytest.mark.parametrize("N, S", [(1, 1), (17, 3), (97, 33), (130, 7)])
 @pytest.mark.parametrize("c", [8, 16, 32, 64])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

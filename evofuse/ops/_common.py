@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 
 import torch
@@ -31,6 +32,73 @@ def launch(kernel, tuned, configs, prune, grid, args, consts, interpret_meta):
         kernel[grid(cfg.kwargs)](*args, **consts, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     else:
         tuned()[grid](*args, **consts)
+
+
+_INT32 = range(-2**31, 2**31)
+
+
+def _is_constexpr(param: inspect.Parameter) -> bool:
+    return "constexpr" in str(param.annotation)  # tl.constexpr, or its name under postponed annotations
+
+
+def unspecialized_jit(fn):
+    """`triton.jit` specializing on none of `fn`'s runtime arguments (no int == 1, divisibility or pointer
+    alignment cases): the form `CachedLaunch` launches."""
+    import triton
+
+    names = [name for name, p in inspect.signature(fn).parameters.items() if not _is_constexpr(p)]
+    return triton.jit(fn, do_not_specialize=names, do_not_specialize_on_alignment=names)
+
+
+class CachedLaunch:
+    """Launches an `unspecialized_jit` kernel straight through its compiled binary, skipping Triton's
+    per-call binding and specialization of every argument (on the H200's host ~30 us a call for ~30
+    arguments, twice the seed shapes' kernels).
+
+    Such a kernel's binary depends only on its constexprs, the launch options, the pointer dtypes,
+    whether each integer fits int32 and the device: the cache key. The first call of a key, Triton's
+    interpreter and any launch hook (a profiler's) take Triton's own launch. The kernel's constexprs
+    must come last (the binary takes every argument in signature order).
+
+    Call as `launch(grid, *runtime_args, num_warps=..., num_stages=..., **constexprs)`, grid a 3-tuple.
+    """
+
+    def __init__(self, kernel):
+        from triton import knobs
+        from triton.runtime.driver import driver
+
+        self.kernel = kernel
+        self.binaries = {}
+        self._driver, self._runtime_knobs = driver, knobs.runtime  # the active driver is looked up per call
+        constexprs = [name for name, p in inspect.signature(kernel.fn).parameters.items() if _is_constexpr(p)]
+        self.constexpr_names = tuple(kernel.arg_names[len(kernel.arg_names) - len(constexprs):])
+        if list(self.constexpr_names) != constexprs or not all(  # params: absent in Triton's interpreter
+                p.do_not_specialize and p.do_not_specialize_on_alignment
+                for p in getattr(kernel, "params", [])[:-len(constexprs) or None]):
+            raise ValueError(f"{kernel.fn.__name__}: take unspecialized_jit and put the constexprs last")
+
+    def __call__(self, grid, *args, num_warps, num_stages, **consts):
+        if interpreting():
+            self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **consts)
+            return
+        driver = self._driver.active
+        device = driver.get_current_device()
+        key = (device, num_warps, num_stages, *consts.values(),
+               *[(a in _INT32) if type(a) is int else getattr(a, "dtype", type(a)) for a in args])
+        entry = self.binaries.get(key)
+        if entry is None or self._hooked():
+            binary = self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **consts)
+            if all(hasattr(binary, name) for name in ("run", "function", "packed_metadata")):
+                self.binaries[key] = (binary, tuple(consts[name] for name in self.constexpr_names))
+            return
+        binary, constexprs = entry
+        binary.run(grid[0], grid[1], grid[2], driver.get_current_stream(device), binary.function,
+                   binary.packed_metadata, None, None, None, *args, *constexprs)
+
+    def _hooked(self) -> bool:
+        """Whether a launch hook is set (a profiler's; triton 3.9's hooks are chains, possibly empty)."""
+        hook = self._runtime_knobs.launch_enter_hook
+        return hook is not None and bool(getattr(hook, "calls", True))
 
 
 def dot_precision(dtype: torch.dtype, precision: str) -> str:

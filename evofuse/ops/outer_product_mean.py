@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections
-from ._common import bucket, cdiv, empty, ieee_fp32_matmul, launch, next_pow2
+from ._common import CachedLaunch, bucket, cdiv, empty, ieee_fp32_matmul, launch, next_pow2, unspecialized_jit
 from .layer_norm_linear import fits, ln_linear, normalize_rows
 
 FAST_HIDDEN_DIMS = (8, 16, 32, 64)
@@ -322,7 +322,7 @@ def _project_rows(x_ptr, stride_xs, stride_xi, stride_xd, lnw_ptr, lnb_ptr, w_pt
     return y, tl.reshape(m, (BLOCK_S, BLOCK_RES))
 
 
-@triton.jit
+@unspecialized_jit
 def _opm_small_kernel(
     x_ptr, stride_xb, stride_xs, stride_xi, stride_xd,  # msa_repr: (B, S, N, D), any strides
     lnw_ptr, lnb_ptr,  # LayerNorm weight, bias: (D,)
@@ -390,12 +390,14 @@ def _outer_product_mean_small(msa_repr, msa_mask, lnw, lnb, wa, ba, wb, bb, w, w
     R = w.shape[0]
     out = empty(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device)
     m, m_strides = (msa_repr, (0, 0, 0)) if msa_mask is None else (msa_mask, msa_mask.stride())
-    grid = (cdiv(N, meta["BLOCK_I"]) ** 2, B)
-    _opm_small_kernel[grid](msa_repr, *msa_repr.stride(), lnw, lnb, wa, *wa.stride(), ba, wb, *wb.stride(), bb,
-                            m, *m_strides, w, *w.stride(), wbias, out, *out.stride(), S, N, D, R, LAYER_NORM_EPS,
-                            C=c, NORM=_NORM_CODE[normalization], HAS_MASK=msa_mask is not None, EPS=AF2_EPS,
-                            num_warps=8, num_stages=1, **meta)
+    _launch_small((cdiv(N, meta["BLOCK_I"]) ** 2, B, 1), msa_repr, *msa_repr.stride(), lnw, lnb, wa, *wa.stride(), ba,
+                  wb, *wb.stride(), bb, m, *m_strides, w, *w.stride(), wbias, out, *out.stride(), S, N, D, R,
+                  LAYER_NORM_EPS, C=c, NORM=_NORM_CODE[normalization], HAS_MASK=msa_mask is not None, EPS=AF2_EPS,
+                  num_warps=8, num_stages=1, **meta)
     return out
+
+
+_launch_small = CachedLaunch(_opm_small_kernel)
 
 
 def _configs() -> list[triton.Config]:

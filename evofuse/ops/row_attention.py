@@ -28,7 +28,8 @@ import triton.language as tl
 
 from ..reference import LAYER_NORM_EPS, MASK_LOGIT
 from . import split_linear
-from ._common import bucket, cdiv, dot_precision, empty, ieee_fp32_matmul, launch, next_pow2
+from ._common import (CachedLaunch, bucket, cdiv, dot_precision, empty, ieee_fp32_matmul, launch, next_pow2,
+                      unspecialized_jit)
 from .layer_norm_linear import layer_norm, layer_norm_fits, ln_project, ln_project_ready, normalize_rows
 
 MAX_HEAD_DIM = 128
@@ -355,7 +356,7 @@ def _head_projection(xn, w_ptr, b_ptr, hh, D, HEAD_DIM, BLOCK_D: tl.constexpr, B
     return tl.dot(xn, w_t, input_precision=PRECISION) + bias[None, :]
 
 
-@triton.jit
+@unspecialized_jit
 def _row_attention_small_kernel(
     x_ptr, stride_xb, stride_xs, stride_xi, stride_xd,  # msa_repr: (B, S, N, D), any strides
     pair_ptr, stride_pb, stride_pi, stride_pj, stride_pp,  # pair_repr: (B, N, N, P), any strides
@@ -534,6 +535,9 @@ SMALL_MAX_N = 32
 SMALL_MAX_D = 128
 
 
+_launch_small = CachedLaunch(_row_attention_small_kernel)
+
+
 def _small_meta(N, D, h, dtype, params):
     """Constexprs of the single-launch path, or None (too large, or non-contiguous weights)."""
     block_n, block_d = max(16, next_pow2(N)), max(16, next_pow2(D))
@@ -564,8 +568,8 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
     if small is not None:  # one launch from msa_repr to the output; float32 takes IEEE products
         out = empty(B, S, N, D, dtype=dtype, device=msa_repr.device)
         m, m_strides = (msa_repr, (0, 0, 0)) if msa_mask is None else (msa_mask, msa_mask.stride())
-        _row_attention_small_kernel[(B * S,)](
-            msa_repr, *msa_repr.stride(), pair_repr, *pair_repr.stride(), m, *m_strides, *params, out,
+        _launch_small(
+            (B * S, 1, 1), msa_repr, *msa_repr.stride(), pair_repr, *pair_repr.stride(), m, *m_strides, *params, out,
             S, N, D, pair_repr.shape[-1], D // num_heads, LAYER_NORM_EPS, 1 / math.sqrt(D // num_heads),
             HAS_MASK=msa_mask is not None, MASKED_LOGIT=MASK_LOGIT, num_warps=8, num_stages=1, **small)
         return out

@@ -1,0 +1,119 @@
+"""CachedLaunch: the single-launch kernels' path around Triton's per-call argument binding. Here with a
+stand-in kernel and driver (the real binaries are launched by the gpu tests)."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from evofuse.ops import _common
+from evofuse.ops._common import CachedLaunch, unspecialized_jit
+
+
+@unspecialized_jit
+def _scale_kernel(x_ptr, n, factor, BLOCK: tl.constexpr, DOUBLE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(x_ptr + offs, x * factor * (2.0 if DOUBLE else 1.0), mask=offs < n)
+
+
+class _Binary:
+    function, packed_metadata = "function", "metadata"
+
+    def __init__(self, log):
+        self.log = log
+
+    def run(self, *args):
+        self.log.append(("binary", args))
+
+
+class _Kernel:
+    """Triton's launch: logs the call and returns a binary, as `JITFunction.run` does."""
+
+    arg_names = _scale_kernel.arg_names
+    fn = _scale_kernel.fn
+
+    def __init__(self):
+        self.log = []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.log.append(("triton", grid, args, kwargs))
+            return _Binary(self.log)
+        return launch
+
+
+class _Active:
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device):
+        return 1234
+
+
+class _Driver:
+    active = _Active()
+
+
+@pytest.fixture
+def launcher(monkeypatch):
+    monkeypatch.setattr(_common, "interpreting", lambda: False)
+    out = CachedLaunch(_Kernel())
+    out._driver = _Driver()
+    return out
+
+
+def test_the_first_call_of_a_key_compiles_the_next_launch_the_binary(launcher):
+    x = torch.zeros(4)
+    launcher((1, 1, 1), x, 4, 0.5, num_warps=4, num_stages=1, DOUBLE=True, BLOCK=16)
+    launcher((3, 2, 1), x, 5, 0.25, num_warps=4, num_stages=1, DOUBLE=True, BLOCK=16)
+    log = launcher.kernel.log
+    assert [entry[0] for entry in log] == ["triton", "binary"]
+    assert log[0][2:] == ((x, 4, 0.5), dict(num_warps=4, num_stages=1, DOUBLE=True, BLOCK=16))
+    # grid, stream, function, metadata, no launch metadata or hooks, then every argument in signature order
+    assert log[1][1] == (3, 2, 1, 1234, "function", "metadata", None, None, None, x, 5, 0.25, 16, True)
+
+
+@pytest.mark.parametrize("change", ["dtype", "int64", "constexpr", "warps", "hook"])
+def test_what_the_binary_depends_on_makes_a_new_key(launcher, change, monkeypatch):
+    x = torch.zeros(4)
+    launcher((1, 1, 1), x, 4, 0.5, num_warps=4, num_stages=1, BLOCK=16, DOUBLE=False)
+    args, kwargs = [x, 4, 0.5], dict(num_warps=4, num_stages=1, BLOCK=16, DOUBLE=False)
+    if change == "dtype":
+        args[0] = x.double()
+    elif change == "int64":
+        args[1] = 2**31  # an int64 argument: another binary
+    elif change == "constexpr":
+        kwargs["BLOCK"] = 32
+    elif change == "warps":
+        kwargs["num_warps"] = 8
+    else:  # a profiler's launch hook sees every launch: Triton's path
+        monkeypatch.setattr(launcher, "_runtime_knobs", type("Knobs", (), {"launch_enter_hook": print}))
+    launcher((1, 1, 1), *args, **kwargs)
+    assert [entry[0] for entry in launcher.kernel.log] == ["triton", "triton"]
+
+
+def test_specialized_kernels_are_refused():
+    @triton.jit
+    def constexpr_first(BLOCK: tl.constexpr, x_ptr):
+        pass
+
+    with pytest.raises(ValueError, match="constexprs last"):
+        CachedLaunch(constexpr_first)
+    if not _common.interpreting():  # the interpreter keeps no specialization flags to check
+        @triton.jit
+        def specialized(x_ptr, n, BLOCK: tl.constexpr):
+            pass
+
+        with pytest.raises(ValueError, match="unspecialized_jit"):
+            CachedLaunch(specialized)
+
+
+def test_in_the_interpreter_it_is_triton_s_launch():
+    if not _common.interpreting():
+        pytest.skip("Triton's interpreter only")
+    x = torch.arange(20, dtype=torch.float32)
+    launch = CachedLaunch(_scale_kernel)
+    launch((2, 1, 1), x, 20, 0.25, num_warps=1, num_stages=1, BLOCK=16, DOUBLE=True)
+    torch.testing.assert_close(x, torch.arange(20, dtype=torch.float32) / 2)
+    assert launch.binaries == {}
