@@ -4,7 +4,8 @@ python3 benchmarks/breakdown.py [CASE ...] [--dtype bfloat16|float32] [--train] 
 For each case: the device time of every kernel one evofuse forward (with --train: forward and
 backward) launches (mean of 10 calls), and their sum next to the call's wall time, so that launch
 gaps show too. --host adds the host's time per call (wall time of calls in a row) and where it goes
-(cProfile of 500 calls, by own time): what bounds small problems.
+(cProfile of 500 calls, 25 with --train, by own time): what bounds small problems and host-bound
+training steps.
 """
 
 import argparse
@@ -67,6 +68,7 @@ def host_profile(call, calls=500):
     stats = pstats.Stats(prof)
     print(f"  host: {stats.total_tt / calls * 1e6:.1f} us a call under cProfile (it adds ~1 us a function call)")
     stats.sort_stats("tottime").print_stats(14)
+    stats.sort_stats("cumulative").print_stats(24)
 
 
 if __name__ == "__main__":
@@ -80,4 +82,4 @@ if __name__ == "__main__":
     for name in args.cases:
         call = breakdown(by_name[name], getattr(torch, args.dtype), args.train)
         if args.host:
-            host_profile(call)
+            host_profile(call, calls=25 if args.train else 500)

@@ -35,7 +35,7 @@ FLOATS = ("eps", "qk_scale", "sm_scale")
 def compile_sm90(kernel, pointers, consts, num_warps, num_stages, values=None):
     """(shared memory bytes, "REG:n STACK:m") of `kernel` compiled for sm_90 with `pointers`
     {arg: "*bf16", ...}; STACK > 0 means registers spilled to local memory. Pointers are marked 16-byte
-    aligned, as PyTorch's allocations are (except the arguments of `unspecialized_jit` kernels). `values` {arg: int} specializes integer arguments as a launch
+    aligned, as PyTorch's allocations are. `values` {arg: int} specializes integer arguments as a launch
     with those values would (1 becomes a constant, multiples of 16 are marked so): without it the loads
     are not known to be aligned, so neither vectorized nor pipelined with asynchronous copies, and the
     registers and spills read here can differ much from those of a real launch (the float32 OPM kernel:
@@ -44,9 +44,8 @@ def compile_sm90(kernel, pointers, consts, num_warps, num_stages, values=None):
     consts = dict(consts) | {n: 1 for n, v in values.items() if v == 1}
     sig = {n: "constexpr" if n in consts else pointers.get(n, "fp32" if n in FLOATS else "i32")
            for n in kernel.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, (n, p) in enumerate(zip(kernel.arg_names, kernel.params))
-             if n not in consts and not p.do_not_specialize_on_alignment
-             and (n in pointers or values.get(n, 1) % 16 == 0)}
+    attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in kernel.arg_names
+             if n not in consts and (n in pointers or values.get(n, 1) % 16 == 0)}
     src = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                               options={"num_warps": num_warps, "num_stages": num_stages})

@@ -102,6 +102,7 @@ case "${1:-tests}" in
     timeout 240 python3 -m pytest -q tests/test_library.py tests/test_cached_launch.py tests/test_gpu_launch_path.py \
       tests/test_dispatch.py --durations=5 2>&1 | grep -v DEBUG | tee "$OUT/library-tests.log" | tail -12
     memcheck
+    timeout 60 python3 benchmarks/breakdown.py opm-af2-main --train --host 2>&1 | tee "$OUT/train-host.log" | grep -E "forward|host:"
     ;&
   seeds)  # the host-bound seed shapes: evofuse alone in a fresh process, then beside eager and torch.compile
     # (in session 3 the same call took 0.133 ms in the bench and 0.047 ms in breakdown.py), then the host profile

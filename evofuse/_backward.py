@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import torch
 
 from . import reference as ref
-from .ops._common import add_product, column_sums, ieee_fp32_matmul
+from .ops._common import add_product, column_sums, eager, ieee_fp32_matmul
 
 BLOCK_BYTES = 64 << 20  # recomputed outer products (and their gradient) per block of rows i
 
@@ -23,12 +23,12 @@ def _kernels(grad_out: torch.Tensor) -> SimpleNamespace:
     """The backwards' Triton parts: called directly when the backward runs eagerly on real tensors (a
     custom op's dispatch costs ~50 us of host time a call, ~13 calls a 16-bit Outer Product Mean
     backward), through their custom ops (with fake implementations) while torch.compile traces it."""
-    return _kernel_set(type(grad_out) is torch.Tensor and not torch.compiler.is_compiling())
+    return _kernel_set(eager(grad_out))
 
 
 @functools.lru_cache(maxsize=2)
-def _kernel_set(eager: bool) -> SimpleNamespace:
-    if eager:
+def _kernel_set(direct: bool) -> SimpleNamespace:
+    if direct:
         from .ops.layer_norm_linear import layer_norm_backward, ln_project
         from .ops.outer_product_mean import outer_product_grad, outer_products
         from .ops.row_attention import attention_core_backward

@@ -56,19 +56,23 @@ def check_pair(pair_repr: object, B: int, N: int, pair_dim: int, device: torch.d
         raise ValueError(f"pair_repr is on {t.device} but msa_repr is on {device}: all tensors must be on one device")
 
 
-def check_params(device: torch.device, **params: torch.Tensor) -> None:
-    """Every parameter must be a real floating tensor on the inputs' device. (One combined test a
-    parameter on the hot path; the specific error only for a parameter that fails it.)"""
+def check_params(device: torch.device, params: dict[str, torch.Tensor]) -> None:
+    """Every parameter must be a real floating tensor on the inputs' device. (One combined test of all
+    of them on the hot path; the specific error only once it fails.)"""
+    try:
+        if {p.device for p in params.values()} == {device} and _REAL_FLOATS.issuperset([p.dtype for p in params.values()]):
+            return
+    except AttributeError:  # not a tensor: named below
+        pass
     for name, p in params.items():
-        if isinstance(p, torch.Tensor) and p.dtype in _REAL_FLOATS and p.device == device:
-            continue
         t = _require_tensor(name, p)
         _require_float(name, t)
-        raise ValueError(f"{name} is on {t.device} but msa_repr is on {device}: all tensors must be on one device")
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device} but msa_repr is on {device}: all tensors must be on one device")
 
 
-def check_param_shapes(**named: tuple[torch.Tensor, tuple[int, ...]]) -> None:
-    """Each parameter must have exactly its expected shape."""
-    for name, (t, expected) in named.items():
-        if t.shape != expected:
-            raise ValueError(f"{name} must have shape {tuple(expected)}, got {tuple(t.shape)}")
+def check_param_shapes(params: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]]) -> None:
+    """Each parameter named in `expected` must have exactly that shape."""
+    for name, shape in expected.items():
+        if params[name].shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(params[name].shape)}")

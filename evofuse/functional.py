@@ -8,6 +8,8 @@ call; `precision` ("default", "fast") chooses the float32 contract of SPEC 3.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import reference as ref
@@ -17,8 +19,19 @@ from ._library import msa_row_attention_op, msa_row_attention_train_op, outer_pr
 from .ops._common import PRECISIONS
 
 
-_ATT_LINEAR_PARAMS = tuple(f"{name}_{kind}" for name in ("query", "key", "value", "gate", "out_proj")
-                           for kind in ("weight", "bias"))
+@functools.lru_cache(maxsize=64)
+def _opm_shapes(D: int, c: int, R: int) -> dict[str, tuple[int, ...]]:
+    """The shapes of the Outer Product Mean's parameters (layer_norm_weight's defines D)."""
+    return dict(layer_norm_bias=(D,), proj_a_weight=(c, D), proj_a_bias=(c,), proj_b_weight=(c, D), proj_b_bias=(c,),
+                out_proj_weight=(R, c * c), out_proj_bias=(R,))
+
+
+@functools.lru_cache(maxsize=64)
+def _att_shapes(D: int, P: int, h: int) -> dict[str, tuple[int, ...]]:
+    """The shapes of row attention's parameters (layer_norm_weight's defines D, pair_bias_weight's P)."""
+    shapes = {f"{name}_{kind}": (D, D) if kind == "weight" else (D,)
+              for name in ("query", "key", "value", "gate", "out_proj") for kind in ("weight", "bias")}
+    return dict(layer_norm_bias=(D,), **shapes, pair_bias_weight=(h, P), pair_bias_bias=(h,))
 
 
 def _direct(*tensors: torch.Tensor | None) -> bool:
@@ -77,13 +90,10 @@ def outer_product_mean(
     params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias,
                   proj_a_weight=proj_a_weight, proj_a_bias=proj_a_bias, proj_b_weight=proj_b_weight,
                   proj_b_bias=proj_b_bias, out_proj_weight=out_proj_weight, out_proj_bias=out_proj_bias)
-    check_params(msa_repr.device, **params)
+    check_params(msa_repr.device, params)
     c = proj_a_weight.shape[0]
     R = out_proj_weight.shape[0]
-    check_param_shapes(layer_norm_bias=(layer_norm_bias, (D,)), proj_a_weight=(proj_a_weight, (c, D)),
-                       proj_a_bias=(proj_a_bias, (c,)), proj_b_weight=(proj_b_weight, (c, D)),
-                       proj_b_bias=(proj_b_bias, (c,)), out_proj_weight=(out_proj_weight, (R, c * c)),
-                       out_proj_bias=(out_proj_bias, (R,)))
+    check_param_shapes(params, _opm_shapes(D, c, R))
 
     def reference(*t):
         return ref.outer_product_mean_reference(*t, normalization=normalization)
@@ -159,12 +169,8 @@ def msa_row_attention(
                   gate_weight=gate_weight, gate_bias=gate_bias, out_proj_weight=out_proj_weight,
                   out_proj_bias=out_proj_bias, pair_bias_weight=pair_bias_weight,
                   pair_bias_bias=pair_bias_bias)
-    check_params(msa_repr.device, **params)
-    square, vector = (D, D), (D,)
-    check_param_shapes(**{name: (params[name], square if name.endswith("weight") else vector)
-                          for name in _ATT_LINEAR_PARAMS},
-                       layer_norm_bias=(layer_norm_bias, vector), pair_bias_weight=(pair_bias_weight, (num_heads, P)),
-                       pair_bias_bias=(pair_bias_bias, (num_heads,)))
+    check_params(msa_repr.device, params)
+    check_param_shapes(params, _att_shapes(D, P, num_heads))
 
     def reference(*t):
         return ref.msa_row_attention_reference(*t, num_heads=num_heads, dropout=dropout, training=training)

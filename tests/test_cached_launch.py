@@ -7,10 +7,10 @@ import triton
 import triton.language as tl
 
 from evofuse.ops import _common
-from evofuse.ops._common import CachedLaunch, unspecialized_jit
+from evofuse.ops._common import CachedLaunch
 
 
-@unspecialized_jit
+@triton.jit
 def _scale_kernel(x_ptr, n, factor, BLOCK: tl.constexpr, DOUBLE: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs, mask=offs < n)
@@ -66,23 +66,30 @@ def launcher(monkeypatch):
 def test_the_first_call_of_a_key_compiles_the_next_launch_the_binary(launcher):
     x = torch.zeros(4)
     launcher((1, 1, 1), x, 4, 0.5, num_warps=4, num_stages=1, DOUBLE=True, BLOCK=16)
-    launcher((3, 2, 1), x, 5, 0.25, num_warps=4, num_stages=1, DOUBLE=True, BLOCK=16)
+    launcher((3, 2, 1), x, 20, 0.25, num_warps=4, num_stages=1, DOUBLE=True, BLOCK=16)
     log = launcher.kernel.log
     assert [entry[0] for entry in log] == ["triton", "binary"]
     assert log[0][2:] == ((x, 4, 0.5), dict(num_warps=4, num_stages=1, DOUBLE=True, BLOCK=16))
     # grid, stream, function, metadata, no launch metadata or hooks, then every argument in signature order
-    assert log[1][1] == (3, 2, 1, 1234, "function", "metadata", None, None, None, x, 5, 0.25, 16, True)
+    assert log[1][1] == (3, 2, 1, 1234, "function", "metadata", None, None, None, x, 20, 0.25, 16, True)
 
 
-@pytest.mark.parametrize("change", ["dtype", "int64", "constexpr", "warps", "hook"])
-def test_what_the_binary_depends_on_makes_a_new_key(launcher, change, monkeypatch):
-    x = torch.zeros(4)
+@pytest.mark.parametrize("change", ["dtype", "alignment", "int64", "one", "divisibility", "constexpr", "warps",
+                                    "hook"])
+def test_what_triton_specializes_on_makes_a_new_key(launcher, change, monkeypatch):
+    x = torch.zeros(8)
     launcher((1, 1, 1), x, 4, 0.5, num_warps=4, num_stages=1, BLOCK=16, DOUBLE=False)
     args, kwargs = [x, 4, 0.5], dict(num_warps=4, num_stages=1, BLOCK=16, DOUBLE=False)
     if change == "dtype":
         args[0] = x.double()
+    elif change == "alignment":
+        args[0] = x[1:]  # 4 bytes past a 16-byte boundary
     elif change == "int64":
-        args[1] = 2**31  # an int64 argument: another binary
+        args[1] = 2**31 + 4
+    elif change == "one":  # Triton compiles an integer 1 as a constant
+        args[1] = 1
+    elif change == "divisibility":  # and marks multiples of 16
+        args[1] = 32
     elif change == "constexpr":
         kwargs["BLOCK"] = 32
     elif change == "warps":
@@ -93,20 +100,20 @@ def test_what_the_binary_depends_on_makes_a_new_key(launcher, change, monkeypatc
     assert [entry[0] for entry in launcher.kernel.log] == ["triton", "triton"]
 
 
-def test_specialized_kernels_are_refused():
+def test_what_triton_does_not_specialize_on_shares_the_binary(launcher):
+    x, y = torch.zeros(64), torch.ones(64)
+    launcher((1, 1, 1), x, 4, 0.5, num_warps=4, num_stages=1, BLOCK=16, DOUBLE=False)
+    launcher((1, 1, 1), y[16:], 20, 2.0, num_warps=4, num_stages=1, BLOCK=16, DOUBLE=False)  # 64 bytes in
+    assert [entry[0] for entry in launcher.kernel.log] == ["triton", "binary"]
+
+
+def test_kernels_with_constexprs_before_runtime_arguments_are_refused():
     @triton.jit
     def constexpr_first(BLOCK: tl.constexpr, x_ptr):
         pass
 
-    with pytest.raises(ValueError, match="constexprs last"):
+    with pytest.raises(ValueError, match="constexprs come last"):
         CachedLaunch(constexpr_first)
-    if not _common.interpreting():  # the interpreter keeps no specialization flags to check
-        @triton.jit
-        def specialized(x_ptr, n, BLOCK: tl.constexpr):
-            pass
-
-        with pytest.raises(ValueError, match="unspecialized_jit"):
-            CachedLaunch(specialized)
 
 
 def test_in_the_interpreter_it_is_triton_s_launch():

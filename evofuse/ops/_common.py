@@ -34,31 +34,16 @@ def launch(kernel, tuned, configs, prune, grid, args, consts, interpret_meta):
         tuned()[grid](*args, **consts)
 
 
-_INT32 = range(-2**31, 2**31)
-
-
-def _is_constexpr(param: inspect.Parameter) -> bool:
-    return "constexpr" in str(param.annotation)  # tl.constexpr, or its name under postponed annotations
-
-
-def unspecialized_jit(fn):
-    """`triton.jit` specializing on none of `fn`'s runtime arguments (no int == 1, divisibility or pointer
-    alignment cases): the form `CachedLaunch` launches."""
-    import triton
-
-    names = [name for name, p in inspect.signature(fn).parameters.items() if not _is_constexpr(p)]
-    return triton.jit(fn, do_not_specialize=names, do_not_specialize_on_alignment=names)
-
-
 class CachedLaunch:
-    """Launches an `unspecialized_jit` kernel straight through its compiled binary, skipping Triton's
-    per-call binding and specialization of every argument (on the H200's host ~30 us a call for ~30
-    arguments, twice the seed shapes' kernels).
+    """Launches a Triton kernel straight through the binary compiled for an earlier call of the same
+    key, skipping Triton's per-call binding and specialization of every argument (on the H200's host
+    ~30 us a call for ~30 arguments, twice the seed shapes' kernels).
 
-    Such a kernel's binary depends only on its constexprs, the launch options, the pointer dtypes,
-    whether each integer fits int32 and the device: the cache key. The first call of a key, Triton's
-    interpreter and any launch hook (a profiler's) take Triton's own launch. The kernel's constexprs
-    must come last (the binary takes every argument in signature order).
+    The key holds what Triton specializes a binary on: the device, the launch options and constexprs,
+    each pointer's dtype and address modulo 16, and each integer's value modulo 16, whether it is 1
+    and its width (int32, int64 or uint64): two calls with one key take one binary. The first call of a
+    key, Triton's interpreter and any launch hook (a profiler's) take Triton's own launch. The kernel's
+    constexprs must come last (the binary takes every argument in signature order).
 
     Call as `launch(grid, *runtime_args, num_warps=..., num_stages=..., **constexprs)`, grid a 3-tuple.
     """
@@ -70,12 +55,11 @@ class CachedLaunch:
         self.kernel = kernel
         self.binaries = {}
         self._driver, self._runtime_knobs = driver, knobs.runtime  # the active driver is looked up per call
-        constexprs = [name for name, p in inspect.signature(kernel.fn).parameters.items() if _is_constexpr(p)]
+        constexprs = [name for name, p in inspect.signature(kernel.fn).parameters.items()
+                      if "constexpr" in str(p.annotation)]  # tl.constexpr, or its name under postponed annotations
         self.constexpr_names = tuple(kernel.arg_names[len(kernel.arg_names) - len(constexprs):])
-        if list(self.constexpr_names) != constexprs or not all(  # params: absent in Triton's interpreter
-                p.do_not_specialize and p.do_not_specialize_on_alignment
-                for p in getattr(kernel, "params", [])[:-len(constexprs) or None]):
-            raise ValueError(f"{kernel.fn.__name__}: take unspecialized_jit and put the constexprs last")
+        if list(self.constexpr_names) != constexprs:
+            raise ValueError(f"{kernel.fn.__name__}: CachedLaunch takes kernels whose constexprs come last")
 
     def __call__(self, grid, *args, num_warps, num_stages, **consts):
         if interpreting():
@@ -84,7 +68,9 @@ class CachedLaunch:
         driver = self._driver.active
         device = driver.get_current_device()
         key = (device, num_warps, num_stages, *consts.values(),
-               *[(a in _INT32) if type(a) is int else getattr(a, "dtype", type(a)) for a in args])
+               *[(-1 if a == 1 else a % 16 + (0 if -0x80000000 <= a < 0x80000000 else 16 if a < 1 << 63 else 32))
+                 if type(a) is int else (a.dtype, a.data_ptr() % 16) if isinstance(a, torch.Tensor) else type(a)
+                 for a in args])
         entry = self.binaries.get(key)
         if entry is None or self._hooked():
             binary = self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **consts)
@@ -150,12 +136,19 @@ def float32_out_products() -> bool:
     return (major, minor) >= (2, 8)
 
 
+def eager(t: torch.Tensor) -> bool:
+    """Whether `t` is a real tensor outside torch.compile's tracing (which passes fake or functional
+    tensor subclasses, and decomposes some ops without every overload's arguments)."""
+    return type(t) is torch.Tensor and not torch.compiler.is_compiling()
+
+
 def add_product(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     """acc += a @ b for a, b (2-D, or batched 3-D) and a float32 acc, in one product accumulating in
     float32: cuBLAS with a float32 output for 16-bit operands on CUDA (addmm's / baddbmm's out_dtype,
-    PyTorch 2.8 and later); elsewhere the 16-bit operands cast to float32 (their products are exact there)."""
+    PyTorch 2.8 and later; not while torch.compile traces: its addmm decomposition takes out_dtype for
+    beta, PyTorch 2.11); elsewhere the 16-bit operands cast to float32 (their products are exact there)."""
     product = torch.addmm if a.dim() == 2 else torch.baddbmm
-    if a.dtype != acc.dtype and acc.is_cuda and float32_out_products():
+    if a.dtype != acc.dtype and acc.is_cuda and float32_out_products() and eager(acc):
         product(acc, a, b, out_dtype=torch.float32, out=acc)
     else:
         product(acc, a.to(acc.dtype), b.to(acc.dtype), out=acc)

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections
-from ._common import CachedLaunch, bucket, cdiv, empty, ieee_fp32_matmul, launch, next_pow2, unspecialized_jit
+from ._common import CachedLaunch, bucket, cdiv, empty, ieee_fp32_matmul, launch, next_pow2
 from .layer_norm_linear import fits, ln_linear, normalize_rows
 
 FAST_HIDDEN_DIMS = (8, 16, 32, 64)
@@ -322,7 +322,7 @@ def _project_rows(x_ptr, stride_xs, stride_xi, stride_xd, lnw_ptr, lnb_ptr, w_pt
     return y, tl.reshape(m, (BLOCK_S, BLOCK_RES))
 
 
-@unspecialized_jit
+@triton.jit
 def _opm_small_kernel(
     x_ptr, stride_xb, stride_xs, stride_xi, stride_xd,  # msa_repr: (B, S, N, D), any strides
     lnw_ptr, lnb_ptr,  # LayerNorm weight, bias: (D,)
@@ -376,6 +376,11 @@ def _small_meta(S: int, N: int, D: int, c: int, dtype: torch.dtype) -> dict | No
     """Constexprs of the single-launch path, or None when the problem is not small."""
     if c not in (16, 32) or N > SMALL_MAX_N:
         return None
+    return _small_blocks(S, D, c, dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _small_blocks(S: int, D: int, c: int, dtype: torch.dtype) -> dict | None:
     block_s, block_d, block_i = max(16, next_pow2(S)), max(16, next_pow2(D)), 128 // c
     if block_s * block_i * block_d > SMALL_MAX_TILE // (4 if dtype == torch.float32 else 1):
         return None

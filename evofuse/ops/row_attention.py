@@ -28,8 +28,7 @@ import triton.language as tl
 
 from ..reference import LAYER_NORM_EPS, MASK_LOGIT
 from . import split_linear
-from ._common import (CachedLaunch, bucket, cdiv, dot_precision, empty, ieee_fp32_matmul, launch, next_pow2,
-                      unspecialized_jit)
+from ._common import CachedLaunch, bucket, cdiv, dot_precision, empty, ieee_fp32_matmul, launch, next_pow2
 from .layer_norm_linear import layer_norm, layer_norm_fits, ln_project, ln_project_ready, normalize_rows
 
 MAX_HEAD_DIM = 128
@@ -356,7 +355,7 @@ def _head_projection(xn, w_ptr, b_ptr, hh, D, HEAD_DIM, BLOCK_D: tl.constexpr, B
     return tl.dot(xn, w_t, input_precision=PRECISION) + bias[None, :]
 
 
-@unspecialized_jit
+@triton.jit
 def _row_attention_small_kernel(
     x_ptr, stride_xb, stride_xs, stride_xi, stride_xd,  # msa_repr: (B, S, N, D), any strides
     pair_ptr, stride_pb, stride_pi, stride_pj, stride_pp,  # pair_repr: (B, N, N, P), any strides
@@ -540,13 +539,18 @@ _launch_small = CachedLaunch(_row_attention_small_kernel)
 
 def _small_meta(N, D, h, dtype, params):
     """Constexprs of the single-launch path, or None (too large, or non-contiguous weights)."""
-    block_n, block_d = max(16, next_pow2(N)), max(16, next_pow2(D))
-    max_d = SMALL_MAX_D // (2 if dtype == torch.float32 else 1)  # float32 (IEEE products) spills beyond
-    if N > SMALL_MAX_N or block_d > max_d or not all(p.is_contiguous() for p in params):
+    if N > SMALL_MAX_N or not all(map(torch.Tensor.is_contiguous, params)):
         return None
-    return {"H": h, "BLOCK_N": block_n, "BLOCK_D": block_d, "BLOCK_E": max(16, next_pow2(D // h)),
-            "BLOCK_P": 16, "BLOCK_H": max(16, next_pow2(h)),
-            "PRECISION": "ieee" if dtype == torch.float32 else "tf32"}
+    return _small_blocks(N, D, h, dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _small_blocks(N, D, h, dtype):
+    block_d = max(16, next_pow2(D))
+    if block_d > SMALL_MAX_D // (2 if dtype == torch.float32 else 1):  # float32 (IEEE products) spills beyond
+        return None
+    return {"H": h, "BLOCK_N": max(16, next_pow2(N)), "BLOCK_D": block_d, "BLOCK_E": max(16, next_pow2(D // h)),
+            "BLOCK_P": 16, "BLOCK_H": max(16, next_pow2(h)), "PRECISION": "ieee" if dtype == torch.float32 else "tf32"}
 
 
 def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, layer_norm_bias,
