@@ -3,13 +3,14 @@
 python3 benchmarks/breakdown.py [CASE ...] [--dtype bfloat16|float32] [--train] [--host]
 For each case: the device time of every kernel one evofuse forward (with --train: forward and
 backward) launches (mean of 10 calls), and their sum next to the call's wall time, so that launch
-gaps show too. --host adds the host's time per call (wall time of calls in a row) and where it goes
-(cProfile of 500 calls, 25 with --train, by own time): what bounds small problems and host-bound
-training steps.
+gaps show too. --host adds the host's time per call (wall time of calls in a row, with and without
+the garbage collector, beside PyTorch's own launch time on this host) and where it goes (cProfile of
+500 calls, 25 with --train): what bounds small problems and host-bound training steps.
 """
 
 import argparse
 import cProfile
+import gc
 import pstats
 import time
 
@@ -50,15 +51,27 @@ def breakdown(case, dtype, train=False, reps=10):
     return call
 
 
-def host_profile(call, calls=500):
+def wall_per_call(call, calls):
+    """Seconds a call, over `calls` calls in a row (the device's time instead where it is the longer)."""
     torch.cuda.synchronize()
     start = time.perf_counter()
-    for _ in range(4 * calls):
+    for _ in range(calls):
         call()
-    wall = (time.perf_counter() - start) / (4 * calls)
+    wall = (time.perf_counter() - start) / calls
     torch.cuda.synchronize()
-    print(f"  host: {wall * 1e6:.1f} us a call (wall time of {4 * calls} calls in a row, no profiler; the "
-          "device's time instead where the kernels take longer)")
+    return wall
+
+
+def host_profile(call, calls=500):
+    x = torch.zeros(1, device="cuda")
+    step = wall_per_call(lambda: x.add_(1), 20000)
+    print(f"  this host: {step * 1e6:.1f} us a call of x.add_(1) on a one-element CUDA tensor (PyTorch's launch path)")
+    wall = wall_per_call(call, 4 * calls)
+    gc.disable()  # how much of it the garbage collector takes (its collections run inside whichever call allocates)
+    no_gc = wall_per_call(call, 4 * calls)
+    gc.enable()
+    print(f"  host: {wall * 1e6:.1f} us a call ({no_gc * 1e6:.1f} with the garbage collector off; wall time of "
+          f"{4 * calls} calls in a row, no profiler; the device's time instead where the kernels take longer)")
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(calls):
