@@ -87,6 +87,17 @@ case "${1:-tests}" in
     timeout 40 python3 benchmarks/breakdown.py opm-af2-main --train 2>&1 | tee "$OUT/breakdown-train.log" | head -24
     find "$OUT/opm" "$OUT/opm32" -type f ! -name results.json -delete
     ;;
+  launches)  # after a launch-path change: tests through each kind of launch (single, default config, autotuned,
+    # backward, CUDA graph, compile), then evofuse's training at af2-main and its host time
+    timeout 150 python3 -m pytest -q -n 6 tests/test_gpu.py tests/test_library.py -k "autotuned_path or reuses \
+      or (suite_gradients and af2-main) or (awkward and 17-3) or memory or compile or graph" 2>&1 | grep -v DEBUG \
+      | tee "$OUT/launch-tests.log" | tail -4
+    timeout 90 python3 -m evofuse bench --suite opm-af2-main,att-af2-main --dtype bfloat16 --train --peers none \
+      --out "$OUT/train" 2>&1 | grep -E "^  (opm|att)-" | tee "$OUT/bench-train.log"
+    timeout 45 python3 benchmarks/breakdown.py opm-af2-main --train --host 2>&1 | tee "$OUT/train-host.log" \
+      | grep -E "forward|host:"
+    find "$OUT/train" -type f ! -name results.json -delete
+    ;;
   probe)  # kernel-by-kernel device time of the main cases, and each candidate config's time
     for dt in bfloat16 float32; do
       timeout 120 python3 benchmarks/breakdown.py opm-af2-main att-af2-main --dtype $dt 2>&1 | tee -a "$OUT/breakdown.log"

@@ -60,7 +60,8 @@ def check_params(device: torch.device, params: dict[str, torch.Tensor]) -> None:
     """Every parameter must be a real floating tensor on the inputs' device. (One combined test of all
     of them on the hot path; the specific error only once it fails.)"""
     try:
-        if {p.device for p in params.values()} == {device} and _REAL_FLOATS.issuperset([p.dtype for p in params.values()]):
+        tensors = params.values()
+        if {p.device for p in tensors} == {device} and _REAL_FLOATS.issuperset([p.dtype for p in tensors]):
             return
     except AttributeError:  # not a tensor: named below
         pass

@@ -1,5 +1,5 @@
-"""CachedLaunch: the single-launch kernels' path around Triton's per-call argument binding. Here with a
-stand-in kernel and driver (the real binaries are launched by the gpu tests)."""
+"""CachedLaunch and TunedLaunch: the launch path around Triton's per-call argument binding (and its
+autotuner's). Here with a stand-in kernel, autotuner and driver (the gpu tests launch the real binaries)."""
 
 import pytest
 import torch
@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from evofuse.ops import _common
-from evofuse.ops._common import CachedLaunch
+from evofuse.ops._common import CachedLaunch, TunedLaunch
 
 
 @triton.jit
@@ -124,3 +124,45 @@ def test_in_the_interpreter_it_is_triton_s_launch():
     launch((2, 1, 1), x, 20, 0.25, num_warps=1, num_stages=1, BLOCK=16, DOUBLE=True)
     torch.testing.assert_close(x, torch.arange(20, dtype=torch.float32) / 2)
     assert launch.binaries == {}
+
+
+class _Config:
+    kwargs = {"BLOCK": 16}
+
+    def all_kwargs(self):
+        return {"BLOCK": 16, "num_warps": 8, "num_stages": 2}
+
+
+class _Tuner:
+    """Triton's autotuner: launches (logged) and records the config it picked."""
+
+    keys = ["n", "DOUBLE"]
+
+    def __init__(self):
+        self.fn = _Kernel()
+        self.best_config = None
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.fn.log.append(("tuner", grid, args, kwargs))
+            self.best_config = _Config()
+        return run
+
+
+def test_tuned_launch_tunes_each_key_once_then_launches_its_config(monkeypatch):
+    monkeypatch.setattr(_common, "interpreting", lambda: False)
+    tuned = _Tuner()
+    launch = TunedLaunch(tuned)
+    launch.cached._driver = _Driver()
+    x = torch.zeros(4)
+
+    def grid(meta):
+        return (meta["BLOCK"] // 8,)
+
+    for n in (20, 20, 20, 36):  # 36: another value of the autotuning key n (the same binary key as 20)
+        launch(grid, (x, n, 0.5), {"DOUBLE": True})
+    log = tuned.fn.log
+    assert [entry[0] for entry in log] == ["tuner", "triton", "binary", "tuner"]
+    assert log[0][2:] == ((x, 20, 0.5), {"DOUBLE": True})
+    assert log[1][1:] == ((2,), (x, 20, 0.5), dict(DOUBLE=True, BLOCK=16, num_warps=8, num_stages=2))
+    assert log[2][1] == (2, 1, 1, 1234, "function", "metadata", None, None, None, x, 20, 0.5, 16, True)

@@ -7,6 +7,7 @@ import torch
 import triton
 
 from evofuse.ops import outer_product_mean
+from evofuse.ops._common import cached_launch
 from evofuse.suite import SUITE, make_inputs, make_module
 
 from .helpers import assert_contract, att_module, compare, grads, opm_module, random_mask
@@ -99,7 +100,8 @@ def test_single_launch_reuses_its_binary(case, dtype):
     with the new call's tensors and strides (a transposed MSA view, another mask)."""
     from evofuse.ops import row_attention
 
-    launcher = (outer_product_mean if case.op == "opm" else row_attention)._launch_small
+    launcher = cached_launch(outer_product_mean._opm_small_kernel if case.op == "opm"
+                             else row_attention._row_attention_small_kernel)
     launcher.binaries.clear()
     mod = make_module(case, seed=5).cuda()
     contract(mod, make_inputs(case, "cuda", torch.float32, seed=6), dtype)

@@ -23,15 +23,16 @@ def autotune_enabled() -> bool:
 
 
 def launch(kernel, tuned, configs, prune, grid, args, consts, interpret_meta):
-    """Launches `kernel`: in Triton's interpreter with `interpret_meta`; with autotuning off, the first
-    of `configs()` that survives `prune`; else through the autotuned wrapper `tuned()`."""
+    """Launches `kernel` on `args` (its runtime arguments) and `consts` (constexprs) over `grid(meta)`: in
+    Triton's interpreter with `interpret_meta`; with autotuning off, the first of `configs()` that survives
+    `prune`; else the config the autotuned wrapper `tuned()` picks. Both through `cached_launch`."""
     if interpreting():
         kernel[grid(interpret_meta)](*args, **consts, **interpret_meta)
     elif not autotune_enabled():
         cfg = prune(configs(), {}, **consts)[0]
-        kernel[grid(cfg.kwargs)](*args, **consts, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        cached_launch(kernel)(grid(cfg.kwargs), *args, **consts, **cfg.all_kwargs())
     else:
-        tuned()[grid](*args, **consts)
+        tuned_launch(tuned())(grid, args, consts)
 
 
 class CachedLaunch:
@@ -45,7 +46,8 @@ class CachedLaunch:
     key, Triton's interpreter and any launch hook (a profiler's) take Triton's own launch. The kernel's
     constexprs must come last (the binary takes every argument in signature order).
 
-    Call as `launch(grid, *runtime_args, num_warps=..., num_stages=..., **constexprs)`, grid a 3-tuple.
+    Call as `launch(grid, *runtime_args, num_warps=4, num_stages=3, **constexprs)` (Triton's defaults),
+    grid a tuple of one to three sizes.
     """
 
     def __init__(self, kernel):
@@ -55,14 +57,15 @@ class CachedLaunch:
         self.kernel = kernel
         self.binaries = {}
         self._driver, self._runtime_knobs = driver, knobs.runtime  # the active driver is looked up per call
+        self.interpreted = type(kernel).__name__ == "InterpretedFunction"  # defined under TRITON_INTERPRET=1
         constexprs = [name for name, p in inspect.signature(kernel.fn).parameters.items()
                       if "constexpr" in str(p.annotation)]  # tl.constexpr, or its name under postponed annotations
         self.constexpr_names = tuple(kernel.arg_names[len(kernel.arg_names) - len(constexprs):])
         if list(self.constexpr_names) != constexprs:
             raise ValueError(f"{kernel.fn.__name__}: CachedLaunch takes kernels whose constexprs come last")
 
-    def __call__(self, grid, *args, num_warps, num_stages, **consts):
-        if interpreting():
+    def __call__(self, grid, *args, num_warps=4, num_stages=3, **consts):
+        if self.interpreted or interpreting():
             self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **consts)
             return
         driver = self._driver.active
@@ -78,13 +81,64 @@ class CachedLaunch:
                 self.binaries[key] = (binary, tuple(consts[name] for name in self.constexpr_names))
             return
         binary, constexprs = entry
-        binary.run(grid[0], grid[1], grid[2], driver.get_current_stream(device), binary.function,
-                   binary.packed_metadata, None, None, None, *args, *constexprs)
+        binary.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+                   driver.get_current_stream(device), binary.function, binary.packed_metadata, None, None, None,
+                   *args, *constexprs)
 
     def _hooked(self) -> bool:
         """Whether a launch hook is set (a profiler's; triton 3.9's hooks are chains, possibly empty)."""
         hook = self._runtime_knobs.launch_enter_hook
         return hook is not None and bool(getattr(hook, "calls", True))
+
+
+_CACHED_LAUNCHES: dict[int, CachedLaunch] = {}
+_TUNED_LAUNCHES: dict[int, "TunedLaunch"] = {}
+
+
+def cached_launch(kernel) -> CachedLaunch:
+    """The `CachedLaunch` of a module-level kernel (one per kernel, made on first use)."""
+    out = _CACHED_LAUNCHES.get(id(kernel))
+    if out is None:
+        out = _CACHED_LAUNCHES[id(kernel)] = CachedLaunch(kernel)
+    return out
+
+
+def tuned_launch(tuned) -> "TunedLaunch":
+    """The `TunedLaunch` of an autotuned kernel (one per `triton.autotune` wrapper, made on first use)."""
+    out = _TUNED_LAUNCHES.get(id(tuned))
+    if out is None:
+        out = _TUNED_LAUNCHES[id(tuned)] = TunedLaunch(tuned)
+    return out
+
+
+class TunedLaunch:
+    """An autotuned kernel's launch. The first call of each autotuning key (the values of the wrapper's
+    key arguments and the tensors' dtypes, as Triton's autotuner forms it) goes through the autotuner,
+    which benchmarks the candidates once and launches the best; later calls launch that config through
+    `CachedLaunch` (Triton's autotuner and launch path take ~80 us of host time a call on the H200's host,
+    ~11 of them a training step of the Outer Product Mean).
+
+    Call as `launch(grid, args, consts)`: grid(meta) of the config's meta-parameters, args the runtime
+    arguments, consts the constexprs other than the config's."""
+
+    def __init__(self, tuned):
+        self.tuned = tuned
+        self.cached = cached_launch(tuned.fn)
+        names = tuned.fn.arg_names
+        n_runtime = len(names) - len(self.cached.constexpr_names)
+        self.arg_keys = [names.index(k) for k in tuned.keys if k in names[:n_runtime]]
+        self.const_keys = [k for k in tuned.keys if k in self.cached.constexpr_names]
+        self.chosen = {}
+
+    def __call__(self, grid, args, consts):
+        key = (*[args[i] for i in self.arg_keys], *[consts.get(k) for k in self.const_keys],
+               *[a.dtype for a in args if isinstance(a, torch.Tensor)])
+        cfg = self.chosen.get(key)
+        if cfg is None:
+            self.tuned[grid](*args, **consts)
+            self.chosen[key] = self.tuned.best_config
+            return
+        self.cached(grid(cfg.kwargs), *args, **consts, **cfg.all_kwargs())
 
 
 def dot_precision(dtype: torch.dtype, precision: str) -> str:

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import cdiv, empty, interpreting, next_pow2
+from ._common import cached_launch, cdiv, empty, interpreting, next_pow2
 
 # 16-bit operands only: with float32 rows and 3xTF32 products this kernel measured 5.1 ms for the
 # Outer Product Mean's projections on opm-af2-main on the H200 (LayerNorm + IEEE cuBLAS: ~0.5 ms), so
@@ -138,8 +138,8 @@ def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weig
     lnw, lnb = (ln_weight, ln_bias) if has_ln else (weight, weight)  # unused without LayerNorm
     m = mask if mask is not None else y  # unused without a mask
     m_strides = mask.stride() if mask is not None else (0, 0, 0)
-    _ln_linear_kernel[(cdiv(rows, block_rows),)](
-        x, *x.stride(), lnw, lnb, weight, *weight.stride(), bias, m, *m_strides,
+    cached_launch(_ln_linear_kernel)(
+        (cdiv(rows, block_rows),), x, *x.stride(), lnw, lnb, weight, *weight.stride(), bias, m, *m_strides,
         y, y.stride(0), slot, rows, S, N, D, K, eps,
         SLOT=slot, HAS_LN=has_ln, HAS_MASK=mask is not None, BLOCK_ROWS=block_rows, BLOCK_D=block_d,
         BLOCK_K=block_k, num_warps=4, num_stages=2)
@@ -185,9 +185,9 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
     if rows > 0:
         block_d = max(16, next_pow2(D))
         block_rows = 4 if interpreting() else max(1, 4096 // block_d)
-        _layer_norm_kernel[(cdiv(rows, block_rows),)](x, *x.stride(), weight, bias, y, mean, rstd, rows, S, N, D,
-                                                      eps, STATS=stats, BLOCK_ROWS=block_rows, BLOCK_D=block_d,
-                                                      num_warps=4)
+        cached_launch(_layer_norm_kernel)((cdiv(rows, block_rows),), x, *x.stride(), weight, bias, y, mean, rstd, rows,
+                                          S, N, D, eps, STATS=stats, BLOCK_ROWS=block_rows, BLOCK_D=block_d,
+                                          num_warps=4)
     return (y, mean, rstd) if stats else y
 
 
@@ -255,9 +255,9 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, r
     programs = max(1, min(cdiv(rows, block_rows), 8 if interpreting() else LN_BWD_PROGRAMS))
     dx = empty(B, S, N, D, dtype=x.dtype, device=x.device) if need_x else None
     partial = torch.empty(2, programs, D, dtype=torch.float32, device=x.device)
-    _layer_norm_bwd_kernel[(programs,)](x, *x.stride(), dy, mean, rstd, weight, dx if need_x else dy, partial[0],
-                                        partial[1], rows, S, N, D, NEED_X=need_x, BLOCK_ROWS=block_rows,
-                                        BLOCK_D=block_d, num_warps=4)
+    cached_launch(_layer_norm_bwd_kernel)((programs,), x, *x.stride(), dy, mean, rstd, weight, dx if need_x else dy,
+                                          partial[0], partial[1], rows, S, N, D, NEED_X=need_x, BLOCK_ROWS=block_rows,
+                                          BLOCK_D=block_d, num_warps=4)
     return dx, partial[0].sum(0), partial[1].sum(0)
 
 

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections
-from ._common import CachedLaunch, bucket, cdiv, empty, ieee_fp32_matmul, launch, next_pow2
+from ._common import bucket, cached_launch, cdiv, empty, ieee_fp32_matmul, launch, next_pow2
 from .layer_norm_linear import fits, ln_linear, normalize_rows
 
 FAST_HIDDEN_DIMS = (8, 16, 32, 64)
@@ -395,14 +395,11 @@ def _outer_product_mean_small(msa_repr, msa_mask, lnw, lnb, wa, ba, wb, bb, w, w
     R = w.shape[0]
     out = empty(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device)
     m, m_strides = (msa_repr, (0, 0, 0)) if msa_mask is None else (msa_mask, msa_mask.stride())
-    _launch_small((cdiv(N, meta["BLOCK_I"]) ** 2, B, 1), msa_repr, *msa_repr.stride(), lnw, lnb, wa, *wa.stride(), ba,
-                  wb, *wb.stride(), bb, m, *m_strides, w, *w.stride(), wbias, out, *out.stride(), S, N, D, R,
-                  LAYER_NORM_EPS, C=c, NORM=_NORM_CODE[normalization], HAS_MASK=msa_mask is not None, EPS=AF2_EPS,
-                  num_warps=8, num_stages=1, **meta)
+    cached_launch(_opm_small_kernel)(
+        (cdiv(N, meta["BLOCK_I"]) ** 2, B), msa_repr, *msa_repr.stride(), lnw, lnb, wa, *wa.stride(), ba, wb,
+        *wb.stride(), bb, m, *m_strides, w, *w.stride(), wbias, out, *out.stride(), S, N, D, R, LAYER_NORM_EPS, C=c,
+        NORM=_NORM_CODE[normalization], HAS_MASK=msa_mask is not None, EPS=AF2_EPS, num_warps=8, num_stages=1, **meta)
     return out
-
-
-_launch_small = CachedLaunch(_opm_small_kernel)
 
 
 def _configs() -> list[triton.Config]:
@@ -533,7 +530,8 @@ def _float16_operands(tensors, split: bool):
         halves = torch.empty((2 if split else 1, *x.shape), dtype=torch.float16, device=x.device)
         n = x.numel()
         block = 1024
-        _float16_split_kernel[(cdiv(n, block),)](x, scales[k:], halves[0], halves[-1], n, LO=split, BLOCK=block)
+        cached_launch(_float16_split_kernel)((cdiv(n, block),), x, scales[k:], halves[0], halves[-1], n, LO=split,
+                                             BLOCK=block)
         out.append((halves[0], halves[1] if split else None))
     return out, torch.exp2(e.sum() - len(tensors) * SCALE_TOP)
 

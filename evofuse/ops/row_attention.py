@@ -28,7 +28,7 @@ import triton.language as tl
 
 from ..reference import LAYER_NORM_EPS, MASK_LOGIT
 from . import split_linear
-from ._common import CachedLaunch, bucket, cdiv, dot_precision, empty, ieee_fp32_matmul, launch, next_pow2
+from ._common import bucket, cached_launch, cdiv, dot_precision, empty, ieee_fp32_matmul, launch, next_pow2
 from .layer_norm_linear import layer_norm, layer_norm_fits, ln_project, ln_project_ready, normalize_rows
 
 MAX_HEAD_DIM = 128
@@ -534,9 +534,6 @@ SMALL_MAX_N = 32
 SMALL_MAX_D = 128
 
 
-_launch_small = CachedLaunch(_row_attention_small_kernel)
-
-
 def _small_meta(N, D, h, dtype, params):
     """Constexprs of the single-launch path, or None (too large, or non-contiguous weights)."""
     if N > SMALL_MAX_N or not all(map(torch.Tensor.is_contiguous, params)):
@@ -572,8 +569,8 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
     if small is not None:  # one launch from msa_repr to the output; float32 takes IEEE products
         out = empty(B, S, N, D, dtype=dtype, device=msa_repr.device)
         m, m_strides = (msa_repr, (0, 0, 0)) if msa_mask is None else (msa_mask, msa_mask.stride())
-        _launch_small(
-            (B * S, 1, 1), msa_repr, *msa_repr.stride(), pair_repr, *pair_repr.stride(), m, *m_strides, *params, out,
+        cached_launch(_row_attention_small_kernel)(
+            (B * S,), msa_repr, *msa_repr.stride(), pair_repr, *pair_repr.stride(), m, *m_strides, *params, out,
             S, N, D, pair_repr.shape[-1], D // num_heads, LAYER_NORM_EPS, 1 / math.sqrt(D // num_heads),
             HAS_MASK=msa_mask is not None, MASKED_LOGIT=MASK_LOGIT, num_warps=8, num_stages=1, **small)
         return out
@@ -667,8 +664,9 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
     block_h, block_e = next_pow2(h), next_pow2(d)
     block_rows = max(1, 4096 // (block_h * block_e))
     d_gated = d_gated.contiguous()
-    _gate_backward_kernel[(cdiv(rows, block_rows),)](
-        qkvg, qkvg.stride(2), o, do, d_gated, gated, dx, delta, *delta.stride()[:3], rows, S, N, h, D, d,
+    cached_launch(_gate_backward_kernel)(
+        (cdiv(rows, block_rows),), qkvg, qkvg.stride(2), o, do, d_gated, gated, dx, delta, *delta.stride()[:3], rows,
+        S, N, h, D, d,
         BLOCK_ROWS=block_rows, BLOCK_H=block_h, BLOCK_E=block_e, num_warps=8)  # 4 warps spill (sm_90, cuobjdump)
 
     consts = _core_consts(d, dtype, msa_mask is not None, precision)

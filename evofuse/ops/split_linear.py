@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import cdiv, empty, float32_out_products, next_pow2
+from ._common import cached_launch, cdiv, empty, float32_out_products, next_pow2
 from .layer_norm_linear import normalize_rows
 
 BLOCK_BYTES = 32 << 20
@@ -100,8 +100,8 @@ def split_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     for r0 in range(0, rows, block_rows):
         n = min(block_rows, rows - r0)
         xb = x[r0:r0 + n]
-        _split_rows_kernel[(cdiv(n, kernel_rows),)](
-            xb, xb.stride(0), xb.stride(1), lnw, lnb, shift, a16, n, D, eps,
+        cached_launch(_split_rows_kernel)(
+            (cdiv(n, kernel_rows),), xb, xb.stride(0), xb.stride(1), lnw, lnb, shift, a16, n, D, eps,
             HAS_LN=ln is not None, BLOCK_ROWS=kernel_rows, BLOCK_D=block_d)
         _addmm_f32(bias.float(), a16[:n], b16, out[r0:r0 + n])
     return out
