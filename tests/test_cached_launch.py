@@ -160,9 +160,9 @@ def test_tuned_launch_tunes_each_key_once_then_launches_its_config(monkeypatch):
         return (meta["BLOCK"] // 8,)
 
     for n in (20, 20, 20, 36):  # 36: another value of the autotuning key n (the same binary key as 20)
-        launch(grid, (x, n, 0.5), {"DOUBLE": True})
+        launch(grid, (x, n), {"DOUBLE": True, "factor": 0.5})  # a runtime argument by name: the binary's in order
     log = tuned.fn.log
     assert [entry[0] for entry in log] == ["tuner", "triton", "binary", "tuner"]
-    assert log[0][2:] == ((x, 20, 0.5), {"DOUBLE": True})
+    assert log[0][2:] == ((x, 20), {"DOUBLE": True, "factor": 0.5})  # as given: pruning may read names
     assert log[1][1:] == ((2,), (x, 20, 0.5), dict(DOUBLE=True, BLOCK=16, num_warps=8, num_stages=2))
     assert log[2][1] == (2, 1, 1, 1234, "function", "metadata", None, None, None, x, 20, 0.5, 16, True)

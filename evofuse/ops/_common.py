@@ -61,6 +61,7 @@ class CachedLaunch:
         constexprs = [name for name, p in inspect.signature(kernel.fn).parameters.items()
                       if "constexpr" in str(p.annotation)]  # tl.constexpr, or its name under postponed annotations
         self.constexpr_names = tuple(kernel.arg_names[len(kernel.arg_names) - len(constexprs):])
+        self.runtime_names = tuple(kernel.arg_names[:len(kernel.arg_names) - len(constexprs)])
         if list(self.constexpr_names) != constexprs:
             raise ValueError(f"{kernel.fn.__name__}: CachedLaunch takes kernels whose constexprs come last")
 
@@ -68,6 +69,7 @@ class CachedLaunch:
         if self.interpreted or interpreting():
             self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **consts)
             return
+        args, consts = self.positional(args, consts)
         driver = self._driver.active
         device = driver.get_current_device()
         key = (device, num_warps, num_stages, *consts.values(),
@@ -84,6 +86,13 @@ class CachedLaunch:
         binary.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
                    driver.get_current_stream(device), binary.function, binary.packed_metadata, None, None, None,
                    *args, *constexprs)
+
+    def positional(self, args: tuple, consts: dict) -> tuple[tuple, dict]:
+        """Runtime arguments given by name (the last ones) moved into `args`, which the binary takes."""
+        if len(args) == len(self.runtime_names):
+            return args, consts
+        consts = dict(consts)
+        return (*args, *[consts.pop(name) for name in self.runtime_names[len(args):]]), consts
 
     def _hooked(self) -> bool:
         """Whether a launch hook is set (a profiler's; triton 3.9's hooks are chains, possibly empty)."""
@@ -131,14 +140,15 @@ class TunedLaunch:
         self.chosen = {}
 
     def __call__(self, grid, args, consts):
-        key = (*[args[i] for i in self.arg_keys], *[consts.get(k) for k in self.const_keys],
-               *[a.dtype for a in args if isinstance(a, torch.Tensor)])
+        positional, named = self.cached.positional(args, consts)
+        key = (*[positional[i] for i in self.arg_keys], *[named.get(k) for k in self.const_keys],
+               *[a.dtype for a in positional if isinstance(a, torch.Tensor)])
         cfg = self.chosen.get(key)
-        if cfg is None:
+        if cfg is None:  # the autotuner takes the call as given (its pruning may read arguments given by name)
             self.tuned[grid](*args, **consts)
             self.chosen[key] = self.tuned.best_config
             return
-        self.cached(grid(cfg.kwargs), *args, **consts, **cfg.all_kwargs())
+        self.cached(grid(cfg.kwargs), *positional, **named, **cfg.all_kwargs())
 
 
 def dot_precision(dtype: torch.dtype, precision: str) -> str:

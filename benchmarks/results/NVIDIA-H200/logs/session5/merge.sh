@@ -4,8 +4,11 @@
 # - the seed shapes' forward rows, evofuse's and eager's, autocast's and torch.compile's: run 4 (17:2x UTC,
 #   `bash benchmarks/gpu_session.sh seeds`, final code); the folded einsum's, chunked eager's, FlexAttention's
 #   and cuEquivariance's seed rows stay session 4's (run 5);
-# - evofuse's forward+backward at opm-af2-main and att-af2-main: run 1 (16:5x UTC, `measure`, evofuse alone;
-#   the code since differs in the single-launch path and the compile-only product path, neither used there).
+# - evofuse's forward+backward at opm-af2-main: run 6 (~17:37 UTC, `gpu_session.sh launches`, evofuse alone,
+#   every Triton launch through its cached binary: the final code's Outer Product Mean path);
+# - evofuse's forward+backward at att-af2-main: run 1 (16:5x UTC, `measure`, evofuse alone; since then its
+#   launches go through the cached binaries too (run 6 failed on them, fixed and tested in run 8, whose
+#   training row ran out of the device time): its device time is unchanged, its host time lower).
 L=benchmarks/results/NVIDIA-H200/logs/session5
 L4=benchmarks/results/NVIDIA-H200/logs/session4
 S3=benchmarks/results/NVIDIA-H200/logs/session3
@@ -17,5 +20,6 @@ python3 benchmarks/merge_results.py benchmarks/results \
   "$L4/run6-opm32.json:opm-af2-main fwd evofuse fp32" \
   "$L4/run5-fwd32.json:att-af2-main fwd evofuse fp32" \
   "$S3/run-fwd.json:opm-af2-extra fwd evofuse,opm-long fwd evofuse fp32,att-long fwd evofuse fp32" \
-  "$L/run1-train.json:opm-af2-main fwd+bwd evofuse,att-af2-main fwd+bwd evofuse" \
+  "$L/run6-train.json:opm-af2-main fwd+bwd evofuse" \
+  "$L/run1-train.json:att-af2-main fwd+bwd evofuse" \
   "$L/run4-seeds.json:opm-seed fwd,att-seed fwd"
