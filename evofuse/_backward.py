@@ -236,7 +236,7 @@ def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="de
     with ieee_fp32_matmul():
         d_gated = (go @ wo).view(B, S, N, D)
     dx, dz, gated = kernels.attention_core_backward(qkvg.detach(), z.detach(), msa_mask, d_gated, num_heads,
-                                                       precision, z.requires_grad, o, stats)
+                                                    precision, z.requires_grad, o, stats)
     del d_gated
     with ieee_fp32_matmul():
         dwo = go.t() @ gated.view(-1, D) if need_params[10] else None
