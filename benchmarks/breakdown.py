@@ -4,15 +4,19 @@ python3 benchmarks/breakdown.py [CASE ...] [--dtype bfloat16|float32] [--train] 
 For each case: the device time of every kernel one evofuse forward (with --train: forward and
 backward) launches (mean of 10 calls), and their sum next to the call's wall time, so that launch
 gaps show too. --host adds the host's time per call (wall time of calls in a row, with and without
-the garbage collector, beside PyTorch's own launch time on this host) and where it goes (cProfile of
-500 calls, 25 with --train): what bounds small problems and host-bound training steps.
+the garbage collector, beside PyTorch's own launch time on this host; and of single calls after a
+synchronize, the host's own time with nothing queued ahead), any synchronizing operation (PyTorch's sync
+debug mode), where it goes (the profiler's host time per operator and CUDA call; cProfile of 500 calls,
+25 with --train): what bounds small problems and host-bound training steps.
 """
 
 import argparse
 import cProfile
 import gc
 import pstats
+import statistics
 import time
+import warnings
 
 import torch
 import triton.testing
@@ -72,6 +76,32 @@ def host_profile(call, calls=500):
     gc.enable()
     print(f"  host: {wall * 1e6:.1f} us a call ({no_gc * 1e6:.1f} with the garbage collector off; wall time of "
           f"{4 * calls} calls in a row, no profiler; the device's time instead where the kernels take longer)")
+    alone = []
+    for _ in range(min(calls, 100)):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        call()
+        alone.append(time.perf_counter() - start)
+    torch.cuda.synchronize()
+    print(f"  host: {statistics.median(alone) * 1e6:.1f} us a call alone (median of single calls each after a "
+          f"synchronize: the host's own time, nothing queued ahead)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        call()
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message)]
+    print(f"  host: {len(syncs)} synchronizing operations a call (PyTorch's sync debug mode){': ' if syncs else ''}"
+          + "; ".join(sorted(set(syncs)))[:300])
+    reps = 10
+    with profile(activities=[ProfilerActivity.CPU]) as cpu:
+        for _ in range(reps):
+            call()
+        torch.cuda.synchronize()
+    rows = sorted(cpu.key_averages(), key=lambda e: -e.self_cpu_time_total)[:16]
+    print(f"  host time per operator and CUDA call (torch.profiler, self time, {reps} calls; it adds its own):")
+    for e in rows:
+        print(f"  {e.self_cpu_time_total / reps:9.1f} us {e.count / reps:6.1f} x  {e.key[:80]}")
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(calls):

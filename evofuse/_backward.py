@@ -16,7 +16,10 @@ import torch
 from . import reference as ref
 from .ops._common import add_product, column_sums, eager, ieee_fp32_matmul
 
-BLOCK_BYTES = 64 << 20  # recomputed outer products (and their gradient) per block of rows i
+# recomputed outer products (and then their gradient) per block of rows i: each block costs ~13 launches and
+# PyTorch calls, ~0.5 ms of the H200 host's time (opm-af2-main bf16 training step, host time alone: 5 blocks
+# of 64 MiB 5.79 ms, 2 of 256 MiB 4.34 ms; benchmarks/host_time.py, session 6)
+BLOCK_BYTES = 256 << 20
 
 
 def _kernels(grad_out: torch.Tensor) -> SimpleNamespace:
@@ -71,8 +74,8 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
 
     With X[i, j] = sum_s a[s, i] (x) b[s, j] and Gs = grad_out * scale (the normalization's per-pair
     factor): dX = Gs W, da[s, i] = sum_j dX[i, j] b[s, j], db[s, j] = sum_i a[s, i] dX[i, j],
-    dW = sum_ij Gs[i, j] (x) X[i, j], on blocks of output rows i (each block's X and dX about
-    BLOCK_BYTES: few blocks, since each costs ~10 launches of host time), never the whole N*N*c*c. For
+    dW = sum_ij Gs[i, j] (x) X[i, j], on blocks of output rows i (each block's X, then its dX, about
+    BLOCK_BYTES: few blocks, since each costs ~13 launches of host time), never the whole N*N*c*c. For
     16-bit inputs with hidden_dim <= 32, X and dX come from Triton kernels (through their custom ops
     while torch.compile traces) already in the layouts of the cuBLAS products that take them;
     otherwise all are cuBLAS products and rearranging copies. db, dW and the bias gradient are summed
@@ -150,6 +153,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
                 torch.bmm(b_flat, dx.transpose(1, 2), out=da[:, :, i0:i0 + n].view(B, S, n * c))
             if db is not None:
                 add_product(db, a_rows, dx)
+            del dx  # before the next block's outer products
     db = None if db is None else db.view(B, S, N, c).to(dtype)
     if by_hand:
         proj_grads = [None] * 7

@@ -6,6 +6,10 @@ autograd does not record); the Triton parts of the backwards are ops of their ow
 (`evofuse::msa_row_attention_core_backward`, `evofuse::ln_project`, `evofuse::layer_norm_backward`,
 `evofuse::opm_outer_products`, `evofuse::opm_outer_product_grad`), so that torch.compile can trace
 around them; eager backwards call the functions behind them directly (`evofuse._backward._kernels`).
+
+Eager calls that record gradients take `OuterProductMeanFunction` and `RowAttentionFunction` instead:
+plain autograd Functions with the same forward and backward, without the custom ops' dispatch (on the
+H200's host ~0.1-0.8 ms a training step that nothing else accounts for; `benchmarks/host_time.py`).
 """
 
 from __future__ import annotations
@@ -86,7 +90,7 @@ def msa_row_attention_train_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Te
                                num_heads: int, precision: str) -> tuple[Tensor, Tensor, Tensor]:
     """The forward when gradients are recorded: (out, o, stats), o the un-gated attention output
     (B, S, N, D) and stats the softmax statistics (2, B, S, h, N) float32, which the backward takes
-    instead of running the attention core again."""
+    instead of running the attention core again; both empty where the forward is a single launch."""
     from .ops.row_attention import msa_row_attention_triton
 
     return msa_row_attention_triton(msa_repr, pair_repr, msa_mask, *params, num_heads=num_heads, precision=precision,
@@ -95,6 +99,10 @@ def msa_row_attention_train_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Te
 
 @msa_row_attention_train_op.register_fake
 def _(msa_repr, pair_repr, msa_mask, params, num_heads, precision):
+    from .ops.row_attention import single_launch
+
+    if single_launch(msa_repr, num_heads, params):
+        return msa_repr.new_empty(msa_repr.shape), msa_repr.new_empty((0,)), msa_repr.new_empty((0,), dtype=torch.float32)
     B, S, N, _ = msa_repr.shape
     stats = msa_repr.new_empty((2, B, S, num_heads, N), dtype=torch.float32)
     return msa_repr.new_empty(msa_repr.shape), msa_repr.new_empty(msa_repr.shape), stats
@@ -181,3 +189,47 @@ def _(x, layer_norm_weight, layer_norm_bias, weights, biases):
     B, S, N, D = x.shape
     stat = x.new_empty((B, S, N, 1), dtype=torch.float32)
     return x.new_empty((B, S, N, sum(w.shape[0] for w in weights))), x.new_empty((B, S, N, D)), stat, stat.clone()
+
+
+class OuterProductMeanFunction(torch.autograd.Function):
+    """The Outer Product Mean's eager training forward (outside torch.compile): as `outer_product_mean_op`
+    with its registered backward. apply(msa_repr, msa_mask, normalization, precision, *params)."""
+
+    @staticmethod
+    def forward(ctx, msa_repr, msa_mask, normalization, precision, *params):
+        from .ops.outer_product_mean import outer_product_mean_triton
+
+        ctx.save_for_backward(msa_repr, msa_mask, *params)
+        ctx.normalization = normalization
+        return outer_product_mean_triton(msa_repr, msa_mask, *params, normalization=normalization, precision=precision)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        needs = ctx.needs_input_grad
+        grads = outer_product_mean_backward(ctx.saved_tensors, [needs[0], False, *needs[4:]], grad_out,
+                                            ctx.normalization)
+        return grads[0], None, None, None, *grads[2:]
+
+
+class RowAttentionFunction(torch.autograd.Function):
+    """Row attention's eager training forward (outside torch.compile): as `msa_row_attention_train_op`
+    with its registered backward. apply(msa_repr, pair_repr, msa_mask, num_heads, precision, *params)."""
+
+    @staticmethod
+    def forward(ctx, msa_repr, pair_repr, msa_mask, num_heads, precision, *params):
+        from .ops.row_attention import msa_row_attention_triton
+
+        out, o, stats = msa_row_attention_triton(msa_repr, pair_repr, msa_mask, *params, num_heads=num_heads,
+                                                 precision=precision, save=True)
+        ctx.save_for_backward(msa_repr, pair_repr, msa_mask, o, stats, *params)
+        ctx.num_heads, ctx.precision = num_heads, precision
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        need_msa, need_pair, _, _, _, *need_params = ctx.needs_input_grad
+        msa_repr, pair_repr, msa_mask, o, stats, *params = ctx.saved_tensors
+        grads = msa_row_attention_backward((msa_repr, pair_repr, msa_mask, *params),
+                                           [need_msa, need_pair, False, *need_params], grad_out, ctx.num_heads,
+                                           ctx.precision, o, stats)
+        return grads[0], grads[1], None, None, None, *grads[3:]

@@ -15,7 +15,8 @@ import torch
 from . import reference as ref
 from ._checks import check_mask, check_msa, check_pair, check_param_shapes, check_params
 from ._dispatch import resolve_impl, warn_once
-from ._library import msa_row_attention_op, msa_row_attention_train_op, outer_product_mean_op
+from ._library import (OuterProductMeanFunction, RowAttentionFunction, msa_row_attention_op,
+                       msa_row_attention_train_op, outer_product_mean_op)
 from .ops._common import PRECISIONS
 
 
@@ -34,11 +35,14 @@ def _att_shapes(D: int, P: int, h: int) -> dict[str, tuple[int, ...]]:
     return dict(layer_norm_bias=(D,), **shapes, pair_bias_weight=(h, P), pair_bias_bias=(h,))
 
 
-def _direct(*tensors: torch.Tensor | None) -> bool:
-    """Whether the fused forward may run without its custom-op wrapper: eager mode and no gradient to
-    record. The wrapper (torch.compile's opaque node, the registered backward) costs ~20-40 us of host
-    time a call, more than the whole kernel on small problems."""
-    return not torch.compiler.is_compiling() and not _records_grad(*tensors)
+def _path(*tensors: torch.Tensor | None) -> str:
+    """How the fused forward runs: "direct" (eager, no gradient to record), "function" (eager, recording
+    gradients: a plain autograd Function) or "op" (under torch.compile: the custom op, an opaque node with
+    a registered backward). The custom op's dispatch costs ~20-40 us of host time a call, more than the
+    whole kernel on small problems, and ~0.1-0.8 ms a training step."""
+    if torch.compiler.is_compiling():
+        return "op"
+    return "function" if _records_grad(*tensors) else "direct"
 
 
 def _records_grad(*tensors: torch.Tensor | None) -> bool:
@@ -109,10 +113,13 @@ def outer_product_mean(
                   f"(fused: hidden_dim in {FAST_HIDDEN_DIMS}, 16/32-bit floats); using the PyTorch reference")
         return reference(*inputs)
 
-    if _direct(msa_repr, *params.values()):
+    path = _path(msa_repr, *params.values())
+    if path == "direct":
         from .ops.outer_product_mean import outer_product_mean_triton
 
         return outer_product_mean_triton(*inputs, normalization=normalization, precision=precision)
+    if path == "function":
+        return OuterProductMeanFunction.apply(msa_repr, msa_mask, normalization, precision, *params.values())
     return outer_product_mean_op(msa_repr, msa_mask, list(params.values()), normalization, precision)
 
 
@@ -191,10 +198,13 @@ def msa_row_attention(
                   f"head_dim <= {MAX_HEAD_DIM}, 16/32-bit floats); using the PyTorch reference")
         return reference(*inputs)
 
-    if _direct(msa_repr, pair_repr, *params.values()):
+    path = _path(msa_repr, pair_repr, *params.values())
+    if path == "direct":
         from .ops.row_attention import msa_row_attention_triton
 
         return msa_row_attention_triton(*inputs, num_heads=num_heads, precision=precision)
+    if path == "function":
+        return RowAttentionFunction.apply(msa_repr, pair_repr, msa_mask, num_heads, precision, *params.values())
     if _records_grad(msa_repr, pair_repr, *params.values()):  # keeps what the backward would recompute
         return msa_row_attention_train_op(msa_repr, pair_repr, msa_mask, list(params.values()), num_heads,
                                           precision)[0]

@@ -187,16 +187,22 @@ def test_cuda_graph_capture_and_replay(tiled, monkeypatch):
                 torch.testing.assert_close(g, e)
 
 
-def test_eager_inference_skips_the_op_wrapper(monkeypatch):
-    """Eager calls with no gradient to record run the fused forward directly (the custom-op wrapper
-    costs ~20-40 us of host time); calls that record gradients go through an op and its backward."""
+def test_eager_calls_skip_the_op_wrapper(monkeypatch):
+    """Eager calls run the fused forward directly with no gradient to record, through plain autograd
+    Functions when recording (the custom ops' dispatch costs ~20-40 us of host time a call, more a
+    training step); only torch.compile's tracing takes the ops (the compile tests)."""
     import evofuse.functional as F
     import evofuse.ops.row_attention as ra
 
     calls = []
-    for name in ("outer_product_mean_op", "msa_row_attention_op", "msa_row_attention_train_op"):
+    for name in ("outer_product_mean_op", "msa_row_attention_op", "msa_row_attention_train_op",
+                 "OuterProductMeanFunction", "RowAttentionFunction"):
         real = getattr(F, name)
-        monkeypatch.setattr(F, name, lambda *a, real=real, name=name: (calls.append(name), real(*a))[1])
+        if name.endswith("Function"):
+            monkeypatch.setattr(F, name, type(name, (), {"apply": staticmethod(
+                lambda *a, real=real, name=name: (calls.append(name), real.apply(*a))[1])}))
+        else:
+            monkeypatch.setattr(F, name, lambda *a, real=real, name=name: (calls.append(name), real(*a))[1])
     opm, att = opm_module(8, 5, 8, seed=1).to(DEVICE), att_module(16, 4, 2, seed=2).to(DEVICE)
     x, z = torch.randn(1, 3, 5, 8, device=DEVICE), torch.randn(1, 5, 5, 4, device=DEVICE)
     x16 = torch.randn(1, 3, 5, 16, device=DEVICE)
@@ -207,6 +213,34 @@ def test_eager_inference_skips_the_op_wrapper(monkeypatch):
     with torch.no_grad():
         direct = direct[0], att(x16, z, None, impl="triton")
     recorded = opm(x, None, impl="triton"), att(x16, z, None, impl="triton")  # parameters require grad
-    assert calls == ["outer_product_mean_op", "msa_row_attention_train_op"]  # attention keeps o for the backward
+    assert calls == ["OuterProductMeanFunction", "RowAttentionFunction"]
     for d, r in zip(direct, recorded):
         torch.testing.assert_close(d, r.detach(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["opm", "att", "att-tiled"])
+def test_eager_functions_match_the_ops(name, monkeypatch):
+    """The autograd Functions of eager training and the custom ops (torch.compile's) give the same
+    output and gradients, bit for bit (row attention on its single-launch and its tiled path)."""
+    import evofuse.ops.row_attention as ra
+    from evofuse._library import OuterProductMeanFunction, RowAttentionFunction
+
+    if name == "att-tiled":
+        monkeypatch.setattr(ra, "SMALL_MAX_N", 0)
+
+    if name == "opm":
+        x, mask, params, *rest = opm_args(True)
+        inputs = [x, *params]
+        by_op = outer_product_mean_op(x, mask, params, *rest)
+        by_function = OuterProductMeanFunction.apply(x, mask, *rest, *params)
+    else:
+        x, z, mask, params, *rest = att_args(True)
+        inputs = [x, z, *params]
+        by_op = msa_row_attention_train_op(x, z, mask, params, *rest)[0]
+        by_function = RowAttentionFunction.apply(x, z, mask, *rest, *params)
+    g = torch.randn_like(by_op)
+    grads_op = torch.autograd.grad(by_op, inputs, g)
+    grads_function = torch.autograd.grad(by_function, inputs, g)
+    torch.testing.assert_close(by_function, by_op, rtol=0, atol=0)
+    for a, b in zip(grads_function, grads_op):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

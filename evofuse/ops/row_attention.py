@@ -534,6 +534,12 @@ SMALL_MAX_N = 32
 SMALL_MAX_D = 128
 
 
+def single_launch(msa_repr, num_heads, params) -> bool:
+    """Whether the forward on msa_repr (B, S, N, D) with these 14 parameters takes the single launch."""
+    B, S, N, D = msa_repr.shape
+    return msa_repr.numel() > 0 and _small_meta(N, D, num_heads, msa_repr.dtype, params) is not None
+
+
 def _small_meta(N, D, h, dtype, params):
     """Constexprs of the single-launch path, or None (too large, or non-contiguous weights)."""
     if N > SMALL_MAX_N or not all(map(torch.Tensor.is_contiguous, params)):
@@ -558,14 +564,15 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
 
     With `save` (training) returns (out, o, stats): also the un-gated attention output (B, S, N, D) and
     the softmax statistics (2, B, S, h, N) float32 that the backward takes instead of running the
-    attention core again (always the tiled path)."""
+    attention core again; on the single-launch path (small problems: one launch against the tiled
+    path's ~10 launches and PyTorch calls of host time) both are empty and the backward runs the core."""
     B, S, N, D = msa_repr.shape
     dtype = msa_repr.dtype
     if msa_repr.numel() == 0:
         return torch.empty(B, S, N, D, dtype=dtype, device=msa_repr.device)
     params = (layer_norm_weight, layer_norm_bias, query_weight, query_bias, key_weight, key_bias, value_weight,
               value_bias, gate_weight, gate_bias, out_proj_weight, out_proj_bias, pair_bias_weight, pair_bias_bias)
-    small = None if save else _small_meta(N, D, num_heads, dtype, params)
+    small = _small_meta(N, D, num_heads, dtype, params)
     if small is not None:  # one launch from msa_repr to the output; float32 takes IEEE products
         out = empty(B, S, N, D, dtype=dtype, device=msa_repr.device)
         m, m_strides = (msa_repr, (0, 0, 0)) if msa_mask is None else (msa_mask, msa_mask.stride())
@@ -573,6 +580,8 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
             (B * S,), msa_repr, *msa_repr.stride(), pair_repr, *pair_repr.stride(), m, *m_strides, *params, out,
             S, N, D, pair_repr.shape[-1], D // num_heads, LAYER_NORM_EPS, 1 / math.sqrt(D // num_heads),
             HAS_MASK=msa_mask is not None, MASKED_LOGIT=MASK_LOGIT, num_warps=8, num_stages=1, **small)
+        if save:
+            return out, out.new_empty((0,)), torch.empty(0, dtype=torch.float32, device=out.device)
         return out
     # training: the projection the backward recomputes (`ln_project` for 16-bit, else PyTorch's under
     # autograd, except float32's split products), so that q, k, v there are bit for bit those that
@@ -636,9 +645,10 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
     which out_proj's weight gradient needs.
 
     The un-gated output o (B, S, N, D) and the softmax statistics `stats` (2, B, S, h, N) come from the
-    forward (`msa_row_attention_triton(save=True)`); without them the attention core runs once more
-    to get them. Then the gate's backward and the softmax's row sums in one pass, and three kernels: dq (a program per query block, summing over keys), dk and dv (a program per
-    key block, summing over queries), and the pair-bias gradient (a program per (i, j) tile, summing
+    forward (`msa_row_attention_triton(save=True)`); without them (None, or empty after the forward's
+    single launch) the attention core runs once more to get them. Then the gate's backward and the
+    softmax's row sums in one pass, and three kernels: dq (a program per query block, summing over keys),
+    dk and dv (a program per key block, summing over queries), and the pair-bias gradient (a program per (i, j) tile, summing
     over the MSA rows in order). Nothing of size S*h*N*N exists and no atomics are used: the
     gradients are bit-reproducible.
     """
@@ -648,7 +658,7 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
     h = num_heads
     d = D // h
     dtype = qkvg.dtype
-    if o is None:
+    if o is None or o.numel() == 0:  # not kept by the forward
         o = torch.empty(B, S, N, D, dtype=dtype, device=qkvg.device)
         stats = torch.empty(2, B, S, h, N, dtype=torch.float32, device=qkvg.device)
         _attention_core(qkvg, z, msa_mask, h, precision, out=o, stats=stats, gate=False)
