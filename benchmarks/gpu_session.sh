@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device-machine session: `benchmarks/gpu_session.sh tests` and `tests-grid` run the gpu-marked tests
 # (`tests-all`: all of them, the grids on 12 pytest-xdist workers, then memcheck; `tests-grad`: the training ones;
-# `seeds`: the host-bound seed shapes three ways (`seeds-tests`: the single-launch kernels' and library tests first); `measure`: training tests and evofuse alone; `final`: the suite with every peer),
+# `seeds`: the host-bound seed shapes three ways (`seeds-tests`: the single-launch kernels' and library tests first); `measure`: training tests and evofuse alone; `final`: the suite with every peer;
+# `host-final`: the suite beside eager fp32, the seeds beside torch.compile, training tests, host times),
 # `tests-rest` the others on CUDA tensors and compute-sanitizer; `... probe` prints kernel-by-kernel and per-config times; `... bench ARGS` runs `evofuse bench ARGS`.
 # Wheels carried in .whl/ and .whl2/ (cuEquivariance) are installed into /tmp/site first.
 set -uo pipefail
@@ -97,6 +98,20 @@ case "${1:-tests}" in
     timeout 45 python3 benchmarks/breakdown.py opm-af2-main --train --host 2>&1 | tee "$OUT/train-host.log" \
       | grep -E "forward|host:"
     find "$OUT/train" -type f ! -name results.json -delete
+    ;;
+  host-final)  # after host-path changes: every suite shape's evofuse rows (forward, forward+backward) beside
+    # eager fp32, the seed shapes beside eager, autocast and torch.compile, the training and library tests,
+    # memcheck, and the host time of each part of a call
+    timeout 240 python3 -m evofuse bench --suite all --dtype bfloat16 --train --peers "eager fp32" \
+      --out "$OUT/suite" 2>&1 | tee "$OUT/suite.log" | grep -E "^  (opm|att)-" | grep -v "eager"
+    timeout 100 python3 -m evofuse bench --suite opm-seed,att-seed --peers "eager fp32,eager bf16 autocast,torch.compile fp32" \
+      --out "$OUT/seeds" 2>&1 | tee "$OUT/seeds.log" | grep -E "^  (opm|att)-"
+    timeout 180 bash -c 'python3 -m pytest -q tests/test_gpu.py -k "gradient or memory or column_sums or backward_config \
+      or reuses"; python3 -m pytest -q tests/test_library.py' 2>&1 | grep -v DEBUG | tee "$OUT/gpu-tests.log" \
+      | grep -E "passed|failed|FAILED|Error"
+    MEMCHECK_TIMEOUT=60 memcheck
+    timeout 60 python3 benchmarks/host_time.py 2>&1 | grep -v Warn | tee "$OUT/host-time.log"
+    find "$OUT/suite" "$OUT/seeds" -type f ! -name results.json -delete
     ;;
   probe)  # kernel-by-kernel device time of the main cases, and each candidate config's time
     for dt in bfloat16 float32; do

@@ -189,6 +189,9 @@ def _ln_linear_grads(dy, x, xn, mean, rstd, params, need_x, needs):
                     grads[3 + 2 * m] = dw[k0:k0 + k].to(params[2 + 2 * m].dtype)
         if any(needs[3::2]):
             db = column_sums(dy)
+            dtypes = {b.dtype for b in params[3::2]}
+            if len(dtypes) == 1:  # one cast for every bias (the slices' casts below are then no-ops)
+                db = db.to(dtypes.pop())
             for m, (k0, k) in enumerate(zip(starts, widths)):
                 if needs[3 + 2 * m]:
                     grads[4 + 2 * m] = db[k0:k0 + k].to(params[3 + 2 * m].dtype)
@@ -208,7 +211,8 @@ def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="de
 
     The projections are recomputed: for 16-bit inputs by `ops.layer_norm_linear.ln_project` (evofuse's
     LayerNorm with its statistics, as the training forward ran it) with their gradients by hand,
-    otherwise under autograd (PyTorch's LayerNorm, cuBLAS); the pair bias under autograd; out_proj's
+    otherwise under autograd (PyTorch's LayerNorm, cuBLAS); the pair bias likewise (by hand for 16-bit
+    inputs, `_pair_bias_grads`); out_proj's
     backward is two products; the attention core's backward is `ops.row_attention.attention_core_backward`
     (fused kernels; the custom op `evofuse::msa_row_attention_core_backward` under torch.compile).
     What is kept between forward and backward is the inputs, o (their size) and the statistics (two
@@ -224,23 +228,25 @@ def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="de
     dtype = msa.dtype
     B, S, N, D = msa.shape
     by_hand = ln_project_ready(dtype, D)
-    with torch.enable_grad():
-        pair_l = leaf(pair, need_pair, dtype)
-        wz, bz = (leaf(p, n, dtype) for p, n in zip(params[12:], need_params[12:]))
-        z = pair_bias(pair_l, wz, bz, dtype)
-        if not by_hand:
+    need_z = need_pair or need_params[12] or need_params[13]
+    if by_hand:
+        z = pair_bias(pair, params[12], params[13], dtype)
+        qkvg, xn, mean, rstd = kernels.ln_project(msa, params[0], params[1], list(params[2:10:2]),
+                                                  list(params[3:10:2]))
+    else:
+        with torch.enable_grad():
+            pair_l = leaf(pair, need_pair, dtype)
+            wz, bz = (leaf(p, n, dtype) for p, n in zip(params[12:], need_params[12:]))
+            z = pair_bias(pair_l, wz, bz, dtype)
             msa_l = leaf(msa, need_msa)
             proj = [leaf(p, n, dtype) for p, n in zip(params[:10], need_params[:10])]
             qkvg = project(msa_l, proj[0], proj[1], proj[2::2], proj[3::2])
-    if by_hand:
-        qkvg, xn, mean, rstd = kernels.ln_project(msa, params[0], params[1], list(params[2:10:2]),
-                                                  list(params[3:10:2]))
     wo = params[10].to(dtype)
     go = grad_out.to(dtype).reshape(-1, D)
     with ieee_fp32_matmul():
         d_gated = (go @ wo).view(B, S, N, D)
     dx, dz, gated = kernels.attention_core_backward(qkvg.detach(), z.detach(), msa_mask, d_gated, num_heads,
-                                                    precision, z.requires_grad, o, stats)
+                                                    precision, need_z, o, stats)
     del d_gated
     with ieee_fp32_matmul():
         dwo = go.t() @ gated.view(-1, D) if need_params[10] else None
@@ -248,13 +254,30 @@ def msa_row_attention_backward(inputs, needs, grad_out, num_heads, precision="de
     dbo = column_sums(go) if need_params[11] else None  # no float32 copy of go
     if by_hand:
         del qkvg  # (B, S, N, 4D): freed before the projection's and the LayerNorm's gradients are allocated
-        _backward([z], [dz.to(dtype) if z.requires_grad else None])
+        d_pair, dwz, dbz = _pair_bias_grads(dz, pair, params[12], params[13], dtype, need_pair, *need_params[12:])
         proj_grads = _ln_linear_grads(dx, msa, xn, mean, rstd, params[:10], need_msa, need_params[:10])
-        grads = [proj_grads[0], _grad(pair_l, pair, need_pair), None] + proj_grads[1:]
+        grads = [proj_grads[0], d_pair, None] + proj_grads[1:]
     else:
         _backward([qkvg, z], [dx, dz.to(dtype) if z.requires_grad else None])
         grads = [_grad(msa_l, msa, need_msa), _grad(pair_l, pair, need_pair), None]
         grads += [_grad(lf, p, n) for lf, p, n in zip(proj, params[:10], need_params[:10])]
+        dwz, dbz = _grad(wz, params[12], need_params[12]), _grad(bz, params[13], need_params[13])
     grads += [None if dwo is None else dwo.to(params[10].dtype), None if dbo is None else dbo.to(params[11].dtype)]
-    grads += [_grad(wz, params[12], need_params[12]), _grad(bz, params[13], need_params[13])]
-    return tuple(grads)
+    return tuple(grads + [dwz, dbz])
+
+
+def _pair_bias_grads(dz, pair, weight, bias, dtype, need_pair, need_weight, need_bias):
+    """Gradients of the pair bias z = (pair @ weight^T + bias) permuted to (B, h, N, N) (`pair_bias`, its
+    products in `dtype`) from dz (B, h, N, N) float32, by hand (autograd's engine and its recorded
+    forward cost ~15 PyTorch calls of host time): (pair's, weight's, bias's), None where not needed."""
+    B, h, N, _ = dz.shape
+    P = pair.shape[-1]
+    dz16 = dz.to(dtype) if need_pair or need_weight else None  # the products' operands, as autograd's were
+    d_pair = d_weight = d_bias = None
+    if need_pair:  # (b, (i j), h) @ (h, P)
+        d_pair = (dz16.view(B, h, N * N).transpose(1, 2) @ weight.to(dtype)).view(B, N, N, P).to(pair.dtype)
+    if need_weight:  # (h, (b i j)) @ ((b i j), P)
+        d_weight = (dz16.transpose(0, 1).reshape(h, B * N * N) @ pair.reshape(B * N * N, P).to(dtype)).to(weight.dtype)
+    if need_bias:
+        d_bias = dz.sum((0, 2, 3)).to(bias.dtype)
+    return d_pair, d_weight, d_bias

@@ -218,12 +218,16 @@ def add_product(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
         product(acc, a.to(acc.dtype), b.to(acc.dtype), out=acc)
 
 
+SMALL_COLUMN_SUMS = 1 << 20  # elements: below, PyTorch's sum (one launch against the product's three)
+
+
 def column_sums(x: torch.Tensor) -> torch.Tensor:
-    """x (rows, k) summed over its rows in float32: (k,). For 16-bit x on CUDA one product with a row of
-    ones accumulating in float32 (cuBLAS reads the rows at full bandwidth; PyTorch's reduction over rows
-    into 64-128 outputs took 0.19 ms for 63 MB on the H200, ~10x the read); otherwise PyTorch's sum
-    (float32 products could run as TF32 under a global setting)."""
-    if not (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)):
+    """x (rows, k) summed over its rows in float32: (k,). For 16-bit x on CUDA of SMALL_COLUMN_SUMS
+    elements or more, one product with a row of ones accumulating in float32 (cuBLAS reads the rows at
+    full bandwidth; PyTorch's reduction over rows into 64-128 outputs took 0.19 ms for 63 MB on the
+    H200, ~10x the read); otherwise PyTorch's sum (float32 products could run as TF32 under a global
+    setting)."""
+    if not (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)) or x.numel() < SMALL_COLUMN_SUMS:
         return x.sum(0, dtype=torch.float32)
     acc = torch.zeros(1, x.shape[1], dtype=torch.float32, device=x.device)
     add_product(acc, torch.ones(1, x.shape[0], dtype=x.dtype, device=x.device), x)
