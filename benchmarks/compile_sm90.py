@@ -68,7 +68,8 @@ def launches():
     for dt in ("bf16", "fp32"):
         for stats in (False, True):
             yield (f"layer norm {dt} D=256 stats={stats}", lnl._layer_norm_kernel,
-                   {"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "b_ptr": f"*{dt}", "y_ptr": f"*{dt}", "mean_ptr": "*fp32", "rstd_ptr": "*fp32"},
+                   {"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "b_ptr": f"*{dt}", "y_ptr": f"*{dt}", "mean_ptr": "*fp32",
+                    "rstd_ptr": "*fp32"},
                    dict(STATS=stats, BLOCK_ROWS=16, BLOCK_D=256), 4, 3)
     for dt in ("bf16", "fp32"):
         for need_x in (True, False):
@@ -104,7 +105,8 @@ def launches():
         yield (f"opm backward outer products bf16 c={C}", opm._opm_kernel, ptrs, consts | cfg.kwargs, cfg.num_warps,
                cfg.num_stages)
         cfg = opm._dx_prune(opm._dx_configs(), {}, C=C)[0]
-        yield (f"opm backward dX bf16 c={C}", opm._opm_dx_kernel, {n: "*bf16" for n in ("g_ptr", "w_ptr", "dx_ptr")} | {"sc_ptr": "*fp32"},
+        yield (f"opm backward dX bf16 c={C}", opm._opm_dx_kernel,
+               {n: "*bf16" for n in ("g_ptr", "w_ptr", "dx_ptr")} | {"sc_ptr": "*fp32"},
                dict(C=C) | cfg.kwargs, cfg.num_warps, cfg.num_stages)
     for dt, out in (("bf16", "*bf16"), ("fp32", "*fp32")):
         ptrs = {n: f"*{dt}" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "wa_ptr", "ba_ptr", "wb_ptr", "bb_ptr", "w_ptr",
@@ -134,8 +136,8 @@ def launches():
             for gate, stats in ((True, False), (True, True), (False, True)):  # inference, training, recompute
                 consts = base | dict(GATE=gate, STORE_STATS=stats)
                 cfg = ra._prune(ra._configs(), {}, N_BUCKET=512, **consts)[0]
-                yield (f"attention {dt} d={block_d} gate={gate} stats={stats}", ra._row_attention_kernel, ptrs, consts | cfg.kwargs,
-                       cfg.num_warps, cfg.num_stages)
+                yield (f"attention {dt} d={block_d} gate={gate} stats={stats}", ra._row_attention_kernel, ptrs,
+                       consts | cfg.kwargs, cfg.num_warps, cfg.num_stages)
             consts = base | dict(OPERAND_BYTES=e)
             cfg = ra._bwd_prune(ra._bwd_configs(), {}, **consts)[0]
             for name in ("dq", "dkdv", "dz"):

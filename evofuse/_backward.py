@@ -277,7 +277,8 @@ def _pair_bias_grads(dz, pair, weight, bias, dtype, need_pair, need_weight, need
     if need_pair:  # (b, (i j), h) @ (h, P)
         d_pair = (dz16.view(B, h, N * N).transpose(1, 2) @ weight.to(dtype)).view(B, N, N, P).to(pair.dtype)
     if need_weight:  # (h, (b i j)) @ ((b i j), P)
-        d_weight = (dz16.transpose(0, 1).reshape(h, B * N * N) @ pair.reshape(B * N * N, P).to(dtype)).to(weight.dtype)
+        d_weight = dz16.transpose(0, 1).reshape(h, B * N * N) @ pair.reshape(B * N * N, P).to(dtype)
+        d_weight = d_weight.to(weight.dtype)
     if need_bias:
         d_bias = dz.sum((0, 2, 3)).to(bias.dtype)
     return d_pair, d_weight, d_bias

@@ -8,8 +8,7 @@ autograd does not record); the Triton parts of the backwards are ops of their ow
 around them; eager backwards call the functions behind them directly (`evofuse._backward._kernels`).
 
 Eager calls that record gradients take `OuterProductMeanFunction` and `RowAttentionFunction` instead:
-plain autograd Functions with the same forward and backward, without the custom ops' dispatch (on the
-H200's host ~0.1-0.8 ms a training step that nothing else accounts for; `benchmarks/host_time.py`).
+plain autograd Functions with the same forward, setup and backward, without the custom ops' dispatch.
 """
 
 from __future__ import annotations
@@ -40,10 +39,15 @@ def _opm_setup(ctx, inputs, output):
     ctx.normalization = normalization
 
 
+def _opm_grads(ctx, grad_out, need_msa, need_params):
+    """(msa_repr's gradient, None, then the eight parameters') from what `_opm_setup` kept."""
+    return outer_product_mean_backward(ctx.saved_tensors, [need_msa, False, *need_params], grad_out,
+                                       ctx.normalization)
+
+
 def _opm_backward(ctx, grad_out):
     need_msa, _, need_params = ctx.needs_input_grad[:3]  # a list argument gets a list of flags
-    grads = outer_product_mean_backward(ctx.saved_tensors, [need_msa, False, *need_params], grad_out,
-                                        ctx.normalization)
+    grads = _opm_grads(ctx, grad_out, need_msa, need_params)
     return grads[0], None, list(grads[2:]), None, None
 
 
@@ -72,13 +76,18 @@ def _att_setup(ctx, inputs, output):
     ctx.precision = precision
 
 
-def _att_backward(ctx, grad_out, *_):
-    need_msa, need_pair, _, need_params = ctx.needs_input_grad[:4]
+def _att_grads(ctx, grad_out, need_msa, need_pair, need_params):
+    """(msa_repr's, pair_repr's gradient, None, then the fourteen parameters') from what `_att_setup` kept."""
     msa_repr, pair_repr, msa_mask, *rest = ctx.saved_tensors
     saved, params = rest[:ctx.num_saved], rest[ctx.num_saved:]
-    grads = msa_row_attention_backward((msa_repr, pair_repr, msa_mask, *params),
-                                       [need_msa, need_pair, False, *need_params], grad_out, ctx.num_heads,
-                                       ctx.precision, *saved)
+    return msa_row_attention_backward((msa_repr, pair_repr, msa_mask, *params),
+                                      [need_msa, need_pair, False, *need_params], grad_out, ctx.num_heads,
+                                      ctx.precision, *saved)
+
+
+def _att_backward(ctx, grad_out, *_):
+    need_msa, need_pair, _, need_params = ctx.needs_input_grad[:4]
+    grads = _att_grads(ctx, grad_out, need_msa, need_pair, need_params)
     return grads[0], grads[1], None, list(grads[3:]), None, None
 
 
@@ -101,8 +110,9 @@ def msa_row_attention_train_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Te
 def _(msa_repr, pair_repr, msa_mask, params, num_heads, precision):
     from .ops.row_attention import single_launch
 
-    if single_launch(msa_repr, num_heads, params):
-        return msa_repr.new_empty(msa_repr.shape), msa_repr.new_empty((0,)), msa_repr.new_empty((0,), dtype=torch.float32)
+    if single_launch(msa_repr, num_heads, params):  # o and the statistics not kept
+        return (msa_repr.new_empty(msa_repr.shape), msa_repr.new_empty((0,)),
+                msa_repr.new_empty((0,), dtype=torch.float32))
     B, S, N, _ = msa_repr.shape
     stats = msa_repr.new_empty((2, B, S, num_heads, N), dtype=torch.float32)
     return msa_repr.new_empty(msa_repr.shape), msa_repr.new_empty(msa_repr.shape), stats
@@ -192,44 +202,40 @@ def _(x, layer_norm_weight, layer_norm_bias, weights, biases):
 
 
 class OuterProductMeanFunction(torch.autograd.Function):
-    """The Outer Product Mean's eager training forward (outside torch.compile): as `outer_product_mean_op`
-    with its registered backward. apply(msa_repr, msa_mask, normalization, precision, *params)."""
+    """The Outer Product Mean's eager training forward (outside torch.compile): `outer_product_mean_op`
+    and its registered backward without the op's dispatch. apply(msa_repr, msa_mask, normalization,
+    precision, *params)."""
 
     @staticmethod
     def forward(ctx, msa_repr, msa_mask, normalization, precision, *params):
         from .ops.outer_product_mean import outer_product_mean_triton
 
-        ctx.save_for_backward(msa_repr, msa_mask, *params)
-        ctx.normalization = normalization
+        _opm_setup(ctx, (msa_repr, msa_mask, params, normalization, precision), None)
         return outer_product_mean_triton(msa_repr, msa_mask, *params, normalization=normalization, precision=precision)
 
     @staticmethod
     def backward(ctx, grad_out):
         needs = ctx.needs_input_grad
-        grads = outer_product_mean_backward(ctx.saved_tensors, [needs[0], False, *needs[4:]], grad_out,
-                                            ctx.normalization)
+        grads = _opm_grads(ctx, grad_out, needs[0], needs[4:])
         return grads[0], None, None, None, *grads[2:]
 
 
 class RowAttentionFunction(torch.autograd.Function):
-    """Row attention's eager training forward (outside torch.compile): as `msa_row_attention_train_op`
-    with its registered backward. apply(msa_repr, pair_repr, msa_mask, num_heads, precision, *params)."""
+    """Row attention's eager training forward (outside torch.compile): `msa_row_attention_train_op` and
+    its registered backward without the op's dispatch. apply(msa_repr, pair_repr, msa_mask, num_heads,
+    precision, *params)."""
 
     @staticmethod
     def forward(ctx, msa_repr, pair_repr, msa_mask, num_heads, precision, *params):
         from .ops.row_attention import msa_row_attention_triton
 
-        out, o, stats = msa_row_attention_triton(msa_repr, pair_repr, msa_mask, *params, num_heads=num_heads,
-                                                 precision=precision, save=True)
-        ctx.save_for_backward(msa_repr, pair_repr, msa_mask, o, stats, *params)
-        ctx.num_heads, ctx.precision = num_heads, precision
-        return out
+        output = msa_row_attention_triton(msa_repr, pair_repr, msa_mask, *params, num_heads=num_heads,
+                                          precision=precision, save=True)
+        _att_setup(ctx, (msa_repr, pair_repr, msa_mask, params, num_heads, precision), output)
+        return output[0]
 
     @staticmethod
     def backward(ctx, grad_out):
         need_msa, need_pair, _, _, _, *need_params = ctx.needs_input_grad
-        msa_repr, pair_repr, msa_mask, o, stats, *params = ctx.saved_tensors
-        grads = msa_row_attention_backward((msa_repr, pair_repr, msa_mask, *params),
-                                           [need_msa, need_pair, False, *need_params], grad_out, ctx.num_heads,
-                                           ctx.precision, o, stats)
+        grads = _att_grads(ctx, grad_out, need_msa, need_pair, need_params)
         return grads[0], grads[1], None, None, None, *grads[3:]

@@ -15,8 +15,13 @@ import torch
 from . import reference as ref
 from ._checks import check_mask, check_msa, check_pair, check_param_shapes, check_params
 from ._dispatch import resolve_impl, warn_once
-from ._library import (OuterProductMeanFunction, RowAttentionFunction, msa_row_attention_op,
-                       msa_row_attention_train_op, outer_product_mean_op)
+from ._library import (
+    OuterProductMeanFunction,
+    RowAttentionFunction,
+    msa_row_attention_op,
+    msa_row_attention_train_op,
+    outer_product_mean_op,
+)
 from .ops._common import PRECISIONS
 
 
@@ -39,7 +44,7 @@ def _path(*tensors: torch.Tensor | None) -> str:
     """How the fused forward runs: "direct" (eager, no gradient to record), "function" (eager, recording
     gradients: a plain autograd Function) or "op" (under torch.compile: the custom op, an opaque node with
     a registered backward). The custom op's dispatch costs ~20-40 us of host time a call, more than the
-    whole kernel on small problems, and ~0.1-0.8 ms a training step."""
+    whole kernel on small problems."""
     if torch.compiler.is_compiling():
         return "op"
     return "function" if _records_grad(*tensors) else "direct"

@@ -3,8 +3,16 @@
 import pytest
 import torch
 
-from evofuse._library import (msa_row_attention_core_backward_op, msa_row_attention_op, msa_row_attention_train_op,
-                              layer_norm_backward_op, ln_project_op, opm_outer_product_grad_op, opm_outer_products_op, outer_product_mean_op)
+from evofuse._library import (
+    layer_norm_backward_op,
+    ln_project_op,
+    msa_row_attention_core_backward_op,
+    msa_row_attention_op,
+    msa_row_attention_train_op,
+    opm_outer_product_grad_op,
+    opm_outer_products_op,
+    outer_product_mean_op,
+)
 
 from .conftest import DEVICE
 from .helpers import att_module, opm_module, random_mask

@@ -648,9 +648,9 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
     forward (`msa_row_attention_triton(save=True)`); without them (None, or empty after the forward's
     single launch) the attention core runs once more to get them. Then the gate's backward and the
     softmax's row sums in one pass, and three kernels: dq (a program per query block, summing over keys),
-    dk and dv (a program per key block, summing over queries), and the pair-bias gradient (a program per (i, j) tile, summing
-    over the MSA rows in order). Nothing of size S*h*N*N exists and no atomics are used: the
-    gradients are bit-reproducible.
+    dk and dv (a program per key block, summing over queries), and the pair-bias gradient (a program per
+    (i, j) tile, summing over the MSA rows in order). Nothing of size S*h*N*N exists and no atomics are
+    used: the gradients are bit-reproducible.
     """
     qkvg = qkvg.contiguous()  # the gate kernel reads it as (rows, 4D)
     B, S, N, D4 = qkvg.shape
