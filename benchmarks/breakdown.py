@@ -14,12 +14,12 @@ import argparse
 import cProfile
 import gc
 import pstats
-import statistics
 import time
 import warnings
 
 import torch
 import triton.testing
+from host_time import host_us  # benchmarks/host_time.py, beside this script
 from torch.profiler import ProfilerActivity, profile
 
 from evofuse.bench import training_step
@@ -76,14 +76,7 @@ def host_profile(call, calls=500):
     gc.enable()
     print(f"  host: {wall * 1e6:.1f} us a call ({no_gc * 1e6:.1f} with the garbage collector off; wall time of "
           f"{4 * calls} calls in a row, no profiler; the device's time instead where the kernels take longer)")
-    alone = []
-    for _ in range(min(calls, 100)):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        call()
-        alone.append(time.perf_counter() - start)
-    torch.cuda.synchronize()
-    print(f"  host: {statistics.median(alone) * 1e6:.1f} us a call alone (median of single calls each after a "
+    print(f"  host: {host_us(call, calls=min(calls, 100)):.1f} us a call alone (median of single calls each after a "
           f"synchronize: the host's own time, nothing queued ahead)")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -99,13 +99,12 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
         y, xn, mean, rstd = kernels.ln_project(msa, params[0], params[1], [params[2], params[4]], [params[3], params[5]])
         mask_x = None if mask is None else mask.to(dtype)[..., None]
         ad, bd = (y[..., :c], y[..., c:]) if mask_x is None else (y[..., :c] * mask_x, y[..., c:] * mask_x)
-        counts = torch.ones(B, S, N, device=msa.device) if mask is None else mask.to(torch.float32)
         need_a = need_b = need_ab
     else:
         with torch.enable_grad():
             msa_l = leaf(msa, needs[0])
             proj = [leaf(p, n, dtype) for p, n in zip(params[:6], needs[2:8])]
-            a, b, counts = ref.outer_product_mean_projections(msa_l, mask, *proj)
+            a, b, _ = ref.outer_product_mean_projections(msa_l, mask, *proj)
         ad, bd = a.detach(), b.detach()
         need_a, need_b = a.requires_grad, b.requires_grad
     R = w.shape[0]
@@ -119,7 +118,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
         dwb = column_sums(grad_out.reshape(-1, R))
     elif needs[9]:
         dwb = torch.zeros(R, dtype=torch.float32, device=msa.device)
-    scale = pair_scale(counts, B, S, N, normalization, msa.device)  # (B, N, N), once for every block
+    scale = pair_scale(mask, B, S, N, normalization, msa.device)  # (B, N, N), once for every block
     fused = backward_fused(dtype, c)  # 16-bit: X and dX from Triton kernels in cuBLAS's layouts
     rows = max(1, BLOCK_BYTES // max(1, B * N * c * c * ad.element_size()))
     with ieee_fp32_matmul():
