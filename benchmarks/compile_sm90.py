@@ -87,7 +87,7 @@ def launches():
     for form, dt, split, scaled in (("bf16", "bf16", False, False), ("fp32", "fp16", True, True),
                                     ("fp32 fast", "fp16", False, True)):
         out = "*bf16" if dt == "bf16" else "*fp32"
-        ptrs = {n: f"*{dt}" for n in ("a_ptr", "b_ptr", "w_ptr", "w_lo_ptr")}
+        ptrs = {n: f"*{dt}" for n in ("a_ptr", "b_ptr", "w_ptr", "a_lo_ptr", "b_lo_ptr", "w_lo_ptr")}
         ptrs |= {n: "*fp32" for n in ("m_ptr", "mi_ptr", "wb_ptr", "inv_scale_ptr", "p_ptr")} | {"o_ptr": out}
         for C in opm.FAST_HIDDEN_DIMS[:3]:
             for norm, acc in ((0, False), (1, True)):
@@ -97,7 +97,7 @@ def launches():
                 yield (f"opm {form} c={C} norm={norm} accumulate={acc}", opm._opm_kernel, ptrs, consts | cfg.kwargs,
                        cfg.num_warps, cfg.num_stages)
     for C in opm.FAST_HIDDEN_DIMS[:3]:  # the backward's kernels (16-bit)
-        ptrs = {n: "*bf16" for n in ("a_ptr", "b_ptr", "w_ptr", "w_lo_ptr", "o_ptr")}
+        ptrs = {n: "*bf16" for n in ("a_ptr", "b_ptr", "w_ptr", "a_lo_ptr", "b_lo_ptr", "w_lo_ptr", "o_ptr")}
         ptrs |= {n: "*bf16" for n in ("m_ptr", "mi_ptr", "wb_ptr", "inv_scale_ptr")} | {"p_ptr": "*fp32"}
         consts = dict(C=C, NORM=0, HAS_MASK=False, EPS=1e-3, SPLIT=False, SCALED=False, ACCUMULATE=False,
                       ADD_BIAS=False, STORE_X=True)

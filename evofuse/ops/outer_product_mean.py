@@ -36,14 +36,13 @@ _NORM_CODE = {name: k for k, name in enumerate(NORMALIZATIONS)}  # seed 0, af2 1
 
 @triton.jit
 def _opm_kernel(
-    a_ptr, stride_ab, stride_as, stride_ai, stride_ah,  # a: (B, S, N, C), masked; channel stride 1; SPLIT:
-    # the high float16 halves, the low ones stride_ah elements on
-    b_ptr, stride_bb, stride_bs, stride_bj, stride_bh,  # b: (B, S, N, C), masked; channel stride 1; as a
+    a_ptr, stride_ab, stride_as, stride_ai,  # a: (B, S, N, C), masked; channel stride 1
+    b_ptr, stride_bb, stride_bs, stride_bj,  # b: (B, S, N, C), masked; channel stride 1
     m_ptr, stride_mb, stride_ms, stride_mi,  # mask: (B, S, N) float32 (HAS_MASK only): the counts
     mi_ptr,  # the mask from this launch's first row i on (the rows' side), with m's strides
     w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C)
     wb_ptr,  # out_proj bias: (R,)
-    w_lo_ptr,  # SPLIT only: the low float16 half of w, with w's strides
+    a_lo_ptr, b_lo_ptr, w_lo_ptr,  # SPLIT only: the low float16 halves, with a's, b's and w's strides
     inv_scale_ptr,  # SCALED only: one float32, 1 / (the power-of-two scales of a, b and w)
     o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, NI, N, R), rows i of this launch
     p_ptr, stride_pb, stride_pi, stride_pj, stride_pr,  # ACCUMULATE: float32 partial sums (B, NI, N, R) to add;
@@ -98,36 +97,31 @@ def _opm_kernel(
     count_i = tl.zeros((BLOCK_I,), dtype=tl.float32)  # seed: sum_s mask[s, i]
     m_b = m_ptr + pid_b * stride_mb
     mi_b = mi_ptr + pid_b * stride_mb
-    # SPLIT: three passes over the MSA rows, a_hi b_lo, a_lo b_hi, then a_hi b_hi (small terms first),
-    # each step one product of two tiles as in the 16-bit kernel (four tiles and three products a step
-    # ran at 8.5x the 16-bit kernel's time, not 3x); the counts then take a loop of their own
-    n_s = tl.cdiv(S_HI - S_LO, BLOCK_S)
-    PASSES: tl.constexpr = 3 if SPLIT else 1
-    for t in range(0, PASSES * n_s):
-        a_src = a_base
-        b_src = b_base
-        if SPLIT:
-            part = t // n_s
-            a_src += (part == 1).to(tl.int64) * stride_ah
-            b_src += (part == 0).to(tl.int64) * stride_bh
-            s = S_LO + (t - part * n_s) * BLOCK_S + offs_s
-        else:
-            s = S_LO + t * BLOCK_S + offs_s
+    for s0 in range(S_LO, S_HI, BLOCK_S):
+        s = s0 + offs_s
         s_ok = s < S_HI
         s64 = s.to(tl.int64)
-        a_t = tl.load(a_src + row_off[:, None] + s64[None, :] * stride_as,
-                      mask=(row_i < NI)[:, None] & s_ok[None, :], other=0.0)  # [BLOCK_I*C, BLOCK_S]
-        b_t = tl.load(b_src + s64[:, None] * stride_bs + col_off[None, :],
-                      mask=s_ok[:, None] & (col_j < N)[None, :], other=0.0)  # [BLOCK_S, BLOCK_J*C]
+        a_t = tl.load(  # [BLOCK_I*C, BLOCK_S]
+            a_base + row_off[:, None] + s64[None, :] * stride_as,
+            mask=(row_i < NI)[:, None] & s_ok[None, :], other=0.0)
+        b_t = tl.load(  # [BLOCK_S, BLOCK_J*C]
+            b_base + s64[:, None] * stride_bs + col_off[None, :],
+            mask=s_ok[:, None] & (col_j < N)[None, :], other=0.0)
+        if SPLIT:  # a b = a_hi b_hi + a_hi b_lo + a_lo b_hi, to ~2**-22; small terms first
+            a_lo = tl.load(a_lo_ptr + pid_b * stride_ab + row_off[:, None] + s64[None, :] * stride_as,
+                           mask=(row_i < NI)[:, None] & s_ok[None, :], other=0.0)  # [BLOCK_I*C, BLOCK_S]
+            b_lo = tl.load(b_lo_ptr + pid_b * stride_bb + s64[:, None] * stride_bs + col_off[None, :],
+                           mask=s_ok[:, None] & (col_j < N)[None, :], other=0.0)  # [BLOCK_S, BLOCK_J*C]
+            acc = tl.dot(a_t, b_lo, acc)
+            acc = tl.dot(a_lo, b_t, acc)
         acc = tl.dot(a_t, b_t, acc)  # 16-bit operands, fp32 accumulator
-        if HAS_MASK and not SPLIT:
+        if HAS_MASK:
             count_i, norm = _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s64, s_ok, offs_i, offs_j,
                                         NI, N, NORM)
-    if HAS_MASK:  # rows outside the loop's counting still count (S split into launches; SPLIT counts all here)
-        s_end = S_HI if SPLIT else S_LO
-        for s0 in range(0, s_end, BLOCK_S):
+    if HAS_MASK:  # rows outside this launch's range still count (S split into launches)
+        for s0 in range(0, S_LO, BLOCK_S):
             s = s0 + offs_s
-            count_i, norm = _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s.to(tl.int64), s < s_end,
+            count_i, norm = _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s.to(tl.int64), s < S_LO,
                                         offs_i, offs_j, NI, N, NORM)
         for s0 in range(S_HI, S, BLOCK_S):
             s = s0 + offs_s
@@ -524,8 +518,7 @@ _EXP_CLAMP = 100.0  # 2**(SCALE_TOP + 100) and 2**(SCALE_TOP - 100) are finite f
 
 
 def _float16_operands(tensors, split: bool):
-    """Each float32 tensor x scaled by a power of two and split into float16 halves (2, *x.shape), hi
-    then lo (or (1, *x.shape), hi only, without split); and
+    """Each float32 tensor scaled by a power of two and split into float16 (hi, lo or None); and
     1 / (the product of the scales), a one-element device tensor (no host synchronization). The scale
     of x is 2**(SCALE_TOP - ceil(log2(max |x|))); a tensor holding Inf or NaN keeps the scale 1."""
     amax = torch.stack([torch.linalg.vector_norm(x, float("inf")) for x in tensors])
@@ -539,7 +532,7 @@ def _float16_operands(tensors, split: bool):
         block = 1024
         cached_launch(_float16_split_kernel)((cdiv(n, block),), x, scales[k:], halves[0], halves[-1], n, LO=split,
                                              BLOCK=block)
-        out.append(halves)
+        out.append((halves[0], halves[1] if split else None))
     return out, torch.exp2(e.sum() - len(tensors) * SCALE_TOP)
 
 
@@ -583,13 +576,14 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     parts = halves * halves
     w_parts = out_proj_weight.reshape(R, halves, cs, halves, cs).permute(1, 3, 0, 2, 4).reshape(parts, R, cs * cs)
     if scaled:  # float16 operands; "default" keeps a low half too (three products per pair of operands)
-        (a2, b2, w2), inv_scale = _float16_operands((ab[0], ab[1], w_parts.to(torch.float32).contiguous()), split)
+        ((a, a_lo), (b, b_lo), (w, w_lo)), inv_scale = _float16_operands(
+            (ab[0], ab[1], w_parts.to(torch.float32).contiguous()), split)
         del ab  # the float32 projections are freed before the output is allocated
-        a, b, w, w_lo = a2[0], b2[0], w2[0], w2[-1]
-        lo_offsets = (a2.stride(0), b2.stride(0)) if split else (0, 0)  # from the high halves to the low
+        if not split:
+            a_lo, b_lo, w_lo = a, b, w  # unused
     else:
         a, b, w = ab[0], ab[1], w_parts.to(dtype).contiguous()
-        w_lo, inv_scale, lo_offsets = w, a, (0, 0)  # unused
+        a_lo, b_lo, w_lo, inv_scale = a, b, w, a  # unused
     out = empty(B, N, N, R, dtype=dtype, device=device)
     wb = out_proj_bias.to(torch.float32)
     m, m_strides = (a, (0, 0, 0)) if mask is None else (mask, mask.stride())  # a: unused without a mask
@@ -611,13 +605,13 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
         for step, (k, s0) in enumerate(steps):
             ph, qh = divmod(k, halves)
             p_cols, q_cols = slice(ph * cs, (ph + 1) * cs), slice(qh * cs, (qh + 1) * cs)
-            a_k, b_k = a[:, :, i0:i0 + n, p_cols], b[..., q_cols]
+            a_k, a_lo_k = a[:, :, i0:i0 + n, p_cols], a_lo[:, :, i0:i0 + n, p_cols]
+            b_k, b_lo_k = b[..., q_cols], b_lo[..., q_cols]
             last = step == len(steps) - 1
             dst = out[:, i0:i0 + n] if last else acc
             s1 = min(S, s0 + chunk)
-            args = (a_k, *a_k.stride()[:3], lo_offsets[0], b_k, *b_k.stride()[:3], lo_offsets[1], m, *m_strides,
-                    m[:, :, i0:] if mask is not None else m, w[k], *w[k].stride(), wb, w_lo[k], inv_scale, dst,
-                    *dst.stride(), acc,
+            args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], m, *m_strides, m[:, :, i0:] if mask is not None else m,
+                    w[k], *w[k].stride(), wb, a_lo_k, b_lo_k, w_lo[k], inv_scale, dst, *dst.stride(), acc,
                     *acc.stride(), S, n, N, R, s0, s1, bucket(s1 - s0), bucket(N))
 
             def grid(meta, n=n):
@@ -645,7 +639,7 @@ def outer_products(a_rows: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -
     B, S, n, c = a_rows.shape
     N = b.shape[2]
     x = empty(B, n, N, c * c, dtype=a_rows.dtype, device=a_rows.device)
-    args = (a_rows, *a_rows.stride()[:3], 0, b, *b.stride()[:3], 0, a_rows, 0, 0, 0, a_rows, b, 0, 0, b, b, b,
+    args = (a_rows, *a_rows.stride()[:3], b, *b.stride()[:3], a_rows, 0, 0, 0, a_rows, b, 0, 0, b, b, b, b, b,
             x, *x.stride(), scale, *scale.stride(), 0, S, n, N, 1, 0, S, bucket(S), bucket(N))
     consts = {"C": c, "NORM": 0, "HAS_MASK": False, "EPS": AF2_EPS, "SPLIT": False, "SCALED": False,
               "ACCUMULATE": False, "ADD_BIAS": False, "STORE_X": True}
