@@ -196,7 +196,7 @@ def test_float32_long_msa_in_chunks_of_rows(c, normalization, mask_kind, monkeyp
     mod = opm_module(12, 6, c, seed=c, normalization=normalization)
     out, exact, _, ref32 = run(mod, torch.randn(2, S, N, 12), random_mask(2, S, N, mask_kind, seed=c), torch.float32)
     assert_contract(out, exact, torch.float32, ref_fp32=ref32)
-    parts = (c // 32) ** 2 if c > 32 else 1
+    parts = (c // op.SPLIT_PART) ** 2 if c > op.SPLIT_PART else 1
     assert launches == [(0, 12), (12, 24), (24, 36), (36, 37)] * parts
 
 

@@ -25,11 +25,16 @@ import triton
 import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections
+from . import split_linear
 from ._common import bucket, cached_launch, cdiv, empty, ieee_fp32_matmul, launch, next_pow2
 from .layer_norm_linear import fits, ln_linear, normalize_rows
 
 FAST_HIDDEN_DIMS = (8, 16, 32, 64)
 PARTIAL_BYTES = 32 << 20  # hidden_dim 64 with 16-bit outputs: float32 partial sums of this size at most
+# float32, default precision: hidden_dim in parts of at most this many channels (hidden_dim 32 as four
+# 16-wide parts). The split epilogue holds x_hi and x_lo: at 32 channels it spills ~1.3-1.5 KB a thread
+# (sm_90, any tile), at 16 none
+SPLIT_PART = 16
 SPLIT_CHUNK_S = 2048  # float32, default precision: MSA rows multiplied per launch (see the launcher)
 _NORM_CODE = {name: k for k, name in enumerate(NORMALIZATIONS)}  # seed 0, af2 1, boltz 2
 
@@ -476,17 +481,29 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
     (2, B, S, N, c) tensor.
 
     One fused pass for 16-bit inputs of width up to 512 (no normalized copy of the MSA in memory);
-    float32 (IEEE products) and wider representations go through the reference's first half, a
-    block of MSA rows at a time.
+    float32 through `split_linear` (the LayerNorm applied while splitting the rows into float16 hi/lo
+    halves, products on tensor cores to ~2**-22), then the mask; anything else (wider 16-bit rows, a
+    PyTorch without float32-output products) through the reference's first half, a block of MSA rows at
+    a time.
     """
     B, S, N, D = msa_repr.shape
     c = proj_a_weight.shape[0]
     dtype = msa_repr.dtype
+    w = torch.cat([proj_a_weight, proj_b_weight]).to(dtype)
+    bias = torch.cat([proj_a_bias, proj_b_bias]).to(dtype)
     if fits(D, 2 * c, dtype):
-        w = torch.cat([proj_a_weight, proj_b_weight]).to(dtype)
-        bias = torch.cat([proj_a_bias, proj_b_bias]).to(dtype)
         return ln_linear(msa_repr, w, bias, layer_norm_weight, layer_norm_bias, mask, slot=c, eps=LAYER_NORM_EPS)
     ab = torch.empty(2, B, S, N, c, dtype=dtype, device=msa_repr.device)
+    if split_linear.available(msa_repr):
+        # split_linear's scaling keeps the product of its operands' scales 1, so both float16 operands
+        # fall below float16's normal range when the LayerNorm's or the projections' weights are tiny:
+        # both are first brought to magnitude ~1 by powers of two (exact), undone with the mask
+        s_ln, s_w = _pow2_normalizer(layer_norm_weight, layer_norm_bias), _pow2_normalizer(w)
+        y = split_linear.split_linear(msa_repr.reshape(-1, D), w * s_w, bias * (s_ln * s_w),
+                                      ln=(layer_norm_weight * s_ln, layer_norm_bias * s_ln, LAYER_NORM_EPS))
+        undo = 1 / (s_ln * s_w) if mask is None else mask[..., None, None] / (s_ln * s_w)
+        torch.mul(y.view(B, S, N, 2, c), undo, out=ab.permute(1, 2, 3, 0, 4))
+        return ab
     params = [p.to(dtype) for p in (layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
                                     proj_b_bias)]
     rows = max(1, (32 << 20) // max(1, B * N * D * msa_repr.element_size()))  # ~32 MiB of normalized MSA at a time
@@ -496,6 +513,13 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
             ab[0, :, s0:s0 + rows], ab[1, :, s0:s0 + rows], _ = outer_product_mean_projections(
                 msa_repr[:, s0:s0 + rows], block_mask, *params)
     return ab
+
+
+def _pow2_normalizer(*tensors: torch.Tensor) -> torch.Tensor:
+    """2**-ceil(log2(max |t|)) over the tensors, a one-element float32 device tensor (1 for all zeros,
+    Inf or NaN): multiplying by it is exact and brings the largest magnitude into (1/2, 1]."""
+    e = torch.ceil(torch.log2(torch.stack([torch.linalg.vector_norm(t.float(), float("inf")) for t in tensors]).max()))
+    return torch.exp2(-torch.where(torch.isfinite(e), e, 0.0).clamp(-_EXP_CLAMP, _EXP_CLAMP)).reshape(1)
 
 
 @triton.jit
@@ -570,8 +594,9 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     scaled = dtype == torch.float32
     split = scaled and precision == "default"
     # hidden_dim 64 runs as four 32-wide parts (p and q halves), each with its block of out_proj's weight,
-    # summed in float32 (the kernel's tile holds (i p) x (j q) outer products: 64-wide ones do not fit)
-    cs = min(c, 32)
+    # summed in float32 (the kernel's tile holds (i p) x (j q) outer products: 64-wide ones do not fit);
+    # float32 at the default precision in parts of at most SPLIT_PART channels
+    cs = min(c, SPLIT_PART if split else 32)
     halves = c // cs
     parts = halves * halves
     w_parts = out_proj_weight.reshape(R, halves, cs, halves, cs).permute(1, 3, 0, 2, 4).reshape(parts, R, cs * cs)
