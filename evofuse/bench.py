@@ -9,6 +9,7 @@ the speedup over eager fp32 (log scale).
 from __future__ import annotations
 
 import csv
+import gc
 import json
 import platform
 import re
@@ -167,6 +168,7 @@ def _measure(fn, train: bool, tensors: list[torch.Tensor]) -> tuple[float, float
     torch.cuda.synchronize()
     for t in tensors:
         t.grad = None
+    gc.collect()  # an earlier row's garbage freed during this call would hide its peak (opm-long: 0 MiB)
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     run()
