@@ -11,6 +11,10 @@
 source benchmarks/results/NVIDIA-H200/logs/session4/runs.sh
 L5=benchmarks/results/NVIDIA-H200/logs/session5
 L6=benchmarks/results/NVIDIA-H200/logs/session6
-python3 benchmarks/merge_results.py benchmarks/results "${S4_RUNS[@]}" "$L5/run4-seeds.json:opm-seed fwd,att-seed fwd" \
+S6_RUNS=("${S4_RUNS[@]}" "$L5/run4-seeds.json:opm-seed fwd,att-seed fwd" \
   "$L5/run6-train.json:opm-af2-main fwd+bwd evofuse" "$L5/run1-train.json:att-af2-main fwd+bwd evofuse" \
-  "$L6/run4-suite.json:" "$L6/run4-seeds.json:"
+  "$L6/run4-suite.json:" "$L6/run4-seeds.json:")
+# run directly, it merges; sourced (by a later session's merge.sh), it only defines S6_RUNS
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  python3 benchmarks/merge_results.py benchmarks/results "${S6_RUNS[@]}"
+fi
