@@ -2,10 +2,10 @@
 # How benchmarks/results/NVIDIA-H200/results.* were made (run from the repository root): session 6's rows
 # (../session6/merge.sh says where each comes from), then these rows of session 7, which replace earlier
 # rows of the same case, mode and implementation:
-# - run 4 (~20:05 UTC, `RESULTS=run4-fp32 bash benchmarks/gpu_session.sh bench --suite
+# - run 4 (~19:29 UTC, `RESULTS=run4-fp32 bash benchmarks/gpu_session.sh bench --suite
 #   opm-af2-main,opm-af2-extra,opm-long --dtype float32 --peers "eager fp32,torch.compile fp32"`): the Outer
 #   Product Mean's float32 forward, evofuse beside eager and torch.compile in one run, except
-# - opm-long's evofuse fp32 row, from run 5 (~20:20 UTC, `RESULTS=run5-fp32 ... bench --suite
+# - opm-long's evofuse fp32 row, from run 5 (~19:36 UTC, `RESULTS=run5-fp32 ... bench --suite
 #   opm-af2-main,opm-long --dtype float32 --peers none`, same code): run 4 measured its peak as 0 MiB (the
 #   torch.compile row's buffers were freed during the call; bench.py now collects garbage first).
 source benchmarks/results/NVIDIA-H200/logs/session6/merge.sh
