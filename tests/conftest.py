@@ -44,3 +44,12 @@ def no_env_impl(monkeypatch):
 def seeded_rng():
     """Every test draws the same random inputs whether it runs alone or in the whole suite."""
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def fresh_replays():
+    """No test replays a call recorded by another (tests change the launchers' module settings, such as
+    the single-launch limits, which replay keys do not hold)."""
+    from evofuse.functional import clear_replays
+
+    clear_replays()

@@ -166,3 +166,103 @@ def test_tuned_launch_tunes_each_key_once_then_launches_its_config(monkeypatch):
     assert log[0][2:] == ((x, 20), {"DOUBLE": True, "factor": 0.5})  # as given: pruning may read names
     assert log[1][1:] == ((2,), (x, 20, 0.5), dict(DOUBLE=True, BLOCK=16, num_warps=8, num_stages=2))
     assert log[2][1] == (2, 1, 1, 1234, "function", "metadata", None, None, None, x, 20, 0.5, 16, True)
+
+
+def _replayable_call(launcher, replays, x, y, factor=0.5, single=True, target="out"):
+    """A launcher as the single-launch paths and functional.py use `Replays`: the key holds every tensor's
+    shape, strides, dtype and address modulo 16 and the options; the launch is x's and y's."""
+    tensors = (x, y)
+    key = (factor, single, *[(t.shape, t.stride(), t.dtype, t.data_ptr() % 16) for t in tensors])
+    plan = replays.get(key)
+    if plan is not None:
+        return plan(tensors)
+    with replays.record(key, tensors):
+        out = _common.empty(*x.shape, dtype=x.dtype, device=x.device)
+        launcher((2,), x, x.numel(), factor, num_warps=4, num_stages=1, BLOCK=16, DOUBLE=False)
+        launcher((2,), y if single else y.clone(), y.numel(), factor, num_warps=4, num_stages=1, BLOCK=16, DOUBLE=False)
+        t = {"out": out, "x": x, "y": y}[target]
+        launcher((3,), t, t.numel(), factor, num_warps=4, num_stages=1, BLOCK=16, DOUBLE=False)
+        if single:
+            _common.single_launch_output(out)
+        return out
+
+
+@pytest.fixture
+def one_launch(launcher):
+    """The stand-in launcher as a single launch: only the output's launch is recorded (the others run
+    before the recording would see them in a real launcher; here they are folded into one)."""
+    real = launcher.__call__
+
+    class One:
+        kernel, _driver = launcher.kernel, launcher._driver
+
+        def __call__(self, grid, *args, **kwargs):
+            if grid == (3,):
+                real(grid, *args, **kwargs)
+
+    return One()
+
+
+@pytest.mark.parametrize("target", ["out", "y"])
+def test_a_single_launch_call_is_replayed_with_the_new_call_s_tensors(one_launch, monkeypatch, target):
+    replays = _common.Replays()
+    x, y = torch.zeros(8), torch.ones(8)
+    first = _replayable_call(one_launch, replays, x, y, target=target)
+    monkeypatch.setattr(type(one_launch), "__call__", lambda *a, **k: pytest.fail("the Python path ran"))
+    x2, y2 = torch.full((8,), 2.0), torch.full((8,), 3.0)
+    second = _replayable_call(one_launch, replays, x2, y2, target=target)
+    log = one_launch.kernel.log
+    assert [entry[0] for entry in log] == ["triton", "binary"] and len(replays.plans) == 1
+    assert log[0][2] == ({"out": first, "y": y}[target], 8, 0.5)
+    # replayed: the binary with the new call's tensor (a new output, or its y) in the slot, the grid and
+    # the constexprs as recorded
+    launched = {"out": second, "y": y2}[target]
+    assert log[1][1] == (3, 1, 1, 1234, "function", "metadata", None, None, None, launched, 8, 0.5, 16, False)
+    assert second is not first and second.shape == (8,)
+
+
+def test_calls_that_are_not_one_declared_launch_are_not_replayed(launcher, one_launch):
+    replays = _common.Replays()
+    x, y = torch.zeros(8), torch.ones(8)
+    for _ in range(2):  # three launches, declared single: not replayable
+        _replayable_call(launcher, replays, x, y)
+    for _ in range(2):  # one launch, not declared
+        _replayable_call(one_launch, replays, x, y, single=False)
+    assert replays.plans == {}
+    assert "binary" in [entry[0] for entry in launcher.kernel.log]  # CachedLaunch's own reuse still works
+
+
+def test_a_launch_of_a_tensor_the_call_made_is_not_replayed(launcher):
+    replays = _common.Replays()
+    x, y = torch.zeros(8), torch.ones(8)
+    with replays.record(("k",), (x, y)):
+        out = _common.empty(8, dtype=x.dtype, device=x.device)
+        launcher((3,), out * 2, 8, 0.5, num_warps=4, num_stages=1, BLOCK=16, DOUBLE=False)
+        _common.single_launch_output(out)
+    assert replays.plans == {}
+
+
+def test_a_recorded_call_with_one_tensor_in_two_slots_is_not_kept(one_launch):
+    """Its plan could not tell the slots apart for a later call with two different tensors."""
+    replays = _common.Replays()
+    x = torch.zeros(8)
+    _replayable_call(one_launch, replays, x, x)
+    assert replays.plans == {}
+
+
+def test_a_profiler_s_launch_hook_takes_the_recorded_path(one_launch, monkeypatch):
+    from triton import knobs
+
+    replays = _common.Replays()
+    x, y = torch.zeros(8), torch.ones(8)
+    _replayable_call(one_launch, replays, x, y)
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", print)
+    assert replays.get(next(iter(replays.plans))) is None
+
+
+def test_replays_forget_the_oldest_plan_past_their_limit(one_launch, monkeypatch):
+    replays = _common.Replays()
+    monkeypatch.setattr(replays, "LIMIT", 2)
+    for factor in (0.5, 0.25, 0.125):
+        _replayable_call(one_launch, replays, torch.zeros(8), torch.ones(8), factor=factor)
+    assert [key[0] for key in replays.plans] == [0.25, 0.125]

@@ -121,6 +121,32 @@ def test_single_launch_reuses_its_binary(case, dtype):
     assert len(runs) == 1 and list(launcher.binaries) == [key]
 
 
+@pytest.mark.parametrize("case", [c for c in SUITE if c.name.endswith("seed")], ids=lambda c: c.name)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_single_launch_calls_are_replayed(case, dtype):
+    """A second call of the same shapes replays the first one's launch (`Replays`: no argument checks,
+    no path choice, no launch key) with its own tensors: new inputs and mask, the weights after a round
+    trip through other dtypes (new storage), another module's weights; the outputs meet the contract."""
+    from evofuse import functional
+
+    mod = make_module(case, seed=5).cuda()
+    contract(mod, make_inputs(case, "cuda", torch.float32, seed=6), dtype)
+    (plan,) = functional._REPLAYS.plans.values()
+    binary, runs = plan.binary, []
+
+    class Counted:
+        function, packed_metadata = binary.function, binary.packed_metadata
+
+        def run(self, *args):
+            runs.append(args)
+            binary.run(*args)
+
+    plan.binary = Counted()
+    contract(mod, make_inputs(case, "cuda", torch.float32, seed=7, zero_frac=0.5), dtype)
+    contract(make_module(case, seed=8).cuda(), make_inputs(case, "cuda", torch.float32, seed=9), dtype)
+    assert len(runs) == 2 and list(functional._REPLAYS.plans.values()) == [plan]
+
+
 @pytest.mark.parametrize("N, S", [(1, 1), (17, 3), (97, 33), (130, 7)])
 @pytest.mark.parametrize("c", [8, 16, 32, 64])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

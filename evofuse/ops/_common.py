@@ -80,12 +80,18 @@ class CachedLaunch:
         if entry is None or self._hooked():
             binary = self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **consts)
             if all(hasattr(binary, name) for name in ("run", "function", "packed_metadata")):
-                self.binaries[key] = (binary, tuple(consts[name] for name in self.constexpr_names))
+                entry = self.binaries[key] = (binary, tuple(consts[name] for name in self.constexpr_names))
+                if _RECORDING is not None:
+                    _RECORDING.launches.append((self, entry, grid, args))
+            elif _RECORDING is not None:
+                _RECORDING.launches.append(None)  # not replayable
             return
         binary, constexprs = entry
         binary.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
                    driver.get_current_stream(device), binary.function, binary.packed_metadata, None, None, None,
                    *args, *constexprs)
+        if _RECORDING is not None:
+            _RECORDING.launches.append((self, entry, grid, args))
 
     def positional(self, args: tuple, consts: dict) -> tuple[tuple, dict]:
         """Runtime arguments given by name (the last ones) moved into `args`, which the binary takes."""
@@ -95,9 +101,115 @@ class CachedLaunch:
         return (*args, *[consts.pop(name) for name in self.runtime_names[len(args):]]), consts
 
     def _hooked(self) -> bool:
-        """Whether a launch hook is set (a profiler's; triton 3.9's hooks are chains, possibly empty)."""
-        hook = self._runtime_knobs.launch_enter_hook
-        return hook is not None and bool(getattr(hook, "calls", True))
+        return _hook_set(self._runtime_knobs)
+
+
+def _hook_set(runtime_knobs) -> bool:
+    """Whether a launch hook is set (a profiler's; triton 3.9's hooks are chains, possibly empty)."""
+    hook = runtime_knobs.launch_enter_hook
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+class _Recording:
+    """The launches `CachedLaunch` made while a call was recorded, and the output of a launcher that
+    declared its call one launch (`single_launch_output`)."""
+
+    def __init__(self):
+        self.launches, self.out = [], None
+
+
+_RECORDING: _Recording | None = None
+
+
+def single_launch_output(out: torch.Tensor) -> None:
+    """Declares the current call's whole work one kernel launch (through `CachedLaunch`) into `out`, a
+    tensor the launcher allocated with `empty`: such a call may be replayed (`Replays`)."""
+    if _RECORDING is not None:
+        _RECORDING.out = out
+
+
+class _Plan:
+    """One recorded single-launch call: the binary, its constexprs and grid, the arguments with the call's
+    tensors and output as slots, the output's shape, dtype and device, the launching device's stream."""
+
+    def __init__(self, launcher, entry, grid, args, tensors, out):
+        (self.binary, self.constexprs), self.grid = entry, (*grid, 1, 1)[:3]
+        self.shape, self.dtype, self.device = tuple(out.shape), out.dtype, out.device
+        if len({id(t) for t in tensors if t is not None}) < sum(t is not None for t in tensors):
+            raise LookupError("one tensor passed as two arguments: its slots would be ambiguous")
+        self.template, self.slots = list(args), []
+        for pos, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                k = -1 if a is out else next((k for k, t in enumerate(tensors) if a is t), None)
+                if k is None:
+                    raise LookupError("an argument is neither an input nor the output")
+                self.slots.append((pos, k))
+        active = launcher._driver.active
+        self.stream = functools.partial(active.get_current_stream, active.get_current_device())
+
+    def __call__(self, tensors):
+        out = empty(*self.shape, dtype=self.dtype, device=self.device)
+        args = self.template.copy()
+        for pos, k in self.slots:
+            args[pos] = out if k < 0 else tensors[k]
+        b = self.binary
+        b.run(*self.grid, self.stream(), b.function, b.packed_metadata, None, None, None, *args, *self.constexprs)
+        return out
+
+
+class Replays:
+    """Calls replayed from a key, skipping their Python path (argument checks, path choice, the launch's
+    key): for the single-launch kernels of small problems, whose whole time is that path (on the H200's
+    hosts 55-115 us a call against kernels of 14-16 us; ~20-24 us on the development CPU with the
+    launch stubbed).
+
+    The caller's key must hold everything the skipped path decides on: each tensor's shape, strides,
+    dtype, device and address modulo 16 (what Triton specializes pointers on), the options, the current
+    device. `get(key)` is the key's plan (call it with the tensors), or None: then the call runs inside
+    `record(key, tensors)`, which keeps a plan when the launcher declared the call one launch
+    (`single_launch_output`) and every tensor argument of that launch is one of `tensors` or the output.
+    A launch hook (a profiler's) takes the recorded path, so that it sees every launch. Plans hold what
+    the path decided: code that changes the launchers' module settings (tests) clears them (`clear`)."""
+
+    LIMIT = 1024  # plans kept at most (then forgotten, oldest first)
+
+    def __init__(self):
+        self.plans: dict = {}
+        self._runtime_knobs = None  # triton's, looked up on first use (importing evofuse imports no triton)
+
+    def get(self, key):
+        plan = self.plans.get(key)
+        if plan is None:
+            return None
+        if self._runtime_knobs is None:
+            from triton import knobs
+
+            self._runtime_knobs = knobs.runtime
+        return None if _hook_set(self._runtime_knobs) else plan
+
+    def clear(self) -> None:
+        self.plans.clear()
+
+    @contextlib.contextmanager
+    def record(self, key, tensors):
+        global _RECORDING
+        if key is None or _RECORDING is not None:  # not replayable, or inside another recorded call
+            yield
+            return
+        _RECORDING = rec = _Recording()
+        try:
+            yield
+        finally:
+            _RECORDING = None
+        if rec.out is None or len(rec.launches) != 1 or rec.launches[0] is None:
+            return
+        try:
+            plan = _Plan(*rec.launches[0], tensors, rec.out)
+        except LookupError:
+            return
+        if len(self.plans) >= self.LIMIT:
+            del self.plans[next(iter(self.plans))]
+        self.plans[key] = plan
 
 
 _CACHED_LAUNCHES: dict[int, CachedLaunch] = {}

@@ -28,7 +28,7 @@ import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections
 from . import split_linear
-from ._common import bucket, cached_launch, cdiv, empty, ieee_fp32_matmul, launch, next_pow2
+from ._common import bucket, cached_launch, cdiv, empty, ieee_fp32_matmul, launch, next_pow2, single_launch_output
 from .layer_norm_linear import fits, ln_linear, normalize_rows
 
 FAST_HIDDEN_DIMS = (8, 16, 32, 64)
@@ -406,6 +406,7 @@ def _outer_product_mean_small(msa_repr, msa_mask, lnw, lnb, wa, ba, wb, bb, w, w
         (cdiv(N, meta["BLOCK_I"]) ** 2, B), msa_repr, *msa_repr.stride(), lnw, lnb, wa, *wa.stride(), ba, wb,
         *wb.stride(), bb, m, *m_strides, w, *w.stride(), wbias, out, *out.stride(), S, N, D, R, LAYER_NORM_EPS, C=c,
         NORM=_NORM_CODE[normalization], HAS_MASK=msa_mask is not None, EPS=AF2_EPS, num_warps=8, num_stages=1, **meta)
+    single_launch_output(out)
     return out
 
 

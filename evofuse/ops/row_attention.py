@@ -28,7 +28,17 @@ import triton.language as tl
 
 from ..reference import LAYER_NORM_EPS, MASK_LOGIT
 from . import split_linear
-from ._common import bucket, cached_launch, cdiv, dot_precision, empty, ieee_fp32_matmul, launch, next_pow2
+from ._common import (
+    bucket,
+    cached_launch,
+    cdiv,
+    dot_precision,
+    empty,
+    ieee_fp32_matmul,
+    launch,
+    next_pow2,
+    single_launch_output,
+)
 from .layer_norm_linear import layer_norm, layer_norm_fits, ln_project, ln_project_ready, normalize_rows
 
 MAX_HEAD_DIM = 128
@@ -582,6 +592,7 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
             HAS_MASK=msa_mask is not None, MASKED_LOGIT=MASK_LOGIT, num_warps=8, num_stages=1, **small)
         if save:
             return out, out.new_empty((0,)), torch.empty(0, dtype=torch.float32, device=out.device)
+        single_launch_output(out)
         return out
     # training: the projection the backward recomputes (`ln_project` for 16-bit, else PyTorch's under
     # autograd, except float32's split products), so that q, k, v there are bit for bit those that
