@@ -58,21 +58,24 @@ def _records_grad(*tensors: torch.Tensor | None) -> bool:
 _REPLAYS = Replays()
 
 
-def _replay_key(tag: str, options: tuple, tensors: tuple) -> tuple | None:
+def _replay_key(tag: str, options: tuple, tensors: tuple) -> tuple[tuple | None, list[int] | None]:
     """The key under which a direct call (eager, CUDA tensors, no gradient recorded) may be replayed
     (`evofuse.ops._common.Replays`): the options, EVOFUSE_IMPL, the current device and each tensor's
-    shape, strides, dtype, device and address modulo 16; None for any other call, or for an argument
-    that is not a tensor (the checks then name it)."""
+    shape, strides, dtype, device and address modulo 16; and the tensors' addresses (0 for None), which
+    a replay launches with. (None, None) for any other call, or for an argument that is not a tensor (the
+    checks then name it)."""
     msa = tensors[0]
     if type(msa) is not torch.Tensor or not msa.is_cuda or torch.compiler.is_compiling():
-        return None
+        return None, None
     try:
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-            return None
+            return None, None
+        ptrs = [0 if t is None else t.data_ptr() for t in tensors]
         return (tag, options, os.environ.get("EVOFUSE_IMPL"), torch.cuda.current_device(),
-                *[None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16) for t in tensors])
+                *[None if t is None else (t.shape, t.stride(), t.dtype, t.device, p % 16)
+                  for t, p in zip(tensors, ptrs)]), ptrs
     except AttributeError:
-        return None
+        return None, None
 
 
 def clear_replays() -> None:
@@ -118,10 +121,10 @@ def outer_product_mean(
     """
     tensors = (msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
                proj_b_bias, out_proj_weight, out_proj_bias)
-    key = _replay_key("opm", (normalization, precision, impl), tensors)
+    key, ptrs = _replay_key("opm", (normalization, precision, impl), tensors)
     plan = _REPLAYS.get(key)
     if plan is not None:
-        return plan(tensors)
+        return plan(ptrs)
     with _REPLAYS.record(key, tensors):
         if normalization not in ref.NORMALIZATIONS:
             raise ValueError(f"normalization must be one of {ref.NORMALIZATIONS}, got {normalization!r}")
@@ -203,10 +206,10 @@ def msa_row_attention(
     tensors = (msa_repr, pair_repr, msa_mask, layer_norm_weight, layer_norm_bias, query_weight, query_bias, key_weight,
                key_bias, value_weight, value_bias, gate_weight, gate_bias, out_proj_weight, out_proj_bias,
                pair_bias_weight, pair_bias_bias)
-    key = _replay_key("att", (num_heads, dropout, training, precision, impl), tensors)
+    key, ptrs = _replay_key("att", (num_heads, dropout, training, precision, impl), tensors)
     plan = _REPLAYS.get(key)
     if plan is not None:
-        return plan(tensors)
+        return plan(ptrs)
     with _REPLAYS.record(key, tensors):
         _check_precision(precision)
         D = layer_norm_weight.shape[0] if isinstance(layer_norm_weight, torch.Tensor) else -1

@@ -175,7 +175,7 @@ def _replayable_call(launcher, replays, x, y, factor=0.5, single=True, target="o
     key = (factor, single, *[(t.shape, t.stride(), t.dtype, t.data_ptr() % 16) for t in tensors])
     plan = replays.get(key)
     if plan is not None:
-        return plan(tensors)
+        return plan([t.data_ptr() for t in tensors])
     with replays.record(key, tensors):
         out = _common.empty(*x.shape, dtype=x.dtype, device=x.device)
         launcher((2,), x, x.numel(), factor, num_warps=4, num_stages=1, BLOCK=16, DOUBLE=False)
@@ -214,9 +214,9 @@ def test_a_single_launch_call_is_replayed_with_the_new_call_s_tensors(one_launch
     log = one_launch.kernel.log
     assert [entry[0] for entry in log] == ["triton", "binary"] and len(replays.plans) == 1
     assert log[0][2] == ({"out": first, "y": y}[target], 8, 0.5)
-    # replayed: the binary with the new call's tensor (a new output, or its y) in the slot, the grid and
-    # the constexprs as recorded
-    launched = {"out": second, "y": y2}[target]
+    # replayed: the binary with the new call's tensor (a new output, or its y) in the slot, as an address,
+    # the grid and the constexprs as recorded
+    launched = {"out": second, "y": y2}[target].data_ptr()
     assert log[1][1] == (3, 1, 1, 1234, "function", "metadata", None, None, None, launched, 8, 0.5, 16, False)
     assert second is not first and second.shape == (8,)
 

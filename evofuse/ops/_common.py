@@ -147,11 +147,15 @@ class _Plan:
         active = launcher._driver.active
         self.stream = functools.partial(active.get_current_stream, active.get_current_device())
 
-    def __call__(self, tensors):
+    def __call__(self, ptrs):
+        """Launches on the inputs at addresses `ptrs` (in the order of the recorded call's tensors) into a
+        new output, returned. Pointers go to Triton's launcher as integers: it then neither calls each
+        tensor's data_ptr nor asks the driver about the address (cuPointerGetAttribute, a driver call a
+        tensor argument), which the recorded call's checks made unnecessary."""
         out = empty(*self.shape, dtype=self.dtype, device=self.device)
         args = self.template.copy()
         for pos, k in self.slots:
-            args[pos] = out if k < 0 else tensors[k]
+            args[pos] = out.data_ptr() if k < 0 else ptrs[k]
         b = self.binary
         b.run(*self.grid, self.stream(), b.function, b.packed_metadata, None, None, None, *args, *self.constexprs)
         return out
@@ -165,7 +169,7 @@ class Replays:
 
     The caller's key must hold everything the skipped path decides on: each tensor's shape, strides,
     dtype, device and address modulo 16 (what Triton specializes pointers on), the options, the current
-    device. `get(key)` is the key's plan (call it with the tensors), or None: then the call runs inside
+    device. `get(key)` is the key's plan (call it with the tensors' addresses), or None: then the call runs inside
     `record(key, tensors)`, which keeps a plan when the launcher declared the call one launch
     (`single_launch_output`) and every tensor argument of that launch is one of `tensors` or the output.
     A launch hook (a profiler's) takes the recorded path, so that it sees every launch. Plans hold what
