@@ -219,6 +219,8 @@ def test_a_single_launch_call_is_replayed_with_the_new_call_s_tensors(one_launch
     launched = {"out": second, "y": y2}[target].data_ptr()
     assert log[1][1] == (3, 1, 1, 1234, "function", "metadata", None, None, None, launched, 8, 0.5, 16, False)
     assert second is not first and second.shape == (8,)
+    (plan,) = replays.plans.values()
+    assert not any(isinstance(a, torch.Tensor) for a in plan.template)  # no reference to the first call's tensors
 
 
 def test_calls_that_are_not_one_declared_launch_are_not_replayed(launcher, one_launch):
@@ -266,3 +268,21 @@ def test_replays_forget_the_oldest_plan_past_their_limit(one_launch, monkeypatch
     for factor in (0.5, 0.25, 0.125):
         _replayable_call(one_launch, replays, torch.zeros(8), torch.ones(8), factor=factor)
     assert [key[0] for key in replays.plans] == [0.25, 0.125]
+
+
+def test_a_recording_sees_only_its_own_thread_s_launches(launcher):
+    import threading
+
+    replays = _common.Replays()
+    x, y = torch.zeros(8), torch.ones(8)
+
+    def other_call():  # another thread's declared single launch, while this thread records
+        out = _common.empty(8, dtype=x.dtype, device=x.device)
+        launcher((3,), out, 8, 0.5, num_warps=4, num_stages=1, BLOCK=16, DOUBLE=False)
+        _common.single_launch_output(out)
+
+    with replays.record(("k",), (x, y)):
+        thread = threading.Thread(target=other_call)
+        thread.start()
+        thread.join()
+    assert replays.plans == {} and [entry[0] for entry in launcher.kernel.log] == ["triton"]

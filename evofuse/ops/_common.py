@@ -6,6 +6,7 @@ import contextlib
 import functools
 import inspect
 import os
+import threading
 
 import torch
 
@@ -81,17 +82,15 @@ class CachedLaunch:
             binary = self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **consts)
             if all(hasattr(binary, name) for name in ("run", "function", "packed_metadata")):
                 entry = self.binaries[key] = (binary, tuple(consts[name] for name in self.constexpr_names))
-                if _RECORDING is not None:
-                    _RECORDING.launches.append((self, entry, grid, args))
-            elif _RECORDING is not None:
-                _RECORDING.launches.append(None)  # not replayable
+                _record_launch((self, entry, grid, args))
+            else:
+                _record_launch(None)  # not replayable
             return
         binary, constexprs = entry
         binary.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
                    driver.get_current_stream(device), binary.function, binary.packed_metadata, None, None, None,
                    *args, *constexprs)
-        if _RECORDING is not None:
-            _RECORDING.launches.append((self, entry, grid, args))
+        _record_launch((self, entry, grid, args))
 
     def positional(self, args: tuple, consts: dict) -> tuple[tuple, dict]:
         """Runtime arguments given by name (the last ones) moved into `args`, which the binary takes."""
@@ -118,14 +117,21 @@ class _Recording:
         self.launches, self.out = [], None
 
 
-_RECORDING: _Recording | None = None
+_THREAD = threading.local()  # .recording: the _Recording of this thread's call being recorded, if any
+
+
+def _record_launch(launch) -> None:
+    rec = getattr(_THREAD, "recording", None)
+    if rec is not None:
+        rec.launches.append(launch)
 
 
 def single_launch_output(out: torch.Tensor) -> None:
     """Declares the current call's whole work one kernel launch (through `CachedLaunch`) into `out`, a
     tensor the launcher allocated with `empty`: such a call may be replayed (`Replays`)."""
-    if _RECORDING is not None:
-        _RECORDING.out = out
+    rec = getattr(_THREAD, "recording", None)
+    if rec is not None:
+        rec.out = out
 
 
 class _Plan:
@@ -144,6 +150,7 @@ class _Plan:
                 if k is None:
                     raise LookupError("an argument is neither an input nor the output")
                 self.slots.append((pos, k))
+                self.template[pos] = None  # the plan keeps no reference to the recorded call's tensors
         active = launcher._driver.active
         self.stream = functools.partial(active.get_current_stream, active.get_current_device())
 
@@ -196,15 +203,14 @@ class Replays:
 
     @contextlib.contextmanager
     def record(self, key, tensors):
-        global _RECORDING
-        if key is None or _RECORDING is not None:  # not replayable, or inside another recorded call
+        if key is None or getattr(_THREAD, "recording", None) is not None:  # not replayable, or inside another
             yield
             return
-        _RECORDING = rec = _Recording()
+        _THREAD.recording = rec = _Recording()
         try:
             yield
         finally:
-            _RECORDING = None
+            _THREAD.recording = None
         if rec.out is None or len(rec.launches) != 1 or rec.launches[0] is None:
             return
         try:
