@@ -518,11 +518,17 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
     return ab
 
 
+def _max_exponents(tensors, fallback: float) -> torch.Tensor:
+    """ceil(log2(max |t|)) of each tensor, a float32 device tensor (no host synchronization), clamped to
+    +-_EXP_CLAMP; `fallback` where it is not finite (all zeros, Inf or NaN)."""
+    e = torch.ceil(torch.log2(torch.stack([torch.linalg.vector_norm(t.float(), float("inf")) for t in tensors])))
+    return torch.where(torch.isfinite(e), e, fallback).clamp(-_EXP_CLAMP, _EXP_CLAMP)
+
+
 def _pow2_normalizer(*tensors: torch.Tensor) -> torch.Tensor:
     """2**-ceil(log2(max |t|)) over the tensors, a one-element float32 device tensor (1 for all zeros,
     Inf or NaN): multiplying by it is exact and brings the largest magnitude into (1/2, 1]."""
-    e = torch.ceil(torch.log2(torch.stack([torch.linalg.vector_norm(t.float(), float("inf")) for t in tensors]).max()))
-    return torch.exp2(-torch.where(torch.isfinite(e), e, 0.0).clamp(-_EXP_CLAMP, _EXP_CLAMP)).reshape(1)
+    return torch.exp2(-_max_exponents(tensors, 0.0).max()).reshape(1)
 
 
 @triton.jit
@@ -548,9 +554,7 @@ def _float16_operands(tensors, split: bool):
     """Each float32 tensor scaled by a power of two and split into float16 (hi, lo or None); and
     1 / (the product of the scales), a one-element device tensor (no host synchronization). The scale
     of x is 2**(SCALE_TOP - ceil(log2(max |x|))); a tensor holding Inf or NaN keeps the scale 1."""
-    amax = torch.stack([torch.linalg.vector_norm(x, float("inf")) for x in tensors])
-    e = torch.ceil(torch.log2(amax))
-    e = torch.where(torch.isfinite(e), e, float(SCALE_TOP)).clamp(-_EXP_CLAMP, _EXP_CLAMP)
+    e = _max_exponents(tensors, float(SCALE_TOP))
     scales = torch.exp2(SCALE_TOP - e)
     out = []
     for k, x in enumerate(tensors):
