@@ -171,13 +171,13 @@ class _Plan:
 class Replays:
     """Calls replayed from a key, skipping their Python path (argument checks, path choice, the launch's
     key): for the single-launch kernels of small problems, whose whole time is that path (on the H200's
-    hosts 55-115 us a call against kernels of 14-16 us; ~20-24 us on the development CPU with the
-    launch stubbed).
+    hosts 55-115 us a call against kernels of 14-16 us; replayed, 35-67 us on a host where PyTorch's
+    x.add_(1) takes 13-14 us, session 7).
 
     The caller's key must hold everything the skipped path decides on: each tensor's shape, strides,
     dtype, device and address modulo 16 (what Triton specializes pointers on), the options, the current
-    device. `get(key)` is the key's plan (call it with the tensors' addresses), or None: then the call runs inside
-    `record(key, tensors)`, which keeps a plan when the launcher declared the call one launch
+    device. `get(key)` is the key's plan (call it with the tensors' addresses), or None: then the call
+    runs inside `record(key, tensors)`, which keeps a plan when the launcher declared the call one launch
     (`single_launch_output`) and every tensor argument of that launch is one of `tensors` or the output.
     A launch hook (a profiler's) takes the recorded path, so that it sees every launch. Plans hold what
     the path decided: code that changes the launchers' module settings (tests) clears them (`clear`)."""
