@@ -18,7 +18,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 memcheck() {  # compute-sanitizer over a few small gpu-marked tests
   timeout ${MEMCHECK_TIMEOUT:-120} compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -m gpu \
-    tests/test_gpu.py -k "opm_awkward and 17-3 or attention_awkward and 17-3 or gradients_awkward and 17-5 or reuses" 2>&1 \
+    tests/test_gpu.py -k "opm_awkward and 17-3 or attention_awkward and 17-3 or gradients_awkward and 17-5 or reuses or replayed" 2>&1 \
     | tee "$OUT/memcheck.log" | tail -8
 }
 case "${1:-tests}" in
