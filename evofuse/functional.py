@@ -68,7 +68,7 @@ def _replay_key(tag: str, options: tuple, tensors: tuple) -> tuple[tuple | None,
     if type(msa) is not torch.Tensor or not msa.is_cuda or torch.compiler.is_compiling():
         return None, None
     try:
-        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        if _records_grad(*tensors):
             return None, None
         ptrs = [0 if t is None else t.data_ptr() for t in tensors]
         return (tag, options, os.environ.get("EVOFUSE_IMPL"), torch.cuda.current_device(),

@@ -100,13 +100,9 @@ class CachedLaunch:
         return (*args, *[consts.pop(name) for name in self.runtime_names[len(args):]]), consts
 
     def _hooked(self) -> bool:
-        return _hook_set(self._runtime_knobs)
-
-
-def _hook_set(runtime_knobs) -> bool:
-    """Whether a launch hook is set (a profiler's; triton 3.9's hooks are chains, possibly empty)."""
-    hook = runtime_knobs.launch_enter_hook
-    return hook is not None and bool(getattr(hook, "calls", True))
+        """Whether a launch hook is set (a profiler's; triton 3.9's hooks are chains, possibly empty)."""
+        hook = self._runtime_knobs.launch_enter_hook
+        return hook is not None and bool(getattr(hook, "calls", True))
 
 
 class _Recording:
@@ -136,7 +132,8 @@ def single_launch_output(out: torch.Tensor) -> None:
 
 class _Plan:
     """One recorded single-launch call: the binary, its constexprs and grid, the arguments with the call's
-    tensors and output as slots, the output's shape, dtype and device, the launching device's stream."""
+    tensors and output as slots, the output's shape, dtype and device, the launching device's stream, and
+    its launcher's hook test."""
 
     def __init__(self, launcher, entry, grid, args, tensors, out):
         (self.binary, self.constexprs), self.grid = entry, (*grid, 1, 1)[:3]
@@ -153,6 +150,7 @@ class _Plan:
                 self.template[pos] = None  # the plan keeps no reference to the recorded call's tensors
         active = launcher._driver.active
         self.stream = functools.partial(active.get_current_stream, active.get_current_device())
+        self.hooked = launcher._hooked
 
     def __call__(self, ptrs):
         """Launches on the inputs at addresses `ptrs` (in the order of the recorded call's tensors) into a
@@ -186,17 +184,10 @@ class Replays:
 
     def __init__(self):
         self.plans: dict = {}
-        self._runtime_knobs = None  # triton's, looked up on first use (importing evofuse imports no triton)
 
     def get(self, key):
         plan = self.plans.get(key)
-        if plan is None:
-            return None
-        if self._runtime_knobs is None:
-            from triton import knobs
-
-            self._runtime_knobs = knobs.runtime
-        return None if _hook_set(self._runtime_knobs) else plan
+        return None if plan is None or plan.hooked() else plan
 
     def clear(self) -> None:
         self.plans.clear()
