@@ -48,8 +48,8 @@ def test_autotuned_path(case, monkeypatch):
     contract(make_module(case, seed=3).cuda(), make_inputs(case, "cuda", torch.float32, seed=4), torch.bfloat16)
 
 
-@pytest.mark.parametrize("op, dtype", [("opm", torch.bfloat16), ("opm", torch.float32), ("att", torch.float32),
-                                       ("att", torch.bfloat16)], ids=str)
+@pytest.mark.parametrize("op, dtype", [("opm", torch.bfloat16), ("opm", torch.float16), ("opm", torch.float32),
+                                       ("att", torch.float32), ("att", torch.bfloat16)], ids=str)
 def test_every_candidate_config(op, dtype, monkeypatch):
     """Autotuning may pick any candidate: each one is checked at an awkward shape (float32 runs the Outer
     Product Mean kernel on split float16 operands)."""
@@ -66,7 +66,7 @@ def test_every_candidate_config(op, dtype, monkeypatch):
                   random_mask(1, 5, 97, "rows", 1).cuda())
     for cfg in module._configs():
         monkeypatch.setattr(module, "_configs", lambda cfg=cfg: [cfg])
-        if not module._prune([cfg], {}, C=32, N_BUCKET=128, BLOCK_D=32, SPLIT=dtype == torch.float32):
+        if not module._prune([cfg], {}, C=32, OUT_R=128, N_BUCKET=128, BLOCK_D=32, SPLIT=dtype == torch.float32):
             continue
         try:
             contract(mod, inputs, dtype)
@@ -152,11 +152,13 @@ def test_single_launch_calls_are_replayed(case, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("tiled", [False, True], ids=["auto", "tiled"])
 def test_opm_awkward(N, S, c, dtype, tiled, monkeypatch):
-    """"auto" lets small problems take the single-launch kernel; "tiled" forces the tiled kernels."""
+    """"auto" lets small problems take the single-launch kernel; "tiled" forces the tiled kernels. The
+    output widths 40 to 128 let the tiled kernel take several passes over the channels p (16-bit)."""
     if tiled:
         monkeypatch.setattr(outer_product_mean, "SMALL_MAX_N", 0)
+    pair_dim = {8: 19, 16: 40, 32: 128, 64: 100}[c]
     for k, normalization in enumerate(["seed", "af2", "boltz"]):
-        mod = opm_module(24, 19, c, seed=N + c, normalization=normalization).cuda()
+        mod = opm_module(24, pair_dim, c, seed=N + c, normalization=normalization).cuda()
         x = torch.randn(2, S, N, 24, device="cuda")
         contract(mod, (x, random_mask(2, S, N, ["rows", "random", "ones"][k], N).cuda()), dtype)
 

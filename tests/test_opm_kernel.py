@@ -27,15 +27,13 @@ def run(mod, x, mask, dtype, **kw):
     return out, exact, ref_dtype, ref32
 
 
-@pytest.fixture(params=["single-launch", "tiled", "tiled-transposed"])
+@pytest.fixture(params=["single-launch", "tiled"])
 def path(request, monkeypatch):
-    """Small problems take the single-launch kernel; "tiled" forces the projection + tiled kernels,
-    "tiled-transposed" with the epilogue's product transposed."""
+    """Small problems take the single-launch kernel; "tiled" forces the projection + tiled kernels."""
     import evofuse.ops.outer_product_mean as op
 
-    if request.param.startswith("tiled"):
+    if request.param == "tiled":
         monkeypatch.setattr(op, "SMALL_MAX_N", 0)
-    monkeypatch.setattr(op, "INTERPRET_EPI_T", request.param == "tiled-transposed")
     return request.param
 
 

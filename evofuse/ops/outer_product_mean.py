@@ -66,7 +66,6 @@ def _opm_kernel(
     BLOCK_S: tl.constexpr,
     BLOCK_R: tl.constexpr,
     GROUP_I: tl.constexpr,
-    EPI_T: tl.constexpr,  # the epilogue's product transposed (see _epilogue)
     SPLIT: tl.constexpr,  # float32 contract: operands as float16 hi + lo pairs, three products each
     SCALED: tl.constexpr,  # float32 inputs: a, b, w arrive scaled by powers of two (float16 range)
     ACCUMULATE: tl.constexpr,  # add the partial sums at p_ptr (hidden_dim 64 runs as four 32-wide parts)
@@ -159,7 +158,7 @@ def _opm_kernel(
                   w_ptr, stride_wr, stride_wk, w_lo_ptr, wb_ptr, inv_scale_ptr,
                   o_ptr + pid_b * stride_ob, stride_oi, stride_oj, stride_or,
                   p_ptr + pid_b * stride_pb, stride_pi, stride_pj, stride_pr, R,
-                  C, NORM, EPS, BLOCK_I, BLOCK_J, BLOCK_R, SPLIT, SCALED, ACCUMULATE, ADD_BIAS, "tf32", EPI_T)
+                  C, NORM, EPS, BLOCK_I, BLOCK_J, BLOCK_R, SPLIT, SCALED, ACCUMULATE, ADD_BIAS, "tf32")
 
 
 @triton.jit
@@ -184,13 +183,10 @@ def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
               o_ptr, stride_oi, stride_oj, stride_or, p_ptr, stride_pi, stride_pj, stride_pr, R,
               C: tl.constexpr, NORM: tl.constexpr, EPS: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_J: tl.constexpr,
               BLOCK_R: tl.constexpr, SPLIT: tl.constexpr, SCALED: tl.constexpr, ACCUMULATE: tl.constexpr,
-              ADD_BIAS: tl.constexpr, PRECISION: tl.constexpr, EPI_T: tl.constexpr):
+              ADD_BIAS: tl.constexpr, PRECISION: tl.constexpr):
     """From the tile's outer products acc [(i p), (j q)] (float32) and its counts to the output: the
     normalization's per-pair scale, the rearrangement to [(i j), (p q)], out_proj's product streamed
-    over blocks of its rows r, bias, partial sums, store. o_ptr and p_ptr point at this batch element.
-    EPI_T computes the product transposed, W[r, (p q)] @ X^T: out_proj's rows are then the product's M
-    dimension (64 and up: Hopper's wgmma) and X^T its shared-memory operand, instead of the (i, j) pairs
-    (16-32 rows, below wgmma's minimum) with X held in registers."""
+    over blocks of its rows r, bias, partial sums, store. o_ptr and p_ptr point at this batch element."""
     # per-(i, j) scale of the outer products, and of the bias (af2 divides after the linear)
     if NORM == 0:
         scale = tl.broadcast_to((1.0 / tl.maximum(count_i, 1.0))[:, None], (BLOCK_I, BLOCK_J))
@@ -212,31 +208,17 @@ def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
     o_base = o_ptr + out_i * stride_oi + out_j * stride_oj  # [(i j)]
     p_base = p_ptr + out_i * stride_pi + out_j * stride_pj
     offs_k = tl.arange(0, C * C)
-    if EPI_T:
-        xt_hi = tl.trans(x_hi)  # [(p q), (i j)]
-        if SPLIT:
-            xt_lo = tl.trans(x_lo)
     for r0 in range(0, R, BLOCK_R):
         offs_r = r0 + tl.arange(0, BLOCK_R)
         r_ok = offs_r < R
-        if EPI_T:
-            w_offs = offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk
-            w_r = tl.load(w_ptr + w_offs, mask=r_ok[:, None], other=0.0)  # [BLOCK_R, C*C]
-            out = tl.zeros((BLOCK_R, BLOCK_I * BLOCK_J), dtype=tl.float32)
-            if SPLIT:
-                w_lo = tl.load(w_lo_ptr + w_offs, mask=r_ok[:, None], other=0.0)  # [BLOCK_R, C*C]
-                out = tl.dot(w_lo, xt_hi, out)
-                out = tl.dot(w_r, xt_lo, out)
-            out = tl.trans(tl.dot(w_r, xt_hi, out, input_precision=PRECISION))  # [(i j), BLOCK_R]
-        else:
-            w_offs = offs_k[:, None] * stride_wk + offs_r[None, :] * stride_wr
-            w_t = tl.load(w_ptr + w_offs, mask=r_ok[None, :], other=0.0)  # [C*C, BLOCK_R]
-            out = tl.zeros((BLOCK_I * BLOCK_J, BLOCK_R), dtype=tl.float32)
-            if SPLIT:
-                w_lo = tl.load(w_lo_ptr + w_offs, mask=r_ok[None, :], other=0.0)  # [C*C, BLOCK_R]
-                out = tl.dot(x_hi, w_lo, out)
-                out = tl.dot(x_lo, w_t, out)
-            out = tl.dot(x_hi, w_t, out, input_precision=PRECISION)  # [(i j), BLOCK_R]
+        w_offs = offs_k[:, None] * stride_wk + offs_r[None, :] * stride_wr
+        w_t = tl.load(w_ptr + w_offs, mask=r_ok[None, :], other=0.0)  # [C*C, BLOCK_R]
+        out = tl.zeros((BLOCK_I * BLOCK_J, BLOCK_R), dtype=tl.float32)
+        if SPLIT:
+            w_lo = tl.load(w_lo_ptr + w_offs, mask=r_ok[None, :], other=0.0)  # [C*C, BLOCK_R]
+            out = tl.dot(x_hi, w_lo, out)
+            out = tl.dot(x_lo, w_t, out)
+        out = tl.dot(x_hi, w_t, out, input_precision=PRECISION)  # [(i j), BLOCK_R]
         if SCALED:
             out = out * inv_scale
         if ACCUMULATE:
@@ -369,8 +351,7 @@ def _opm_small_kernel(
     out_j = blk_j * BLOCK_I + pair % BLOCK_I
     _epilogue(acc, count_i, norm, out_i.to(tl.int64), out_j.to(tl.int64), (out_i < N) & (out_j < N),
               w_ptr, stride_wr, stride_wk, w_ptr, wbias_ptr, w_ptr, o_ptr + pid_b * stride_ob, stride_oi, stride_oj,
-              stride_or, o_ptr, 0, 0, 0, R, C, NORM, EPS, BLOCK_I, BLOCK_I, BLOCK_R, False, False, False, True, PRECISION,
-              False)
+              stride_or, o_ptr, 0, 0, 0, R, C, NORM, EPS, BLOCK_I, BLOCK_I, BLOCK_R, False, False, False, True, PRECISION)
 
 
 # The single-launch path takes problems whose row tile (all S rows of a block of residues, the whole
@@ -422,34 +403,19 @@ def _configs() -> list[triton.Config]:
         (128, 2, 32, 16, 16, 2), (128, 1, 64, 16, 16, 3), (128, 2, 64, 16, 16, 3),
     ):
         out.append(triton.Config({"TILE_ROWS": tile_rows, "COLS_FACTOR": cols_factor, "BLOCK_S": block_s,
-                                  "BLOCK_R": block_r, "GROUP_I": 8, "EPI_T": False}, num_warps=warps,
-                                 num_stages=stages))
-    # the transposed epilogue (out_proj's rows as the wgmma M dimension): never yet timed on a GPU
-    for tile_rows, cols_factor, block_s, block_r, warps, stages in EPI_T_CONFIGS:
-        out.append(triton.Config({"TILE_ROWS": tile_rows, "COLS_FACTOR": cols_factor, "BLOCK_S": block_s,
-                                  "BLOCK_R": block_r, "GROUP_I": 8, "EPI_T": True}, num_warps=warps,
-                                 num_stages=stages))
+                                  "BLOCK_R": block_r, "GROUP_I": 8}, num_warps=warps, num_stages=stages))
     return out
-
-
-# compiled for sm_90: the epilogue's product becomes wgmma (68 instructions, no mma.sync), at 160-192 KiB
-# of shared memory and 400-440 bytes of spills a thread (the 64 x 1024 weight tile); the split float32
-# form needs 320-384 KiB and is pruned
-EPI_T_CONFIGS = ((128, 2, 64, 64, 8, 3), (128, 1, 32, 64, 8, 2))
 
 
 def _prune(configs, named_args, **kwargs):
     """Keeps tiles with at least 16 (i, j) pairs (tl.dot's smallest M) and at most 128 x 256 outer
-    products (the fp32 accumulator lives in registers); the transposed epilogue not for split float32;
-    one epilogue variant of each tile for STORE_X."""
+    products (the fp32 accumulator lives in registers); one epilogue variant of each tile for STORE_X."""
     C = kwargs["C"]
     kept = []
     for cfg in configs:
         bi = cfg.kwargs["TILE_ROWS"] // C
         bj = bi * cfg.kwargs["COLS_FACTOR"]
-        if cfg.kwargs["EPI_T"] and kwargs.get("SPLIT"):
-            continue  # out of shared memory
-        if kwargs.get("STORE_X") and (cfg.kwargs["EPI_T"] or cfg.kwargs["BLOCK_R"] != 16):
+        if kwargs.get("STORE_X") and cfg.kwargs["BLOCK_R"] != 16:
             continue  # no epilogue: these differ only in it
         if bi >= 1 and bi * bj >= 16 and bi * C * bj * C <= 128 * 256:
             kept.append(cfg)
@@ -468,14 +434,10 @@ def _tuned_kernel():
                            prune_configs_by={"early_config_prune": _prune}, restore_value=["o_ptr"])(_opm_kernel)
 
 
-INTERPRET_EPI_T = False  # the tests set it to run the transposed epilogue in the interpreter
-
-
 def _interpret_meta(C: int) -> dict:
     """In Triton's interpreter (CI): one small config (16 (i, j) pairs a tile, 16 rows of S a step),
     so that the awkward test shapes cross tile edges."""
-    return {"TILE_ROWS": 4 * C, "COLS_FACTOR": 1, "BLOCK_S": 16, "BLOCK_R": 16, "GROUP_I": 2,
-            "EPI_T": INTERPRET_EPI_T}
+    return {"TILE_ROWS": 4 * C, "COLS_FACTOR": 1, "BLOCK_S": 16, "BLOCK_R": 16, "GROUP_I": 2}
 
 
 def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
