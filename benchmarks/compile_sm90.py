@@ -96,6 +96,14 @@ def launches():
                 cfg = opm._prune(opm._configs(), {}, **consts)[0]
                 yield (f"opm {form} c={C} norm={norm} accumulate={acc}", opm._opm_kernel, ptrs, consts | cfg.kwargs,
                        cfg.num_warps, cfg.num_stages)
+    for form, dt, scaled in (("bf16", "bf16", False), ("fp32 fast", "fp16", True)):
+        ptrs = {n: f"*{dt}" for n in ("a_ptr", "b_ptr", "w_ptr")} | {"o_ptr": "*bf16" if dt == "bf16" else "*fp32"}
+        ptrs |= {n: "*fp32" for n in ("m_ptr", "mi_ptr", "wb_ptr", "inv_scale_ptr", "ws_ptr", "p_ptr")}
+        for norm, acc in ((0, False), (1, True)):
+            consts = dict(C=32, NORM=norm, HAS_MASK=True, EPS=1e-3, SCALED=scaled, ACCUMULATE=acc, ADD_BIAS=True)
+            cfg = opm._two_pass_configs()[0]
+            yield (f"opm two-pass {form} c=32 norm={norm} accumulate={acc}", opm._opm_two_pass_kernel, ptrs,
+                   consts | cfg.kwargs, cfg.num_warps, cfg.num_stages)
     for C in opm.FAST_HIDDEN_DIMS[:3]:  # the backward's kernels (16-bit)
         ptrs = {n: "*bf16" for n in ("a_ptr", "b_ptr", "w_ptr", "a_lo_ptr", "b_lo_ptr", "w_lo_ptr", "o_ptr")}
         ptrs |= {n: "*bf16" for n in ("m_ptr", "mi_ptr", "wb_ptr", "inv_scale_ptr")} | {"p_ptr": "*fp32"}
@@ -158,10 +166,14 @@ _OPM_AF2_MAIN = dict(stride_ab=512 * 384 * 32, stride_as=384 * 32, stride_ai=32,
 
 
 def specialized_launches():
-    """The Outer Product Mean kernel's default launches at opm-af2-main's argument values (see compile_sm90)."""
+    """The Outer Product Mean kernels' default launches at opm-af2-main's argument values (see compile_sm90)."""
     for name, kernel, ptrs, consts, warps, stages in launches():
-        if kernel is opm._opm_kernel and consts["C"] == 32 and not consts["ACCUMULATE"]:
-            yield f"{name} at opm-af2-main", kernel, ptrs, consts, warps, stages, _OPM_AF2_MAIN
+        two_pass = kernel is opm._opm_two_pass_kernel  # its accumulating form too: the most shared memory
+        if (kernel is opm._opm_kernel or two_pass) and consts["C"] == 32 and (two_pass or not consts["ACCUMULATE"]):
+            values = {k: v for k, v in _OPM_AF2_MAIN.items() if k in kernel.arg_names}
+            if two_pass:
+                values |= {"B": 1, "stride_wsp": 128 * opm.TWO_PASS_PAIRS}
+            yield f"{name} at opm-af2-main", kernel, ptrs, consts, warps, stages, values
 
 
 def main(verbose: bool) -> int:

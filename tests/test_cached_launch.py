@@ -234,6 +234,27 @@ def test_calls_that_are_not_one_declared_launch_are_not_replayed(launcher, one_l
     assert "binary" in [entry[0] for entry in launcher.kernel.log]  # CachedLaunch's own reuse still works
 
 
+def test_a_recording_lets_go_of_the_first_launch_s_tensors_at_the_second(launcher):
+    """A call of several launches is not replayable: its launches' tensors are not kept to the call's end
+    (a launcher's `del` of a large intermediate frees it)."""
+    import gc
+    import weakref
+
+    replays = _common.Replays()
+    x, y = torch.zeros(8), torch.ones(8)
+    launcher((3,), x, 8, 0.5, num_warps=4, num_stages=1, BLOCK=16, DOUBLE=False)  # compiled: the binary's path next
+    with replays.record(("k",), (x, y)):
+        big = x * 2
+        freed = weakref.ref(big)
+        launcher((3,), big, 8, 0.5, num_warps=4, num_stages=1, BLOCK=16, DOUBLE=False)
+        launcher((3,), y, 8, 0.5, num_warps=4, num_stages=1, BLOCK=16, DOUBLE=False)
+        del big
+        launcher.kernel.log.clear()  # the stand-in binary's log of its arguments (a real one keeps none)
+        gc.collect()
+        assert freed() is None
+    assert replays.plans == {}
+
+
 def test_a_launch_of_a_tensor_the_call_made_is_not_replayed(launcher):
     replays = _common.Replays()
     x, y = torch.zeros(8), torch.ones(8)

@@ -64,9 +64,15 @@ def test_every_candidate_config(op, dtype, monkeypatch):
         mod = att_module(256, 32, 8, seed=9).cuda()
         inputs = (torch.randn(1, 5, 97, 256, device="cuda"), torch.randn(1, 97, 97, 32, device="cuda"),
                   random_mask(1, 5, 97, "rows", 1).cuda())
+    if op == "opm":  # 16-bit at hidden_dim 32 takes the two-pass kernel: its candidates, then the one-pass ones
+        for cfg in module._two_pass_configs() if dtype != torch.float32 else []:
+            with monkeypatch.context() as m:
+                m.setattr(module, "_two_pass_configs", lambda cfg=cfg: [cfg])
+                contract(mod, inputs, dtype)
+        monkeypatch.setattr(module, "TWO_PASS", False)
     for cfg in module._configs():
         monkeypatch.setattr(module, "_configs", lambda cfg=cfg: [cfg])
-        if not module._prune([cfg], {}, C=32, OUT_R=128, N_BUCKET=128, BLOCK_D=32, SPLIT=dtype == torch.float32):
+        if not module._prune([cfg], {}, C=32, N_BUCKET=128, BLOCK_D=32, SPLIT=dtype == torch.float32):
             continue
         try:
             contract(mod, inputs, dtype)
@@ -150,12 +156,14 @@ def test_single_launch_calls_are_replayed(case, dtype):
 @pytest.mark.parametrize("N, S", [(1, 1), (17, 3), (97, 33), (130, 7)])
 @pytest.mark.parametrize("c", [8, 16, 32, 64])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("tiled", [False, True], ids=["auto", "tiled"])
-def test_opm_awkward(N, S, c, dtype, tiled, monkeypatch):
-    """"auto" lets small problems take the single-launch kernel; "tiled" forces the tiled kernels. The
-    output widths 40 to 128 let the tiled kernel take several passes over the channels p (16-bit)."""
-    if tiled:
+@pytest.mark.parametrize("path", ["auto", "tiled", "one-pass"])
+def test_opm_awkward(N, S, c, dtype, path, monkeypatch):
+    """"auto" lets small problems take the single-launch kernel; "tiled" forces the tiled kernels (the
+    two-pass kernel for 16-bit at hidden_dim 32 and 64), "one-pass" the tiled kernel in one pass. Output
+    widths 19 to 128 cross out_proj's row blocks."""
+    if path != "auto":
         monkeypatch.setattr(outer_product_mean, "SMALL_MAX_N", 0)
+    monkeypatch.setattr(outer_product_mean, "TWO_PASS", path != "one-pass")
     pair_dim = {8: 19, 16: 40, 32: 128, 64: 100}[c]
     for k, normalization in enumerate(["seed", "af2", "boltz"]):
         mod = opm_module(24, pair_dim, c, seed=N + c, normalization=normalization).cuda()

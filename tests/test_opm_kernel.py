@@ -27,13 +27,16 @@ def run(mod, x, mask, dtype, **kw):
     return out, exact, ref_dtype, ref32
 
 
-@pytest.fixture(params=["single-launch", "tiled"])
+@pytest.fixture(params=["single-launch", "tiled", "one-pass"])
 def path(request, monkeypatch):
-    """Small problems take the single-launch kernel; "tiled" forces the projection + tiled kernels."""
+    """Small problems take the single-launch kernel; "tiled" forces the projection + tiled kernels (the
+    two-pass one for one-float16 operands at hidden_dim 32 and 64), "one-pass" the tiled kernel in one
+    pass."""
     import evofuse.ops.outer_product_mean as op
 
-    if request.param == "tiled":
+    if request.param != "single-launch":
         monkeypatch.setattr(op, "SMALL_MAX_N", 0)
+    monkeypatch.setattr(op, "TWO_PASS", request.param != "one-pass")
     return request.param
 
 
@@ -175,6 +178,33 @@ def test_hidden_dim_64(N, S, normalization, mask_kind, dtype, monkeypatch, path)
         assert_contract(out, exact, dtype, ref_fp32=ref32)
     else:
         assert_contract(out, exact, dtype, lowp_ref=ref_dtype)
+
+
+@pytest.mark.parametrize("c, dtype, precision, kernel", [
+    (32, torch.float16, "default", "_opm_two_pass_kernel"), (64, torch.float16, "default", "_opm_two_pass_kernel"),
+    (32, torch.float32, "fast", "_opm_two_pass_kernel"), (32, torch.float32, "default", "_opm_kernel"),
+    (16, torch.float16, "default", "_opm_kernel")])
+def test_two_pass_kernel_takes_one_float16_operands_at_hidden_dim_32(c, dtype, precision, kernel, monkeypatch):
+    """The kernel each form takes (the float32 contract's hi/lo products stay in one pass), and the
+    two-pass kernel's persistent programs each visiting several tiles and batch elements."""
+    import evofuse.ops.outer_product_mean as op
+
+    monkeypatch.setattr(op, "SMALL_MAX_N", 0)
+    monkeypatch.setattr(op, "INTERPRET_PROGRAMS", 2)
+    launched = []
+    real_launch = op.launch
+    monkeypatch.setattr(op, "launch", lambda *a, **k: (launched.append((a[0].__name__, a[4](a[7]))),
+                                                       real_launch(*a, **k)))
+    mod = opm_module(12, 70, c, seed=c, normalization="af2", precision=precision)
+    x = torch.randn(3, 7, 21, 12)
+    out, exact, ref_dtype, ref32 = run(mod, x, random_mask(3, 7, 21, "rows", seed=c), dtype)
+    if dtype == torch.float16:
+        assert_contract(out, exact, dtype, lowp_ref=ref_dtype)
+    else:
+        assert_contract(out, exact, dtype, precision=precision, ref_fp32=ref32)
+    assert {name for name, _ in launched} == {kernel}
+    if kernel == "_opm_two_pass_kernel":
+        assert all(grid == (2,) for _, grid in launched)  # 6 x 6 tiles x 3 batch elements on 2 programs
 
 
 @pytest.mark.parametrize("c, normalization, mask_kind", [(16, "seed", "rows"), (32, "af2", "random"),

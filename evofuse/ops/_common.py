@@ -117,9 +117,12 @@ _THREAD = threading.local()  # .recording: the _Recording of this thread's call 
 
 
 def _record_launch(launch) -> None:
+    """Keeps a recorded call's first launch only: a second makes the call not replayable, and the first's
+    arguments are let go at once (kept for the whole call, they held opm-long's float32 projections past
+    their `del`: +160 MiB at the peak, measured on the H200)."""
     rec = getattr(_THREAD, "recording", None)
     if rec is not None:
-        rec.launches.append(launch)
+        rec.launches = [launch] if not rec.launches else [None, None]
 
 
 def single_launch_output(out: torch.Tensor) -> None:

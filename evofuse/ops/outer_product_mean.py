@@ -12,6 +12,10 @@ Two stages:
    default precision as float16 hi + lo pairs with three products per pair of operands (hi*hi +
    hi*lo + lo*hi, ~2**-22 relative: the float32 contract on float16 tensor cores, which run ~2x
    TF32's rate; 3xTF32 in Triton measured 59.7 ms on opm-af2-main, IEEE cuBLAS blocks 8.6 ms).
+One-float16 operands (bfloat16/float16 inputs, float32 at "fast") at hidden_dim 32 take
+`_opm_two_pass_kernel` instead: 64 (i, j) pairs a tile in two passes over the channels p, out_proj's
+product with its rows as the wgmma's M and a per-program float32 workspace between the passes
+(opm-af2-main bf16: kernel 0.713 -> 0.578 ms on the H200).
 hidden_dim 64 runs stage 2 as four 32-wide parts summed in float32; float32 at the default precision
 runs it in parts of SPLIT_PART channels (hidden_dim 32 as four 16-wide parts: opm-af2-main 6.67 ->
 3.19 ms on the H200) and on chunks of at most SPLIT_CHUNK_S MSA rows, summed likewise. Small problems (N <= 128, a short
@@ -28,7 +32,7 @@ import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections
 from . import split_linear
-from ._common import bucket, cached_launch, cdiv, empty, ieee_fp32_matmul, launch, next_pow2, single_launch_output
+from ._common import bucket, cached_launch, cdiv, empty, ieee_fp32_matmul, interpreting, launch, next_pow2, single_launch_output
 from .layer_norm_linear import fits, ln_linear, normalize_rows
 
 FAST_HIDDEN_DIMS = (8, 16, 32, 64)
@@ -74,16 +78,8 @@ def _opm_kernel(
 ):
     BLOCK_I: tl.constexpr = TILE_ROWS // C
     BLOCK_J: tl.constexpr = BLOCK_I * COLS_FACTOR
-    pid = tl.program_id(0)
     pid_b = tl.program_id(1).to(tl.int64)
-    n_i = tl.cdiv(NI, BLOCK_I)
-    n_j = tl.cdiv(N, BLOCK_J)
-    # grouped ordering: programs that run together share a rows and b columns in L2
-    group = pid // (GROUP_I * n_j)
-    first_i = group * GROUP_I
-    group_size = tl.minimum(n_i - first_i, GROUP_I)
-    blk_i = first_i + (pid % (GROUP_I * n_j)) % group_size
-    blk_j = (pid % (GROUP_I * n_j)) // group_size
+    blk_i, blk_j = _grouped(tl.program_id(0), tl.cdiv(NI, BLOCK_I), tl.cdiv(N, BLOCK_J), GROUP_I)
 
     # rows of the first product are (i, p), columns (j, q)
     rows = tl.arange(0, BLOCK_I * C)
@@ -92,10 +88,6 @@ def _opm_kernel(
     col_j = blk_j * BLOCK_J + cols // C  # [BLOCK_J*C]
     row_off = row_i.to(tl.int64) * stride_ai + rows % C
     col_off = col_j.to(tl.int64) * stride_bj + cols % C
-    offs_s = tl.arange(0, BLOCK_S)
-    a_base = a_ptr + pid_b * stride_ab
-    b_base = b_ptr + pid_b * stride_bb
-
     offs_i = blk_i * BLOCK_I + tl.arange(0, BLOCK_I)  # [BLOCK_I]
     offs_j = blk_j * BLOCK_J + tl.arange(0, BLOCK_J)  # [BLOCK_J]
     acc = tl.zeros((BLOCK_I * C, BLOCK_J * C), dtype=tl.float32)
@@ -103,39 +95,12 @@ def _opm_kernel(
     count_i = tl.zeros((BLOCK_I,), dtype=tl.float32)  # seed: sum_s mask[s, i]
     m_b = m_ptr + pid_b * stride_mb
     mi_b = mi_ptr + pid_b * stride_mb
-    for s0 in range(S_LO, S_HI, BLOCK_S):
-        s = s0 + offs_s
-        s_ok = s < S_HI
-        s64 = s.to(tl.int64)
-        a_t = tl.load(  # [BLOCK_I*C, BLOCK_S]
-            a_base + row_off[:, None] + s64[None, :] * stride_as,
-            mask=(row_i < NI)[:, None] & s_ok[None, :], other=0.0)
-        b_t = tl.load(  # [BLOCK_S, BLOCK_J*C]
-            b_base + s64[:, None] * stride_bs + col_off[None, :],
-            mask=s_ok[:, None] & (col_j < N)[None, :], other=0.0)
-        if SPLIT:  # a b = a_hi b_hi + a_hi b_lo + a_lo b_hi, to ~2**-22; small terms first
-            a_lo = tl.load(a_lo_ptr + pid_b * stride_ab + row_off[:, None] + s64[None, :] * stride_as,
-                           mask=(row_i < NI)[:, None] & s_ok[None, :], other=0.0)  # [BLOCK_I*C, BLOCK_S]
-            b_lo = tl.load(b_lo_ptr + pid_b * stride_bb + s64[:, None] * stride_bs + col_off[None, :],
-                           mask=s_ok[:, None] & (col_j < N)[None, :], other=0.0)  # [BLOCK_S, BLOCK_J*C]
-            acc = tl.dot(a_t, b_lo, acc)
-            acc = tl.dot(a_lo, b_t, acc)
-        acc = tl.dot(a_t, b_t, acc)  # 16-bit operands, fp32 accumulator
-        if HAS_MASK:
-            count_i, norm = _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s64, s_ok, offs_i, offs_j,
-                                        NI, N, NORM)
-    if HAS_MASK:  # rows outside this launch's range still count (S split into launches)
-        for s0 in range(0, S_LO, BLOCK_S):
-            s = s0 + offs_s
-            count_i, norm = _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s.to(tl.int64), s < S_LO,
-                                        offs_i, offs_j, NI, N, NORM)
-        for s0 in range(S_HI, S, BLOCK_S):
-            s = s0 + offs_s
-            count_i, norm = _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s.to(tl.int64), s < S,
-                                        offs_i, offs_j, NI, N, NORM)
-    else:
-        count_i += S
-        norm += S
+    acc, count_i, norm = _products(acc, count_i, norm, a_ptr + pid_b * stride_ab, a_lo_ptr + pid_b * stride_ab,
+                                   stride_as, row_off, row_i < NI, b_ptr + pid_b * stride_bb,
+                                   b_lo_ptr + pid_b * stride_bb, stride_bs, col_off, col_j < N, m_b, mi_b, stride_ms,
+                                   stride_mi, offs_i, offs_j, NI, N, S_LO, S_HI, NORM, HAS_MASK, SPLIT, BLOCK_S)
+    count_i, norm = _other_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, offs_i, offs_j, NI, N, S, S_LO, S_HI,
+                                NORM, HAS_MASK, BLOCK_S)
 
     if STORE_X:  # scale[i, j] X[i, j, p*C + q]: acc's row (i p), column (j q) stored in place, no rearrangement
         # 64-bit tile origins, 32-bit offsets inside the tile (a 64-bit offset tile costs 128 registers)
@@ -159,6 +124,52 @@ def _opm_kernel(
                   o_ptr + pid_b * stride_ob, stride_oi, stride_oj, stride_or,
                   p_ptr + pid_b * stride_pb, stride_pi, stride_pj, stride_pr, R,
                   C, NORM, EPS, BLOCK_I, BLOCK_J, BLOCK_R, SPLIT, SCALED, ACCUMULATE, ADD_BIAS, "tf32")
+
+
+@triton.jit
+def _products(acc, count_i, norm, a_b, a_lo_b, stride_as, row_off, row_ok, b_b, b_lo_b, stride_bs, col_off, col_ok,
+              m_b, mi_b, stride_ms, stride_mi, offs_i, offs_j, NI, N, S_LO, S_HI,
+              NORM: tl.constexpr, COUNT: tl.constexpr, SPLIT: tl.constexpr, BLOCK_S: tl.constexpr):
+    """acc [rows, cols] += sum over MSA rows s in [S_LO, S_HI) of a[s, rows]^T b[s, cols] (a_b, b_b: this
+    batch element's a and b; row_off, col_off: the rows' and columns' offsets in them), with COUNT the
+    counts of those rows of the mask too (`_count_rows`)."""
+    for s0 in range(S_LO, S_HI, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        s_ok = s < S_HI
+        s64 = s.to(tl.int64)
+        a_off = row_off[:, None] + s64[None, :] * stride_as  # [rows, BLOCK_S]
+        a_ok = row_ok[:, None] & s_ok[None, :]
+        b_off = s64[:, None] * stride_bs + col_off[None, :]  # [BLOCK_S, cols]
+        b_ok = s_ok[:, None] & col_ok[None, :]
+        a_t = tl.load(a_b + a_off, mask=a_ok, other=0.0)
+        b_t = tl.load(b_b + b_off, mask=b_ok, other=0.0)
+        if SPLIT:  # a b = a_hi b_hi + a_hi b_lo + a_lo b_hi, to ~2**-22; small terms first
+            acc = tl.dot(a_t, tl.load(b_lo_b + b_off, mask=b_ok, other=0.0), acc)
+            acc = tl.dot(tl.load(a_lo_b + a_off, mask=a_ok, other=0.0), b_t, acc)
+        acc = tl.dot(a_t, b_t, acc)  # 16-bit operands, fp32 accumulator
+        if COUNT:
+            count_i, norm = _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s64, s_ok, offs_i, offs_j,
+                                        NI, N, NORM)
+    return acc, count_i, norm
+
+
+@triton.jit
+def _other_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, offs_i, offs_j, NI, N, S, S_LO, S_HI,
+                NORM: tl.constexpr, HAS_MASK: tl.constexpr, BLOCK_S: tl.constexpr):
+    """The counts of the MSA rows outside [S_LO, S_HI) (S split into launches); without a mask, S."""
+    if HAS_MASK:
+        for s0 in range(0, S_LO, BLOCK_S):
+            s = s0 + tl.arange(0, BLOCK_S)
+            count_i, norm = _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s.to(tl.int64), s < S_LO,
+                                        offs_i, offs_j, NI, N, NORM)
+        for s0 in range(S_HI, S, BLOCK_S):
+            s = s0 + tl.arange(0, BLOCK_S)
+            count_i, norm = _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s.to(tl.int64), s < S,
+                                        offs_i, offs_j, NI, N, NORM)
+    else:
+        count_i += S
+        norm += S
+    return count_i, norm
 
 
 @triton.jit
@@ -186,27 +197,12 @@ def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
               ADD_BIAS: tl.constexpr, PRECISION: tl.constexpr):
     """From the tile's outer products acc [(i p), (j q)] (float32) and its counts to the output: the
     normalization's per-pair scale, the rearrangement to [(i j), (p q)], out_proj's product streamed
-    over blocks of its rows r, bias, partial sums, store. o_ptr and p_ptr point at this batch element."""
-    # per-(i, j) scale of the outer products, and of the bias (af2 divides after the linear)
-    if NORM == 0:
-        scale = tl.broadcast_to((1.0 / tl.maximum(count_i, 1.0))[:, None], (BLOCK_I, BLOCK_J))
-    elif NORM == 1:
-        scale = 1.0 / (EPS + norm)
-    else:
-        scale = 1.0 / tl.maximum(norm, 1.0)
-    scale = tl.reshape(scale, (BLOCK_I * BLOCK_J,))
-
-    x = tl.reshape(acc, (BLOCK_I, C, BLOCK_J, C))
-    x = tl.permute(x, (0, 2, 1, 3))
-    x = tl.reshape(x, (BLOCK_I * BLOCK_J, C * C)) * scale[:, None]  # [(i j), (p q)]
+    over blocks of its rows r, `_finish`. o_ptr and p_ptr point at this batch element."""
+    scale = _pair_scale(count_i, norm, NORM, EPS, BLOCK_I, BLOCK_J)
+    x = _by_pairs(acc, BLOCK_I, C, BLOCK_J, C) * scale[:, None]  # [(i j), (p q)]
     x_hi = x.to(w_ptr.dtype.element_ty)
     if SPLIT:
         x_lo = (x - x_hi.to(tl.float32)).to(w_ptr.dtype.element_ty)
-    if SCALED:
-        inv_scale = tl.load(inv_scale_ptr)
-
-    o_base = o_ptr + out_i * stride_oi + out_j * stride_oj  # [(i j)]
-    p_base = p_ptr + out_i * stride_pi + out_j * stride_pj
     offs_k = tl.arange(0, C * C)
     for r0 in range(0, R, BLOCK_R):
         offs_r = r0 + tl.arange(0, BLOCK_R)
@@ -219,19 +215,156 @@ def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
             out = tl.dot(x_hi, w_lo, out)
             out = tl.dot(x_lo, w_t, out)
         out = tl.dot(x_hi, w_t, out, input_precision=PRECISION)  # [(i j), BLOCK_R]
-        if SCALED:
-            out = out * inv_scale
-        if ACCUMULATE:
-            out += tl.load(p_base[:, None] + offs_r[None, :] * stride_pr, mask=pair_ok[:, None] & r_ok[None, :],
-                           other=0.0)
-        if ADD_BIAS:
-            wb = tl.load(wb_ptr + offs_r, mask=r_ok, other=0.0).to(tl.float32)
-            if NORM == 1:
-                out += scale[:, None] * wb[None, :]
-            else:
-                out += wb[None, :]
-        tl.store(o_base[:, None] + offs_r[None, :] * stride_or, out.to(o_ptr.dtype.element_ty),
-                 mask=pair_ok[:, None] & r_ok[None, :])
+        _finish(out, scale, out_i, out_j, pair_ok, offs_r, r_ok, wb_ptr, inv_scale_ptr, o_ptr, stride_oi, stride_oj,
+                stride_or, p_ptr, stride_pi, stride_pj, stride_pr, NORM, SCALED, ACCUMULATE, ADD_BIAS)
+
+
+@triton.jit
+def _grouped(tile, n_i, n_j, GROUP_I: tl.constexpr):
+    """(block i, block j) of tile number `tile` in grouped ordering: tiles that run together share a's
+    rows and b's columns in L2."""
+    group = tile // (GROUP_I * n_j)
+    first_i = group * GROUP_I
+    group_size = tl.minimum(n_i - first_i, GROUP_I)
+    return first_i + (tile % (GROUP_I * n_j)) % group_size, (tile % (GROUP_I * n_j)) // group_size
+
+
+@triton.jit
+def _pair_scale(count_i, norm, NORM: tl.constexpr, EPS: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_J: tl.constexpr):
+    """The normalization's factor of each (i, j) pair's outer products, [(i j)] float32 (af2 divides the
+    bias too, after the linear)."""
+    if NORM == 0:
+        scale = tl.broadcast_to((1.0 / tl.maximum(count_i, 1.0))[:, None], (BLOCK_I, BLOCK_J))
+    elif NORM == 1:
+        scale = 1.0 / (EPS + norm)
+    else:
+        scale = 1.0 / tl.maximum(norm, 1.0)
+    return tl.reshape(scale, (BLOCK_I * BLOCK_J,))
+
+
+@triton.jit
+def _by_pairs(acc, BLOCK_I: tl.constexpr, CP: tl.constexpr, BLOCK_J: tl.constexpr, C: tl.constexpr):
+    """acc [(i p), (j q)] (CP channels p, C channels q) rearranged to [(i j), (p q)]."""
+    return tl.reshape(tl.permute(tl.reshape(acc, (BLOCK_I, CP, BLOCK_J, C)), (0, 2, 1, 3)), (BLOCK_I * BLOCK_J, CP * C))
+
+
+@triton.jit
+def _finish(out, scale, out_i, out_j, pair_ok, offs_r, r_ok, wb_ptr, inv_scale_ptr,
+            o_ptr, stride_oi, stride_oj, stride_or, p_ptr, stride_pi, stride_pj, stride_pr,
+            NORM: tl.constexpr, SCALED: tl.constexpr, ACCUMULATE: tl.constexpr, ADD_BIAS: tl.constexpr):
+    """out [(i j), r] float32 (output channels offs_r) to the output: the operands' power-of-two scales
+    undone, earlier parts' partial sums and the bias added, stored. o_ptr and p_ptr point at this batch
+    element."""
+    if SCALED:
+        out = out * tl.load(inv_scale_ptr)
+    if ACCUMULATE:
+        out += tl.load(p_ptr + out_i[:, None] * stride_pi + out_j[:, None] * stride_pj + offs_r[None, :] * stride_pr,
+                       mask=pair_ok[:, None] & r_ok[None, :], other=0.0)
+    if ADD_BIAS:
+        wb = tl.load(wb_ptr + offs_r, mask=r_ok, other=0.0).to(tl.float32)
+        if NORM == 1:
+            out += scale[:, None] * wb[None, :]
+        else:
+            out += wb[None, :]
+    tl.store(o_ptr + out_i[:, None] * stride_oi + out_j[:, None] * stride_oj + offs_r[None, :] * stride_or,
+             out.to(o_ptr.dtype.element_ty), mask=pair_ok[:, None] & r_ok[None, :])
+
+
+@triton.jit
+def _opm_two_pass_kernel(
+    a_ptr, stride_ab, stride_as, stride_ai,  # a: (B, S, N, C), masked, 16-bit; channel stride 1
+    b_ptr, stride_bb, stride_bs, stride_bj,  # b: (B, S, N, C), masked, 16-bit; channel stride 1
+    m_ptr, stride_mb, stride_ms, stride_mi,  # mask: (B, S, N) float32 (HAS_MASK only): the counts
+    mi_ptr,  # the mask from this launch's first row i on (the rows' side), with m's strides
+    w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C), a's dtype
+    wb_ptr,  # out_proj bias: (R,)
+    inv_scale_ptr,  # SCALED only: one float32, 1 / (the power-of-two scales of a, b and w)
+    ws_ptr, stride_wsp,  # workspace: (programs, R rounded up to BLOCK_R, BLOCK_I*BLOCK_J) float32
+    o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, NI, N, R), rows i of this launch
+    p_ptr, stride_pb, stride_pi, stride_pj, stride_pr,  # ACCUMULATE: float32 partial sums (B, NI, N, R) to add
+    B, S, NI, N, R,  # NI: rows i in this launch (a, mi and out start at its first row), N: columns j
+    S_BUCKET, N_BUCKET,  # autotuning keys only
+    C: tl.constexpr,
+    NORM: tl.constexpr,  # 0 seed, 1 af2, 2 boltz
+    HAS_MASK: tl.constexpr,
+    EPS: tl.constexpr,
+    TILE_ROWS: tl.constexpr,  # BLOCK_I * C / 2, rows of the first product (one half of the channels p)
+    TILE_COLS: tl.constexpr,  # BLOCK_J * C, its columns
+    BLOCK_S: tl.constexpr,
+    BLOCK_R: tl.constexpr,  # out_proj's rows a step of the epilogue: the M of its product (Hopper's wgmma: 64)
+    GROUP_I: tl.constexpr,
+    SCALED: tl.constexpr,  # float32 at the "fast" precision: a, b, w scaled by powers of two (float16)
+    ACCUMULATE: tl.constexpr,  # add the partial sums at p_ptr (hidden_dim 64 runs as four 32-wide parts)
+    ADD_BIAS: tl.constexpr,  # add out_proj's bias (the last part only)
+):
+    """`_opm_kernel` for one-float16 operands with twice the (i, j) pairs a tile (64 at hidden_dim 32), in
+    two passes over the channels p: each pass accumulates X_half [(i p'), (j q)] over the MSA rows, then
+    adds W[:, half] @ X_half^T [r, (i j)] to this program's float32 workspace (the second pass reads it
+    back and finishes). The epilogue's product so has out_proj's rows as its M (a wgmma, both operands in
+    shared memory, the weight's blocks streamed in by asynchronous copies) instead of 32 pairs (chains of
+    mma.sync: 0.31 of the one-pass kernel's 0.71 ms on opm-af2-main, 125 TFLOP/s), and reads out_proj's
+    weight once per 64 pairs instead of 32. Persistent: each program takes tiles program_id, + programs,
+    ... of every batch element, so that its workspace is its own."""
+    CP: tl.constexpr = C // 2
+    BLOCK_I: tl.constexpr = TILE_ROWS // CP
+    BLOCK_J: tl.constexpr = TILE_COLS // C
+    PAIRS: tl.constexpr = BLOCK_I * BLOCK_J
+    n_i = tl.cdiv(NI, BLOCK_I)
+    n_j = tl.cdiv(N, BLOCK_J)
+    tiles = n_i * n_j
+    rows = tl.arange(0, BLOCK_I * CP)
+    cols = tl.arange(0, BLOCK_J * C)
+    pair = tl.arange(0, PAIRS)
+    ws = ws_ptr + tl.program_id(0).to(tl.int64) * stride_wsp
+    for tile in range(tl.program_id(0), tiles * B, tl.num_programs(0)):
+        pid_b = (tile // tiles).to(tl.int64)
+        blk_i, blk_j = _grouped(tile % tiles, n_i, n_j, GROUP_I)
+        row_i = blk_i * BLOCK_I + rows // CP  # [BLOCK_I*CP]: rows (i, p') of the first product
+        col_j = blk_j * BLOCK_J + cols // C  # [BLOCK_J*C]: columns (j, q)
+        row_off = row_i.to(tl.int64) * stride_ai + rows % CP
+        col_off = col_j.to(tl.int64) * stride_bj + cols % C
+        offs_i = blk_i * BLOCK_I + tl.arange(0, BLOCK_I)  # [BLOCK_I]
+        offs_j = blk_j * BLOCK_J + tl.arange(0, BLOCK_J)  # [BLOCK_J]
+        out_i = (blk_i * BLOCK_I + pair // BLOCK_J).to(tl.int64)  # [(i j)]
+        out_j = (blk_j * BLOCK_J + pair % BLOCK_J).to(tl.int64)
+        pair_ok = (out_i < NI) & (out_j < N)
+        a_b = a_ptr + pid_b * stride_ab
+        b_b = b_ptr + pid_b * stride_bb
+        m_b = m_ptr + pid_b * stride_mb
+        mi_b = mi_ptr + pid_b * stride_mb
+        count_i = tl.zeros((BLOCK_I,), dtype=tl.float32)
+        norm = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)
+        for half in tl.static_range(2):
+            acc = tl.zeros((BLOCK_I * CP, BLOCK_J * C), dtype=tl.float32)
+            acc, count_i, norm = _products(acc, count_i, norm, a_b, a_b, stride_as, row_off + half * CP, row_i < NI,
+                                           b_b, b_b, stride_bs, col_off, col_j < N, m_b, mi_b, stride_ms, stride_mi,
+                                           offs_i, offs_j, NI, N, 0, S, NORM, HAS_MASK and half == 0, False, BLOCK_S)
+            if half == 0:
+                count_i, norm = _other_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, offs_i, offs_j, NI, N, S,
+                                            0, S, NORM, HAS_MASK, BLOCK_S)
+                scale = _pair_scale(count_i, norm, NORM, EPS, BLOCK_I, BLOCK_J)  # [(i j)]
+            x_t = tl.trans((_by_pairs(acc, BLOCK_I, CP, BLOCK_J, C) * scale[:, None]).to(w_ptr.dtype.element_ty))
+            offs_k = half * CP * C + tl.arange(0, CP * C)  # out_proj's columns (p q) of this half
+            tl.debug_barrier()  # the workspace: every thread's reads of the last tile / writes of the first half done
+            for r0 in tl.range(0, R, BLOCK_R, num_stages=2):
+                offs_r = r0 + tl.arange(0, BLOCK_R)
+                r_ok = offs_r < R
+                w_r = tl.load(w_ptr + offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk, mask=r_ok[:, None],
+                              other=0.0)  # [BLOCK_R, CP*C]
+                ws_r = ws + offs_r[:, None] * PAIRS + pair[None, :]  # [BLOCK_R, (i j)]
+                if half == 0:
+                    part = tl.zeros((BLOCK_R, PAIRS), dtype=tl.float32)
+                    if ACCUMULATE:  # earlier parts' sums start the accumulator, scaled as it is
+                        part = tl.load(p_ptr + pid_b * stride_pb + out_i[None, :] * stride_pi + out_j[None, :] * stride_pj
+                                       + offs_r[:, None] * stride_pr, mask=r_ok[:, None] & pair_ok[None, :], other=0.0)
+                        if SCALED:
+                            part = part / tl.load(inv_scale_ptr)
+                    tl.store(ws_r, tl.dot(w_r, x_t, part))
+                else:
+                    out = tl.trans(tl.dot(w_r, x_t, tl.load(ws_r)))  # [(i j), BLOCK_R]
+                    _finish(out, scale, out_i, out_j, pair_ok, offs_r, r_ok, wb_ptr, inv_scale_ptr,
+                            o_ptr + pid_b * stride_ob, stride_oi, stride_oj, stride_or, p_ptr, 0, 0, 0, NORM, SCALED,
+                            False, ADD_BIAS)
 
 
 @triton.jit
@@ -440,6 +573,51 @@ def _interpret_meta(C: int) -> dict:
     return {"TILE_ROWS": 4 * C, "COLS_FACTOR": 1, "BLOCK_S": 16, "BLOCK_R": 16, "GROUP_I": 2}
 
 
+TWO_PASS = True  # 16-bit / "fast" float32 at hidden_dim 32 take `_opm_two_pass_kernel` (tests switch it off)
+TWO_PASS_BLOCK_R = 64  # the largest BLOCK_R of its configs: the workspace holds R rounded up to it
+TWO_PASS_PAIRS = 64  # the most (i, j) pairs of its tiles (the workspace's last dimension)
+
+
+def _two_pass_configs() -> list[triton.Config]:
+    """Candidates of `_opm_two_pass_kernel` at hidden_dim 32: 64 (i, j) pairs, a 128 x 256 accumulator a
+    pass, 64 of out_proj's rows an epilogue step; the first is the default."""
+    return [triton.Config({"TILE_ROWS": 128, "TILE_COLS": 256, "BLOCK_S": block_s, "BLOCK_R": 64, "GROUP_I": 8},
+                          num_warps=8, num_stages=stages) for block_s, stages in ((64, 3), (64, 2), (32, 3))]
+
+
+def _keep_all(configs, named_args, **kwargs):
+    return configs
+
+
+@functools.lru_cache(maxsize=None)
+def _tuned_two_pass():
+    """`_opm_two_pass_kernel` autotuned as `_tuned_kernel` (GPU only, built on first use)."""
+    return triton.autotune(configs=_two_pass_configs(), key=["C", "R", "S_BUCKET", "N_BUCKET", "NORM", "HAS_MASK",
+                                                             "SCALED", "ACCUMULATE"],
+                           restore_value=["o_ptr"])(_opm_two_pass_kernel)
+
+
+def _two_pass_interpret_meta(C: int) -> dict:
+    """In Triton's interpreter: 16 (i, j) pairs a tile, 16 MSA rows a step, 16 of out_proj's rows an
+    epilogue step (tile and workspace edges crossed at the tests' shapes)."""
+    return {"TILE_ROWS": 2 * C, "TILE_COLS": 4 * C, "BLOCK_S": 16, "BLOCK_R": 16, "GROUP_I": 2}
+
+
+INTERPRET_PROGRAMS = 3  # the two-pass kernel's persistent programs in the interpreter
+
+
+def _programs(device: torch.device) -> int:
+    """Persistent programs of the two-pass kernel: one per multiprocessor (queried on first use)."""
+    if interpreting():
+        return INTERPRET_PROGRAMS
+    return _multiprocessors(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
             proj_b_bias):
     """LayerNorm, both projections and the mask (float32 (B, S, N) or None): a and b as one contiguous
@@ -593,6 +771,11 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     # chunk adds its normalized product to the output, as the parts of hidden_dim 64 do
     chunk = SPLIT_CHUNK_S if split else S
     steps = [(k, s0) for k in range(parts) for s0 in range(0, S, chunk)]
+    ws = None  # one-float16 operands at hidden_dim 32 (or its 32-wide parts): the two-pass kernel
+    if TWO_PASS and not split and cs == 32:
+        ws = torch.empty(_programs(device), cdiv(R, TWO_PASS_BLOCK_R) * TWO_PASS_BLOCK_R * TWO_PASS_PAIRS,
+                         dtype=torch.float32, device=device)
+        two_pass = {k: consts[k] for k in ("C", "NORM", "HAS_MASK", "EPS", "SCALED")}
     for i0 in range(0, N, rows):
         n = min(rows, N - i0)
         acc = out[:, i0:i0 + n] if partial is None else partial[:, :n]
@@ -607,6 +790,19 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
             args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], m, *m_strides, m[:, :, i0:] if mask is not None else m,
                     w[k], *w[k].stride(), wb, a_lo_k, b_lo_k, w_lo[k], inv_scale, dst, *dst.stride(), acc,
                     *acc.stride(), S, n, N, R, s0, s1, bucket(s1 - s0), bucket(N))
+
+            if ws is not None:
+                args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], m, *m_strides,
+                        m[:, :, i0:] if mask is not None else m, w[k], *w[k].stride(), wb, inv_scale, ws, ws.stride(0),
+                        dst, *dst.stride(), acc, *acc.stride(), B, S, n, N, R, bucket(S), bucket(N))
+
+                def grid(meta, n=n):
+                    tiles = cdiv(n, 2 * meta["TILE_ROWS"] // cs) * cdiv(N, meta["TILE_COLS"] // cs) * B
+                    return (min(tiles, ws.shape[0]),)
+
+                launch(_opm_two_pass_kernel, _tuned_two_pass, _two_pass_configs, _keep_all, grid, args,
+                       two_pass | {"ACCUMULATE": step > 0, "ADD_BIAS": last}, _two_pass_interpret_meta(cs))
+                continue
 
             def grid(meta, n=n):
                 bi = meta["TILE_ROWS"] // cs
