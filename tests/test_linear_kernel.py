@@ -48,16 +48,18 @@ def test_ln_linear_refuses_float32_and_wide_rows():
 
 
 @pytest.mark.parametrize("with_ln", [True, False])
-@pytest.mark.parametrize("scale_x, scale_w", [(1.0, 1.0), (1e3, 1e-4), (1e-4, 30.0)])
-def test_split_linear_float32_accuracy(with_ln, scale_x, scale_w, monkeypatch):
-    """float32 products on float16 halves: the float32 contract at magnitudes far from 1, on a strided
-    view of rows, across row blocks (forced small)."""
+@pytest.mark.parametrize("scale_x, scale_w, scale_b", [(1.0, 1.0, 1.0), (1e3, 1e-4, 1.0), (1e-4, 30.0, 1.0),
+                                                     (1.0, 1e-5, 1e-5), (1e-3, 1e-3, 1e-6), (1.0, 3e3, 3e3)])
+def test_split_linear_float32_accuracy(with_ln, scale_x, scale_w, scale_b, monkeypatch):
+    """float32 products on float16 halves: the float32 contract at magnitudes far from 1 (tiny weights
+    with a bias of their scale: the products decide the output), on a strided view of rows, across row
+    blocks (forced small)."""
     from evofuse.ops import split_linear
 
     monkeypatch.setattr(split_linear, "BLOCK_BYTES", 7 * 3 * 24 * 2)  # 7 rows a block
     g = torch.Generator().manual_seed(5)
     x = (scale_x * torch.randn(45, 4 * 24, generator=g))[:, :24]  # row stride 96, as out_proj reads qkvg
-    w, b = scale_w * torch.randn(40, 24, generator=g), torch.randn(40, generator=g)
+    w, b = scale_w * torch.randn(40, 24, generator=g), scale_b * torch.randn(40, generator=g)
     lnw, lnb = 1 + 0.3 * torch.randn(24, generator=g), 0.3 * torch.randn(24, generator=g)
     ln = (lnw.to(DEVICE), lnb.to(DEVICE), 1e-5) if with_ln else None
     out = split_linear.split_linear(x.to(DEVICE), w.to(DEVICE), b.to(DEVICE), ln=ln)

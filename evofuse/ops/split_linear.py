@@ -1,18 +1,19 @@
 """float32 linear layers to the float32 contract on float16 tensor cores, for row attention's projections.
 
-y = x W^T + b with x scaled by 2**k and W by 2**-k (k balances their ranges, so the scales cancel), each
-split into float16 halves hi + lo; one cuBLAS product over the concatenated halves,
-[x_hi | x_hi | x_lo] @ [W_hi | W_lo | W_hi]^T = x_hi W_hi + x_hi W_lo + x_lo W_hi (~2**-22 relative),
-accumulates and returns float32 and adds the bias (`torch.addmm(..., out_dtype=torch.float32)`). The
+y = x W^T + b with x scaled by 2**(k + 6) and W by 2**(6 - k) (k balances their ranges; the product's
+alpha 2**-12 undoes the rest, `PRODUCT_SHIFT`), each split into float16 halves hi + lo; one cuBLAS product
+over the concatenated halves, [x_hi | x_hi | x_lo] @ [W_hi | W_lo | W_hi]^T = x_hi W_hi + x_hi W_lo +
+x_lo W_hi (~2**-22 relative), accumulates and returns float32 and adds the bias
+(`torch.addmm(..., alpha=2**-12, out_dtype=torch.float32)`). The
 rows go a block at a time, so the float16 copy stays at most BLOCK_BYTES; a LayerNorm can be applied to
 the rows on the way (its output is bounded by sqrt(D) max|w| + max|b|, which sets k without a pass).
 
 Measured on the H200 before this path existed: IEEE cuBLAS took 2.80 ms of att-af2-main's 5.57 ms float32
 forward for these products (46 TFLOP/s); float16 tensor cores run ~13x that rate.
-Limits: max|x| * max|W| must stay under ~2**31 (float16's range after the balanced scaling), and well
-above ~2**-8: below, both scaled operands are small enough that their low halves fall into float16's
-subnormals (value weights scaled by 1e-3 in row attention: 1.8e-5 relative error against the contract's
-1e-5). The Outer Product Mean prescales its weights by powers of two and undoes it with its mask.
+Limits: max|x| * max|W| from ~2**-12 (below, the scaled operands' low halves fall into float16's
+subnormals: 1e-5-scale weights gave 2.4e-5 relative error with the scales cancelling, 2**-6 was then the
+edge) to ~2**19 (float16's range). The Outer Product Mean prescales its weights by powers of two and
+undoes it with its mask.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ from .layer_norm_linear import normalize_rows
 
 BLOCK_BYTES = 32 << 20
 _SHIFT_CLAMP = 60.0
+# log2 of the product of the two operands' scales, undone by the product's alpha (a constant: no host
+# synchronization). With 0 (scales that cancel), max|x| * max|W| under ~2**-6 left both operands so small
+# that their low halves fell into float16's subnormals (2.4e-5 relative error at 1e-5-scale weights, CPU);
+# 12 keeps both in float16's normal range for max|x| * max|W| from ~2**-12 to ~2**19
+PRODUCT_SHIFT = 12
 
 
 @triton.jit
@@ -54,12 +60,12 @@ def _split_rows_kernel(
     tl.store(a_rows + 2 * D, lo, mask=ok)
 
 
-def _addmm_f32(bias, a16, b16, out):
-    """out = bias + a16 @ b16 with float32 accumulation and output: cuBLAS on CUDA; on the CPU (Triton's
-    interpreter, for the tests) the same products in float32 (float16 products are exact there)."""
+def _addmm_f32(bias, a16, b16, out, alpha):
+    """out = bias + alpha a16 @ b16 with float32 accumulation and output: cuBLAS on CUDA; on the CPU
+    (Triton's interpreter, for the tests) the same products in float32 (float16 products are exact there)."""
     if a16.is_cuda:
-        return torch.addmm(bias, a16, b16, out_dtype=torch.float32, out=out)
-    return torch.addmm(bias, a16.float(), b16.float(), out=out)
+        return torch.addmm(bias, a16, b16, alpha=alpha, out_dtype=torch.float32, out=out)
+    return torch.addmm(bias, a16.float(), b16.float(), alpha=alpha, out=out)
 
 
 def available(x: torch.Tensor) -> bool:
@@ -90,9 +96,11 @@ def split_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     else:
         lnw, lnb, eps = w, w, 0.0  # unused
         log2_max_x = _log2_max(x)
-    shift = torch.round(0.5 * (_log2_max(w) - log2_max_x))
+    shift = torch.round(0.5 * (_log2_max(w) - log2_max_x))  # both maxima at sqrt(max|x| max|W|) ...
     shift = torch.where(torch.isfinite(shift), shift, 0.0).clamp(-_SHIFT_CLAMP, _SHIFT_CLAMP).reshape(1)
-    w_scaled = w * torch.exp2(-shift)
+    shift_w = PRODUCT_SHIFT / 2 - shift  # ... times 2**(PRODUCT_SHIFT / 2)
+    shift = shift + PRODUCT_SHIFT / 2
+    w_scaled = w * torch.exp2(shift_w)
     w_hi = w_scaled.half()
     b16 = torch.cat([w_hi, (w_scaled - w_hi.float()).half(), w_hi], dim=1).t()  # (3D, K)
     out = empty(rows, K, dtype=torch.float32, device=x.device)
@@ -106,5 +114,5 @@ def split_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
         cached_launch(_split_rows_kernel)(
             (cdiv(n, kernel_rows),), xb, xb.stride(0), xb.stride(1), lnw, lnb, shift, a16, n, D, eps,
             HAS_LN=ln is not None, BLOCK_ROWS=kernel_rows, BLOCK_D=block_d)
-        _addmm_f32(bias.float(), a16[:n], b16, out[r0:r0 + n])
+        _addmm_f32(bias.float(), a16[:n], b16, out[r0:r0 + n], 2.0 ** -PRODUCT_SHIFT)
     return out
