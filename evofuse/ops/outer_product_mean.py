@@ -203,6 +203,9 @@ def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
     x_hi = x.to(w_ptr.dtype.element_ty)
     if SPLIT:
         x_lo = (x - x_hi.to(tl.float32)).to(w_ptr.dtype.element_ty)
+    inv_scale = tl.load(inv_scale_ptr) if SCALED else 1.0
+    o_base = o_ptr + out_i * stride_oi + out_j * stride_oj  # [(i j)]
+    p_base = p_ptr + out_i * stride_pi + out_j * stride_pj
     offs_k = tl.arange(0, C * C)
     for r0 in range(0, R, BLOCK_R):
         offs_r = r0 + tl.arange(0, BLOCK_R)
@@ -215,8 +218,8 @@ def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
             out = tl.dot(x_hi, w_lo, out)
             out = tl.dot(x_lo, w_t, out)
         out = tl.dot(x_hi, w_t, out, input_precision=PRECISION)  # [(i j), BLOCK_R]
-        _finish(out, scale, out_i, out_j, pair_ok, offs_r, r_ok, wb_ptr, inv_scale_ptr, o_ptr, stride_oi, stride_oj,
-                stride_or, p_ptr, stride_pi, stride_pj, stride_pr, NORM, SCALED, ACCUMULATE, ADD_BIAS)
+        _finish(out, scale, inv_scale, o_base, p_base, pair_ok, offs_r, r_ok, wb_ptr, stride_or, stride_pr, NORM,
+                SCALED, ACCUMULATE, ADD_BIAS)
 
 
 @triton.jit
@@ -249,25 +252,23 @@ def _by_pairs(acc, BLOCK_I: tl.constexpr, CP: tl.constexpr, BLOCK_J: tl.constexp
 
 
 @triton.jit
-def _finish(out, scale, out_i, out_j, pair_ok, offs_r, r_ok, wb_ptr, inv_scale_ptr,
-            o_ptr, stride_oi, stride_oj, stride_or, p_ptr, stride_pi, stride_pj, stride_pr,
+def _finish(out, scale, inv_scale, o_base, p_base, pair_ok, offs_r, r_ok, wb_ptr, stride_or, stride_pr,
             NORM: tl.constexpr, SCALED: tl.constexpr, ACCUMULATE: tl.constexpr, ADD_BIAS: tl.constexpr):
-    """out [(i j), r] float32 (output channels offs_r) to the output: the operands' power-of-two scales
-    undone, earlier parts' partial sums and the bias added, stored. o_ptr and p_ptr point at this batch
-    element."""
+    """out [(i j), r] float32 (output channels offs_r) to the output: times inv_scale (SCALED: the operands'
+    power-of-two scales undone), earlier parts' partial sums (at p_base [(i j)] + r) and the bias added,
+    stored at o_base [(i j)] + r."""
     if SCALED:
-        out = out * tl.load(inv_scale_ptr)
+        out = out * inv_scale
     if ACCUMULATE:
-        out += tl.load(p_ptr + out_i[:, None] * stride_pi + out_j[:, None] * stride_pj + offs_r[None, :] * stride_pr,
-                       mask=pair_ok[:, None] & r_ok[None, :], other=0.0)
+        out += tl.load(p_base[:, None] + offs_r[None, :] * stride_pr, mask=pair_ok[:, None] & r_ok[None, :], other=0.0)
     if ADD_BIAS:
         wb = tl.load(wb_ptr + offs_r, mask=r_ok, other=0.0).to(tl.float32)
         if NORM == 1:
             out += scale[:, None] * wb[None, :]
         else:
             out += wb[None, :]
-    tl.store(o_ptr + out_i[:, None] * stride_oi + out_j[:, None] * stride_oj + offs_r[None, :] * stride_or,
-             out.to(o_ptr.dtype.element_ty), mask=pair_ok[:, None] & r_ok[None, :])
+    tl.store(o_base[:, None] + offs_r[None, :] * stride_or, out.to(o_base.dtype.element_ty),
+             mask=pair_ok[:, None] & r_ok[None, :])
 
 
 @triton.jit
@@ -343,6 +344,8 @@ def _opm_two_pass_kernel(
                 count_i, norm = _other_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, offs_i, offs_j, NI, N, S,
                                             0, S, NORM, HAS_MASK, BLOCK_S)
                 scale = _pair_scale(count_i, norm, NORM, EPS, BLOCK_I, BLOCK_J)  # [(i j)]
+                o_base = o_ptr + pid_b * stride_ob + out_i * stride_oi + out_j * stride_oj  # [(i j)]
+                inv_scale = tl.load(inv_scale_ptr) if SCALED else 1.0
             x_t = tl.trans((_by_pairs(acc, BLOCK_I, CP, BLOCK_J, C) * scale[:, None]).to(w_ptr.dtype.element_ty))
             offs_k = half * CP * C + tl.arange(0, CP * C)  # out_proj's columns (p q) of this half
             tl.debug_barrier()  # the workspace: every thread's reads of the last tile / writes of the first half done
@@ -358,13 +361,12 @@ def _opm_two_pass_kernel(
                         part = tl.load(p_ptr + pid_b * stride_pb + out_i[None, :] * stride_pi + out_j[None, :] * stride_pj
                                        + offs_r[:, None] * stride_pr, mask=r_ok[:, None] & pair_ok[None, :], other=0.0)
                         if SCALED:
-                            part = part / tl.load(inv_scale_ptr)
+                            part = part / inv_scale
                     tl.store(ws_r, tl.dot(w_r, x_t, part))
                 else:
                     out = tl.trans(tl.dot(w_r, x_t, tl.load(ws_r)))  # [(i j), BLOCK_R]
-                    _finish(out, scale, out_i, out_j, pair_ok, offs_r, r_ok, wb_ptr, inv_scale_ptr,
-                            o_ptr + pid_b * stride_ob, stride_oi, stride_oj, stride_or, p_ptr, 0, 0, 0, NORM, SCALED,
-                            False, ADD_BIAS)
+                    _finish(out, scale, inv_scale, o_base, o_base, pair_ok, offs_r, r_ok, wb_ptr, stride_or, 0, NORM,
+                            SCALED, False, ADD_BIAS)
 
 
 @triton.jit
