@@ -17,14 +17,14 @@ done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 memcheck() {  # compute-sanitizer over a few small gpu-marked tests
-  timeout ${MEMCHECK_TIMEOUT:-120} compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -m gpu \
+  timeout ${MEMCHECK_TIMEOUT:-300} compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -m gpu \
     tests/test_gpu.py -k "opm_awkward and 17-3 or attention_awkward and 17-3 or gradients_awkward and 17-5 or reuses or replayed" 2>&1 \
     | tee "$OUT/memcheck.log" | tail -8
 }
 case "${1:-tests}" in
   tests-all)  # the suite-shape tests one at a time (float64 references of ~30 GB), the grids on 12 workers
-    timeout ${TESTS_TIMEOUT:-360} bash -c 'python3 -m pytest -q tests/test_gpu.py -k "not awkward and not every" \
-      && python3 -m pytest -q -n 12 --maxfail=20 tests/test_gpu.py -k "awkward or every" --durations=8' 2>&1 \
+    timeout ${TESTS_TIMEOUT:-420} bash -c 'python3 -m pytest -q tests/test_gpu.py -k "not awkward and not every"; \
+      python3 -m pytest -q -n 12 --maxfail=20 tests/test_gpu.py -k "awkward or every" --durations=8' 2>&1 \
       | grep -v DEBUG | tee "$OUT/gpu-tests.log" | tail -30
     memcheck
     ;;
