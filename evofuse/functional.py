@@ -8,6 +8,7 @@ call; `precision` ("default", "fast") chooses the float32 contract of SPEC 3.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -67,15 +68,27 @@ def _replay_key(tag: str, options: tuple, tensors: tuple) -> tuple[tuple | None,
     msa = tensors[0]
     if type(msa) is not torch.Tensor or not msa.is_cuda or torch.compiler.is_compiling():
         return None, None
+    current = torch.cuda.current_device()
+    if msa.device.index != current:  # launched under a device guard (`_on_device`): not recorded
+        return None, None
     try:
         if _records_grad(*tensors):
             return None, None
         ptrs = [0 if t is None else t.data_ptr() for t in tensors]
-        return (tag, options, os.environ.get("EVOFUSE_IMPL"), torch.cuda.current_device(),
+        return (tag, options, os.environ.get("EVOFUSE_IMPL"), current,
                 *[None if t is None else (t.shape, t.stride(), t.dtype, t.device, p % 16)
                   for t, p in zip(tensors, ptrs)]), ptrs
     except AttributeError:
         return None, None
+
+
+def _on_device(msa_repr: torch.Tensor, path: str):
+    """The context the fused kernels launch in: msa_repr's GPU made current when it is not (Triton and
+    the launchers launch on the current device, so tensors on another GPU would otherwise be handed to
+    kernels running on the current one). Under torch.compile ("op") the compiled graph guards devices."""
+    if path != "op" and msa_repr.is_cuda and msa_repr.device.index != torch.cuda.current_device():
+        return torch.cuda.device(msa_repr.device)
+    return contextlib.nullcontext()
 
 
 def clear_replays() -> None:
@@ -155,13 +168,14 @@ def outer_product_mean(
             return reference(*inputs)
 
         path = _path(msa_repr, *params.values())
-        if path == "direct":
-            from .ops.outer_product_mean import outer_product_mean_triton
+        with _on_device(msa_repr, path):
+            if path == "direct":
+                from .ops.outer_product_mean import outer_product_mean_triton
 
-            return outer_product_mean_triton(*inputs, normalization=normalization, precision=precision)
-        if path == "function":
-            return OuterProductMeanFunction.apply(msa_repr, msa_mask, normalization, precision, *params.values())
-        return outer_product_mean_op(msa_repr, msa_mask, list(params.values()), normalization, precision)
+                return outer_product_mean_triton(*inputs, normalization=normalization, precision=precision)
+            if path == "function":
+                return OuterProductMeanFunction.apply(msa_repr, msa_mask, normalization, precision, *params.values())
+            return outer_product_mean_op(msa_repr, msa_mask, list(params.values()), normalization, precision)
 
 
 def msa_row_attention(
@@ -248,13 +262,15 @@ def msa_row_attention(
             return reference(*inputs)
 
         path = _path(msa_repr, pair_repr, *params.values())
-        if path == "direct":
-            from .ops.row_attention import msa_row_attention_triton
+        with _on_device(msa_repr, path):
+            if path == "direct":
+                from .ops.row_attention import msa_row_attention_triton
 
-            return msa_row_attention_triton(*inputs, num_heads=num_heads, precision=precision)
-        if path == "function":
-            return RowAttentionFunction.apply(msa_repr, pair_repr, msa_mask, num_heads, precision, *params.values())
-        if _records_grad(msa_repr, pair_repr, *params.values()):  # keeps what the backward would recompute
-            return msa_row_attention_train_op(msa_repr, pair_repr, msa_mask, list(params.values()), num_heads,
-                                              precision)[0]
-        return msa_row_attention_op(msa_repr, pair_repr, msa_mask, list(params.values()), num_heads, precision)
+                return msa_row_attention_triton(*inputs, num_heads=num_heads, precision=precision)
+            if path == "function":
+                return RowAttentionFunction.apply(msa_repr, pair_repr, msa_mask, num_heads, precision,
+                                                  *params.values())
+            if _records_grad(msa_repr, pair_repr, *params.values()):  # keeps what the backward would recompute
+                return msa_row_attention_train_op(msa_repr, pair_repr, msa_mask, list(params.values()), num_heads,
+                                                  precision)[0]
+            return msa_row_attention_op(msa_repr, pair_repr, msa_mask, list(params.values()), num_heads, precision)

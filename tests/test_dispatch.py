@@ -91,3 +91,32 @@ def test_modules_read_parametrized_and_replaced_weights():
             plain = mod(*inputs, impl="torch")
             parametrize.remove_parametrizations(mod.out_proj, "weight", leave_parametrized=False)
             assert not torch.allclose(mod(*inputs, impl="torch"), plain)  # the parametrization mattered
+
+
+def test_fused_calls_launch_on_the_inputs_gpu(monkeypatch):
+    """Triton launches on the current device: a fused call whose tensors live on another GPU makes theirs
+    current for its launches (and is not recorded for replay); torch.compile's graphs guard devices
+    themselves; CPU tensors (Triton's interpreter) ask CUDA nothing."""
+    import contextlib
+
+    from evofuse import functional as F
+
+    entered = []
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: entered.append(d) or contextlib.nullcontext())
+
+    class OnGpu:  # a stand-in for a CUDA tensor (none on a machine without a GPU)
+        is_cuda = True
+        device = torch.device("cuda", 1)
+
+    for path in ("direct", "function", "op"):
+        with F._on_device(OnGpu(), path):
+            pass
+    assert entered == [torch.device("cuda", 1)] * 2
+    OnGpu.device = torch.device("cuda", 0)
+    with F._on_device(OnGpu(), "direct"):
+        pass
+    assert len(entered) == 2
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: pytest.fail("asked CUDA for a CPU tensor"))
+    with F._on_device(torch.zeros(1), "direct"):
+        pass

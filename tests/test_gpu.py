@@ -217,6 +217,20 @@ def test_attention_gradients_awkward(N, S, h, d, dtype):
     gradient_contract(mod, inputs, dtype)
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("name", ["opm-seed", "opm-af2-main", "att-seed", "att-af2-main"])
+def test_tensors_on_another_gpu_than_the_current(name):
+    """Outputs and gradients of a module on cuda:1 while cuda:0 is current (the launches move to the
+    tensors' GPU), the seed shapes twice (the single-launch path is not replayed onto the wrong GPU)."""
+    case = next(c for c in SUITE if c.name == name)
+    assert torch.cuda.current_device() == 0
+    mod = make_module(case, seed=6).to("cuda:1")
+    inputs = make_inputs(case, "cuda:1", torch.float32, seed=7)
+    for _ in range(2):
+        contract(mod, inputs, torch.bfloat16)
+    gradient_contract(mod, [t.to(torch.bfloat16) if t.dim() == 4 else t for t in inputs], torch.bfloat16)
+
+
 def _extra_mib(fn):
     """Peak MiB allocated by fn beyond what was allocated before it, after one call of warm-up as the
     bench measures (one-time allocations, such as cuBLAS's workspace on its first product, excluded)."""
