@@ -172,7 +172,7 @@ def specialized_launches():
         if (kernel is opm._opm_kernel or two_pass) and consts["C"] == 32 and (two_pass or not consts["ACCUMULATE"]):
             values = {k: v for k, v in _OPM_AF2_MAIN.items() if k in kernel.arg_names}
             if two_pass:
-                values |= {"B": 1, "stride_wsp": 128 * opm.TWO_PASS_PAIRS}
+                values |= {"B": 1, "stride_wsp": opm._workspace_size(128, 32)}
             yield f"{name} at opm-af2-main", kernel, ptrs, consts, warps, stages, values
 
 

@@ -576,8 +576,6 @@ def _interpret_meta(C: int) -> dict:
 
 
 TWO_PASS = True  # 16-bit / "fast" float32 at hidden_dim 32 take `_opm_two_pass_kernel` (tests switch it off)
-TWO_PASS_BLOCK_R = 64  # the largest BLOCK_R of its configs: the workspace holds R rounded up to it
-TWO_PASS_PAIRS = 64  # the most (i, j) pairs of its tiles (the workspace's last dimension)
 
 
 def _two_pass_configs() -> list[triton.Config]:
@@ -603,6 +601,14 @@ def _two_pass_interpret_meta(C: int) -> dict:
     """In Triton's interpreter: 16 (i, j) pairs a tile, 16 MSA rows a step, 16 of out_proj's rows an
     epilogue step (tile and workspace edges crossed at the tests' shapes)."""
     return {"TILE_ROWS": 2 * C, "TILE_COLS": 4 * C, "BLOCK_S": 16, "BLOCK_R": 16, "GROUP_I": 2}
+
+
+@functools.lru_cache(maxsize=64)
+def _workspace_size(R: int, C: int) -> int:
+    """float32 elements of a program's workspace in `_opm_two_pass_kernel`: R rounded up to BLOCK_R times
+    the (i, j) pairs of a tile, the most over the candidate configs and the interpreter's."""
+    metas = [cfg.kwargs for cfg in _two_pass_configs()] + [_two_pass_interpret_meta(C)]
+    return max(cdiv(R, m["BLOCK_R"]) * m["BLOCK_R"] * (2 * m["TILE_ROWS"] // C) * (m["TILE_COLS"] // C) for m in metas)
 
 
 INTERPRET_PROGRAMS = 3  # the two-pass kernel's persistent programs in the interpreter
@@ -775,8 +781,7 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     steps = [(k, s0) for k in range(parts) for s0 in range(0, S, chunk)]
     ws = None  # one-float16 operands at hidden_dim 32 (or its 32-wide parts): the two-pass kernel
     if TWO_PASS and not split and cs == 32:
-        ws = torch.empty(_programs(device), cdiv(R, TWO_PASS_BLOCK_R) * TWO_PASS_BLOCK_R * TWO_PASS_PAIRS,
-                         dtype=torch.float32, device=device)
+        ws = torch.empty(_programs(device), _workspace_size(R, cs), dtype=torch.float32, device=device)
         two_pass = {k: consts[k] for k in ("C", "NORM", "HAS_MASK", "EPS", "SCALED")}
     for i0 in range(0, N, rows):
         n = min(rows, N - i0)
