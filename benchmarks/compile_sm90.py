@@ -148,10 +148,13 @@ def launches():
                        consts | cfg.kwargs, cfg.num_warps, cfg.num_stages)
             consts = base | dict(OPERAND_BYTES=e)
             cfg = ra._bwd_prune(ra._bwd_configs(), {}, **consts)[0]
-            for name in ("dq", "dkdv", "dz"):
+            for name in ("dq", "dz"):
                 kernel = getattr(ra, f"_row_attention_bwd_{name}_kernel")
                 yield (f"attention {name} {dt} d={block_d}", kernel, ptrs, consts | cfg.kwargs, cfg.num_warps,
                        cfg.num_stages)
+            for dq in (True, False):
+                yield (f"attention keys dq={dq} {dt} d={block_d}", ra._row_attention_bwd_keys_kernel,
+                       ptrs | {"ws_ptr": "*fp32"}, consts | cfg.kwargs | {"DQ": dq}, cfg.num_warps, cfg.num_stages)
         yield (f"attention gate backward {dt}", ra._gate_backward_kernel,
                {n: f"*{dt}" for n in ("x_ptr", "o_ptr", "do_ptr", "dgt_ptr", "gated_ptr", "dx_ptr")} | {"delta_ptr": "*fp32"},
                dict(BLOCK_ROWS=16, BLOCK_H=8, BLOCK_E=32), 8, 3)

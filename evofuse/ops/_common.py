@@ -278,6 +278,12 @@ def dot_precision(dtype: torch.dtype, precision: str) -> str:
     return "tf32"
 
 
+@functools.lru_cache(maxsize=None)
+def multiprocessors(index: int) -> int:
+    """The multiprocessor count of CUDA device `index` (queried on first use, never at import)."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 def next_pow2(n: int) -> int:
     """Smallest power of two >= n (n >= 1), in plain Python: on the launch path, where triton 3.9's
     `triton.next_power_of_2` (a constexpr function) costs microseconds a call."""

@@ -32,7 +32,18 @@ import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections
 from . import split_linear
-from ._common import bucket, cached_launch, cdiv, empty, ieee_fp32_matmul, interpreting, launch, next_pow2, single_launch_output
+from ._common import (
+    bucket,
+    cached_launch,
+    cdiv,
+    empty,
+    ieee_fp32_matmul,
+    interpreting,
+    launch,
+    multiprocessors,
+    next_pow2,
+    single_launch_output,
+)
 from .layer_norm_linear import fits, ln_linear, normalize_rows
 
 FAST_HIDDEN_DIMS = (8, 16, 32, 64)
@@ -618,12 +629,7 @@ def _programs(device: torch.device) -> int:
     """Persistent programs of the two-pass kernel: one per multiprocessor (queried on first use)."""
     if interpreting():
         return INTERPRET_PROGRAMS
-    return _multiprocessors(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.lru_cache(maxsize=None)
-def _multiprocessors(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+    return multiprocessors(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,

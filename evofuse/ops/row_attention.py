@@ -13,7 +13,7 @@ Three stages:
 
 Small problems (N <= 32, msa_dim <= 128, contiguous weights) take one launch instead:
 `_row_attention_small_kernel`, a program per MSA row doing all of the above on chip.
-The backward (`attention_core_backward`) recomputes the core and runs three kernels; see there.
+The backward (`attention_core_backward`) recomputes the probabilities tile by tile in two or three kernels; see there.
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ from ._common import (
     dot_precision,
     empty,
     ieee_fp32_matmul,
+    interpreting,
     launch,
+    multiprocessors,
     next_pow2,
     single_launch_output,
 )
@@ -193,59 +195,89 @@ def _row_attention_bwd_dq_kernel(
 
 
 @triton.jit
-def _row_attention_bwd_dkdv_kernel(
+def _row_attention_bwd_keys_kernel(
     x_ptr, stride_xb, stride_xs, stride_xi,  # qkvg: (B, S, N, 4D)
     z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # pair bias: (B, h, N, N)
     m_ptr, stride_mb, stride_ms, stride_mj,  # key mask: (B, S, N), any real dtype (HAS_MASK)
     do_ptr, stride_db, stride_ds, stride_di,  # gradient of the un-gated attention output: (B, S, N, D)
     st_ptr, stride_st, dl_ptr, stride_lb, stride_ls, stride_lh,  # as in the dq kernel
-    dx_ptr,  # gradient of qkvg: dk to channels [D, 2D), dv to [2D, 3D)
-    S, N, H, D, HEAD_DIM, qk_scale, sm_scale,
+    dx_ptr,  # gradient of qkvg: dk to channels [D, 2D), dv to [2D, 3D), with DQ dq to [0, D)
+    ws_ptr, stride_wsp,  # DQ: per-program float32 workspace (programs, N rounded up to BLOCK_M, BLOCK_D)
+    B, S, N, H, D, HEAD_DIM, qk_scale, sm_scale,
     N_BUCKET,  # autotuning key only
     HAS_MASK: tl.constexpr, LOG2E: tl.constexpr, MASKED_LOGIT: tl.constexpr, BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr, OPERAND_BYTES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    DQ: tl.constexpr,
 ):
-    """dk and dv for one (b, s, h, block of keys): dv = P^T do, dk = dL^T q / sqrt(d), summed over
-    query blocks inside the program."""
-    s, blk_j, h, b = _row_block(S, N, H, BLOCK_N)
-
-    offs_j = blk_j * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    """dk and dv (with DQ also dq) of one (b, s, h) row: dv = P^T do, dk = dL^T q / sqrt(d), each key
+    block summing over the query blocks. Without DQ a work item is one key block; with DQ it is the whole
+    row, key blocks outer, and each query block's dq = sum_j dL k / sqrt(d) is carried from one key block
+    to the next in this program's float32 workspace (read and written by this program only, a barrier
+    between key blocks), the last key block writing it to dx: no atomics. Programs loop over the work
+    items (persistent with DQ)."""
+    n_blk_j = tl.cdiv(N, BLOCK_N)
+    items = B * S * H * (1 if DQ else n_blk_j)
     offs_e = tl.arange(0, BLOCK_D)  # [BLOCK_D]
-    j_ok = offs_j < N
     e_ok = offs_e < HEAD_DIM
-    row_base = x_ptr + b * stride_xb + s * stride_xs
-    kv_off = offs_j.to(tl.int64)[:, None] * stride_xi + (h * HEAD_DIM + offs_e)[None, :]
-    kv_mask = j_ok[:, None] & e_ok[None, :]
-    k = tl.load(row_base + kv_off + D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-    v = tl.load(row_base + kv_off + 2 * D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-    m_row = m_ptr + b * stride_mb + s * stride_ms
-
-    dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
-    dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
-    for i0 in range(0, N, BLOCK_M):
-        offs_i = i0 + tl.arange(0, BLOCK_M)  # [BLOCK_M]
-        i_ok = offs_i < N
-        ie_ok = i_ok[:, None] & e_ok[None, :]
-        q = tl.load(row_base + offs_i.to(tl.int64)[:, None] * stride_xi + (h * HEAD_DIM + offs_e)[None, :],
-                    mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
-        do = tl.load(do_ptr + b * stride_db + s * stride_ds + offs_i.to(tl.int64)[:, None] * stride_di
-                     + (h * HEAD_DIM + offs_e)[None, :], mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
-        stat = b * stride_lb + s * stride_ls + h * stride_lh + offs_i
-        row_max = tl.load(st_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
-        row_inv = 1.0 / tl.load(st_ptr + stride_st + stat, mask=i_ok, other=1.0)  # [BLOCK_M]
-        dl = tl.load(dl_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
-        z = tl.load(z_ptr + b * stride_zb + h * stride_zh + offs_i.to(tl.int64)[:, None] * stride_zi
-                    + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=0.0)
-        logit, key_on = _scores(q, k, z.to(tl.float32), m_row, offs_j, j_ok, stride_mj, qk_scale, HAS_MASK, LOG2E,
-                                MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
-        p = tl.where(i_ok[:, None], tl.math.exp2(logit - row_max[:, None]) * row_inv[:, None], 0.0)  # [BLOCK_M, BLOCK_N]
-        dv = tl.dot(tl.trans(p).to(do.dtype), do, dv, input_precision=PRECISION)  # [BLOCK_N, BLOCK_D]
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # [BLOCK_M, BLOCK_N]
-        ds = tl.where(key_on[None, :], p * (dp - dl[:, None]), 0.0)
-        dk = tl.dot(tl.trans(ds).to(q.dtype), q, dk, input_precision=PRECISION)  # [BLOCK_N, BLOCK_D]
-    dx_base = dx_ptr + b * stride_xb + s * stride_xs + kv_off
-    tl.store(dx_base + D, (dk * sm_scale).to(dx_ptr.dtype.element_ty), mask=kv_mask)
-    tl.store(dx_base + 2 * D, dv.to(dx_ptr.dtype.element_ty), mask=kv_mask)
+    ws = ws_ptr + tl.program_id(0).to(tl.int64) * stride_wsp
+    for item in range(tl.program_id(0), items, tl.num_programs(0)):
+        s = (item % S).to(tl.int64)  # MSA rows fastest: programs running together share the (b, h) bias tiles in L2
+        rest = (item // S).to(tl.int64)
+        if DQ:
+            j_lo, j_hi = 0, N
+        else:
+            j_lo = (rest % n_blk_j).to(tl.int32) * BLOCK_N
+            j_hi = tl.minimum(N, j_lo + BLOCK_N)
+            rest = rest // n_blk_j
+        h = rest % H
+        b = rest // H
+        row_base = x_ptr + b * stride_xb + s * stride_xs
+        do_base = do_ptr + b * stride_db + s * stride_ds
+        dx_base = dx_ptr + b * stride_xb + s * stride_xs
+        z_base = z_ptr + b * stride_zb + h * stride_zh
+        m_row = m_ptr + b * stride_mb + s * stride_ms
+        stat_base = b * stride_lb + s * stride_ls + h * stride_lh
+        for j0 in range(j_lo, j_hi, BLOCK_N):
+            offs_j = j0 + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+            j_ok = offs_j < N
+            kv_off = offs_j.to(tl.int64)[:, None] * stride_xi + (h * HEAD_DIM + offs_e)[None, :]
+            kv_mask = j_ok[:, None] & e_ok[None, :]
+            k = tl.load(row_base + kv_off + D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+            v = tl.load(row_base + kv_off + 2 * D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+            dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+            dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+            for i0 in range(0, N, BLOCK_M):
+                offs_i = i0 + tl.arange(0, BLOCK_M)  # [BLOCK_M]
+                i_ok = offs_i < N
+                ie_ok = i_ok[:, None] & e_ok[None, :]
+                q_off = offs_i.to(tl.int64)[:, None] * stride_xi + (h * HEAD_DIM + offs_e)[None, :]
+                q = tl.load(row_base + q_off, mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
+                do = tl.load(do_base + offs_i.to(tl.int64)[:, None] * stride_di + (h * HEAD_DIM + offs_e)[None, :],
+                             mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
+                stat = stat_base + offs_i
+                row_max = tl.load(st_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
+                row_inv = 1.0 / tl.load(st_ptr + stride_st + stat, mask=i_ok, other=1.0)  # [BLOCK_M]
+                dl = tl.load(dl_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
+                z = tl.load(z_base + offs_i.to(tl.int64)[:, None] * stride_zi + offs_j[None, :] * stride_zj,
+                            mask=i_ok[:, None] & j_ok[None, :], other=0.0)  # [BLOCK_M, BLOCK_N]
+                logit, key_on = _scores(q, k, z.to(tl.float32), m_row, offs_j, j_ok, stride_mj, qk_scale, HAS_MASK,
+                                        LOG2E, MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
+                p = tl.where(i_ok[:, None], tl.math.exp2(logit - row_max[:, None]) * row_inv[:, None], 0.0)
+                dv = tl.dot(tl.trans(p).to(do.dtype), do, dv, input_precision=PRECISION)  # [BLOCK_N, BLOCK_D]
+                dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # [BLOCK_M, BLOCK_N]
+                ds = tl.where(key_on[None, :], p * (dp - dl[:, None]), 0.0)  # a replaced logit has no gradient
+                dk = tl.dot(tl.trans(ds).to(q.dtype), q, dk, input_precision=PRECISION)  # [BLOCK_N, BLOCK_D]
+                if DQ:  # no branches: the first key block reads zeros, the last writes dx instead of the workspace
+                    ws_i = ws + offs_i[:, None] * BLOCK_D + offs_e[None, :]
+                    j_row = tl.zeros((1, BLOCK_D), dtype=tl.int32) + j0  # [1, BLOCK_D]: this key block, as masks
+                    dq = tl.load(ws_i, mask=j_row > 0, other=0.0)  # [BLOCK_M, BLOCK_D]
+                    dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)  # [BLOCK_M, BLOCK_D]
+                    tl.store(ws_i, dq, mask=j_row + BLOCK_N < N)
+                    tl.store(dx_base + q_off, (dq * sm_scale).to(dx_ptr.dtype.element_ty), mask=ie_ok & (j_row + BLOCK_N >= N))
+            tl.store(dx_base + kv_off + D, (dk * sm_scale).to(dx_ptr.dtype.element_ty), mask=kv_mask)
+            tl.store(dx_base + kv_off + 2 * D, dv.to(dx_ptr.dtype.element_ty), mask=kv_mask)
+            if DQ:
+                tl.debug_barrier()  # this key block's dq partial sums, stored by all threads, before the next's loads
 
 
 @triton.jit
@@ -648,6 +680,29 @@ DZ_ROWS_PER_PROGRAM = 64
 DZ_MAX_CHUNKS = 8
 
 
+# 16-bit: dq, dk and dv in one persistent kernel. Measured on the H200 (session 9, att-af2-main training):
+# bf16 the dq and keys kernels 0.841 + 1.315 -> 1.919 ms fused; float32 (3xTF32) 2.762 + 4.744 -> 9.09 ms
+# (its larger tiles spill ~1.4 KB a thread fused), so float32 keeps the two kernels
+FUSED_DQ = True
+KEYS_PROGRAMS_PER_SM = 2  # measured: 1.919 ms at 2, 2.012 at 1 (bf16, att-af2-main)
+INTERPRET_KEYS_PROGRAMS = 3
+
+
+def _keys_programs(device: torch.device) -> int:
+    """Persistent programs of the fused backward kernel: KEYS_PROGRAMS_PER_SM per multiprocessor."""
+    if interpreting():
+        return INTERPRET_KEYS_PROGRAMS
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return KEYS_PROGRAMS_PER_SM * multiprocessors(index)
+
+
+def _keys_workspace_size(N: int, block_d: int) -> int:
+    """float32 elements of a program's dq workspace: N rounded up to the largest BLOCK_M of the candidate
+    configs and the interpreter's, times BLOCK_D."""
+    block_m = max([cfg.kwargs["BLOCK_M"] for cfg in _bwd_configs()] + [_INTERPRET_META["BLOCK_M"]])
+    return cdiv(N, block_m) * block_m * block_d
+
+
 def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="default", need_dz=True, o=None,
                             stats=None):
     """The kernels' part of the backward, from the gradient of the gated attention output d_gated
@@ -658,10 +713,12 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
     The un-gated output o (B, S, N, D) and the softmax statistics `stats` (2, B, S, h, N) come from the
     forward (`msa_row_attention_triton(save=True)`); without them (None, or empty after the forward's
     single launch) the attention core runs once more to get them. Then the gate's backward and the
-    softmax's row sums in one pass, and three kernels: dq (a program per query block, summing over keys),
-    dk and dv (a program per key block, summing over queries), and the pair-bias gradient (a program per
-    (i, j) tile, summing over the MSA rows in order). Nothing of size S*h*N*N exists and no atomics are
-    used: the gradients are bit-reproducible.
+    softmax's row sums in one pass, then for 16-bit tensors dq, dk and dv in one persistent kernel
+    (`_row_attention_bwd_keys_kernel` with DQ: a (b, s, h) row a work item, dq carried between key blocks
+    in a per-program float32 workspace of N x d), for float32 dq (a program per query block, summing over
+    keys) and dk, dv (a program per key block, summing over queries) apart; and the pair-bias gradient (a
+    program per (i, j) tile and chunk of MSA rows, summing over them in order). Nothing of size S*h*N*N
+    exists and no atomics are used: the gradients are bit-reproducible.
     """
     qkvg = qkvg.contiguous()  # the gate kernel reads it as (rows, 4D)
     B, S, N, D4 = qkvg.shape
@@ -679,7 +736,7 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
         do = torch.empty_like(o)
 
     rows = B * S * N
-    dx = torch.empty_like(qkvg)
+    dx = empty(*qkvg.shape, dtype=dtype, device=qkvg.device)  # every element is written (poisoned in tests)
     gated = torch.empty(B, S, N, D, dtype=dtype, device=qkvg.device)
     delta = torch.empty(B, S, h, N, dtype=torch.float32, device=qkvg.device)
     block_h, block_e = next_pow2(h), next_pow2(d)
@@ -698,17 +755,24 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
     common = (*_common_args(qkvg, z, msa_mask), do, *do.stride()[:3], stats, stats.stride(0), delta,
               *delta.stride()[:3])
 
-    def run(kernel, grid, *args):
-        launch(kernel, lambda: _tuned_bwd(kernel.__name__), _bwd_configs, _bwd_prune, grid, args, consts,
-               _INTERPRET_META)
+    def run(kernel, grid, *args, extra=None):
+        launch(kernel, lambda: _tuned_bwd(kernel.__name__), _bwd_configs, _bwd_prune, grid, args,
+               consts | (extra or {}), _INTERPRET_META)
 
     def blocks(meta, name):
         return cdiv(N, meta[name])
 
-    run(_row_attention_bwd_dq_kernel, lambda m: (B * h * blocks(m, "BLOCK_M") * S,), *common, dx, *tail,
-        1 / math.sqrt(d))
-    run(_row_attention_bwd_dkdv_kernel, lambda m: (B * h * blocks(m, "BLOCK_N") * S,), *common, dx, *tail,
-        1 / math.sqrt(d))
+    if FUSED_DQ and dtype != torch.float32:
+        programs = _keys_programs(qkvg.device)
+        ws = torch.empty(programs, _keys_workspace_size(N, consts["BLOCK_D"]), dtype=torch.float32,
+                         device=qkvg.device)
+        run(_row_attention_bwd_keys_kernel, lambda m: (min(B * S * h, programs),), *common, dx, ws, ws.stride(0), B,
+            *tail, 1 / math.sqrt(d), extra={"DQ": True})
+    else:
+        run(_row_attention_bwd_dq_kernel, lambda m: (B * h * blocks(m, "BLOCK_M") * S,), *common, dx, *tail,
+            1 / math.sqrt(d))
+        run(_row_attention_bwd_keys_kernel, lambda m: (B * h * blocks(m, "BLOCK_N") * S,), *common, dx, dx, 0, B,
+            *tail, 1 / math.sqrt(d), extra={"DQ": False})
     if not need_dz:
         return dx, torch.empty(0, dtype=torch.float32, device=qkvg.device), gated
     per_chunk = max(DZ_ROWS_PER_PROGRAM, cdiv(S, DZ_MAX_CHUNKS))
