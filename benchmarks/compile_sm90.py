@@ -63,8 +63,17 @@ def launches():
         for D in (64, 256, 512):
             rows, block_d, block_k = lnl._tiles(D, 64)
             yield (f"ln_linear {dt} D={D}", lnl._ln_linear_kernel,
-                   {n: f"*{dt}" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "w_ptr", "bias_ptr", "y_ptr")} | {"m_ptr": "*fp32"},
-                   dict(SLOT=32, HAS_LN=True, HAS_MASK=True, BLOCK_ROWS=rows, BLOCK_D=block_d, BLOCK_K=block_k), 4, 2)
+                   {n: f"*{dt}" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "w_ptr", "bias_ptr", "y_ptr")}
+                   | {"m_ptr": "*fp32", "shift_ptr": "*fp32", "scale_ptr": "*fp32"},
+                   dict(SLOT=32, HAS_LN=True, HAS_MASK=True, SPLIT=False, ALPHA=1.0, BLOCK_ROWS=rows, BLOCK_D=block_d,
+                        BLOCK_K=block_k), 4, 2)
+    for D in (64, 256, 512):  # float32 rows on float16 halves (split_ln_linear)
+        rows, block_d, block_k = lnl._tiles(D, 64)
+        yield (f"ln_linear split fp32 D={D}", lnl._ln_linear_kernel,
+               {n: "*fp32" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "bias_ptr", "y_ptr", "m_ptr", "shift_ptr", "scale_ptr")}
+               | {"w_ptr": "*fp16"},
+               dict(SLOT=32, HAS_LN=True, HAS_MASK=True, SPLIT=True, ALPHA=2.0 ** -12, BLOCK_ROWS=max(16, rows // 2),
+                    BLOCK_D=block_d, BLOCK_K=block_k), 8, 2)
     for dt in ("bf16", "fp32"):
         for stats in (False, True):
             yield (f"layer norm {dt} D=256 stats={stats}", lnl._layer_norm_kernel,
@@ -168,9 +177,17 @@ _OPM_AF2_MAIN = dict(stride_ab=512 * 384 * 32, stride_as=384 * 32, stride_ai=32,
                      S=512, NI=384, N=384, R=128, S_LO=0, S_HI=512, S_BUCKET=512, N_BUCKET=512)
 
 
+# the float32 projections' launch there: x (1, 512, 384, 256) contiguous, [w_hi | w_lo | w_hi] (64, 768), out (2, ..., 32)
+_LN_AF2_MAIN = dict(stride_xb=512 * 384 * 256, stride_xs=384 * 256, stride_xi=256, stride_xd=1, stride_wk=768, stride_wd=1,
+                    stride_mb=512 * 384, stride_ms=384, stride_mi=1, stride_yslot=512 * 384 * 32, stride_yrow=32,
+                    ROWS=512 * 384, S=512, N=384, D=256, K=64)
+
+
 def specialized_launches():
     """The Outer Product Mean kernels' default launches at opm-af2-main's argument values (see compile_sm90)."""
     for name, kernel, ptrs, consts, warps, stages in launches():
+        if kernel is lnl._ln_linear_kernel and consts["SPLIT"] and consts["BLOCK_D"] == 256:
+            yield f"{name} at opm-af2-main", kernel, ptrs, consts, warps, stages, _LN_AF2_MAIN
         two_pass = kernel is opm._opm_two_pass_kernel  # its accumulating form too: the most shared memory
         if (kernel is opm._opm_kernel or two_pass) and consts["C"] == 32 and (two_pass or not consts["ACCUMULATE"]):
             values = {k: v for k, v in _OPM_AF2_MAIN.items() if k in kernel.arg_names}

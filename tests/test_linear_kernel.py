@@ -70,6 +70,31 @@ def test_split_linear_float32_accuracy(with_ln, scale_x, scale_w, scale_b, monke
     assert err <= 1e-6, err
 
 
+@pytest.mark.parametrize("scale_w, scale_b, scale_ln", [(1.0, 1.0, 1.0), (1e-4, 1e-4, 1.0), (30.0, 1.0, 1e-3),
+                                                      (3e3, 3e3, 3.0)])
+@pytest.mark.parametrize("D, K, slot", [(24, 40, 20), (7, 2, 1)])
+def test_split_ln_linear_float32_accuracy(D, K, slot, scale_w, scale_b, scale_ln):
+    """The fused float32 LayerNorm-linear on float16 halves: the float32 contract at weight scales far
+    from 1, on a strided input, with a random row mask and an output scale, written as (K // slot, B, S, N,
+    slot) (the Outer Product Mean's a and b)."""
+    from evofuse.ops import split_linear
+
+    g = torch.Generator().manual_seed(D + K)
+    x = (3 * torch.randn(2, 3, 2 * 17, D, generator=g) + 1)[:, :, ::2]  # every other residue
+    w, b = scale_w * torch.randn(K, D, generator=g), scale_b * torch.randn(K, generator=g)
+    lnw, lnb = scale_ln * (1 + 0.3 * torch.randn(D, generator=g)), scale_ln * 0.3 * torch.randn(D, generator=g)
+    mask = random_mask(2, 3, 17, "rows", 3)
+    scale = torch.tensor([0.25])
+    xd, wd, bd, lnwd, lnbd, md, sd = (t.to(DEVICE) for t in (x, w, b, lnw, lnb, mask, scale))
+    out = split_linear.split_ln_linear(xd, wd, bd, (lnwd, lnbd, 1e-5), md, sd, slot=slot)
+    xe = F.layer_norm(x.double(), (D,), lnw.double(), lnb.double(), 1e-5)
+    exact = F.linear(xe, w.double(), b.double()) * mask.double()[..., None] * 0.25
+    exact = exact.reshape(2, 3, 17, K // slot, slot).permute(3, 0, 1, 2, 4)
+    assert out.dtype == torch.float32 and out.shape == exact.shape
+    err = ((out.double().cpu() - exact).norm() / exact.norm()).item()
+    assert err <= 1e-6, err
+
+
 def test_attention_float32_without_out_dtype_support_takes_ieee(monkeypatch):
     """Where PyTorch's cuBLAS path lacks float32 output from float16 operands, float32 attention falls
     back to IEEE products and still meets the contract."""

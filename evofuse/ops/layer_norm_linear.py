@@ -5,8 +5,10 @@ output columns in blocks of BLOCK_K: for each, a (BLOCK_D x BLOCK_K) tile of the
 (pipelined from L2), one matrix product, the bias, the row's mask value, and a store that can send
 column k to slot k // SLOT (the Outer Product Mean's a and b come out as two separate tensors). The
 normalized x never reaches device memory; each row is read once. Used for the Outer Product Mean's
-projections. (Row attention's projections, K = 4 * 256 wide, ran 0.61 ms here against 0.44 ms for
-PyTorch's LayerNorm + cuBLAS on att-af2-main bf16 on the H200, and stay in PyTorch.)
+projections; for float32 rows (SPLIT, `split_linear.split_ln_linear`) the tile is split into float16
+halves and each weight tile comes as two (hi, lo): three products. (Row attention's projections,
+K = 4 * 256 wide, ran 0.61 ms here against 0.44 ms for PyTorch's LayerNorm + cuBLAS on att-af2-main
+bf16 on the H200, and stay in PyTorch.)
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import triton.language as tl
 
 from ._common import cached_launch, cdiv, empty, interpreting, next_pow2
 
-# 16-bit operands only: with float32 rows and 3xTF32 products this kernel measured 5.1 ms for the
-# Outer Product Mean's projections on opm-af2-main on the H200 (LayerNorm + IEEE cuBLAS: ~0.5 ms), so
-# float32 takes the PyTorch path. Tiles: ~32 KiB of rows and ~32 KiB of weight columns, two weight
+# With float32 rows and 3xTF32 products this kernel measured 5.1 ms for the Outer Product Mean's
+# projections on opm-af2-main on the H200 (LayerNorm + IEEE cuBLAS: ~0.5 ms): float32 rows take it only
+# split into float16 halves (SPLIT). Tiles: ~32 KiB of rows and ~32 KiB of weight columns, two weight
 # tiles in flight (the projections' K <= 128 columns are one step); 64 KiB at D = 256 or 512,
 # measured by compiling for sm_90 (benchmarks/compile_sm90.py). On the H200, 64 rows x 4 warps ran the
 # projections of opm-af2-main in 0.107 ms, 128 rows x 8 warps in 0.134 ms.
@@ -72,14 +74,17 @@ def normalize_rows(x, offs_d, D, w_ptr, b_ptr, eps):
 def _ln_linear_kernel(
     x_ptr, stride_xb, stride_xs, stride_xi, stride_xd,  # x: (B, S, N, D), any strides
     lnw_ptr, lnb_ptr,  # LayerNorm weight, bias: (D,) (HAS_LN only)
-    w_ptr, stride_wk, stride_wd,  # linear weight: (K, D)
+    w_ptr, stride_wk, stride_wd,  # linear weight: (K, D); SPLIT: (K, 2D) float16, [w_hi | w_lo]
     bias_ptr,  # linear bias: (K,)
+    shift_ptr, scale_ptr,  # SPLIT only: one float32 k (the rows are scaled by 2**k), one output factor
     m_ptr, stride_mb, stride_ms, stride_mi,  # row mask: (B, S, N) float32 (HAS_MASK only)
     y_ptr, stride_yslot, stride_yrow,  # out: slot k // SLOT, row (b*S + s)*N + i, channel k % SLOT
     ROWS, S, N, D, K, eps,  # ROWS = B * S * N
     SLOT: tl.constexpr,
     HAS_LN: tl.constexpr,
     HAS_MASK: tl.constexpr,
+    SPLIT: tl.constexpr,  # float32 rows as float16 hi + lo: x_hi w_hi + x_hi w_lo + x_lo w_hi, times ALPHA
+    ALPHA: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -95,7 +100,12 @@ def _ln_linear_kernel(
                 mask=rows_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)  # [BLOCK_ROWS, BLOCK_D]
     if HAS_LN:
         x = normalize_rows(x, offs_d, D, lnw_ptr, lnb_ptr, eps)
-    xn = x.to(w_ptr.dtype.element_ty)  # [BLOCK_ROWS, BLOCK_D], the products' operand dtype
+    if SPLIT:
+        x = x * tl.math.exp2(tl.load(shift_ptr))
+    xn = x.to(w_ptr.dtype.element_ty)  # [BLOCK_ROWS, BLOCK_D], the products' operand dtype (SPLIT: the high half)
+    if SPLIT:
+        x_lo = (x - xn.to(tl.float32)).to(tl.float16)  # [BLOCK_ROWS, BLOCK_D]
+        out_scale = tl.load(scale_ptr)
     if HAS_MASK:
         m = tl.load(m_ptr + b * stride_mb + s * stride_ms + i * stride_mi, mask=rows_ok, other=0.0)  # [BLOCK_ROWS]
     y_rows = y_ptr + rows[:, None] * stride_yrow
@@ -106,9 +116,15 @@ def _ln_linear_kernel(
         w_t = tl.load(w_ptr + offs_k[None, :] * stride_wk + offs_d[:, None] * stride_wd,
                       mask=d_ok[:, None] & k_ok[None, :], other=0.0)  # [BLOCK_D, BLOCK_K]
         y = tl.dot(xn, w_t)  # [BLOCK_ROWS, BLOCK_K], 16-bit operands, fp32 accumulator
+        if SPLIT:
+            w_lo_t = tl.load(w_ptr + offs_k[None, :] * stride_wk + (D + offs_d)[:, None] * stride_wd,
+                             mask=d_ok[:, None] & k_ok[None, :], other=0.0)  # [BLOCK_D, BLOCK_K]
+            y = tl.dot(x_lo, w_t, tl.dot(xn, w_lo_t, y)) * ALPHA
         y += tl.load(bias_ptr + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
         if HAS_MASK:
             y = y * m[:, None]
+        if SPLIT:
+            y = y * out_scale
         y_ptrs = y_rows + (offs_k // SLOT).to(tl.int64)[None, :] * stride_yslot + (offs_k % SLOT)[None, :]
         tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=rows_ok[:, None] & k_ok[None, :])
 
@@ -133,17 +149,33 @@ def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weig
     rows = B * S * N
     if rows == 0:
         return y if slot != K else y[0]
+    launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps)
+    return y if slot != K else y[0]
+
+
+def launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps, split=None):
+    """Launches `_ln_linear_kernel` over the rows of x (B, S, N, D) into y (K // slot, B, S, N, slot).
+    `split` = (shift, scale, alpha): x float32, split into float16 halves after scaling by 2**shift
+    (shift and scale one-element float32 tensors), weight (K, >= 2D) float16 with w_hi in columns [0, D)
+    and w_lo in [D, 2D), the products times alpha (a float), the output times scale."""
+    B, S, N, D = x.shape
+    K = weight.shape[0]
+    rows = B * S * N
     block_rows, block_d, block_k = _tiles(D, K)
+    warps = 4
+    if split is not None:  # two operand halves and two weight tiles: half the rows a tile, on 8 warps (on 4,
+        # 254 registers a thread; 8: 212, no spills; sm_90 compile at opm-af2-main's strides, triton 3.6)
+        block_rows, warps = max(16, block_rows // 2), 8
     has_ln = ln_weight is not None
     lnw, lnb = (ln_weight, ln_bias) if has_ln else (weight, weight)  # unused without LayerNorm
     m = mask if mask is not None else y  # unused without a mask
     m_strides = mask.stride() if mask is not None else (0, 0, 0)
+    shift, scale, alpha = split if split is not None else (bias, bias, 1.0)  # unused without SPLIT
     cached_launch(_ln_linear_kernel)(
-        (cdiv(rows, block_rows),), x, *x.stride(), lnw, lnb, weight, *weight.stride(), bias, m, *m_strides,
-        y, y.stride(0), slot, rows, S, N, D, K, eps,
-        SLOT=slot, HAS_LN=has_ln, HAS_MASK=mask is not None, BLOCK_ROWS=block_rows, BLOCK_D=block_d,
-        BLOCK_K=block_k, num_warps=4, num_stages=2)
-    return y if slot != K else y[0]
+        (cdiv(rows, block_rows),), x, *x.stride(), lnw, lnb, weight, *weight.stride(), bias, shift, scale, m,
+        *m_strides, y, y.stride(0), slot, rows, S, N, D, K, eps,
+        SLOT=slot, HAS_LN=has_ln, HAS_MASK=mask is not None, SPLIT=split is not None, ALPHA=alpha,
+        BLOCK_ROWS=block_rows, BLOCK_D=block_d, BLOCK_K=block_k, num_warps=warps, num_stages=2)
 
 
 @triton.jit

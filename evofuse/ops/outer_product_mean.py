@@ -637,11 +637,12 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
     """LayerNorm, both projections and the mask (float32 (B, S, N) or None): a and b as one contiguous
     (2, B, S, N, c) tensor.
 
-    One fused pass for 16-bit inputs of width up to 512 (no normalized copy of the MSA in memory);
-    float32 through `split_linear` (the LayerNorm applied while splitting the rows into float16 hi/lo
-    halves, products on tensor cores to ~2**-22), then the mask; anything else (wider 16-bit rows, a
-    PyTorch without float32-output products) through the reference's first half, a block of MSA rows at
-    a time.
+    One fused pass for inputs of width up to 512 (no normalized copy of the MSA in memory): 16-bit rows
+    in their dtype, float32 rows split into float16 hi/lo halves on chip (`split_linear.split_ln_linear`,
+    three products on tensor cores, ~2**-22); wider float32 rows through `split_linear` (blocks of rows
+    split into a float16 copy, one cuBLAS product each), then the mask; anything else (wider 16-bit rows,
+    a PyTorch without float32-output products) through the reference's first half, a block of MSA rows
+    at a time.
     """
     B, S, N, D = msa_repr.shape
     c = proj_a_weight.shape[0]
@@ -650,17 +651,20 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
     bias = torch.cat([proj_a_bias, proj_b_bias]).to(dtype)
     if fits(D, 2 * c, dtype):
         return ln_linear(msa_repr, w, bias, layer_norm_weight, layer_norm_bias, mask, slot=c, eps=LAYER_NORM_EPS)
-    ab = torch.empty(2, B, S, N, c, dtype=dtype, device=msa_repr.device)
     if split_linear.available(msa_repr):
-        # split_linear's scaling keeps the product of its operands' scales 1, so both float16 operands
-        # fall below float16's normal range when the LayerNorm's or the projections' weights are tiny:
-        # both are first brought to magnitude ~1 by powers of two (exact), undone with the mask
+        # the LayerNorm's and the projections' weights are first brought to magnitude ~1 by powers of two
+        # (exact), undone in the output's scale: tiny weights would leave the float16 halves subnormal
         s_ln, s_w = _pow2_normalizer(layer_norm_weight, layer_norm_bias), _pow2_normalizer(w)
-        y = split_linear.split_linear(msa_repr.reshape(-1, D), w * s_w, bias * (s_ln * s_w),
-                                      ln=(layer_norm_weight * s_ln, layer_norm_bias * s_ln, LAYER_NORM_EPS))
-        undo = 1 / (s_ln * s_w) if mask is None else mask[..., None, None] / (s_ln * s_w)
-        torch.mul(y.view(B, S, N, 2, c), undo, out=ab.permute(1, 2, 3, 0, 4))
+        ln = (layer_norm_weight * s_ln, layer_norm_bias * s_ln, LAYER_NORM_EPS)
+        undo = 1 / (s_ln * s_w)
+        if split_linear.fused_rows(D):
+            return split_linear.split_ln_linear(msa_repr, w * s_w, bias * (s_ln * s_w), ln, mask, undo, slot=c)
+        ab = torch.empty(2, B, S, N, c, dtype=dtype, device=msa_repr.device)
+        y = split_linear.split_linear(msa_repr.reshape(-1, D), w * s_w, bias * (s_ln * s_w), ln=ln)
+        torch.mul(y.view(B, S, N, 2, c), undo if mask is None else mask[..., None, None] * undo,
+                  out=ab.permute(1, 2, 3, 0, 4))
         return ab
+    ab = torch.empty(2, B, S, N, c, dtype=dtype, device=msa_repr.device)
     params = [p.to(dtype) for p in (layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
                                     proj_b_bias)]
     rows = max(1, (32 << 20) // max(1, B * N * D * msa_repr.element_size()))  # ~32 MiB of normalized MSA at a time

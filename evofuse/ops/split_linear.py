@@ -1,4 +1,5 @@
-"""float32 linear layers to the float32 contract on float16 tensor cores, for row attention's projections.
+"""float32 linear layers to the float32 contract on float16 tensor cores: row attention's projections, and
+(`split_ln_linear`, the rows split on chip by the fused LayerNorm-linear kernel) the Outer Product Mean's.
 
 y = x W^T + b with x scaled by 2**(k + 6) and W by 2**(6 - k) (k balances their ranges; the product's
 alpha 2**-12 undoes the rest, `PRODUCT_SHIFT`), each split into float16 halves hi + lo; one cuBLAS product
@@ -13,7 +14,7 @@ forward for these products (46 TFLOP/s); float16 tensor cores run ~13x that rate
 Limits: max|x| * max|W| from ~2**-12 (below, the scaled operands' low halves fall into float16's
 subnormals: 1e-5-scale weights gave 2.4e-5 relative error with the scales cancelling, 2**-6 was then the
 edge) to ~2**19 (float16's range). The Outer Product Mean prescales its weights by powers of two and
-undoes it with its mask.
+undoes it in the output's scale.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ._common import cached_launch, cdiv, empty, float32_out_products, next_pow2
-from .layer_norm_linear import normalize_rows
+from .layer_norm_linear import MAX_BLOCK_D, launch_ln_linear, normalize_rows
 
 BLOCK_BYTES = 32 << 20
 _SHIFT_CLAMP = 60.0
@@ -79,6 +80,52 @@ def _log2_max(t: torch.Tensor) -> torch.Tensor:
     return torch.log2(torch.linalg.vector_norm(t, float("inf")))
 
 
+def _ln_log2_max(ln, D: int) -> torch.Tensor:
+    """log2 of a bound on |LayerNorm(x)| with ln = (weight, bias, eps): sqrt(D) max|weight| + max|bias|."""
+    return torch.log2(math.sqrt(D) * torch.linalg.vector_norm(ln[0].float(), float("inf"))
+                      + torch.linalg.vector_norm(ln[1].float(), float("inf")))
+
+
+def _operands(weight: torch.Tensor, log2_max_x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows' exponent k (one float32: x is scaled by 2**k) and the weight (K, D) scaled and split into
+    float16 halves, (K, 3D) [w_hi | w_lo | w_hi]; both maxima at sqrt(max|x| max|W|) times
+    2**(PRODUCT_SHIFT / 2). Device tensors only: no host synchronization."""
+    w = weight.float()
+    shift = torch.round(0.5 * (_log2_max(w) - log2_max_x))
+    shift = torch.where(torch.isfinite(shift), shift, 0.0).clamp(-_SHIFT_CLAMP, _SHIFT_CLAMP).reshape(1)
+    w_scaled = w * torch.exp2(PRODUCT_SHIFT / 2 - shift)
+    w_hi = w_scaled.half()
+    return shift + PRODUCT_SHIFT / 2, torch.cat([w_hi, (w_scaled - w_hi.float()).half(), w_hi], dim=1)
+
+
+def fused_rows(D: int) -> bool:
+    """Whether split_ln_linear takes rows of width D."""
+    return max(16, next_pow2(D)) <= MAX_BLOCK_D
+
+
+def split_ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                    ln: tuple[torch.Tensor, torch.Tensor, float], mask: torch.Tensor | None, scale: torch.Tensor,
+                    slot: int) -> torch.Tensor:
+    """(LayerNorm(x) @ weight.T + bias) * mask[..., None] * scale in float32 to ~2**-22 relative, in one
+    pass over the rows: `_ln_linear_kernel` normalizes a tile of rows, splits it into float16 halves
+    (scaled as in split_linear) and makes the three products on chip (no float16 copy of the rows, no
+    intermediate output; ~20 fewer launches than split_linear's blocks of rows and the rescaling after).
+
+    x (B, S, N, D) float32, any strides, fused_rows(D); weight (K, D), bias (K,); ln = (weight (D,),
+    bias (D,), eps); mask (B, S, N) float32 or None; scale a one-element float32 tensor. Returns
+    (K // slot, B, S, N, slot) float32, contiguous (slot divides K). Limits as split_linear's, with
+    max|x| read as sqrt(D) max|ln weight| + max|ln bias|.
+    """
+    B, S, N, D = x.shape
+    K = weight.shape[0]
+    shift, w16 = _operands(weight, _ln_log2_max(ln, D))
+    y = empty(K // slot, B, S, N, slot, dtype=torch.float32, device=x.device)
+    if y.numel():
+        launch_ln_linear(x, w16, bias.float(), ln[0], ln[1], mask, y, slot, ln[2],
+                         split=(shift, scale.reshape(1), 2.0 ** -PRODUCT_SHIFT))
+    return y
+
+
 def split_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                  ln: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> torch.Tensor:
     """(LayerNorm(x) if ln else x) @ weight.T + bias in float32 to ~2**-22 relative.
@@ -88,21 +135,13 @@ def split_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     """
     rows, D = x.shape
     K = weight.shape[0]
-    w = weight.float()
     if ln is not None:
         lnw, lnb, eps = ln[0].float(), ln[1].float(), ln[2]
-        log2_max_x = torch.log2(math.sqrt(D) * torch.linalg.vector_norm(lnw, float("inf"))
-                                + torch.linalg.vector_norm(lnb, float("inf")))
+        shift, w16 = _operands(weight, _ln_log2_max(ln, D))
     else:
-        lnw, lnb, eps = w, w, 0.0  # unused
-        log2_max_x = _log2_max(x)
-    shift = torch.round(0.5 * (_log2_max(w) - log2_max_x))  # both maxima at sqrt(max|x| max|W|) ...
-    shift = torch.where(torch.isfinite(shift), shift, 0.0).clamp(-_SHIFT_CLAMP, _SHIFT_CLAMP).reshape(1)
-    shift_w = PRODUCT_SHIFT / 2 - shift  # ... times 2**(PRODUCT_SHIFT / 2)
-    shift = shift + PRODUCT_SHIFT / 2
-    w_scaled = w * torch.exp2(shift_w)
-    w_hi = w_scaled.half()
-    b16 = torch.cat([w_hi, (w_scaled - w_hi.float()).half(), w_hi], dim=1).t()  # (3D, K)
+        lnw, lnb, eps = bias, bias, 0.0  # unused
+        shift, w16 = _operands(weight, _log2_max(x))
+    b16 = w16.t()  # (3D, K)
     out = empty(rows, K, dtype=torch.float32, device=x.device)
     block_d = max(16, next_pow2(D))
     block_rows = max(1, min(rows, BLOCK_BYTES // (3 * D * 2)))
