@@ -197,6 +197,7 @@ def specialized_launches():
 
 
 def main(verbose: bool) -> int:
+    print(f"triton {triton.__version__}")
     failed = 0
     generic = ((*launch, None) for launch in launches())
     for name, kernel, ptrs, consts, warps, stages, values in (*generic, *specialized_launches()):
