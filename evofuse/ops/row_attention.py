@@ -763,10 +763,10 @@ def attention_core_backward(qkvg, z, msa_mask, d_gated, num_heads, precision="de
         return cdiv(N, meta[name])
 
     if FUSED_DQ and dtype != torch.float32:
-        programs = _keys_programs(qkvg.device)
+        programs = min(_keys_programs(qkvg.device), B * S * h)  # a workspace per program that runs
         ws = torch.empty(programs, _keys_workspace_size(N, consts["BLOCK_D"]), dtype=torch.float32,
                          device=qkvg.device)
-        run(_row_attention_bwd_keys_kernel, lambda m: (min(B * S * h, programs),), *common, dx, ws, ws.stride(0), B,
+        run(_row_attention_bwd_keys_kernel, lambda m: (programs,), *common, dx, ws, ws.stride(0), B,
             *tail, 1 / math.sqrt(d), extra={"DQ": True})
     else:
         run(_row_attention_bwd_dq_kernel, lambda m: (B * h * blocks(m, "BLOCK_M") * S,), *common, dx, *tail,
