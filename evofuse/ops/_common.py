@@ -278,9 +278,14 @@ def dot_precision(dtype: torch.dtype, precision: str) -> str:
     return "tf32"
 
 
+def multiprocessors(device: torch.device) -> int:
+    """The multiprocessor count of a CUDA device (the current one for an index-less device; queried on
+    first use, never at import)."""
+    return _multiprocessor_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
 @functools.lru_cache(maxsize=None)
-def multiprocessors(index: int) -> int:
-    """The multiprocessor count of CUDA device `index` (queried on first use, never at import)."""
+def _multiprocessor_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 

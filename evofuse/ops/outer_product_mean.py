@@ -629,7 +629,7 @@ def _programs(device: torch.device) -> int:
     """Persistent programs of the two-pass kernel: one per multiprocessor (queried on first use)."""
     if interpreting():
         return INTERPRET_PROGRAMS
-    return multiprocessors(device.index if device.index is not None else torch.cuda.current_device())
+    return multiprocessors(device)
 
 
 def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,

@@ -692,10 +692,10 @@ def _keys_programs(device: torch.device) -> int:
     """Persistent programs of the fused backward kernel: KEYS_PROGRAMS_PER_SM per multiprocessor."""
     if interpreting():
         return INTERPRET_KEYS_PROGRAMS
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return KEYS_PROGRAMS_PER_SM * multiprocessors(index)
+    return KEYS_PROGRAMS_PER_SM * multiprocessors(device)
 
 
+@functools.lru_cache(maxsize=64)
 def _keys_workspace_size(N: int, block_d: int) -> int:
     """float32 elements of a program's dq workspace: N rounded up to the largest BLOCK_M of the candidate
     configs and the interpreter's, times BLOCK_D."""
