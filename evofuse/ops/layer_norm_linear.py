@@ -41,12 +41,12 @@ def _tiles(D: int, K: int) -> tuple[int, int, int]:
 
 def _launch_tiles(D: int, K: int, split: bool) -> tuple[int, int, int, int]:
     """(BLOCK_ROWS, BLOCK_D, BLOCK_K, num_warps) of a launch. SPLIT holds two operand halves and two weight
-    tiles: half the rows a tile, on 8 warps (on 4, 254 registers a thread; on 8, 212 and no spills: sm_90
-    compile at opm-af2-main's strides, triton 3.6). Measured on the H200: 16-bit 64 rows x 4 warps 0.107
-    ms for opm-af2-main's projections (128 x 8: 0.134); SPLIT 32 x 8 warps 0.368 ms (the only one timed)."""
+    tiles: half the rows a tile. Measured on the H200 (opm-af2-main's projections): 16-bit 64 rows x 4
+    warps 0.107 ms (128 x 8: 0.134); float32 SPLIT (session 10) 32 rows x 4 warps 0.238 ms, x 8 warps
+    0.369, 64 x 8 0.280, 64 x 4 0.308, 16 x 4 0.294, 16 x 8 0.481."""
     block_rows, block_d, block_k = _tiles(D, K)
     if split:
-        return max(16, block_rows // 2), block_d, block_k, 8
+        return max(16, block_rows // 2), block_d, block_k, 4
     return block_rows, block_d, block_k, 4
 
 

@@ -50,16 +50,16 @@ _LOG2E = 1.4426950408889634
 @triton.jit
 def _scores(q, k, z, m_row, offs_j, j_ok, stride_mj, qk_scale,
             HAS_MASK: tl.constexpr, LOG2E: tl.constexpr, MASKED_LOGIT: tl.constexpr, PRECISION: tl.constexpr):
-    """Logits of a (query block, key block) tile in log2 units, q k^T / sqrt(d) + z (z: the float32
-    bias tile), masked keys replaced by -1e9, keys past N at -inf; and which keys carry a gradient
-    (unmasked and in range)."""
+    """Logits of a (query block, key block) tile in log2 units, q k^T / sqrt(d) + z, with z the bias tile
+    in float32 loaded as -inf past N (p is then 0 there with no select), masked keys' logits replaced by
+    -1e9; and which keys are masked ([BLOCK_N], a replaced logit has no gradient; keys past N count as
+    unmasked; unused without a mask)."""
     logit = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + z * LOG2E  # [BLOCK_M, BLOCK_N]
-    key_on = j_ok
+    masked = offs_j < 0
     if HAS_MASK:
-        key_on = key_on & (tl.load(m_row + offs_j * stride_mj, mask=j_ok, other=0) != 0)  # [BLOCK_N]
-        logit = tl.where(key_on[None, :], logit, MASKED_LOGIT)  # replaced, not added
-    logit = tl.where(j_ok[None, :], logit, float("-inf"))
-    return logit, key_on
+        masked = tl.load(m_row + offs_j * stride_mj, mask=j_ok, other=1) == 0  # [BLOCK_N]
+        logit = tl.where(masked[None, :], MASKED_LOGIT, logit)  # replaced, not added
+    return logit, masked
 
 
 @triton.jit
@@ -104,7 +104,8 @@ def _row_attention_kernel(
     row_base = x_ptr + b * stride_xb + s * stride_xs
     q_ptrs = row_base + offs_i.to(tl.int64)[:, None] * stride_xi + (h * HEAD_DIM + offs_e)[None, :]
     q = tl.load(q_ptrs, mask=i_ok[:, None] & e_ok[None, :], other=0.0)  # [BLOCK_M, BLOCK_D]
-    z_base = z_ptr + b * stride_zb + h * stride_zh + offs_i.to(tl.int64)[:, None] * stride_zi
+    # rows past N read row N - 1 (never stored; -inf there would make NaN), keys past N -inf
+    z_base = z_ptr + b * stride_zb + h * stride_zh + tl.minimum(offs_i, N - 1).to(tl.int64)[:, None] * stride_zi
     m_row = m_ptr + b * stride_mb + s * stride_ms
 
     m_run = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
@@ -117,7 +118,7 @@ def _row_attention_kernel(
         kv_mask = j_ok[:, None] & e_ok[None, :]
         k = tl.load(kv_ptrs + D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
         v = tl.load(kv_ptrs + 2 * D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-        z = tl.load(z_base + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=0.0)
+        z = tl.load(z_base + offs_j[None, :] * stride_zj, mask=j_ok[None, :], other=float("-inf"))
         logit, _ = _scores(q, k, z.to(tl.float32), m_row, offs_j, j_ok, stride_mj, qk_scale, HAS_MASK, LOG2E,
                            MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
         m_new = tl.maximum(m_run, tl.max(logit, axis=1))
@@ -184,12 +185,15 @@ def _row_attention_bwd_dq_kernel(
         kv_mask = j_ok[:, None] & (offs_e < HEAD_DIM)[None, :]
         k = tl.load(kv_ptrs + D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
         v = tl.load(kv_ptrs + 2 * D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-        z = tl.load(z_base + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=0.0)
-        logit, key_on = _scores(q, k, z.to(tl.float32), m_row, offs_j, j_ok, stride_mj, qk_scale, HAS_MASK, LOG2E,
+        # -inf past N (rows or keys): p = 0 there (the statistics of rows past N read as 0 and 1)
+        z = tl.load(z_base + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=float("-inf"))
+        logit, masked = _scores(q, k, z.to(tl.float32), m_row, offs_j, j_ok, stride_mj, qk_scale, HAS_MASK, LOG2E,
                                 MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
         p = tl.math.exp2(logit - row_max[:, None]) * row_inv[:, None]  # [BLOCK_M, BLOCK_N]
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # [BLOCK_M, BLOCK_N]
-        ds = tl.where(key_on[None, :], p * (dp - dl[:, None]), 0.0)  # a replaced logit has no gradient
+        ds = p * (dp - dl[:, None])  # [BLOCK_M, BLOCK_N]
+        if HAS_MASK:
+            ds = tl.where(masked[None, :], 0.0, ds)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)  # [BLOCK_M, BLOCK_D]
     tl.store(dx_ptr + b * stride_xb + s * stride_xs + q_off, (dq * sm_scale).to(dx_ptr.dtype.element_ty), mask=ie_ok)
 
@@ -258,14 +262,17 @@ def _row_attention_bwd_keys_kernel(
                 row_max = tl.load(st_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
                 row_inv = 1.0 / tl.load(st_ptr + stride_st + stat, mask=i_ok, other=1.0)  # [BLOCK_M]
                 dl = tl.load(dl_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
+                # -inf past N (rows or keys): p = 0 there (the statistics of rows past N read as 0 and 1)
                 z = tl.load(z_base + offs_i.to(tl.int64)[:, None] * stride_zi + offs_j[None, :] * stride_zj,
-                            mask=i_ok[:, None] & j_ok[None, :], other=0.0)  # [BLOCK_M, BLOCK_N]
-                logit, key_on = _scores(q, k, z.to(tl.float32), m_row, offs_j, j_ok, stride_mj, qk_scale, HAS_MASK,
+                            mask=i_ok[:, None] & j_ok[None, :], other=float("-inf"))  # [BLOCK_M, BLOCK_N]
+                logit, masked = _scores(q, k, z.to(tl.float32), m_row, offs_j, j_ok, stride_mj, qk_scale, HAS_MASK,
                                         LOG2E, MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
-                p = tl.where(i_ok[:, None], tl.math.exp2(logit - row_max[:, None]) * row_inv[:, None], 0.0)
+                p = tl.math.exp2(logit - row_max[:, None]) * row_inv[:, None]  # [BLOCK_M, BLOCK_N]
                 dv = tl.dot(tl.trans(p).to(do.dtype), do, dv, input_precision=PRECISION)  # [BLOCK_N, BLOCK_D]
                 dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # [BLOCK_M, BLOCK_N]
-                ds = tl.where(key_on[None, :], p * (dp - dl[:, None]), 0.0)  # a replaced logit has no gradient
+                ds = p * (dp - dl[:, None])  # [BLOCK_M, BLOCK_N]
+                if HAS_MASK:
+                    ds = tl.where(masked[None, :], 0.0, ds)
                 dk = tl.dot(tl.trans(ds).to(q.dtype), q, dk, input_precision=PRECISION)  # [BLOCK_N, BLOCK_D]
                 if DQ:  # no branches: the first key block reads zeros, the last writes dx instead of the workspace
                     ws_i = ws + offs_i[:, None] * BLOCK_D + offs_e[None, :]
@@ -310,38 +317,51 @@ def _row_attention_bwd_dz_kernel(
     h = rest % H
     b = rest // H
 
-    offs_i = blk_i * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
-    offs_j = blk_j * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    # 64-bit scalar bases, 32-bit offsets within a tile (a tile spans BLOCK rows of a (b, s) slice): fewer
+    # registers than 64-bit offsets per element
+    i0 = blk_i * BLOCK_M
+    j0 = blk_j * BLOCK_N
+    tile_i = tl.arange(0, BLOCK_M)  # [BLOCK_M]
+    tile_j = tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    offs_j = j0 + tile_j
     offs_e = tl.arange(0, BLOCK_D)  # [BLOCK_D]
-    i_ok = offs_i < N
+    i_ok = i0 + tile_i < N
     j_ok = offs_j < N
     e_ok = offs_e < HEAD_DIM
     ie_ok = i_ok[:, None] & e_ok[None, :]
     kv_mask = j_ok[:, None] & e_ok[None, :]
-    q_off = offs_i.to(tl.int64)[:, None] * stride_xi + (h * HEAD_DIM + offs_e)[None, :]
-    kv_off = offs_j.to(tl.int64)[:, None] * stride_xi + (h * HEAD_DIM + offs_e)[None, :]
-    do_off = offs_i.to(tl.int64)[:, None] * stride_di + (h * HEAD_DIM + offs_e)[None, :]
+    q_off = tile_i[:, None] * stride_xi + offs_e[None, :]  # [BLOCK_M, BLOCK_D]
+    kv_off = tile_j[:, None] * stride_xi + offs_e[None, :]  # [BLOCK_N, BLOCK_D]
+    do_off = tile_i[:, None] * stride_di + offs_e[None, :]  # [BLOCK_M, BLOCK_D]
     ij_ok = i_ok[:, None] & j_ok[None, :]
-    z_off = b * stride_zb + h * stride_zh + offs_i.to(tl.int64)[:, None] * stride_zi + offs_j[None, :] * stride_zj
+    z_off = tile_i[:, None] * stride_zi + tile_j[None, :] * stride_zj  # [BLOCK_M, BLOCK_N]
+    z_tile = b * stride_zb + h * stride_zh + i0 * stride_zi + j0 * stride_zj
 
-    z = tl.load(z_ptr + z_off, mask=ij_ok, other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_N], shared by every row s
+    # the bias tile, shared by every row s; elements past N are computed but never stored, and columns do
+    # not mix here, so 0 there, not -inf
+    z = tl.load(z_ptr + z_tile + z_off, mask=ij_ok, other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_N]
     dz = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for s in range(chunk * S_PER_CHUNK, tl.minimum(S, (chunk + 1) * S_PER_CHUNK)):
-        row_base = x_ptr + b * stride_xb + s * stride_xs
-        q = tl.load(row_base + q_off, mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
-        k = tl.load(row_base + kv_off + D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-        v = tl.load(row_base + kv_off + 2 * D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-        do = tl.load(do_ptr + b * stride_db + s * stride_ds + do_off, mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
-        stat = b * stride_lb + s * stride_ls + h * stride_lh + offs_i
+        row_base = x_ptr + b * stride_xb + s * stride_xs + h * HEAD_DIM
+        q = tl.load(row_base + i0 * stride_xi + q_off, mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
+        k = tl.load(row_base + j0 * stride_xi + D + kv_off, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+        v = tl.load(row_base + j0 * stride_xi + 2 * D + kv_off, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+        do = tl.load(do_ptr + b * stride_db + s * stride_ds + i0 * stride_di + h * HEAD_DIM + do_off, mask=ie_ok,
+                     other=0.0)  # [BLOCK_M, BLOCK_D]
+        stat = b * stride_lb + s * stride_ls + h * stride_lh + i0 + tile_i
         row_max = tl.load(st_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
-        row_inv = 1.0 / tl.load(st_ptr + stride_st + stat, mask=i_ok, other=1.0)  # [BLOCK_M]
+        # p = exp2(logit - lse) with lse = max + log2(sum): one subtraction an element, no product
+        row_lse = row_max + tl.math.log2(tl.load(st_ptr + stride_st + stat, mask=i_ok, other=1.0))  # [BLOCK_M]
         dl = tl.load(dl_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
-        logit, key_on = _scores(q, k, z, m_ptr + b * stride_mb + s * stride_ms, offs_j, j_ok, stride_mj, qk_scale,
-                                HAS_MASK, LOG2E, MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
-        p = tl.math.exp2(logit - row_max[:, None]) * row_inv[:, None]  # [BLOCK_M, BLOCK_N]
+        logit, _ = _scores(q, k, z, m_ptr + b * stride_mb + s * stride_ms, offs_j, j_ok, stride_mj, qk_scale,
+                           HAS_MASK, LOG2E, MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
+        if HAS_MASK:  # a masked key's p is 0 unless every key of the row is masked (its max is then the masked
+            # logit), and such a row's logits carry no gradient: p = 0 for it, no select an element
+            row_lse = tl.where(row_max == MASKED_LOGIT, float("inf"), row_lse)
+        p = tl.math.exp2(logit - row_lse[:, None])  # [BLOCK_M, BLOCK_N]
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # [BLOCK_M, BLOCK_N]
-        dz += tl.where(key_on[None, :], p * (dp - dl[:, None]), 0.0)
-    tl.store(dz_ptr + chunk * stride_dzc + z_off, dz, mask=ij_ok)
+        dz += p * (dp - dl[:, None])
+    tl.store(dz_ptr + chunk * stride_dzc + z_tile + z_off, dz, mask=ij_ok)
 
 
 @triton.jit
