@@ -48,18 +48,24 @@ _LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _scores(q, k, z, m_row, offs_j, j_ok, stride_mj, qk_scale,
+def _key_mask(m_row, offs_j, j_ok, stride_mj, HAS_MASK: tl.constexpr):
+    """Which keys of a block are masked ([BLOCK_N]; keys past N count as unmasked: their bias is -inf; all
+    False without a mask)."""
+    if HAS_MASK:
+        return tl.load(m_row + offs_j * stride_mj, mask=j_ok, other=1) == 0
+    return offs_j < 0
+
+
+@triton.jit
+def _scores(q, k, z, masked, qk_scale,
             HAS_MASK: tl.constexpr, LOG2E: tl.constexpr, MASKED_LOGIT: tl.constexpr, PRECISION: tl.constexpr):
     """Logits of a (query block, key block) tile in log2 units, q k^T / sqrt(d) + z, with z the bias tile
-    in float32 loaded as -inf past N (p is then 0 there with no select), masked keys' logits replaced by
-    -1e9; and which keys are masked ([BLOCK_N], a replaced logit has no gradient; keys past N count as
-    unmasked; unused without a mask)."""
+    in float32 loaded as -inf past N (p is then 0 there with no select), the logits of masked keys
+    (`_key_mask`) replaced by -1e9 (a replaced logit has no gradient)."""
     logit = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + z * LOG2E  # [BLOCK_M, BLOCK_N]
-    masked = offs_j < 0
     if HAS_MASK:
-        masked = tl.load(m_row + offs_j * stride_mj, mask=j_ok, other=1) == 0  # [BLOCK_N]
         logit = tl.where(masked[None, :], MASKED_LOGIT, logit)  # replaced, not added
-    return logit, masked
+    return logit
 
 
 @triton.jit
@@ -119,8 +125,8 @@ def _row_attention_kernel(
         k = tl.load(kv_ptrs + D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
         v = tl.load(kv_ptrs + 2 * D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
         z = tl.load(z_base + offs_j[None, :] * stride_zj, mask=j_ok[None, :], other=float("-inf"))
-        logit, _ = _scores(q, k, z.to(tl.float32), m_row, offs_j, j_ok, stride_mj, qk_scale, HAS_MASK, LOG2E,
-                           MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
+        logit = _scores(q, k, z.to(tl.float32), _key_mask(m_row, offs_j, j_ok, stride_mj, HAS_MASK), qk_scale,
+                        HAS_MASK, LOG2E, MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
         m_new = tl.maximum(m_run, tl.max(logit, axis=1))
         p = tl.math.exp2(logit - m_new[:, None])
         alpha = tl.math.exp2(m_run - m_new)
@@ -187,8 +193,9 @@ def _row_attention_bwd_dq_kernel(
         v = tl.load(kv_ptrs + 2 * D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
         # -inf past N (rows or keys): p = 0 there (the statistics of rows past N read as 0 and 1)
         z = tl.load(z_base + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=float("-inf"))
-        logit, masked = _scores(q, k, z.to(tl.float32), m_row, offs_j, j_ok, stride_mj, qk_scale, HAS_MASK, LOG2E,
-                                MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
+        masked = _key_mask(m_row, offs_j, j_ok, stride_mj, HAS_MASK)  # [BLOCK_N]
+        logit = _scores(q, k, z.to(tl.float32), masked, qk_scale, HAS_MASK, LOG2E, MASKED_LOGIT,
+                        PRECISION)  # [BLOCK_M, BLOCK_N]
         p = tl.math.exp2(logit - row_max[:, None]) * row_inv[:, None]  # [BLOCK_M, BLOCK_N]
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # [BLOCK_M, BLOCK_N]
         ds = p * (dp - dl[:, None])  # [BLOCK_M, BLOCK_N]
@@ -248,6 +255,7 @@ def _row_attention_bwd_keys_kernel(
             kv_mask = j_ok[:, None] & e_ok[None, :]
             k = tl.load(row_base + kv_off + D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
             v = tl.load(row_base + kv_off + 2 * D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+            masked = _key_mask(m_row, offs_j, j_ok, stride_mj, HAS_MASK)  # [BLOCK_N]
             dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
             dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
             for i0 in range(0, N, BLOCK_M):
@@ -265,8 +273,8 @@ def _row_attention_bwd_keys_kernel(
                 # -inf past N (rows or keys): p = 0 there (the statistics of rows past N read as 0 and 1)
                 z = tl.load(z_base + offs_i.to(tl.int64)[:, None] * stride_zi + offs_j[None, :] * stride_zj,
                             mask=i_ok[:, None] & j_ok[None, :], other=float("-inf"))  # [BLOCK_M, BLOCK_N]
-                logit, masked = _scores(q, k, z.to(tl.float32), m_row, offs_j, j_ok, stride_mj, qk_scale, HAS_MASK,
-                                        LOG2E, MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
+                logit = _scores(q, k, z.to(tl.float32), masked, qk_scale, HAS_MASK, LOG2E, MASKED_LOGIT,
+                                PRECISION)  # [BLOCK_M, BLOCK_N]
                 p = tl.math.exp2(logit - row_max[:, None]) * row_inv[:, None]  # [BLOCK_M, BLOCK_N]
                 dv = tl.dot(tl.trans(p).to(do.dtype), do, dv, input_precision=PRECISION)  # [BLOCK_N, BLOCK_D]
                 dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # [BLOCK_M, BLOCK_N]
@@ -341,26 +349,38 @@ def _row_attention_bwd_dz_kernel(
     # not mix here, so 0 there, not -inf
     z = tl.load(z_ptr + z_tile + z_off, mask=ij_ok, other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_N]
     dz = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for s in range(chunk * S_PER_CHUNK, tl.minimum(S, (chunk + 1) * S_PER_CHUNK)):
+    s_lo = chunk * S_PER_CHUNK
+    s_hi = tl.minimum(S, s_lo + S_PER_CHUNK)
+    # each row's statistics and key mask are loaded an iteration ahead by hand (Triton's pipeliner prefetches
+    # only loads that feed a dot), as loaded: what is computed from them waits until they are used
+    stat = b * stride_lb + h * stride_lh + i0 + tile_i  # [BLOCK_M], without the row's s * stride_ls
+    m_row = m_ptr + b * stride_mb + offs_j * stride_mj  # [BLOCK_N], without the row's s * stride_ms
+    row_max = tl.load(st_ptr + stat + s_lo * stride_ls, mask=i_ok, other=0.0)  # [BLOCK_M]
+    row_sum = tl.load(st_ptr + stride_st + stat + s_lo * stride_ls, mask=i_ok, other=1.0)  # [BLOCK_M]
+    dl = tl.load(dl_ptr + stat + s_lo * stride_ls, mask=i_ok, other=0.0)  # [BLOCK_M]
+    key = tl.load(m_row + s_lo * stride_ms, mask=j_ok & HAS_MASK, other=1)  # [BLOCK_N]
+    for s in range(s_lo, s_hi):
+        s_next = tl.minimum(s + 1, s_hi - 1)
+        next_max = tl.load(st_ptr + stat + s_next * stride_ls, mask=i_ok, other=0.0)
+        next_sum = tl.load(st_ptr + stride_st + stat + s_next * stride_ls, mask=i_ok, other=1.0)
+        next_dl = tl.load(dl_ptr + stat + s_next * stride_ls, mask=i_ok, other=0.0)
+        next_key = tl.load(m_row + s_next * stride_ms, mask=j_ok & HAS_MASK, other=1)
         row_base = x_ptr + b * stride_xb + s * stride_xs + h * HEAD_DIM
         q = tl.load(row_base + i0 * stride_xi + q_off, mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
         k = tl.load(row_base + j0 * stride_xi + D + kv_off, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
         v = tl.load(row_base + j0 * stride_xi + 2 * D + kv_off, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
         do = tl.load(do_ptr + b * stride_db + s * stride_ds + i0 * stride_di + h * HEAD_DIM + do_off, mask=ie_ok,
                      other=0.0)  # [BLOCK_M, BLOCK_D]
-        stat = b * stride_lb + s * stride_ls + h * stride_lh + i0 + tile_i
-        row_max = tl.load(st_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
+        logit = _scores(q, k, z, key == 0, qk_scale, HAS_MASK, LOG2E, MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
         # p = exp2(logit - lse) with lse = max + log2(sum): one subtraction an element, no product
-        row_lse = row_max + tl.math.log2(tl.load(st_ptr + stride_st + stat, mask=i_ok, other=1.0))  # [BLOCK_M]
-        dl = tl.load(dl_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
-        logit, _ = _scores(q, k, z, m_ptr + b * stride_mb + s * stride_ms, offs_j, j_ok, stride_mj, qk_scale,
-                           HAS_MASK, LOG2E, MASKED_LOGIT, PRECISION)  # [BLOCK_M, BLOCK_N]
+        row_lse = row_max + tl.math.log2(row_sum)  # [BLOCK_M]
         if HAS_MASK:  # a masked key's p is 0 unless every key of the row is masked (its max is then the masked
             # logit), and such a row's logits carry no gradient: p = 0 for it, no select an element
             row_lse = tl.where(row_max == MASKED_LOGIT, float("inf"), row_lse)
         p = tl.math.exp2(logit - row_lse[:, None])  # [BLOCK_M, BLOCK_N]
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # [BLOCK_M, BLOCK_N]
         dz += p * (dp - dl[:, None])
+        row_max, row_sum, dl, key = next_max, next_sum, next_dl, next_key
     tl.store(dz_ptr + chunk * stride_dzc + z_tile + z_off, dz, mask=ij_ok)
 
 

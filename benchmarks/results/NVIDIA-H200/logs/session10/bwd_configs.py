@@ -1,8 +1,9 @@
 """Session 10 probe: the row attention backward kernels' device time at att-af2-main (training step) under
 one config at a time, with register caps (maxnreg) and persistent programs per SM for the fused kernel.
 
-python3 bwd_configs.py DTYPE: one line per config: the step's do_bench median and each backward kernel's mean
-time from torch.profiler (10 steps).
+python3 bwd_configs.py DTYPE [short]: one line per config: the step's do_bench median and each backward kernel's mean
+time from torch.profiler (10 steps). short: run 2's list (the tiles without register caps that led in
+run 1); stages: run 3's (deeper pipelines of the 4-warp tiles).
 """
 import os
 import sys
@@ -25,6 +26,12 @@ CANDIDATES = [(64, 64, 8, 2, None, 2), (64, 64, 8, 2, 96, 2), (64, 64, 8, 2, 128
               (64, 128, 8, 2, 168, 2), (32, 64, 4, 2, None, 2), (32, 64, 4, 2, 128, 4), (32, 64, 4, 2, 168, 3),
               (64, 32, 4, 2, None, 2), (64, 32, 4, 2, 128, 4), (32, 32, 4, 2, None, 2), (32, 32, 4, 2, 128, 4)]
 
+if sys.argv[2:] == ["short"]:
+    CANDIDATES = [(64, 64, 4, 2, None, 2), (64, 64, 4, 2, None, 3), (128, 64, 8, 2, None, 2), (64, 128, 8, 2, None, 2),
+                  (64, 64, 8, 2, None, 2), (32, 64, 4, 2, 168, 3)]
+if sys.argv[2:] == ["stages"]:
+    CANDIDATES = [(64, 64, 4, 2, None, 2), (64, 64, 4, 3, None, 2), (64, 64, 4, 4, None, 2), (64, 32, 4, 3, None, 3),
+                  (64, 32, 4, 4, None, 3), (32, 64, 4, 3, None, 3)]
 dtype = getattr(torch, sys.argv[1])
 case = next(c for c in SUITE if c.name == "att-af2-main")
 mod = make_module(case).cuda().to(dtype)
