@@ -242,37 +242,50 @@ def _row_attention_bwd_keys_kernel(
             rest = rest // n_blk_j
         h = rest % H
         b = rest // H
-        row_base = x_ptr + b * stride_xb + s * stride_xs
-        do_base = do_ptr + b * stride_db + s * stride_ds
-        dx_base = dx_ptr + b * stride_xb + s * stride_xs
+        # 64-bit scalar bases (with the head's channels), 32-bit offsets within a tile: fewer registers
+        row_base = x_ptr + b * stride_xb + s * stride_xs + h * HEAD_DIM
+        do_base = do_ptr + b * stride_db + s * stride_ds + h * HEAD_DIM
+        dx_base = dx_ptr + b * stride_xb + s * stride_xs + h * HEAD_DIM
         z_base = z_ptr + b * stride_zb + h * stride_zh
         m_row = m_ptr + b * stride_mb + s * stride_ms
         stat_base = b * stride_lb + s * stride_ls + h * stride_lh
+        tile_i = tl.arange(0, BLOCK_M)  # [BLOCK_M]
+        q_tile = tile_i[:, None] * stride_xi + offs_e[None, :]  # [BLOCK_M, BLOCK_D]
+        do_tile = tile_i[:, None] * stride_di + offs_e[None, :]  # [BLOCK_M, BLOCK_D]
+        ws_tile = ws + tile_i[:, None] * BLOCK_D + offs_e[None, :]  # [BLOCK_M, BLOCK_D]
         for j0 in range(j_lo, j_hi, BLOCK_N):
             offs_j = j0 + tl.arange(0, BLOCK_N)  # [BLOCK_N]
             j_ok = offs_j < N
-            kv_off = offs_j.to(tl.int64)[:, None] * stride_xi + (h * HEAD_DIM + offs_e)[None, :]
+            kv_off = offs_j[:, None] * stride_xi + offs_e[None, :]  # [BLOCK_N, BLOCK_D]
             kv_mask = j_ok[:, None] & e_ok[None, :]
             k = tl.load(row_base + kv_off + D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
             v = tl.load(row_base + kv_off + 2 * D, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
             masked = _key_mask(m_row, offs_j, j_ok, stride_mj, HAS_MASK)  # [BLOCK_N]
+            z_tile = tile_i[:, None] * stride_zi + offs_j[None, :] * stride_zj  # [BLOCK_M, BLOCK_N]
             dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
             dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+            # DQ: the workspace is read an i-block ahead by hand (Triton's pipeliner does not prefetch a dot's
+            # accumulator); no branches: the first key block reads zeros, the last writes dx, not the workspace
+            j_row = tl.zeros((1, BLOCK_D), dtype=tl.int32) + j0  # [1, BLOCK_D]: this key block, as masks
+            dq_next = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+            if DQ:
+                dq_next = tl.load(ws_tile, mask=j_row > 0, other=0.0)  # [BLOCK_M, BLOCK_D]
             for i0 in range(0, N, BLOCK_M):
-                offs_i = i0 + tl.arange(0, BLOCK_M)  # [BLOCK_M]
-                i_ok = offs_i < N
+                dq = dq_next
+                if DQ:
+                    dq_next = tl.load(ws_tile + (i0 + BLOCK_M) * BLOCK_D,
+                                      mask=(j_row > 0) & (j_row * 0 + i0 + BLOCK_M < N), other=0.0)
+                i_ok = i0 + tile_i < N
                 ie_ok = i_ok[:, None] & e_ok[None, :]
-                q_off = offs_i.to(tl.int64)[:, None] * stride_xi + (h * HEAD_DIM + offs_e)[None, :]
-                q = tl.load(row_base + q_off, mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
-                do = tl.load(do_base + offs_i.to(tl.int64)[:, None] * stride_di + (h * HEAD_DIM + offs_e)[None, :],
-                             mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
-                stat = stat_base + offs_i
+                q = tl.load(row_base + i0 * stride_xi + q_tile, mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
+                do = tl.load(do_base + i0 * stride_di + do_tile, mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
+                stat = stat_base + i0 + tile_i
                 row_max = tl.load(st_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
                 row_inv = 1.0 / tl.load(st_ptr + stride_st + stat, mask=i_ok, other=1.0)  # [BLOCK_M]
                 dl = tl.load(dl_ptr + stat, mask=i_ok, other=0.0)  # [BLOCK_M]
                 # -inf past N (rows or keys): p = 0 there (the statistics of rows past N read as 0 and 1)
-                z = tl.load(z_base + offs_i.to(tl.int64)[:, None] * stride_zi + offs_j[None, :] * stride_zj,
-                            mask=i_ok[:, None] & j_ok[None, :], other=float("-inf"))  # [BLOCK_M, BLOCK_N]
+                z = tl.load(z_base + i0 * stride_zi + z_tile, mask=i_ok[:, None] & j_ok[None, :],
+                            other=float("-inf"))  # [BLOCK_M, BLOCK_N]
                 logit = _scores(q, k, z.to(tl.float32), masked, qk_scale, HAS_MASK, LOG2E, MASKED_LOGIT,
                                 PRECISION)  # [BLOCK_M, BLOCK_N]
                 p = tl.math.exp2(logit - row_max[:, None]) * row_inv[:, None]  # [BLOCK_M, BLOCK_N]
@@ -282,13 +295,11 @@ def _row_attention_bwd_keys_kernel(
                 if HAS_MASK:
                     ds = tl.where(masked[None, :], 0.0, ds)
                 dk = tl.dot(tl.trans(ds).to(q.dtype), q, dk, input_precision=PRECISION)  # [BLOCK_N, BLOCK_D]
-                if DQ:  # no branches: the first key block reads zeros, the last writes dx instead of the workspace
-                    ws_i = ws + offs_i[:, None] * BLOCK_D + offs_e[None, :]
-                    j_row = tl.zeros((1, BLOCK_D), dtype=tl.int32) + j0  # [1, BLOCK_D]: this key block, as masks
-                    dq = tl.load(ws_i, mask=j_row > 0, other=0.0)  # [BLOCK_M, BLOCK_D]
+                if DQ:
                     dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)  # [BLOCK_M, BLOCK_D]
-                    tl.store(ws_i, dq, mask=j_row + BLOCK_N < N)
-                    tl.store(dx_base + q_off, (dq * sm_scale).to(dx_ptr.dtype.element_ty), mask=ie_ok & (j_row + BLOCK_N >= N))
+                    tl.store(ws_tile + i0 * BLOCK_D, dq, mask=j_row + BLOCK_N < N)
+                    tl.store(dx_base + i0 * stride_xi + q_tile, (dq * sm_scale).to(dx_ptr.dtype.element_ty),
+                             mask=ie_ok & (j_row + BLOCK_N >= N))
             tl.store(dx_base + kv_off + D, (dk * sm_scale).to(dx_ptr.dtype.element_ty), mask=kv_mask)
             tl.store(dx_base + kv_off + 2 * D, dv.to(dx_ptr.dtype.element_ty), mask=kv_mask)
             if DQ:
@@ -692,8 +703,9 @@ def _bwd_configs() -> list[triton.Config]:
     # 64 x 64 on 8 warps first: at head_dim 32 in bf16 none of the three kernels spills registers
     # (on 4 warps the pair-bias kernel spills 600 bytes a thread; compiled for sm_90, cuobjdump)
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
-            for bm, bn, w, st in ((64, 64, 8, 2), (64, 64, 4, 2), (128, 64, 8, 2), (64, 128, 8, 2), (128, 128, 8, 2),
-                                  (64, 32, 4, 2), (32, 64, 4, 2), (64, 64, 8, 3), (128, 64, 4, 2), (32, 32, 4, 2))]
+            for bm, bn, w, st in ((64, 64, 8, 2), (64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (64, 128, 8, 2),
+                                  (128, 128, 8, 2), (64, 32, 4, 2), (32, 64, 4, 2), (64, 64, 8, 3), (128, 64, 4, 2),
+                                  (32, 32, 4, 2))]
 
 
 def _bwd_prune(configs, named_args, **kwargs):

@@ -3,7 +3,7 @@ one config at a time, with register caps (maxnreg) and persistent programs per S
 
 python3 bwd_configs.py DTYPE [short]: one line per config: the step's do_bench median and each backward kernel's mean
 time from torch.profiler (10 steps). short: run 2's list (the tiles without register caps that led in
-run 1); stages: run 3's (deeper pipelines of the 4-warp tiles).
+run 1); stages: run 3's (deeper pipelines of the 4-warp tiles); fp32: run 4's float32 candidates for the default.
 """
 import os
 import sys
@@ -32,6 +32,8 @@ if sys.argv[2:] == ["short"]:
 if sys.argv[2:] == ["stages"]:
     CANDIDATES = [(64, 64, 4, 2, None, 2), (64, 64, 4, 3, None, 2), (64, 64, 4, 4, None, 2), (64, 32, 4, 3, None, 3),
                   (64, 32, 4, 4, None, 3), (32, 64, 4, 3, None, 3)]
+if sys.argv[2:] == ["fp32"]:
+    CANDIDATES = [(64, 64, 8, 2, None, 2), (64, 64, 4, 2, None, 2), (64, 64, 4, 3, None, 2), (128, 64, 8, 2, None, 2)]
 dtype = getattr(torch, sys.argv[1])
 case = next(c for c in SUITE if c.name == "att-af2-main")
 mod = make_module(case).cuda().to(dtype)
