@@ -33,17 +33,19 @@ def _kernels(grad_out: torch.Tensor) -> SimpleNamespace:
 def _kernel_set(direct: bool) -> SimpleNamespace:
     if direct:
         from .ops.layer_norm_linear import layer_norm_backward, ln_project
-        from .ops.outer_product_mean import outer_product_grad, outer_products
+        from .ops.outer_product_mean import outer_product_grad, outer_product_weight_grad, outer_products
         from .ops.row_attention import attention_core_backward
 
         return SimpleNamespace(
             ln_project=lambda x, lnw, lnb, ws, bs: ln_project(x, lnw, lnb, ws, bs, ref.LAYER_NORM_EPS),
             layer_norm_backward=layer_norm_backward, outer_products=outer_products,
-            outer_product_grad=outer_product_grad, attention_core_backward=attention_core_backward)
+            outer_product_grad=outer_product_grad, outer_product_weight_grad=outer_product_weight_grad,
+            attention_core_backward=attention_core_backward)
     from . import _library as lib
 
     return SimpleNamespace(ln_project=lib.ln_project_op, layer_norm_backward=lib.layer_norm_backward_op,
                            outer_products=lib.opm_outer_products_op, outer_product_grad=lib.opm_outer_product_grad_op,
+                           outer_product_weight_grad=lib.opm_weight_grad_op,
                            attention_core_backward=lib.msa_row_attention_core_backward_op)
 
 
@@ -126,13 +128,21 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
             n = min(rows, N - i0)
             a_rows = ad[:, :, i0:i0 + n].reshape(B, S, n * c)  # (B, S, (i p))
             g_rows, scale_rows = grad_out[:, i0:i0 + n], scale[:, i0:i0 + n]  # (B, n, N, R), (B, n, N)
-            if fused:  # the scale inside the kernels: Gs W and sum_ij G[i, j] (x) (scale[i, j] X[i, j])
-                if dwb is not None and normalization == "af2":
+            if fused:  # the scale inside the kernels: Gs W, and dW from X[(i p), (j q)] (no rearranging copy)
+                sum_g = dwb is not None and normalization == "af2"  # sum_ij scale[i, j] G[i, j]
+                if dw is not None:
+                    if dtype == torch.bfloat16:  # cuBLAS's product; the kernel scales G instead
+                        x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
+                    else:  # float16: normalized by the kernel (the plain sums can pass float16's range)
+                        x = kernels.outer_products(ad[:, :, i0:i0 + n], bd, scale_rows)
+                    dw_rows, g_sum = kernels.outer_product_weight_grad(g_rows, scale_rows, x, c,
+                                                                       dtype == torch.bfloat16, sum_g)
+                    del x
+                    dw += dw_rows
+                    if sum_g:
+                        dwb += g_sum
+                elif sum_g:
                     dwb += (g_rows * scale_rows[..., None]).sum((0, 1, 2), dtype=torch.float32)
-                if dw is not None:  # ((b i j), (p q)) straight from the kernel
-                    xs = kernels.outer_products(ad[:, :, i0:i0 + n], bd, scale_rows).view(B * n * N, c * c)
-                    add_product(dw, g_rows.reshape(-1, R).t(), xs)
-                    del xs
                 if da is None and db is None:
                     continue
                 dx = kernels.outer_product_grad(g_rows, scale_rows, w, c)  # ((b i p), (j q)) from the kernel

@@ -4,7 +4,7 @@ backward (`evofuse._backward`). The backwards run autograd themselves for the pr
 are called from the registered backward directly rather than as ops of their own (inside which
 autograd does not record); the Triton parts of the backwards are ops of their own
 (`evofuse::msa_row_attention_core_backward`, `evofuse::ln_project`, `evofuse::layer_norm_backward`,
-`evofuse::opm_outer_products`, `evofuse::opm_outer_product_grad`), so that torch.compile can trace
+`evofuse::opm_outer_products`, `evofuse::opm_outer_product_grad`, `evofuse::opm_weight_grad`), so that torch.compile can trace
 around them; eager backwards call the functions behind them directly (`evofuse._backward._kernels`).
 
 Eager calls that record gradients take `OuterProductMeanFunction` and `RowAttentionFunction` instead:
@@ -149,7 +149,22 @@ def opm_outer_products_op(a_rows: Tensor, b: Tensor, scale: Tensor) -> Tensor:
 @opm_outer_products_op.register_fake
 def _(a_rows, b, scale):
     B, _, n, c = a_rows.shape
-    return a_rows.new_empty((B, n, b.shape[2], c * c))
+    return a_rows.new_empty((B, n * c, b.shape[2] * c))
+
+
+@torch.library.custom_op("evofuse::opm_weight_grad", mutates_args=())
+def opm_weight_grad_op(g: Tensor, scale: Tensor, x: Tensor, c: int, scale_g: bool, sum_g: bool) -> tuple[Tensor, Tensor]:
+    """The Outer Product Mean backward's out_proj weight gradient of a block of rows
+    (`ops.outer_product_mean.outer_product_weight_grad`)."""
+    from .ops.outer_product_mean import outer_product_weight_grad
+
+    return outer_product_weight_grad(g, scale, x, c, scale_g, sum_g)
+
+
+@opm_weight_grad_op.register_fake
+def _(g, scale, x, c, scale_g, sum_g):
+    R = g.shape[-1]
+    return g.new_empty((R, c * c), dtype=torch.float32), g.new_empty((R if sum_g else 0,), dtype=torch.float32)
 
 
 @torch.library.custom_op("evofuse::opm_outer_product_grad", mutates_args=())

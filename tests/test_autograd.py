@@ -165,11 +165,14 @@ def test_gradients_of_weights_only():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
-@pytest.mark.parametrize("op", ["opm", "att"])
+@pytest.mark.parametrize("op", ["opm", "opm-float16", "att"])
 def test_backward_is_deterministic(op):
     if op == "opm":
         mod = opm_module(12, 5, 8, seed=7, normalization="af2").to(DEVICE)
         inputs = (torch.randn(2, 6, 11, 12, device=DEVICE), random_mask(2, 6, 11, "random", 2).to(DEVICE))
+    elif op == "opm-float16":  # the 16-bit kernels: dW summed over runs of pairs in a fixed order
+        mod = opm_module(24, 6, 16, seed=7, normalization="af2").to(DEVICE).half()
+        inputs = (torch.randn(2, 6, 11, 24, device=DEVICE).half(), random_mask(2, 6, 11, "random", 2).to(DEVICE))
     else:
         mod = att_module(16, 4, 2, seed=5).to(DEVICE)
         inputs = (torch.randn(1, 5, 9, 16, device=DEVICE), torch.randn(1, 9, 9, 4, device=DEVICE), None)

@@ -11,6 +11,7 @@ from evofuse._library import (
     msa_row_attention_train_op,
     opm_outer_product_grad_op,
     opm_outer_products_op,
+    opm_weight_grad_op,
     outer_product_mean_op,
 )
 
@@ -68,6 +69,10 @@ def test_opcheck_backward_ops():
     grad = torch.randn(1, 5, 9, 6, generator=g).to(DEVICE).half()
     w = torch.randn(6, 16 * 16, generator=g).to(DEVICE).half()
     torch.library.opcheck(opm_outer_product_grad_op, (grad, scale, w, 16), test_utils=("test_schema", "test_faketensor"))
+    x = torch.randn(1, 5 * 16, 9 * 16, generator=g).to(DEVICE).half()
+    for flags in ((True, True), (False, False)):
+        torch.library.opcheck(opm_weight_grad_op, (grad, scale, x, 16, *flags),
+                              test_utils=("test_schema", "test_faketensor"))
     x = torch.randn(1, 2, 5, 16, generator=g).to(DEVICE).half()
     ln = [torch.ones(16, device=DEVICE).half(), torch.zeros(16, device=DEVICE).half()]
     ws = [torch.randn(k, 16, generator=g).to(DEVICE).half() for k in (8, 8)]
@@ -154,7 +159,7 @@ def test_eager_backward_calls_the_kernels_directly(monkeypatch):
         raise AssertionError("a backward custom op was dispatched in eager mode")
 
     for name in ("ln_project_op", "layer_norm_backward_op", "opm_outer_products_op", "opm_outer_product_grad_op",
-                 "msa_row_attention_core_backward_op"):
+                 "opm_weight_grad_op", "msa_row_attention_core_backward_op"):
         monkeypatch.setattr(lib, name, refuse)
     model = Trunk().to(DEVICE).half()
     msa = torch.randn(1, 3, 7, 16, device=DEVICE).half().requires_grad_(True)

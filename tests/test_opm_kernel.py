@@ -246,9 +246,10 @@ def test_small_problems_take_one_launch(monkeypatch):
 @pytest.mark.parametrize("c, n, N, S", [(8, 5, 9, 3), (16, 3, 17, 20), (32, 1, 5, 1)])
 def test_backward_kernels_against_float64(c, n, N, S):
     """The backward's kernels: the normalized outer products of a block of rows (per-pair scale, here
-    broadcast over j as the seed normalization's) and dX from a sliced output gradient (strided) with
-    the scale applied on chip, against float64 einsums."""
-    from evofuse.ops.outer_product_mean import outer_product_grad, outer_products
+    broadcast over j as the seed normalization's), dX from a sliced output gradient (strided) with the
+    scale applied on chip, and out_proj's weight gradient from normalized or plain outer products
+    (the scale then on the gradient's side, with af2's bias gradient), against float64 einsums."""
+    from evofuse.ops.outer_product_mean import outer_product_grad, outer_product_weight_grad, outer_products
 
     g = torch.Generator().manual_seed(c + n)
     a = torch.randn(2, S, N, c, generator=g).half().to(DEVICE)
@@ -256,8 +257,8 @@ def test_backward_kernels_against_float64(c, n, N, S):
     scale = torch.rand(2, N, 1, generator=g).expand(2, N, N).to(DEVICE)  # stride 0 over j
     i0 = N - n
     x = outer_products(a[:, :, i0:], b, scale[:, i0:])
-    exact = torch.einsum("bsip,bsjq,bij->bijpq", a[:, :, i0:].double(), b.double(), scale[:, i0:].double())
-    torch.testing.assert_close(x.double(), exact.reshape(2, n, N, c * c), rtol=2e-3, atol=2e-3)
+    exact = torch.einsum("bsip,bsjq,bij->bipjq", a[:, :, i0:].double(), b.double(), scale[:, i0:].double())
+    torch.testing.assert_close(x.double(), exact.reshape(2, n * c, N * c), rtol=2e-3, atol=2e-3)
     R = 6
     grad = torch.randn(2, N, N, R + 2, generator=g).half().to(DEVICE)[:, i0:, :, 1:R + 1]  # strided
     w = torch.randn(R, c * c, generator=g).half().to(DEVICE)
@@ -265,3 +266,13 @@ def test_backward_kernels_against_float64(c, n, N, S):
     gs = (grad.float() * scale[:, i0:, :, None]).half().double()  # rounded to 16 bits as the kernel does
     exact = torch.einsum("bijr,rpq->bipjq", gs, w.double().view(R, c, c)).reshape(2, n * c, N * c)
     torch.testing.assert_close(dx.double(), exact, rtol=2e-3, atol=2e-3)
+    dw, g_sum = outer_product_weight_grad(grad, scale[:, i0:], x, c, False, False)
+    exact = torch.einsum("bijr,bipjq->rpq", grad.double(), x.double().view(2, n, c, N, c)).reshape(R, c * c)
+    torch.testing.assert_close(dw.double(), exact, rtol=1e-4, atol=1e-4 * exact.abs().max().item())
+    assert g_sum.shape == (0,)
+    plain = torch.einsum("bsip,bsjq->bipjq", a[:, :, i0:].float(), b.float()).reshape(2, n * c, N * c).half()
+    dw, g_sum = outer_product_weight_grad(grad, scale[:, i0:], plain, c, True, True)
+    exact = torch.einsum("bijr,bipjq->rpq", gs, plain.double().view(2, n, c, N, c)).reshape(R, c * c)
+    torch.testing.assert_close(dw.double(), exact, rtol=1e-4, atol=1e-4 * exact.abs().max().item())
+    exact = torch.einsum("bijr,bij->r", grad.double(), scale[:, i0:].double())
+    torch.testing.assert_close(g_sum.double(), exact, rtol=1e-5, atol=1e-5)

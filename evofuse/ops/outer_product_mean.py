@@ -66,7 +66,8 @@ def _opm_kernel(
     wb_ptr,  # out_proj bias: (R,)
     a_lo_ptr, b_lo_ptr, w_lo_ptr,  # SPLIT only: the low float16 halves, with a's, b's and w's strides
     inv_scale_ptr,  # SCALED only: one float32, 1 / (the power-of-two scales of a, b and w)
-    o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, NI, N, R), rows i of this launch
+    o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, NI, N, R), rows i of this launch; STORE_X:
+    # X (B, NI*C, N*C), stride_oi its rows' and stride_oj its columns' (stride_or unused)
     p_ptr, stride_pb, stride_pi, stride_pj, stride_pr,  # ACCUMULATE: float32 partial sums (B, NI, N, R) to add;
     # STORE_X: the normalization's per-pair scale (B, NI, N) float32 (stride_pr unused)
     S, NI, N, R,  # NI: rows i in this launch (a, mi and out start at its first row), N: columns j
@@ -85,7 +86,7 @@ def _opm_kernel(
     SCALED: tl.constexpr,  # float32 inputs: a, b, w arrive scaled by powers of two (float16 range)
     ACCUMULATE: tl.constexpr,  # add the partial sums at p_ptr (hidden_dim 64 runs as four 32-wide parts)
     ADD_BIAS: tl.constexpr,  # add out_proj's bias (the last part only)
-    STORE_X: tl.constexpr,  # the backward's: store the scaled outer products X (B, NI, N, C*C) at o_ptr, no epilogue
+    STORE_X: tl.constexpr,  # the backward's: store the scaled outer products X (B, NI*C, N*C) at o_ptr, no epilogue
 ):
     BLOCK_I: tl.constexpr = TILE_ROWS // C
     BLOCK_J: tl.constexpr = BLOCK_I * COLS_FACTOR
@@ -113,7 +114,7 @@ def _opm_kernel(
     count_i, norm = _other_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, offs_i, offs_j, NI, N, S, S_LO, S_HI,
                                 NORM, HAS_MASK, BLOCK_S)
 
-    if STORE_X:  # scale[i, j] X[i, j, p*C + q]: acc's row (i p), column (j q) stored in place, no rearrangement
+    if STORE_X:  # scale[i, j] X[(i p), (j q)]: acc as it is, in the layout of a plain product of a and b
         # 64-bit tile origins, 32-bit offsets inside the tile (a 64-bit offset tile costs 128 registers)
         x_ok = (row_i < NI)[:, None] & (col_j < N)[None, :]
         tile_i = (blk_i * BLOCK_I).to(tl.int64)
@@ -122,10 +123,9 @@ def _opm_kernel(
         lj = cols // C  # [BLOCK_J*C]
         sc = tl.load(p_ptr + pid_b * stride_pb + tile_i * stride_pi + tile_j * stride_pj
                      + (li * stride_pi)[:, None] + (lj * stride_pj)[None, :], mask=x_ok, other=0.0)  # [BLOCK_I*C, BLOCK_J*C]
-        x_off = (li * stride_oi + (rows % C) * C * stride_or)[:, None] \
-            + (lj * stride_oj + (cols % C) * stride_or)[None, :]  # [BLOCK_I*C, BLOCK_J*C]
-        tl.store(o_ptr + pid_b * stride_ob + tile_i * stride_oi + tile_j * stride_oj + x_off,
-                 (acc * sc).to(o_ptr.dtype.element_ty), mask=x_ok)
+        tl.store(o_ptr + pid_b * stride_ob + tile_i * C * stride_oi + tile_j * C * stride_oj
+                 + (rows * stride_oi)[:, None] + (cols * stride_oj)[None, :],
+                 (acc * sc).to(o_ptr.dtype.element_ty), mask=x_ok)  # [BLOCK_I*C, BLOCK_J*C]
     else:
         pair = tl.arange(0, BLOCK_I * BLOCK_J)
         out_i = blk_i * BLOCK_I + pair // BLOCK_J
@@ -426,6 +426,83 @@ def _opm_dx_kernel(
     d_off = (i.to(tl.int64) * C * stride_dr + j.to(tl.int64) * C * stride_dc)[:, None] \
         + (p * stride_dr + q * stride_dc)[None, :]  # [BLOCK_I*BLOCK_J, BLOCK_K]
     tl.store(dx_ptr + pid_b * stride_db + d_off, acc.to(dx_ptr.dtype.element_ty), mask=pair_ok[:, None])
+
+
+@triton.jit
+def _scaled_grad_rows(g_ptr, stride_gb, stride_gi, stride_gj, stride_gr, sc_ptr, stride_scb, stride_sci, stride_scj,
+                      t, t_ok, offs_r, r_ok, NI, N, SCALE_G: tl.constexpr, SUM_G: tl.constexpr):
+    """The output gradient's rows of pairs t = (b, i, j) flattened, columns offs_r: [BLOCK_P, BLOCK_R]
+    16-bit, and the normalization's scale of each pair [BLOCK_P] (1 unless SCALE_G or SUM_G)."""
+    t64 = t.to(tl.int64)
+    b = t64 // (NI * N)
+    i = (t64 // N) % NI
+    j = t64 % N
+    g = tl.load(g_ptr + (b * stride_gb + i * stride_gi + j * stride_gj)[:, None] + (offs_r * stride_gr)[None, :],
+                mask=t_ok[:, None] & r_ok[None, :], other=0.0)  # [BLOCK_P, BLOCK_R]
+    sc = tl.full(t.shape, 1.0, tl.float32)
+    if SCALE_G or SUM_G:
+        sc = tl.load(sc_ptr + b * stride_scb + i * stride_sci + j * stride_scj, mask=t_ok, other=0.0)  # [BLOCK_P]
+    return g, sc
+
+
+@triton.jit
+def _opm_dw_kernel(
+    g_ptr, stride_gb, stride_gi, stride_gj, stride_gr,  # the output gradient: (B, NI, N, R) 16-bit
+    sc_ptr, stride_scb, stride_sci, stride_scj,  # the normalization's per-pair scale: (B, NI, N) float32
+    x_ptr, stride_xb, stride_xr, stride_xc,  # the outer products X: (B, NI*C, N*C), row (i p), column (j q)
+    ws_ptr, stride_wss, stride_wsr,  # out: partial sums (splits, R, C*C) float32, column stride 1
+    gs_ptr, stride_gss,  # SUM_G: out: partial column sums of scale * g, (splits, R) float32
+    NI, N, R, PAIRS,  # PAIRS = B*NI*N
+    C: tl.constexpr,
+    SCALE_G: tl.constexpr,  # dW = sum_(i j) (scale g)[i, j] (x) X[i, j] (X unnormalized); else X is normalized
+    SUM_G: tl.constexpr,  # also sum_(i j) scale[i, j] g[i, j] (af2's bias gradient)
+    BLOCK_R: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # columns (p q) of the weight gradient a program
+    BLOCK_P: tl.constexpr,  # (i, j) pairs a step: the product's K
+):
+    """out_proj's weight gradient dW[r, (p q)] = sum over pairs (b, i, j) of Gs[b, i, j, r] X[b, i, j, (p q)],
+    Gs = 16-bit(scale g) (SCALE_G) or g, for a block of rows r and columns (p q) over this program's
+    split of the pairs (program_id(1) of num_programs(1) equal runs of whole steps, in order): its
+    partial sum, to be summed over the splits in a fixed order (no atomics, bit-reproducible). X is read
+    in the layout of a plain product a^T b, each pair's (p q) block gathered from C rows of C columns;
+    the gradient's rows go a step ahead by hand (they are scaled in registers before the product, and
+    only loads that feed a product straight are prefetched by Triton's pipeliner)."""
+    n_k: tl.constexpr = C * C // BLOCK_K
+    blk_k = tl.program_id(0) % n_k
+    blk_r = tl.program_id(0) // n_k
+    split = tl.program_id(1)
+    per = tl.cdiv(tl.cdiv(PAIRS, tl.num_programs(1)), BLOCK_P) * BLOCK_P
+    lo = split * per
+    hi = tl.minimum(lo + per, PAIRS)
+    offs_r = blk_r * BLOCK_R + tl.arange(0, BLOCK_R)  # [BLOCK_R]
+    r_ok = offs_r < R
+    offs_k = blk_k * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]
+    x_cols = (offs_k // C) * stride_xr + (offs_k % C) * stride_xc  # [BLOCK_K]: (p q) inside a pair's block
+    acc = tl.zeros((BLOCK_K, BLOCK_R), dtype=tl.float32)
+    g_sum = tl.zeros((BLOCK_R,), dtype=tl.float32)
+    t = lo + tl.arange(0, BLOCK_P)  # [BLOCK_P]
+    g, sc = _scaled_grad_rows(g_ptr, stride_gb, stride_gi, stride_gj, stride_gr, sc_ptr, stride_scb, stride_sci,
+                              stride_scj, t, t < hi, offs_r, r_ok, NI, N, SCALE_G, SUM_G)
+    for t0 in range(lo, hi, BLOCK_P):
+        t = t0 + tl.arange(0, BLOCK_P)
+        t_ok = t < hi
+        t64 = t.to(tl.int64)
+        x_rows = (t64 // (NI * N)) * stride_xb + ((t64 // N) % NI) * C * stride_xr + (t64 % N) * C * stride_xc
+        x_t = tl.load(x_ptr + x_rows[:, None] + x_cols[None, :], mask=t_ok[:, None], other=0.0)  # [BLOCK_P, BLOCK_K]
+        if SUM_G:
+            g_sum += tl.sum(g.to(tl.float32) * sc[:, None], axis=0)
+        if SCALE_G:
+            gs = (g.to(tl.float32) * sc[:, None]).to(x_ptr.dtype.element_ty)  # [BLOCK_P, BLOCK_R]
+        else:
+            gs = g.to(x_ptr.dtype.element_ty)
+        t_next = t + BLOCK_P
+        g, sc = _scaled_grad_rows(g_ptr, stride_gb, stride_gi, stride_gj, stride_gr, sc_ptr, stride_scb, stride_sci,
+                                  stride_scj, t_next, t_next < hi, offs_r, r_ok, NI, N, SCALE_G, SUM_G)
+        acc = tl.dot(tl.trans(x_t), gs, acc)  # [BLOCK_K, BLOCK_R]
+    tl.store(ws_ptr + split * stride_wss + offs_r[None, :] * stride_wsr + offs_k[:, None], acc, mask=r_ok[None, :])
+    if SUM_G:
+        if blk_k == 0:
+            tl.store(gs_ptr + split * stride_gss + offs_r, g_sum, mask=r_ok)
 
 
 @triton.jit
@@ -839,15 +916,16 @@ def backward_fused(dtype: torch.dtype, c: int) -> bool:
 
 
 def outer_products(a_rows: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """X[b, i, j, p*c + q] = scale[b, i, j] sum_s a_rows[b, s, i, p] b[b, s, j, q] (16-bit, float32 sums):
-    (B, n, N, c*c), the normalized outer products of a block of rows i, laid out for out_proj's weight
-    gradient. a_rows and b are the masked projections (channel stride 1), scale (B, n, N) float32 (any
-    strides) the normalization's per-pair factor."""
+    """X[b, (i p), (j q)] = scale[b, i, j] sum_s a_rows[b, s, i, p] b[b, s, j, q] (16-bit, float32 sums):
+    (B, n*c, N*c), the normalized outer products of a block of rows i in the layout of a plain product
+    a_rows^T b. a_rows and b are the masked projections (channel stride 1), scale (B, n, N) float32 (any
+    strides) the normalization's per-pair factor. For float16, whose range the unnormalized sums can
+    pass; bfloat16 takes cuBLAS's product and the scale on the gradient's side (`outer_product_weight_grad`)."""
     B, S, n, c = a_rows.shape
     N = b.shape[2]
-    x = empty(B, n, N, c * c, dtype=a_rows.dtype, device=a_rows.device)
+    x = empty(B, n * c, N * c, dtype=a_rows.dtype, device=a_rows.device)
     args = (a_rows, *a_rows.stride()[:3], b, *b.stride()[:3], a_rows, 0, 0, 0, a_rows, b, 0, 0, b, b, b, b, b,
-            x, *x.stride(), scale, *scale.stride(), 0, S, n, N, 1, 0, S, bucket(S), bucket(N))
+            x, *x.stride(), 0, scale, *scale.stride(), 0, S, n, N, 1, 0, S, bucket(S), bucket(N))
     consts = {"C": c, "NORM": 0, "HAS_MASK": False, "EPS": AF2_EPS, "SPLIT": False, "SCALED": False,
               "ACCUMULATE": False, "ADD_BIAS": False, "STORE_X": True}
 
@@ -896,3 +974,55 @@ def outer_product_grad(g: torch.Tensor, scale: torch.Tensor, weight: torch.Tenso
     interpret = {"BLOCK_I": 4, "BLOCK_J": 4, "BLOCK_K": min(64, c * c), "BLOCK_R": 16}
     launch(_opm_dx_kernel, _tuned_dx, _dx_configs, _dx_prune, grid, args, {"C": c}, interpret)
     return dx
+
+
+def _dw_configs() -> list[triton.Config]:
+    """Tiles of out_proj's rows r x columns (p q) x pairs a step for `_opm_dw_kernel`; the first that
+    survives is the default."""
+    return [triton.Config({"BLOCK_R": br, "BLOCK_K": bk, "BLOCK_P": bp}, num_warps=w, num_stages=st)
+            for br, bk, bp, w, st in ((128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 128, 8, 3),
+                                      (128, 256, 64, 8, 3), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4))]
+
+
+def _dw_prune(configs, named_args, **kwargs):
+    """Column blocks no wider than c*c (c = 8 has 64 columns)."""
+    cc = kwargs["C"] * kwargs["C"]
+    return [cfg for cfg in configs if cfg.kwargs["BLOCK_K"] <= cc] or [
+        triton.Config(dict(configs[0].kwargs, BLOCK_K=cc), num_warps=4, num_stages=3)]
+
+
+@functools.lru_cache(maxsize=None)
+def _tuned_dw():
+    """`_opm_dw_kernel` autotuned on c and the output width (GPU only)."""
+    return triton.autotune(configs=_dw_configs(), key=["C", "R"],
+                           prune_configs_by={"early_config_prune": _dw_prune})(_opm_dw_kernel)
+
+
+def _dw_splits(device: torch.device) -> int:
+    """Runs of pairs `_opm_dw_kernel` sums apart: a quarter of the multiprocessors (each split takes
+    4-8 programs of the usual tiles), 3 in the interpreter; fixed for a device, so the sums' order is."""
+    return 3 if interpreting() else cdiv(multiprocessors(device), 4)
+
+
+def outer_product_weight_grad(g: torch.Tensor, scale: torch.Tensor, x: torch.Tensor, c: int, scale_g: bool,
+                              sum_g: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """out_proj's weight gradient from a block of rows i: dW[r, p*c + q] = sum_(b, i, j) gs[b, i, j, r]
+    x[b, i*c + p, j*c + q], (R, c*c) float32, with gs = 16-bit(g * scale[..., None]) if `scale_g` (x the
+    unnormalized outer products, cuBLAS's a_rows^T b) else g (x normalized, `outer_products`); and with
+    `sum_g` sum_(b, i, j) scale[b, i, j] g[b, i, j] (R,) float32 (af2's bias gradient), else an empty
+    tensor. g (B, n, N, R) 16-bit and scale (B, n, N) float32 take any strides, x (B, n*c, N*c) g's
+    dtype. Partial sums over fixed runs of pairs are added in a fixed order: bit-reproducible."""
+    B, n, N, R = g.shape
+    splits = _dw_splits(g.device)
+    ws = empty(splits, R, c * c, dtype=torch.float32, device=g.device)
+    g_sums = empty(splits, R if sum_g else 0, dtype=torch.float32, device=g.device)
+    args = (g, *g.stride(), scale, *scale.stride(), x, *x.stride(), ws, ws.stride(0), ws.stride(1), g_sums,
+            g_sums.stride(0), n, N, R, B * n * N)
+
+    def grid(meta):
+        return (cdiv(R, meta["BLOCK_R"]) * (c * c // meta["BLOCK_K"]), splits)
+
+    interpret = {"BLOCK_R": 16, "BLOCK_K": min(64, c * c), "BLOCK_P": 16}
+    launch(_opm_dw_kernel, _tuned_dw, _dw_configs, _dw_prune, grid, args,
+           {"C": c, "SCALE_G": scale_g, "SUM_G": sum_g}, interpret)
+    return ws.sum(0), g_sums.sum(0)
