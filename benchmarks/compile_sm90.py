@@ -123,12 +123,12 @@ def launches():
                cfg.num_stages)
         cfg = opm._dx_prune(opm._dx_configs(), {}, C=C)[0]
         yield (f"opm backward dX bf16 c={C}", opm._opm_dx_kernel,
-               {n: "*bf16" for n in ("g_ptr", "w_ptr", "dx_ptr")} | {"sc_ptr": "*fp32"},
-               dict(C=C) | cfg.kwargs, cfg.num_warps, cfg.num_stages)
+               {n: "*bf16" for n in ("g_ptr", "w_ptr", "dx_ptr", "gs_ptr")} | {"sc_ptr": "*fp32"},
+               dict(C=C, STORE_GS=C == 32) | cfg.kwargs, cfg.num_warps, cfg.num_stages)
         for cfg in opm._dw_prune(opm._dw_configs(), {}, C=C):
             yield (f"opm backward dW bf16 c={C} {cfg.kwargs}", opm._opm_dw_kernel,
-                   {n: "*bf16" for n in ("g_ptr", "x_ptr")} | {n: "*fp32" for n in ("sc_ptr", "ws_ptr", "gs_ptr")},
-                   dict(C=C, SCALE_G=True, SUM_G=C == 16) | cfg.kwargs, cfg.num_warps, cfg.num_stages)
+                   {n: "*bf16" for n in ("g_ptr", "x_ptr")} | {n: "*fp32" for n in ("ws_ptr", "gsum_ptr")},
+                   dict(C=C, SUM_G=C == 16) | cfg.kwargs, cfg.num_warps, cfg.num_stages)
     for dt, out in (("bf16", "*bf16"), ("fp32", "*fp32")):
         ptrs = {n: f"*{dt}" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "wa_ptr", "ba_ptr", "wb_ptr", "bb_ptr", "w_ptr",
                                       "wbias_ptr")} | {"m_ptr": "*fp32", "o_ptr": out}

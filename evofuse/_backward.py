@@ -43,8 +43,12 @@ def _kernel_set(direct: bool) -> SimpleNamespace:
             attention_core_backward=attention_core_backward)
     from . import _library as lib
 
+    def outer_product_grad(g, scale, weight, c, store_gs):
+        dx, gs = lib.opm_outer_product_grad_op(g, scale, weight, c, store_gs)
+        return dx, gs if store_gs else None
+
     return SimpleNamespace(ln_project=lib.ln_project_op, layer_norm_backward=lib.layer_norm_backward_op,
-                           outer_products=lib.opm_outer_products_op, outer_product_grad=lib.opm_outer_product_grad_op,
+                           outer_products=lib.opm_outer_products_op, outer_product_grad=outer_product_grad,
                            outer_product_weight_grad=lib.opm_weight_grad_op,
                            attention_core_backward=lib.msa_row_attention_core_backward_op)
 
@@ -122,47 +126,46 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
         dwb = torch.zeros(R, dtype=torch.float32, device=msa.device)
     scale = pair_scale(mask, B, S, N, normalization, msa.device)  # (B, N, N), once for every block
     fused = backward_fused(dtype, c)  # 16-bit: X and dX from Triton kernels in cuBLAS's layouts
+    sum_g = dwb is not None and normalization == "af2"  # the bias gradient sum_ij scale[i, j] G[i, j]
     rows = max(1, BLOCK_BYTES // max(1, B * N * c * c * ad.element_size()))
     with ieee_fp32_matmul():
         for i0 in range(0, N, rows):
             n = min(rows, N - i0)
             a_rows = ad[:, :, i0:i0 + n].reshape(B, S, n * c)  # (B, S, (i p))
             g_rows, scale_rows = grad_out[:, i0:i0 + n], scale[:, i0:i0 + n]  # (B, n, N, R), (B, n, N)
-            if fused:  # the scale inside the kernels: Gs W, and dW from X[(i p), (j q)] (no rearranging copy)
-                sum_g = dwb is not None and normalization == "af2"  # sum_ij scale[i, j] G[i, j]
+            if fused:  # Triton kernels for dX and dW (no rearranging copy), the scale applied on chip
+                bf16 = dtype == torch.bfloat16
+                gs = g_sum = None
+                if da is not None or db is not None:  # bf16's dW takes Gs from the dX kernel
+                    dx, gs = kernels.outer_product_grad(g_rows, scale_rows, w, c, dw is not None and bf16)
+                    _input_grads(da, db, a_rows, b_flat, dx, i0, n)
+                    del dx  # before the block's outer products
                 if dw is not None:
-                    if dtype == torch.bfloat16:  # cuBLAS's product; the kernel scales G instead
+                    if bf16:  # cuBLAS's plain outer products; the scale on the gradient's side
                         x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
+                        gs = (g_rows * scale_rows[..., None]).to(dtype) if gs is None else gs
+                        dw_rows, g_sum = kernels.outer_product_weight_grad(gs, x, c, sum_g)
                     else:  # float16: normalized by the kernel (the plain sums can pass float16's range)
                         x = kernels.outer_products(ad[:, :, i0:i0 + n], bd, scale_rows)
-                    dw_rows, g_sum = kernels.outer_product_weight_grad(g_rows, scale_rows, x, c,
-                                                                       dtype == torch.bfloat16, sum_g)
-                    del x
+                        dw_rows, _ = kernels.outer_product_weight_grad(g_rows, x, c, False)
+                    del x, gs
                     dw += dw_rows
-                    if sum_g:
-                        dwb += g_sum
-                elif sum_g:
-                    dwb += (g_rows * scale_rows[..., None]).sum((0, 1, 2), dtype=torch.float32)
-                if da is None and db is None:
-                    continue
-                dx = kernels.outer_product_grad(g_rows, scale_rows, w, c)  # ((b i p), (j q)) from the kernel
-            else:
-                gs = (g_rows * scale_rows[..., None]).to(dtype)  # (B, n, N, R)
-                if dwb is not None and normalization == "af2":
-                    dwb += gs.sum((0, 1, 2), dtype=torch.float32)
-                if dw is not None:
-                    x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
-                    x = x.view(B, n, c, N, c).transpose(2, 3).reshape(B * n * N, c * c)  # ((b i j), (p q))
-                    add_product(dw, gs.reshape(-1, R).t(), x)
-                    del x
-                if da is None and db is None:
-                    continue
+                if sum_g:
+                    dwb += g_sum if g_sum is not None else (g_rows * scale_rows[..., None]).sum((0, 1, 2),
+                                                                                                dtype=torch.float32)
+                continue
+            gs = (g_rows * scale_rows[..., None]).to(dtype)  # (B, n, N, R)
+            if sum_g:
+                dwb += gs.sum((0, 1, 2), dtype=torch.float32)
+            if dw is not None:
+                x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
+                x = x.view(B, n, c, N, c).transpose(2, 3).reshape(B * n * N, c * c)  # ((b i j), (p q))
+                add_product(dw, gs.reshape(-1, R).t(), x)
+                del x
+            if da is not None or db is not None:
                 dx = (gs.reshape(-1, R) @ w).view(B, n, N, c, c).transpose(2, 3).reshape(B, n * c, N * c)
-            if da is not None:  # da[s, (i p)] = sum_(j q) dX[(i p), (j q)] b[s, (j q)], written in place
-                torch.bmm(b_flat, dx.transpose(1, 2), out=da[:, :, i0:i0 + n].view(B, S, n * c))
-            if db is not None:
-                add_product(db, a_rows, dx)
-            del dx  # before the next block's outer products
+                _input_grads(da, db, a_rows, b_flat, dx, i0, n)
+                del dx
     db = None if db is None else db.view(B, S, N, c).to(dtype)
     if by_hand:
         proj_grads = [None] * 7
@@ -177,6 +180,17 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
         grads += [_grad(lf, p, n) for lf, p, n in zip(proj, params[:6], needs[2:8])]
     grads += [None if dw is None else dw.to(params[6].dtype), None if dwb is None else dwb.to(params[7].dtype)]
     return tuple(grads)
+
+
+def _input_grads(da, db, a_rows, b_flat, dx, i0, n):
+    """Rows i0..i0+n's share of the projections' gradients from their dX (B, (i p), (j q)): da[s, (i p)] =
+    sum_(j q) dX[(i p), (j q)] b[s, (j q)], written in place into da (B, S, N, c); db (B, S, N*c) float32
+    += a_rows dX."""
+    B, S, nc = a_rows.shape
+    if da is not None:
+        torch.bmm(b_flat, dx.transpose(1, 2), out=da[:, :, i0:i0 + n].view(B, S, nc))
+    if db is not None:
+        add_product(db, a_rows, dx)
 
 
 def _ln_linear_grads(dy, x, xn, mean, rstd, params, need_x, needs):

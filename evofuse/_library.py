@@ -152,33 +152,35 @@ def _(a_rows, b, scale):
     return a_rows.new_empty((B, n * c, b.shape[2] * c))
 
 
+@torch.library.custom_op("evofuse::opm_outer_product_grad", mutates_args=())
+def opm_outer_product_grad_op(g: Tensor, scale: Tensor, weight: Tensor, c: int, store_gs: bool) -> tuple[Tensor, Tensor]:
+    """The Outer Product Mean backward's dX and, with `store_gs`, the normalized output gradient (else an
+    empty tensor) (`ops.outer_product_mean.outer_product_grad`)."""
+    from .ops.outer_product_mean import outer_product_grad
+
+    dx, gs = outer_product_grad(g, scale, weight, c, store_gs)
+    return dx, g.new_empty(0) if gs is None else gs
+
+
+@opm_outer_product_grad_op.register_fake
+def _(g, scale, weight, c, store_gs):
+    B, n, N, R = g.shape
+    return g.new_empty((B, n * c, N * c)), g.new_empty((B, n, N, R) if store_gs else (0,))
+
+
 @torch.library.custom_op("evofuse::opm_weight_grad", mutates_args=())
-def opm_weight_grad_op(g: Tensor, scale: Tensor, x: Tensor, c: int, scale_g: bool, sum_g: bool) -> tuple[Tensor, Tensor]:
+def opm_weight_grad_op(g: Tensor, x: Tensor, c: int, sum_g: bool) -> tuple[Tensor, Tensor]:
     """The Outer Product Mean backward's out_proj weight gradient of a block of rows
     (`ops.outer_product_mean.outer_product_weight_grad`)."""
     from .ops.outer_product_mean import outer_product_weight_grad
 
-    return outer_product_weight_grad(g, scale, x, c, scale_g, sum_g)
+    return outer_product_weight_grad(g, x, c, sum_g)
 
 
 @opm_weight_grad_op.register_fake
-def _(g, scale, x, c, scale_g, sum_g):
+def _(g, x, c, sum_g):
     R = g.shape[-1]
     return g.new_empty((R, c * c), dtype=torch.float32), g.new_empty((R if sum_g else 0,), dtype=torch.float32)
-
-
-@torch.library.custom_op("evofuse::opm_outer_product_grad", mutates_args=())
-def opm_outer_product_grad_op(g: Tensor, scale: Tensor, weight: Tensor, c: int) -> Tensor:
-    """The Outer Product Mean backward's dX (`ops.outer_product_mean.outer_product_grad`)."""
-    from .ops.outer_product_mean import outer_product_grad
-
-    return outer_product_grad(g, scale, weight, c)
-
-
-@opm_outer_product_grad_op.register_fake
-def _(g, scale, weight, c):
-    B, n, N, _ = g.shape
-    return g.new_empty((B, n * c, N * c))
 
 
 @torch.library.custom_op("evofuse::layer_norm_backward", mutates_args=())

@@ -246,9 +246,10 @@ def test_small_problems_take_one_launch(monkeypatch):
 @pytest.mark.parametrize("c, n, N, S", [(8, 5, 9, 3), (16, 3, 17, 20), (32, 1, 5, 1)])
 def test_backward_kernels_against_float64(c, n, N, S):
     """The backward's kernels: the normalized outer products of a block of rows (per-pair scale, here
-    broadcast over j as the seed normalization's), dX from a sliced output gradient (strided) with the
-    scale applied on chip, and out_proj's weight gradient from normalized or plain outer products
-    (the scale then on the gradient's side, with af2's bias gradient), against float64 einsums."""
+    broadcast over j as the seed normalization's), dX and the normalized gradient Gs from a sliced
+    output gradient (strided) with the scale applied on chip, and out_proj's weight gradient from the
+    gradient and normalized outer products or from Gs and plain ones (with af2's bias gradient, Gs's
+    sum), against float64 einsums."""
     from evofuse.ops.outer_product_mean import outer_product_grad, outer_product_weight_grad, outer_products
 
     g = torch.Generator().manual_seed(c + n)
@@ -262,17 +263,18 @@ def test_backward_kernels_against_float64(c, n, N, S):
     R = 6
     grad = torch.randn(2, N, N, R + 2, generator=g).half().to(DEVICE)[:, i0:, :, 1:R + 1]  # strided
     w = torch.randn(R, c * c, generator=g).half().to(DEVICE)
-    dx = outer_product_grad(grad, scale[:, i0:], w, c)
-    gs = (grad.float() * scale[:, i0:, :, None]).half().double()  # rounded to 16 bits as the kernel does
-    exact = torch.einsum("bijr,rpq->bipjq", gs, w.double().view(R, c, c)).reshape(2, n * c, N * c)
+    dx, gs = outer_product_grad(grad, scale[:, i0:], w, c, True)
+    exact_gs = (grad.float() * scale[:, i0:, :, None]).half()  # rounded to 16 bits as the kernel does
+    torch.testing.assert_close(gs, exact_gs, rtol=0, atol=0)
+    exact = torch.einsum("bijr,rpq->bipjq", exact_gs.double(), w.double().view(R, c, c)).reshape(2, n * c, N * c)
     torch.testing.assert_close(dx.double(), exact, rtol=2e-3, atol=2e-3)
-    dw, g_sum = outer_product_weight_grad(grad, scale[:, i0:], x, c, False, False)
+    dw, g_sum = outer_product_weight_grad(grad, x, c, False)
     exact = torch.einsum("bijr,bipjq->rpq", grad.double(), x.double().view(2, n, c, N, c)).reshape(R, c * c)
     torch.testing.assert_close(dw.double(), exact, rtol=1e-4, atol=1e-4 * exact.abs().max().item())
     assert g_sum.shape == (0,)
     plain = torch.einsum("bsip,bsjq->bipjq", a[:, :, i0:].float(), b.float()).reshape(2, n * c, N * c).half()
-    dw, g_sum = outer_product_weight_grad(grad, scale[:, i0:], plain, c, True, True)
-    exact = torch.einsum("bijr,bipjq->rpq", gs, plain.double().view(2, n, c, N, c)).reshape(R, c * c)
+    dw, g_sum = outer_product_weight_grad(gs, plain, c, True)
+    exact = torch.einsum("bijr,bipjq->rpq", gs.double(), plain.double().view(2, n, c, N, c)).reshape(R, c * c)
     torch.testing.assert_close(dw.double(), exact, rtol=1e-4, atol=1e-4 * exact.abs().max().item())
-    exact = torch.einsum("bijr,bij->r", grad.double(), scale[:, i0:].double())
+    exact = gs.double().sum((0, 1, 2))
     torch.testing.assert_close(g_sum.double(), exact, rtol=1e-5, atol=1e-5)

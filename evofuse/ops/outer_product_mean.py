@@ -386,8 +386,10 @@ def _opm_dx_kernel(
     sc_ptr, stride_scb, stride_sci, stride_scj,  # the normalization's per-pair scale: (B, NI, N) float32
     w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C), same dtype
     dx_ptr, stride_db, stride_dr, stride_dc,  # out: dX (B, NI*C, N*C), row (i p), column (j q)
+    gs_ptr, stride_gsb, stride_gsi, stride_gsj,  # STORE_GS: out: Gs (B, NI, N, R), channel stride 1
     NI, N, R,
     C: tl.constexpr,
+    STORE_GS: tl.constexpr,  # also store Gs (the programs of the first block of columns (p q))
     BLOCK_I: tl.constexpr,
     BLOCK_J: tl.constexpr,
     BLOCK_K: tl.constexpr,  # columns (p q) of out_proj's weight a program
@@ -395,7 +397,8 @@ def _opm_dx_kernel(
 ):
     """The backward's dX[(i p), (j q)] = sum_r Gs[i, j, r] W[r, (p q)], Gs = 16-bit(scale[i, j] G[i, j, r]),
     for a tile of (i, j) pairs and a block of (p q), stored straight into the layout the products with
-    a and b take (cuBLAS then needs no rearranging copy)."""
+    a and b take (cuBLAS then needs no rearranging copy); with STORE_GS, Gs too (the weight gradient's
+    operand)."""
     pid = tl.program_id(0)
     pid_b = tl.program_id(1).to(tl.int64)
     n_k: tl.constexpr = C * C // BLOCK_K
@@ -418,6 +421,10 @@ def _opm_dx_kernel(
         g = tl.load(g_base[:, None] + offs_r[None, :] * stride_gr, mask=pair_ok[:, None] & r_ok[None, :],
                     other=0.0)  # [BLOCK_I*BLOCK_J, BLOCK_R]
         g = (g.to(tl.float32) * sc[:, None]).to(w_ptr.dtype.element_ty)
+        if STORE_GS:
+            if blk_k == 0:
+                tl.store(gs_ptr + pid_b * stride_gsb + (i.to(tl.int64) * stride_gsi + j.to(tl.int64) * stride_gsj)[:, None]
+                         + offs_r[None, :], g, mask=pair_ok[:, None] & r_ok[None, :])
         w = tl.load(w_ptr + offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk, mask=r_ok[:, None],
                     other=0.0)  # [BLOCK_R, BLOCK_K]
         acc = tl.dot(g, w, acc)  # [BLOCK_I*BLOCK_J, BLOCK_K]
@@ -429,44 +436,24 @@ def _opm_dx_kernel(
 
 
 @triton.jit
-def _scaled_grad_rows(g_ptr, stride_gb, stride_gi, stride_gj, stride_gr, sc_ptr, stride_scb, stride_sci, stride_scj,
-                      t, t_ok, offs_r, r_ok, NI, N, SCALE_G: tl.constexpr, SUM_G: tl.constexpr):
-    """The output gradient's rows of pairs t = (b, i, j) flattened, columns offs_r: [BLOCK_P, BLOCK_R]
-    16-bit, and the normalization's scale of each pair [BLOCK_P] (1 unless SCALE_G or SUM_G)."""
-    t64 = t.to(tl.int64)
-    b = t64 // (NI * N)
-    i = (t64 // N) % NI
-    j = t64 % N
-    g = tl.load(g_ptr + (b * stride_gb + i * stride_gi + j * stride_gj)[:, None] + (offs_r * stride_gr)[None, :],
-                mask=t_ok[:, None] & r_ok[None, :], other=0.0)  # [BLOCK_P, BLOCK_R]
-    sc = tl.full(t.shape, 1.0, tl.float32)
-    if SCALE_G or SUM_G:
-        sc = tl.load(sc_ptr + b * stride_scb + i * stride_sci + j * stride_scj, mask=t_ok, other=0.0)  # [BLOCK_P]
-    return g, sc
-
-
-@triton.jit
 def _opm_dw_kernel(
-    g_ptr, stride_gb, stride_gi, stride_gj, stride_gr,  # the output gradient: (B, NI, N, R) 16-bit
-    sc_ptr, stride_scb, stride_sci, stride_scj,  # the normalization's per-pair scale: (B, NI, N) float32
-    x_ptr, stride_xb, stride_xr, stride_xc,  # the outer products X: (B, NI*C, N*C), row (i p), column (j q)
+    g_ptr, stride_gb, stride_gi, stride_gj, stride_gr,  # the output gradient's side: (B, NI, N, R) 16-bit
+    x_ptr, stride_xb, stride_xr, stride_xc,  # the outer products' side: (B, NI*C, N*C), row (i p), column (j q)
     ws_ptr, stride_wss, stride_wsr,  # out: partial sums (splits, R, C*C) float32, column stride 1
-    gs_ptr, stride_gss,  # SUM_G: out: partial column sums of scale * g, (splits, R) float32
+    gsum_ptr, stride_gss,  # SUM_G: out: partial column sums of g, (splits, R) float32
     NI, N, R, PAIRS,  # PAIRS = B*NI*N
     C: tl.constexpr,
-    SCALE_G: tl.constexpr,  # dW = sum_(i j) (scale g)[i, j] (x) X[i, j] (X unnormalized); else X is normalized
-    SUM_G: tl.constexpr,  # also sum_(i j) scale[i, j] g[i, j] (af2's bias gradient)
+    SUM_G: tl.constexpr,  # also sum_(b, i, j) g[b, i, j] (af2's bias gradient, g = Gs)
     BLOCK_R: tl.constexpr,
     BLOCK_K: tl.constexpr,  # columns (p q) of the weight gradient a program
-    BLOCK_P: tl.constexpr,  # (i, j) pairs a step: the product's K
+    BLOCK_P: tl.constexpr,  # (b, i, j) pairs a step: the product's K
 ):
-    """out_proj's weight gradient dW[r, (p q)] = sum over pairs (b, i, j) of Gs[b, i, j, r] X[b, i, j, (p q)],
-    Gs = 16-bit(scale g) (SCALE_G) or g, for a block of rows r and columns (p q) over this program's
-    split of the pairs (program_id(1) of num_programs(1) equal runs of whole steps, in order): its
-    partial sum, to be summed over the splits in a fixed order (no atomics, bit-reproducible). X is read
-    in the layout of a plain product a^T b, each pair's (p q) block gathered from C rows of C columns;
-    the gradient's rows go a step ahead by hand (they are scaled in registers before the product, and
-    only loads that feed a product straight are prefetched by Triton's pipeliner)."""
+    """out_proj's weight gradient dW[r, (p q)] = sum over pairs (b, i, j) of g[b, i, j, r] x[b, (i p), (j q)]
+    (the normalization's scale on one side: Gs and the plain outer products, or g and the normalized ones)
+    for a block of rows r and columns (p q), over this program's split of the pairs (program_id(1) of
+    num_programs(1) equal runs of whole steps, in order): its partial sum, summed over the splits in a
+    fixed order afterwards (no atomics, bit-reproducible). x is read in the layout of a plain product
+    a^T b, each pair's (p q) block gathered from C rows of C columns."""
     n_k: tl.constexpr = C * C // BLOCK_K
     blk_k = tl.program_id(0) % n_k
     blk_r = tl.program_id(0) // n_k
@@ -480,29 +467,24 @@ def _opm_dw_kernel(
     x_cols = (offs_k // C) * stride_xr + (offs_k % C) * stride_xc  # [BLOCK_K]: (p q) inside a pair's block
     acc = tl.zeros((BLOCK_K, BLOCK_R), dtype=tl.float32)
     g_sum = tl.zeros((BLOCK_R,), dtype=tl.float32)
-    t = lo + tl.arange(0, BLOCK_P)  # [BLOCK_P]
-    g, sc = _scaled_grad_rows(g_ptr, stride_gb, stride_gi, stride_gj, stride_gr, sc_ptr, stride_scb, stride_sci,
-                              stride_scj, t, t < hi, offs_r, r_ok, NI, N, SCALE_G, SUM_G)
     for t0 in range(lo, hi, BLOCK_P):
-        t = t0 + tl.arange(0, BLOCK_P)
+        t = t0 + tl.arange(0, BLOCK_P)  # [BLOCK_P]
         t_ok = t < hi
         t64 = t.to(tl.int64)
-        x_rows = (t64 // (NI * N)) * stride_xb + ((t64 // N) % NI) * C * stride_xr + (t64 % N) * C * stride_xc
-        x_t = tl.load(x_ptr + x_rows[:, None] + x_cols[None, :], mask=t_ok[:, None], other=0.0)  # [BLOCK_P, BLOCK_K]
+        b = t64 // (NI * N)
+        i = (t64 // N) % NI
+        j = t64 % N
+        x_t = tl.load(x_ptr + (b * stride_xb + i * C * stride_xr + j * C * stride_xc)[:, None] + x_cols[None, :],
+                      mask=t_ok[:, None], other=0.0)  # [BLOCK_P, BLOCK_K]
+        g = tl.load(g_ptr + (b * stride_gb + i * stride_gi + j * stride_gj)[:, None] + (offs_r * stride_gr)[None, :],
+                    mask=t_ok[:, None] & r_ok[None, :], other=0.0)  # [BLOCK_P, BLOCK_R]
+        acc = tl.dot(tl.trans(x_t), g, acc)  # [BLOCK_K, BLOCK_R]
         if SUM_G:
-            g_sum += tl.sum(g.to(tl.float32) * sc[:, None], axis=0)
-        if SCALE_G:
-            gs = (g.to(tl.float32) * sc[:, None]).to(x_ptr.dtype.element_ty)  # [BLOCK_P, BLOCK_R]
-        else:
-            gs = g.to(x_ptr.dtype.element_ty)
-        t_next = t + BLOCK_P
-        g, sc = _scaled_grad_rows(g_ptr, stride_gb, stride_gi, stride_gj, stride_gr, sc_ptr, stride_scb, stride_sci,
-                                  stride_scj, t_next, t_next < hi, offs_r, r_ok, NI, N, SCALE_G, SUM_G)
-        acc = tl.dot(tl.trans(x_t), gs, acc)  # [BLOCK_K, BLOCK_R]
+            g_sum += tl.sum(g.to(tl.float32), axis=0)
     tl.store(ws_ptr + split * stride_wss + offs_r[None, :] * stride_wsr + offs_k[:, None], acc, mask=r_ok[None, :])
     if SUM_G:
         if blk_k == 0:
-            tl.store(gs_ptr + split * stride_gss + offs_r, g_sum, mask=r_ok)
+            tl.store(gsum_ptr + split * stride_gss + offs_r, g_sum, mask=r_ok)
 
 
 @triton.jit
@@ -958,22 +940,24 @@ def _tuned_dx():
                            prune_configs_by={"early_config_prune": _dx_prune})(_opm_dx_kernel)
 
 
-def outer_product_grad(g: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor, c: int) -> torch.Tensor:
+def outer_product_grad(g: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor, c: int,
+                       store_gs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """dX[b, (i p), (j q)] = sum_r gs[b, i, j, r] weight[r, p*c + q], gs = (g * scale[..., None]) rounded to
     g's dtype: (B, n*c, N*c) in g's dtype, from the output gradient g (B, n, N, R) of a block of rows i
     (any strides), the normalization's per-pair scale (B, n, N) float32 (any strides) and out_proj's
-    weight (R, c*c)."""
+    weight (R, c*c); and with `store_gs` gs itself (B, n, N, R) contiguous, else None."""
     B, n, N, R = g.shape
     w = weight.to(g.dtype)
     dx = empty(B, n * c, N * c, dtype=g.dtype, device=g.device)
-    args = (g, *g.stride(), scale, *scale.stride(), w, *w.stride(), dx, *dx.stride(), n, N, R)
+    gs = empty(B, n, N, R, dtype=g.dtype, device=g.device) if store_gs else dx
+    args = (g, *g.stride(), scale, *scale.stride(), w, *w.stride(), dx, *dx.stride(), gs, *gs.stride()[:3], n, N, R)
 
     def grid(meta):
         return (cdiv(n, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"]) * (c * c // meta["BLOCK_K"]), B)
 
     interpret = {"BLOCK_I": 4, "BLOCK_J": 4, "BLOCK_K": min(64, c * c), "BLOCK_R": 16}
-    launch(_opm_dx_kernel, _tuned_dx, _dx_configs, _dx_prune, grid, args, {"C": c}, interpret)
-    return dx
+    launch(_opm_dx_kernel, _tuned_dx, _dx_configs, _dx_prune, grid, args, {"C": c, "STORE_GS": store_gs}, interpret)
+    return dx, gs if store_gs else None
 
 
 def _dw_configs() -> list[triton.Config]:
@@ -1004,25 +988,22 @@ def _dw_splits(device: torch.device) -> int:
     return 3 if interpreting() else cdiv(multiprocessors(device), 4)
 
 
-def outer_product_weight_grad(g: torch.Tensor, scale: torch.Tensor, x: torch.Tensor, c: int, scale_g: bool,
-                              sum_g: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """out_proj's weight gradient from a block of rows i: dW[r, p*c + q] = sum_(b, i, j) gs[b, i, j, r]
-    x[b, i*c + p, j*c + q], (R, c*c) float32, with gs = 16-bit(g * scale[..., None]) if `scale_g` (x the
-    unnormalized outer products, cuBLAS's a_rows^T b) else g (x normalized, `outer_products`); and with
-    `sum_g` sum_(b, i, j) scale[b, i, j] g[b, i, j] (R,) float32 (af2's bias gradient), else an empty
-    tensor. g (B, n, N, R) 16-bit and scale (B, n, N) float32 take any strides, x (B, n*c, N*c) g's
-    dtype. Partial sums over fixed runs of pairs are added in a fixed order: bit-reproducible."""
+def outer_product_weight_grad(g: torch.Tensor, x: torch.Tensor, c: int, sum_g: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """out_proj's weight gradient from a block of rows i: dW[r, p*c + q] = sum_(b, i, j) g[b, i, j, r]
+    x[b, i*c + p, j*c + q], (R, c*c) float32, the normalization's scale on one side (Gs and the plain
+    outer products, cuBLAS's a_rows^T b; or g and `outer_products`); with `sum_g` also sum_(b, i, j)
+    g[b, i, j] (R,) float32 (af2's bias gradient from Gs), else an empty tensor. g (B, n, N, R) 16-bit
+    (any strides), x (B, n*c, N*c) g's dtype. Partial sums over fixed runs of pairs are added in a fixed
+    order: bit-reproducible."""
     B, n, N, R = g.shape
     splits = _dw_splits(g.device)
     ws = empty(splits, R, c * c, dtype=torch.float32, device=g.device)
     g_sums = empty(splits, R if sum_g else 0, dtype=torch.float32, device=g.device)
-    args = (g, *g.stride(), scale, *scale.stride(), x, *x.stride(), ws, ws.stride(0), ws.stride(1), g_sums,
-            g_sums.stride(0), n, N, R, B * n * N)
+    args = (g, *g.stride(), x, *x.stride(), ws, ws.stride(0), ws.stride(1), g_sums, g_sums.stride(0), n, N, R, B * n * N)
 
     def grid(meta):
         return (cdiv(R, meta["BLOCK_R"]) * (c * c // meta["BLOCK_K"]), splits)
 
     interpret = {"BLOCK_R": 16, "BLOCK_K": min(64, c * c), "BLOCK_P": 16}
-    launch(_opm_dw_kernel, _tuned_dw, _dw_configs, _dw_prune, grid, args,
-           {"C": c, "SCALE_G": scale_g, "SUM_G": sum_g}, interpret)
+    launch(_opm_dw_kernel, _tuned_dw, _dw_configs, _dw_prune, grid, args, {"C": c, "SUM_G": sum_g}, interpret)
     return ws.sum(0), g_sums.sum(0)
