@@ -123,8 +123,7 @@ def launches():
                cfg.num_stages)
         cfg = opm._dx_prune(opm._dx_configs(), {}, C=C)[0]
         yield (f"opm backward dX bf16 c={C}", opm._opm_dx_kernel,
-               {n: "*bf16" for n in ("g_ptr", "w_ptr", "dx_ptr", "gs_ptr")} | {"sc_ptr": "*fp32"},
-               dict(C=C, STORE_GS=C == 32) | cfg.kwargs, cfg.num_warps, cfg.num_stages)
+               {n: "*bf16" for n in ("g_ptr", "w_ptr", "dx_ptr")}, dict(C=C) | cfg.kwargs, cfg.num_warps, cfg.num_stages)
         for cfg in opm._dw_prune(opm._dw_configs(), {}, C=C):
             yield (f"opm backward dW bf16 c={C} {cfg.kwargs}", opm._opm_dw_kernel,
                    {n: "*bf16" for n in ("g_ptr", "x_ptr")} | {n: "*fp32" for n in ("ws_ptr", "gsum_ptr")},

@@ -16,10 +16,11 @@ import torch
 from . import reference as ref
 from .ops._common import add_product, column_sums, eager, ieee_fp32_matmul
 
-# recomputed outer products (and then their gradient) per block of rows i: each block costs ~13 launches and
-# PyTorch calls, ~0.5 ms of the H200 host's time (opm-af2-main bf16 training step, host time alone: 5 blocks
-# of 64 MiB 5.79 ms, 2 of 256 MiB 4.34 ms; benchmarks/host_time.py, session 6)
-BLOCK_BYTES = 256 << 20
+# recomputed outer products (and then their gradient) per block of rows i: each block costs ~10 launches and
+# PyTorch calls, ~0.3-0.5 ms of the H200 host's time (opm-af2-main bf16 training step, host time alone: 5
+# blocks of 64 MiB 5.79 ms, 2 of 256 MiB 4.34 ms; benchmarks/host_time.py, session 6); opm-af2-main's 288 MiB
+# of outer products take one block
+BLOCK_BYTES = 320 << 20
 
 
 def _kernels(grad_out: torch.Tensor) -> SimpleNamespace:
@@ -43,12 +44,8 @@ def _kernel_set(direct: bool) -> SimpleNamespace:
             attention_core_backward=attention_core_backward)
     from . import _library as lib
 
-    def outer_product_grad(g, scale, weight, c, store_gs):
-        dx, gs = lib.opm_outer_product_grad_op(g, scale, weight, c, store_gs)
-        return dx, gs if store_gs else None
-
     return SimpleNamespace(ln_project=lib.ln_project_op, layer_norm_backward=lib.layer_norm_backward_op,
-                           outer_products=lib.opm_outer_products_op, outer_product_grad=outer_product_grad,
+                           outer_products=lib.opm_outer_products_op, outer_product_grad=lib.opm_outer_product_grad_op,
                            outer_product_weight_grad=lib.opm_weight_grad_op,
                            attention_core_backward=lib.msa_row_attention_core_backward_op)
 
@@ -80,14 +77,17 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
 
     With X[i, j] = sum_s a[s, i] (x) b[s, j] and Gs = grad_out * scale (the normalization's per-pair
     factor): dX = Gs W, da[s, i] = sum_j dX[i, j] b[s, j], db[s, j] = sum_i a[s, i] dX[i, j],
-    dW = sum_ij Gs[i, j] (x) X[i, j], on blocks of output rows i (each block's X, then its dX, about
-    BLOCK_BYTES: few blocks, since each costs ~13 launches of host time), never the whole N*N*c*c. For
-    16-bit inputs with hidden_dim <= 32, X and dX come from Triton kernels (through their custom ops
-    while torch.compile traces) already in the layouts of the cuBLAS products that take them;
-    otherwise all are cuBLAS products and rearranging copies. db, dW and the bias gradient are summed
-    over blocks in float32 in a fixed order (bit-reproducible). a and b are recomputed: for 16-bit
-    inputs by evofuse's LayerNorm and one product (`ops.layer_norm_linear.ln_project`) with the
-    projections' gradients by hand, otherwise by the reference under autograd.
+    dW = sum_ij Gs[i, j] (x) X[i, j], on blocks of output rows i (each block's dX, then its X, about
+    BLOCK_BYTES: few blocks, since each costs ~10 launches of host time), never the whole N*N*c*c. Gs is
+    one elementwise pass. For 16-bit inputs with hidden_dim <= 32, dX comes from a Triton kernel already in
+    the layout of the cuBLAS products that take it, and dW from one that reads X in the layout of a plain
+    product (bfloat16: cuBLAS's a^T b, with Gs; float16: normalized by `ops.outer_product_mean.outer_products`,
+    with grad_out), both through their custom ops while torch.compile traces; otherwise all are cuBLAS
+    products and rearranging copies. db, dW and the bias gradient are summed over blocks in float32 in a
+    fixed order, dW inside its kernel too (bit-reproducible); one block writes db in its dtype straight
+    from cuBLAS. a and b are recomputed: for 16-bit inputs by evofuse's LayerNorm and one product
+    (`ops.layer_norm_linear.ln_project`) with the projections' gradients by hand, otherwise by the
+    reference under autograd.
     """
     from .ops.layer_norm_linear import ln_project_ready
     from .ops.outer_product_mean import backward_fused, pair_scale
@@ -116,56 +116,59 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     R = w.shape[0]
     ad, bd = ad.contiguous(), bd.contiguous()
     b_flat = bd.reshape(B, S, N * c)
+    fused = backward_fused(dtype, c)  # 16-bit: X and dX from Triton kernels in cuBLAS's layouts
+    rows = max(1, BLOCK_BYTES // max(1, B * N * c * c * ad.element_size()))
+    blocks = range(0, N, rows)
     da = torch.empty_like(ad) if need_a else None
-    db = torch.zeros(B, S, N * c, dtype=torch.float32, device=msa.device) if need_b else None
-    dw = torch.zeros(R, c * c, dtype=torch.float32, device=msa.device) if needs[8] else None
+    # db and dW: float32 sums over the blocks; one block writes db in its dtype (cuBLAS's float32 sums
+    # rounded once, as the sum's cast would) and takes the kernel's dW as it is
+    db_sum = need_b and len(blocks) > 1
+    db = torch.zeros(B, S, N * c, dtype=torch.float32, device=msa.device) if db_sum else None
+    dw = torch.zeros(R, c * c, dtype=torch.float32, device=msa.device) if needs[8] and not fused else None
     dwb = None
     if needs[9] and normalization != "af2":  # the bias is not normalized: its gradient is grad_out's sum
         dwb = column_sums(grad_out.reshape(-1, R))
     elif needs[9]:
         dwb = torch.zeros(R, dtype=torch.float32, device=msa.device)
     scale = pair_scale(mask, B, S, N, normalization, msa.device)  # (B, N, N), once for every block
-    fused = backward_fused(dtype, c)  # 16-bit: X and dX from Triton kernels in cuBLAS's layouts
     sum_g = dwb is not None and normalization == "af2"  # the bias gradient sum_ij scale[i, j] G[i, j]
-    rows = max(1, BLOCK_BYTES // max(1, B * N * c * c * ad.element_size()))
     with ieee_fp32_matmul():
-        for i0 in range(0, N, rows):
+        for i0 in blocks:
             n = min(rows, N - i0)
             a_rows = ad[:, :, i0:i0 + n].reshape(B, S, n * c)  # (B, S, (i p))
             g_rows, scale_rows = grad_out[:, i0:i0 + n], scale[:, i0:i0 + n]  # (B, n, N, R), (B, n, N)
-            if fused:  # Triton kernels for dX and dW (no rearranging copy), the scale applied on chip
-                bf16 = dtype == torch.bfloat16
-                gs = g_sum = None
-                if da is not None or db is not None:  # bf16's dW takes Gs from the dX kernel
-                    dx, gs = kernels.outer_product_grad(g_rows, scale_rows, w, c, dw is not None and bf16)
-                    _input_grads(da, db, a_rows, b_flat, dx, i0, n)
-                    del dx  # before the block's outer products
-                if dw is not None:
-                    if bf16:  # cuBLAS's plain outer products; the scale on the gradient's side
-                        x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
-                        gs = (g_rows * scale_rows[..., None]).to(dtype) if gs is None else gs
-                        dw_rows, g_sum = kernels.outer_product_weight_grad(gs, x, c, sum_g)
-                    else:  # float16: normalized by the kernel (the plain sums can pass float16's range)
-                        x = kernels.outer_products(ad[:, :, i0:i0 + n], bd, scale_rows)
-                        dw_rows, _ = kernels.outer_product_weight_grad(g_rows, x, c, False)
-                    del x, gs
-                    dw += dw_rows
-                if sum_g:
-                    dwb += g_sum if g_sum is not None else (g_rows * scale_rows[..., None]).sum((0, 1, 2),
-                                                                                                dtype=torch.float32)
-                continue
-            gs = (g_rows * scale_rows[..., None]).to(dtype)  # (B, n, N, R)
-            if sum_g:
-                dwb += gs.sum((0, 1, 2), dtype=torch.float32)
-            if dw is not None:
+            gs = torch.empty_like(g_rows, memory_format=torch.contiguous_format)  # Gs: one pass, float32 products
+            torch.mul(g_rows, scale_rows[..., None], out=gs)  # rounded once to the gradient's dtype
+            g_sum = None
+            if need_a or need_b:  # dX[(i p), (j q)] = sum_r Gs[i, j, r] W[r, (p q)]
+                if fused:  # from the kernel, already in the products' layout
+                    dx = kernels.outer_product_grad(gs, w, c)
+                else:
+                    dx = (gs.reshape(-1, R) @ w).view(B, n, N, c, c).transpose(2, 3).reshape(B, n * c, N * c)
+                if need_a:  # da[s, (i p)] = sum_(j q) dX[(i p), (j q)] b[s, (j q)], written in place
+                    torch.bmm(b_flat, dx.transpose(1, 2), out=da[:, :, i0:i0 + n].view(B, S, n * c))
+                if db_sum:  # db[s, (j q)] = sum_(i p) a[s, (i p)] dX[(i p), (j q)]
+                    add_product(db, a_rows, dx)
+                elif need_b:
+                    db = torch.bmm(a_rows, dx)
+                del dx  # before the block's outer products
+            if needs[8] and fused:  # dW from X[(i p), (j q)] by the kernel: no rearranging copy
+                if dtype == torch.bfloat16:  # cuBLAS's plain outer products; the scale on the gradient's side
+                    x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
+                    dw_rows, g_sum = kernels.outer_product_weight_grad(gs, x, c, sum_g)
+                else:  # float16: normalized by the kernel (the plain sums can pass float16's range)
+                    x = kernels.outer_products(ad[:, :, i0:i0 + n], bd, scale_rows)
+                    dw_rows, _ = kernels.outer_product_weight_grad(g_rows, x, c, False)
+                del x
+                dw = dw_rows if dw is None else dw + dw_rows
+            elif needs[8]:
                 x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
                 x = x.view(B, n, c, N, c).transpose(2, 3).reshape(B * n * N, c * c)  # ((b i j), (p q))
                 add_product(dw, gs.reshape(-1, R).t(), x)
                 del x
-            if da is not None or db is not None:
-                dx = (gs.reshape(-1, R) @ w).view(B, n, N, c, c).transpose(2, 3).reshape(B, n * c, N * c)
-                _input_grads(da, db, a_rows, b_flat, dx, i0, n)
-                del dx
+            if sum_g:
+                dwb += gs.sum((0, 1, 2), dtype=torch.float32) if g_sum is None else g_sum
+            del gs
     db = None if db is None else db.view(B, S, N, c).to(dtype)
     if by_hand:
         proj_grads = [None] * 7
@@ -180,17 +183,6 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
         grads += [_grad(lf, p, n) for lf, p, n in zip(proj, params[:6], needs[2:8])]
     grads += [None if dw is None else dw.to(params[6].dtype), None if dwb is None else dwb.to(params[7].dtype)]
     return tuple(grads)
-
-
-def _input_grads(da, db, a_rows, b_flat, dx, i0, n):
-    """Rows i0..i0+n's share of the projections' gradients from their dX (B, (i p), (j q)): da[s, (i p)] =
-    sum_(j q) dX[(i p), (j q)] b[s, (j q)], written in place into da (B, S, N, c); db (B, S, N*c) float32
-    += a_rows dX."""
-    B, S, nc = a_rows.shape
-    if da is not None:
-        torch.bmm(b_flat, dx.transpose(1, 2), out=da[:, :, i0:i0 + n].view(B, S, nc))
-    if db is not None:
-        add_product(db, a_rows, dx)
 
 
 def _ln_linear_grads(dy, x, xn, mean, rstd, params, need_x, needs):

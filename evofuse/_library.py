@@ -153,19 +153,17 @@ def _(a_rows, b, scale):
 
 
 @torch.library.custom_op("evofuse::opm_outer_product_grad", mutates_args=())
-def opm_outer_product_grad_op(g: Tensor, scale: Tensor, weight: Tensor, c: int, store_gs: bool) -> tuple[Tensor, Tensor]:
-    """The Outer Product Mean backward's dX and, with `store_gs`, the normalized output gradient (else an
-    empty tensor) (`ops.outer_product_mean.outer_product_grad`)."""
+def opm_outer_product_grad_op(gs: Tensor, weight: Tensor, c: int) -> Tensor:
+    """The Outer Product Mean backward's dX (`ops.outer_product_mean.outer_product_grad`)."""
     from .ops.outer_product_mean import outer_product_grad
 
-    dx, gs = outer_product_grad(g, scale, weight, c, store_gs)
-    return dx, g.new_empty(0) if gs is None else gs
+    return outer_product_grad(gs, weight, c)
 
 
 @opm_outer_product_grad_op.register_fake
-def _(g, scale, weight, c, store_gs):
-    B, n, N, R = g.shape
-    return g.new_empty((B, n * c, N * c)), g.new_empty((B, n, N, R) if store_gs else (0,))
+def _(gs, weight, c):
+    B, n, N, _ = gs.shape
+    return gs.new_empty((B, n * c, N * c))
 
 
 @torch.library.custom_op("evofuse::opm_weight_grad", mutates_args=())

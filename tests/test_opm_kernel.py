@@ -246,10 +246,9 @@ def test_small_problems_take_one_launch(monkeypatch):
 @pytest.mark.parametrize("c, n, N, S", [(8, 5, 9, 3), (16, 3, 17, 20), (32, 1, 5, 1)])
 def test_backward_kernels_against_float64(c, n, N, S):
     """The backward's kernels: the normalized outer products of a block of rows (per-pair scale, here
-    broadcast over j as the seed normalization's), dX and the normalized gradient Gs from a sliced
-    output gradient (strided) with the scale applied on chip, and out_proj's weight gradient from the
-    gradient and normalized outer products or from Gs and plain ones (with af2's bias gradient, Gs's
-    sum), against float64 einsums."""
+    broadcast over j as the seed normalization's), dX from the normalized gradient Gs (strided), and
+    out_proj's weight gradient from a sliced output gradient (strided) and normalized outer products or
+    from Gs and plain ones (with af2's bias gradient, Gs's sum), against float64 einsums."""
     from evofuse.ops.outer_product_mean import outer_product_grad, outer_product_weight_grad, outer_products
 
     g = torch.Generator().manual_seed(c + n)
@@ -263,10 +262,11 @@ def test_backward_kernels_against_float64(c, n, N, S):
     R = 6
     grad = torch.randn(2, N, N, R + 2, generator=g).half().to(DEVICE)[:, i0:, :, 1:R + 1]  # strided
     w = torch.randn(R, c * c, generator=g).half().to(DEVICE)
-    dx, gs = outer_product_grad(grad, scale[:, i0:], w, c, True)
-    exact_gs = (grad.float() * scale[:, i0:, :, None]).half()  # rounded to 16 bits as the kernel does
-    torch.testing.assert_close(gs, exact_gs, rtol=0, atol=0)
-    exact = torch.einsum("bijr,rpq->bipjq", exact_gs.double(), w.double().view(R, c, c)).reshape(2, n * c, N * c)
+    gs = (grad.float() * scale[:, i0:, :, None]).half()  # the normalized gradient
+    padded = torch.zeros(2, n, N, R + 2, dtype=gs.dtype, device=DEVICE)
+    padded[..., 1:R + 1] = gs
+    dx = outer_product_grad(padded[..., 1:R + 1], w, c)  # strided
+    exact = torch.einsum("bijr,rpq->bipjq", gs.double(), w.double().view(R, c, c)).reshape(2, n * c, N * c)
     torch.testing.assert_close(dx.double(), exact, rtol=2e-3, atol=2e-3)
     dw, g_sum = outer_product_weight_grad(grad, x, c, False)
     exact = torch.einsum("bijr,bipjq->rpq", grad.double(), x.double().view(2, n, c, N, c)).reshape(R, c * c)

@@ -382,23 +382,20 @@ def _opm_two_pass_kernel(
 
 @triton.jit
 def _opm_dx_kernel(
-    g_ptr, stride_gb, stride_gi, stride_gj, stride_gr,  # the output gradient: (B, NI, N, R) 16-bit
-    sc_ptr, stride_scb, stride_sci, stride_scj,  # the normalization's per-pair scale: (B, NI, N) float32
+    g_ptr, stride_gb, stride_gi, stride_gj, stride_gr,  # the normalized output gradient Gs: (B, NI, N, R) 16-bit
     w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C), same dtype
     dx_ptr, stride_db, stride_dr, stride_dc,  # out: dX (B, NI*C, N*C), row (i p), column (j q)
-    gs_ptr, stride_gsb, stride_gsi, stride_gsj,  # STORE_GS: out: Gs (B, NI, N, R), channel stride 1
     NI, N, R,
     C: tl.constexpr,
-    STORE_GS: tl.constexpr,  # also store Gs (the programs of the first block of columns (p q))
     BLOCK_I: tl.constexpr,
     BLOCK_J: tl.constexpr,
     BLOCK_K: tl.constexpr,  # columns (p q) of out_proj's weight a program
     BLOCK_R: tl.constexpr,
 ):
-    """The backward's dX[(i p), (j q)] = sum_r Gs[i, j, r] W[r, (p q)], Gs = 16-bit(scale[i, j] G[i, j, r]),
-    for a tile of (i, j) pairs and a block of (p q), stored straight into the layout the products with
-    a and b take (cuBLAS then needs no rearranging copy); with STORE_GS, Gs too (the weight gradient's
-    operand)."""
+    """The backward's dX[(i p), (j q)] = sum_r Gs[i, j, r] W[r, (p q)] for a tile of (i, j) pairs and a block
+    of (p q), stored straight into the layout the products with a and b take (cuBLAS then needs no
+    rearranging copy). Both operands are plain loads into the product, which Triton's pipeliner
+    prefetches (scaled in registers here, Gs's loads were not)."""
     pid = tl.program_id(0)
     pid_b = tl.program_id(1).to(tl.int64)
     n_k: tl.constexpr = C * C // BLOCK_K
@@ -412,19 +409,12 @@ def _opm_dx_kernel(
     pair_ok = (i < NI) & (j < N)
     offs_k = blk_k * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]
     g_base = g_ptr + pid_b * stride_gb + i.to(tl.int64) * stride_gi + j.to(tl.int64) * stride_gj
-    sc = tl.load(sc_ptr + pid_b * stride_scb + i.to(tl.int64) * stride_sci + j.to(tl.int64) * stride_scj,
-                 mask=pair_ok, other=0.0)  # [BLOCK_I*BLOCK_J]
     acc = tl.zeros((BLOCK_I * BLOCK_J, BLOCK_K), dtype=tl.float32)
     for r0 in range(0, R, BLOCK_R):
         offs_r = r0 + tl.arange(0, BLOCK_R)
         r_ok = offs_r < R
         g = tl.load(g_base[:, None] + offs_r[None, :] * stride_gr, mask=pair_ok[:, None] & r_ok[None, :],
                     other=0.0)  # [BLOCK_I*BLOCK_J, BLOCK_R]
-        g = (g.to(tl.float32) * sc[:, None]).to(w_ptr.dtype.element_ty)
-        if STORE_GS:
-            if blk_k == 0:
-                tl.store(gs_ptr + pid_b * stride_gsb + (i.to(tl.int64) * stride_gsi + j.to(tl.int64) * stride_gsj)[:, None]
-                         + offs_r[None, :], g, mask=pair_ok[:, None] & r_ok[None, :])
         w = tl.load(w_ptr + offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk, mask=r_ok[:, None],
                     other=0.0)  # [BLOCK_R, BLOCK_K]
         acc = tl.dot(g, w, acc)  # [BLOCK_I*BLOCK_J, BLOCK_K]
@@ -940,24 +930,21 @@ def _tuned_dx():
                            prune_configs_by={"early_config_prune": _dx_prune})(_opm_dx_kernel)
 
 
-def outer_product_grad(g: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor, c: int,
-                       store_gs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """dX[b, (i p), (j q)] = sum_r gs[b, i, j, r] weight[r, p*c + q], gs = (g * scale[..., None]) rounded to
-    g's dtype: (B, n*c, N*c) in g's dtype, from the output gradient g (B, n, N, R) of a block of rows i
-    (any strides), the normalization's per-pair scale (B, n, N) float32 (any strides) and out_proj's
-    weight (R, c*c); and with `store_gs` gs itself (B, n, N, R) contiguous, else None."""
-    B, n, N, R = g.shape
-    w = weight.to(g.dtype)
-    dx = empty(B, n * c, N * c, dtype=g.dtype, device=g.device)
-    gs = empty(B, n, N, R, dtype=g.dtype, device=g.device) if store_gs else dx
-    args = (g, *g.stride(), scale, *scale.stride(), w, *w.stride(), dx, *dx.stride(), gs, *gs.stride()[:3], n, N, R)
+def outer_product_grad(gs: torch.Tensor, weight: torch.Tensor, c: int) -> torch.Tensor:
+    """dX[b, (i p), (j q)] = sum_r gs[b, i, j, r] weight[r, p*c + q]: (B, n*c, N*c) in gs's dtype, from the
+    normalized output gradient gs (B, n, N, R) 16-bit (any strides) of a block of rows i and out_proj's
+    weight (R, c*c)."""
+    B, n, N, R = gs.shape
+    w = weight.to(gs.dtype)
+    dx = empty(B, n * c, N * c, dtype=gs.dtype, device=gs.device)
+    args = (gs, *gs.stride(), w, *w.stride(), dx, *dx.stride(), n, N, R)
 
     def grid(meta):
         return (cdiv(n, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"]) * (c * c // meta["BLOCK_K"]), B)
 
     interpret = {"BLOCK_I": 4, "BLOCK_J": 4, "BLOCK_K": min(64, c * c), "BLOCK_R": 16}
-    launch(_opm_dx_kernel, _tuned_dx, _dx_configs, _dx_prune, grid, args, {"C": c, "STORE_GS": store_gs}, interpret)
-    return dx, gs if store_gs else None
+    launch(_opm_dx_kernel, _tuned_dx, _dx_configs, _dx_prune, grid, args, {"C": c}, interpret)
+    return dx
 
 
 def _dw_configs() -> list[triton.Config]:
