@@ -107,12 +107,15 @@ def launches():
                        cfg.num_warps, cfg.num_stages)
     for form, dt, scaled in (("bf16", "bf16", False), ("fp32 fast", "fp16", True)):
         ptrs = {n: f"*{dt}" for n in ("a_ptr", "b_ptr", "w_ptr")} | {"o_ptr": "*bf16" if dt == "bf16" else "*fp32"}
-        ptrs |= {n: "*fp32" for n in ("m_ptr", "mi_ptr", "wb_ptr", "inv_scale_ptr", "ws_ptr", "p_ptr")}
+        ptrs |= {n: "*fp32" for n in ("sc_ptr", "wb_ptr", "inv_scale_ptr", "ws_ptr", "p_ptr")}
         for norm, acc in ((0, False), (1, True)):
-            consts = dict(C=32, NORM=norm, HAS_MASK=True, EPS=1e-3, SCALED=scaled, ACCUMULATE=acc, ADD_BIAS=True)
+            consts = dict(C=32, NORM=norm, SCALED=scaled, ACCUMULATE=acc, ADD_BIAS=True)
             cfg = opm._two_pass_configs()[0]
             yield (f"opm two-pass {form} c=32 norm={norm} accumulate={acc}", opm._opm_two_pass_kernel, ptrs,
                    consts | cfg.kwargs, cfg.num_warps, cfg.num_stages)
+    for norm in range(3):
+        yield (f"opm pair scale norm={norm}", opm._pair_scale_kernel, {"m_ptr": "*fp32", "sc_ptr": "*fp32"},
+               dict(NORM=norm, HAS_MASK=True, EPS=1e-3, BLOCK_I=32, BLOCK_J=32, BLOCK_S=8), 4, 3)
     for C in opm.FAST_HIDDEN_DIMS[:3]:  # the backward's kernels (16-bit)
         ptrs = {n: "*bf16" for n in ("a_ptr", "b_ptr", "w_ptr", "a_lo_ptr", "b_lo_ptr", "w_lo_ptr", "o_ptr")}
         ptrs |= {n: "*bf16" for n in ("m_ptr", "mi_ptr", "wb_ptr", "inv_scale_ptr")} | {"p_ptr": "*fp32"}
@@ -126,8 +129,10 @@ def launches():
                {n: "*bf16" for n in ("g_ptr", "w_ptr", "dx_ptr")}, dict(C=C) | cfg.kwargs, cfg.num_warps, cfg.num_stages)
         for cfg in opm._dw_prune(opm._dw_configs(), {}, C=C):
             yield (f"opm backward dW bf16 c={C} {cfg.kwargs}", opm._opm_dw_kernel,
-                   {n: "*bf16" for n in ("g_ptr", "x_ptr")} | {n: "*fp32" for n in ("ws_ptr", "gsum_ptr")},
-                   dict(C=C, SUM_G=C == 16) | cfg.kwargs, cfg.num_warps, cfg.num_stages)
+                   {n: "*bf16" for n in ("g_ptr", "x_ptr")} | {"ws_ptr": "*fp32"}, dict(C=C) | cfg.kwargs,
+                   cfg.num_warps, cfg.num_stages)
+    yield ("opm backward Gs bf16", opm._opm_gs_kernel, {n: "*bf16" for n in ("g_ptr", "gs_ptr")}
+           | {n: "*fp32" for n in ("sc_ptr", "sum_ptr")}, dict(SCALED_SUM=True, BLOCK_P=32, BLOCK_R=128), 4, 3)
     for dt, out in (("bf16", "*bf16"), ("fp32", "*fp32")):
         ptrs = {n: f"*{dt}" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "wa_ptr", "ba_ptr", "wb_ptr", "bb_ptr", "w_ptr",
                                       "wbias_ptr")} | {"m_ptr": "*fp32", "o_ptr": out}

@@ -34,19 +34,19 @@ def _kernels(grad_out: torch.Tensor) -> SimpleNamespace:
 def _kernel_set(direct: bool) -> SimpleNamespace:
     if direct:
         from .ops.layer_norm_linear import layer_norm_backward, ln_project
-        from .ops.outer_product_mean import outer_product_grad, outer_product_weight_grad, outer_products
+        from .ops.outer_product_mean import normalized_grad, outer_product_grad, outer_product_weight_grad, outer_products
         from .ops.row_attention import attention_core_backward
 
         return SimpleNamespace(
             ln_project=lambda x, lnw, lnb, ws, bs: ln_project(x, lnw, lnb, ws, bs, ref.LAYER_NORM_EPS),
             layer_norm_backward=layer_norm_backward, outer_products=outer_products,
             outer_product_grad=outer_product_grad, outer_product_weight_grad=outer_product_weight_grad,
-            attention_core_backward=attention_core_backward)
+            normalized_grad=normalized_grad, attention_core_backward=attention_core_backward)
     from . import _library as lib
 
     return SimpleNamespace(ln_project=lib.ln_project_op, layer_norm_backward=lib.layer_norm_backward_op,
                            outer_products=lib.opm_outer_products_op, outer_product_grad=lib.opm_outer_product_grad_op,
-                           outer_product_weight_grad=lib.opm_weight_grad_op,
+                           outer_product_weight_grad=lib.opm_weight_grad_op, normalized_grad=lib.opm_normalized_grad_op,
                            attention_core_backward=lib.msa_row_attention_core_backward_op)
 
 
@@ -125,21 +125,21 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     db_sum = need_b and len(blocks) > 1
     db = torch.zeros(B, S, N * c, dtype=torch.float32, device=msa.device) if db_sum else None
     dw = torch.zeros(R, c * c, dtype=torch.float32, device=msa.device) if needs[8] and not fused else None
-    dwb = None
-    if needs[9] and normalization != "af2":  # the bias is not normalized: its gradient is grad_out's sum
-        dwb = column_sums(grad_out.reshape(-1, R))
-    elif needs[9]:
-        dwb = torch.zeros(R, dtype=torch.float32, device=msa.device)
-    scale = pair_scale(mask, B, S, N, normalization, msa.device)  # (B, N, N), once for every block
-    sum_g = dwb is not None and normalization == "af2"  # the bias gradient sum_ij scale[i, j] G[i, j]
+    dwb = None  # out_proj's bias: af2 normalizes it, its gradient sums Gs; the others' sum grad_out
+    scale = pair_scale(mask, B, S, N, normalization, grad_out)  # (B, N, N), once for every block
     with ieee_fp32_matmul():
         for i0 in blocks:
             n = min(rows, N - i0)
             a_rows = ad[:, :, i0:i0 + n].reshape(B, S, n * c)  # (B, S, (i p))
             g_rows, scale_rows = grad_out[:, i0:i0 + n], scale[:, i0:i0 + n]  # (B, n, N, R), (B, n, N)
-            gs = torch.empty_like(g_rows, memory_format=torch.contiguous_format)  # Gs: one pass, float32 products
-            torch.mul(g_rows, scale_rows[..., None], out=gs)  # rounded once to the gradient's dtype
-            g_sum = None
+            if fused:  # Gs and the bias gradient's sums in one pass (a Triton kernel)
+                gs, g_sum = kernels.normalized_grad(g_rows, scale_rows, normalization == "af2")
+                dwb = g_sum if dwb is None else dwb + g_sum
+            else:
+                gs = (g_rows * scale_rows[..., None]).to(dtype)  # (B, n, N, R)
+                if needs[9]:
+                    g_sum = column_sums((gs if normalization == "af2" else g_rows).reshape(-1, R))
+                    dwb = g_sum if dwb is None else dwb + g_sum
             if need_a or need_b:  # dX[(i p), (j q)] = sum_r Gs[i, j, r] W[r, (p q)]
                 if fused:  # from the kernel, already in the products' layout
                     dx = kernels.outer_product_grad(gs, w, c)
@@ -155,10 +155,10 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
             if needs[8] and fused:  # dW from X[(i p), (j q)] by the kernel: no rearranging copy
                 if dtype == torch.bfloat16:  # cuBLAS's plain outer products; the scale on the gradient's side
                     x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
-                    dw_rows, g_sum = kernels.outer_product_weight_grad(gs, x, c, sum_g)
+                    dw_rows = kernels.outer_product_weight_grad(gs, x, c)
                 else:  # float16: normalized by the kernel (the plain sums can pass float16's range)
                     x = kernels.outer_products(ad[:, :, i0:i0 + n], bd, scale_rows)
-                    dw_rows, _ = kernels.outer_product_weight_grad(g_rows, x, c, False)
+                    dw_rows = kernels.outer_product_weight_grad(g_rows, x, c)
                 del x
                 dw = dw_rows if dw is None else dw + dw_rows
             elif needs[8]:
@@ -166,8 +166,6 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
                 x = x.view(B, n, c, N, c).transpose(2, 3).reshape(B * n * N, c * c)  # ((b i j), (p q))
                 add_product(dw, gs.reshape(-1, R).t(), x)
                 del x
-            if sum_g:
-                dwb += gs.sum((0, 1, 2), dtype=torch.float32) if g_sum is None else g_sum
             del gs
     db = None if db is None else db.view(B, S, N, c).to(dtype)
     if by_hand:
@@ -181,7 +179,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
         _backward([a, b], [da, db])
         grads = [_grad(msa_l, msa, needs[0]), None]
         grads += [_grad(lf, p, n) for lf, p, n in zip(proj, params[:6], needs[2:8])]
-    grads += [None if dw is None else dw.to(params[6].dtype), None if dwb is None else dwb.to(params[7].dtype)]
+    grads += [None if dw is None else dw.to(params[6].dtype), dwb.to(params[7].dtype) if needs[9] else None]
     return tuple(grads)
 
 

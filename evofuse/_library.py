@@ -4,8 +4,9 @@ backward (`evofuse._backward`). The backwards run autograd themselves for the pr
 are called from the registered backward directly rather than as ops of their own (inside which
 autograd does not record); the Triton parts of the backwards are ops of their own
 (`evofuse::msa_row_attention_core_backward`, `evofuse::ln_project`, `evofuse::layer_norm_backward`,
-`evofuse::opm_outer_products`, `evofuse::opm_outer_product_grad`, `evofuse::opm_weight_grad`), so that torch.compile can trace
-around them; eager backwards call the functions behind them directly (`evofuse._backward._kernels`).
+`evofuse::opm_outer_products`, `evofuse::opm_outer_product_grad`, `evofuse::opm_weight_grad`,
+`evofuse::opm_normalized_grad`), so that torch.compile can trace around them; eager backwards call the
+functions behind them directly (`evofuse._backward._kernels`).
 
 Eager calls that record gradients take `OuterProductMeanFunction` and `RowAttentionFunction` instead:
 plain autograd Functions with the same forward, setup and backward, without the custom ops' dispatch.
@@ -167,18 +168,31 @@ def _(gs, weight, c):
 
 
 @torch.library.custom_op("evofuse::opm_weight_grad", mutates_args=())
-def opm_weight_grad_op(g: Tensor, x: Tensor, c: int, sum_g: bool) -> tuple[Tensor, Tensor]:
+def opm_weight_grad_op(g: Tensor, x: Tensor, c: int) -> Tensor:
     """The Outer Product Mean backward's out_proj weight gradient of a block of rows
     (`ops.outer_product_mean.outer_product_weight_grad`)."""
     from .ops.outer_product_mean import outer_product_weight_grad
 
-    return outer_product_weight_grad(g, x, c, sum_g)
+    return outer_product_weight_grad(g, x, c)
 
 
 @opm_weight_grad_op.register_fake
-def _(g, x, c, sum_g):
-    R = g.shape[-1]
-    return g.new_empty((R, c * c), dtype=torch.float32), g.new_empty((R if sum_g else 0,), dtype=torch.float32)
+def _(g, x, c):
+    return g.new_empty((g.shape[-1], c * c), dtype=torch.float32)
+
+
+@torch.library.custom_op("evofuse::opm_normalized_grad", mutates_args=())
+def opm_normalized_grad_op(g: Tensor, scale: Tensor, scaled_sum: bool) -> tuple[Tensor, Tensor]:
+    """The Outer Product Mean backward's normalized output gradient and bias gradient of a block of rows
+    (`ops.outer_product_mean.normalized_grad`)."""
+    from .ops.outer_product_mean import normalized_grad
+
+    return normalized_grad(g, scale, scaled_sum)
+
+
+@opm_normalized_grad_op.register_fake
+def _(g, scale, scaled_sum):
+    return g.new_empty(g.shape), g.new_empty((g.shape[-1],), dtype=torch.float32)
 
 
 @torch.library.custom_op("evofuse::layer_norm_backward", mutates_args=())

@@ -9,6 +9,7 @@ from evofuse._library import (
     msa_row_attention_core_backward_op,
     msa_row_attention_op,
     msa_row_attention_train_op,
+    opm_normalized_grad_op,
     opm_outer_product_grad_op,
     opm_outer_products_op,
     opm_weight_grad_op,
@@ -70,8 +71,8 @@ def test_opcheck_backward_ops():
     w = torch.randn(6, 16 * 16, generator=g).to(DEVICE).half()
     x = torch.randn(1, 5 * 16, 9 * 16, generator=g).to(DEVICE).half()
     torch.library.opcheck(opm_outer_product_grad_op, (grad, w, 16), test_utils=("test_schema", "test_faketensor"))
-    for flag in (True, False):
-        torch.library.opcheck(opm_weight_grad_op, (grad, x, 16, flag), test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(opm_weight_grad_op, (grad, x, 16), test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(opm_normalized_grad_op, (grad, scale, True), test_utils=("test_schema", "test_faketensor"))
     x = torch.randn(1, 2, 5, 16, generator=g).to(DEVICE).half()
     ln = [torch.ones(16, device=DEVICE).half(), torch.zeros(16, device=DEVICE).half()]
     ws = [torch.randn(k, 16, generator=g).to(DEVICE).half() for k in (8, 8)]
@@ -158,7 +159,7 @@ def test_eager_backward_calls_the_kernels_directly(monkeypatch):
         raise AssertionError("a backward custom op was dispatched in eager mode")
 
     for name in ("ln_project_op", "layer_norm_backward_op", "opm_outer_products_op", "opm_outer_product_grad_op",
-                 "opm_weight_grad_op", "msa_row_attention_core_backward_op"):
+                 "opm_weight_grad_op", "opm_normalized_grad_op", "msa_row_attention_core_backward_op"):
         monkeypatch.setattr(lib, name, refuse)
     model = Trunk().to(DEVICE).half()
     msa = torch.randn(1, 3, 7, 16, device=DEVICE).half().requires_grad_(True)

@@ -246,10 +246,11 @@ def test_small_problems_take_one_launch(monkeypatch):
 @pytest.mark.parametrize("c, n, N, S", [(8, 5, 9, 3), (16, 3, 17, 20), (32, 1, 5, 1)])
 def test_backward_kernels_against_float64(c, n, N, S):
     """The backward's kernels: the normalized outer products of a block of rows (per-pair scale, here
-    broadcast over j as the seed normalization's), dX from the normalized gradient Gs (strided), and
-    out_proj's weight gradient from a sliced output gradient (strided) and normalized outer products or
-    from Gs and plain ones (with af2's bias gradient, Gs's sum), against float64 einsums."""
-    from evofuse.ops.outer_product_mean import outer_product_grad, outer_product_weight_grad, outer_products
+    broadcast over j as the seed normalization's), the normalized gradient Gs and the bias gradient's
+    sums from a sliced output gradient (strided), dX from Gs (strided), and out_proj's weight gradient
+    from the sliced gradient and normalized outer products or from Gs and plain ones, against float64
+    einsums."""
+    from evofuse.ops.outer_product_mean import normalized_grad, outer_product_grad, outer_product_weight_grad, outer_products
 
     g = torch.Generator().manual_seed(c + n)
     a = torch.randn(2, S, N, c, generator=g).half().to(DEVICE)
@@ -268,13 +269,39 @@ def test_backward_kernels_against_float64(c, n, N, S):
     dx = outer_product_grad(padded[..., 1:R + 1], w, c)  # strided
     exact = torch.einsum("bijr,rpq->bipjq", gs.double(), w.double().view(R, c, c)).reshape(2, n * c, N * c)
     torch.testing.assert_close(dx.double(), exact, rtol=2e-3, atol=2e-3)
-    dw, g_sum = outer_product_weight_grad(grad, x, c, False)
+    dw = outer_product_weight_grad(grad, x, c)
     exact = torch.einsum("bijr,bipjq->rpq", grad.double(), x.double().view(2, n, c, N, c)).reshape(R, c * c)
     torch.testing.assert_close(dw.double(), exact, rtol=1e-4, atol=1e-4 * exact.abs().max().item())
-    assert g_sum.shape == (0,)
     plain = torch.einsum("bsip,bsjq->bipjq", a[:, :, i0:].float(), b.float()).reshape(2, n * c, N * c).half()
-    dw, g_sum = outer_product_weight_grad(gs, plain, c, True)
+    dw = outer_product_weight_grad(gs, plain, c)
     exact = torch.einsum("bijr,bipjq->rpq", gs.double(), plain.double().view(2, n, c, N, c)).reshape(R, c * c)
     torch.testing.assert_close(dw.double(), exact, rtol=1e-4, atol=1e-4 * exact.abs().max().item())
-    exact = gs.double().sum((0, 1, 2))
-    torch.testing.assert_close(g_sum.double(), exact, rtol=1e-5, atol=1e-5)
+    for scaled_sum in (True, False):
+        got, g_sum = normalized_grad(grad, scale[:, i0:], scaled_sum)
+        torch.testing.assert_close(got, gs, rtol=0, atol=0)
+        exact = (gs.float() if scaled_sum else grad.float()).double().sum((0, 1, 2))
+        if scaled_sum:  # the float32 products before rounding
+            exact = torch.einsum("bijr,bij->r", grad.double(), scale[:, i0:].double())
+        torch.testing.assert_close(g_sum.double(), exact, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mask_kind", ["rows", "none", "empty"])
+@pytest.mark.parametrize("normalization", ["seed", "af2", "boltz"])
+def test_pair_scale_kernel(normalization, mask_kind):
+    """The per-pair scale the two-pass forward and the backward read (one kernel launch) against the
+    reference's counts in float64: a fully masked row and residue, no mask, everything masked."""
+    from evofuse.ops.outer_product_mean import pair_scale
+    from evofuse.reference import AF2_EPS
+
+    B, S, N = 2, 11, 37
+    mask = random_mask(B, S, N, mask_kind, 3)
+    mask = None if mask is None else mask.to(DEVICE)
+    like = torch.empty(1, device=DEVICE)
+    got = pair_scale(mask, B, S, N, normalization, like)
+    m = torch.ones(B, S, N, dtype=torch.float64) if mask is None else mask.double().cpu()
+    if normalization == "seed":
+        exact = (1 / m.sum(1).clamp(min=1))[:, :, None].expand(B, N, N)
+    else:
+        pairs = torch.einsum("bsi,bsj->bij", m, m)
+        exact = 1 / (AF2_EPS + pairs) if normalization == "af2" else 1 / pairs.clamp(min=1)
+    torch.testing.assert_close(got.double().cpu(), exact, rtol=1e-6, atol=0)

@@ -36,6 +36,7 @@ from ._common import (
     bucket,
     cached_launch,
     cdiv,
+    eager,
     empty,
     ieee_fp32_matmul,
     interpreting,
@@ -283,11 +284,42 @@ def _finish(out, scale, inv_scale, o_base, p_base, pair_ok, offs_r, r_ok, wb_ptr
 
 
 @triton.jit
+def _pair_scale_kernel(
+    m_ptr, stride_mb, stride_ms, stride_mi,  # mask: (B, S, N) float32 (HAS_MASK only)
+    sc_ptr, stride_scb, stride_sci, stride_scj,  # out: the per-pair scale (B, N, N) float32
+    S, N,
+    NORM: tl.constexpr,  # 0 seed, 1 af2, 2 boltz
+    HAS_MASK: tl.constexpr,  # without a mask every count is S
+    EPS: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
+    """The normalization's factor of each (i, j) pair of a tile from the mask's counts over every MSA row
+    (float32 sums: exact for 0/1 masks)."""
+    n_j = tl.cdiv(N, BLOCK_J)
+    blk_i = tl.program_id(0) // n_j
+    blk_j = tl.program_id(0) % n_j
+    pid_b = tl.program_id(1).to(tl.int64)
+    offs_i = blk_i * BLOCK_I + tl.arange(0, BLOCK_I)  # [BLOCK_I]
+    offs_j = blk_j * BLOCK_J + tl.arange(0, BLOCK_J)  # [BLOCK_J]
+    count_i = tl.zeros((BLOCK_I,), dtype=tl.float32)
+    norm = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)
+    m_b = m_ptr + pid_b * stride_mb
+    count_i, norm = _other_rows(count_i, norm, m_b, m_b, stride_ms, stride_mi, offs_i, offs_j, N, N, S, 0, 0, NORM,
+                                HAS_MASK, BLOCK_S)
+    pair = tl.arange(0, BLOCK_I * BLOCK_J)
+    i = (blk_i * BLOCK_I + pair // BLOCK_J).to(tl.int64)  # [(i j)]
+    j = (blk_j * BLOCK_J + pair % BLOCK_J).to(tl.int64)
+    tl.store(sc_ptr + pid_b * stride_scb + i * stride_sci + j * stride_scj,
+             _pair_scale(count_i, norm, NORM, EPS, BLOCK_I, BLOCK_J), mask=(i < N) & (j < N))
+
+
+@triton.jit
 def _opm_two_pass_kernel(
     a_ptr, stride_ab, stride_as, stride_ai,  # a: (B, S, N, C), masked, 16-bit; channel stride 1
     b_ptr, stride_bb, stride_bs, stride_bj,  # b: (B, S, N, C), masked, 16-bit; channel stride 1
-    m_ptr, stride_mb, stride_ms, stride_mi,  # mask: (B, S, N) float32 (HAS_MASK only): the counts
-    mi_ptr,  # the mask from this launch's first row i on (the rows' side), with m's strides
+    sc_ptr, stride_scb, stride_sci, stride_scj,  # the normalization's per-pair scale (B, NI, N) float32
     w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C), a's dtype
     wb_ptr,  # out_proj bias: (R,)
     inv_scale_ptr,  # SCALED only: one float32, 1 / (the power-of-two scales of a, b and w)
@@ -297,9 +329,7 @@ def _opm_two_pass_kernel(
     B, S, NI, N, R,  # NI: rows i in this launch (a, mi and out start at its first row), N: columns j
     S_BUCKET, N_BUCKET,  # autotuning keys only
     C: tl.constexpr,
-    NORM: tl.constexpr,  # 0 seed, 1 af2, 2 boltz
-    HAS_MASK: tl.constexpr,
-    EPS: tl.constexpr,
+    NORM: tl.constexpr,  # 0 seed, 1 af2 (which divides the bias too), 2 boltz
     TILE_ROWS: tl.constexpr,  # BLOCK_I * C / 2, rows of the first product (one half of the channels p)
     TILE_COLS: tl.constexpr,  # BLOCK_J * C, its columns
     BLOCK_S: tl.constexpr,
@@ -315,8 +345,10 @@ def _opm_two_pass_kernel(
     back and finishes). The epilogue's product so has out_proj's rows as its M (a wgmma, both operands in
     shared memory, the weight's blocks streamed in by asynchronous copies) instead of 32 pairs (chains of
     mma.sync: 0.31 of the one-pass kernel's 0.71 ms on opm-af2-main, 125 TFLOP/s), and reads out_proj's
-    weight once per 64 pairs instead of 32. Persistent: each program takes tiles program_id, + programs,
-    ... of every batch element, so that its workspace is its own."""
+    weight once per 64 pairs instead of 32. The normalization's per-pair scale comes from `pair_scale`'s
+    tensor (counting the mask in the MSA-row loop, a load the pipeliner did not prefetch, cost 0.08-0.10
+    of the forward's 0.70 ms on opm-af2-main). Persistent: each program takes tiles program_id, +
+    programs, ... of every batch element, so that its workspace is its own."""
     CP: tl.constexpr = C // 2
     BLOCK_I: tl.constexpr = TILE_ROWS // CP
     BLOCK_J: tl.constexpr = TILE_COLS // C
@@ -335,26 +367,19 @@ def _opm_two_pass_kernel(
         col_j = blk_j * BLOCK_J + cols // C  # [BLOCK_J*C]: columns (j, q)
         row_off = row_i.to(tl.int64) * stride_ai + rows % CP
         col_off = col_j.to(tl.int64) * stride_bj + cols % C
-        offs_i = blk_i * BLOCK_I + tl.arange(0, BLOCK_I)  # [BLOCK_I]
-        offs_j = blk_j * BLOCK_J + tl.arange(0, BLOCK_J)  # [BLOCK_J]
         out_i = (blk_i * BLOCK_I + pair // BLOCK_J).to(tl.int64)  # [(i j)]
         out_j = (blk_j * BLOCK_J + pair % BLOCK_J).to(tl.int64)
         pair_ok = (out_i < NI) & (out_j < N)
         a_b = a_ptr + pid_b * stride_ab
         b_b = b_ptr + pid_b * stride_bb
-        m_b = m_ptr + pid_b * stride_mb
-        mi_b = mi_ptr + pid_b * stride_mb
-        count_i = tl.zeros((BLOCK_I,), dtype=tl.float32)
-        norm = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)
+        scale = tl.load(sc_ptr + pid_b * stride_scb + out_i * stride_sci + out_j * stride_scj, mask=pair_ok,
+                        other=0.0)  # [(i j)]
         for half in tl.static_range(2):
             acc = tl.zeros((BLOCK_I * CP, BLOCK_J * C), dtype=tl.float32)
-            acc, count_i, norm = _products(acc, count_i, norm, a_b, a_b, stride_as, row_off + half * CP, row_i < NI,
-                                           b_b, b_b, stride_bs, col_off, col_j < N, m_b, mi_b, stride_ms, stride_mi,
-                                           offs_i, offs_j, NI, N, 0, S, NORM, HAS_MASK and half == 0, False, BLOCK_S)
+            acc, _, _ = _products(acc, 0.0, 0.0, a_b, a_b, stride_as, row_off + half * CP, row_i < NI, b_b, b_b,
+                                  stride_bs, col_off, col_j < N, sc_ptr, sc_ptr, 0, 0, out_i, out_j, NI, N, 0, S, NORM,
+                                  False, False, BLOCK_S)
             if half == 0:
-                count_i, norm = _other_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, offs_i, offs_j, NI, N, S,
-                                            0, S, NORM, HAS_MASK, BLOCK_S)
-                scale = _pair_scale(count_i, norm, NORM, EPS, BLOCK_I, BLOCK_J)  # [(i j)]
                 o_base = o_ptr + pid_b * stride_ob + out_i * stride_oi + out_j * stride_oj  # [(i j)]
                 inv_scale = tl.load(inv_scale_ptr) if SCALED else 1.0
             x_t = tl.trans((_by_pairs(acc, BLOCK_I, CP, BLOCK_J, C) * scale[:, None]).to(w_ptr.dtype.element_ty))
@@ -426,14 +451,44 @@ def _opm_dx_kernel(
 
 
 @triton.jit
+def _opm_gs_kernel(
+    g_ptr, stride_gb, stride_gi, stride_gj, stride_gr,  # the output gradient: (B, NI, N, R)
+    sc_ptr, stride_scb, stride_sci, stride_scj,  # the normalization's per-pair scale: (B, NI, N) float32
+    gs_ptr,  # out: Gs = g * scale, (B, NI, N, R) contiguous, g's dtype
+    sum_ptr, stride_sp,  # out: partial column sums (programs, R) float32, of Gs (SCALED_SUM) or of g
+    NI, N, R, PAIRS,  # PAIRS = B*NI*N
+    SCALED_SUM: tl.constexpr,  # af2 divides out_proj's bias too: its gradient sums Gs; the others' sum g
+    BLOCK_P: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+):
+    """The normalized output gradient Gs[b, i, j, r] = 16-bit(g[b, i, j, r] scale[b, i, j]) (float32
+    products), the operand of the dX and dW kernels, for a block of pairs (b, i, j); and the block's
+    column sums in float32 (out_proj's bias gradient, summed over the blocks in a fixed order)."""
+    t = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)  # [BLOCK_P]
+    t_ok = t < PAIRS
+    t64 = t.to(tl.int64)
+    b = t64 // (NI * N)
+    i = (t64 // N) % NI
+    j = t64 % N
+    sc = tl.load(sc_ptr + b * stride_scb + i * stride_sci + j * stride_scj, mask=t_ok, other=0.0)  # [BLOCK_P]
+    g_rows = g_ptr + b * stride_gb + i * stride_gi + j * stride_gj  # [BLOCK_P]
+    for r0 in range(0, R, BLOCK_R):
+        offs_r = r0 + tl.arange(0, BLOCK_R)
+        ok = t_ok[:, None] & (offs_r < R)[None, :]
+        g = tl.load(g_rows[:, None] + (offs_r * stride_gr)[None, :], mask=ok, other=0.0).to(tl.float32)  # [BLOCK_P, BLOCK_R]
+        gs = g * sc[:, None]
+        tl.store(gs_ptr + t64[:, None] * R + offs_r[None, :], gs.to(gs_ptr.dtype.element_ty), mask=ok)
+        tl.store(sum_ptr + tl.program_id(0) * stride_sp + offs_r, tl.sum(gs if SCALED_SUM else g, axis=0),
+                 mask=offs_r < R)
+
+
+@triton.jit
 def _opm_dw_kernel(
     g_ptr, stride_gb, stride_gi, stride_gj, stride_gr,  # the output gradient's side: (B, NI, N, R) 16-bit
     x_ptr, stride_xb, stride_xr, stride_xc,  # the outer products' side: (B, NI*C, N*C), row (i p), column (j q)
     ws_ptr, stride_wss, stride_wsr,  # out: partial sums (splits, R, C*C) float32, column stride 1
-    gsum_ptr, stride_gss,  # SUM_G: out: partial column sums of g, (splits, R) float32
     NI, N, R, PAIRS,  # PAIRS = B*NI*N
     C: tl.constexpr,
-    SUM_G: tl.constexpr,  # also sum_(b, i, j) g[b, i, j] (af2's bias gradient, g = Gs)
     BLOCK_R: tl.constexpr,
     BLOCK_K: tl.constexpr,  # columns (p q) of the weight gradient a program
     BLOCK_P: tl.constexpr,  # (b, i, j) pairs a step: the product's K
@@ -443,7 +498,8 @@ def _opm_dw_kernel(
     for a block of rows r and columns (p q), over this program's split of the pairs (program_id(1) of
     num_programs(1) equal runs of whole steps, in order): its partial sum, summed over the splits in a
     fixed order afterwards (no atomics, bit-reproducible). x is read in the layout of a plain product
-    a^T b, each pair's (p q) block gathered from C rows of C columns."""
+    a^T b, each pair's (p q) block gathered from C rows of C columns; both operands are plain loads into
+    the product, which Triton's pipeliner prefetches."""
     n_k: tl.constexpr = C * C // BLOCK_K
     blk_k = tl.program_id(0) % n_k
     blk_r = tl.program_id(0) // n_k
@@ -456,7 +512,6 @@ def _opm_dw_kernel(
     offs_k = blk_k * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]
     x_cols = (offs_k // C) * stride_xr + (offs_k % C) * stride_xc  # [BLOCK_K]: (p q) inside a pair's block
     acc = tl.zeros((BLOCK_K, BLOCK_R), dtype=tl.float32)
-    g_sum = tl.zeros((BLOCK_R,), dtype=tl.float32)
     for t0 in range(lo, hi, BLOCK_P):
         t = t0 + tl.arange(0, BLOCK_P)  # [BLOCK_P]
         t_ok = t < hi
@@ -469,12 +524,7 @@ def _opm_dw_kernel(
         g = tl.load(g_ptr + (b * stride_gb + i * stride_gi + j * stride_gj)[:, None] + (offs_r * stride_gr)[None, :],
                     mask=t_ok[:, None] & r_ok[None, :], other=0.0)  # [BLOCK_P, BLOCK_R]
         acc = tl.dot(tl.trans(x_t), g, acc)  # [BLOCK_K, BLOCK_R]
-        if SUM_G:
-            g_sum += tl.sum(g.to(tl.float32), axis=0)
     tl.store(ws_ptr + split * stride_wss + offs_r[None, :] * stride_wsr + offs_k[:, None], acc, mask=r_ok[None, :])
-    if SUM_G:
-        if blk_k == 0:
-            tl.store(gsum_ptr + split * stride_gss + offs_r, g_sum, mask=r_ok)
 
 
 @triton.jit
@@ -652,8 +702,8 @@ def _keep_all(configs, named_args, **kwargs):
 @functools.lru_cache(maxsize=None)
 def _tuned_two_pass():
     """`_opm_two_pass_kernel` autotuned as `_tuned_kernel` (GPU only, built on first use)."""
-    return triton.autotune(configs=_two_pass_configs(), key=["C", "R", "S_BUCKET", "N_BUCKET", "NORM", "HAS_MASK",
-                                                             "SCALED", "ACCUMULATE"],
+    return triton.autotune(configs=_two_pass_configs(), key=["C", "R", "S_BUCKET", "N_BUCKET", "NORM", "SCALED",
+                                                             "ACCUMULATE"],
                            restore_value=["o_ptr"])(_opm_two_pass_kernel)
 
 
@@ -775,15 +825,27 @@ def _float16_operands(tensors, split: bool):
 
 
 def pair_scale(mask: torch.Tensor | None, B: int, S: int, N: int, normalization: str,
-               device: torch.device) -> torch.Tensor:
+               like: torch.Tensor) -> torch.Tensor:
     """The normalization's per-(i, j) factor (B, N, N) float32 (any strides) from the mask (B, S, N) or
-    None: seed 1 / max(count_i, 1), af2 1 / (eps + count_ij), boltz 1 / max(count_ij, 1)."""
-    counts = torch.ones(B, S, N, device=device) if mask is None else mask.float()
-    if normalization == "seed":
-        den = counts.sum(1).clamp(min=1)  # (B, N)
-        return (1 / den)[:, :, None].expand(-1, -1, N)
-    pairs = torch.einsum("bsi,bsj->bij", counts, counts)
-    return 1 / (AF2_EPS + pairs) if normalization == "af2" else 1 / pairs.clamp(min=1)
+    None: seed 1 / max(count_i, 1), af2 1 / (eps + count_ij), boltz 1 / max(count_ij, 1). On `like`'s
+    device: one launch of `_pair_scale_kernel` on real tensors (the forward's and the backward's kernels
+    read it instead of counting), PyTorch's ops while torch.compile traces."""
+    if mask is not None and mask.dtype != torch.float32:
+        mask = mask.float()
+    if not eager(like):
+        counts = torch.ones(B, S, N, device=like.device) if mask is None else mask
+        if normalization == "seed":
+            return (1 / counts.sum(1).clamp(min=1))[:, :, None].expand(-1, -1, N)
+        with ieee_fp32_matmul():
+            pairs = torch.einsum("bsi,bsj->bij", counts, counts)
+        return 1 / (AF2_EPS + pairs) if normalization == "af2" else 1 / pairs.clamp(min=1)
+    sc = empty(B, N, N, dtype=torch.float32, device=like.device)
+    m, m_strides = (sc, (0, 0, 0)) if mask is None else (mask, mask.stride())
+    block = 16 if interpreting() else 32
+    cached_launch(_pair_scale_kernel)((cdiv(N, block) ** 2, B), m, *m_strides, sc, *sc.stride(), S, N,
+                                      NORM=_NORM_CODE[normalization], HAS_MASK=mask is not None, EPS=AF2_EPS,
+                                      BLOCK_I=block, BLOCK_J=block, BLOCK_S=8)
+    return sc
 
 
 def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight,
@@ -841,7 +903,8 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     ws = None  # one-float16 operands at hidden_dim 32 (or its 32-wide parts): the two-pass kernel
     if TWO_PASS and not split and cs == 32:
         ws = torch.empty(_programs(device), _workspace_size(R, cs), dtype=torch.float32, device=device)
-        two_pass = {k: consts[k] for k in ("C", "NORM", "HAS_MASK", "EPS", "SCALED")}
+        scale = pair_scale(mask, B, S, N, normalization, a)  # (B, N, N): no mask counts in the kernel's loop
+        two_pass = {k: consts[k] for k in ("C", "NORM", "SCALED")}
     for i0 in range(0, N, rows):
         n = min(rows, N - i0)
         acc = out[:, i0:i0 + n] if partial is None else partial[:, :n]
@@ -858,9 +921,10 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
                     *acc.stride(), S, n, N, R, s0, s1, bucket(s1 - s0), bucket(N))
 
             if ws is not None:
-                args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], m, *m_strides,
-                        m[:, :, i0:] if mask is not None else m, w[k], *w[k].stride(), wb, inv_scale, ws, ws.stride(0),
-                        dst, *dst.stride(), acc, *acc.stride(), B, S, n, N, R, bucket(S), bucket(N))
+                sc = scale[:, i0:]
+                args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], sc, *sc.stride(), w[k], *w[k].stride(), wb,
+                        inv_scale, ws, ws.stride(0), dst, *dst.stride(), acc, *acc.stride(), B, S, n, N, R, bucket(S),
+                        bucket(N))
 
                 def grid(meta, n=n):
                     tiles = cdiv(n, 2 * meta["TILE_ROWS"] // cs) * cdiv(N, meta["TILE_COLS"] // cs) * B
@@ -975,22 +1039,36 @@ def _dw_splits(device: torch.device) -> int:
     return 3 if interpreting() else cdiv(multiprocessors(device), 4)
 
 
-def outer_product_weight_grad(g: torch.Tensor, x: torch.Tensor, c: int, sum_g: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def outer_product_weight_grad(g: torch.Tensor, x: torch.Tensor, c: int) -> torch.Tensor:
     """out_proj's weight gradient from a block of rows i: dW[r, p*c + q] = sum_(b, i, j) g[b, i, j, r]
     x[b, i*c + p, j*c + q], (R, c*c) float32, the normalization's scale on one side (Gs and the plain
-    outer products, cuBLAS's a_rows^T b; or g and `outer_products`); with `sum_g` also sum_(b, i, j)
-    g[b, i, j] (R,) float32 (af2's bias gradient from Gs), else an empty tensor. g (B, n, N, R) 16-bit
-    (any strides), x (B, n*c, N*c) g's dtype. Partial sums over fixed runs of pairs are added in a fixed
-    order: bit-reproducible."""
+    outer products, cuBLAS's a_rows^T b; or g and `outer_products`). g (B, n, N, R) 16-bit (any strides),
+    x (B, n*c, N*c) g's dtype. Partial sums over fixed runs of pairs are added in a fixed order:
+    bit-reproducible."""
     B, n, N, R = g.shape
     splits = _dw_splits(g.device)
     ws = empty(splits, R, c * c, dtype=torch.float32, device=g.device)
-    g_sums = empty(splits, R if sum_g else 0, dtype=torch.float32, device=g.device)
-    args = (g, *g.stride(), x, *x.stride(), ws, ws.stride(0), ws.stride(1), g_sums, g_sums.stride(0), n, N, R, B * n * N)
+    args = (g, *g.stride(), x, *x.stride(), ws, ws.stride(0), ws.stride(1), n, N, R, B * n * N)
 
     def grid(meta):
         return (cdiv(R, meta["BLOCK_R"]) * (c * c // meta["BLOCK_K"]), splits)
 
     interpret = {"BLOCK_R": 16, "BLOCK_K": min(64, c * c), "BLOCK_P": 16}
-    launch(_opm_dw_kernel, _tuned_dw, _dw_configs, _dw_prune, grid, args, {"C": c, "SUM_G": sum_g}, interpret)
-    return ws.sum(0), g_sums.sum(0)
+    launch(_opm_dw_kernel, _tuned_dw, _dw_configs, _dw_prune, grid, args, {"C": c}, interpret)
+    return ws.sum(0)
+
+
+def normalized_grad(g: torch.Tensor, scale: torch.Tensor, scaled_sum: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gs = g * scale[..., None] rounded to g's dtype (float32 products), (B, n, N, R) contiguous, from the
+    output gradient g (B, n, N, R) and the per-pair scale (B, n, N) float32 (any strides); and the sums
+    over (b, i, j) of Gs (`scaled_sum`: af2's bias gradient) or of g (the other normalizations'), (R,)
+    float32, from per-block partial sums added in a fixed order."""
+    B, n, N, R = g.shape
+    pairs = B * n * N
+    block_p = 16 if interpreting() else 32
+    blocks = cdiv(pairs, block_p)
+    gs = empty(B, n, N, R, dtype=g.dtype, device=g.device)
+    sums = empty(blocks, R, dtype=torch.float32, device=g.device)
+    cached_launch(_opm_gs_kernel)((blocks,), g, *g.stride(), scale, *scale.stride(), gs, sums, sums.stride(0), n, N,
+                                  R, pairs, SCALED_SUM=scaled_sum, BLOCK_P=block_p, BLOCK_R=min(128, next_pow2(R)))
+    return gs, sums.sum(0)
