@@ -115,7 +115,7 @@ def launches():
                    consts | cfg.kwargs, cfg.num_warps, cfg.num_stages)
     for norm in range(3):
         yield (f"opm pair scale norm={norm}", opm._pair_scale_kernel, {"m_ptr": "*fp32", "sc_ptr": "*fp32"},
-               dict(NORM=norm, HAS_MASK=True, EPS=1e-3, BLOCK_I=32, BLOCK_J=32, BLOCK_S=8), 4, 3)
+               dict(NORM=norm, HAS_MASK=True, EPS=1e-3, BLOCK_I=32, BLOCK_J=32, BLOCK_S=32), 4, 3)
     for C in opm.FAST_HIDDEN_DIMS[:3]:  # the backward's kernels (16-bit)
         ptrs = {n: "*bf16" for n in ("a_ptr", "b_ptr", "w_ptr", "a_lo_ptr", "b_lo_ptr", "w_lo_ptr", "o_ptr")}
         ptrs |= {n: "*bf16" for n in ("m_ptr", "mi_ptr", "wb_ptr", "inv_scale_ptr")} | {"p_ptr": "*fp32"}

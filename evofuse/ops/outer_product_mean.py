@@ -295,8 +295,9 @@ def _pair_scale_kernel(
     BLOCK_J: tl.constexpr,
     BLOCK_S: tl.constexpr,
 ):
-    """The normalization's factor of each (i, j) pair of a tile from the mask's counts over every MSA row
-    (float32 sums: exact for 0/1 masks)."""
+    """The normalization's factor of each (i, j) pair of a tile from the mask's counts over every MSA row:
+    seed's sum_s mask[s, i], af2's and boltz's sum_s mask[s, i] mask[s, j] as an IEEE float32 product
+    (exact for 0/1 masks; its operands prefetched by the pipeliner)."""
     n_j = tl.cdiv(N, BLOCK_J)
     blk_i = tl.program_id(0) // n_j
     blk_j = tl.program_id(0) % n_j
@@ -306,8 +307,21 @@ def _pair_scale_kernel(
     count_i = tl.zeros((BLOCK_I,), dtype=tl.float32)
     norm = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)
     m_b = m_ptr + pid_b * stride_mb
-    count_i, norm = _other_rows(count_i, norm, m_b, m_b, stride_ms, stride_mi, offs_i, offs_j, N, N, S, 0, 0, NORM,
-                                HAS_MASK, BLOCK_S)
+    if HAS_MASK:
+        for s0 in range(0, S, BLOCK_S):
+            s = s0 + tl.arange(0, BLOCK_S)
+            s_ok = s < S
+            m_i = tl.load(m_b + s[:, None] * stride_ms + offs_i[None, :] * stride_mi,
+                          mask=s_ok[:, None] & (offs_i < N)[None, :], other=0.0)  # [BLOCK_S, BLOCK_I]
+            if NORM == 0:
+                count_i += tl.sum(m_i, axis=0)
+            else:
+                m_j = tl.load(m_b + s[:, None] * stride_ms + offs_j[None, :] * stride_mi,
+                              mask=s_ok[:, None] & (offs_j < N)[None, :], other=0.0)  # [BLOCK_S, BLOCK_J]
+                norm = tl.dot(tl.trans(m_i), m_j, norm, input_precision="ieee")  # [BLOCK_I, BLOCK_J]
+    else:
+        count_i += S
+        norm += S
     pair = tl.arange(0, BLOCK_I * BLOCK_J)
     i = (blk_i * BLOCK_I + pair // BLOCK_J).to(tl.int64)  # [(i j)]
     j = (blk_j * BLOCK_J + pair % BLOCK_J).to(tl.int64)
@@ -844,7 +858,7 @@ def pair_scale(mask: torch.Tensor | None, B: int, S: int, N: int, normalization:
     block = 16 if interpreting() else 32
     cached_launch(_pair_scale_kernel)((cdiv(N, block) ** 2, B), m, *m_strides, sc, *sc.stride(), S, N,
                                       NORM=_NORM_CODE[normalization], HAS_MASK=mask is not None, EPS=AF2_EPS,
-                                      BLOCK_I=block, BLOCK_J=block, BLOCK_S=8)
+                                      BLOCK_I=block, BLOCK_J=block, BLOCK_S=32)
     return sc
 
 
