@@ -14,13 +14,14 @@ from types import SimpleNamespace
 import torch
 
 from . import reference as ref
-from .ops._common import add_product, column_sums, eager, ieee_fp32_matmul
+from .ops._common import add_product, cdiv, column_sums, eager, ieee_fp32_matmul
 
-# recomputed outer products (and then their gradient) per block of rows i: each block costs ~10 launches and
-# PyTorch calls, ~0.3-0.5 ms of the H200 host's time (opm-af2-main bf16 training step, host time alone: 5
-# blocks of 64 MiB 5.79 ms, 2 of 256 MiB 4.34 ms; benchmarks/host_time.py, session 6); opm-af2-main's 288 MiB
-# of outer products take one block
-BLOCK_BYTES = 320 << 20
+# recomputed outer products (and then their gradient) per block of rows i, at most (blocks of equal rows): each
+# block costs ~9 launches and PyTorch calls, ~0.2-0.4 ms of the H200 host's time (opm-af2-main bf16 training
+# step, host time alone: 5 blocks of 64 MiB 5.79 ms, 2 of 256 MiB 4.34 ms; benchmarks/host_time.py, session 6).
+# The suite's 288-2048 MiB of outer products never exist whole (one block: 2.29-2.64 against 3.16-3.20 ms of
+# the code before, session 11, not kept)
+BLOCK_BYTES = 256 << 20
 
 
 def _kernels(grad_out: torch.Tensor) -> SimpleNamespace:
@@ -77,9 +78,10 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
 
     With X[i, j] = sum_s a[s, i] (x) b[s, j] and Gs = grad_out * scale (the normalization's per-pair
     factor): dX = Gs W, da[s, i] = sum_j dX[i, j] b[s, j], db[s, j] = sum_i a[s, i] dX[i, j],
-    dW = sum_ij Gs[i, j] (x) X[i, j], on blocks of output rows i (each block's dX, then its X, about
-    BLOCK_BYTES: few blocks, since each costs ~10 launches of host time), never the whole N*N*c*c. Gs is
-    one elementwise pass. For 16-bit inputs with hidden_dim <= 32, dX comes from a Triton kernel already in
+    dW = sum_ij Gs[i, j] (x) X[i, j], on blocks of output rows i of equal size (each block's dX, then its X,
+    at most BLOCK_BYTES: few blocks, since each costs ~9 launches of host time; the suite's N*N*c*c tensors,
+    288-2048 MiB in bf16, never exist whole). For 16-bit inputs with hidden_dim <= 32, Gs (of grad_out's size)
+    and the bias gradient's sums are one Triton pass before the blocks, dX comes from a Triton kernel already in
     the layout of the cuBLAS products that take it, and dW from one that reads X in the layout of a plain
     product (bfloat16: cuBLAS's a^T b, with Gs; float16: normalized by `ops.outer_product_mean.outer_products`,
     with grad_out), both through their custom ops while torch.compile traces; otherwise all are cuBLAS
@@ -118,6 +120,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     b_flat = bd.reshape(B, S, N * c)
     fused = backward_fused(dtype, c)  # 16-bit: X and dX from Triton kernels in cuBLAS's layouts
     rows = max(1, BLOCK_BYTES // max(1, B * N * c * c * ad.element_size()))
+    rows = cdiv(N, cdiv(N, rows))  # the same rows in every block
     blocks = range(0, N, rows)
     da = torch.empty_like(ad) if need_a else None
     # db and dW: float32 sums over the blocks; one block writes db in its dtype (cuBLAS's float32 sums
@@ -127,14 +130,15 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     dw = torch.zeros(R, c * c, dtype=torch.float32, device=msa.device) if needs[8] and not fused else None
     dwb = None  # out_proj's bias: af2 normalizes it, its gradient sums Gs; the others' sum grad_out
     scale = pair_scale(mask, B, S, N, normalization, grad_out)  # (B, N, N), once for every block
+    if fused:  # Gs (of grad_out's size) and the bias gradient's sums in one pass, once for every block
+        gs_all, dwb = kernels.normalized_grad(grad_out, scale, normalization == "af2")
     with ieee_fp32_matmul():
         for i0 in blocks:
             n = min(rows, N - i0)
             a_rows = ad[:, :, i0:i0 + n].reshape(B, S, n * c)  # (B, S, (i p))
             g_rows, scale_rows = grad_out[:, i0:i0 + n], scale[:, i0:i0 + n]  # (B, n, N, R), (B, n, N)
-            if fused:  # Gs and the bias gradient's sums in one pass (a Triton kernel)
-                gs, g_sum = kernels.normalized_grad(g_rows, scale_rows, normalization == "af2")
-                dwb = g_sum if dwb is None else dwb + g_sum
+            if fused:
+                gs = gs_all[:, i0:i0 + n]
             else:
                 gs = (g_rows * scale_rows[..., None]).to(dtype)  # (B, n, N, R)
                 if needs[9]:
