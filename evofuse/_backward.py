@@ -80,8 +80,8 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     factor): dX = Gs W, da[s, i] = sum_j dX[i, j] b[s, j], db[s, j] = sum_i a[s, i] dX[i, j],
     dW = sum_ij Gs[i, j] (x) X[i, j], on blocks of output rows i of equal size (each block's dX, then its X,
     at most BLOCK_BYTES: few blocks, since each costs ~9 launches of host time; the suite's N*N*c*c tensors,
-    288-2048 MiB in bf16, never exist whole). For 16-bit inputs with hidden_dim <= 32, Gs (of grad_out's size)
-    and the bias gradient's sums are one Triton pass before the blocks, dX comes from a Triton kernel already in
+    288-2048 MiB in bf16, never exist whole). For 16-bit inputs with hidden_dim <= 32, a block's Gs and the
+    bias gradient's sums are one Triton pass, dX comes from a Triton kernel already in
     the layout of the cuBLAS products that take it, and dW from one that reads X in the layout of a plain
     product (bfloat16: cuBLAS's a^T b, with Gs; float16: normalized by `ops.outer_product_mean.outer_products`,
     with grad_out), both through their custom ops while torch.compile traces; otherwise all are cuBLAS
@@ -130,15 +130,14 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     dw = torch.zeros(R, c * c, dtype=torch.float32, device=msa.device) if needs[8] and not fused else None
     dwb = None  # out_proj's bias: af2 normalizes it, its gradient sums Gs; the others' sum grad_out
     scale = pair_scale(mask, B, S, N, normalization, grad_out)  # (B, N, N), once for every block
-    if fused:  # Gs (of grad_out's size) and the bias gradient's sums in one pass, once for every block
-        gs_all, dwb = kernels.normalized_grad(grad_out, scale, normalization == "af2")
     with ieee_fp32_matmul():
         for i0 in blocks:
             n = min(rows, N - i0)
             a_rows = ad[:, :, i0:i0 + n].reshape(B, S, n * c)  # (B, S, (i p))
             g_rows, scale_rows = grad_out[:, i0:i0 + n], scale[:, i0:i0 + n]  # (B, n, N, R), (B, n, N)
-            if fused:
-                gs = gs_all[:, i0:i0 + n]
+            if fused:  # Gs and the bias gradient's sums in one pass (a block's Gs: opm-long's whole took +256 MiB)
+                gs, g_sum = kernels.normalized_grad(g_rows, scale_rows, normalization == "af2")
+                dwb = g_sum if dwb is None else dwb + g_sum
             else:
                 gs = (g_rows * scale_rows[..., None]).to(dtype)  # (B, n, N, R)
                 if needs[9]:
