@@ -97,10 +97,10 @@ def launches():
                                     ("fp32 fast", "fp16", False, True)):
         out = "*bf16" if dt == "bf16" else "*fp32"
         ptrs = {n: f"*{dt}" for n in ("a_ptr", "b_ptr", "w_ptr", "a_lo_ptr", "b_lo_ptr", "w_lo_ptr")}
-        ptrs |= {n: "*fp32" for n in ("m_ptr", "mi_ptr", "wb_ptr", "inv_scale_ptr", "p_ptr")} | {"o_ptr": out}
+        ptrs |= {n: "*fp32" for n in ("sc_ptr", "wb_ptr", "inv_scale_ptr", "p_ptr")} | {"o_ptr": out}
         for C in opm.FAST_HIDDEN_DIMS[:3]:
             for norm, acc in ((0, False), (1, True)):
-                consts = dict(C=C, NORM=norm, HAS_MASK=True, EPS=1e-3, SPLIT=split, SCALED=scaled, ACCUMULATE=acc,
+                consts = dict(C=C, NORM=norm, SPLIT=split, SCALED=scaled, ACCUMULATE=acc,
                               ADD_BIAS=True, STORE_X=False)
                 cfg = opm._prune(opm._configs(), {}, **consts)[0]
                 yield (f"opm {form} c={C} norm={norm} accumulate={acc}", opm._opm_kernel, ptrs, consts | cfg.kwargs,
@@ -118,8 +118,8 @@ def launches():
                dict(NORM=norm, HAS_MASK=True, EPS=1e-3, BLOCK_I=32, BLOCK_J=32, BLOCK_S=32), 4, 3)
     for C in opm.FAST_HIDDEN_DIMS[:3]:  # the backward's kernels (16-bit)
         ptrs = {n: "*bf16" for n in ("a_ptr", "b_ptr", "w_ptr", "a_lo_ptr", "b_lo_ptr", "w_lo_ptr", "o_ptr")}
-        ptrs |= {n: "*bf16" for n in ("m_ptr", "mi_ptr", "wb_ptr", "inv_scale_ptr")} | {"p_ptr": "*fp32"}
-        consts = dict(C=C, NORM=0, HAS_MASK=False, EPS=1e-3, SPLIT=False, SCALED=False, ACCUMULATE=False,
+        ptrs |= {n: "*bf16" for n in ("wb_ptr", "inv_scale_ptr")} | {n: "*fp32" for n in ("sc_ptr", "p_ptr")}
+        consts = dict(C=C, NORM=0, SPLIT=False, SCALED=False, ACCUMULATE=False,
                       ADD_BIAS=False, STORE_X=True)
         cfg = opm._prune(opm._configs(), {}, **consts)[0]
         yield (f"opm backward outer products bf16 c={C}", opm._opm_kernel, ptrs, consts | cfg.kwargs, cfg.num_warps,
@@ -179,7 +179,7 @@ def launches():
 
 # opm-af2-main's launch (B = 1, S = 512, N = 384, c = 32, pair_dim 128; contiguous a, b, mask, weight, output)
 _OPM_AF2_MAIN = dict(stride_ab=512 * 384 * 32, stride_as=384 * 32, stride_ai=32, stride_bb=512 * 384 * 32,
-                     stride_bs=384 * 32, stride_bj=32, stride_mb=512 * 384, stride_ms=384, stride_mi=1,
+                     stride_bs=384 * 32, stride_bj=32, stride_scb=384 * 384, stride_sci=384, stride_scj=1,
                      stride_wr=1024, stride_wk=1, stride_ob=384 * 384 * 128, stride_oi=384 * 128, stride_oj=128,
                      stride_or=1, stride_pb=384 * 384 * 128, stride_pi=384 * 128, stride_pj=128, stride_pr=1,
                      S=512, NI=384, N=384, R=128, S_LO=0, S_HI=512, S_BUCKET=512, N_BUCKET=512)

@@ -7,6 +7,9 @@ Two stages:
    the MSA rows, X[(i p), (j q)] = sum_s a[s, i, p] b[s, j, q], accumulate in fp32 on chip; the tile is
    rearranged to X[(i j), (p q)], scaled by the normalization and contracted with out_proj's weight
    in the epilogue, and only the (B, N, N, pair_dim) output is written. No N*N*c*c tensor exists.
+   The normalization's per-pair scale comes from one small kernel before (`pair_scale`): counting the
+   mask inside the MSA-row loop, a load Triton's pipeliner does not prefetch, cost the two-pass kernel
+   below 0.07 ms of its 0.58 on opm-af2-main.
    Its operands are 16-bit: bfloat16/float16 inputs as they are; float32 inputs scaled by a power of
    two into float16's range, at the "fast" precision as one float16 each (11-bit mantissas), at the
    default precision as float16 hi + lo pairs with three products per pair of operands (hi*hi +
@@ -61,23 +64,19 @@ _NORM_CODE = {name: k for k, name in enumerate(NORMALIZATIONS)}  # seed 0, af2 1
 def _opm_kernel(
     a_ptr, stride_ab, stride_as, stride_ai,  # a: (B, S, N, C), masked; channel stride 1
     b_ptr, stride_bb, stride_bs, stride_bj,  # b: (B, S, N, C), masked; channel stride 1
-    m_ptr, stride_mb, stride_ms, stride_mi,  # mask: (B, S, N) float32 (HAS_MASK only): the counts
-    mi_ptr,  # the mask from this launch's first row i on (the rows' side), with m's strides
+    sc_ptr, stride_scb, stride_sci, stride_scj,  # the normalization's per-pair scale (B, NI, N) float32
     w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C)
     wb_ptr,  # out_proj bias: (R,)
     a_lo_ptr, b_lo_ptr, w_lo_ptr,  # SPLIT only: the low float16 halves, with a's, b's and w's strides
     inv_scale_ptr,  # SCALED only: one float32, 1 / (the power-of-two scales of a, b and w)
     o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, NI, N, R), rows i of this launch; STORE_X:
     # X (B, NI*C, N*C), stride_oi its rows' and stride_oj its columns' (stride_or unused)
-    p_ptr, stride_pb, stride_pi, stride_pj, stride_pr,  # ACCUMULATE: float32 partial sums (B, NI, N, R) to add;
-    # STORE_X: the normalization's per-pair scale (B, NI, N) float32 (stride_pr unused)
-    S, NI, N, R,  # NI: rows i in this launch (a, mi and out start at its first row), N: columns j
-    S_LO, S_HI,  # the MSA rows this launch multiplies (the counts always take all S)
+    p_ptr, stride_pb, stride_pi, stride_pj, stride_pr,  # ACCUMULATE: float32 partial sums (B, NI, N, R) to add
+    NI, N, R,  # NI: rows i in this launch (a, sc and out start at its first row), N: columns j
+    S_LO, S_HI,  # the MSA rows this launch multiplies
     S_BUCKET, N_BUCKET,  # autotuning keys only
     C: tl.constexpr,
-    NORM: tl.constexpr,  # 0 seed, 1 af2, 2 boltz
-    HAS_MASK: tl.constexpr,  # without a mask every count is S
-    EPS: tl.constexpr,
+    NORM: tl.constexpr,  # 0 seed, 1 af2 (which divides the bias too), 2 boltz
     TILE_ROWS: tl.constexpr,  # BLOCK_I * C, rows of the first product
     COLS_FACTOR: tl.constexpr,  # BLOCK_J = COLS_FACTOR * BLOCK_I
     BLOCK_S: tl.constexpr,
@@ -101,19 +100,11 @@ def _opm_kernel(
     col_j = blk_j * BLOCK_J + cols // C  # [BLOCK_J*C]
     row_off = row_i.to(tl.int64) * stride_ai + rows % C
     col_off = col_j.to(tl.int64) * stride_bj + cols % C
-    offs_i = blk_i * BLOCK_I + tl.arange(0, BLOCK_I)  # [BLOCK_I]
-    offs_j = blk_j * BLOCK_J + tl.arange(0, BLOCK_J)  # [BLOCK_J]
     acc = tl.zeros((BLOCK_I * C, BLOCK_J * C), dtype=tl.float32)
-    norm = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)  # af2 / boltz: sum_s mask[s, i] mask[s, j]
-    count_i = tl.zeros((BLOCK_I,), dtype=tl.float32)  # seed: sum_s mask[s, i]
-    m_b = m_ptr + pid_b * stride_mb
-    mi_b = mi_ptr + pid_b * stride_mb
-    acc, count_i, norm = _products(acc, count_i, norm, a_ptr + pid_b * stride_ab, a_lo_ptr + pid_b * stride_ab,
-                                   stride_as, row_off, row_i < NI, b_ptr + pid_b * stride_bb,
-                                   b_lo_ptr + pid_b * stride_bb, stride_bs, col_off, col_j < N, m_b, mi_b, stride_ms,
-                                   stride_mi, offs_i, offs_j, NI, N, S_LO, S_HI, NORM, HAS_MASK, SPLIT, BLOCK_S)
-    count_i, norm = _other_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, offs_i, offs_j, NI, N, S, S_LO, S_HI,
-                                NORM, HAS_MASK, BLOCK_S)
+    acc = _products(acc, a_ptr + pid_b * stride_ab, a_lo_ptr + pid_b * stride_ab, stride_as, row_off, row_i < NI,
+                    b_ptr + pid_b * stride_bb, b_lo_ptr + pid_b * stride_bb, stride_bs, col_off, col_j < N, S_LO, S_HI,
+                    SPLIT, BLOCK_S)
+    sc_b = sc_ptr + pid_b * stride_scb
 
     if STORE_X:  # scale[i, j] X[(i p), (j q)]: acc as it is, in the layout of a plain product of a and b
         # 64-bit tile origins, 32-bit offsets inside the tile (a 64-bit offset tile costs 128 registers)
@@ -122,29 +113,28 @@ def _opm_kernel(
         tile_j = (blk_j * BLOCK_J).to(tl.int64)
         li = rows // C  # [BLOCK_I*C] residue i within the tile
         lj = cols // C  # [BLOCK_J*C]
-        sc = tl.load(p_ptr + pid_b * stride_pb + tile_i * stride_pi + tile_j * stride_pj
-                     + (li * stride_pi)[:, None] + (lj * stride_pj)[None, :], mask=x_ok, other=0.0)  # [BLOCK_I*C, BLOCK_J*C]
+        sc = tl.load(sc_b + tile_i * stride_sci + tile_j * stride_scj + (li * stride_sci)[:, None]
+                     + (lj * stride_scj)[None, :], mask=x_ok, other=0.0)  # [BLOCK_I*C, BLOCK_J*C]
         tl.store(o_ptr + pid_b * stride_ob + tile_i * C * stride_oi + tile_j * C * stride_oj
                  + (rows * stride_oi)[:, None] + (cols * stride_oj)[None, :],
                  (acc * sc).to(o_ptr.dtype.element_ty), mask=x_ok)  # [BLOCK_I*C, BLOCK_J*C]
     else:
         pair = tl.arange(0, BLOCK_I * BLOCK_J)
-        out_i = blk_i * BLOCK_I + pair // BLOCK_J
-        out_j = blk_j * BLOCK_J + pair % BLOCK_J
-        _epilogue(acc, count_i, norm, out_i.to(tl.int64), out_j.to(tl.int64), (out_i < NI) & (out_j < N),
-                  w_ptr, stride_wr, stride_wk, w_lo_ptr, wb_ptr, inv_scale_ptr,
+        out_i = (blk_i * BLOCK_I + pair // BLOCK_J).to(tl.int64)  # [(i j)]
+        out_j = (blk_j * BLOCK_J + pair % BLOCK_J).to(tl.int64)
+        pair_ok = (out_i < NI) & (out_j < N)
+        scale = tl.load(sc_b + out_i * stride_sci + out_j * stride_scj, mask=pair_ok, other=0.0)  # [(i j)]
+        _epilogue(acc, scale, out_i, out_j, pair_ok, w_ptr, stride_wr, stride_wk, w_lo_ptr, wb_ptr, inv_scale_ptr,
                   o_ptr + pid_b * stride_ob, stride_oi, stride_oj, stride_or,
                   p_ptr + pid_b * stride_pb, stride_pi, stride_pj, stride_pr, R,
-                  C, NORM, EPS, BLOCK_I, BLOCK_J, BLOCK_R, SPLIT, SCALED, ACCUMULATE, ADD_BIAS, "tf32")
+                  C, NORM, BLOCK_I, BLOCK_J, BLOCK_R, SPLIT, SCALED, ACCUMULATE, ADD_BIAS, "tf32")
 
 
 @triton.jit
-def _products(acc, count_i, norm, a_b, a_lo_b, stride_as, row_off, row_ok, b_b, b_lo_b, stride_bs, col_off, col_ok,
-              m_b, mi_b, stride_ms, stride_mi, offs_i, offs_j, NI, N, S_LO, S_HI,
-              NORM: tl.constexpr, COUNT: tl.constexpr, SPLIT: tl.constexpr, BLOCK_S: tl.constexpr):
+def _products(acc, a_b, a_lo_b, stride_as, row_off, row_ok, b_b, b_lo_b, stride_bs, col_off, col_ok, S_LO, S_HI,
+              SPLIT: tl.constexpr, BLOCK_S: tl.constexpr):
     """acc [rows, cols] += sum over MSA rows s in [S_LO, S_HI) of a[s, rows]^T b[s, cols] (a_b, b_b: this
-    batch element's a and b; row_off, col_off: the rows' and columns' offsets in them), with COUNT the
-    counts of those rows of the mask too (`_count_rows`)."""
+    batch element's a and b; row_off, col_off: the rows' and columns' offsets in them)."""
     for s0 in range(S_LO, S_HI, BLOCK_S):
         s = s0 + tl.arange(0, BLOCK_S)
         s_ok = s < S_HI
@@ -159,58 +149,19 @@ def _products(acc, count_i, norm, a_b, a_lo_b, stride_as, row_off, row_ok, b_b, 
             acc = tl.dot(a_t, tl.load(b_lo_b + b_off, mask=b_ok, other=0.0), acc)
             acc = tl.dot(tl.load(a_lo_b + a_off, mask=a_ok, other=0.0), b_t, acc)
         acc = tl.dot(a_t, b_t, acc)  # 16-bit operands, fp32 accumulator
-        if COUNT:
-            count_i, norm = _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s64, s_ok, offs_i, offs_j,
-                                        NI, N, NORM)
-    return acc, count_i, norm
+    return acc
 
 
 @triton.jit
-def _other_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, offs_i, offs_j, NI, N, S, S_LO, S_HI,
-                NORM: tl.constexpr, HAS_MASK: tl.constexpr, BLOCK_S: tl.constexpr):
-    """The counts of the MSA rows outside [S_LO, S_HI) (S split into launches); without a mask, S."""
-    if HAS_MASK:
-        for s0 in range(0, S_LO, BLOCK_S):
-            s = s0 + tl.arange(0, BLOCK_S)
-            count_i, norm = _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s.to(tl.int64), s < S_LO,
-                                        offs_i, offs_j, NI, N, NORM)
-        for s0 in range(S_HI, S, BLOCK_S):
-            s = s0 + tl.arange(0, BLOCK_S)
-            count_i, norm = _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s.to(tl.int64), s < S,
-                                        offs_i, offs_j, NI, N, NORM)
-    else:
-        count_i += S
-        norm += S
-    return count_i, norm
-
-
-@triton.jit
-def _count_rows(count_i, norm, m_b, mi_b, stride_ms, stride_mi, s64, s_ok, offs_i, offs_j, NI, N,
-                NORM: tl.constexpr):
-    """Adds MSA rows s64 of the mask (pointers at this batch element; mi_b at this launch's first row
-    i) to the counts: seed's sum_s mask[s, i], af2's and boltz's sum_s mask[s, i] mask[s, j]."""
-    m_i = tl.load(mi_b + s64[:, None] * stride_ms + offs_i[None, :] * stride_mi,
-                  mask=s_ok[:, None] & (offs_i < NI)[None, :], other=0.0)  # [BLOCK_S, BLOCK_I]
-    if NORM == 0:
-        count_i += tl.sum(m_i, axis=0)
-    else:
-        m_j = tl.load(m_b + s64[:, None] * stride_ms + offs_j[None, :] * stride_mi,
-                      mask=s_ok[:, None] & (offs_j < N)[None, :], other=0.0)  # [BLOCK_S, BLOCK_J]
-        norm += tl.sum(m_i[:, :, None] * m_j[:, None, :], axis=0)  # [BLOCK_I, BLOCK_J]
-    return count_i, norm
-
-
-@triton.jit
-def _epilogue(acc, count_i, norm, out_i, out_j, pair_ok,
+def _epilogue(acc, scale, out_i, out_j, pair_ok,
               w_ptr, stride_wr, stride_wk, w_lo_ptr, wb_ptr, inv_scale_ptr,
               o_ptr, stride_oi, stride_oj, stride_or, p_ptr, stride_pi, stride_pj, stride_pr, R,
-              C: tl.constexpr, NORM: tl.constexpr, EPS: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_J: tl.constexpr,
+              C: tl.constexpr, NORM: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_J: tl.constexpr,
               BLOCK_R: tl.constexpr, SPLIT: tl.constexpr, SCALED: tl.constexpr, ACCUMULATE: tl.constexpr,
               ADD_BIAS: tl.constexpr, PRECISION: tl.constexpr):
-    """From the tile's outer products acc [(i p), (j q)] (float32) and its counts to the output: the
-    normalization's per-pair scale, the rearrangement to [(i j), (p q)], out_proj's product streamed
-    over blocks of its rows r, `_finish`. o_ptr and p_ptr point at this batch element."""
-    scale = _pair_scale(count_i, norm, NORM, EPS, BLOCK_I, BLOCK_J)
+    """From the tile's outer products acc [(i p), (j q)] (float32) and its pairs' scale [(i j)] to the output:
+    the rearrangement to [(i j), (p q)], the normalization's scale, out_proj's product streamed over blocks
+    of its rows r, `_finish`. o_ptr and p_ptr point at this batch element."""
     x = _by_pairs(acc, BLOCK_I, C, BLOCK_J, C) * scale[:, None]  # [(i j), (p q)]
     x_hi = x.to(w_ptr.dtype.element_ty)
     if SPLIT:
@@ -359,9 +310,7 @@ def _opm_two_pass_kernel(
     back and finishes). The epilogue's product so has out_proj's rows as its M (a wgmma, both operands in
     shared memory, the weight's blocks streamed in by asynchronous copies) instead of 32 pairs (chains of
     mma.sync: 0.31 of the one-pass kernel's 0.71 ms on opm-af2-main, 125 TFLOP/s), and reads out_proj's
-    weight once per 64 pairs instead of 32. The normalization's per-pair scale comes from `pair_scale`'s
-    tensor (counting the mask in the MSA-row loop, a load the pipeliner did not prefetch, cost 0.08-0.10
-    of the forward's 0.70 ms on opm-af2-main). Persistent: each program takes tiles program_id, +
+    weight once per 64 pairs instead of 32. Persistent: each program takes tiles program_id, +
     programs, ... of every batch element, so that its workspace is its own."""
     CP: tl.constexpr = C // 2
     BLOCK_I: tl.constexpr = TILE_ROWS // CP
@@ -390,9 +339,8 @@ def _opm_two_pass_kernel(
                         other=0.0)  # [(i j)]
         for half in tl.static_range(2):
             acc = tl.zeros((BLOCK_I * CP, BLOCK_J * C), dtype=tl.float32)
-            acc, _, _ = _products(acc, 0.0, 0.0, a_b, a_b, stride_as, row_off + half * CP, row_i < NI, b_b, b_b,
-                                  stride_bs, col_off, col_j < N, sc_ptr, sc_ptr, 0, 0, out_i, out_j, NI, N, 0, S, NORM,
-                                  False, False, BLOCK_S)
+            acc = _products(acc, a_b, a_b, stride_as, row_off + half * CP, row_i < NI, b_b, b_b, stride_bs, col_off,
+                            col_j < N, 0, S, False, BLOCK_S)
             if half == 0:
                 o_base = o_ptr + pid_b * stride_ob + out_i * stride_oi + out_j * stride_oj  # [(i j)]
                 inv_scale = tl.load(inv_scale_ptr) if SCALED else 1.0
@@ -608,9 +556,10 @@ def _opm_small_kernel(
     pair = tl.arange(0, BLOCK_I * BLOCK_I)
     out_i = blk_i * BLOCK_I + pair // BLOCK_I
     out_j = blk_j * BLOCK_I + pair % BLOCK_I
-    _epilogue(acc, count_i, norm, out_i.to(tl.int64), out_j.to(tl.int64), (out_i < N) & (out_j < N),
-              w_ptr, stride_wr, stride_wk, w_ptr, wbias_ptr, w_ptr, o_ptr + pid_b * stride_ob, stride_oi, stride_oj,
-              stride_or, o_ptr, 0, 0, 0, R, C, NORM, EPS, BLOCK_I, BLOCK_I, BLOCK_R, False, False, False, True, PRECISION)
+    _epilogue(acc, _pair_scale(count_i, norm, NORM, EPS, BLOCK_I, BLOCK_I), out_i.to(tl.int64), out_j.to(tl.int64),
+              (out_i < N) & (out_j < N), w_ptr, stride_wr, stride_wk, w_ptr, wbias_ptr, w_ptr,
+              o_ptr + pid_b * stride_ob, stride_oi, stride_oj, stride_or, o_ptr, 0, 0, 0, R, C, NORM, BLOCK_I, BLOCK_I,
+              BLOCK_R, False, False, False, True, PRECISION)
 
 
 # The single-launch path takes problems whose row tile (all S rows of a block of residues, the whole
@@ -688,8 +637,8 @@ def _tuned_kernel():
     that run out of shared memory (the split float32 form needs twice the operand tiles) are skipped
     by the tuner. A part of a 64-wide hidden_dim may add to its own output, so the tuner restores the
     output after each trial."""
-    return triton.autotune(configs=_configs(), key=["C", "R", "S_BUCKET", "N_BUCKET", "NORM", "HAS_MASK", "SPLIT",
-                                                    "SCALED", "ACCUMULATE", "STORE_X"],
+    return triton.autotune(configs=_configs(), key=["C", "R", "S_BUCKET", "N_BUCKET", "NORM", "SPLIT", "SCALED",
+                                                    "ACCUMULATE", "STORE_X"],
                            prune_configs_by={"early_config_prune": _prune}, restore_value=["o_ptr"])(_opm_kernel)
 
 
@@ -901,9 +850,8 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
         a_lo, b_lo, w_lo, inv_scale = a, b, w, a  # unused
     out = empty(B, N, N, R, dtype=dtype, device=device)
     wb = out_proj_bias.to(torch.float32)
-    m, m_strides = (a, (0, 0, 0)) if mask is None else (mask, mask.stride())  # a: unused without a mask
-    consts = {"C": cs, "NORM": _NORM_CODE[normalization], "HAS_MASK": mask is not None, "EPS": AF2_EPS,
-              "SPLIT": split, "SCALED": scaled, "STORE_X": False}
+    scale = pair_scale(mask, B, S, N, normalization, a)  # (B, N, N): the kernels count no mask in their loops
+    consts = {"C": cs, "NORM": _NORM_CODE[normalization], "SPLIT": split, "SCALED": scaled, "STORE_X": False}
     if parts == 1 or dtype == torch.float32:
         rows, partial = N, None  # float32 sums the parts in the output itself
     else:  # 16-bit outputs: float32 partial sums for a block of rows i at a time
@@ -917,7 +865,6 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     ws = None  # one-float16 operands at hidden_dim 32 (or its 32-wide parts): the two-pass kernel
     if TWO_PASS and not split and cs == 32:
         ws = torch.empty(_programs(device), _workspace_size(R, cs), dtype=torch.float32, device=device)
-        scale = pair_scale(mask, B, S, N, normalization, a)  # (B, N, N): no mask counts in the kernel's loop
         two_pass = {k: consts[k] for k in ("C", "NORM", "SCALED")}
     for i0 in range(0, N, rows):
         n = min(rows, N - i0)
@@ -930,12 +877,12 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
             last = step == len(steps) - 1
             dst = out[:, i0:i0 + n] if last else acc
             s1 = min(S, s0 + chunk)
-            args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], m, *m_strides, m[:, :, i0:] if mask is not None else m,
-                    w[k], *w[k].stride(), wb, a_lo_k, b_lo_k, w_lo[k], inv_scale, dst, *dst.stride(), acc,
-                    *acc.stride(), S, n, N, R, s0, s1, bucket(s1 - s0), bucket(N))
+            sc = scale[:, i0:]
+            args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], sc, *sc.stride(), w[k], *w[k].stride(), wb, a_lo_k,
+                    b_lo_k, w_lo[k], inv_scale, dst, *dst.stride(), acc, *acc.stride(), n, N, R, s0, s1,
+                    bucket(s1 - s0), bucket(N))
 
             if ws is not None:
-                sc = scale[:, i0:]
                 args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], sc, *sc.stride(), w[k], *w[k].stride(), wb,
                         inv_scale, ws, ws.stride(0), dst, *dst.stride(), acc, *acc.stride(), B, S, n, N, R, bucket(S),
                         bucket(N))
@@ -974,10 +921,10 @@ def outer_products(a_rows: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -
     B, S, n, c = a_rows.shape
     N = b.shape[2]
     x = empty(B, n * c, N * c, dtype=a_rows.dtype, device=a_rows.device)
-    args = (a_rows, *a_rows.stride()[:3], b, *b.stride()[:3], a_rows, 0, 0, 0, a_rows, b, 0, 0, b, b, b, b, b,
-            x, *x.stride(), 0, scale, *scale.stride(), 0, S, n, N, 1, 0, S, bucket(S), bucket(N))
-    consts = {"C": c, "NORM": 0, "HAS_MASK": False, "EPS": AF2_EPS, "SPLIT": False, "SCALED": False,
-              "ACCUMULATE": False, "ADD_BIAS": False, "STORE_X": True}
+    args = (a_rows, *a_rows.stride()[:3], b, *b.stride()[:3], scale, *scale.stride(), a_rows, 0, 0, b, a_rows, b, b,
+            b, x, *x.stride(), 0, x, 0, 0, 0, 0, n, N, 1, 0, S, bucket(S), bucket(N))
+    consts = {"C": c, "NORM": 0, "SPLIT": False, "SCALED": False, "ACCUMULATE": False, "ADD_BIAS": False,
+              "STORE_X": True}
 
     def grid(meta):
         bi = meta["TILE_ROWS"] // c
