@@ -129,6 +129,8 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     db = torch.zeros(B, S, N * c, dtype=torch.float32, device=msa.device) if db_sum else None
     dw = torch.zeros(R, c * c, dtype=torch.float32, device=msa.device) if needs[8] and not fused else None
     dwb = None  # out_proj's bias: af2 normalizes it, its gradient sums Gs; the others' sum grad_out
+    if needs[9] and not fused and normalization != "af2":  # (the fused path's Gs pass sums it by block)
+        dwb = column_sums(grad_out.reshape(-1, R))
     scale = pair_scale(mask, B, S, N, normalization, grad_out)  # (B, N, N), once for every block
     with ieee_fp32_matmul():
         for i0 in blocks:
@@ -140,8 +142,8 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
                 dwb = g_sum if dwb is None else dwb + g_sum
             else:
                 gs = (g_rows * scale_rows[..., None]).to(dtype)  # (B, n, N, R)
-                if needs[9]:
-                    g_sum = column_sums((gs if normalization == "af2" else g_rows).reshape(-1, R))
+                if needs[9] and normalization == "af2":
+                    g_sum = gs.sum((0, 1, 2), dtype=torch.float32)
                     dwb = g_sum if dwb is None else dwb + g_sum
             if need_a or need_b:  # dX[(i p), (j q)] = sum_r Gs[i, j, r] W[r, (p q)]
                 if fused:  # from the kernel, already in the products' layout
