@@ -34,21 +34,31 @@ def _kernels(grad_out: torch.Tensor) -> SimpleNamespace:
 @functools.lru_cache(maxsize=2)
 def _kernel_set(direct: bool) -> SimpleNamespace:
     if direct:
-        from .ops.layer_norm_linear import layer_norm_backward, ln_project
-        from .ops.outer_product_mean import normalized_grad, outer_product_grad, outer_product_weight_grad, outer_products
+        from .ops.layer_norm_linear import layer_norm_backward, ln_linear_backward, ln_project
+        from .ops.outer_product_mean import (
+            normalized_grad,
+            outer_product_grad,
+            outer_product_weight_grad,
+            outer_products,
+            project,
+        )
         from .ops.row_attention import attention_core_backward
 
         return SimpleNamespace(
             ln_project=lambda x, lnw, lnb, ws, bs: ln_project(x, lnw, lnb, ws, bs, ref.LAYER_NORM_EPS),
             layer_norm_backward=layer_norm_backward, outer_products=outer_products,
             outer_product_grad=outer_product_grad, outer_product_weight_grad=outer_product_weight_grad,
-            normalized_grad=normalized_grad, attention_core_backward=attention_core_backward)
+            normalized_grad=normalized_grad, attention_core_backward=attention_core_backward,
+            opm_project=lambda x, mask, params: project(x, mask, *params),
+            ln_linear_backward=lambda x, lnw, lnb, w, mask, dy0, dy1, need_x: ln_linear_backward(
+                x, lnw, lnb, w, mask, dy0, dy1, ref.LAYER_NORM_EPS, need_x))
     from . import _library as lib
 
     return SimpleNamespace(ln_project=lib.ln_project_op, layer_norm_backward=lib.layer_norm_backward_op,
                            outer_products=lib.opm_outer_products_op, outer_product_grad=lib.opm_outer_product_grad_op,
                            outer_product_weight_grad=lib.opm_weight_grad_op, normalized_grad=lib.opm_normalized_grad_op,
-                           attention_core_backward=lib.msa_row_attention_core_backward_op)
+                           attention_core_backward=lib.msa_row_attention_core_backward_op,
+                           opm_project=lib.opm_project_op, ln_linear_backward=lib.ln_linear_backward_op)
 
 
 def leaf(t: torch.Tensor | None, needed: bool, dtype: torch.dtype | None = None) -> torch.Tensor | None:
@@ -72,9 +82,10 @@ def _backward(outputs: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
         torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
 
 
-def outer_product_mean_backward(inputs, needs, grad_out, normalization):
+def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None, scale=None):
     """Gradients of the Outer Product Mean for the tensors in `inputs` (msa_repr, msa_mask, then the
-    eight parameters), None where `needs` is False.
+    eight parameters), None where `needs` is False; `ab` (2, B, S, N, c), the masked projections, and
+    `scale` (B, N, N), the per-pair factor, when the training forward kept them.
 
     With X[i, j] = sum_s a[s, i] (x) b[s, j] and Gs = grad_out * scale (the normalization's per-pair
     factor): dX = Gs W, da[s, i] = sum_j dX[i, j] b[s, j], db[s, j] = sum_i a[s, i] dX[i, j],
@@ -87,11 +98,14 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     with grad_out), both through their custom ops while torch.compile traces; otherwise all are cuBLAS
     products and rearranging copies. db, dW and the bias gradient are summed over blocks in float32 in a
     fixed order, dW inside its kernel too (bit-reproducible); one block writes db in its dtype straight
-    from cuBLAS. a and b are recomputed: for 16-bit inputs by evofuse's LayerNorm and one product
-    (`ops.layer_norm_linear.ln_project`) with the projections' gradients by hand, otherwise by the
-    reference under autograd.
+    from cuBLAS. The LayerNorm's and the projections' gradients: for 16-bit inputs whose LayerNorm and
+    projections `ops.layer_norm_linear.ln_linear_backward` takes (hidden_dim <= 32 at widths <= 256), one
+    pass of that kernel from da and db (the mask applied and the LayerNorm recomputed on chip), with a and
+    b as the forward kept them (or recomputed by the forward's `ops.outer_product_mean.project`); other
+    16-bit inputs recompute them by evofuse's LayerNorm and one product (`ops.layer_norm_linear.ln_project`)
+    with the gradients by hand; float32 by the reference under autograd.
     """
-    from .ops.layer_norm_linear import ln_project_ready
+    from .ops.layer_norm_linear import ln_linear_backward_fits, ln_project_ready
     from .ops.outer_product_mean import backward_fused, pair_scale
 
     kernels = _kernels(grad_out)
@@ -101,9 +115,16 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     B, S, N, D = msa.shape
     c = params[2].shape[0]
     w = params[6].to(dtype)
-    by_hand = ln_project_ready(dtype, D)
+    fused_ln = ln_linear_backward_fits(dtype, D, c)
+    by_hand = not fused_ln and ln_project_ready(dtype, D)
     need_ab = needs[0] or any(needs[2:8])
-    if by_hand:
+    mask_f = None if mask is None else mask.to(torch.float32)
+    if fused_ln:
+        if ab is None:
+            ab = kernels.opm_project(msa, mask_f, params[:6])
+        ad, bd = ab[0], ab[1]
+        need_a = need_b = need_ab
+    elif by_hand:
         y, xn, mean, rstd = kernels.ln_project(msa, params[0], params[1], [params[2], params[4]], [params[3], params[5]])
         mask_x = None if mask is None else mask.to(dtype)[..., None]
         ad, bd = (y[..., :c], y[..., c:]) if mask_x is None else (y[..., :c] * mask_x, y[..., c:] * mask_x)
@@ -131,7 +152,8 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
     dwb = None  # out_proj's bias: af2 normalizes it, its gradient sums Gs; the others' sum grad_out
     if needs[9] and not fused and normalization != "af2":  # (the fused path's Gs pass sums it by block)
         dwb = column_sums(grad_out.reshape(-1, R))
-    scale = pair_scale(mask, B, S, N, normalization, grad_out)  # (B, N, N), once for every block
+    if scale is None:  # (B, N, N), once for every block
+        scale = pair_scale(mask_f, B, S, N, normalization, grad_out)
     with ieee_fp32_matmul():
         for i0 in blocks:
             n = min(rows, N - i0)
@@ -172,6 +194,15 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization):
                 add_product(dw, gs.reshape(-1, R).t(), x)
                 del x
             del gs
+    if fused_ln:
+        grads = [None] * 8
+        if need_ab:  # da and db (float32 when summed over blocks) as they are: the kernel casts them on chip
+            w_ab = torch.cat([params[2], params[4]]).to(dtype)
+            dx, dlnw, dlnb, dw_ab, db_ab = kernels.ln_linear_backward(msa, params[0], params[1], w_ab, mask_f, da, db,
+                                                                      needs[0])
+            grads = [dx if needs[0] else None, None, dlnw, dlnb, dw_ab[:c], db_ab[:c], dw_ab[c:], db_ab[c:]]
+            grads[2:] = [None if not n else g.to(p.dtype) for g, p, n in zip(grads[2:], params[:6], needs[2:8])]
+        return (*grads, None if dw is None else dw.to(params[6].dtype), dwb.to(params[7].dtype) if needs[9] else None)
     db = None if db is None else db.view(B, S, N, c).to(dtype)
     if by_hand:
         proj_grads = [None] * 7

@@ -4,9 +4,9 @@ backward (`evofuse._backward`). The backwards run autograd themselves for the pr
 are called from the registered backward directly rather than as ops of their own (inside which
 autograd does not record); the Triton parts of the backwards are ops of their own
 (`evofuse::msa_row_attention_core_backward`, `evofuse::ln_project`, `evofuse::layer_norm_backward`,
-`evofuse::opm_outer_products`, `evofuse::opm_outer_product_grad`, `evofuse::opm_weight_grad`,
-`evofuse::opm_normalized_grad`), so that torch.compile can trace around them; eager backwards call the
-functions behind them directly (`evofuse._backward._kernels`).
+`evofuse::ln_linear_backward`, `evofuse::opm_project`, `evofuse::opm_outer_products`,
+`evofuse::opm_outer_product_grad`, `evofuse::opm_weight_grad`, `evofuse::opm_normalized_grad`), so that
+torch.compile can trace around them; eager backwards call the functions behind them directly (`evofuse._backward._kernels`).
 
 Eager calls that record gradients take `OuterProductMeanFunction` and `RowAttentionFunction` instead:
 plain autograd Functions with the same forward, setup and backward, without the custom ops' dispatch.
@@ -36,23 +36,54 @@ def _(msa_repr, msa_mask, params, normalization, precision):
 
 def _opm_setup(ctx, inputs, output):
     msa_repr, msa_mask, params, normalization, _ = inputs
-    ctx.save_for_backward(msa_repr, msa_mask, *params)
+    saved = output[1:] if isinstance(output, tuple) else ()  # the training op's projections and per-pair scale
+    ctx.save_for_backward(msa_repr, msa_mask, *saved, *params)
+    ctx.num_saved = len(saved)
     ctx.normalization = normalization
 
 
 def _opm_grads(ctx, grad_out, need_msa, need_params):
     """(msa_repr's gradient, None, then the eight parameters') from what `_opm_setup` kept."""
-    return outer_product_mean_backward(ctx.saved_tensors, [need_msa, False, *need_params], grad_out,
-                                       ctx.normalization)
+    msa_repr, msa_mask, *rest = ctx.saved_tensors
+    saved, params = rest[:ctx.num_saved], rest[ctx.num_saved:]
+    ab, scale = (t if t.numel() else None for t in saved) if saved else (None, None)  # empty: not kept
+    return outer_product_mean_backward((msa_repr, msa_mask, *params), [need_msa, False, *need_params], grad_out,
+                                       ctx.normalization, ab, scale)
 
 
-def _opm_backward(ctx, grad_out):
+def _opm_backward(ctx, grad_out, *_):
     need_msa, _, need_params = ctx.needs_input_grad[:3]  # a list argument gets a list of flags
     grads = _opm_grads(ctx, grad_out, need_msa, need_params)
     return grads[0], None, list(grads[2:]), None, None
 
 
 outer_product_mean_op.register_autograd(_opm_backward, setup_context=_opm_setup)
+
+
+@torch.library.custom_op("evofuse::outer_product_mean_train", mutates_args=())
+def outer_product_mean_train_op(msa_repr: Tensor, msa_mask: Tensor | None, params: list[Tensor], normalization: str,
+                                precision: str) -> tuple[Tensor, Tensor, Tensor]:
+    """The forward when gradients are recorded: (out, ab, scale), ab the masked projections
+    (2, B, S, N, c) where the backward takes them (else empty) and scale the per-pair factor (B, N, N)
+    float32 (empty for an empty output), which the backward takes instead of recomputing them."""
+    from .ops.outer_product_mean import outer_product_mean_triton
+
+    return outer_product_mean_triton(msa_repr, msa_mask, *params, normalization=normalization, precision=precision,
+                                     save=True)
+
+
+@outer_product_mean_train_op.register_fake
+def _(msa_repr, msa_mask, params, normalization, precision):
+    from .ops.layer_norm_linear import ln_linear_backward_fits
+
+    B, S, N, D = msa_repr.shape
+    c, R = params[2].shape[0], params[6].shape[0]
+    out = msa_repr.new_empty((B, N, N, R))
+    ab = msa_repr.new_empty((2, B, S, N, c) if ln_linear_backward_fits(msa_repr.dtype, D, c) else (0,))
+    return out, ab, msa_repr.new_empty((B, N, N) if B * N * N * R else (0,), dtype=torch.float32)
+
+
+outer_product_mean_train_op.register_autograd(_opm_backward, setup_context=_opm_setup)
 
 
 @torch.library.custom_op("evofuse::msa_row_attention", mutates_args=())
@@ -213,6 +244,41 @@ def _(dy, x, mean, rstd, weight, need_x):
     return dx, x.new_empty((D,), dtype=torch.float32), x.new_empty((D,), dtype=torch.float32)
 
 
+@torch.library.custom_op("evofuse::ln_linear_backward", mutates_args=())
+def ln_linear_backward_op(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor, mask: Tensor | None, dy0: Tensor,
+                          dy1: Tensor, need_x: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The Outer Product Mean backward's LayerNorm and projection gradients, 16-bit
+    (`ops.layer_norm_linear.ln_linear_backward`); dx is empty without `need_x`."""
+    from .ops.layer_norm_linear import ln_linear_backward
+    from .reference import LAYER_NORM_EPS
+
+    dx, *grads = ln_linear_backward(x, ln_weight, ln_bias, weight, mask, dy0, dy1, LAYER_NORM_EPS, need_x)
+    return (dx if need_x else x.new_empty((0,))), *(g.clone() for g in grads)  # (views of one tensor: no aliases)
+
+
+@ln_linear_backward_op.register_fake
+def _(x, ln_weight, ln_bias, weight, mask, dy0, dy1, need_x):
+    D = x.shape[-1]
+    K = weight.shape[0]
+    dx = x.new_empty(x.shape) if need_x else x.new_empty((0,))
+    f32 = {"dtype": torch.float32}
+    return dx, x.new_empty((D,), **f32), x.new_empty((D,), **f32), x.new_empty((K, D), **f32), x.new_empty((K,), **f32)
+
+
+@torch.library.custom_op("evofuse::opm_project", mutates_args=())
+def opm_project_op(x: Tensor, mask: Tensor | None, params: list[Tensor]) -> Tensor:
+    """The Outer Product Mean backward's recomputed masked projections (2, B, S, N, c), 16-bit
+    (`ops.outer_product_mean.project`), where the forward did not keep them."""
+    from .ops.outer_product_mean import project
+
+    return project(x, mask, *params)
+
+
+@opm_project_op.register_fake
+def _(x, mask, params):
+    return x.new_empty((2, *x.shape[:3], params[2].shape[0]))
+
+
 @torch.library.custom_op("evofuse::ln_project", mutates_args=())
 def ln_project_op(x: Tensor, layer_norm_weight: Tensor, layer_norm_bias: Tensor, weights: list[Tensor],
                   biases: list[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -239,8 +305,10 @@ class OuterProductMeanFunction(torch.autograd.Function):
     def forward(ctx, msa_repr, msa_mask, normalization, precision, *params):
         from .ops.outer_product_mean import outer_product_mean_triton
 
-        _opm_setup(ctx, (msa_repr, msa_mask, params, normalization, precision), None)
-        return outer_product_mean_triton(msa_repr, msa_mask, *params, normalization=normalization, precision=precision)
+        output = outer_product_mean_triton(msa_repr, msa_mask, *params, normalization=normalization,
+                                           precision=precision, save=True)
+        _opm_setup(ctx, (msa_repr, msa_mask, params, normalization, precision), output)
+        return output[0]
 
     @staticmethod
     def backward(ctx, grad_out):

@@ -23,6 +23,7 @@ from ._library import (
     msa_row_attention_op,
     msa_row_attention_train_op,
     outer_product_mean_op,
+    outer_product_mean_train_op,
 )
 from .ops._common import PRECISIONS, Replays
 
@@ -175,6 +176,9 @@ def outer_product_mean(
                 return outer_product_mean_triton(*inputs, normalization=normalization, precision=precision)
             if path == "function":
                 return OuterProductMeanFunction.apply(msa_repr, msa_mask, normalization, precision, *params.values())
+            if _records_grad(msa_repr, *params.values()):  # keeps what the backward would recompute
+                return outer_product_mean_train_op(msa_repr, msa_mask, list(params.values()), normalization,
+                                                   precision)[0]
             return outer_product_mean_op(msa_repr, msa_mask, list(params.values()), normalization, precision)
 
 

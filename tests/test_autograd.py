@@ -84,6 +84,43 @@ def test_opm_float16_backward_kernels(c, N, normalization, monkeypatch):
         torch.testing.assert_close(g, cublas[name], rtol=2e-3, atol=2e-3 * cublas[name].abs().max().item(), msg=name)
 
 
+@pytest.mark.parametrize("c, N", [(16, 17), (8, 9)], ids=["single-launch-forward", "tiled-forward"])
+def test_opm_float16_projections_kept_or_recomputed(c, N, monkeypatch):
+    """16-bit: the training forward keeps the masked projections and the per-pair scale, and one kernel
+    (`ln_linear_backward`) takes the LayerNorm's and the projections' gradients from da and db. The
+    custom op's inference form, which keeps nothing, recomputes them with the forward's kernels: the same
+    gradients bit for bit. The path of wider inputs (LayerNorm recomputed with its statistics, gradients
+    by hand) agrees to float16 rounding; all meet the float16 contract."""
+    import evofuse._library  # noqa: F401 (registers the ops)
+    import evofuse.ops.layer_norm_linear as lnl
+    from evofuse.modules import _OPM_LINEARS, _linear_params
+    from evofuse.ops import outer_product_mean as opm
+
+    mod = opm_module(24, 6, c, seed=c, normalization="af2").to(DEVICE).half()
+    inputs = (torch.randn(2, 5, N, 24, device=DEVICE).half(), random_mask(2, 5, N, "rows", 3).to(DEVICE))
+    assert lnl.ln_linear_backward_fits(torch.float16, 24, c)
+    assert (opm._small_meta(5, N, 24, c, torch.float16) is not None) == (c == 16)
+    _, kept = grads(copy.deepcopy(mod), inputs, "triton")
+
+    op_mod = copy.deepcopy(mod)
+    msa = inputs[0].clone().requires_grad_(True)
+    out = torch.ops.evofuse.outer_product_mean(msa, inputs[1], _linear_params(op_mod, _OPM_LINEARS), "af2",
+                                         "default")
+    out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(out))
+    recomputed = {"input0": msa.grad} | {n: p.grad for n, p in op_mod.named_parameters()}
+    for name, g in kept.items():
+        torch.testing.assert_close(recomputed[name], g, rtol=0, atol=0, msg=name)
+
+    _, lowp = grads(copy.deepcopy(mod), inputs, "torch")
+    _, exact = grads(copy.deepcopy(mod).double(), (inputs[0].double(), inputs[1]), "torch")
+    compare(kept, exact, torch.float16, lowp)
+    monkeypatch.setattr(lnl, "ln_linear_backward_fits", lambda dtype, D, c: False)
+    _, by_hand = grads(copy.deepcopy(mod), inputs, "triton")
+    compare(by_hand, exact, torch.float16, lowp)
+    for name, g in kept.items():
+        torch.testing.assert_close(g, by_hand[name], rtol=2e-3, atol=2e-3 * by_hand[name].abs().max().item(), msg=name)
+
+
 @pytest.mark.parametrize("B, S, N, h, d", [(2, 3, 10, 2, 8), (1, 2, 17, 4, 8), (1, 1, 33, 1, 16), (1, 2, 9, 1, 8)])
 def test_attention_float16_projection_gradients_by_hand(B, S, N, h, d):
     """16-bit row attention recomputes its projection with evofuse's LayerNorm (and its statistics) and

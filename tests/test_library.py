@@ -5,6 +5,7 @@ import torch
 
 from evofuse._library import (
     layer_norm_backward_op,
+    ln_linear_backward_op,
     ln_project_op,
     msa_row_attention_core_backward_op,
     msa_row_attention_op,
@@ -12,19 +13,26 @@ from evofuse._library import (
     opm_normalized_grad_op,
     opm_outer_product_grad_op,
     opm_outer_products_op,
+    opm_project_op,
     opm_weight_grad_op,
     outer_product_mean_op,
+    outer_product_mean_train_op,
 )
 
 from .conftest import DEVICE
 from .helpers import att_module, opm_module, random_mask
 
 
-def opm_args(requires_grad):
-    mod = opm_module(8, 5, 8, seed=1).to(DEVICE)
-    x = torch.randn(2, 3, 5, 8, device=DEVICE, requires_grad=requires_grad)
+def opm_args(requires_grad, dtype=torch.float32):
+    mod = opm_module(8, 5, 8, seed=1).to(DEVICE).to(dtype)
+    x = torch.randn(2, 3, 5, 8, device=DEVICE).to(dtype).requires_grad_(requires_grad)
     params = [p.detach().clone().requires_grad_(requires_grad) for p in mod.parameters()]
     return (x, random_mask(2, 3, 5, "rows", 1).to(DEVICE), params, "af2", "default")
+
+
+def opm16_args(requires_grad):
+    """float16: the training op keeps the projections (the backward's `ln_linear_backward` takes them)."""
+    return opm_args(requires_grad, torch.float16)
 
 
 def att_args(requires_grad):
@@ -36,8 +44,10 @@ def att_args(requires_grad):
 
 
 @pytest.mark.parametrize("requires_grad", [False, True])
-@pytest.mark.parametrize("op, make_args", [(outer_product_mean_op, opm_args), (msa_row_attention_op, att_args),
-                                           (msa_row_attention_train_op, att_args)], ids=["opm", "att", "att-train"])
+@pytest.mark.parametrize("op, make_args", [(outer_product_mean_op, opm_args), (outer_product_mean_train_op, opm_args),
+                                           (outer_product_mean_train_op, opm16_args), (msa_row_attention_op, att_args),
+                                           (msa_row_attention_train_op, att_args)],
+                         ids=["opm", "opm-train", "opm-train-float16", "att", "att-train"])
 def test_opcheck(op, make_args, requires_grad):
     torch.library.opcheck(op, make_args(requires_grad),
                           test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
@@ -81,6 +91,13 @@ def test_opcheck_backward_ops():
     _, _, mean, rstd = ln_project_op(x, *ln, ws, bs)
     for need_x in (True, False):
         torch.library.opcheck(layer_norm_backward_op, (torch.randn_like(x), x, mean, rstd, ln[0], need_x),
+                              test_utils=("test_schema", "test_faketensor"))
+    mask = random_mask(1, 2, 5, "rows", 4).to(DEVICE)
+    params = [*ln, ws[0], bs[0], ws[1], bs[1]]
+    torch.library.opcheck(opm_project_op, (x, mask, params), test_utils=("test_schema", "test_faketensor"))
+    dy = torch.randn(2, 1, 2, 5, 8, generator=g).to(DEVICE)  # da (x's dtype), db (float32, as summed over blocks)
+    for need_x in (True, False):
+        torch.library.opcheck(ln_linear_backward_op, (x, *ln, torch.cat(ws), mask, dy[0].half(), dy[1], need_x),
                               test_utils=("test_schema", "test_faketensor"))
 
 
@@ -158,8 +175,9 @@ def test_eager_backward_calls_the_kernels_directly(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a backward custom op was dispatched in eager mode")
 
-    for name in ("ln_project_op", "layer_norm_backward_op", "opm_outer_products_op", "opm_outer_product_grad_op",
-                 "opm_weight_grad_op", "opm_normalized_grad_op", "msa_row_attention_core_backward_op"):
+    for name in ("ln_project_op", "layer_norm_backward_op", "ln_linear_backward_op", "opm_project_op",
+                 "opm_outer_products_op", "opm_outer_product_grad_op", "opm_weight_grad_op", "opm_normalized_grad_op",
+                 "msa_row_attention_core_backward_op"):
         monkeypatch.setattr(lib, name, refuse)
     model = Trunk().to(DEVICE).half()
     msa = torch.randn(1, 3, 7, 16, device=DEVICE).half().requires_grad_(True)
@@ -208,8 +226,8 @@ def test_eager_calls_skip_the_op_wrapper(monkeypatch):
     import evofuse.ops.row_attention as ra
 
     calls = []
-    for name in ("outer_product_mean_op", "msa_row_attention_op", "msa_row_attention_train_op",
-                 "OuterProductMeanFunction", "RowAttentionFunction"):
+    for name in ("outer_product_mean_op", "outer_product_mean_train_op", "msa_row_attention_op",
+                 "msa_row_attention_train_op", "OuterProductMeanFunction", "RowAttentionFunction"):
         real = getattr(F, name)
         if name.endswith("Function"):
             monkeypatch.setattr(F, name, type(name, (), {"apply": staticmethod(
@@ -232,7 +250,7 @@ def test_eager_calls_skip_the_op_wrapper(monkeypatch):
         torch.testing.assert_close(d, r.detach(), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("name", ["opm", "att", "att-tiled"])
+@pytest.mark.parametrize("name", ["opm", "opm-float16", "att", "att-tiled"])
 def test_eager_functions_match_the_ops(name, monkeypatch):
     """The autograd Functions of eager training and the custom ops (torch.compile's) give the same
     output and gradients, bit for bit (row attention on its single-launch and its tiled path)."""
@@ -242,10 +260,10 @@ def test_eager_functions_match_the_ops(name, monkeypatch):
     if name == "att-tiled":
         monkeypatch.setattr(ra, "SMALL_MAX_N", 0)
 
-    if name == "opm":
-        x, mask, params, *rest = opm_args(True)
+    if name.startswith("opm"):
+        x, mask, params, *rest = opm16_args(True) if name == "opm-float16" else opm_args(True)
         inputs = [x, *params]
-        by_op = outer_product_mean_op(x, mask, params, *rest)
+        by_op = outer_product_mean_train_op(x, mask, params, *rest)[0]
         by_function = OuterProductMeanFunction.apply(x, mask, *rest, *params)
     else:
         x, z, mask, params, *rest = att_args(True)

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import cached_launch, cdiv, empty, interpreting, next_pow2
+from ._common import cached_launch, cdiv, empty, interpreting, multiprocessors, next_pow2
 
 # With float32 rows and 3xTF32 products this kernel measured 5.1 ms for the Outer Product Mean's
 # projections on opm-af2-main on the H200 (LayerNorm + IEEE cuBLAS: ~0.5 ms): float32 rows take it only
@@ -298,6 +298,133 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, r
                                           partial[0], partial[1], rows, S, N, D, NEED_X=need_x, BLOCK_ROWS=block_rows,
                                           BLOCK_D=block_d, num_warps=4)
     return dx, partial[0].sum(0), partial[1].sum(0)
+
+
+@triton.jit
+def _ln_linear_bwd_kernel(
+    x_ptr, stride_xb, stride_xs, stride_xi, stride_xd,  # x: (B, S, N, D), any strides
+    lnw_ptr, lnb_ptr,  # LayerNorm weight, bias: (D,)
+    w_ptr, stride_wk, stride_wd,  # the two projections' weights stacked: (2 C, D), x's dtype
+    m_ptr, stride_mb, stride_ms, stride_mi,  # row mask: (B, S, N) float32 (HAS_MASK only)
+    dy0_ptr, stride_dy0, dy1_ptr, stride_dy1,  # each projection's output gradient: row (b*S + s)*N + i, C channels
+    dx_ptr,  # out (NEED_X): (B*S*N, D) contiguous, x's dtype
+    part_ptr, stride_part,  # out: this program's partial sums, float32: dW (2 C, D), d bias (2 C), dlnw (D), dlnb (D)
+    ROWS, S, N, D, C, eps,
+    HAS_MASK: tl.constexpr, NEED_X: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """The backward of y_k = (LayerNorm(x) @ w_k^T + bias_k) * mask (k = 0, 1) from dy_0, dy_1: the
+    LayerNorm recomputed from x on chip (its statistics too), dxn = sum_k (dy_k mask) w_k on chip, then
+    dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dxn lnw; the parameters' gradients (dw_k = (dy_k
+    mask)^T xn, the biases', the LayerNorm's) summed over this program's row tiles (tiles pid, pid +
+    programs, ...) in a fixed order, no atomics. Nothing of the rows' size but dx reaches memory."""
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    dtype = w_ptr.dtype.element_ty
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_c = tl.arange(0, BLOCK_C)
+    d_ok = offs_d < D
+    c_ok = offs_c < C
+    lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    w_ok = c_ok[:, None] & d_ok[None, :]
+    w0_ptrs = w_ptr + offs_c[:, None] * stride_wk + offs_d[None, :] * stride_wd
+    w1_ptrs = w0_ptrs + C * stride_wk
+    dw0 = tl.zeros((BLOCK_C, BLOCK_D), dtype=tl.float32)
+    dw1 = tl.zeros((BLOCK_C, BLOCK_D), dtype=tl.float32)
+    db0 = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    db1 = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    dlnw = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    dlnb = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for t in range(pid, tl.cdiv(ROWS, BLOCK_ROWS), programs):
+        rows = (t * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)).to(tl.int64)  # [BLOCK_ROWS]
+        r_ok = rows < ROWS
+        b = rows // (S * N)
+        s = (rows // N) % S
+        i = rows % N
+        ok = r_ok[:, None] & d_ok[None, :]
+        x = tl.load(x_ptr + (b * stride_xb + s * stride_xs + i * stride_xi)[:, None] + offs_d[None, :] * stride_xd,
+                    mask=ok, other=0.0).to(tl.float32)  # [BLOCK_ROWS, BLOCK_D]
+        _, rstd, xc = _row_moments(x, offs_d, D, eps)
+        xhat = xc * rstd[:, None]  # [BLOCK_ROWS, BLOCK_D], 0 past D
+        xn = (xhat * lnw[None, :] + lnb[None, :]).to(dtype)  # [BLOCK_ROWS, BLOCK_D], the forward's operand
+        dy_ok = r_ok[:, None] & c_ok[None, :]
+        dy0 = tl.load(dy0_ptr + rows[:, None] * stride_dy0 + offs_c[None, :], mask=dy_ok, other=0.0).to(tl.float32)
+        dy1 = tl.load(dy1_ptr + rows[:, None] * stride_dy1 + offs_c[None, :], mask=dy_ok, other=0.0).to(tl.float32)
+        if HAS_MASK:
+            m = tl.load(m_ptr + b * stride_mb + s * stride_ms + i * stride_mi, mask=r_ok, other=0.0)  # [BLOCK_ROWS]
+            dy0 = dy0 * m[:, None]
+            dy1 = dy1 * m[:, None]
+        dy0 = dy0.to(dtype)  # [BLOCK_ROWS, BLOCK_C]
+        dy1 = dy1.to(dtype)
+        dxn = tl.dot(dy0, tl.load(w0_ptrs, mask=w_ok, other=0.0))  # [BLOCK_ROWS, BLOCK_D]
+        dxn = tl.dot(dy1, tl.load(w1_ptrs, mask=w_ok, other=0.0), dxn)
+        dw0 = tl.dot(tl.trans(dy0), xn, dw0)  # [BLOCK_C, BLOCK_D]
+        dw1 = tl.dot(tl.trans(dy1), xn, dw1)
+        db0 += tl.sum(dy0.to(tl.float32), axis=0)
+        db1 += tl.sum(dy1.to(tl.float32), axis=0)
+        dlnw += tl.sum(dxn * xhat, axis=0)
+        dlnb += tl.sum(dxn, axis=0)
+        if NEED_X:
+            g = dxn * lnw[None, :]  # [BLOCK_ROWS, BLOCK_D]
+            c1 = tl.sum(g * xhat, axis=1) / D
+            c2 = tl.sum(g, axis=1) / D
+            dx = (g - c2[:, None] - xhat * c1[:, None]) * rstd[:, None]
+            tl.store(dx_ptr + rows[:, None] * D + offs_d[None, :], dx.to(dx_ptr.dtype.element_ty), mask=ok)
+    part = part_ptr + pid.to(tl.int64) * stride_part
+    dw_offs = offs_c[:, None] * D + offs_d[None, :]
+    tl.store(part + dw_offs, dw0, mask=w_ok)
+    tl.store(part + C * D + dw_offs, dw1, mask=w_ok)
+    tl.store(part + 2 * C * D + offs_c, db0, mask=c_ok)
+    tl.store(part + 2 * C * D + C + offs_c, db1, mask=c_ok)
+    tl.store(part + 2 * C * (D + 1) + offs_d, dlnw, mask=d_ok)
+    tl.store(part + 2 * C * (D + 1) + D + offs_d, dlnb, mask=d_ok)
+
+
+# (2 C) x D float32 weight-gradient sums held by each program of `_ln_linear_bwd_kernel` (8 warps, tiles of 16
+# rows): 64 x 256 at the suite's hidden_dim 32 and widths <= 256, 64 registers a thread; compiled for sm_90
+# 255 registers, no spills (32-row tiles: 112-160 bytes of spills; benchmarks/compile_sm90.py)
+LN_LINEAR_BWD_SUMS = 64 * 256
+
+
+def ln_linear_backward_fits(dtype: torch.dtype, D: int, C: int) -> bool:
+    """Whether `ln_linear_backward` takes 16-bit rows of width D and two projections of C channels each."""
+    block_c, block_d = max(16, next_pow2(C)), max(16, next_pow2(D))
+    return dtype in (torch.float16, torch.bfloat16) and 2 * block_c * block_d <= LN_LINEAR_BWD_SUMS
+
+
+def ln_linear_backward(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.Tensor, weight: torch.Tensor,
+                       mask: torch.Tensor | None, dy0: torch.Tensor, dy1: torch.Tensor, eps: float,
+                       need_x: bool = True):
+    """Gradients of `ln_linear`'s LayerNorm, two projections and row mask, y_k = (LayerNorm(x) @ w_k^T +
+    bias_k) * mask[..., None] (k = 0, 1; weight = [w_0; w_1]), from the outputs' gradients, in one pass
+    over the rows that recomputes the LayerNorm (no normalized copy of x, no statistics kept).
+
+    x (B, S, N, D) 16-bit, any strides; ln_weight, ln_bias (D,) any float dtype; weight (2 C, D) in x's
+    dtype; mask (B, S, N) float32 or None; dy0, dy1 (B, S, N, C) or (B, S, N*C) of any float dtype, the
+    channels contiguous (cast to x's dtype on chip, as the products' operands). Returns (dx (B, S, N, D) in
+    x's dtype or None without `need_x`; the LayerNorm weight's and bias's gradients (D,); the stacked
+    weights' (2 C, D); the stacked biases' (2 C,)), the parameters' float32 and summed in a fixed order
+    (bit-reproducible). Needs ln_linear_backward_fits(x.dtype, D, C)."""
+    B, S, N, D = x.shape
+    C = weight.shape[0] // 2
+    rows = B * S * N
+    block_c, block_d = max(16, next_pow2(C)), max(16, next_pow2(D))
+    block_rows = 16
+    programs = max(1, min(cdiv(rows, block_rows), 3 if interpreting() else multiprocessors(x.device)))
+    width = 2 * C * (D + 1) + 2 * D
+    part = empty(programs, width, dtype=torch.float32, device=x.device)
+    dx = empty(B, S, N, D, dtype=x.dtype, device=x.device) if need_x else None
+    dy0, dy1 = dy0.reshape(rows, C), dy1.reshape(rows, C)
+    m, m_strides = (mask, mask.stride()) if mask is not None else (x, (0, 0, 0))
+    cached_launch(_ln_linear_bwd_kernel)(
+        (programs,), x, *x.stride(), ln_weight, ln_bias, weight, *weight.stride(), m, *m_strides, dy0, dy0.stride(0),
+        dy1, dy1.stride(0), dx if need_x else x, part, part.stride(0), rows, S, N, D, C, eps, HAS_MASK=mask is not None,
+        NEED_X=need_x, BLOCK_ROWS=block_rows, BLOCK_C=block_c, BLOCK_D=block_d, num_warps=8)
+    sums = part.sum(0)
+    dw = sums[:2 * C * D].view(2 * C, D)
+    dbias = sums[2 * C * D:2 * C * (D + 1)]
+    return dx, sums[2 * C * (D + 1):2 * C * (D + 1) + D], sums[2 * C * (D + 1) + D:], dw, dbias
 
 
 def layer_norm_fits(D: int) -> bool:

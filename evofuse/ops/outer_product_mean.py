@@ -48,7 +48,7 @@ from ._common import (
     next_pow2,
     single_launch_output,
 )
-from .layer_norm_linear import fits, ln_linear, normalize_rows
+from .layer_norm_linear import fits, ln_linear, ln_linear_backward_fits, normalize_rows
 
 FAST_HIDDEN_DIMS = (8, 16, 32, 64)
 PARTIAL_BYTES = 32 << 20  # hidden_dim 64 with 16-bit outputs: float32 partial sums of this size at most
@@ -813,23 +813,34 @@ def pair_scale(mask: torch.Tensor | None, B: int, S: int, N: int, normalization:
 
 def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight,
                               proj_a_bias, proj_b_weight, proj_b_bias, out_proj_weight, out_proj_bias,
-                              normalization="seed", precision="default"):
-    """Fused forward; arguments as `evofuse.functional.outer_product_mean` (already validated)."""
-    B, S, N, _ = msa_repr.shape
+                              normalization="seed", precision="default", save=False):
+    """Fused forward; arguments as `evofuse.functional.outer_product_mean` (already validated). With
+    `save` (training) returns (out, ab, scale): ab (2, B, S, N, c) in msa_repr's dtype, the masked
+    projections, where the backward's `ops.layer_norm_linear.ln_linear_backward` takes them
+    (`ln_linear_backward_fits`), else empty; scale (B, N, N) float32, the normalization's per-pair factor."""
+    B, S, N, D = msa_repr.shape
     c = proj_a_weight.shape[0]
     R = out_proj_weight.shape[0]
     dtype = msa_repr.dtype
     device = msa_repr.device
-    if B * N * N * R == 0:
-        return empty(B, N, N, R, dtype=dtype, device=device)
-    small = _small_meta(S, N, msa_repr.shape[-1], c, dtype)
-    if small is not None:
-        return _outer_product_mean_small(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight,
-                                         proj_a_bias, proj_b_weight, proj_b_bias, out_proj_weight, out_proj_bias,
-                                         normalization, small)
+    keep = save and ln_linear_backward_fits(dtype, D, c)
     mask = None if msa_mask is None else msa_mask.to(torch.float32)
+    if B * N * N * R == 0:
+        out = empty(B, N, N, R, dtype=dtype, device=device)
+        return (out, out.new_empty(0), out.new_empty(0, dtype=torch.float32)) if save else out
+    small = _small_meta(S, N, D, c, dtype)
+    if small is not None:
+        out = _outer_product_mean_small(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight,
+                                        proj_a_bias, proj_b_weight, proj_b_bias, out_proj_weight, out_proj_bias,
+                                        normalization, small)
+        if not save:
+            return out
+        ab = (project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
+                      proj_b_bias) if keep else out.new_empty(0))
+        return out, ab, pair_scale(mask, B, S, N, normalization, out)
     ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
                  proj_b_weight, proj_b_bias)
+    kept = ab if keep else None
     scaled = dtype == torch.float32
     split = scaled and precision == "default"
     # hidden_dim 64 runs as four 32-wide parts (p and q halves), each with its block of out_proj's weight,
@@ -901,6 +912,8 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
 
             launch(_opm_kernel, _tuned_kernel, _configs, _prune, grid, args,
                    consts | {"ACCUMULATE": step > 0, "ADD_BIAS": last}, _interpret_meta(cs))
+    if save:
+        return out, out.new_empty(0) if kept is None else kept, scale
     return out
 
 
