@@ -106,6 +106,62 @@ def _mtrick_kernel(x_ptr, lnw_ptr, w_ptr, m_ptr, dy0_ptr, dy1_ptr, dx_ptr, part_
     tl.store(part + 2 * C * D + C + offs_c, tl.sum(db1, axis=0))
 
 
+@triton.jit
+def _rows_t_kernel(x_ptr, lnw_ptr, lnb_ptr, w_ptr, m_ptr, dy0_ptr, dy1_ptr, dx_ptr, xn_ptr, dy_ptr, part_ptr,
+                   stride_part, ROWS, D, C, eps, BLOCK_ROWS: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr,
+                   HOIST: tl.constexpr):
+    """The rows form transposed: tiles [D, rows], so that dxn^T = W^T dy^T has D (256) as the product's M (Hopper's
+    warpgroup products take the weight from shared memory instead of registers)."""
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    dtype = w_ptr.dtype.element_ty
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_c = tl.arange(0, BLOCK_C)
+    lnw = tl.load(lnw_ptr + offs_d).to(tl.float32)
+    lnb = tl.load(lnb_ptr + offs_d).to(tl.float32)
+    wt_ptrs = w_ptr + offs_d[:, None] + offs_c[None, :] * D  # [BLOCK_D, BLOCK_C]: w_0^T
+    if HOIST:
+        w0t = tl.load(wt_ptrs)
+        w1t = tl.load(wt_ptrs + C * D)
+    dlnw = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    dlnb = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    db0 = tl.zeros((BLOCK_C, BLOCK_ROWS), dtype=tl.float32)
+    db1 = tl.zeros((BLOCK_C, BLOCK_ROWS), dtype=tl.float32)
+    for t in range(pid, tl.cdiv(ROWS, BLOCK_ROWS), programs):
+        rows = (t * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)).to(tl.int64)
+        x = tl.load(x_ptr + rows[None, :] * D + offs_d[:, None]).to(tl.float32)  # [BLOCK_D, BLOCK_ROWS]
+        mean = tl.sum(x, axis=0) / D
+        xc = x - mean[None, :]
+        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / D + eps)
+        xhat = xc * rstd[None, :]
+        tl.store(xn_ptr + rows[None, :] * D + offs_d[:, None], (xhat * lnw[:, None] + lnb[:, None]).to(dtype))
+        m = tl.load(m_ptr + rows)
+        dy0 = (tl.load(dy0_ptr + rows[None, :] * C + offs_c[:, None]).to(tl.float32) * m[None, :]).to(dtype)
+        dy1 = (tl.load(dy1_ptr + rows[None, :] * C + offs_c[:, None]).to(tl.float32) * m[None, :]).to(dtype)
+        tl.store(dy_ptr + rows[None, :] * (2 * C) + offs_c[:, None], dy0)  # [BLOCK_C, BLOCK_ROWS]
+        tl.store(dy_ptr + rows[None, :] * (2 * C) + C + offs_c[:, None], dy1)
+        if HOIST:
+            dxn = tl.dot(w0t, dy0)
+            dxn = tl.dot(w1t, dy1, dxn)  # [BLOCK_D, BLOCK_ROWS]
+        else:
+            dxn = tl.dot(tl.load(wt_ptrs), dy0)
+            dxn = tl.dot(tl.load(wt_ptrs + C * D), dy1, dxn)
+        db0 += dy0.to(tl.float32)
+        db1 += dy1.to(tl.float32)
+        dlnw += tl.sum(dxn * xhat, axis=1)
+        dlnb += tl.sum(dxn, axis=1)
+        g = dxn * lnw[:, None]
+        c1 = tl.sum(g * xhat, axis=0) / D
+        c2 = tl.sum(g, axis=0) / D
+        dx = (g - c2[None, :] - xhat * c1[None, :]) * rstd[None, :]
+        tl.store(dx_ptr + rows[None, :] * D + offs_d[:, None], dx.to(dtype))
+    part = part_ptr + pid.to(tl.int64) * stride_part
+    tl.store(part + offs_c, tl.sum(db0, axis=1))
+    tl.store(part + C + offs_c, tl.sum(db1, axis=1))
+    tl.store(part + 2 * C + offs_d, dlnw)
+    tl.store(part + 2 * C + D + offs_d, dlnb)
+
+
 case = next(c for c in SUITE if c.name == "opm-af2-main")
 mod = make_module(case).cuda().to(torch.bfloat16)
 x, mask = make_inputs(case, "cuda", torch.bfloat16, fully_masked=False)
@@ -139,6 +195,20 @@ def rows_form(block_rows=16, warps=4, per_sm=4, stages=2, acc_rows=1):
     return dx, s[2 * c:2 * c + D], s[2 * c + D:], dw, s[:2 * c]
 
 
+def rows_t_form(block_rows=32, warps=4, per_sm=2, stages=2, hoist=False):
+    programs = SMS * per_sm
+    dx, xn = torch.empty_like(x), torch.empty(rows, D, device="cuda", dtype=torch.bfloat16)
+    dy = torch.empty(rows, 2 * c, device="cuda", dtype=torch.bfloat16)
+    part = torch.empty(programs, 2 * c + 2 * D, device="cuda")
+    cached_launch(_rows_t_kernel)((programs,), x, lnw, lnb, w, mask_f, da, db, dx, xn, dy, part, part.stride(0), rows, D,
+                                  c, 1e-5, BLOCK_ROWS=block_rows, BLOCK_C=32, BLOCK_D=256, HOIST=hoist, num_warps=warps,
+                                  num_stages=stages)
+    dw = torch.zeros(2 * c, D, device="cuda")
+    add_product(dw, dy.t(), xn)
+    s = part.sum(0)
+    return dx, s[2 * c:2 * c + D], s[2 * c + D:], dw, s[:2 * c]
+
+
 def mtrick_form(block_rows=16, warps=8, stages=3):
     programs = SMS
     dx = torch.empty_like(x)
@@ -157,6 +227,11 @@ for name, fn in (("rows 16x4 per_sm=4", rows_form), ("rows 32x8 per_sm=2", lambd
                  ("rows 16x8 per_sm=2", lambda: rows_form(16, 8, 2)), ("rows 32x4 per_sm=2", lambda: rows_form(32, 4, 2)),
                  ("rows 16x4 per_sm=2 2-D sums", lambda: rows_form(16, 4, 2, acc_rows=16)),
                  ("rows 16x4 per_sm=8", lambda: rows_form(16, 4, 8)),
+                 ("transposed 32x4 per_sm=2", rows_t_form), ("transposed 16x4 per_sm=4", lambda: rows_t_form(16, 4, 4)),
+                 ("transposed 64x8 per_sm=1", lambda: rows_t_form(64, 8, 1)),
+                 ("transposed 32x4 per_sm=2 hoisted", lambda: rows_t_form(hoist=True, stages=1)),
+                 ("transposed 32x8 per_sm=2", lambda: rows_t_form(32, 8, 2)),
+                 ("transposed 32x4 per_sm=3 stages=3", lambda: rows_t_form(32, 4, 3, 3)),
                  ("mtrick 16x8", mtrick_form), ("mtrick 32x8", lambda: mtrick_form(32, 8, 2)),
                  ("committed", committed)):
     try:
