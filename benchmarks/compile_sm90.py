@@ -89,8 +89,9 @@ def launches():
     for dt, dy1 in (("bf16", "fp32"), ("bf16", "bf16"), ("fp16", "fp32")):
         yield (f"ln+linear backward {dt} D=256 C=32 dy1={dy1}", lnl._ln_linear_bwd_kernel,
                {"x_ptr": f"*{dt}", "lnw_ptr": f"*{dt}", "lnb_ptr": f"*{dt}", "w_ptr": f"*{dt}", "m_ptr": "*fp32",
-                "dy0_ptr": f"*{dt}", "dy1_ptr": f"*{dy1}", "dx_ptr": f"*{dt}", "part_ptr": "*fp32"},
-               dict(HAS_MASK=True, NEED_X=True, BLOCK_ROWS=16, BLOCK_C=32, BLOCK_D=256), 8, 3)
+                "dy0_ptr": f"*{dt}", "dy1_ptr": f"*{dy1}", "dx_ptr": f"*{dt}", "xn_ptr": f"*{dt}", "dy_ptr": f"*{dt}",
+                "part_ptr": "*fp32"},
+               dict(HAS_MASK=True, EVEN_D=True, EVEN_C=True, BLOCK_ROWS=32, BLOCK_C=32, BLOCK_D=256), 4, 2)
     for has_ln in (True, False):
         yield (f"split rows ln={has_ln}", split_linear._split_rows_kernel,
                {"x_ptr": "*fp32", "lnw_ptr": "*fp32", "lnb_ptr": "*fp32", "shift_ptr": "*fp32", "a_ptr": "*fp16"},
@@ -204,7 +205,7 @@ def specialized_launches():
         if kernel is lnl._ln_linear_bwd_kernel:
             values = {k: v for k, v in _LN_AF2_MAIN.items() if k in kernel.arg_names}
             yield (f"{name} at opm-af2-main", kernel, ptrs, consts, warps, stages,
-                   values | dict(stride_dy0=32, stride_dy1=32, C=32, stride_wk=256))
+                   values | dict(stride_dy0=32, stride_dy1=32, C=32, stride_wk=256, stride_part=2 * 32 + 2 * 256))
         two_pass = kernel is opm._opm_two_pass_kernel  # its accumulating form too: the most shared memory
         if (kernel is opm._opm_kernel or two_pass) and consts["C"] == 32 and (two_pass or not consts["ACCUMULATE"]):
             values = {k: v for k, v in _OPM_AF2_MAIN.items() if k in kernel.arg_names}

@@ -161,7 +161,8 @@ def test_layer_norm_backward_kernel(dtype, D, programs, monkeypatch):
 
 # bfloat16 products are wrong in Triton's interpreter (triton 3.9): checked on the GPU only
 @pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.gpu)], ids=str)
-@pytest.mark.parametrize("D, C, with_mask", [(24, 5, True), (64, 32, True), (130, 8, False), (256, 32, True)])
+@pytest.mark.parametrize("D, C, with_mask", [(24, 5, True), (64, 32, True), (130, 8, False), (256, 32, True),
+                                             (40, 64, True)])
 def test_ln_linear_backward_kernel(dtype, D, C, with_mask):
     """The LayerNorm + two projections + row mask backward against float64 autograd through the forward
     it differentiates: dx and every parameter's gradient (the LayerNorm recomputed on chip; programs

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import cached_launch, cdiv, empty, interpreting, multiprocessors, next_pow2
+from ._common import add_product, cached_launch, cdiv, empty, interpreting, multiprocessors, next_pow2
 
 # With float32 rows and 3xTF32 products this kernel measured 5.1 ms for the Outer Product Mean's
 # projections on opm-af2-main on the H200 (LayerNorm + IEEE cuBLAS: ~0.5 ms): float32 rows take it only
@@ -307,33 +307,36 @@ def _ln_linear_bwd_kernel(
     w_ptr, stride_wk, stride_wd,  # the two projections' weights stacked: (2 C, D), x's dtype
     m_ptr, stride_mb, stride_ms, stride_mi,  # row mask: (B, S, N) float32 (HAS_MASK only)
     dy0_ptr, stride_dy0, dy1_ptr, stride_dy1,  # each projection's output gradient: row (b*S + s)*N + i, C channels
-    dx_ptr,  # out (NEED_X): (B*S*N, D) contiguous, x's dtype
-    part_ptr, stride_part,  # out: this program's partial sums, float32: dW (2 C, D), d bias (2 C), dlnw (D), dlnb (D)
-    ROWS, S, N, D, C, eps,
-    HAS_MASK: tl.constexpr, NEED_X: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_C: tl.constexpr,
+    dx_ptr,  # out (need_x): (B*S*N, D) contiguous, x's dtype
+    xn_ptr,  # out: the normalized rows (B*S*N, D) contiguous, x's dtype (the weights' gradient takes them)
+    dy_ptr,  # out: the masked output gradients [dy_0 | dy_1] (B*S*N, 2 C) contiguous, x's dtype
+    part_ptr, stride_part,  # out: this program's partial sums, float32: d bias (2 C), dlnw (D), dlnb (D)
+    ROWS, S, N, D, C, eps, need_x,
+    HAS_MASK: tl.constexpr, EVEN_D: tl.constexpr, EVEN_C: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_C: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    """The backward of y_k = (LayerNorm(x) @ w_k^T + bias_k) * mask (k = 0, 1) from dy_0, dy_1: the
-    LayerNorm recomputed from x on chip (its statistics too), dxn = sum_k (dy_k mask) w_k on chip, then
-    dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dxn lnw; the parameters' gradients (dw_k = (dy_k
-    mask)^T xn, the biases', the LayerNorm's) summed over this program's row tiles (tiles pid, pid +
-    programs, ...) in a fixed order, no atomics. Nothing of the rows' size but dx reaches memory."""
+    """The backward of y_k = (LayerNorm(x) @ w_k^T + bias_k) * mask (k = 0, 1) from dy_0, dy_1, on tiles of
+    rows held transposed ([BLOCK_D, BLOCK_ROWS]): the LayerNorm recomputed from x (its statistics too),
+    dxn^T = sum_k w_k^T (dy_k mask)^T (D is the product's M: Hopper's warpgroup products read the weights
+    from shared memory, not registers; 0.22 against 0.29 ms for row tiles, opm-af2-main on the H200), then
+    dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dxn lnw. The normalized rows and the masked
+    gradients go out in x's dtype for one product dW = dy^T xn (cuBLAS); the biases' and the LayerNorm's
+    gradients are summed over this program's row tiles (tiles pid, pid + programs, ...) in a fixed order,
+    no atomics. `need_x` (0 or 1) only masks dx's store, so that the sums are the same code either way."""
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     dtype = w_ptr.dtype.element_ty
-    offs_d = tl.arange(0, BLOCK_D)
+    offs_d = tl.arange(0, BLOCK_D)  # dim 0 of every tile
     offs_c = tl.arange(0, BLOCK_C)
     d_ok = offs_d < D
     c_ok = offs_c < C
-    lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)  # [BLOCK_D]
     lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-    w_ok = c_ok[:, None] & d_ok[None, :]
-    w0_ptrs = w_ptr + offs_c[:, None] * stride_wk + offs_d[None, :] * stride_wd
-    w1_ptrs = w0_ptrs + C * stride_wk
-    dw0 = tl.zeros((BLOCK_C, BLOCK_D), dtype=tl.float32)
-    dw1 = tl.zeros((BLOCK_C, BLOCK_D), dtype=tl.float32)
-    db0 = tl.zeros((BLOCK_C,), dtype=tl.float32)
-    db1 = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    w_ok = d_ok[:, None] & c_ok[None, :]
+    w0t_ptrs = w_ptr + offs_d[:, None] * stride_wd + offs_c[None, :] * stride_wk  # [BLOCK_D, BLOCK_C]: w_0^T
+    w1t_ptrs = w0t_ptrs + C * stride_wk
+    db0 = tl.zeros((BLOCK_C, BLOCK_ROWS), dtype=tl.float32)
+    db1 = tl.zeros((BLOCK_C, BLOCK_ROWS), dtype=tl.float32)
     dlnw = tl.zeros((BLOCK_D,), dtype=tl.float32)
     dlnb = tl.zeros((BLOCK_D,), dtype=tl.float32)
     for t in range(pid, tl.cdiv(ROWS, BLOCK_ROWS), programs):
@@ -342,89 +345,103 @@ def _ln_linear_bwd_kernel(
         b = rows // (S * N)
         s = (rows // N) % S
         i = rows % N
-        ok = r_ok[:, None] & d_ok[None, :]
-        x = tl.load(x_ptr + (b * stride_xb + s * stride_xs + i * stride_xi)[:, None] + offs_d[None, :] * stride_xd,
-                    mask=ok, other=0.0).to(tl.float32)  # [BLOCK_ROWS, BLOCK_D]
-        _, rstd, xc = _row_moments(x, offs_d, D, eps)
-        xhat = xc * rstd[:, None]  # [BLOCK_ROWS, BLOCK_D], 0 past D
-        xn = (xhat * lnw[None, :] + lnb[None, :]).to(dtype)  # [BLOCK_ROWS, BLOCK_D], the forward's operand
-        dy_ok = r_ok[:, None] & c_ok[None, :]
-        dy0 = tl.load(dy0_ptr + rows[:, None] * stride_dy0 + offs_c[None, :], mask=dy_ok, other=0.0).to(tl.float32)
-        dy1 = tl.load(dy1_ptr + rows[:, None] * stride_dy1 + offs_c[None, :], mask=dy_ok, other=0.0).to(tl.float32)
+        if EVEN_D:
+            ok = r_ok[None, :]  # [1, BLOCK_ROWS]
+        else:
+            ok = d_ok[:, None] & r_ok[None, :]  # [BLOCK_D, BLOCK_ROWS]
+        x = tl.load(x_ptr + offs_d[:, None] * stride_xd + (b * stride_xb + s * stride_xs + i * stride_xi)[None, :],
+                    mask=ok, other=0.0).to(tl.float32)  # [BLOCK_D, BLOCK_ROWS]
+        mean = tl.sum(x, axis=0) / D
+        if EVEN_D:
+            xc = x - mean[None, :]
+        else:
+            xc = tl.where(ok, x - mean[None, :], 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / D + eps)  # [BLOCK_ROWS]
+        xhat = xc * rstd[None, :]  # [BLOCK_D, BLOCK_ROWS], 0 past D
+        xn_t = (xhat * lnw[:, None] + lnb[:, None]).to(dtype)
+        tl.store(xn_ptr + rows[None, :] * D + offs_d[:, None], xn_t, mask=ok)
+        dy_ok = r_ok[None, :] if EVEN_C else c_ok[:, None] & r_ok[None, :]  # [BLOCK_C, BLOCK_ROWS]
+        dy0 = tl.load(dy0_ptr + rows[None, :] * stride_dy0 + offs_c[:, None], mask=dy_ok, other=0.0).to(tl.float32)
+        dy1 = tl.load(dy1_ptr + rows[None, :] * stride_dy1 + offs_c[:, None], mask=dy_ok, other=0.0).to(tl.float32)
         if HAS_MASK:
             m = tl.load(m_ptr + b * stride_mb + s * stride_ms + i * stride_mi, mask=r_ok, other=0.0)  # [BLOCK_ROWS]
-            dy0 = dy0 * m[:, None]
-            dy1 = dy1 * m[:, None]
-        dy0 = dy0.to(dtype)  # [BLOCK_ROWS, BLOCK_C]
+            dy0 = dy0 * m[None, :]
+            dy1 = dy1 * m[None, :]
+        dy0 = dy0.to(dtype)  # [BLOCK_C, BLOCK_ROWS], the products' operands
         dy1 = dy1.to(dtype)
-        dxn = tl.dot(dy0, tl.load(w0_ptrs, mask=w_ok, other=0.0))  # [BLOCK_ROWS, BLOCK_D]
-        dxn = tl.dot(dy1, tl.load(w1_ptrs, mask=w_ok, other=0.0), dxn)
-        dw0 = tl.dot(tl.trans(dy0), xn, dw0)  # [BLOCK_C, BLOCK_D]
-        dw1 = tl.dot(tl.trans(dy1), xn, dw1)
-        db0 += tl.sum(dy0.to(tl.float32), axis=0)
-        db1 += tl.sum(dy1.to(tl.float32), axis=0)
-        dlnw += tl.sum(dxn * xhat, axis=0)
-        dlnb += tl.sum(dxn, axis=0)
-        if NEED_X:
-            g = dxn * lnw[None, :]  # [BLOCK_ROWS, BLOCK_D]
-            c1 = tl.sum(g * xhat, axis=1) / D
-            c2 = tl.sum(g, axis=1) / D
-            dx = (g - c2[:, None] - xhat * c1[:, None]) * rstd[:, None]
-            tl.store(dx_ptr + rows[:, None] * D + offs_d[None, :], dx.to(dx_ptr.dtype.element_ty), mask=ok)
+        tl.store(dy_ptr + rows[None, :] * (2 * C) + offs_c[:, None], dy0, mask=dy_ok)
+        tl.store(dy_ptr + rows[None, :] * (2 * C) + C + offs_c[:, None], dy1, mask=dy_ok)
+        if EVEN_D and EVEN_C:
+            w0t, w1t = tl.load(w0t_ptrs), tl.load(w1t_ptrs)  # [BLOCK_D, BLOCK_C]
+        else:
+            w0t, w1t = tl.load(w0t_ptrs, mask=w_ok, other=0.0), tl.load(w1t_ptrs, mask=w_ok, other=0.0)
+        dxn = tl.dot(w0t, dy0)  # [BLOCK_D, BLOCK_ROWS]
+        dxn = tl.dot(w1t, dy1, dxn)
+        db0 += dy0.to(tl.float32)
+        db1 += dy1.to(tl.float32)
+        dlnw += tl.sum(dxn * xhat, axis=1)
+        dlnb += tl.sum(dxn, axis=1)
+        g = dxn * lnw[:, None]  # [BLOCK_D, BLOCK_ROWS]
+        c1 = tl.sum(g * xhat, axis=0) / D
+        c2 = tl.sum(g, axis=0) / D
+        dx = (g - c2[None, :] - xhat * c1[None, :]) * rstd[None, :]
+        x_ok = rows < ROWS * need_x  # [BLOCK_ROWS], none without need_x (a branch: 280 -> 968 bytes of spills)
+        x_ok = x_ok[None, :] if EVEN_D else d_ok[:, None] & x_ok[None, :]
+        tl.store(dx_ptr + rows[None, :] * D + offs_d[:, None], dx.to(dx_ptr.dtype.element_ty), mask=x_ok)
     part = part_ptr + pid.to(tl.int64) * stride_part
-    dw_offs = offs_c[:, None] * D + offs_d[None, :]
-    tl.store(part + dw_offs, dw0, mask=w_ok)
-    tl.store(part + C * D + dw_offs, dw1, mask=w_ok)
-    tl.store(part + 2 * C * D + offs_c, db0, mask=c_ok)
-    tl.store(part + 2 * C * D + C + offs_c, db1, mask=c_ok)
-    tl.store(part + 2 * C * (D + 1) + offs_d, dlnw, mask=d_ok)
-    tl.store(part + 2 * C * (D + 1) + D + offs_d, dlnb, mask=d_ok)
+    tl.store(part + offs_c, tl.sum(db0, axis=1), mask=c_ok)
+    tl.store(part + C + offs_c, tl.sum(db1, axis=1), mask=c_ok)
+    tl.store(part + 2 * C + offs_d, dlnw, mask=d_ok)
+    tl.store(part + 2 * C + D + offs_d, dlnb, mask=d_ok)
 
 
-# (2 C) x D float32 weight-gradient sums held by each program of `_ln_linear_bwd_kernel` (8 warps, tiles of 16
-# rows): 64 x 256 at the suite's hidden_dim 32 and widths <= 256, 64 registers a thread; compiled for sm_90
-# 255 registers, no spills (32-row tiles: 112-160 bytes of spills; benchmarks/compile_sm90.py)
-LN_LINEAR_BWD_SUMS = 64 * 256
+# the widest rows and projections `_ln_linear_bwd_kernel` takes: its [BLOCK_D, 32 rows] float32 tiles (4 warps) hold
+# 64 registers a thread each at BLOCK_D = 256; compiled for sm_90, 238-255 registers (benchmarks/compile_sm90.py)
+LN_LINEAR_BWD_MAX_D = 256
+LN_LINEAR_BWD_MAX_C = 64
+LN_LINEAR_BWD_PROGRAMS_PER_SM = 2  # opm-af2-main on the H200: 2 x 4 warps 0.219 ms, 4 x 4 (16 rows) 0.335, 1 x 8 0.262
 
 
 def ln_linear_backward_fits(dtype: torch.dtype, D: int, C: int) -> bool:
     """Whether `ln_linear_backward` takes 16-bit rows of width D and two projections of C channels each."""
-    block_c, block_d = max(16, next_pow2(C)), max(16, next_pow2(D))
-    return dtype in (torch.float16, torch.bfloat16) and 2 * block_c * block_d <= LN_LINEAR_BWD_SUMS
+    return dtype in (torch.float16, torch.bfloat16) and 1 <= D <= LN_LINEAR_BWD_MAX_D and 1 <= C <= LN_LINEAR_BWD_MAX_C
 
 
 def ln_linear_backward(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.Tensor, weight: torch.Tensor,
                        mask: torch.Tensor | None, dy0: torch.Tensor, dy1: torch.Tensor, eps: float,
                        need_x: bool = True):
     """Gradients of `ln_linear`'s LayerNorm, two projections and row mask, y_k = (LayerNorm(x) @ w_k^T +
-    bias_k) * mask[..., None] (k = 0, 1; weight = [w_0; w_1]), from the outputs' gradients, in one pass
-    over the rows that recomputes the LayerNorm (no normalized copy of x, no statistics kept).
+    bias_k) * mask[..., None] (k = 0, 1; weight = [w_0; w_1]), from the outputs' gradients: one pass over
+    the rows that recomputes the LayerNorm (no statistics kept), then one product for the weights.
 
     x (B, S, N, D) 16-bit, any strides; ln_weight, ln_bias (D,) any float dtype; weight (2 C, D) in x's
     dtype; mask (B, S, N) float32 or None; dy0, dy1 (B, S, N, C) or (B, S, N*C) of any float dtype, the
     channels contiguous (cast to x's dtype on chip, as the products' operands). Returns (dx (B, S, N, D) in
     x's dtype or None without `need_x`; the LayerNorm weight's and bias's gradients (D,); the stacked
     weights' (2 C, D); the stacked biases' (2 C,)), the parameters' float32 and summed in a fixed order
-    (bit-reproducible). Needs ln_linear_backward_fits(x.dtype, D, C)."""
+    (bit-reproducible, the same with or without dx). Needs ln_linear_backward_fits(x.dtype, D, C)."""
     B, S, N, D = x.shape
     C = weight.shape[0] // 2
     rows = B * S * N
     block_c, block_d = max(16, next_pow2(C)), max(16, next_pow2(D))
-    block_rows = 16
-    programs = max(1, min(cdiv(rows, block_rows), 3 if interpreting() else multiprocessors(x.device)))
-    width = 2 * C * (D + 1) + 2 * D
-    part = empty(programs, width, dtype=torch.float32, device=x.device)
+    block_rows = 16 if interpreting() else 32
+    per_sm = LN_LINEAR_BWD_PROGRAMS_PER_SM
+    programs = max(1, min(cdiv(rows, block_rows), 3 if interpreting() else per_sm * multiprocessors(x.device)))
+    part = empty(programs, 2 * C + 2 * D, dtype=torch.float32, device=x.device)
+    xn = empty(rows, D, dtype=x.dtype, device=x.device)
+    dy = empty(rows, 2 * C, dtype=x.dtype, device=x.device)
     dx = empty(B, S, N, D, dtype=x.dtype, device=x.device) if need_x else None
     dy0, dy1 = dy0.reshape(rows, C), dy1.reshape(rows, C)
     m, m_strides = (mask, mask.stride()) if mask is not None else (x, (0, 0, 0))
     cached_launch(_ln_linear_bwd_kernel)(
         (programs,), x, *x.stride(), ln_weight, ln_bias, weight, *weight.stride(), m, *m_strides, dy0, dy0.stride(0),
-        dy1, dy1.stride(0), dx if need_x else x, part, part.stride(0), rows, S, N, D, C, eps, HAS_MASK=mask is not None,
-        NEED_X=need_x, BLOCK_ROWS=block_rows, BLOCK_C=block_c, BLOCK_D=block_d, num_warps=8)
+        dy1, dy1.stride(0), dx if need_x else xn, xn, dy, part, part.stride(0), rows, S, N, D, C, eps, int(need_x),
+        HAS_MASK=mask is not None, EVEN_D=D == block_d, EVEN_C=C == block_c,
+        BLOCK_ROWS=block_rows, BLOCK_C=block_c, BLOCK_D=block_d, num_warps=4, num_stages=2)
+    dw = torch.zeros(2 * C, D, dtype=torch.float32, device=x.device)
+    add_product(dw, dy.t(), xn)
     sums = part.sum(0)
-    dw = sums[:2 * C * D].view(2 * C, D)
-    dbias = sums[2 * C * D:2 * C * (D + 1)]
-    return dx, sums[2 * C * (D + 1):2 * C * (D + 1) + D], sums[2 * C * (D + 1) + D:], dw, dbias
+    return dx, sums[2 * C:2 * C + D], sums[2 * C + D:], dw, sums[:2 * C]
 
 
 def layer_norm_fits(D: int) -> bool:

@@ -1,12 +1,12 @@
 """The Outer Product Mean backward's LayerNorm + projection gradients at opm-af2-main bf16, alone: session 11's
 chain (LayerNorm recompute with statistics, one product, the mask, cat, the weight products, the LayerNorm
-backward) against `ln_linear_backward` at several launch settings. python3 lnbwd_probe.py"""
+backward) against `ln_linear_backward` (run 2: one pass with per-program weight sums; from run 5: row tiles held
+transposed, then cuBLAS's dW) at several programs a multiprocessor. python3 lnbwd_probe.py"""
 import torch
 import triton.testing
 
 import evofuse._backward as bw
 import evofuse.ops.layer_norm_linear as lnl
-from evofuse.ops._common import cached_launch, cdiv, multiprocessors
 from evofuse.suite import SUITE, make_inputs, make_module
 
 case = next(c for c in SUITE if c.name == "opm-af2-main")
@@ -37,19 +37,7 @@ def new():
 
 print(f"session 11 chain (recompute + grads): {triton.testing.do_bench(old, warmup=25, rep=200, return_mode='median'):.4f} ms")
 print(f"ln_linear_backward (default): {triton.testing.do_bench(new, warmup=25, rep=200, return_mode='median'):.4f} ms")
-rows = B * S * N
-part = torch.empty(multiprocessors(x.device) * 2, 2 * c * (D + 1) + 2 * D, device="cuda")
-dx = torch.empty_like(x)
-dy0, dy1 = da.reshape(rows, c), db.reshape(rows, c)
-for block_rows, warps, stages, per_sm in ((16, 8, 3, 1), (16, 8, 2, 1), (16, 8, 4, 1), (32, 8, 2, 1), (16, 4, 3, 1),
-                                          (16, 8, 3, 2)):
-    programs = multiprocessors(x.device) * per_sm
-
-    def launch():
-        cached_launch(lnl._ln_linear_bwd_kernel)(
-            (programs,), x, *x.stride(), params[0], params[1], w, *w.stride(), mask_f, *mask_f.stride(), dy0, c, dy1, c,
-            dx, part, part.stride(0), rows, S, N, D, c, 1e-5, HAS_MASK=True, NEED_X=True, BLOCK_ROWS=block_rows,
-            BLOCK_C=32, BLOCK_D=256, num_warps=warps, num_stages=stages)
-    ms = triton.testing.do_bench(launch, warmup=25, rep=200, return_mode="median")
-    print(f"kernel alone rows={block_rows} warps={warps} stages={stages} programs={programs}: {ms:.4f} ms, "
-          f"{(2 * x.numel() * 2 + rows * c * 6) / ms / 1e9:.2f} TB/s")
+for per_sm in (1, 3, 4):
+    lnl.LN_LINEAR_BWD_PROGRAMS_PER_SM = per_sm
+    print(f"ln_linear_backward, {per_sm} programs a multiprocessor: "
+          f"{triton.testing.do_bench(new, warmup=25, rep=200, return_mode='median'):.4f} ms")
