@@ -205,7 +205,7 @@ def specialized_launches():
         if kernel is lnl._ln_linear_bwd_kernel:
             values = {k: v for k, v in _LN_AF2_MAIN.items() if k in kernel.arg_names}
             yield (f"{name} at opm-af2-main", kernel, ptrs, consts, warps, stages,
-                   values | dict(stride_dy0=32, stride_dy1=32, C=32, stride_wk=256, stride_part=2 * 32 + 2 * 256))
+                   values | dict(stride_xr=256, stride_mr=1, stride_dy0=32, stride_dy1=32, C=32, stride_part=2 * 32 + 2 * 256))
         two_pass = kernel is opm._opm_two_pass_kernel  # its accumulating form too: the most shared memory
         if (kernel is opm._opm_kernel or two_pass) and consts["C"] == 32 and (two_pass or not consts["ACCUMULATE"]):
             values = {k: v for k, v in _OPM_AF2_MAIN.items() if k in kernel.arg_names}

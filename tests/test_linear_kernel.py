@@ -161,20 +161,24 @@ def test_layer_norm_backward_kernel(dtype, D, programs, monkeypatch):
 
 # bfloat16 products are wrong in Triton's interpreter (triton 3.9): checked on the GPU only
 @pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.gpu)], ids=str)
-@pytest.mark.parametrize("D, C, with_mask", [(24, 5, True), (64, 32, True), (130, 8, False), (256, 32, True),
-                                             (40, 64, True)])
-def test_ln_linear_backward_kernel(dtype, D, C, with_mask):
+@pytest.mark.parametrize("D, C, with_mask, layout", [(24, 5, True, "residues-of-a-wider"), (64, 32, True, "transposed"),
+                                                     (130, 8, False, "residues-of-a-wider"), (256, 32, True, "contiguous"),
+                                                     (40, 64, True, "contiguous")])
+def test_ln_linear_backward_kernel(dtype, D, C, with_mask, layout):
     """The LayerNorm + two projections + row mask backward against float64 autograd through the forward
     it differentiates: dx and every parameter's gradient (the LayerNorm recomputed on chip; programs
     that each take several row tiles, the last short), a non-contiguous x with a mean far from 0, one
-    gradient in float32 (as the Outer Product Mean's summed db comes), a fully masked MSA row; without
-    dx the same parameter gradients, bit for bit."""
+    gradient in float32 (as the Outer Product Mean's summed db comes), a fully masked MSA row; x with
+    evenly strided rows (a view), with rows that are not (copied) and contiguous; without dx the same
+    parameter gradients, bit for bit."""
     from evofuse.ops.layer_norm_linear import ln_linear_backward, ln_linear_backward_fits
 
     assert ln_linear_backward_fits(dtype, D, C)
     g = torch.Generator().manual_seed(D + C)
     B, S, N = 2, 3, 17
-    x = (3 + 2 * torch.randn(B, S, 2 * N, D, generator=g))[:, :, ::2]
+    x = 3 + 2 * torch.randn(B, S, 2 * N, D, generator=g)
+    x = {"residues-of-a-wider": x[:, :, ::2], "transposed": x[:, :, :N].transpose(1, 2).contiguous().transpose(1, 2),
+         "contiguous": x[:, :, :N].contiguous()}[layout]  # rows evenly strided, then not (copied), then contiguous
     lnw, lnb = 1 + 0.3 * torch.randn(D, generator=g), 0.3 * torch.randn(D, generator=g)
     w, bias = torch.randn(2 * C, D, generator=g) / D ** 0.5, torch.randn(2 * C, generator=g)
     dy0, dy1 = torch.randn(B, S, N, C, generator=g), torch.randn(B, S, N * C, generator=g)

@@ -302,16 +302,17 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, r
 
 @triton.jit
 def _ln_linear_bwd_kernel(
-    x_ptr, stride_xb, stride_xs, stride_xi, stride_xd,  # x: (B, S, N, D), any strides
+    x_ptr, stride_xr, stride_xd,  # x: (B*S*N, D), rows evenly strided
     lnw_ptr, lnb_ptr,  # LayerNorm weight, bias: (D,)
-    w_ptr, stride_wk, stride_wd,  # the two projections' weights stacked: (2 C, D), x's dtype
-    m_ptr, stride_mb, stride_ms, stride_mi,  # row mask: (B, S, N) float32 (HAS_MASK only)
+    w_ptr,  # the two projections' weights stacked: (2 C, D) contiguous, x's dtype (one pointer: two cost
+    # 32 -> 104 bytes of register spills a thread for sm_90 at opm-af2-main)
+    m_ptr, stride_mr,  # row mask: (B*S*N,) float32 (HAS_MASK only)
     dy0_ptr, stride_dy0, dy1_ptr, stride_dy1,  # each projection's output gradient: row (b*S + s)*N + i, C channels
     dx_ptr,  # out (need_x): (B*S*N, D) contiguous, x's dtype
     xn_ptr,  # out: the normalized rows (B*S*N, D) contiguous, x's dtype (the weights' gradient takes them)
     dy_ptr,  # out: the masked output gradients [dy_0 | dy_1] (B*S*N, 2 C) contiguous, x's dtype
     part_ptr, stride_part,  # out: this program's partial sums, float32: d bias (2 C), dlnw (D), dlnb (D)
-    ROWS, S, N, D, C, eps, need_x,
+    ROWS, D, C, eps, need_x,
     HAS_MASK: tl.constexpr, EVEN_D: tl.constexpr, EVEN_C: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_C: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
@@ -333,8 +334,8 @@ def _ln_linear_bwd_kernel(
     lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)  # [BLOCK_D]
     lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
     w_ok = d_ok[:, None] & c_ok[None, :]
-    w0t_ptrs = w_ptr + offs_d[:, None] * stride_wd + offs_c[None, :] * stride_wk  # [BLOCK_D, BLOCK_C]: w_0^T
-    w1t_ptrs = w0t_ptrs + C * stride_wk
+    w0t_ptrs = w_ptr + offs_d[:, None] + offs_c[None, :] * D  # [BLOCK_D, BLOCK_C]: w_0^T
+    w1t_ptrs = w0t_ptrs + C * D
     db0 = tl.zeros((BLOCK_C, BLOCK_ROWS), dtype=tl.float32)
     db1 = tl.zeros((BLOCK_C, BLOCK_ROWS), dtype=tl.float32)
     dlnw = tl.zeros((BLOCK_D,), dtype=tl.float32)
@@ -342,14 +343,11 @@ def _ln_linear_bwd_kernel(
     for t in range(pid, tl.cdiv(ROWS, BLOCK_ROWS), programs):
         rows = (t * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)).to(tl.int64)  # [BLOCK_ROWS]
         r_ok = rows < ROWS
-        b = rows // (S * N)
-        s = (rows // N) % S
-        i = rows % N
         if EVEN_D:
             ok = r_ok[None, :]  # [1, BLOCK_ROWS]
         else:
             ok = d_ok[:, None] & r_ok[None, :]  # [BLOCK_D, BLOCK_ROWS]
-        x = tl.load(x_ptr + offs_d[:, None] * stride_xd + (b * stride_xb + s * stride_xs + i * stride_xi)[None, :],
+        x = tl.load(x_ptr + offs_d[:, None] * stride_xd + (rows * stride_xr)[None, :],
                     mask=ok, other=0.0).to(tl.float32)  # [BLOCK_D, BLOCK_ROWS]
         mean = tl.sum(x, axis=0) / D
         if EVEN_D:
@@ -364,7 +362,7 @@ def _ln_linear_bwd_kernel(
         dy0 = tl.load(dy0_ptr + rows[None, :] * stride_dy0 + offs_c[:, None], mask=dy_ok, other=0.0).to(tl.float32)
         dy1 = tl.load(dy1_ptr + rows[None, :] * stride_dy1 + offs_c[:, None], mask=dy_ok, other=0.0).to(tl.float32)
         if HAS_MASK:
-            m = tl.load(m_ptr + b * stride_mb + s * stride_ms + i * stride_mi, mask=r_ok, other=0.0)  # [BLOCK_ROWS]
+            m = tl.load(m_ptr + rows * stride_mr, mask=r_ok, other=0.0)  # [BLOCK_ROWS]
             dy0 = dy0 * m[None, :]
             dy1 = dy1 * m[None, :]
         dy0 = dy0.to(dtype)  # [BLOCK_C, BLOCK_ROWS], the products' operands
@@ -395,6 +393,15 @@ def _ln_linear_bwd_kernel(
     tl.store(part + 2 * C + D + offs_d, dlnb, mask=d_ok)
 
 
+def _rows_view(t: torch.Tensor) -> torch.Tensor:
+    """t (B, S, N[, D]) as (B*S*N[, D]) rows: a view when its rows are evenly strided, else a contiguous copy.
+    (A row index split into b, s, i in the kernel cost ~70 bytes of register spills a thread for sm_90.)"""
+    try:
+        return t.view(-1, *t.shape[3:])
+    except RuntimeError:
+        return t.reshape(-1, *t.shape[3:])
+
+
 # the widest rows and projections `_ln_linear_bwd_kernel` takes: its [BLOCK_D, 32 rows] float32 tiles (4 warps) hold
 # 64 registers a thread each at BLOCK_D = 256; compiled for sm_90, 238-255 registers (benchmarks/compile_sm90.py)
 LN_LINEAR_BWD_MAX_D = 256
@@ -414,12 +421,12 @@ def ln_linear_backward(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.
     bias_k) * mask[..., None] (k = 0, 1; weight = [w_0; w_1]), from the outputs' gradients: one pass over
     the rows that recomputes the LayerNorm (no statistics kept), then one product for the weights.
 
-    x (B, S, N, D) 16-bit, any strides; ln_weight, ln_bias (D,) any float dtype; weight (2 C, D) in x's
-    dtype; mask (B, S, N) float32 or None; dy0, dy1 (B, S, N, C) or (B, S, N*C) of any float dtype, the
-    channels contiguous (cast to x's dtype on chip, as the products' operands). Returns (dx (B, S, N, D) in
-    x's dtype or None without `need_x`; the LayerNorm weight's and bias's gradients (D,); the stacked
-    weights' (2 C, D); the stacked biases' (2 C,)), the parameters' float32 and summed in a fixed order
-    (bit-reproducible, the same with or without dx). Needs ln_linear_backward_fits(x.dtype, D, C)."""
+    x (B, S, N, D) 16-bit (copied when its rows are not evenly strided); ln_weight, ln_bias (D,) any float
+    dtype; weight (2 C, D) in x's dtype; mask (B, S, N) float32 or None; dy0, dy1 (B, S, N, C) or
+    (B, S, N*C) of any float dtype, the channels contiguous (cast to x's dtype on chip, as the products'
+    operands). Returns (dx (B, S, N, D) in x's dtype or None without `need_x`; the LayerNorm weight's and
+    bias's gradients (D,); the stacked weights' (2 C, D); the stacked biases' (2 C,)), the parameters' float32
+    and summed in a fixed order (bit-reproducible, the same with or without dx). Needs ln_linear_backward_fits(x.dtype, D, C)."""
     B, S, N, D = x.shape
     C = weight.shape[0] // 2
     rows = B * S * N
@@ -432,10 +439,11 @@ def ln_linear_backward(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.
     dy = empty(rows, 2 * C, dtype=x.dtype, device=x.device)
     dx = empty(B, S, N, D, dtype=x.dtype, device=x.device) if need_x else None
     dy0, dy1 = dy0.reshape(rows, C), dy1.reshape(rows, C)
-    m, m_strides = (mask, mask.stride()) if mask is not None else (x, (0, 0, 0))
+    x_rows = _rows_view(x)
+    m = _rows_view(mask) if mask is not None else x_rows[:, 0]  # unused without a mask
     cached_launch(_ln_linear_bwd_kernel)(
-        (programs,), x, *x.stride(), ln_weight, ln_bias, weight, *weight.stride(), m, *m_strides, dy0, dy0.stride(0),
-        dy1, dy1.stride(0), dx if need_x else xn, xn, dy, part, part.stride(0), rows, S, N, D, C, eps, int(need_x),
+        (programs,), x_rows, *x_rows.stride(), ln_weight, ln_bias, weight.contiguous(), m, m.stride(0), dy0,
+        dy0.stride(0), dy1, dy1.stride(0), dx if need_x else xn, xn, dy, part, part.stride(0), rows, D, C, eps, int(need_x),
         HAS_MASK=mask is not None, EVEN_D=D == block_d, EVEN_C=C == block_c,
         BLOCK_ROWS=block_rows, BLOCK_C=block_c, BLOCK_D=block_d, num_warps=4, num_stages=2)
     dw = torch.zeros(2 * C, D, dtype=torch.float32, device=x.device)
