@@ -99,7 +99,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
     products and rearranging copies. db, dW and the bias gradient are summed over blocks in float32 in a
     fixed order, dW inside its kernel too (bit-reproducible); one block writes db in its dtype straight
     from cuBLAS. The LayerNorm's and the projections' gradients: for 16-bit inputs whose LayerNorm and
-    projections `ops.layer_norm_linear.ln_linear_backward` takes (hidden_dim <= 32 at widths <= 256), one
+    projections `ops.layer_norm_linear.ln_linear_backward` takes (hidden_dim <= 64, msa_dim <= 256), one
     pass of that kernel from da and db (the mask applied and the LayerNorm recomputed on chip), with a and
     b as the forward kept them (or recomputed by the forward's `ops.outer_product_mean.project`); other
     16-bit inputs recompute them by evofuse's LayerNorm and one product (`ops.layer_norm_linear.ln_project`)

@@ -160,6 +160,8 @@ def outer_product_mean(
         inputs = (msa_repr, msa_mask, *params.values())
         if resolve_impl(impl, msa_repr) == "torch":  # every tensor is on msa_repr's device (checked above)
             return reference(*inputs)
+        if S == 0 or N == 0:  # no MSA row or no residue (outside SPEC 4's sizes): nothing to fuse
+            return reference(*inputs)
         from .ops.outer_product_mean import FAST_HIDDEN_DIMS
 
         if c not in FAST_HIDDEN_DIMS or msa_repr.dtype == torch.float64:

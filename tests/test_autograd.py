@@ -202,6 +202,20 @@ def test_gradients_of_weights_only():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
+@pytest.mark.parametrize("shape", [(1, 3, 0, 16), (1, 0, 5, 16), (0, 3, 5, 16)], ids=["no-residue", "no-row", "no-batch"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
+def test_opm_empty_sizes(shape, dtype):
+    """Sizes of 0 (below SPEC 4's B, S, N >= 1) do not crash: the output and every gradient are the
+    reference's (an MSA without rows gives out_proj's bias, normalized, everywhere)."""
+    mod = opm_module(16, 6, 8, seed=1, normalization="af2").to(DEVICE).to(dtype)
+    x = torch.randn(*shape, device=DEVICE).to(dtype)
+    out, got = grads(copy.deepcopy(mod), (x, None), "triton")
+    exact_out, exact = grads(copy.deepcopy(mod), (x, None), "torch")
+    torch.testing.assert_close(out, exact_out, rtol=0, atol=0)
+    for name, g in exact.items():
+        torch.testing.assert_close(got[name], g, rtol=0, atol=0, msg=name)
+
+
 @pytest.mark.parametrize("op", ["opm", "opm-float16", "att"])
 def test_backward_is_deterministic(op):
     if op == "opm":
