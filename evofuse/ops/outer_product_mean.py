@@ -824,7 +824,6 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     dtype = msa_repr.dtype
     device = msa_repr.device
     keep = save and ln_linear_backward_fits(dtype, D, c)
-    mask = None if msa_mask is None else msa_mask.to(torch.float32)
     if B * N * N * R == 0:
         out = empty(B, N, N, R, dtype=dtype, device=device)
         return (out, out.new_empty(0), out.new_empty(0, dtype=torch.float32)) if save else out
@@ -835,9 +834,11 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
                                         normalization, small)
         if not save:
             return out
+        mask = None if msa_mask is None else msa_mask.to(torch.float32)
         ab = (project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
                       proj_b_bias) if keep else out.new_empty(0))
         return out, ab, pair_scale(mask, B, S, N, normalization, out)
+    mask = None if msa_mask is None else msa_mask.to(torch.float32)
     ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
                  proj_b_weight, proj_b_bias)
     kept = ab if keep else None
