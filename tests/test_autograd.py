@@ -84,7 +84,7 @@ def test_opm_float16_backward_kernels(c, N, normalization, monkeypatch):
         torch.testing.assert_close(g, cublas[name], rtol=2e-3, atol=2e-3 * cublas[name].abs().max().item(), msg=name)
 
 
-@pytest.mark.parametrize("c, N", [(16, 17), (8, 9)], ids=["single-launch-forward", "tiled-forward"])
+@pytest.mark.parametrize("c, N", [(16, 17), (8, 9), (64, 6)], ids=["single-launch-forward", "tiled-forward", "hidden-64"])
 def test_opm_float16_projections_kept_or_recomputed(c, N, monkeypatch):
     """16-bit: the training forward keeps the masked projections and the per-pair scale, and one kernel
     (`ln_linear_backward`) takes the LayerNorm's and the projections' gradients from da and db. The
