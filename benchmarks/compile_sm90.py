@@ -130,9 +130,11 @@ def launches():
         cfg = opm._prune(opm._configs(), {}, **consts)[0]
         yield (f"opm backward outer products bf16 c={C}", opm._opm_kernel, ptrs, consts | cfg.kwargs, cfg.num_warps,
                cfg.num_stages)
-        cfg = opm._dx_prune(opm._dx_configs(), {}, C=C)[0]
-        yield (f"opm backward dX bf16 c={C}", opm._opm_dx_kernel,
-               {n: "*bf16" for n in ("g_ptr", "w_ptr", "dx_ptr")}, dict(C=C) | cfg.kwargs, cfg.num_warps, cfg.num_stages)
+        for R in (128, 256):
+            cfg = opm._dx_prune(opm._dx_configs(), {}, C=C, BLOCK_R=R)[0]
+            yield (f"opm backward dX bf16 c={C} R={R}", opm._opm_dx_kernel,
+                   {n: "*bf16" for n in ("g_ptr", "w_ptr", "dx_ptr")}, dict(C=C, BLOCK_R=R) | cfg.kwargs, cfg.num_warps,
+                   cfg.num_stages)
         for cfg in opm._dw_prune(opm._dw_configs(), {}, C=C):
             yield (f"opm backward dW bf16 c={C} {cfg.kwargs}", opm._opm_dw_kernel,
                    {n: "*bf16" for n in ("g_ptr", "x_ptr")} | {"ws_ptr": "*fp32"}, dict(C=C) | cfg.kwargs,
@@ -206,6 +208,11 @@ def specialized_launches():
             values = {k: v for k, v in _LN_AF2_MAIN.items() if k in kernel.arg_names}
             yield (f"{name} at opm-af2-main", kernel, ptrs, consts, warps, stages,
                    values | dict(stride_xr=256, stride_mr=1, stride_dy0=32, stride_dy1=32, C=32, stride_part=2 * 32 + 2 * 256))
+        if kernel is opm._opm_dx_kernel and consts["C"] == 32 and consts["BLOCK_R"] == 128:  # a block of 192 rows
+            yield (f"{name} at opm-af2-main", kernel, ptrs, consts, warps, stages,
+                   dict(stride_gb=192 * 384 * 128, stride_gi=384 * 128, stride_gj=128, stride_gr=1, stride_wr=1024,
+                        stride_wk=1, stride_db=192 * 32 * 384 * 32, stride_dr=384 * 32, stride_dc=1, B=1, NI=192, N=384,
+                        R=128))
         two_pass = kernel is opm._opm_two_pass_kernel  # its accumulating form too: the most shared memory
         if (kernel is opm._opm_kernel or two_pass) and consts["C"] == 32 and (two_pass or not consts["ACCUMULATE"]):
             values = {k: v for k, v in _OPM_AF2_MAIN.items() if k in kernel.arg_names}

@@ -247,13 +247,13 @@ def test_small_problems_take_one_launch(monkeypatch):
     torch.testing.assert_close(mod(x, None, impl="triton"), mod(x, None, impl="torch"), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("c, n, N, S", [(8, 5, 9, 3), (16, 3, 17, 20), (32, 1, 5, 1)])
-def test_backward_kernels_against_float64(c, n, N, S):
+@pytest.mark.parametrize("c, n, N, S, R", [(8, 5, 9, 3, 6), (16, 3, 17, 20, 6), (32, 1, 5, 1, 6), (8, 2, 3, 2, 520)])
+def test_backward_kernels_against_float64(c, n, N, S, R):
     """The backward's kernels: the normalized outer products of a block of rows (per-pair scale, here
     broadcast over j as the seed normalization's), the normalized gradient Gs and the bias gradient's
     sums from a sliced output gradient (strided), dX from Gs (strided), and out_proj's weight gradient
     from the sliced gradient and normalized outer products or from Gs and plain ones, against float64
-    einsums."""
+    einsums; R = 520 takes dX's cuBLAS path (out_proj wider than DX_MAX_R)."""
     from evofuse.ops.outer_product_mean import normalized_grad, outer_product_grad, outer_product_weight_grad, outer_products
 
     g = torch.Generator().manual_seed(c + n)
@@ -264,7 +264,6 @@ def test_backward_kernels_against_float64(c, n, N, S):
     x = outer_products(a[:, :, i0:], b, scale[:, i0:])
     exact = torch.einsum("bsip,bsjq,bij->bipjq", a[:, :, i0:].double(), b.double(), scale[:, i0:].double())
     torch.testing.assert_close(x.double(), exact.reshape(2, n * c, N * c), rtol=2e-3, atol=2e-3)
-    R = 6
     grad = torch.randn(2, N, N, R + 2, generator=g).half().to(DEVICE)[:, i0:, :, 1:R + 1]  # strided
     w = torch.randn(R, c * c, generator=g).half().to(DEVICE)
     gs = (grad.float() * scale[:, i0:, :, None]).half()  # the normalized gradient

@@ -372,44 +372,44 @@ def _opm_dx_kernel(
     g_ptr, stride_gb, stride_gi, stride_gj, stride_gr,  # the normalized output gradient Gs: (B, NI, N, R) 16-bit
     w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C), same dtype
     dx_ptr, stride_db, stride_dr, stride_dc,  # out: dX (B, NI*C, N*C), row (i p), column (j q)
-    NI, N, R,
+    B, NI, N, R,
     C: tl.constexpr,
     BLOCK_I: tl.constexpr,
     BLOCK_J: tl.constexpr,
     BLOCK_K: tl.constexpr,  # columns (p q) of out_proj's weight a program
-    BLOCK_R: tl.constexpr,
+    BLOCK_R: tl.constexpr,  # R rounded up to a power of two: the product's whole K
+    PROGRAMS_PER_SM: tl.constexpr,  # the launch's (its grid's) programs per multiprocessor; not read here
 ):
-    """The backward's dX[(i p), (j q)] = sum_r Gs[i, j, r] W[r, (p q)] for a tile of (i, j) pairs and a block
-    of (p q), stored straight into the layout the products with a and b take (cuBLAS then needs no
-    rearranging copy). Both operands are plain loads into the product, which Triton's pipeliner
-    prefetches (scaled in registers here, Gs's loads were not)."""
-    pid = tl.program_id(0)
-    pid_b = tl.program_id(1).to(tl.int64)
+    """The backward's dX[(i p), (j q)] = sum_r Gs[i, j, r] W[r, (p q)], stored straight into the layout the
+    products with a and b take (cuBLAS then needs no rearranging copy). Persistent: program k of every
+    C*C // BLOCK_K keeps one block of W's columns (all R rows) in shared memory and takes the tiles of
+    (i, j) pairs number program_id // (C*C // BLOCK_K), + lanes, ... (b, then blocks i, then blocks j);
+    each tile is one product of Gs's rows [pairs, R] (prefetched by Triton's pipeliner) with it. (A
+    program per tile and column block, W's block read from L2 each time: 0.092 against 0.070 ms at
+    opm-af2-main's blocks of 192 rows on the H200.)"""
     n_k: tl.constexpr = C * C // BLOCK_K
+    pid = tl.program_id(0)
+    lanes = tl.num_programs(0) // n_k
+    offs_k = (pid % n_k) * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]
+    offs_r = tl.arange(0, BLOCK_R)
+    r_ok = offs_r < R
+    w = tl.load(w_ptr + offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk, mask=r_ok[:, None],
+                other=0.0)  # [BLOCK_R, BLOCK_K]
+    d_col = (offs_k // C) * stride_dr + (offs_k % C) * stride_dc  # [BLOCK_K]: (p q) inside a pair's block
+    n_i = tl.cdiv(NI, BLOCK_I)
     n_j = tl.cdiv(N, BLOCK_J)
-    blk_k = pid % n_k
-    blk_j = (pid // n_k) % n_j
-    blk_i = pid // (n_k * n_j)
     pair = tl.arange(0, BLOCK_I * BLOCK_J)
-    i = blk_i * BLOCK_I + pair // BLOCK_J  # [BLOCK_I*BLOCK_J]
-    j = blk_j * BLOCK_J + pair % BLOCK_J
-    pair_ok = (i < NI) & (j < N)
-    offs_k = blk_k * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]
-    g_base = g_ptr + pid_b * stride_gb + i.to(tl.int64) * stride_gi + j.to(tl.int64) * stride_gj
-    acc = tl.zeros((BLOCK_I * BLOCK_J, BLOCK_K), dtype=tl.float32)
-    for r0 in range(0, R, BLOCK_R):
-        offs_r = r0 + tl.arange(0, BLOCK_R)
-        r_ok = offs_r < R
-        g = tl.load(g_base[:, None] + offs_r[None, :] * stride_gr, mask=pair_ok[:, None] & r_ok[None, :],
-                    other=0.0)  # [BLOCK_I*BLOCK_J, BLOCK_R]
-        w = tl.load(w_ptr + offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk, mask=r_ok[:, None],
-                    other=0.0)  # [BLOCK_R, BLOCK_K]
-        acc = tl.dot(g, w, acc)  # [BLOCK_I*BLOCK_J, BLOCK_K]
-    p = offs_k // C
-    q = offs_k % C
-    d_off = (i.to(tl.int64) * C * stride_dr + j.to(tl.int64) * C * stride_dc)[:, None] \
-        + (p * stride_dr + q * stride_dc)[None, :]  # [BLOCK_I*BLOCK_J, BLOCK_K]
-    tl.store(dx_ptr + pid_b * stride_db + d_off, acc.to(dx_ptr.dtype.element_ty), mask=pair_ok[:, None])
+    for t in range(pid // n_k, B * n_i * n_j, lanes):
+        pid_b = (t // (n_i * n_j)).to(tl.int64)
+        i = (t // n_j) % n_i * BLOCK_I + pair // BLOCK_J  # [BLOCK_I*BLOCK_J]
+        j = t % n_j * BLOCK_J + pair % BLOCK_J
+        pair_ok = (i < NI) & (j < N)
+        i64, j64 = i.to(tl.int64), j.to(tl.int64)
+        g = tl.load(g_ptr + (pid_b * stride_gb + i64 * stride_gi + j64 * stride_gj)[:, None] + offs_r[None, :] * stride_gr,
+                    mask=pair_ok[:, None] & r_ok[None, :], other=0.0)  # [BLOCK_I*BLOCK_J, BLOCK_R]
+        acc = tl.dot(g, w)  # [BLOCK_I*BLOCK_J, BLOCK_K]
+        d_off = (pid_b * stride_db + i64 * C * stride_dr + j64 * C * stride_dc)[:, None] + d_col[None, :]
+        tl.store(dx_ptr + d_off, acc.to(dx_ptr.dtype.element_ty), mask=pair_ok[:, None])
 
 
 @triton.jit
@@ -426,12 +426,12 @@ def _opm_gs_kernel(
     """The normalized output gradient Gs[b, i, j, r] = 16-bit(g[b, i, j, r] scale[b, i, j]) (float32
     products), the operand of the dX and dW kernels, for a block of pairs (b, i, j); and the block's
     column sums in float32 (out_proj's bias gradient, summed over the blocks in a fixed order)."""
-    t = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)  # [BLOCK_P]
+    t = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)  # [BLOCK_P], 32-bit (B*NI*N < 2**31)
     t_ok = t < PAIRS
     t64 = t.to(tl.int64)
-    b = t64 // (NI * N)
-    i = (t64 // N) % NI
-    j = t64 % N
+    b = (t // (NI * N)).to(tl.int64)
+    i = ((t // N) % NI).to(tl.int64)
+    j = (t % N).to(tl.int64)
     sc = tl.load(sc_ptr + b * stride_scb + i * stride_sci + j * stride_scj, mask=t_ok, other=0.0)  # [BLOCK_P]
     g_rows = g_ptr + b * stride_gb + i * stride_gi + j * stride_gj  # [BLOCK_P]
     for r0 in range(0, R, BLOCK_R):
@@ -477,10 +477,11 @@ def _opm_dw_kernel(
     for t0 in range(lo, hi, BLOCK_P):
         t = t0 + tl.arange(0, BLOCK_P)  # [BLOCK_P]
         t_ok = t < hi
-        t64 = t.to(tl.int64)
-        b = t64 // (NI * N)
-        i = (t64 // N) % NI
-        j = t64 % N
+        # pair numbers in 32 bits (B*NI*N < 2**31: the output alone would be ~2**39 bytes otherwise), so that
+        # the divisions are not 64-bit ones (a subroutine call each in sm_90 code), widened for the offsets
+        b = (t // (NI * N)).to(tl.int64)
+        i = ((t // N) % NI).to(tl.int64)
+        j = (t % N).to(tl.int64)
         x_t = tl.load(x_ptr + (b * stride_xb + i * C * stride_xr + j * C * stride_xc)[:, None] + x_cols[None, :],
                       mask=t_ok[:, None], other=0.0)  # [BLOCK_P, BLOCK_K]
         g = tl.load(g_ptr + (b * stride_gb + i * stride_gi + j * stride_gj)[:, None] + (offs_r * stride_gr)[None, :],
@@ -949,40 +950,70 @@ def outer_products(a_rows: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -
 
 
 def _dx_configs() -> list[triton.Config]:
-    """Tiles of (i, j) pairs x (p q) columns for `_opm_dx_kernel`; the first that survives is the default."""
-    return [triton.Config({"BLOCK_I": bi, "BLOCK_J": bj, "BLOCK_K": bk, "BLOCK_R": br}, num_warps=w, num_stages=st)
-            for bi, bj, bk, br, w, st in ((4, 8, 256, 32, 8, 3), (8, 8, 128, 32, 8, 3), (4, 4, 512, 32, 8, 2),
-                                          (8, 8, 256, 64, 8, 3), (4, 8, 128, 64, 4, 3))]
+    """Tiles of (i, j) pairs x (p q) columns and programs a multiprocessor for `_opm_dx_kernel` (BLOCK_R is
+    the launch's); the first that survives is the default (opm-af2-main on the H200, run 1 of session 13:
+    0.070 ms, the others 0.080-0.105)."""
+    return [triton.Config({"BLOCK_I": bi, "BLOCK_J": bj, "BLOCK_K": bk, "PROGRAMS_PER_SM": per_sm}, num_warps=w,
+                          num_stages=st)
+            for bi, bj, bk, per_sm, w, st in ((4, 16, 256, 2, 4, 3), (4, 16, 128, 3, 4, 3), (4, 32, 128, 2, 8, 3),
+                                              (2, 32, 256, 2, 4, 3), (4, 16, 256, 2, 4, 2), (4, 32, 64, 4, 4, 3))]
+
+
+# shared memory `_opm_dx_kernel` may take: W's column block, its pipelined Gs tiles and the tile's store
+DX_SHARED_BYTES = 200 * 1024
+
+
+def _dx_shared(cfg: triton.Config, c: int, R: int) -> int:
+    """The shared memory of `_opm_dx_kernel` at `cfg` (16-bit operands), as Triton lays it out: the
+    resident W block, num_stages Gs tiles and one output tile for the store."""
+    k = cfg.kwargs
+    pairs, block_k, block_r = k["BLOCK_I"] * k["BLOCK_J"], min(k["BLOCK_K"], c * c), max(16, next_pow2(R))
+    return 2 * (block_r * block_k + cfg.num_stages * pairs * block_r + pairs * block_k)
 
 
 def _dx_prune(configs, named_args, **kwargs):
-    """Column blocks no wider than c*c (c = 8 has 64 columns)."""
-    cc = kwargs["C"] * kwargs["C"]
-    return [cfg for cfg in configs if cfg.kwargs["BLOCK_K"] <= cc] or [
-        triton.Config(dict(configs[0].kwargs, BLOCK_K=cc), num_warps=4, num_stages=2)]
+    """Column blocks no wider than c*c (c = 8 has 64 columns) whose shared memory fits at this R (the
+    defaults' fit for R <= 256; a narrower column block and 2 stages otherwise)."""
+    c, R = kwargs["C"], kwargs["BLOCK_R"]
+    kept = [cfg for cfg in configs if cfg.kwargs["BLOCK_K"] <= c * c and _dx_shared(cfg, c, R) <= DX_SHARED_BYTES]
+    if kept:
+        return kept
+    last = triton.Config(dict(configs[0].kwargs, BLOCK_I=4, BLOCK_J=8, BLOCK_K=min(64, c * c), PROGRAMS_PER_SM=2),
+                         num_warps=4, num_stages=2)
+    return [last]
 
 
 @functools.lru_cache(maxsize=None)
 def _tuned_dx():
     """`_opm_dx_kernel` autotuned on c and the output width (GPU only)."""
-    return triton.autotune(configs=_dx_configs(), key=["C", "R"],
+    return triton.autotune(configs=_dx_configs(), key=["C", "BLOCK_R"],
                            prune_configs_by={"early_config_prune": _dx_prune})(_opm_dx_kernel)
+
+
+# the widest out_proj `_opm_dx_kernel` takes (its W block and Gs tiles in shared memory); wider ones: cuBLAS
+DX_MAX_R = 512
 
 
 def outer_product_grad(gs: torch.Tensor, weight: torch.Tensor, c: int) -> torch.Tensor:
     """dX[b, (i p), (j q)] = sum_r gs[b, i, j, r] weight[r, p*c + q]: (B, n*c, N*c) in gs's dtype, from the
     normalized output gradient gs (B, n, N, R) 16-bit (any strides) of a block of rows i and out_proj's
-    weight (R, c*c)."""
+    weight (R, c*c) (float32 sums). R > DX_MAX_R: one cuBLAS product and a rearranging copy."""
     B, n, N, R = gs.shape
     w = weight.to(gs.dtype)
+    if R > DX_MAX_R:
+        return (gs.reshape(-1, R) @ w).view(B, n, N, c, c).transpose(2, 3).reshape(B, n * c, N * c)
     dx = empty(B, n * c, N * c, dtype=gs.dtype, device=gs.device)
-    args = (gs, *gs.stride(), w, *w.stride(), dx, *dx.stride(), n, N, R)
+    args = (gs, *gs.stride(), w, *w.stride(), dx, *dx.stride(), B, n, N, R)
+    sms = multiprocessors(gs.device) if gs.is_cuda and not interpreting() else 3
 
     def grid(meta):
-        return (cdiv(n, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"]) * (c * c // meta["BLOCK_K"]), B)
+        n_k = c * c // meta["BLOCK_K"]
+        tiles = B * cdiv(n, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"])
+        return (n_k * max(1, min(tiles, sms * meta["PROGRAMS_PER_SM"] // n_k)),)
 
-    interpret = {"BLOCK_I": 4, "BLOCK_J": 4, "BLOCK_K": min(64, c * c), "BLOCK_R": 16}
-    launch(_opm_dx_kernel, _tuned_dx, _dx_configs, _dx_prune, grid, args, {"C": c}, interpret)
+    interpret = {"BLOCK_I": 2, "BLOCK_J": 4, "BLOCK_K": min(64, c * c), "PROGRAMS_PER_SM": 2}
+    launch(_opm_dx_kernel, _tuned_dx, _dx_configs, _dx_prune, grid, args, {"C": c, "BLOCK_R": max(16, next_pow2(R))},
+           interpret)
     return dx
 
 
