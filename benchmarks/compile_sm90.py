@@ -91,7 +91,8 @@ def launches():
                {"x_ptr": f"*{dt}", "lnw_ptr": f"*{dt}", "lnb_ptr": f"*{dt}", "w_ptr": f"*{dt}", "m_ptr": "*fp32",
                 "dy0_ptr": f"*{dt}", "dy1_ptr": f"*{dy1}", "dx_ptr": f"*{dt}", "xn_ptr": f"*{dt}", "dy_ptr": f"*{dt}",
                 "part_ptr": "*fp32"},
-               dict(HAS_MASK=True, EVEN_D=True, EVEN_C=True, BLOCK_ROWS=32, BLOCK_C=32, BLOCK_D=256), 4, 2)
+               dict(HAS_MASK=True, EVEN_D=True, EVEN_C=True, BLOCK_ROWS=lnl.LN_LINEAR_BWD_ROWS, BLOCK_C=32, BLOCK_D=256),
+               4, 2)
     for has_ln in (True, False):
         yield (f"split rows ln={has_ln}", split_linear._split_rows_kernel,
                {"x_ptr": "*fp32", "lnw_ptr": "*fp32", "lnb_ptr": "*fp32", "shift_ptr": "*fp32", "a_ptr": "*fp16"},

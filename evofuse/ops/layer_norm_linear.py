@@ -301,6 +301,26 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, r
 
 
 @triton.jit
+def _ln_linear_bwd_loads(x_ptr, stride_xr, stride_xd, m_ptr, stride_mr, dy0_ptr, stride_dy0, dy1_ptr, stride_dy1, t,
+                         offs_d, d_ok, offs_c, c_ok, ROWS, HAS_MASK: tl.constexpr, EVEN_D: tl.constexpr,
+                         EVEN_C: tl.constexpr, BLOCK_ROWS: tl.constexpr):
+    """Row tile t's loads for `_ln_linear_bwd_kernel`, as stored (none past ROWS): x^T [BLOCK_D, BLOCK_ROWS],
+    the row mask [BLOCK_ROWS] (float32; ones without HAS_MASK) and dy_0^T, dy_1^T [BLOCK_C, BLOCK_ROWS]."""
+    rows = (t * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)).to(tl.int64)  # [BLOCK_ROWS]
+    r_ok = rows < ROWS
+    ok = r_ok[None, :] if EVEN_D else d_ok[:, None] & r_ok[None, :]
+    x = tl.load(x_ptr + offs_d[:, None] * stride_xd + (rows * stride_xr)[None, :], mask=ok, other=0.0)
+    dy_ok = r_ok[None, :] if EVEN_C else c_ok[:, None] & r_ok[None, :]
+    dy0 = tl.load(dy0_ptr + rows[None, :] * stride_dy0 + offs_c[:, None], mask=dy_ok, other=0.0)
+    dy1 = tl.load(dy1_ptr + rows[None, :] * stride_dy1 + offs_c[:, None], mask=dy_ok, other=0.0)
+    if HAS_MASK:
+        m = tl.load(m_ptr + rows * stride_mr, mask=r_ok, other=0.0)
+    else:
+        m = tl.full((BLOCK_ROWS,), 1.0, dtype=tl.float32)
+    return x, m, dy0, dy1
+
+
+@triton.jit
 def _ln_linear_bwd_kernel(
     x_ptr, stride_xr, stride_xd,  # x: (B*S*N, D), rows evenly strided
     lnw_ptr, lnb_ptr,  # LayerNorm weight, bias: (D,)
@@ -320,10 +340,12 @@ def _ln_linear_bwd_kernel(
     rows held transposed ([BLOCK_D, BLOCK_ROWS]): the LayerNorm recomputed from x (its statistics too),
     dxn^T = sum_k w_k^T (dy_k mask)^T (D is the product's M: Hopper's warpgroup products read the weights
     from shared memory, not registers; 0.22 against 0.29 ms for row tiles, opm-af2-main on the H200), then
-    dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dxn lnw. The normalized rows and the masked
-    gradients go out in x's dtype for one product dW = dy^T xn (cuBLAS); the biases' and the LayerNorm's
-    gradients are summed over this program's row tiles (tiles pid, pid + programs, ...) in a fixed order,
-    no atomics. `need_x` (0 or 1) only masks dx's store, so that the sums are the same code either way."""
+    dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dxn lnw. Each tile's loads are issued one tile
+    ahead, by hand (Triton's pipeliner prefetches only the weights', which feed the products directly):
+    0.255 -> 0.170 ms at opm-af2-main with 16-row tiles. The normalized rows and the masked gradients go
+    out in x's dtype for one product dW = dy^T xn (cuBLAS); the biases' and the LayerNorm's gradients are
+    summed over this program's row tiles (tiles pid, pid + programs, ...) in a fixed order, no atomics.
+    `need_x` (0 or 1) only masks dx's store, so that the sums are the same code either way."""
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     dtype = w_ptr.dtype.element_ty
@@ -340,15 +362,20 @@ def _ln_linear_bwd_kernel(
     db1 = tl.zeros((BLOCK_C, BLOCK_ROWS), dtype=tl.float32)
     dlnw = tl.zeros((BLOCK_D,), dtype=tl.float32)
     dlnb = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    x_next, m_next, dy0_next, dy1_next = _ln_linear_bwd_loads(
+        x_ptr, stride_xr, stride_xd, m_ptr, stride_mr, dy0_ptr, stride_dy0, dy1_ptr, stride_dy1, pid, offs_d, d_ok,
+        offs_c, c_ok, ROWS, HAS_MASK, EVEN_D, EVEN_C, BLOCK_ROWS)
     for t in range(pid, tl.cdiv(ROWS, BLOCK_ROWS), programs):
+        x = x_next.to(tl.float32)  # [BLOCK_D, BLOCK_ROWS]
+        m = m_next  # [BLOCK_ROWS]
+        dy0 = dy0_next.to(tl.float32)  # [BLOCK_C, BLOCK_ROWS]
+        dy1 = dy1_next.to(tl.float32)
+        x_next, m_next, dy0_next, dy1_next = _ln_linear_bwd_loads(
+            x_ptr, stride_xr, stride_xd, m_ptr, stride_mr, dy0_ptr, stride_dy0, dy1_ptr, stride_dy1, t + programs,
+            offs_d, d_ok, offs_c, c_ok, ROWS, HAS_MASK, EVEN_D, EVEN_C, BLOCK_ROWS)
         rows = (t * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)).to(tl.int64)  # [BLOCK_ROWS]
         r_ok = rows < ROWS
-        if EVEN_D:
-            ok = r_ok[None, :]  # [1, BLOCK_ROWS]
-        else:
-            ok = d_ok[:, None] & r_ok[None, :]  # [BLOCK_D, BLOCK_ROWS]
-        x = tl.load(x_ptr + offs_d[:, None] * stride_xd + (rows * stride_xr)[None, :],
-                    mask=ok, other=0.0).to(tl.float32)  # [BLOCK_D, BLOCK_ROWS]
+        ok = r_ok[None, :] if EVEN_D else d_ok[:, None] & r_ok[None, :]  # [BLOCK_D or 1, BLOCK_ROWS]
         mean = tl.sum(x, axis=0) / D
         if EVEN_D:
             xc = x - mean[None, :]
@@ -359,10 +386,7 @@ def _ln_linear_bwd_kernel(
         xn_t = (xhat * lnw[:, None] + lnb[:, None]).to(dtype)
         tl.store(xn_ptr + rows[None, :] * D + offs_d[:, None], xn_t, mask=ok)
         dy_ok = r_ok[None, :] if EVEN_C else c_ok[:, None] & r_ok[None, :]  # [BLOCK_C, BLOCK_ROWS]
-        dy0 = tl.load(dy0_ptr + rows[None, :] * stride_dy0 + offs_c[:, None], mask=dy_ok, other=0.0).to(tl.float32)
-        dy1 = tl.load(dy1_ptr + rows[None, :] * stride_dy1 + offs_c[:, None], mask=dy_ok, other=0.0).to(tl.float32)
         if HAS_MASK:
-            m = tl.load(m_ptr + rows * stride_mr, mask=r_ok, other=0.0)  # [BLOCK_ROWS]
             dy0 = dy0 * m[None, :]
             dy1 = dy1 * m[None, :]
         dy0 = dy0.to(dtype)  # [BLOCK_C, BLOCK_ROWS], the products' operands
@@ -402,11 +426,14 @@ def _rows_view(t: torch.Tensor) -> torch.Tensor:
         return t.reshape(-1, *t.shape[3:])
 
 
-# the widest rows and projections `_ln_linear_bwd_kernel` takes: its [BLOCK_D, 32 rows] float32 tiles (4 warps) hold
-# 64 registers a thread each at BLOCK_D = 256; compiled for sm_90, 238-255 registers (benchmarks/compile_sm90.py)
+# the widest rows and projections `_ln_linear_bwd_kernel` takes: its [BLOCK_D, 16 rows] float32 tiles (4 warps) hold
+# 32 registers a thread each at BLOCK_D = 256, the next tile's loads 8-12 more; compiled for sm_90, ~254 registers
+# (benchmarks/compile_sm90.py)
 LN_LINEAR_BWD_MAX_D = 256
 LN_LINEAR_BWD_MAX_C = 64
-LN_LINEAR_BWD_PROGRAMS_PER_SM = 2  # opm-af2-main on the H200: 2 x 4 warps 0.219 ms, 4 x 4 (16 rows) 0.335, 1 x 8 0.262
+LN_LINEAR_BWD_ROWS = 16  # the row tile (session 13, loads a tile ahead, opm-af2-main on the H200: 16 rows x 4 warps
+# 0.170 ms at 2 programs an SM, 0.172 at 4, 0.217 at 3; 32 rows x 4 warps 0.250 (spills); 32 x 8 warps 0.191)
+LN_LINEAR_BWD_PROGRAMS_PER_SM = 2
 
 
 def ln_linear_backward_fits(dtype: torch.dtype, D: int, C: int) -> bool:
@@ -431,7 +458,7 @@ def ln_linear_backward(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.
     C = weight.shape[0] // 2
     rows = B * S * N
     block_c, block_d = max(16, next_pow2(C)), max(16, next_pow2(D))
-    block_rows = 16 if interpreting() else 32
+    block_rows = LN_LINEAR_BWD_ROWS
     per_sm = LN_LINEAR_BWD_PROGRAMS_PER_SM
     on_gpu = x.is_cuda and not interpreting()  # (CI's launch-path tests run the GPU's tiles on CPU tensors)
     programs = max(1, min(cdiv(rows, block_rows), per_sm * multiprocessors(x.device) if on_gpu else 3))
