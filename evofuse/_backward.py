@@ -22,6 +22,9 @@ from .ops._common import add_product, cdiv, column_sums, eager, ieee_fp32_matmul
 # The suite's 288-2048 MiB of outer products never exist whole (one block: 2.29-2.64 against 3.16-3.20 ms of
 # the code before, session 11, not kept)
 BLOCK_BYTES = 256 << 20
+# the 16-bit backward's normalized gradient Gs (B, N, N, R) is made whole, not a block at a time, up to this size
+# (opm-af2-main's 36 MiB: one launch and two calls less, ~70 us of a slow host's time, for +18 MiB of peak; session 13)
+GS_WHOLE_BYTES = 64 << 20
 
 
 def _kernels(grad_out: torch.Tensor) -> SimpleNamespace:
@@ -154,12 +157,19 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
         dwb = column_sums(grad_out.reshape(-1, R))
     if scale is None:  # (B, N, N), once for every block
         scale = pair_scale(mask_f, B, S, N, normalization, grad_out)
+    # the fused path's Gs and the bias gradient's sums in one pass: for every block at once where Gs is small
+    # (one launch and sum less a block), else a block at a time (opm-long's whole Gs took +256 MiB)
+    gs_whole = fused and len(blocks) > 1 and grad_out.numel() * grad_out.element_size() <= GS_WHOLE_BYTES
+    if gs_whole:
+        gs_all, dwb = kernels.normalized_grad(grad_out, scale, normalization == "af2")
     with ieee_fp32_matmul():
         for i0 in blocks:
             n = min(rows, N - i0)
             a_rows = ad[:, :, i0:i0 + n].reshape(B, S, n * c)  # (B, S, (i p))
             g_rows, scale_rows = grad_out[:, i0:i0 + n], scale[:, i0:i0 + n]  # (B, n, N, R), (B, n, N)
-            if fused:  # Gs and the bias gradient's sums in one pass (a block's Gs: opm-long's whole took +256 MiB)
+            if gs_whole:
+                gs = gs_all[:, i0:i0 + n]
+            elif fused:
                 gs, g_sum = kernels.normalized_grad(g_rows, scale_rows, normalization == "af2")
                 dwb = g_sum if dwb is None else dwb + g_sum
             else:

@@ -121,6 +121,21 @@ def test_opm_float16_projections_kept_or_recomputed(c, N, monkeypatch):
         torch.testing.assert_close(g, by_hand[name], rtol=2e-3, atol=2e-3 * by_hand[name].abs().max().item(), msg=name)
 
 
+def test_opm_float16_normalized_gradient_whole_or_by_block(monkeypatch):
+    """16-bit, blocks of one output row: the normalized gradient Gs made once for every block (small) or a
+    block at a time (large, forced here) gives the same gradients bit for bit; the output bias's, summed
+    in other groups of pairs, to float32 rounding."""
+    mod = opm_module(24, 6, 8, seed=3, normalization="af2").to(DEVICE).half()
+    inputs = (torch.randn(2, 5, 9, 24, device=DEVICE).half(), random_mask(2, 5, 9, "rows", 3).to(DEVICE))
+    monkeypatch.setattr(backward, "BLOCK_BYTES", 1)
+    _, whole = grads(copy.deepcopy(mod), inputs, "triton")
+    monkeypatch.setattr(backward, "GS_WHOLE_BYTES", 0)
+    _, by_block = grads(copy.deepcopy(mod), inputs, "triton")
+    for name, g in whole.items():
+        tol = 1e-3 if name == "out_proj.bias" else 0
+        torch.testing.assert_close(by_block[name], g, rtol=tol, atol=tol, msg=name)
+
+
 @pytest.mark.parametrize("B, S, N, h, d", [(2, 3, 10, 2, 8), (1, 2, 17, 4, 8), (1, 1, 33, 1, 16), (1, 2, 9, 1, 8)])
 def test_attention_float16_projection_gradients_by_hand(B, S, N, h, d):
     """16-bit row attention recomputes its projection with evofuse's LayerNorm (and its statistics) and

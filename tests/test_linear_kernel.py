@@ -3,8 +3,10 @@
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 
-from evofuse.ops.layer_norm_linear import ln_linear
+from evofuse.ops.layer_norm_linear import ln_linear, row_coords
 
 from .conftest import DEVICE
 from .helpers import assert_contract, att_module, random_mask
@@ -210,3 +212,26 @@ def test_ln_linear_backward_kernel(dtype, D, C, with_mask, layout):
     assert none is None
     for got, again in zip((dlnw, dlnb, dw, db), params):
         torch.testing.assert_close(again, got, rtol=0, atol=0)
+
+
+
+@triton.jit
+def _row_coords_kernel(out_ptr, first, S, N, BLOCK_ROWS: tl.constexpr):
+    rows, b, s, i = row_coords(tl.cast(first, tl.int64) + tl.program_id(0) * BLOCK_ROWS, BLOCK_ROWS, S, N)
+    offs = (tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)) * 4
+    tl.store(out_ptr + offs, rows)
+    tl.store(out_ptr + offs + 1, b)
+    tl.store(out_ptr + offs + 2, s)
+    tl.store(out_ptr + offs + 3, i)
+
+
+@pytest.mark.parametrize("first, S, N", [(0, 3, 17), (5, 2, 7), (3 * 2**31 + 11, 1000, 997)])
+def test_row_coords(first, S, N):
+    """The kernels' row -> (b, s, i) split (64-bit division of a tile's first row only) against integer
+    arithmetic: tiles that cross residue and MSA-row boundaries, rows past 2**32."""
+    tiles, block = 5, 16
+    out = torch.empty(tiles * block, 4, dtype=torch.int64, device=DEVICE)
+    _row_coords_kernel[(tiles,)](out, first, S, N, BLOCK_ROWS=block)
+    rows = first + torch.arange(tiles * block, dtype=torch.int64)
+    exact = torch.stack([rows, rows // (S * N), rows // N % S, rows % N], 1)
+    assert torch.equal(out.cpu(), exact)

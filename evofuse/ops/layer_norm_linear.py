@@ -56,6 +56,20 @@ def fits(D: int, K: int, dtype: torch.dtype) -> bool:
 
 
 @triton.jit
+def row_coords(first, BLOCK_ROWS: tl.constexpr, S, N):
+    """Rows first .. first + BLOCK_ROWS - 1 of a (B, S, N) row space and their (b, s, i), int64
+    [BLOCK_ROWS] each. Only the first row is divided in 64 bits (a scalar: sm_90 calls a subroutine for
+    each 64-bit division); the tile's rows follow from it in 32 bits (N, S < 2**31 - BLOCK_ROWS)."""
+    first = tl.cast(first, tl.int64)
+    tile = tl.arange(0, BLOCK_ROWS)
+    i_t = (first % N).to(tl.int32) + tile  # [BLOCK_ROWS], the first row's i plus the offset
+    q0 = first // N
+    s_t = (q0 % S).to(tl.int32) + i_t // N
+    b = q0 // S + (s_t // S).to(tl.int64)
+    return first + tile, b, (s_t % S).to(tl.int64), (i_t % N).to(tl.int64)
+
+
+@triton.jit
 def _row_moments(x, offs_d, D, eps):
     """Mean and 1 / std ([rows] float32) of a float32 row tile x [rows, BLOCK_D] whose columns past D
     are 0, and the centred tile (0 past D)."""
@@ -100,11 +114,8 @@ def _ln_linear_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)  # [BLOCK_ROWS]
+    rows, b, s, i = row_coords(tl.program_id(0).to(tl.int64) * BLOCK_ROWS, BLOCK_ROWS, S, N)  # [BLOCK_ROWS]
     rows_ok = rows < ROWS
-    b = rows // (S * N)
-    s = (rows // N) % S
-    i = rows % N
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < D
     x = tl.load(x_ptr + (b * stride_xb + s * stride_xs + i * stride_xi)[:, None] + offs_d[None, :] * stride_xd,
@@ -194,10 +205,7 @@ def _layer_norm_kernel(
     ROWS, S, N, D, eps,
     STATS: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)  # [BLOCK_ROWS]
-    b = rows // (S * N)
-    s = (rows // N) % S
-    i = rows % N
+    rows, b, s, i = row_coords(tl.program_id(0).to(tl.int64) * BLOCK_ROWS, BLOCK_ROWS, S, N)  # [BLOCK_ROWS]
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < D
     ok = (rows < ROWS)[:, None] & d_ok[None, :]
@@ -252,12 +260,9 @@ def _layer_norm_bwd_kernel(
     dw = tl.zeros((BLOCK_ROWS, BLOCK_D), dtype=tl.float32)
     db = tl.zeros((BLOCK_ROWS, BLOCK_D), dtype=tl.float32)
     for t in range(pid, tl.cdiv(ROWS, BLOCK_ROWS), programs):
-        rows = (t * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)).to(tl.int64)  # [BLOCK_ROWS] (t * BLOCK_ROWS < ROWS)
+        rows, b, s, i = row_coords(tl.cast(t, tl.int64) * BLOCK_ROWS, BLOCK_ROWS, S, N)  # [BLOCK_ROWS]
         r_ok = rows < ROWS
         ok = r_ok[:, None] & d_ok[None, :]
-        b = rows // (S * N)
-        s = (rows // N) % S
-        i = rows % N
         x = tl.load(x_ptr + (b * stride_xb + s * stride_xs + i * stride_xi)[:, None] + offs_d[None, :] * stride_xd,
                     mask=ok, other=0.0).to(tl.float32)  # [BLOCK_ROWS, BLOCK_D]
         dy = tl.load(dy_ptr + rows[:, None] * D + offs_d[None, :], mask=ok, other=0.0).to(tl.float32)

@@ -41,7 +41,7 @@ from ._common import (
     next_pow2,
     single_launch_output,
 )
-from .layer_norm_linear import layer_norm, layer_norm_fits, ln_project, ln_project_ready, normalize_rows
+from .layer_norm_linear import layer_norm, layer_norm_fits, ln_project, ln_project_ready, normalize_rows, row_coords
 
 MAX_HEAD_DIM = 128
 _LOG2E = 1.4426950408889634
@@ -408,7 +408,7 @@ def _gate_backward_kernel(
     BLOCK_ROWS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
     """The sigmoid gate's backward and the softmax backward's row sums in one pass, in float32."""
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)  # [BLOCK_ROWS]
+    rows, b, s, i = row_coords(tl.program_id(0).to(tl.int64) * BLOCK_ROWS, BLOCK_ROWS, S, N)  # [BLOCK_ROWS]
     hh = tl.arange(0, BLOCK_H)
     e = tl.arange(0, BLOCK_E)
     chan = hh[None, :, None] * HEAD_DIM + e[None, None, :]  # [1, BLOCK_H, BLOCK_E]
@@ -426,9 +426,6 @@ def _gate_backward_kernel(
     # the row sums from do as the kernels will read it (rounded to the input dtype): dP - delta then
     # cancels consistently
     delta = tl.sum(do.to(tl.float32) * o, axis=2)  # [BLOCK_ROWS, BLOCK_H]
-    b = rows // (S * N)
-    s = (rows // N) % S
-    i = rows % N
     tl.store(delta_ptr + (b * stride_db + s * stride_ds + i)[:, None] + hh[None, :] * stride_dh, delta,
              mask=(rows < ROWS)[:, None] & (hh < H)[None, :])
 
