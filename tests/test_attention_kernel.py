@@ -137,8 +137,11 @@ def test_mask_of_any_dtype_is_read_as_it_is(mask_dtype, path):
         out = mod(xi, z, m, impl="triton")
         out.square().sum().backward()
         outs.append((out.detach(), xi.grad))
-    torch.testing.assert_close(outs[1][0], outs[0][0], rtol=0, atol=0)
-    torch.testing.assert_close(outs[1][1], outs[0][1], rtol=0, atol=0)
+    # bit for bit in the interpreter; on a GPU the binaries of the two mask dtypes may contract multiplies and adds
+    # differently (H200, session 13: float32 results ~1e-5 relative apart)
+    tol = 5e-5 if DEVICE == "cuda" else 0
+    torch.testing.assert_close(outs[1][0], outs[0][0], rtol=tol, atol=tol * outs[0][0].abs().max().item())
+    torch.testing.assert_close(outs[1][1], outs[0][1], rtol=tol, atol=tol * outs[0][1].abs().max().item())
 
 
 def test_small_problems_take_one_launch(monkeypatch):

@@ -128,8 +128,11 @@ def test_layer_norm_kernel(dtype, D):
     torch.testing.assert_close(mean.cpu().double(), xd.mean(-1, keepdim=True), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(rstd.cpu().double(), 1 / torch.sqrt(xd.var(-1, unbiased=False, keepdim=True) + 1e-5),
                                rtol=1e-5, atol=0)
+    # the same rows with or without the statistics: bit for bit in the interpreter; on a GPU the two binaries may
+    # contract multiplies and adds differently (H200, session 13: rows 1-2 units in the last place apart)
+    tol = (1e-6 if dtype == torch.float32 else 2e-3) if DEVICE == "cuda" else 0
     torch.testing.assert_close(layer_norm(x.to(DEVICE, dtype), w.to(DEVICE, dtype), b.to(DEVICE, dtype), 1e-5), out,
-                               rtol=0, atol=0)  # the same rows with or without the statistics
+                               rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
