@@ -160,6 +160,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
     # the fused path's Gs and the bias gradient's sums in one pass: for every block at once where Gs is small
     # (one launch and sum less a block), else a block at a time (opm-long's whole Gs took +256 MiB)
     gs_whole = fused and len(blocks) > 1 and grad_out.numel() * grad_out.element_size() <= GS_WHOLE_BYTES
+    gs_all = None
     if gs_whole:
         gs_all, dwb = kernels.normalized_grad(grad_out, scale, normalization == "af2")
     with ieee_fp32_matmul():
@@ -204,6 +205,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
                 add_product(dw, gs.reshape(-1, R).t(), x)
                 del x
             del gs
+    gs_all = None  # (before the LayerNorm's and projections' gradients: their peak)
     if fused_ln:
         grads = [None] * 8
         if need_ab:  # da and db (float32 when summed over blocks) as they are: the kernel casts them on chip
