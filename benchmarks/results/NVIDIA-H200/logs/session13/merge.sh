@@ -2,7 +2,7 @@
 # How benchmarks/results/NVIDIA-H200/results.* were made (run from the repository root): the rows of sessions 4-12
 # (../session12/merge.sh says where each comes from; its call is repeated here), then these rows of session 13,
 # which replace earlier rows of the same case, mode and implementation:
-# - run 8 (~04:25 UTC 2026-11-30, `python3 -m evofuse bench --suite opm-af2-main,opm-af2-extra,opm-long --dtype
+# - run 8 (~04:20 UTC 2026-11-30, `python3 -m evofuse bench --suite opm-af2-main,opm-af2-extra,opm-long --dtype
 #   bfloat16 --train --peers "eager fp32,folded einsum bf16"`): the Outer Product Mean's bf16 forward and
 #   forward+backward at the three suite shapes, evofuse beside eager fp32 and the folded einsum in one run, on the
 #   committed code (the persistent dX kernel, dW and the row kernels without 64-bit divisions, ln_linear_backward's
