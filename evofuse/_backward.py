@@ -166,15 +166,15 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
     with ieee_fp32_matmul():
         for i0 in blocks:
             n = min(rows, N - i0)
-            a_rows = ad[:, :, i0:i0 + n].reshape(B, S, n * c)  # (B, S, (i p))
-            g_rows, scale_rows = grad_out[:, i0:i0 + n], scale[:, i0:i0 + n]  # (B, n, N, R), (B, n, N)
+            block = slice(i0, i0 + n)  # rows i: grad_out[:, block] (B, n, N, R), scale[:, block] (B, n, N)
+            a_rows = ad[:, :, block].reshape(B, S, n * c)  # (B, S, (i p))
             if gs_whole:
-                gs = gs_all[:, i0:i0 + n]
+                gs = gs_all[:, block]
             elif fused:
-                gs, g_sum = kernels.normalized_grad(g_rows, scale_rows, normalization == "af2")
+                gs, g_sum = kernels.normalized_grad(grad_out[:, block], scale[:, block], normalization == "af2")
                 dwb = g_sum if dwb is None else dwb + g_sum
             else:
-                gs = (g_rows * scale_rows[..., None]).to(dtype)  # (B, n, N, R)
+                gs = (grad_out[:, block] * scale[:, block, :, None]).to(dtype)  # (B, n, N, R)
                 if needs[9] and normalization == "af2":
                     g_sum = gs.sum((0, 1, 2), dtype=torch.float32)
                     dwb = g_sum if dwb is None else dwb + g_sum
@@ -184,7 +184,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
                 else:
                     dx = (gs.reshape(-1, R) @ w).view(B, n, N, c, c).transpose(2, 3).reshape(B, n * c, N * c)
                 if need_a:  # da[s, (i p)] = sum_(j q) dX[(i p), (j q)] b[s, (j q)], written in place
-                    torch.bmm(b_flat, dx.transpose(1, 2), out=da[:, :, i0:i0 + n].view(B, S, n * c))
+                    torch.bmm(b_flat, dx.transpose(1, 2), out=da[:, :, block].view(B, S, n * c))
                 if db_sum:  # db[s, (j q)] = sum_(i p) a[s, (i p)] dX[(i p), (j q)]
                     add_product(db, a_rows, dx)
                 elif need_b:
@@ -195,8 +195,8 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
                     x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
                     dw_rows = kernels.outer_product_weight_grad(gs, x, c)
                 else:  # float16: normalized by the kernel (the plain sums can pass float16's range)
-                    x = kernels.outer_products(ad[:, :, i0:i0 + n], bd, scale_rows)
-                    dw_rows = kernels.outer_product_weight_grad(g_rows, x, c)
+                    x = kernels.outer_products(ad[:, :, block], bd, scale[:, block])
+                    dw_rows = kernels.outer_product_weight_grad(grad_out[:, block], x, c)
                 del x
                 dw = dw_rows if dw is None else dw + dw_rows
             elif needs[8]:

@@ -862,7 +862,7 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
         a, b, w = ab[0], ab[1], w_parts.to(dtype).contiguous()
         a_lo, b_lo, w_lo, inv_scale = a, b, w, a  # unused
     out = empty(B, N, N, R, dtype=dtype, device=device)
-    wb = out_proj_bias.to(torch.float32)
+    wb = out_proj_bias  # (any float dtype: the kernels read it in float32)
     scale = pair_scale(mask, B, S, N, normalization, a)  # (B, N, N): the kernels count no mask in their loops
     consts = {"C": cs, "NORM": _NORM_CODE[normalization], "SPLIT": split, "SCALED": scaled, "STORE_X": False}
     if parts == 1 or dtype == torch.float32:
@@ -879,24 +879,22 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     if TWO_PASS and not split and cs == 32:
         ws = torch.empty(_programs(device), _workspace_size(R, cs), dtype=torch.float32, device=device)
         two_pass = {k: consts[k] for k in ("C", "NORM", "SCALED")}
+    whole = parts == 1  # one part of every channel: the operands as they are, not sliced
     for i0 in range(0, N, rows):
         n = min(rows, N - i0)
-        acc = out[:, i0:i0 + n] if partial is None else partial[:, :n]
+        out_rows = out if n == N else out[:, i0:i0 + n]
+        acc = out_rows if partial is None else partial[:, :n]
+        sc = scale[:, i0:] if i0 else scale
         for step, (k, s0) in enumerate(steps):
             ph, qh = divmod(k, halves)
             p_cols, q_cols = slice(ph * cs, (ph + 1) * cs), slice(qh * cs, (qh + 1) * cs)
-            a_k, a_lo_k = a[:, :, i0:i0 + n, p_cols], a_lo[:, :, i0:i0 + n, p_cols]
-            b_k, b_lo_k = b[..., q_cols], b_lo[..., q_cols]
+            a_k = a if whole and n == N else a[:, :, i0:i0 + n, p_cols]
+            b_k = b if whole else b[..., q_cols]
+            w_k = w[k]
             last = step == len(steps) - 1
-            dst = out[:, i0:i0 + n] if last else acc
-            s1 = min(S, s0 + chunk)
-            sc = scale[:, i0:]
-            args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], sc, *sc.stride(), w[k], *w[k].stride(), wb, a_lo_k,
-                    b_lo_k, w_lo[k], inv_scale, dst, *dst.stride(), acc, *acc.stride(), n, N, R, s0, s1,
-                    bucket(s1 - s0), bucket(N))
-
+            dst = out_rows if last else acc
             if ws is not None:
-                args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], sc, *sc.stride(), w[k], *w[k].stride(), wb,
+                args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], sc, *sc.stride(), w_k, *w_k.stride(), wb,
                         inv_scale, ws, ws.stride(0), dst, *dst.stride(), acc, *acc.stride(), B, S, n, N, R, bucket(S),
                         bucket(N))
 
@@ -907,6 +905,12 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
                 launch(_opm_two_pass_kernel, _tuned_two_pass, _two_pass_configs, _keep_all, grid, args,
                        two_pass | {"ACCUMULATE": step > 0, "ADD_BIAS": last}, _two_pass_interpret_meta(cs))
                 continue
+            a_lo_k = a_lo[:, :, i0:i0 + n, p_cols] if split else a_k  # (unused without SPLIT)
+            b_lo_k = b_lo[..., q_cols] if split else b_k
+            s1 = min(S, s0 + chunk)
+            args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], sc, *sc.stride(), w_k, *w_k.stride(), wb, a_lo_k,
+                    b_lo_k, w_lo[k], inv_scale, dst, *dst.stride(), acc, *acc.stride(), n, N, R, s0, s1,
+                    bucket(s1 - s0), bucket(N))
 
             def grid(meta, n=n):
                 bi = meta["TILE_ROWS"] // cs
