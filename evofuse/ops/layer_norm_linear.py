@@ -313,7 +313,7 @@ def _ln_linear_bwd_loads(x_ptr, stride_xr, stride_xd, m_ptr, stride_mr, dy0_ptr,
                          EVEN_C: tl.constexpr, BLOCK_ROWS: tl.constexpr):
     """Row tile t's loads for `_ln_linear_bwd_kernel`, as stored (none past ROWS): x^T [BLOCK_D, BLOCK_ROWS],
     the row mask [BLOCK_ROWS] (float32; ones without HAS_MASK) and dy_0^T, dy_1^T [BLOCK_C, BLOCK_ROWS]."""
-    rows = (t * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)).to(tl.int64)  # [BLOCK_ROWS]
+    rows = tl.cast(t, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)  # [BLOCK_ROWS]
     r_ok = rows < ROWS
     ok = r_ok[None, :] if EVEN_D else d_ok[:, None] & r_ok[None, :]
     x = tl.load(x_ptr + offs_d[:, None] * stride_xd + (rows * stride_xr)[None, :], mask=ok, other=0.0)
@@ -380,7 +380,7 @@ def _ln_linear_bwd_kernel(
         x_next, m_next, dy0_next, dy1_next = _ln_linear_bwd_loads(
             x_ptr, stride_xr, stride_xd, m_ptr, stride_mr, dy0_ptr, stride_dy0, dy1_ptr, stride_dy1, t + programs,
             offs_d, d_ok, offs_c, c_ok, ROWS, HAS_MASK, EVEN_D, EVEN_C, BLOCK_ROWS)
-        rows = (t * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)).to(tl.int64)  # [BLOCK_ROWS]
+        rows = tl.cast(t, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)  # [BLOCK_ROWS]
         r_ok = rows < ROWS
         ok = r_ok[None, :] if EVEN_D else d_ok[:, None] & r_ok[None, :]  # [BLOCK_D or 1, BLOCK_ROWS]
         mean = tl.sum(x, axis=0) / D
