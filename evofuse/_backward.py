@@ -17,8 +17,9 @@ from . import reference as ref
 from .ops._common import add_product, cdiv, column_sums, eager, ieee_fp32_matmul
 
 # recomputed outer products (and then their gradient) per block of rows i, at most (blocks of equal rows): each
-# block costs ~9 launches and PyTorch calls, ~0.2-0.4 ms of the H200 host's time (opm-af2-main bf16 training
-# step, host time alone: 5 blocks of 64 MiB 5.79 ms, 2 of 256 MiB 4.34 ms; benchmarks/host_time.py, session 6).
+# block costs ~15-20 launches and PyTorch calls, ~0.25-0.5 ms of the lent H200 hosts' time (opm-af2-main bf16
+# training step, host time alone: 5 blocks of 64 MiB 5.79 ms, 2 of 256 MiB 4.34 ms, session 6; 2 blocks 2.47 ms,
+# one 1.96 ms, session 13; benchmarks/host_time.py).
 # The suite's 288-2048 MiB of outer products never exist whole (one block: 2.29-2.64 against 3.16-3.20 ms of
 # the code before, session 11, not kept)
 BLOCK_BYTES = 256 << 20
@@ -93,9 +94,10 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
     With X[i, j] = sum_s a[s, i] (x) b[s, j] and Gs = grad_out * scale (the normalization's per-pair
     factor): dX = Gs W, da[s, i] = sum_j dX[i, j] b[s, j], db[s, j] = sum_i a[s, i] dX[i, j],
     dW = sum_ij Gs[i, j] (x) X[i, j], on blocks of output rows i of equal size (each block's dX, then its X,
-    at most BLOCK_BYTES: few blocks, since each costs ~9 launches of host time; the suite's N*N*c*c tensors,
-    288-2048 MiB in bf16, never exist whole). For 16-bit inputs with hidden_dim <= 32, a block's Gs and the
-    bias gradient's sums are one Triton pass, dX comes from a Triton kernel already in
+    at most BLOCK_BYTES: few blocks, since each costs ~15-20 launches and calls of host time; the suite's
+    N*N*c*c tensors, 288-2048 MiB in bf16, never exist whole). For 16-bit inputs with hidden_dim <= 32, Gs and
+    the bias gradient's sums are one Triton pass (for every block at once up to GS_WHOLE_BYTES, else a
+    block's), dX comes from a Triton kernel already in
     the layout of the cuBLAS products that take it, and dW from one that reads X in the layout of a plain
     product (bfloat16: cuBLAS's a^T b, with Gs; float16: normalized by `ops.outer_product_mean.outer_products`,
     with grad_out), both through their custom ops while torch.compile traces; otherwise all are cuBLAS
