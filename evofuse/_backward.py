@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import torch
 
 from . import reference as ref
-from .ops._common import add_product, cdiv, column_sums, eager, ieee_fp32_matmul
+from .ops._common import add_product, cdiv, column_sums, eager, float32_product, ieee_fp32_matmul
 
 # recomputed outer products (and then their gradient) per block of rows i, at most (blocks of equal rows): each
 # block costs ~15-20 launches and PyTorch calls, ~0.25-0.5 ms of the lent H200 hosts' time (opm-af2-main bf16
@@ -54,8 +54,8 @@ def _kernel_set(direct: bool) -> SimpleNamespace:
             outer_product_grad=outer_product_grad, outer_product_weight_grad=outer_product_weight_grad,
             normalized_grad=normalized_grad, attention_core_backward=attention_core_backward,
             opm_project=lambda x, mask, params: project(x, mask, *params),
-            ln_linear_backward=lambda x, lnw, lnb, w, mask, dy0, dy1, need_x: ln_linear_backward(
-                x, lnw, lnb, w, mask, dy0, dy1, ref.LAYER_NORM_EPS, need_x))
+            ln_linear_backward=lambda x, lnw, lnb, w, mask, dy0, dy1, need_x, out_dtype: ln_linear_backward(
+                x, lnw, lnb, w, mask, dy0, dy1, ref.LAYER_NORM_EPS, need_x, out_dtype))
     from . import _library as lib
 
     return SimpleNamespace(ln_project=lib.ln_project_op, layer_norm_backward=lib.layer_norm_backward_op,
@@ -127,7 +127,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
     if fused_ln:
         if ab is None:
             ab = kernels.opm_project(msa, mask_f, params[:6])
-        ad, bd = ab[0], ab[1]
+        ad, bd = ab.unbind(0)
         need_a = need_b = need_ab
     elif by_hand:
         y, xn, mean, rstd = kernels.ln_project(msa, params[0], params[1], [params[2], params[4]], [params[3], params[5]])
@@ -143,16 +143,17 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
         need_a, need_b = a.requires_grad, b.requires_grad
     R = w.shape[0]
     ad, bd = ad.contiguous(), bd.contiguous()
-    b_flat = bd.reshape(B, S, N * c)
+    a_flat, b_flat = ad.view(B, S, N * c), bd.view(B, S, N * c)
     fused = backward_fused(dtype, c)  # 16-bit: X and dX from Triton kernels in cuBLAS's layouts
     rows = max(1, BLOCK_BYTES // max(1, B * N * c * c * ad.element_size()))
     rows = cdiv(N, cdiv(N, rows))  # the same rows in every block
     blocks = range(0, N, rows)
     da = torch.empty_like(ad) if need_a else None
-    # db and dW: float32 sums over the blocks; one block writes db in its dtype (cuBLAS's float32 sums
-    # rounded once, as the sum's cast would) and takes the kernel's dW as it is
+    da_flat = None if da is None else da.view(B, S, N * c)
+    # db and dW: float32 sums over the blocks (the first block's product makes db's); one block writes db in its
+    # dtype (cuBLAS's float32 sums rounded once, as the sum's cast would) and takes the kernel's dW as it is
     db_sum = need_b and len(blocks) > 1
-    db = torch.zeros(B, S, N * c, dtype=torch.float32, device=msa.device) if db_sum else None
+    db = None
     dw = torch.zeros(R, c * c, dtype=torch.float32, device=msa.device) if needs[8] and not fused else None
     dwb = None  # out_proj's bias: af2 normalizes it, its gradient sums Gs; the others' sum grad_out
     if needs[9] and not fused and normalization != "af2":  # (the fused path's Gs pass sums it by block)
@@ -169,7 +170,8 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
         for i0 in blocks:
             n = min(rows, N - i0)
             block = slice(i0, i0 + n)  # rows i: grad_out[:, block] (B, n, N, R), scale[:, block] (B, n, N)
-            a_rows = ad[:, :, block].reshape(B, S, n * c)  # (B, S, (i p))
+            cols = slice(i0 * c, (i0 + n) * c)  # their channels (i p) in a_flat and da_flat
+            a_rows = a_flat[:, :, cols] if n < N else a_flat  # (B, S, (i p))
             if gs_whole:
                 gs = gs_all[:, block]
             elif fused:
@@ -186,9 +188,12 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
                 else:
                     dx = (gs.reshape(-1, R) @ w).view(B, n, N, c, c).transpose(2, 3).reshape(B, n * c, N * c)
                 if need_a:  # da[s, (i p)] = sum_(j q) dX[(i p), (j q)] b[s, (j q)], written in place
-                    torch.bmm(b_flat, dx.transpose(1, 2), out=da[:, :, block].view(B, S, n * c))
+                    torch.bmm(b_flat, dx.transpose(1, 2), out=da_flat[:, :, cols] if n < N else da_flat)
                 if db_sum:  # db[s, (j q)] = sum_(i p) a[s, (i p)] dX[(i p), (j q)]
-                    add_product(db, a_rows, dx)
+                    if db is None:
+                        db = float32_product(a_rows, dx)
+                    else:
+                        add_product(db, a_rows, dx)
                 elif need_b:
                     db = torch.bmm(a_rows, dx)
                 del dx  # before the block's outer products
@@ -212,8 +217,9 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
         grads = [None] * 8
         if need_ab:  # da and db (float32 when summed over blocks) as they are: the kernel casts them on chip
             w_ab = torch.cat([params[2], params[4]]).to(dtype)
+            grad_dtype = params[0].dtype if len({p.dtype for p in params[:6]}) == 1 else torch.float32
             dx, dlnw, dlnb, dw_ab, db_ab = kernels.ln_linear_backward(msa, params[0], params[1], w_ab, mask_f, da, db,
-                                                                      needs[0])
+                                                                      needs[0], grad_dtype)
             grads = [dx if needs[0] else None, None, dlnw, dlnb, dw_ab[:c], db_ab[:c], dw_ab[c:], db_ab[c:]]
             grads[2:] = [None if not n else g.to(p.dtype) for g, p, n in zip(grads[2:], params[:6], needs[2:8])]
         return (*grads, None if dw is None else dw.to(params[6].dtype), dwb.to(params[7].dtype) if needs[9] else None)

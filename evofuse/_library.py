@@ -246,23 +246,23 @@ def _(dy, x, mean, rstd, weight, need_x):
 
 @torch.library.custom_op("evofuse::ln_linear_backward", mutates_args=())
 def ln_linear_backward_op(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor, mask: Tensor | None, dy0: Tensor,
-                          dy1: Tensor, need_x: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                          dy1: Tensor, need_x: bool, out_dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The Outer Product Mean backward's LayerNorm and projection gradients, 16-bit
     (`ops.layer_norm_linear.ln_linear_backward`); dx is empty without `need_x`."""
     from .ops.layer_norm_linear import ln_linear_backward
     from .reference import LAYER_NORM_EPS
 
-    dx, *grads = ln_linear_backward(x, ln_weight, ln_bias, weight, mask, dy0, dy1, LAYER_NORM_EPS, need_x)
+    dx, *grads = ln_linear_backward(x, ln_weight, ln_bias, weight, mask, dy0, dy1, LAYER_NORM_EPS, need_x, out_dtype)
     return (dx if need_x else x.new_empty((0,))), *(g.clone() for g in grads)  # (views of one tensor: no aliases)
 
 
 @ln_linear_backward_op.register_fake
-def _(x, ln_weight, ln_bias, weight, mask, dy0, dy1, need_x):
+def _(x, ln_weight, ln_bias, weight, mask, dy0, dy1, need_x, out_dtype):
     D = x.shape[-1]
     K = weight.shape[0]
     dx = x.new_empty(x.shape) if need_x else x.new_empty((0,))
-    f32 = {"dtype": torch.float32}
-    return dx, x.new_empty((D,), **f32), x.new_empty((D,), **f32), x.new_empty((K, D), **f32), x.new_empty((K,), **f32)
+    out = {"dtype": out_dtype}
+    return dx, x.new_empty((D,), **out), x.new_empty((D,), **out), x.new_empty((K, D), **out), x.new_empty((K,), **out)
 
 
 @torch.library.custom_op("evofuse::opm_project", mutates_args=())

@@ -96,8 +96,8 @@ def test_opcheck_backward_ops():
     params = [*ln, ws[0], bs[0], ws[1], bs[1]]
     torch.library.opcheck(opm_project_op, (x, mask, params), test_utils=("test_schema", "test_faketensor"))
     dy = torch.randn(2, 1, 2, 5, 8, generator=g).to(DEVICE)  # da (x's dtype), db (float32, as summed over blocks)
-    for need_x in (True, False):
-        torch.library.opcheck(ln_linear_backward_op, (x, *ln, torch.cat(ws), mask, dy[0].half(), dy[1], need_x),
+    for need_x, out_dtype in ((True, torch.float32), (False, torch.float16)):
+        torch.library.opcheck(ln_linear_backward_op, (x, *ln, torch.cat(ws), mask, dy[0].half(), dy[1], need_x, out_dtype),
                               test_utils=("test_schema", "test_faketensor"))
 
 

@@ -175,7 +175,7 @@ def test_ln_linear_backward_kernel(dtype, D, C, with_mask, layout):
     that each take several row tiles, the last short), a non-contiguous x with a mean far from 0, one
     gradient in float32 (as the Outer Product Mean's summed db comes), a fully masked MSA row; x with
     evenly strided rows (a view), with rows that are not (copied) and contiguous; without dx the same
-    parameter gradients, bit for bit."""
+    parameter gradients, bit for bit, and in x's dtype those rounded once."""
     from evofuse.ops.layer_norm_linear import ln_linear_backward, ln_linear_backward_fits
 
     assert ln_linear_backward_fits(dtype, D, C)
@@ -215,6 +215,10 @@ def test_ln_linear_backward_kernel(dtype, D, C, with_mask, layout):
     assert none is None
     for got, again in zip((dlnw, dlnb, dw, db), params):
         torch.testing.assert_close(again, got, rtol=0, atol=0)
+    _, *rounded = ln_linear_backward(*args, need_x=False, out_dtype=dtype)  # the float32 sums rounded once
+    for got, again in zip((dlnw, dlnb, dw, db), rounded):
+        assert again.dtype == dtype
+        torch.testing.assert_close(again, got.to(dtype), rtol=0, atol=0)
 
 
 

@@ -345,6 +345,16 @@ def add_product(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
         product(acc, a.to(acc.dtype), b.to(acc.dtype), out=acc)
 
 
+def float32_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b (2-D, or batched 3-D) as a new float32 tensor, summed in float32: one cuBLAS call with a float32
+    output for 16-bit operands on CUDA (mm's / bmm's out_dtype, PyTorch 2.8 and later; not while torch.compile
+    traces), where zeros and `add_product` took two; elsewhere the operands cast to float32 (exact)."""
+    product = torch.mm if a.dim() == 2 else torch.bmm
+    if a.dtype != torch.float32 and a.is_cuda and float32_out_products() and eager(a):
+        return product(a, b, out_dtype=torch.float32)
+    return product(a.to(torch.float32), b.to(torch.float32))
+
+
 SMALL_COLUMN_SUMS = 1 << 20  # elements: below, PyTorch's sum (one launch against the product's three)
 
 

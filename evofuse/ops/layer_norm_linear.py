@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import add_product, cached_launch, cdiv, empty, interpreting, multiprocessors, next_pow2
+from ._common import cached_launch, cdiv, empty, float32_product, interpreting, multiprocessors, next_pow2
 
 # With float32 rows and 3xTF32 products this kernel measured 5.1 ms for the Outer Product Mean's
 # projections on opm-af2-main on the H200 (LayerNorm + IEEE cuBLAS: ~0.5 ms): float32 rows take it only
@@ -450,7 +450,7 @@ def ln_linear_backward_fits(dtype: torch.dtype, D: int, C: int) -> bool:
 
 def ln_linear_backward(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.Tensor, weight: torch.Tensor,
                        mask: torch.Tensor | None, dy0: torch.Tensor, dy1: torch.Tensor, eps: float,
-                       need_x: bool = True):
+                       need_x: bool = True, out_dtype: torch.dtype = torch.float32):
     """Gradients of `ln_linear`'s LayerNorm, two projections and row mask, y_k = (LayerNorm(x) @ w_k^T +
     bias_k) * mask[..., None] (k = 0, 1; weight = [w_0; w_1]), from the outputs' gradients: one pass over
     the rows that recomputes the LayerNorm (no statistics kept), then one product for the weights.
@@ -459,8 +459,9 @@ def ln_linear_backward(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.
     dtype; weight (2 C, D) in x's dtype; mask (B, S, N) float32 or None; dy0, dy1 (B, S, N, C) or
     (B, S, N*C) of any float dtype, the channels contiguous (cast to x's dtype on chip, as the products'
     operands). Returns (dx (B, S, N, D) in x's dtype or None without `need_x`; the LayerNorm weight's and
-    bias's gradients (D,); the stacked weights' (2 C, D); the stacked biases' (2 C,)), the parameters' float32
-    and summed in a fixed order (bit-reproducible, the same with or without dx). Needs ln_linear_backward_fits(x.dtype, D, C)."""
+    bias's gradients (D,); the stacked weights' (2 C, D); the stacked biases' (2 C,)), the parameters' summed in
+    float32 in a fixed order (bit-reproducible, the same with or without dx), then rounded once to `out_dtype`
+    (two casts for the four). Needs ln_linear_backward_fits(x.dtype, D, C)."""
     B, S, N, D = x.shape
     C = weight.shape[0] // 2
     rows = B * S * N
@@ -481,9 +482,8 @@ def ln_linear_backward(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.
         dy0.stride(0), dy1, dy1.stride(0), dx if need_x else xn, xn, dy, part, part.stride(0), rows, D, C, eps, int(need_x),
         HAS_MASK=mask is not None, EVEN_D=D == block_d, EVEN_C=C == block_c,
         BLOCK_ROWS=block_rows, BLOCK_C=block_c, BLOCK_D=block_d, num_warps=4, num_stages=2)
-    dw = torch.zeros(2 * C, D, dtype=torch.float32, device=x.device)
-    add_product(dw, dy.t(), xn)
-    sums = part.sum(0)
+    dw = float32_product(dy.t(), xn).to(out_dtype)
+    sums = part.sum(0).to(out_dtype)
     return dx, sums[2 * C:2 * C + D], sums[2 * C + D:], dw, sums[:2 * C]
 
 
