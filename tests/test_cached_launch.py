@@ -168,6 +168,31 @@ def test_tuned_launch_tunes_each_key_once_then_launches_its_config(monkeypatch):
     assert log[2][1] == (2, 1, 1, 1234, "function", "metadata", None, None, None, x, 20, 0.5, 16, True)
 
 
+def test_tuned_launch_takes_a_launched_key_s_binary_from_one_lookup_and_only_that_key_s(monkeypatch):
+    """After a key's binary launched, its calls launch it straight (no tuner, no Triton); a tensor at another
+    alignment (another binary key, the same autotuning key) compiles through Triton with the config picked,
+    and a profiler's hook takes Triton's launch."""
+    monkeypatch.setattr(_common, "interpreting", lambda: False)
+    tuned = _Tuner()
+    launch = TunedLaunch(tuned)
+    launch.cached._driver = _Driver()
+    x = torch.zeros(8)
+
+    def grid(meta):
+        return (meta["BLOCK"] // 8,)
+
+    shifted = x[1:]
+    for t in (x, x, x, x, shifted):
+        launch(grid, (t, 20), {"DOUBLE": True, "factor": 0.5})
+    log = tuned.fn.log
+    assert [entry[0] for entry in log] == ["tuner", "triton", "binary", "binary", "triton"]
+    assert log[3][1] == (2, 1, 1, 1234, "function", "metadata", None, None, None, x, 20, 0.5, 16, True)
+    assert log[4][1:] == ((2,), (shifted, 20, 0.5), dict(DOUBLE=True, BLOCK=16, num_warps=8, num_stages=2))
+    monkeypatch.setattr(_common.CachedLaunch, "_hooked", lambda self: True)
+    launch(grid, (x, 20), {"DOUBLE": True, "factor": 0.5})
+    assert log[-1][0] == "triton"
+
+
 def _replayable_call(launcher, replays, x, y, factor=0.5, single=True, target="out"):
     """A launcher as the single-launch paths and functional.py use `Replays`: the key holds every tensor's
     shape, strides, dtype and address modulo 16 and the options; the launch is x's and y's."""

@@ -67,16 +67,14 @@ class CachedLaunch:
             raise ValueError(f"{kernel.fn.__name__}: CachedLaunch takes kernels whose constexprs come last")
 
     def __call__(self, grid, *args, num_warps=4, num_stages=3, **consts):
+        """Launches; returns the (binary, constexprs) it launched, None in the interpreter or when Triton's
+        launch returned no binary."""
         if self.interpreted or interpreting():
             self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **consts)
-            return
+            return None
         args, consts = self.positional(args, consts)
-        driver = self._driver.active
-        device = driver.get_current_device()
-        key = (device, num_warps, num_stages, *consts.values(),
-               *[(-1 if a == 1 else a % 16 + (0 if -0x80000000 <= a < 0x80000000 else 16 if a < 1 << 63 else 32))
-                 if type(a) is int else (a.dtype, a.data_ptr() % 16) if isinstance(a, torch.Tensor) else type(a)
-                 for a in args])
+        device = self._driver.active.get_current_device()
+        key = (device, num_warps, num_stages, *consts.values(), *self.specialization(args))
         entry = self.binaries.get(key)
         if entry is None or self._hooked():
             binary = self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **consts)
@@ -85,11 +83,24 @@ class CachedLaunch:
                 _record_launch((self, entry, grid, args))
             else:
                 _record_launch(None)  # not replayable
-            return
+            return entry
+        self.run(entry, grid, args, device)
+        return entry
+
+    @staticmethod
+    def specialization(args: tuple) -> list:
+        """What Triton specializes a binary on, per runtime argument: an integer's value modulo 16, whether
+        it is 1 and its width; a tensor's dtype and address modulo 16; any other argument's type."""
+        return [(-1 if a == 1 else a % 16 + (0 if -0x80000000 <= a < 0x80000000 else 16 if a < 1 << 63 else 32))
+                if type(a) is int else (a.dtype, a.data_ptr() % 16) if isinstance(a, torch.Tensor) else type(a)
+                for a in args]
+
+    def run(self, entry, grid, args: tuple, device) -> None:
+        """Launches `entry` (binary, constexprs) over `grid` on the runtime arguments `args`, in signature order."""
         binary, constexprs = entry
         binary.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-                   driver.get_current_stream(device), binary.function, binary.packed_metadata, None, None, None,
-                   *args, *constexprs)
+                   self._driver.active.get_current_stream(device), binary.function, binary.packed_metadata, None, None,
+                   None, *args, *constexprs)
         _record_launch((self, entry, grid, args))
 
     def positional(self, args: tuple, consts: dict) -> tuple[tuple, dict]:
@@ -244,7 +255,11 @@ class TunedLaunch:
     launch, ~0.09 ms this way; 11 such launches a training step of the Outer Product Mean).
 
     Call as `launch(grid, args, consts)`: grid(meta) of the config's meta-parameters, args the runtime
-    arguments, consts the constexprs other than the config's."""
+    arguments, consts the constexprs other than the config's.
+
+    A call whose binary key (`CachedLaunch`'s, with the autotuning key's exact values) was launched before
+    takes that binary and config from one lookup, without forming the autotuner's key and the config's
+    arguments again (locally 7.6 -> ~3 us a launch)."""
 
     def __init__(self, tuned):
         self.tuned = tuned
@@ -254,9 +269,17 @@ class TunedLaunch:
         self.arg_keys = [names.index(k) for k in tuned.keys if k in names[:n_runtime]]
         self.const_keys = [k for k in tuned.keys if k in self.cached.constexpr_names]
         self.chosen = {}
+        self.launches = {}  # full key -> ((binary, constexprs), config)
 
     def __call__(self, grid, args, consts):
-        positional, named = self.cached.positional(args, consts)
+        cached = self.cached
+        positional, named = cached.positional(args, consts)
+        device = cached._driver.active.get_current_device()
+        full = (device, *named.values(), *[positional[i] for i in self.arg_keys], *cached.specialization(positional))
+        hit = self.launches.get(full)
+        if hit is not None and not cached._hooked():
+            cached.run(hit[0], grid(hit[1].kwargs), positional, device)
+            return
         key = (*[positional[i] for i in self.arg_keys], *[named.get(k) for k in self.const_keys],
                *[a.dtype for a in positional if isinstance(a, torch.Tensor)])
         cfg = self.chosen.get(key)
@@ -264,7 +287,9 @@ class TunedLaunch:
             self.tuned[grid](*args, **consts)
             self.chosen[key] = self.tuned.best_config
             return
-        self.cached(grid(cfg.kwargs), *positional, **named, **cfg.all_kwargs())
+        entry = cached(grid(cfg.kwargs), *positional, **named, **cfg.all_kwargs())
+        if entry is not None:
+            self.launches[full] = (entry, cfg)
 
 
 def dot_precision(dtype: torch.dtype, precision: str) -> str:
