@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import torch
 
 from . import reference as ref
-from .ops._common import add_product, cdiv, column_sums, eager, float32_product, ieee_fp32_matmul
+from .ops._common import add_product, as_dtype, cdiv, column_sums, eager, float32_product, ieee_fp32_matmul
 
 # recomputed outer products (and then their gradient) per block of rows i, at most (blocks of equal rows): each
 # block costs ~15-20 launches and PyTorch calls, ~0.25-0.5 ms of the lent H200 hosts' time (opm-af2-main bf16
@@ -119,11 +119,11 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
     dtype = msa.dtype
     B, S, N, D = msa.shape
     c = params[2].shape[0]
-    w = params[6].to(dtype)
+    w = as_dtype(params[6], dtype)
     fused_ln = ln_linear_backward_fits(dtype, D, c)
     by_hand = not fused_ln and ln_project_ready(dtype, D)
     need_ab = needs[0] or any(needs[2:8])
-    mask_f = None if mask is None else mask.to(torch.float32)
+    mask_f = None if mask is None else as_dtype(mask, torch.float32)
     if fused_ln:
         if ab is None:
             ab = kernels.opm_project(msa, mask_f, params[:6])
@@ -216,13 +216,14 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
     if fused_ln:
         grads = [None] * 8
         if need_ab:  # da and db (float32 when summed over blocks) as they are: the kernel casts them on chip
-            w_ab = torch.cat([params[2], params[4]]).to(dtype)
+            w_ab = as_dtype(torch.cat([params[2], params[4]]), dtype)
             grad_dtype = params[0].dtype if len({p.dtype for p in params[:6]}) == 1 else torch.float32
             dx, dlnw, dlnb, dw_ab, db_ab = kernels.ln_linear_backward(msa, params[0], params[1], w_ab, mask_f, da, db,
                                                                       needs[0], grad_dtype)
             grads = [dx if needs[0] else None, None, dlnw, dlnb, dw_ab[:c], db_ab[:c], dw_ab[c:], db_ab[c:]]
-            grads[2:] = [None if not n else g.to(p.dtype) for g, p, n in zip(grads[2:], params[:6], needs[2:8])]
-        return (*grads, None if dw is None else dw.to(params[6].dtype), dwb.to(params[7].dtype) if needs[9] else None)
+            grads[2:] = [None if not n else as_dtype(g, p.dtype) for g, p, n in zip(grads[2:], params[:6], needs[2:8])]
+        dwb = as_dtype(dwb, params[7].dtype) if needs[9] else None
+        return (*grads, None if dw is None else as_dtype(dw, params[6].dtype), dwb)
     db = None if db is None else db.view(B, S, N, c).to(dtype)
     if by_hand:
         proj_grads = [None] * 7

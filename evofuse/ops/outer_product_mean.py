@@ -36,6 +36,7 @@ import triton.language as tl
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections
 from . import split_linear
 from ._common import (
+    as_dtype,
     bucket,
     cached_launch,
     cdiv,
@@ -710,8 +711,8 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
     B, S, N, D = msa_repr.shape
     c = proj_a_weight.shape[0]
     dtype = msa_repr.dtype
-    w = torch.cat([proj_a_weight, proj_b_weight]).to(dtype)
-    bias = torch.cat([proj_a_bias, proj_b_bias]).to(dtype)
+    w = as_dtype(torch.cat([proj_a_weight, proj_b_weight]), dtype)
+    bias = as_dtype(torch.cat([proj_a_bias, proj_b_bias]), dtype)
     if fits(D, 2 * c, dtype):
         return ln_linear(msa_repr, w, bias, layer_norm_weight, layer_norm_bias, mask, slot=c, eps=LAYER_NORM_EPS)
     if split_linear.available(msa_repr):
@@ -839,7 +840,7 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
         ab = (project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
                       proj_b_bias) if keep else out.new_empty(0))
         return out, ab, pair_scale(mask, B, S, N, normalization, out)
-    mask = None if msa_mask is None else msa_mask.to(torch.float32)
+    mask = None if msa_mask is None else as_dtype(msa_mask, torch.float32)
     ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
                  proj_b_weight, proj_b_bias)
     kept = ab if keep else None
@@ -851,7 +852,8 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     cs = min(c, SPLIT_PART if split else 32)
     halves = c // cs
     parts = halves * halves
-    w_parts = out_proj_weight.reshape(R, halves, cs, halves, cs).permute(1, 3, 0, 2, 4).reshape(parts, R, cs * cs)
+    w_parts = out_proj_weight[None] if parts == 1 else out_proj_weight.reshape(R, halves, cs, halves, cs).permute(
+        1, 3, 0, 2, 4).reshape(parts, R, cs * cs)
     if scaled:  # float16 operands; "default" keeps a low half too (three products per pair of operands)
         ((a, a_lo), (b, b_lo), (w, w_lo)), inv_scale = _float16_operands(
             (ab[0], ab[1], w_parts.to(torch.float32).contiguous()), split)
@@ -859,7 +861,8 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
         if not split:
             a_lo, b_lo, w_lo = a, b, w  # unused
     else:
-        a, b, w = ab[0], ab[1], w_parts.to(dtype).contiguous()
+        a, b = ab.unbind(0)
+        w = as_dtype(w_parts, dtype).contiguous()
         a_lo, b_lo, w_lo, inv_scale = a, b, w, a  # unused
     out = empty(B, N, N, R, dtype=dtype, device=device)
     wb = out_proj_bias  # (any float dtype: the kernels read it in float32)
@@ -1003,7 +1006,7 @@ def outer_product_grad(gs: torch.Tensor, weight: torch.Tensor, c: int) -> torch.
     normalized output gradient gs (B, n, N, R) 16-bit (any strides) of a block of rows i and out_proj's
     weight (R, c*c) (float32 sums). R > DX_MAX_R: one cuBLAS product and a rearranging copy."""
     B, n, N, R = gs.shape
-    w = weight.to(gs.dtype)
+    w = as_dtype(weight, gs.dtype)
     if R > DX_MAX_R:
         return (gs.reshape(-1, R) @ w).view(B, n, N, c, c).transpose(2, 3).reshape(B, n * c, N * c)
     dx = empty(B, n * c, N * c, dtype=gs.dtype, device=gs.device)
