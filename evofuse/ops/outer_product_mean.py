@@ -458,7 +458,7 @@ def _opm_dw_kernel(
     ws_ptr, stride_wss, stride_wsr,  # out: partial sums (splits, R, C*C [+ 1 with BIAS]) float32, column stride 1
     NI, N, R, PAIRS,  # PAIRS = B*NI*N
     C: tl.constexpr,
-    SCALE_G: tl.constexpr,  # 1: g times the scale rounded to 16 bits is the operand (Gs on chip); 2: x times it
+    SCALE_G: tl.constexpr,  # g times the scale, rounded to 16 bits, is the product's operand (Gs made on chip)
     BIAS: tl.constexpr,  # 0, or out_proj's bias gradient in column C*C: sums of g (1) or of g * scale (2, af2)
     BLOCK_R: tl.constexpr,
     BLOCK_K: tl.constexpr,  # columns (p q) of the weight gradient a program
@@ -497,16 +497,14 @@ def _opm_dw_kernel(
                       mask=t_ok[:, None], other=0.0)  # [BLOCK_P, BLOCK_K]
         g = tl.load(g_ptr + (b * stride_gb + i * stride_gi + j * stride_gj)[:, None] + (offs_r * stride_gr)[None, :],
                     mask=t_ok[:, None] & r_ok[None, :], other=0.0)  # [BLOCK_P, BLOCK_R]
-        if SCALE_G != 0 or BIAS == 2:
+        if SCALE_G or BIAS == 2:
             sc = tl.load(sc_ptr + b * stride_scb + i * stride_sci + j * stride_scj, mask=t_ok, other=0.0)  # [BLOCK_P]
         if BIAS != 0:
             if blk_k == 0:
                 gf = g.to(tl.float32)
                 bias += tl.sum(gf * sc[:, None] if BIAS == 2 else gf, axis=0)
-        if SCALE_G == 1:
+        if SCALE_G:
             g = (g.to(tl.float32) * sc[:, None]).to(g_ptr.dtype.element_ty)
-        if SCALE_G == 2:
-            x_t = (x_t.to(tl.float32) * sc[:, None]).to(x_ptr.dtype.element_ty)
         acc = tl.dot(tl.trans(x_t), g, acc)  # [BLOCK_K, BLOCK_R]
     out = ws_ptr + split * stride_wss + offs_r * stride_wsr  # [BLOCK_R]
     tl.store(out[None, :] + offs_k[:, None], acc, mask=r_ok[None, :])
