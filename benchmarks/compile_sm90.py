@@ -134,13 +134,12 @@ def launches():
         for R in (128, 256):
             cfg = opm._dx_prune(opm._dx_configs(), {}, C=C, BLOCK_R=R)[0]
             yield (f"opm backward dX bf16 c={C} R={R}", opm._opm_dx_kernel,
-                   {n: "*bf16" for n in ("g_ptr", "w_ptr", "dx_ptr")} | {"sc_ptr": "*fp32"},
-                   dict(C=C, BLOCK_R=R, SCALE_G=True) | cfg.kwargs, cfg.num_warps, cfg.num_stages)
+                   {n: "*bf16" for n in ("g_ptr", "w_ptr", "dx_ptr")}, dict(C=C, BLOCK_R=R) | cfg.kwargs, cfg.num_warps,
+                   cfg.num_stages)
         for cfg in opm._dw_prune(opm._dw_configs(), {}, C=C):
-            for scale_g, bias in ((True, 2), (False, 1)):  # bf16's Gs on chip (af2's bias); float16's g
-                yield (f"opm backward dW bf16 c={C} scale_g={scale_g} bias={bias} {cfg.kwargs}", opm._opm_dw_kernel,
-                       {n: "*bf16" for n in ("g_ptr", "x_ptr")} | {"ws_ptr": "*fp32", "sc_ptr": "*fp32"},
-                       dict(C=C, SCALE_G=scale_g, BIAS=bias) | cfg.kwargs, cfg.num_warps, cfg.num_stages)
+            yield (f"opm backward dW bf16 c={C} {cfg.kwargs}", opm._opm_dw_kernel,
+                   {n: "*bf16" for n in ("g_ptr", "x_ptr")} | {"ws_ptr": "*fp32"}, dict(C=C) | cfg.kwargs,
+                   cfg.num_warps, cfg.num_stages)
     yield ("opm backward Gs bf16", opm._opm_gs_kernel, {n: "*bf16" for n in ("g_ptr", "gs_ptr")}
            | {n: "*fp32" for n in ("sc_ptr", "sum_ptr")}, dict(SCALED_SUM=True, BLOCK_P=32, BLOCK_R=128), 4, 3)
     for dt, out in (("bf16", "*bf16"), ("fp32", "*fp32")):
@@ -210,16 +209,11 @@ def specialized_launches():
             values = {k: v for k, v in _LN_AF2_MAIN.items() if k in kernel.arg_names}
             yield (f"{name} at opm-af2-main", kernel, ptrs, consts, warps, stages,
                    values | dict(stride_xr=256, stride_mr=1, stride_dy0=32, stride_dy1=32, C=32, stride_part=2 * 32 + 2 * 256))
-        block = dict(stride_gb=192 * 384 * 128, stride_gi=384 * 128, stride_gj=128, stride_gr=1, stride_scb=384 * 384,
-                     stride_sci=384, stride_scj=1, NI=192, N=384, R=128)  # a block of 192 rows
-        if kernel is opm._opm_dx_kernel and consts["C"] == 32 and consts["BLOCK_R"] == 128:
+        if kernel is opm._opm_dx_kernel and consts["C"] == 32 and consts["BLOCK_R"] == 128:  # a block of 192 rows
             yield (f"{name} at opm-af2-main", kernel, ptrs, consts, warps, stages,
-                   block | dict(stride_wr=1024, stride_wk=1, stride_db=192 * 32 * 384 * 32, stride_dr=384 * 32,
-                                stride_dc=1, B=1))
-        if kernel is opm._opm_dw_kernel and consts["C"] == 32:
-            yield (f"{name} at opm-af2-main", kernel, ptrs, consts, warps, stages,
-                   block | dict(stride_xb=192 * 32 * 384 * 32, stride_xr=384 * 32, stride_xc=1, stride_wss=128 * 1025,
-                                stride_wsr=1025, PAIRS=192 * 384))
+                   dict(stride_gb=192 * 384 * 128, stride_gi=384 * 128, stride_gj=128, stride_gr=1, stride_wr=1024,
+                        stride_wk=1, stride_db=192 * 32 * 384 * 32, stride_dr=384 * 32, stride_dc=1, B=1, NI=192, N=384,
+                        R=128))
         two_pass = kernel is opm._opm_two_pass_kernel  # its accumulating form too: the most shared memory
         if (kernel is opm._opm_kernel or two_pass) and consts["C"] == 32 and (two_pass or not consts["ACCUMULATE"]):
             values = {k: v for k, v in _OPM_AF2_MAIN.items() if k in kernel.arg_names}

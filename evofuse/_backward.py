@@ -23,6 +23,9 @@ from .ops._common import add_product, as_dtype, cdiv, column_sums, eager, float3
 # The suite's 288-2048 MiB of outer products never exist whole (one block: 2.29-2.64 against 3.16-3.20 ms of
 # the code before, session 11, not kept)
 BLOCK_BYTES = 256 << 20
+# the 16-bit backward's normalized gradient Gs (B, N, N, R) is made whole, not a block at a time, up to this size
+# (opm-af2-main's 36 MiB: one launch and two calls less, ~70 us of a slow host's time, for +18 MiB of peak; session 13)
+GS_WHOLE_BYTES = 64 << 20
 
 
 def _kernels(grad_out: torch.Tensor) -> SimpleNamespace:
@@ -92,12 +95,12 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
     factor): dX = Gs W, da[s, i] = sum_j dX[i, j] b[s, j], db[s, j] = sum_i a[s, i] dX[i, j],
     dW = sum_ij Gs[i, j] (x) X[i, j], on blocks of output rows i of equal size (each block's dX, then its X,
     at most BLOCK_BYTES: few blocks, since each costs ~15-20 launches and calls of host time; the suite's
-    N*N*c*c tensors, 288-2048 MiB in bf16, never exist whole). For 16-bit inputs with hidden_dim <= 32, Gs is
-    never in memory: dX comes from a Triton kernel that makes Gs from grad_out and the scale on chip, already in
+    N*N*c*c tensors, 288-2048 MiB in bf16, never exist whole). For 16-bit inputs with hidden_dim <= 32, Gs and
+    the bias gradient's sums are one Triton pass (for every block at once up to GS_WHOLE_BYTES, else a
+    block's), dX comes from a Triton kernel already in
     the layout of the cuBLAS products that take it, and dW from one that reads X in the layout of a plain
-    product (bfloat16: cuBLAS's a^T b, with Gs made on chip; float16: normalized by
-    `ops.outer_product_mean.outer_products`, with grad_out) and sums the bias gradient beside it (without dW,
-    the Gs kernel sums it), all through their custom ops while torch.compile traces; otherwise all are cuBLAS
+    product (bfloat16: cuBLAS's a^T b, with Gs; float16: normalized by `ops.outer_product_mean.outer_products`,
+    with grad_out), both through their custom ops while torch.compile traces; otherwise all are cuBLAS
     products and rearranging copies. db, dW and the bias gradient are summed over blocks in float32 in a
     fixed order, dW inside its kernel too (bit-reproducible); one block writes db in its dtype straight
     from cuBLAS. The LayerNorm's and the projections' gradients: for 16-bit inputs whose LayerNorm and
@@ -157,29 +160,31 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
         dwb = column_sums(grad_out.reshape(-1, R))
     if scale is None:  # (B, N, N), once for every block
         scale = pair_scale(mask_f, B, S, N, normalization, grad_out)
-    af2 = normalization == "af2"
-    # the fused path's out_proj bias gradient: summed by the dW kernel beside dW (a column more), else (no dW
-    # wanted) by the Gs kernel; 1 sums g, 2 sums g * scale (af2)
-    bias_in_dw = (2 if af2 else 1) if fused and needs[8] and needs[9] else 0
+    # the fused path's Gs and the bias gradient's sums in one pass: for every block at once where Gs is small
+    # (one launch and sum less a block), else a block at a time (opm-long's whole Gs took +256 MiB)
+    gs_whole = fused and len(blocks) > 1 and grad_out.numel() * grad_out.element_size() <= GS_WHOLE_BYTES
+    gs_all = None
+    if gs_whole:
+        gs_all, dwb = kernels.normalized_grad(grad_out, scale, normalization == "af2")
     with ieee_fp32_matmul():
         for i0 in blocks:
             n = min(rows, N - i0)
             block = slice(i0, i0 + n)  # rows i: grad_out[:, block] (B, n, N, R), scale[:, block] (B, n, N)
             cols = slice(i0 * c, (i0 + n) * c)  # their channels (i p) in a_flat and da_flat
             a_rows = a_flat[:, :, cols] if n < N else a_flat  # (B, S, (i p))
-            g_rows, sc_rows = (grad_out[:, block], scale[:, block]) if n < N else (grad_out, scale)
-            gs = None  # the fused path's kernels make Gs = g * scale on chip, as they read g
-            if not fused:
-                gs = (g_rows * sc_rows[..., None]).to(dtype)  # (B, n, N, R)
-                if needs[9] and af2:
+            if gs_whole:
+                gs = gs_all[:, block]
+            elif fused:
+                gs, g_sum = kernels.normalized_grad(grad_out[:, block], scale[:, block], normalization == "af2")
+                dwb = g_sum if dwb is None else dwb + g_sum
+            else:
+                gs = (grad_out[:, block] * scale[:, block, :, None]).to(dtype)  # (B, n, N, R)
+                if needs[9] and normalization == "af2":
                     g_sum = gs.sum((0, 1, 2), dtype=torch.float32)
                     dwb = g_sum if dwb is None else dwb + g_sum
-            elif needs[9] and not bias_in_dw:
-                _, g_sum = kernels.normalized_grad(g_rows, sc_rows, af2)
-                dwb = g_sum if dwb is None else dwb + g_sum
             if need_a or need_b:  # dX[(i p), (j q)] = sum_r Gs[i, j, r] W[r, (p q)]
                 if fused:  # from the kernel, already in the products' layout
-                    dx = kernels.outer_product_grad(g_rows, w, c, sc_rows)
+                    dx = kernels.outer_product_grad(gs, w, c)
                 else:
                     dx = (gs.reshape(-1, R) @ w).view(B, n, N, c, c).transpose(2, 3).reshape(B, n * c, N * c)
                 if need_a:  # da[s, (i p)] = sum_(j q) dX[(i p), (j q)] b[s, (j q)], written in place
@@ -192,13 +197,13 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
                 elif need_b:
                     db = torch.bmm(a_rows, dx)
                 del dx  # before the block's outer products
-            if needs[8] and fused:  # dW (and the bias's sums) from X[(i p), (j q)] by the kernel: no rearranging copy
+            if needs[8] and fused:  # dW from X[(i p), (j q)] by the kernel: no rearranging copy
                 if dtype == torch.bfloat16:  # cuBLAS's plain outer products; the scale on the gradient's side
                     x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
-                    dw_rows = kernels.outer_product_weight_grad(g_rows, x, c, sc_rows, True, bias_in_dw)
+                    dw_rows = kernels.outer_product_weight_grad(gs, x, c)
                 else:  # float16: normalized by the kernel (the plain sums can pass float16's range)
-                    x = kernels.outer_products(ad[:, :, block], bd, sc_rows)
-                    dw_rows = kernels.outer_product_weight_grad(g_rows, x, c, sc_rows, False, bias_in_dw)
+                    x = kernels.outer_products(ad[:, :, block], bd, scale[:, block])
+                    dw_rows = kernels.outer_product_weight_grad(grad_out[:, block], x, c)
                 del x
                 dw = dw_rows if dw is None else dw + dw_rows
             elif needs[8]:
@@ -207,8 +212,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
                 add_product(dw, gs.reshape(-1, R).t(), x)
                 del x
             del gs
-    if bias_in_dw:
-        dw, dwb = dw[:, :c * c], dw[:, c * c]
+    gs_all = None  # (before the LayerNorm's and projections' gradients: their peak)
     if fused_ln:
         grads = [None] * 8
         if need_ab:  # da and db (float32 when summed over blocks) as they are: the kernel casts them on chip

@@ -185,31 +185,31 @@ def _(a_rows, b, scale):
 
 
 @torch.library.custom_op("evofuse::opm_outer_product_grad", mutates_args=())
-def opm_outer_product_grad_op(g: Tensor, weight: Tensor, c: int, scale: Tensor | None) -> Tensor:
+def opm_outer_product_grad_op(gs: Tensor, weight: Tensor, c: int) -> Tensor:
     """The Outer Product Mean backward's dX (`ops.outer_product_mean.outer_product_grad`)."""
     from .ops.outer_product_mean import outer_product_grad
 
-    return outer_product_grad(g, weight, c, scale)
+    return outer_product_grad(gs, weight, c)
 
 
 @opm_outer_product_grad_op.register_fake
-def _(g, weight, c, scale):
-    B, n, N, _ = g.shape
-    return g.new_empty((B, n * c, N * c))
+def _(gs, weight, c):
+    B, n, N, _ = gs.shape
+    return gs.new_empty((B, n * c, N * c))
 
 
 @torch.library.custom_op("evofuse::opm_weight_grad", mutates_args=())
-def opm_weight_grad_op(g: Tensor, x: Tensor, c: int, scale: Tensor | None, scale_g: bool, bias: int) -> Tensor:
-    """The Outer Product Mean backward's out_proj weight gradient of a block of rows, with its bias gradient
-    in a column more where `bias` (`ops.outer_product_mean.outer_product_weight_grad`)."""
+def opm_weight_grad_op(g: Tensor, x: Tensor, c: int) -> Tensor:
+    """The Outer Product Mean backward's out_proj weight gradient of a block of rows
+    (`ops.outer_product_mean.outer_product_weight_grad`)."""
     from .ops.outer_product_mean import outer_product_weight_grad
 
-    return outer_product_weight_grad(g, x, c, scale, scale_g, bias)
+    return outer_product_weight_grad(g, x, c)
 
 
 @opm_weight_grad_op.register_fake
-def _(g, x, c, scale, scale_g, bias):
-    return g.new_empty((g.shape[-1], c * c + (bias != 0)), dtype=torch.float32)
+def _(g, x, c):
+    return g.new_empty((g.shape[-1], c * c), dtype=torch.float32)
 
 
 @torch.library.custom_op("evofuse::opm_normalized_grad", mutates_args=())

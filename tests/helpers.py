@@ -69,7 +69,7 @@ def grads(mod, inputs, impl, seed=0):
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(out)
     out.backward(g)
     named = {f"input{k}": t.grad for k, t in enumerate(leaves) if t is not None and t.requires_grad}
-    named.update({n: p.grad.clone() for n, p in mod.named_parameters() if p.grad is not None})
+    named.update({n: p.grad.clone() for n, p in mod.named_parameters()})
     return out, named
 
 

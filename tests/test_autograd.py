@@ -121,26 +121,19 @@ def test_opm_float16_projections_kept_or_recomputed(c, N, monkeypatch):
         torch.testing.assert_close(g, by_hand[name], rtol=2e-3, atol=2e-3 * by_hand[name].abs().max().item(), msg=name)
 
 
-@pytest.mark.parametrize("normalization", ["af2", "seed"])
-def test_opm_float16_bias_gradient_with_or_without_the_weight_s(monkeypatch, normalization):
-    """16-bit, blocks of one output row: out_proj's bias gradient summed by the dW kernel beside dW (of g * scale
-    for af2, of g otherwise) and by the Gs kernel when out_proj's weight takes no gradient agree to float32
-    rounding (other groups of pairs), every other gradient bit for bit; one block against many to float16's."""
-    mod = opm_module(24, 6, 8, seed=3, normalization=normalization).to(DEVICE).half()
+def test_opm_float16_normalized_gradient_whole_or_by_block(monkeypatch):
+    """16-bit, blocks of one output row: the normalized gradient Gs made once for every block (small) or a
+    block at a time (large, forced here) gives the same gradients bit for bit; the output bias's, summed
+    in other groups of pairs, to float32 rounding."""
+    mod = opm_module(24, 6, 8, seed=3, normalization="af2").to(DEVICE).half()
     inputs = (torch.randn(2, 5, 9, 24, device=DEVICE).half(), random_mask(2, 5, 9, "rows", 3).to(DEVICE))
-    _, one_block = grads(copy.deepcopy(mod), inputs, "triton")
     monkeypatch.setattr(backward, "BLOCK_BYTES", 1)
+    _, whole = grads(copy.deepcopy(mod), inputs, "triton")
+    monkeypatch.setattr(backward, "GS_WHOLE_BYTES", 0)
     _, by_block = grads(copy.deepcopy(mod), inputs, "triton")
-    frozen = copy.deepcopy(mod)
-    frozen.out_proj.weight.requires_grad_(False)
-    _, bias_alone = grads(frozen, inputs, "triton")
-    assert "out_proj.weight" not in bias_alone or bias_alone["out_proj.weight"] is None
-    for name, g in by_block.items():  # (one block's products and sums group the pairs otherwise)
-        torch.testing.assert_close(g, one_block[name], rtol=2e-3, atol=2e-3 * g.abs().max().item(), msg=name)
-        if name == "out_proj.bias":
-            torch.testing.assert_close(bias_alone[name], g, rtol=1e-3, atol=1e-3 * g.abs().max().item(), msg=name)
-        elif name != "out_proj.weight":
-            torch.testing.assert_close(bias_alone[name], g, rtol=0, atol=0, msg=name)
+    for name, g in whole.items():
+        tol = 1e-3 if name == "out_proj.bias" else 0
+        torch.testing.assert_close(by_block[name], g, rtol=tol, atol=tol, msg=name)
 
 
 @pytest.mark.parametrize("B, S, N, h, d", [(2, 3, 10, 2, 8), (1, 2, 17, 4, 8), (1, 1, 33, 1, 16), (1, 2, 9, 1, 8)])

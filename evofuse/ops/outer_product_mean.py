@@ -370,13 +370,11 @@ def _opm_two_pass_kernel(
 
 @triton.jit
 def _opm_dx_kernel(
-    g_ptr, stride_gb, stride_gi, stride_gj, stride_gr,  # the output gradient (SCALE_G) or Gs: (B, NI, N, R) 16-bit
-    sc_ptr, stride_scb, stride_sci, stride_scj,  # the per-pair scale (B, NI, N) float32 (read with SCALE_G)
+    g_ptr, stride_gb, stride_gi, stride_gj, stride_gr,  # the normalized output gradient Gs: (B, NI, N, R) 16-bit
     w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C), same dtype
     dx_ptr, stride_db, stride_dr, stride_dc,  # out: dX (B, NI*C, N*C), row (i p), column (j q)
     B, NI, N, R,
     C: tl.constexpr,
-    SCALE_G: tl.constexpr,  # Gs = 16-bit(g * scale) made on chip (float32 products), as `_opm_gs_kernel` makes it
     BLOCK_I: tl.constexpr,
     BLOCK_J: tl.constexpr,
     BLOCK_K: tl.constexpr,  # columns (p q) of out_proj's weight a program
@@ -410,9 +408,6 @@ def _opm_dx_kernel(
         i64, j64 = i.to(tl.int64), j.to(tl.int64)
         g = tl.load(g_ptr + (pid_b * stride_gb + i64 * stride_gi + j64 * stride_gj)[:, None] + offs_r[None, :] * stride_gr,
                     mask=pair_ok[:, None] & r_ok[None, :], other=0.0)  # [BLOCK_I*BLOCK_J, BLOCK_R]
-        if SCALE_G:
-            sc = tl.load(sc_ptr + pid_b * stride_scb + i64 * stride_sci + j64 * stride_scj, mask=pair_ok, other=0.0)
-            g = (g.to(tl.float32) * sc[:, None]).to(g_ptr.dtype.element_ty)
         acc = tl.dot(g, w)  # [BLOCK_I*BLOCK_J, BLOCK_K]
         d_off = (pid_b * stride_db + i64 * C * stride_dr + j64 * C * stride_dc)[:, None] + d_col[None, :]
         tl.store(dx_ptr + d_off, acc.to(dx_ptr.dtype.element_ty), mask=pair_ok[:, None])
@@ -453,13 +448,10 @@ def _opm_gs_kernel(
 @triton.jit
 def _opm_dw_kernel(
     g_ptr, stride_gb, stride_gi, stride_gj, stride_gr,  # the output gradient's side: (B, NI, N, R) 16-bit
-    sc_ptr, stride_scb, stride_sci, stride_scj,  # the per-pair scale (B, NI, N) float32 (read with SCALE_G, BIAS 2)
     x_ptr, stride_xb, stride_xr, stride_xc,  # the outer products' side: (B, NI*C, N*C), row (i p), column (j q)
-    ws_ptr, stride_wss, stride_wsr,  # out: partial sums (splits, R, C*C [+ 1 with BIAS]) float32, column stride 1
+    ws_ptr, stride_wss, stride_wsr,  # out: partial sums (splits, R, C*C) float32, column stride 1
     NI, N, R, PAIRS,  # PAIRS = B*NI*N
     C: tl.constexpr,
-    SCALE_G: tl.constexpr,  # g times the scale, rounded to 16 bits, is the product's operand (Gs made on chip)
-    BIAS: tl.constexpr,  # 0, or out_proj's bias gradient in column C*C: sums of g (1) or of g * scale (2, af2)
     BLOCK_R: tl.constexpr,
     BLOCK_K: tl.constexpr,  # columns (p q) of the weight gradient a program
     BLOCK_P: tl.constexpr,  # (b, i, j) pairs a step: the product's K
@@ -470,8 +462,7 @@ def _opm_dw_kernel(
     num_programs(1) equal runs of whole steps, in order): its partial sum, summed over the splits in a
     fixed order afterwards (no atomics, bit-reproducible). x is read in the layout of a plain product
     a^T b, each pair's (p q) block gathered from C rows of C columns; both operands are plain loads into
-    the product, which Triton's pipeliner prefetches. With BIAS, the programs of the first column block also
-    sum g's rows (times the scale) in float32 over their split: the bias gradient's partial sums."""
+    the product, which Triton's pipeliner prefetches."""
     n_k: tl.constexpr = C * C // BLOCK_K
     blk_k = tl.program_id(0) % n_k
     blk_r = tl.program_id(0) // n_k
@@ -484,7 +475,6 @@ def _opm_dw_kernel(
     offs_k = blk_k * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]
     x_cols = (offs_k // C) * stride_xr + (offs_k % C) * stride_xc  # [BLOCK_K]: (p q) inside a pair's block
     acc = tl.zeros((BLOCK_K, BLOCK_R), dtype=tl.float32)
-    bias = tl.zeros((BLOCK_R,), dtype=tl.float32)
     for t0 in range(lo, hi, BLOCK_P):
         t = t0 + tl.arange(0, BLOCK_P)  # [BLOCK_P]
         t_ok = t < hi
@@ -497,20 +487,8 @@ def _opm_dw_kernel(
                       mask=t_ok[:, None], other=0.0)  # [BLOCK_P, BLOCK_K]
         g = tl.load(g_ptr + (b * stride_gb + i * stride_gi + j * stride_gj)[:, None] + (offs_r * stride_gr)[None, :],
                     mask=t_ok[:, None] & r_ok[None, :], other=0.0)  # [BLOCK_P, BLOCK_R]
-        if SCALE_G or BIAS == 2:
-            sc = tl.load(sc_ptr + b * stride_scb + i * stride_sci + j * stride_scj, mask=t_ok, other=0.0)  # [BLOCK_P]
-        if BIAS != 0:
-            if blk_k == 0:
-                gf = g.to(tl.float32)
-                bias += tl.sum(gf * sc[:, None] if BIAS == 2 else gf, axis=0)
-        if SCALE_G:
-            g = (g.to(tl.float32) * sc[:, None]).to(g_ptr.dtype.element_ty)
         acc = tl.dot(tl.trans(x_t), g, acc)  # [BLOCK_K, BLOCK_R]
-    out = ws_ptr + split * stride_wss + offs_r * stride_wsr  # [BLOCK_R]
-    tl.store(out[None, :] + offs_k[:, None], acc, mask=r_ok[None, :])
-    if BIAS != 0:
-        if blk_k == 0:
-            tl.store(out + C * C, bias, mask=r_ok)
+    tl.store(ws_ptr + split * stride_wss + offs_r[None, :] * stride_wsr + offs_k[:, None], acc, mask=r_ok[None, :])
 
 
 @triton.jit
@@ -1014,8 +992,8 @@ def _dx_prune(configs, named_args, **kwargs):
 
 @functools.lru_cache(maxsize=None)
 def _tuned_dx():
-    """`_opm_dx_kernel` autotuned on c, the output width and whether it scales g (GPU only)."""
-    return triton.autotune(configs=_dx_configs(), key=["C", "BLOCK_R", "SCALE_G"],
+    """`_opm_dx_kernel` autotuned on c and the output width (GPU only)."""
+    return triton.autotune(configs=_dx_configs(), key=["C", "BLOCK_R"],
                            prune_configs_by={"early_config_prune": _dx_prune})(_opm_dx_kernel)
 
 
@@ -1023,21 +1001,17 @@ def _tuned_dx():
 DX_MAX_R = 512
 
 
-def outer_product_grad(g: torch.Tensor, weight: torch.Tensor, c: int, scale: torch.Tensor | None = None) -> torch.Tensor:
-    """dX[b, (i p), (j q)] = sum_r Gs[b, i, j, r] weight[r, p*c + q]: (B, n*c, N*c) in g's dtype, from a block
-    of rows i of the normalized output gradient Gs (B, n, N, R) 16-bit: g itself, or with `scale` (B, n, N)
-    float32 (any strides) g * scale rounded to g's dtype on chip (float32 products, as `normalized_grad`
-    makes it); out_proj's weight (R, c*c) (float32 sums). R > DX_MAX_R: one cuBLAS product and a rearranging
-    copy."""
-    B, n, N, R = g.shape
-    w = as_dtype(weight, g.dtype)
+def outer_product_grad(gs: torch.Tensor, weight: torch.Tensor, c: int) -> torch.Tensor:
+    """dX[b, (i p), (j q)] = sum_r gs[b, i, j, r] weight[r, p*c + q]: (B, n*c, N*c) in gs's dtype, from the
+    normalized output gradient gs (B, n, N, R) 16-bit (any strides) of a block of rows i and out_proj's
+    weight (R, c*c) (float32 sums). R > DX_MAX_R: one cuBLAS product and a rearranging copy."""
+    B, n, N, R = gs.shape
+    w = as_dtype(weight, gs.dtype)
     if R > DX_MAX_R:
-        gs = g if scale is None else (g.to(torch.float32) * scale[..., None]).to(g.dtype)
         return (gs.reshape(-1, R) @ w).view(B, n, N, c, c).transpose(2, 3).reshape(B, n * c, N * c)
-    dx = empty(B, n * c, N * c, dtype=g.dtype, device=g.device)
-    sc = g if scale is None else scale  # (unread without SCALE_G)
-    args = (g, *g.stride(), sc, *sc.stride()[:3], w, *w.stride(), dx, *dx.stride(), B, n, N, R)
-    sms = multiprocessors(g.device) if g.is_cuda and not interpreting() else 3
+    dx = empty(B, n * c, N * c, dtype=gs.dtype, device=gs.device)
+    args = (gs, *gs.stride(), w, *w.stride(), dx, *dx.stride(), B, n, N, R)
+    sms = multiprocessors(gs.device) if gs.is_cuda and not interpreting() else 3
 
     def grid(meta):
         n_k = c * c // meta["BLOCK_K"]
@@ -1045,8 +1019,8 @@ def outer_product_grad(g: torch.Tensor, weight: torch.Tensor, c: int, scale: tor
         return (n_k * max(1, min(tiles, sms * meta["PROGRAMS_PER_SM"] // n_k)),)
 
     interpret = {"BLOCK_I": 2, "BLOCK_J": 4, "BLOCK_K": min(64, c * c), "PROGRAMS_PER_SM": 2}
-    launch(_opm_dx_kernel, _tuned_dx, _dx_configs, _dx_prune, grid, args,
-           {"C": c, "SCALE_G": scale is not None, "BLOCK_R": max(16, next_pow2(R))}, interpret)
+    launch(_opm_dx_kernel, _tuned_dx, _dx_configs, _dx_prune, grid, args, {"C": c, "BLOCK_R": max(16, next_pow2(R))},
+           interpret)
     return dx
 
 
@@ -1067,8 +1041,8 @@ def _dw_prune(configs, named_args, **kwargs):
 
 @functools.lru_cache(maxsize=None)
 def _tuned_dw():
-    """`_opm_dw_kernel` autotuned on c, the output width and its variant (Gs on chip, bias sums; GPU only)."""
-    return triton.autotune(configs=_dw_configs(), key=["C", "R", "SCALE_G", "BIAS"],
+    """`_opm_dw_kernel` autotuned on c and the output width (GPU only)."""
+    return triton.autotune(configs=_dw_configs(), key=["C", "R"],
                            prune_configs_by={"early_config_prune": _dw_prune})(_opm_dw_kernel)
 
 
@@ -1078,27 +1052,22 @@ def _dw_splits(device: torch.device) -> int:
     return 3 if interpreting() else cdiv(multiprocessors(device), 4)
 
 
-def outer_product_weight_grad(g: torch.Tensor, x: torch.Tensor, c: int, scale: torch.Tensor | None = None,
-                              scale_g: bool = False, bias: int = 0) -> torch.Tensor:
-    """out_proj's weight gradient from a block of rows i: dW[r, p*c + q] = sum_(b, i, j) G[b, i, j, r]
+def outer_product_weight_grad(g: torch.Tensor, x: torch.Tensor, c: int) -> torch.Tensor:
+    """out_proj's weight gradient from a block of rows i: dW[r, p*c + q] = sum_(b, i, j) g[b, i, j, r]
     x[b, i*c + p, j*c + q], (R, c*c) float32, the normalization's scale on one side (Gs and the plain
     outer products, cuBLAS's a_rows^T b; or g and `outer_products`). g (B, n, N, R) 16-bit (any strides),
-    x (B, n*c, N*c) g's dtype; G is g, or with `scale_g` Gs = g * scale rounded to g's dtype on chip (scale
-    (B, n, N) float32, any strides). With `bias` 1 (2) a column c*c more: the sums over (b, i, j) of g (of
-    g * scale, af2's), out_proj's bias gradient. Partial sums over fixed runs of pairs are added in a fixed
-    order: bit-reproducible."""
+    x (B, n*c, N*c) g's dtype. Partial sums over fixed runs of pairs are added in a fixed order:
+    bit-reproducible."""
     B, n, N, R = g.shape
     splits = _dw_splits(g.device)
-    ws = empty(splits, R, c * c + (bias != 0), dtype=torch.float32, device=g.device)
-    sc = g if scale is None else scale  # (unread without SCALE_G or BIAS 2)
-    args = (g, *g.stride(), sc, *sc.stride()[:3], x, *x.stride(), ws, ws.stride(0), ws.stride(1), n, N, R, B * n * N)
+    ws = empty(splits, R, c * c, dtype=torch.float32, device=g.device)
+    args = (g, *g.stride(), x, *x.stride(), ws, ws.stride(0), ws.stride(1), n, N, R, B * n * N)
 
     def grid(meta):
         return (cdiv(R, meta["BLOCK_R"]) * (c * c // meta["BLOCK_K"]), splits)
 
     interpret = {"BLOCK_R": 16, "BLOCK_K": min(64, c * c), "BLOCK_P": 16}
-    launch(_opm_dw_kernel, _tuned_dw, _dw_configs, _dw_prune, grid, args, {"C": c, "SCALE_G": scale_g, "BIAS": bias},
-           interpret)
+    launch(_opm_dw_kernel, _tuned_dw, _dw_configs, _dw_prune, grid, args, {"C": c}, interpret)
     return ws.sum(0)
 
 
