@@ -214,6 +214,11 @@ def specialized_launches():
                    dict(stride_gb=192 * 384 * 128, stride_gi=384 * 128, stride_gj=128, stride_gr=1, stride_wr=1024,
                         stride_wk=1, stride_db=192 * 32 * 384 * 32, stride_dr=384 * 32, stride_dc=1, B=1, NI=192, N=384,
                         R=128))
+        if kernel is opm._opm_dw_kernel and consts["C"] == 32:  # a block of 192 rows
+            yield (f"{name} at opm-af2-main", kernel, ptrs, consts, warps, stages,
+                   dict(stride_gb=192 * 384 * 128, stride_gi=384 * 128, stride_gj=128, stride_gr=1,
+                        stride_xb=192 * 32 * 384 * 32, stride_xr=384 * 32, stride_xc=1, stride_wss=128 * 1024,
+                        stride_wsr=1024, NI=192, N=384, R=128, PAIRS=192 * 384))
         two_pass = kernel is opm._opm_two_pass_kernel  # its accumulating form too: the most shared memory
         if (kernel is opm._opm_kernel or two_pass) and consts["C"] == 32 and (two_pass or not consts["ACCUMULATE"]):
             values = {k: v for k, v in _OPM_AF2_MAIN.items() if k in kernel.arg_names}
