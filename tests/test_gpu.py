@@ -48,6 +48,32 @@ def test_autotuned_path(case, monkeypatch):
     contract(make_module(case, seed=3).cuda(), make_inputs(case, "cuda", torch.float32, seed=4), torch.bfloat16)
 
 
+@pytest.mark.parametrize("case", [c for c in SUITE if c.name.endswith("seed")], ids=lambda c: c.name)
+def test_autotuned_training_relaunches_the_binary_it_tuned(case, monkeypatch):
+    """With autotuning, a key's first call tunes, its second launches the config picked through Triton, the
+    later ones the binary from one lookup (`TunedLaunch`): the forward's and backward's tiled kernels give the
+    same output and gradients, bit for bit, on all four calls, under the contract against float64."""
+    from evofuse.ops import row_attention
+
+    monkeypatch.setenv("EVOFUSE_AUTOTUNE", "1")
+    monkeypatch.setattr(outer_product_mean, "SMALL_MAX_N", 0)
+    monkeypatch.setattr(row_attention, "SMALL_MAX_N", 0)
+    mod = make_module(case, seed=5).cuda().bfloat16()
+    inputs = [t.bfloat16() if t is not None and t.is_floating_point() else t
+              for t in make_inputs(case, "cuda", torch.float32, seed=6)]
+    calls = [grads(mod, inputs, "triton") for _ in range(4)]
+    out, got = calls[0]
+    for out_k, got_k in calls[1:]:
+        torch.testing.assert_close(out_k, out, rtol=0, atol=0)
+        for name, g in got.items():
+            torch.testing.assert_close(got_k[name], g, rtol=0, atol=0, msg=name)
+    exact_out, exact = grads(copy.deepcopy(mod).double(), [t.double() if t is not None and t.is_floating_point() else t
+                                                           for t in inputs], "torch")
+    lowp_out, lowp = grads(copy.deepcopy(mod), inputs, "torch")
+    assert_contract(out, exact_out, torch.bfloat16, lowp_ref=lowp_out)
+    compare(got, exact, torch.bfloat16, lowp)
+
+
 @pytest.mark.parametrize("op, dtype", [("opm", torch.bfloat16), ("opm", torch.float16), ("opm", torch.float32),
                                        ("att", torch.float32), ("att", torch.bfloat16)], ids=str)
 def test_every_candidate_config(op, dtype, monkeypatch):
