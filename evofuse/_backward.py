@@ -220,7 +220,8 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
             grad_dtype = params[0].dtype if len({p.dtype for p in params[:6]}) == 1 else torch.float32
             dx, dlnw, dlnb, dw_ab, db_ab = kernels.ln_linear_backward(msa, params[0], params[1], w_ab, mask_f, da, db,
                                                                       needs[0], grad_dtype)
-            grads = [dx if needs[0] else None, None, dlnw, dlnb, dw_ab[:c], db_ab[:c], dw_ab[c:], db_ab[c:]]
+            (dw_a, dw_b), (db_a, db_b) = dw_ab.split(c), db_ab.split(c)
+            grads = [dx if needs[0] else None, None, dlnw, dlnb, dw_a, db_a, dw_b, db_b]
             grads[2:] = [None if not n else as_dtype(g, p.dtype) for g, p, n in zip(grads[2:], params[:6], needs[2:8])]
         dwb = as_dtype(dwb, params[7].dtype) if needs[9] else None
         return (*grads, None if dw is None else as_dtype(dw, params[6].dtype), dwb)
