@@ -2,12 +2,12 @@
 # How benchmarks/results/NVIDIA-H200/results.* were made (run from the repository root): the rows of sessions 4-13
 # (../session13/merge.sh says where each comes from; its call is repeated here), then these rows of session 14,
 # which replace earlier rows of the same case, mode and implementation:
-# - run 7 (~06:00 UTC 2026-11-30, `python3 -m evofuse bench --suite opm-af2-main,opm-af2-extra,opm-long --dtype
+# - run 7 (~05:50 UTC 2026-11-30, `python3 -m evofuse bench --suite opm-af2-main,opm-af2-extra,opm-long --dtype
 #   bfloat16 --train --peers "eager fp32,folded einsum bf16"`): the Outer Product Mean's bf16 forward and
 #   forward+backward at the three suite shapes, evofuse beside eager fp32 and the folded einsum in one run, on the
 #   committed code (session 14's host trims). Run 6 (run6-opm.json, evofuse alone, minutes earlier) read the same
 #   rows within 3% (opm-af2-main's step 1.875 ms).
-# - run 9 (~06:05 UTC, `python3 -m evofuse bench --suite att-af2-main --dtype bfloat16 --train --peers "eager
+# - run 9 (~05:54 UTC, `python3 -m evofuse bench --suite att-af2-main --dtype bfloat16 --train --peers "eager
 #   fp32,FlexAttention bf16"`): row attention at att-af2-main, forward and forward+backward, evofuse bf16 beside eager
 #   fp32 and FlexAttention bf16 in one run (cuEquivariance's rows stay session 10's: its wheels were not carried).
 # Runs 1-5 and 8 are tests and probes (notes/PERFORMANCE.md, "Session 14").
