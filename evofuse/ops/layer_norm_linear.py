@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import cached_launch, cdiv, empty, float32_product, interpreting, multiprocessors, next_pow2
+from ._common import as_dtype, cached_launch, cdiv, empty, float32_product, interpreting, multiprocessors, next_pow2
 
 # With float32 rows and 3xTF32 products this kernel measured 5.1 ms for the Outer Product Mean's
 # projections on opm-af2-main on the H200 (LayerNorm + IEEE cuBLAS: ~0.5 ms): float32 rows take it only
@@ -482,8 +482,8 @@ def ln_linear_backward(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.
         dy0.stride(0), dy1, dy1.stride(0), dx if need_x else xn, xn, dy, part, part.stride(0), rows, D, C, eps, int(need_x),
         HAS_MASK=mask is not None, EVEN_D=D == block_d, EVEN_C=C == block_c,
         BLOCK_ROWS=block_rows, BLOCK_C=block_c, BLOCK_D=block_d, num_warps=4, num_stages=2)
-    dw = float32_product(dy.t(), xn).to(out_dtype)
-    sums = part.sum(0).to(out_dtype)
+    dw = as_dtype(float32_product(dy.t(), xn), out_dtype)
+    sums = as_dtype(part.sum(0), out_dtype)
     db, dlnw, dlnb = sums.split([2 * C, D, D])  # (one call for the three views)
     return dx, dlnw, dlnb, dw, db
 
