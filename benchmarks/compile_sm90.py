@@ -137,9 +137,10 @@ def launches():
                    {n: "*bf16" for n in ("g_ptr", "w_ptr", "dx_ptr")}, dict(C=C, BLOCK_R=R) | cfg.kwargs, cfg.num_warps,
                    cfg.num_stages)
         for cfg in opm._dw_prune(opm._dw_configs(), {}, C=C):
-            yield (f"opm backward dW bf16 c={C} {cfg.kwargs}", opm._opm_dw_kernel,
-                   {n: "*bf16" for n in ("g_ptr", "x_ptr")} | {"ws_ptr": "*fp32"}, dict(C=C) | cfg.kwargs,
-                   cfg.num_warps, cfg.num_stages)
+            for accumulate in (False, True):  # the first block of rows i's partial sums, then the others'
+                yield (f"opm backward dW bf16 c={C} {cfg.kwargs} accumulate={accumulate}", opm._opm_dw_kernel,
+                       {n: "*bf16" for n in ("g_ptr", "x_ptr")} | {"ws_ptr": "*fp32"},
+                       dict(C=C, ACCUMULATE=accumulate) | cfg.kwargs, cfg.num_warps, cfg.num_stages)
     yield ("opm backward Gs bf16", opm._opm_gs_kernel, {n: "*bf16" for n in ("g_ptr", "gs_ptr")}
            | {n: "*fp32" for n in ("sc_ptr", "sum_ptr")}, dict(SCALED_SUM=True, BLOCK_P=32, BLOCK_R=128), 4, 3)
     for dt, out in (("bf16", "*bf16"), ("fp32", "*fp32")):

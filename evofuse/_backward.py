@@ -102,7 +102,8 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
     product (bfloat16: cuBLAS's a^T b, with Gs; float16: normalized by `ops.outer_product_mean.outer_products`,
     with grad_out), both through their custom ops while torch.compile traces; otherwise all are cuBLAS
     products and rearranging copies. db, dW and the bias gradient are summed over blocks in float32 in a
-    fixed order, dW inside its kernel too (bit-reproducible); one block writes db in its dtype straight
+    fixed order (bit-reproducible), the fused dW in its kernel's partial sums, which every block adds to and one
+    sum ends; one block writes db in its dtype straight
     from cuBLAS. The LayerNorm's and the projections' gradients: for 16-bit inputs whose LayerNorm and
     projections `ops.layer_norm_linear.ln_linear_backward` takes (hidden_dim <= 64, msa_dim <= 256), one
     pass of that kernel from da and db (the mask applied and the LayerNorm recomputed on chip), with a and
@@ -111,7 +112,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
     with the gradients by hand; float32 by the reference under autograd.
     """
     from .ops.layer_norm_linear import ln_linear_backward_fits, ln_project_ready
-    from .ops.outer_product_mean import backward_fused, pair_scale
+    from .ops.outer_product_mean import backward_fused, pair_scale, weight_grad_partials
 
     kernels = _kernels(grad_out)
 
@@ -150,11 +151,16 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
     blocks = range(0, N, rows)
     da = torch.empty_like(ad) if need_a else None
     da_flat = None if da is None else da.view(B, S, N * c)
+    # each block's columns (i p) of a_flat and da_flat, as views from one call each
+    a_parts = a_flat.split(rows * c, dim=2) if len(blocks) > 1 else (a_flat,)
+    da_parts = (da_flat.split(rows * c, dim=2) if len(blocks) > 1 else (da_flat,)) if need_a else None
     # db and dW: float32 sums over the blocks (the first block's product makes db's); one block writes db in its
-    # dtype (cuBLAS's float32 sums rounded once, as the sum's cast would) and takes the kernel's dW as it is
+    # dtype (cuBLAS's float32 sums rounded once, as the sum's cast would). The fused dW: every block's partial
+    # sums in one buffer that each block adds to, summed once after the last block
     db_sum = need_b and len(blocks) > 1
     db = None
     dw = torch.zeros(R, c * c, dtype=torch.float32, device=msa.device) if needs[8] and not fused else None
+    dw_parts = weight_grad_partials(R, c, msa.device) if needs[8] and fused else None
     dwb = None  # out_proj's bias: af2 normalizes it, its gradient sums Gs; the others' sum grad_out
     if needs[9] and not fused and normalization != "af2":  # (the fused path's Gs pass sums it by block)
         dwb = column_sums(grad_out.reshape(-1, R))
@@ -163,17 +169,18 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
     # the fused path's Gs and the bias gradient's sums in one pass: for every block at once where Gs is small
     # (one launch and sum less a block), else a block at a time (opm-long's whole Gs took +256 MiB)
     gs_whole = fused and len(blocks) > 1 and grad_out.numel() * grad_out.element_size() <= GS_WHOLE_BYTES
-    gs_all = None
+    gs_parts = None
     if gs_whole:
         gs_all, dwb = kernels.normalized_grad(grad_out, scale, normalization == "af2")
+        gs_parts = gs_all.split(rows, dim=1)
+        del gs_all
     with ieee_fp32_matmul():
-        for i0 in blocks:
+        for k, i0 in enumerate(blocks):
             n = min(rows, N - i0)
             block = slice(i0, i0 + n)  # rows i: grad_out[:, block] (B, n, N, R), scale[:, block] (B, n, N)
-            cols = slice(i0 * c, (i0 + n) * c)  # their channels (i p) in a_flat and da_flat
-            a_rows = a_flat[:, :, cols] if n < N else a_flat  # (B, S, (i p))
+            a_rows = a_parts[k]  # (B, S, (i p)): the block's channels
             if gs_whole:
-                gs = gs_all[:, block]
+                gs = gs_parts[k]
             elif fused:
                 gs, g_sum = kernels.normalized_grad(grad_out[:, block], scale[:, block], normalization == "af2")
                 dwb = g_sum if dwb is None else dwb + g_sum
@@ -188,7 +195,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
                 else:
                     dx = (gs.reshape(-1, R) @ w).view(B, n, N, c, c).transpose(2, 3).reshape(B, n * c, N * c)
                 if need_a:  # da[s, (i p)] = sum_(j q) dX[(i p), (j q)] b[s, (j q)], written in place
-                    torch.bmm(b_flat, dx.transpose(1, 2), out=da_flat[:, :, cols] if n < N else da_flat)
+                    torch.bmm(b_flat, dx.transpose(1, 2), out=da_parts[k])
                 if db_sum:  # db[s, (j q)] = sum_(i p) a[s, (i p)] dX[(i p), (j q)]
                     if db is None:
                         db = float32_product(a_rows, dx)
@@ -200,19 +207,21 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
             if needs[8] and fused:  # dW from X[(i p), (j q)] by the kernel: no rearranging copy
                 if dtype == torch.bfloat16:  # cuBLAS's plain outer products; the scale on the gradient's side
                     x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
-                    dw_rows = kernels.outer_product_weight_grad(gs, x, c)
+                    kernels.outer_product_weight_grad(gs, x, c, dw_parts, k > 0)
                 else:  # float16: normalized by the kernel (the plain sums can pass float16's range)
                     x = kernels.outer_products(ad[:, :, block], bd, scale[:, block])
-                    dw_rows = kernels.outer_product_weight_grad(grad_out[:, block], x, c)
+                    kernels.outer_product_weight_grad(grad_out[:, block], x, c, dw_parts, k > 0)
                 del x
-                dw = dw_rows if dw is None else dw + dw_rows
             elif needs[8]:
                 x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, (i p), (j q))
                 x = x.view(B, n, c, N, c).transpose(2, 3).reshape(B * n * N, c * c)  # ((b i j), (p q))
                 add_product(dw, gs.reshape(-1, R).t(), x)
                 del x
             del gs
-    gs_all = None  # (before the LayerNorm's and projections' gradients: their peak)
+    if dw_parts is not None:
+        dw = dw_parts.sum(0)
+        del dw_parts
+    gs_parts = None  # (before the LayerNorm's and projections' gradients: their peak)
     if fused_ln:
         grads = [None] * 8
         if need_ab:  # da and db (float32 when summed over blocks) as they are: the kernel casts them on chip

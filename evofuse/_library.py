@@ -198,18 +198,18 @@ def _(gs, weight, c):
     return gs.new_empty((B, n * c, N * c))
 
 
-@torch.library.custom_op("evofuse::opm_weight_grad", mutates_args=())
-def opm_weight_grad_op(g: Tensor, x: Tensor, c: int) -> Tensor:
-    """The Outer Product Mean backward's out_proj weight gradient of a block of rows
-    (`ops.outer_product_mean.outer_product_weight_grad`)."""
+@torch.library.custom_op("evofuse::opm_weight_grad", mutates_args=("partials",))
+def opm_weight_grad_op(g: Tensor, x: Tensor, c: int, partials: Tensor, accumulate: bool) -> None:
+    """The Outer Product Mean backward's out_proj weight gradient of a block of rows, as partial sums written
+    into (or added to) `partials` (`ops.outer_product_mean.outer_product_weight_grad`)."""
     from .ops.outer_product_mean import outer_product_weight_grad
 
-    return outer_product_weight_grad(g, x, c)
+    outer_product_weight_grad(g, x, c, partials, accumulate)
 
 
 @opm_weight_grad_op.register_fake
-def _(g, x, c):
-    return g.new_empty((g.shape[-1], c * c), dtype=torch.float32)
+def _(g, x, c, partials, accumulate):
+    return None
 
 
 @torch.library.custom_op("evofuse::opm_normalized_grad", mutates_args=())

@@ -70,8 +70,9 @@ def test_the_first_call_of_a_key_compiles_the_next_launch_the_binary(launcher):
     log = launcher.kernel.log
     assert [entry[0] for entry in log] == ["triton", "binary"]
     assert log[0][2:] == ((x, 4, 0.5), dict(num_warps=4, num_stages=1, DOUBLE=True, BLOCK=16))
-    # grid, stream, function, metadata, no launch metadata or hooks, then every argument in signature order
-    assert log[1][1] == (3, 2, 1, 1234, "function", "metadata", None, None, None, x, 20, 0.25, 16, True)
+    # grid, stream, function, metadata, no launch metadata or hooks, then every argument in signature order,
+    # the tensor as its address
+    assert log[1][1] == (3, 2, 1, 1234, "function", "metadata", None, None, None, x.data_ptr(), 20, 0.25, 16, True)
 
 
 @pytest.mark.parametrize("change", ["dtype", "alignment", "int64", "one", "divisibility", "constexpr", "warps",
@@ -165,7 +166,7 @@ def test_tuned_launch_tunes_each_key_once_then_launches_its_config(monkeypatch):
     assert [entry[0] for entry in log] == ["tuner", "triton", "binary", "tuner"]
     assert log[0][2:] == ((x, 20), {"DOUBLE": True, "factor": 0.5})  # as given: pruning may read names
     assert log[1][1:] == ((2,), (x, 20, 0.5), dict(DOUBLE=True, BLOCK=16, num_warps=8, num_stages=2))
-    assert log[2][1] == (2, 1, 1, 1234, "function", "metadata", None, None, None, x, 20, 0.5, 16, True)
+    assert log[2][1] == (2, 1, 1, 1234, "function", "metadata", None, None, None, x.data_ptr(), 20, 0.5, 16, True)
 
 
 def test_tuned_launch_takes_a_launched_key_s_binary_from_one_lookup_and_only_that_key_s(monkeypatch):
@@ -186,7 +187,7 @@ def test_tuned_launch_takes_a_launched_key_s_binary_from_one_lookup_and_only_tha
         launch(grid, (t, 20), {"DOUBLE": True, "factor": 0.5})
     log = tuned.fn.log
     assert [entry[0] for entry in log] == ["tuner", "triton", "binary", "binary", "triton"]
-    assert log[3][1] == (2, 1, 1, 1234, "function", "metadata", None, None, None, x, 20, 0.5, 16, True)
+    assert log[3][1] == (2, 1, 1, 1234, "function", "metadata", None, None, None, x.data_ptr(), 20, 0.5, 16, True)
     assert log[4][1:] == ((2,), (shifted, 20, 0.5), dict(DOUBLE=True, BLOCK=16, num_warps=8, num_stages=2))
     monkeypatch.setattr(_common.CachedLaunch, "_hooked", lambda self: True)
     launch(grid, (x, 20), {"DOUBLE": True, "factor": 0.5})

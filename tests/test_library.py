@@ -81,7 +81,10 @@ def test_opcheck_backward_ops():
     w = torch.randn(6, 16 * 16, generator=g).to(DEVICE).half()
     x = torch.randn(1, 5 * 16, 9 * 16, generator=g).to(DEVICE).half()
     torch.library.opcheck(opm_outer_product_grad_op, (grad, w, 16), test_utils=("test_schema", "test_faketensor"))
-    torch.library.opcheck(opm_weight_grad_op, (grad, x, 16), test_utils=("test_schema", "test_faketensor"))
+    partials = torch.zeros(3, 6, 16 * 16, device=DEVICE)
+    for accumulate in (False, True):
+        torch.library.opcheck(opm_weight_grad_op, (grad, x, 16, partials, accumulate),
+                              test_utils=("test_schema", "test_faketensor"))
     torch.library.opcheck(opm_normalized_grad_op, (grad, scale, True), test_utils=("test_schema", "test_faketensor"))
     x = torch.randn(1, 2, 5, 16, generator=g).to(DEVICE).half()
     ln = [torch.ones(16, device=DEVICE).half(), torch.zeros(16, device=DEVICE).half()]
@@ -147,9 +150,15 @@ def test_compile_fullgraph_matches_eager():
         torch.testing.assert_close(c, e)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
-def test_compile_training_matches_eager(dtype):
-    """float16 takes the Outer Product Mean backward's Triton kernels (custom ops: traced around)."""
+@pytest.mark.parametrize("dtype, row_blocks", [(torch.float32, False), (torch.float16, False), (torch.float16, True)],
+                         ids=["float32", "float16", "float16-one-row-blocks"])
+def test_compile_training_matches_eager(dtype, row_blocks, monkeypatch):
+    """float16 takes the Outer Product Mean backward's Triton kernels (custom ops: traced around), also one
+    row of outputs a block (the weight gradient's partial sums accumulated in place by the later blocks)."""
+    from evofuse import _backward
+
+    if row_blocks:
+        monkeypatch.setattr(_backward, "BLOCK_BYTES", 1)
     torch._dynamo.reset()
     model = Trunk().to(DEVICE).to(dtype)
     mask = random_mask(1, 3, 7, "rows", 6).to(DEVICE)

@@ -252,9 +252,16 @@ def test_backward_kernels_against_float64(c, n, N, S, R):
     """The backward's kernels: the normalized outer products of a block of rows (per-pair scale, here
     broadcast over j as the seed normalization's), the normalized gradient Gs and the bias gradient's
     sums from a sliced output gradient (strided), dX from Gs (strided), and out_proj's weight gradient
-    from the sliced gradient and normalized outer products or from Gs and plain ones, against float64
-    einsums; R = 520 takes dX's cuBLAS path (out_proj wider than DX_MAX_R)."""
-    from evofuse.ops.outer_product_mean import normalized_grad, outer_product_grad, outer_product_weight_grad, outer_products
+    from the sliced gradient and normalized outer products, then from Gs and plain ones added to the first's
+    partial sums in the kernel (as a second block of rows), against float64 einsums; R = 520 takes dX's
+    cuBLAS path (out_proj wider than DX_MAX_R)."""
+    from evofuse.ops.outer_product_mean import (
+        _dw_splits,
+        normalized_grad,
+        outer_product_grad,
+        outer_product_weight_grad,
+        outer_products,
+    )
 
     g = torch.Generator().manual_seed(c + n)
     a = torch.randn(2, S, N, c, generator=g).half().to(DEVICE)
@@ -272,13 +279,15 @@ def test_backward_kernels_against_float64(c, n, N, S, R):
     dx = outer_product_grad(padded[..., 1:R + 1], w, c)  # strided
     exact = torch.einsum("bijr,rpq->bipjq", gs.double(), w.double().view(R, c, c)).reshape(2, n * c, N * c)
     torch.testing.assert_close(dx.double(), exact, rtol=2e-3, atol=2e-3)
-    dw = outer_product_weight_grad(grad, x, c)
+    partials = torch.full((_dw_splits(x.device), R, c * c), float("nan"), device=DEVICE)  # poisoned: all written
+    outer_product_weight_grad(grad, x, c, partials, False)
+    dw = partials.sum(0)
     exact = torch.einsum("bijr,bipjq->rpq", grad.double(), x.double().view(2, n, c, N, c)).reshape(R, c * c)
     torch.testing.assert_close(dw.double(), exact, rtol=1e-4, atol=1e-4 * exact.abs().max().item())
     plain = torch.einsum("bsip,bsjq->bipjq", a[:, :, i0:].float(), b.float()).reshape(2, n * c, N * c).half()
-    dw = outer_product_weight_grad(gs, plain, c)
-    exact = torch.einsum("bijr,bipjq->rpq", gs.double(), plain.double().view(2, n, c, N, c)).reshape(R, c * c)
-    torch.testing.assert_close(dw.double(), exact, rtol=1e-4, atol=1e-4 * exact.abs().max().item())
+    outer_product_weight_grad(gs, plain, c, partials, True)  # a second block: added to the first's partial sums
+    exact = exact + torch.einsum("bijr,bipjq->rpq", gs.double(), plain.double().view(2, n, c, N, c)).reshape(R, c * c)
+    torch.testing.assert_close(partials.sum(0).double(), exact, rtol=1e-4, atol=1e-4 * exact.abs().max().item())
     for scaled_sum in (True, False):
         got, g_sum = normalized_grad(grad, scale[:, i0:], scaled_sum)
         torch.testing.assert_close(got, gs, rtol=0, atol=0)

@@ -74,7 +74,8 @@ class CachedLaunch:
             return None
         args, consts = self.positional(args, consts)
         device = self._driver.active.get_current_device()
-        key = (device, num_warps, num_stages, *consts.values(), *self.specialization(args))
+        spec, bound = self.bind(args)
+        key = (device, num_warps, num_stages, *consts.values(), *spec)
         entry = self.binaries.get(key)
         if entry is None or self._hooked():
             binary = self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **consts)
@@ -84,23 +85,37 @@ class CachedLaunch:
             else:
                 _record_launch(None)  # not replayable
             return entry
-        self.run(entry, grid, args, device)
+        self.run(entry, grid, args, bound, device)
         return entry
 
     @staticmethod
-    def specialization(args: tuple) -> list:
-        """What Triton specializes a binary on, per runtime argument: an integer's value modulo 16, whether
-        it is 1 and its width; a tensor's dtype and address modulo 16; any other argument's type."""
-        return [(-1 if a == 1 else a % 16 + (0 if -0x80000000 <= a < 0x80000000 else 16 if a < 1 << 63 else 32))
-                if type(a) is int else (a.dtype, a.data_ptr() % 16) if isinstance(a, torch.Tensor) else type(a)
-                for a in args]
+    def bind(args: tuple) -> tuple[list, list]:
+        """(What Triton specializes a binary on, per runtime argument: an integer's value modulo 16, whether
+        it is 1 and its width; a tensor's dtype and address modulo 16; any other argument's type. The
+        arguments as `run` hands them to the binary: each tensor as its address, an integer, so that Triton's
+        launcher neither calls its data_ptr nor asks the driver about it (cuPointerGetAttribute, a driver
+        call a tensor argument; the arguments' checks and Triton's first launch of the key covered that).)"""
+        spec, bound = [], []
+        for a in args:
+            if type(a) is int:
+                spec.append(-1 if a == 1 else a % 16 + (0 if -0x80000000 <= a < 0x80000000 else 16 if a < 1 << 63 else 32))
+                bound.append(a)
+            elif isinstance(a, torch.Tensor):
+                ptr = a.data_ptr()
+                spec.append((a.dtype, ptr % 16))
+                bound.append(ptr)
+            else:
+                spec.append(type(a))
+                bound.append(a)
+        return spec, bound
 
-    def run(self, entry, grid, args: tuple, device) -> None:
-        """Launches `entry` (binary, constexprs) over `grid` on the runtime arguments `args`, in signature order."""
+    def run(self, entry, grid, args: tuple, bound: list, device) -> None:
+        """Launches `entry` (binary, constexprs) over `grid` on the runtime arguments `args` as `bind` gave them
+        (`bound`), in signature order."""
         binary, constexprs = entry
         binary.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
                    self._driver.active.get_current_stream(device), binary.function, binary.packed_metadata, None, None,
-                   None, *args, *constexprs)
+                   None, *bound, *constexprs)
         _record_launch((self, entry, grid, args))
 
     def positional(self, args: tuple, consts: dict) -> tuple[tuple, dict]:
@@ -275,10 +290,11 @@ class TunedLaunch:
         cached = self.cached
         positional, named = cached.positional(args, consts)
         device = cached._driver.active.get_current_device()
-        full = (device, *named.values(), *[positional[i] for i in self.arg_keys], *cached.specialization(positional))
+        spec, bound = cached.bind(positional)
+        full = (device, *named.values(), *[positional[i] for i in self.arg_keys], *spec)
         hit = self.launches.get(full)
         if hit is not None and not cached._hooked():
-            cached.run(hit[0], grid(hit[1].kwargs), positional, device)
+            cached.run(hit[0], grid(hit[1].kwargs), positional, bound, device)
             return
         key = (*[positional[i] for i in self.arg_keys], *[named.get(k) for k in self.const_keys],
                *[a.dtype for a in positional if isinstance(a, torch.Tensor)])

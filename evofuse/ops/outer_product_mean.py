@@ -455,12 +455,15 @@ def _opm_dw_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_K: tl.constexpr,  # columns (p q) of the weight gradient a program
     BLOCK_P: tl.constexpr,  # (b, i, j) pairs a step: the product's K
+    ACCUMULATE: tl.constexpr,  # add the partial sums already in ws (an earlier block of rows i's)
 ):
     """out_proj's weight gradient dW[r, (p q)] = sum over pairs (b, i, j) of g[b, i, j, r] x[b, (i p), (j q)]
     (the normalization's scale on one side: Gs and the plain outer products, or g and the normalized ones)
     for a block of rows r and columns (p q), over this program's split of the pairs (program_id(1) of
-    num_programs(1) equal runs of whole steps, in order): its partial sum, summed over the splits in a
-    fixed order afterwards (no atomics, bit-reproducible). x is read in the layout of a plain product
+    num_programs(1) equal runs of whole steps, in order): its partial sum, stored, or with ACCUMULATE added to
+    the earlier blocks' one in that slot (an atomic add of which this program is the only writer: one
+    rounding of earlier + this block's, whatever the timing), summed over the splits in a fixed order
+    afterwards (bit-reproducible). x is read in the layout of a plain product
     a^T b, each pair's (p q) block gathered from C rows of C columns; both operands are plain loads into
     the product, which Triton's pipeliner prefetches."""
     n_k: tl.constexpr = C * C // BLOCK_K
@@ -488,7 +491,11 @@ def _opm_dw_kernel(
         g = tl.load(g_ptr + (b * stride_gb + i * stride_gi + j * stride_gj)[:, None] + (offs_r * stride_gr)[None, :],
                     mask=t_ok[:, None] & r_ok[None, :], other=0.0)  # [BLOCK_P, BLOCK_R]
         acc = tl.dot(tl.trans(x_t), g, acc)  # [BLOCK_K, BLOCK_R]
-    tl.store(ws_ptr + split * stride_wss + offs_r[None, :] * stride_wsr + offs_k[:, None], acc, mask=r_ok[None, :])
+    ws_tile = ws_ptr + split * stride_wss + offs_r[None, :] * stride_wsr + offs_k[:, None]  # [BLOCK_K, BLOCK_R]
+    if ACCUMULATE:  # this program is the slot's only writer: the earlier blocks' sum + this one's, in that order
+        tl.atomic_add(ws_tile, acc, mask=r_ok[None, :], sem="relaxed")
+    else:
+        tl.store(ws_tile, acc, mask=r_ok[None, :])
 
 
 @triton.jit
@@ -1041,9 +1048,10 @@ def _dw_prune(configs, named_args, **kwargs):
 
 @functools.lru_cache(maxsize=None)
 def _tuned_dw():
-    """`_opm_dw_kernel` autotuned on c and the output width (GPU only)."""
-    return triton.autotune(configs=_dw_configs(), key=["C", "R"],
-                           prune_configs_by={"early_config_prune": _dw_prune})(_opm_dw_kernel)
+    """`_opm_dw_kernel` autotuned on c and the output width (GPU only); the partial sums are restored after each
+    candidate's runs."""
+    return triton.autotune(configs=_dw_configs(), key=["C", "R"], prune_configs_by={"early_config_prune": _dw_prune},
+                           restore_value=["ws_ptr"])(_opm_dw_kernel)  # (the candidates' runs accumulate there)
 
 
 def _dw_splits(device: torch.device) -> int:
@@ -1052,23 +1060,30 @@ def _dw_splits(device: torch.device) -> int:
     return 3 if interpreting() else cdiv(multiprocessors(device), 4)
 
 
-def outer_product_weight_grad(g: torch.Tensor, x: torch.Tensor, c: int) -> torch.Tensor:
-    """out_proj's weight gradient from a block of rows i: dW[r, p*c + q] = sum_(b, i, j) g[b, i, j, r]
-    x[b, i*c + p, j*c + q], (R, c*c) float32, the normalization's scale on one side (Gs and the plain
-    outer products, cuBLAS's a_rows^T b; or g and `outer_products`). g (B, n, N, R) 16-bit (any strides),
-    x (B, n*c, N*c) g's dtype. Partial sums over fixed runs of pairs are added in a fixed order:
-    bit-reproducible."""
+def weight_grad_partials(R: int, c: int, device: torch.device) -> torch.Tensor:
+    """The float32 buffer of `outer_product_weight_grad`'s partial sums, (splits, R, c*c), uninitialized (the
+    first block writes every element); out_proj's weight gradient is its sum over dim 0, once after the
+    last block (a fixed order: bit-reproducible)."""
+    return empty(_dw_splits(device), R, c * c, dtype=torch.float32, device=device)
+
+
+def outer_product_weight_grad(g: torch.Tensor, x: torch.Tensor, c: int, partials: torch.Tensor,
+                              accumulate: bool) -> None:
+    """out_proj's weight gradient from a block of rows i, dW[r, p*c + q] = sum_(b, i, j) g[b, i, j, r]
+    x[b, i*c + p, j*c + q], as partial sums over fixed runs of pairs written into `partials`
+    (`weight_grad_partials`), or added to the earlier blocks' there with `accumulate` (no sum and add a
+    block on the host). The normalization's scale on one side (Gs and the plain outer products, cuBLAS's
+    a_rows^T b; or g and `outer_products`). g (B, n, N, R) 16-bit (any strides), x (B, n*c, N*c) g's dtype."""
     B, n, N, R = g.shape
-    splits = _dw_splits(g.device)
-    ws = empty(splits, R, c * c, dtype=torch.float32, device=g.device)
-    args = (g, *g.stride(), x, *x.stride(), ws, ws.stride(0), ws.stride(1), n, N, R, B * n * N)
+    splits = partials.shape[0]
+    args = (g, *g.stride(), x, *x.stride(), partials, partials.stride(0), partials.stride(1), n, N, R, B * n * N)
 
     def grid(meta):
         return (cdiv(R, meta["BLOCK_R"]) * (c * c // meta["BLOCK_K"]), splits)
 
     interpret = {"BLOCK_R": 16, "BLOCK_K": min(64, c * c), "BLOCK_P": 16}
-    launch(_opm_dw_kernel, _tuned_dw, _dw_configs, _dw_prune, grid, args, {"C": c}, interpret)
-    return ws.sum(0)
+    launch(_opm_dw_kernel, _tuned_dw, _dw_configs, _dw_prune, grid, args, {"C": c, "ACCUMULATE": accumulate},
+           interpret)
 
 
 def normalized_grad(g: torch.Tensor, scale: torch.Tensor, scaled_sum: bool) -> tuple[torch.Tensor, torch.Tensor]:
