@@ -204,8 +204,10 @@ _LN_AF2_MAIN = dict(stride_xb=512 * 384 * 256, stride_xs=384 * 256, stride_xi=25
 def specialized_launches():
     """The Outer Product Mean kernels' default launches at opm-af2-main's argument values (see compile_sm90)."""
     for name, kernel, ptrs, consts, warps, stages in launches():
-        if kernel is lnl._ln_linear_kernel and consts["SPLIT"] and consts["BLOCK_D"] == 256:
-            yield f"{name} at opm-af2-main", kernel, ptrs, consts, warps, stages, _LN_AF2_MAIN
+        if kernel is lnl._ln_linear_kernel and consts["BLOCK_D"] == 256 and "fp16" not in name:
+            # the 16-bit projections' weight is (64, 256), the float32 ones' [w_hi | w_lo | w_hi] (64, 768)
+            yield (f"{name} at opm-af2-main", kernel, ptrs, consts, warps, stages,
+                   _LN_AF2_MAIN | ({} if consts["SPLIT"] else {"stride_wk": 256}))
         if kernel is lnl._ln_linear_bwd_kernel:
             values = {k: v for k, v in _LN_AF2_MAIN.items() if k in kernel.arg_names}
             yield (f"{name} at opm-af2-main", kernel, ptrs, consts, warps, stages,

@@ -284,7 +284,12 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers: str) -> int:
+def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers: str,
+              backward_on_caller: bool = False) -> int:
+    """Times the suite's cases (see the module's docstring). `backward_on_caller` runs every implementation's
+    backward on the calling thread (torch.autograd.set_multithreading_enabled(False)) rather than on the autograd
+    engine's CUDA device thread, whose hand-off cost ~0.8 ms of host time a training step on the lent H200 hosts
+    (notes/PERFORMANCE.md, session 15); the results' meta records which."""
     if not torch.cuda.is_available():
         print("evofuse bench: no CUDA device here, so nothing is timed against the peers; "
               "a small CPU run of the reference follows")
@@ -298,8 +303,12 @@ def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers
     import triton
 
     meta = {"gpu": gpu, "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-    print(f"evofuse bench on {gpu}, torch {meta['torch']}, triton {meta['triton']}", flush=True)
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "backward_thread": "caller" if backward_on_caller else "autograd engine"}
+    print(f"evofuse bench on {gpu}, torch {meta['torch']}, triton {meta['triton']}, backward on the "
+          f"{meta['backward_thread']} thread", flush=True)
+    if backward_on_caller:
+        torch.autograd.set_multithreading_enabled(False)
     rows = []
     folder = _gpu_folder(Path(out), gpu)
     for case in _select(suite):
@@ -329,7 +338,8 @@ def write_results(rows: list[dict], meta: dict, out: Path) -> Path:
         writer = csv.DictWriter(f, fieldnames=["case", "mode", "impl", "dtype", "ms", "peak_mib", "tflops", "rel_err", "status"])
         writer.writeheader()
         writer.writerows(rows)
+    threads = f", backward on the {meta['backward_thread']} thread" if "backward_thread" in meta else ""
     (folder / "results.md").write_text(
-        f"{meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, {meta['date']}\n\n{markdown(rows)}\n")
+        f"{meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, {meta['date']}{threads}\n\n{markdown(rows)}\n")
     plot(rows, folder / "speedup.png", f"evofuse on {meta['gpu']} (median ms, do_bench)")
     return folder

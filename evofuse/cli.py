@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--train", action="store_true", help="also time forward+backward")
     bench.add_argument("--out", default="benchmarks/results", help="results folder (a subfolder per GPU)")
     bench.add_argument("--peers", default="all", help="'all', 'none' (evofuse alone) or comma-separated peer names")
+    bench.add_argument("--backward-on-caller", action="store_true",
+                       help="run every backward on the calling thread (torch.autograd.set_multithreading_enabled(False)) "
+                            "instead of the autograd engine's device thread, for every implementation")
 
     args = parser.parse_args(argv)
     if args.command == "check":
@@ -33,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_check(args.trials, args.dtype, args.case, args.impl, args.precision)
     from .bench import run_bench
 
-    return run_bench(args.suite, args.dtype, args.train, args.out, args.peers)
+    return run_bench(args.suite, args.dtype, args.train, args.out, args.peers, args.backward_on_caller)
 
 
 if __name__ == "__main__":
