@@ -16,6 +16,8 @@ from evofuse.suite import SUITE, make_inputs, make_module
 
 warnings.filterwarnings("ignore")
 name, dtype, tag = sys.argv[1], getattr(torch, sys.argv[2]), sys.argv[3]
+if "one-thread" in sys.argv[4:]:  # (run 5) the backward on the calling thread, not the autograd engine's device thread
+    torch.autograd.set_multithreading_enabled(False)
 case = next(c for c in SUITE if c.name == name)
 mod = make_module(case).cuda().to(dtype)
 inputs = [t.requires_grad_(True) if t.dim() == 4 else t for t in make_inputs(case, "cuda", dtype, fully_masked=False)]
@@ -32,12 +34,11 @@ for _ in range(7):
         step()
     host.append((time.perf_counter() - t0) / 20 * 1e6)
     torch.cuda.synchronize()
-torch.cuda._sleep(50_000_000)
-t0 = time.perf_counter()
-for _ in range(2000):
+t0 = time.perf_counter()  # (run 1 timed these behind a queued sleep: 2000 launches fill the launch queue, so its
+for _ in range(2000):     # 17.8 us was the queue's wait; from run 3 on, the host's own time as in the host-speed line)
     x.add_(1)
-add = (time.perf_counter() - t0) / 2000 * 1e6
 torch.cuda.synchronize()
+add = (time.perf_counter() - t0) / 2000 * 1e6
 bench = [triton.testing.do_bench(step, return_mode="median") for _ in range(5)]
 print(f"{tag:5s} {name} {sys.argv[2]} ({evofuse.__file__.split('/')[-3]}): host {statistics.median(host):7.1f} us a step "
       f"(min {min(host):.1f}), x.add_ {add:.1f} us; do_bench ms: " + " ".join(f"{b:.3f}" for b in bench))

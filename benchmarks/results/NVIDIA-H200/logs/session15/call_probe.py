@@ -74,6 +74,7 @@ bw.outer_product_mean_backward = timed("outer_product_mean_backward", bw.outer_p
 lib.outer_product_mean_backward = bw.outer_product_mean_backward
 functional.outer_product_mean = timed("functional.outer_product_mean", functional.outer_product_mean)
 import evofuse.modules as modules  # noqa: E402
+
 modules.functional = functional
 for _ in range(3):
     step()
