@@ -288,8 +288,10 @@ def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers
               backward_on_caller: bool = False) -> int:
     """Times the suite's cases (see the module's docstring). `backward_on_caller` runs every implementation's
     backward on the calling thread (torch.autograd.set_multithreading_enabled(False)) rather than on the autograd
-    engine's CUDA device thread, whose hand-off cost ~0.8 ms of host time a training step on the lent H200 hosts
-    (notes/PERFORMANCE.md, session 15); the results' meta records which."""
+    engine's CUDA device thread; the results' meta records which. (On the lent H200 hosts the Outer Product Mean's
+    training step took ~1.4 ms of host time on the calling thread against ~2.2 ms on the engine's, warm, in
+    separate processes; the bench's own readings did not follow in the one run that compared them:
+    notes/PERFORMANCE.md, session 15.)"""
     if not torch.cuda.is_available():
         print("evofuse bench: no CUDA device here, so nothing is timed against the peers; "
               "a small CPU run of the reference follows")
