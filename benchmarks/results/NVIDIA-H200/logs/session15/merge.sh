@@ -2,7 +2,7 @@
 # How benchmarks/results/NVIDIA-H200/results.* were made (run from the repository root): the rows of sessions 4-14
 # (../session14/merge.sh says where each comes from; its call is repeated here), then these rows of session 15,
 # which replace earlier rows of the same case, mode and implementation:
-# - run 4 (~07:17 UTC 2026-11-30, `python3 -m evofuse bench --suite opm-af2-main,opm-af2-extra,opm-long --dtype
+# - run 4 (06:41-06:43 UTC 2026-11-30, `python3 -m evofuse bench --suite opm-af2-main,opm-af2-extra,opm-long --dtype
 #   bfloat16 --train --peers "eager fp32,folded einsum bf16"`, then `python3 -m evofuse bench --suite att-af2-main
 #   --dtype bfloat16 --train --peers "eager fp32,FlexAttention bf16"` in the same call): the Outer Product Mean's
 #   bf16 forward and forward+backward at the three suite shapes and row attention at att-af2-main, evofuse beside
