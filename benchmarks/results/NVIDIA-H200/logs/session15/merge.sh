@@ -9,7 +9,8 @@
 #   eager fp32 and the folded einsum / FlexAttention, on the committed code (session 15's host trims). Its
 #   opm-af2-main step read 2.298 ms (host-bound); run 6 (evofuse alone, run6-engine.json) read 1.885 on the same
 #   code; notes/PERFORMANCE.md, "Session 15", has every reading.
-# Runs 1-3, 5 and 7 are tests and probes; run 7's bench timed a projections kernel that was reverted.
+# Runs 1-3, 5, 7 and 8 are tests and probes; run 7's bench timed a projections kernel that was reverted; run 8 read
+# the step, evofuse alone, at 1.826-1.837 ms in six processes (8-threads.log).
 source benchmarks/results/NVIDIA-H200/logs/session6/merge.sh
 L7=benchmarks/results/NVIDIA-H200/logs/session7
 L8=benchmarks/results/NVIDIA-H200/logs/session8
