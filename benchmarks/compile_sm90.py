@@ -112,14 +112,15 @@ def launches():
                 cfg = opm._prune(opm._configs(), {}, **consts)[0]
                 yield (f"opm {form} c={C} norm={norm} accumulate={acc}", opm._opm_kernel, ptrs, consts | cfg.kwargs,
                        cfg.num_warps, cfg.num_stages)
-    for form, dt, scaled in (("bf16", "bf16", False), ("fp32 fast", "fp16", True)):
+    for form, dt, split, scaled in (("bf16", "bf16", False, False), ("fp32 fast", "fp16", False, True),
+                                    ("fp32", "fp16", True, True)):
         ptrs = {n: f"*{dt}" for n in ("a_ptr", "b_ptr", "w_ptr")} | {"o_ptr": "*bf16" if dt == "bf16" else "*fp32"}
         ptrs |= {n: "*fp32" for n in ("sc_ptr", "wb_ptr", "inv_scale_ptr", "ws_ptr", "p_ptr")}
         for norm, acc in ((0, False), (1, True)):
-            consts = dict(C=32, NORM=norm, SCALED=scaled, ACCUMULATE=acc, ADD_BIAS=True)
-            cfg = opm._two_pass_configs()[0]
-            yield (f"opm two-pass {form} c=32 norm={norm} accumulate={acc}", opm._opm_two_pass_kernel, ptrs,
-                   consts | cfg.kwargs, cfg.num_warps, cfg.num_stages)
+            consts = dict(C=32, NORM=norm, SPLIT=split, SCALED=scaled, ACCUMULATE=acc, ADD_BIAS=True)
+            for k, cfg in enumerate(opm._multipass_prune(opm._multipass_configs(), {}, **consts)):
+                yield (f"opm multi-pass {form} c=32 norm={norm} accumulate={acc} config {k}", opm._opm_multipass_kernel,
+                       ptrs, consts | cfg.kwargs, cfg.num_warps, cfg.num_stages)
     for norm in range(3):
         yield (f"opm pair scale norm={norm}", opm._pair_scale_kernel, {"m_ptr": "*fp32", "sc_ptr": "*fp32"},
                dict(NORM=norm, HAS_MASK=True, EPS=1e-3, BLOCK_I=32, BLOCK_J=32, BLOCK_S=32), 4, 3)
@@ -192,7 +193,7 @@ _OPM_AF2_MAIN = dict(stride_ab=512 * 384 * 32, stride_as=384 * 32, stride_ai=32,
                      stride_bs=384 * 32, stride_bj=32, stride_scb=384 * 384, stride_sci=384, stride_scj=1,
                      stride_wr=1024, stride_wk=1, stride_ob=384 * 384 * 128, stride_oi=384 * 128, stride_oj=128,
                      stride_or=1, stride_pb=384 * 384 * 128, stride_pi=384 * 128, stride_pj=128, stride_pr=1,
-                     S=512, NI=384, N=384, R=128, S_LO=0, S_HI=512, S_BUCKET=512, N_BUCKET=512)
+                     S=512, NI=384, N=384, R=128, S_BUCKET=512, N_BUCKET=512)
 
 
 # the float32 projections' launch there: x (1, 512, 384, 256) contiguous, [w_hi | w_lo | w_hi] (64, 768), out (2, ..., 32)
@@ -222,11 +223,13 @@ def specialized_launches():
                    dict(stride_gb=192 * 384 * 128, stride_gi=384 * 128, stride_gj=128, stride_gr=1,
                         stride_xb=192 * 32 * 384 * 32, stride_xr=384 * 32, stride_xc=1, stride_wss=128 * 1024,
                         stride_wsr=1024, NI=192, N=384, R=128, PAIRS=192 * 384))
-        two_pass = kernel is opm._opm_two_pass_kernel  # its accumulating form too: the most shared memory
-        if (kernel is opm._opm_kernel or two_pass) and consts["C"] == 32 and (two_pass or not consts["ACCUMULATE"]):
+        multipass = kernel is opm._opm_multipass_kernel  # its accumulating form too: the most shared memory
+        if (kernel is opm._opm_kernel or multipass) and consts["C"] == 32 and (multipass or not consts["ACCUMULATE"]):
             values = {k: v for k, v in _OPM_AF2_MAIN.items() if k in kernel.arg_names}
-            if two_pass:
-                values |= {"B": 1, "stride_wsp": opm._workspace_size(128, 32)}
+            if multipass:
+                halves = 512 * 384 * 32 if consts["SPLIT"] else 0  # hi to lo: (2, B, S, N, c) and (2, 1, R, c*c)
+                values |= {"B": 1, "stride_wsp": opm._workspace_size(128, 32), "stride_ah": halves,
+                           "stride_bh": halves, "stride_wh": 128 * 1024 if consts["SPLIT"] else 0}
             yield f"{name} at opm-af2-main", kernel, ptrs, consts, warps, stages, values
 
 

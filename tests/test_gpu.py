@@ -90,12 +90,12 @@ def test_every_candidate_config(op, dtype, monkeypatch):
         mod = att_module(256, 32, 8, seed=9).cuda()
         inputs = (torch.randn(1, 5, 97, 256, device="cuda"), torch.randn(1, 97, 97, 32, device="cuda"),
                   random_mask(1, 5, 97, "rows", 1).cuda())
-    if op == "opm":  # 16-bit at hidden_dim 32 takes the two-pass kernel: its candidates, then the one-pass ones
-        for cfg in module._two_pass_configs() if dtype != torch.float32 else []:
+    if op == "opm":  # hidden_dim 32 takes the multi-pass kernel: its candidates of the form, then the one-pass ones
+        for cfg in module._multipass_prune(module._multipass_configs(), {}, SPLIT=dtype == torch.float32):
             with monkeypatch.context() as m:
-                m.setattr(module, "_two_pass_configs", lambda cfg=cfg: [cfg])
+                m.setattr(module, "_multipass_configs", lambda cfg=cfg: [cfg])
                 contract(mod, inputs, dtype)
-        monkeypatch.setattr(module, "TWO_PASS", False)
+        monkeypatch.setattr(module, "MULTIPASS", False)
     for cfg in module._configs():
         monkeypatch.setattr(module, "_configs", lambda cfg=cfg: [cfg])
         if not module._prune([cfg], {}, C=32, N_BUCKET=128, BLOCK_D=32, SPLIT=dtype == torch.float32):
@@ -185,11 +185,11 @@ def test_single_launch_calls_are_replayed(case, dtype):
 @pytest.mark.parametrize("path", ["auto", "tiled", "one-pass"])
 def test_opm_awkward(N, S, c, dtype, path, monkeypatch):
     """"auto" lets small problems take the single-launch kernel; "tiled" forces the tiled kernels (the
-    two-pass kernel for 16-bit at hidden_dim 32 and 64), "one-pass" the tiled kernel in one pass. Output
+    multi-pass kernel at hidden_dim 32 and 64), "one-pass" the tiled kernel in one pass. Output
     widths 19 to 128 cross out_proj's row blocks."""
     if path != "auto":
         monkeypatch.setattr(outer_product_mean, "SMALL_MAX_N", 0)
-    monkeypatch.setattr(outer_product_mean, "TWO_PASS", path != "one-pass")
+    monkeypatch.setattr(outer_product_mean, "MULTIPASS", path != "one-pass")
     pair_dim = {8: 19, 16: 40, 32: 128, 64: 100}[c]
     for k, normalization in enumerate(["seed", "af2", "boltz"]):
         mod = opm_module(24, pair_dim, c, seed=N + c, normalization=normalization).cuda()
@@ -299,6 +299,16 @@ def test_att_long_memory(dtype, limit):
     x, z, mask = make_inputs(case, "cuda", dtype)
     mib, _ = _extra_mib(lambda: mod(x, z, mask, impl="triton"))
     assert mib <= limit, f"att-long {dtype} used {mib:.0f} MiB beyond the inputs"
+
+
+@pytest.mark.parametrize("S", [16384, 4101])
+def test_opm_float32_long_msa(S, monkeypatch):
+    """float32 at the default precision over up to 16k MSA rows (chunks of SPLIT_CHUNK_S rows, the last one
+    short, each the rows taken three times for the hi/lo products) keeps the contract against float64."""
+    monkeypatch.setattr(outer_product_mean, "SMALL_MAX_N", 0)
+    mod = opm_module(32, 64, 32, seed=S, normalization="seed").cuda()
+    x = torch.randn(1, S, 40, 32, device="cuda")
+    contract(mod, (x, random_mask(1, S, 40, "random", 3).cuda()), torch.float32)
 
 
 def test_opm_offsets_past_2_31():

@@ -32,13 +32,13 @@ def run(mod, x, mask, dtype, **kw):
 @pytest.fixture(params=["single-launch", "tiled", "one-pass"])
 def path(request, monkeypatch):
     """Small problems take the single-launch kernel; "tiled" forces the projection + tiled kernels (the
-    two-pass one for one-float16 operands at hidden_dim 32 and 64), "one-pass" the tiled kernel in one
+    multi-pass one for one-float16 operands at hidden_dim 32 and 64), "one-pass" the tiled kernel in one
     pass."""
     import evofuse.ops.outer_product_mean as op
 
     if request.param != "single-launch":
         monkeypatch.setattr(op, "SMALL_MAX_N", 0)
-    monkeypatch.setattr(op, "TWO_PASS", request.param != "one-pass")
+    monkeypatch.setattr(op, "MULTIPASS", request.param != "one-pass")
     return request.param
 
 
@@ -183,12 +183,14 @@ def test_hidden_dim_64(N, S, normalization, mask_kind, dtype, monkeypatch, path)
 
 
 @pytest.mark.parametrize("c, dtype, precision, kernel", [
-    (32, torch.float16, "default", "_opm_two_pass_kernel"), (64, torch.float16, "default", "_opm_two_pass_kernel"),
-    (32, torch.float32, "fast", "_opm_two_pass_kernel"), (32, torch.float32, "default", "_opm_kernel"),
+    (32, torch.float16, "default", "_opm_multipass_kernel"), (64, torch.float16, "default", "_opm_multipass_kernel"),
+    (32, torch.float32, "fast", "_opm_multipass_kernel"), (32, torch.float32, "default", "_opm_multipass_kernel"),
+    (64, torch.float32, "default", "_opm_multipass_kernel"), (16, torch.float32, "default", "_opm_kernel"),
     (16, torch.float16, "default", "_opm_kernel")])
-def test_two_pass_kernel_takes_one_float16_operands_at_hidden_dim_32(c, dtype, precision, kernel, monkeypatch):
-    """The kernel each form takes (the float32 contract's hi/lo products stay in one pass), and the
-    two-pass kernel's persistent programs each visiting several tiles and batch elements."""
+def test_multipass_kernel_takes_hidden_dim_32(c, dtype, precision, kernel, monkeypatch):
+    """The kernel each form takes (hidden_dim 32 and 64's 32-wide parts the multi-pass one, the float32
+    contract's hi/lo halves in four passes), and its persistent programs each visiting several tiles and
+    batch elements."""
     import evofuse.ops.outer_product_mean as op
 
     monkeypatch.setattr(op, "SMALL_MAX_N", 0)
@@ -205,9 +207,9 @@ def test_two_pass_kernel_takes_one_float16_operands_at_hidden_dim_32(c, dtype, p
     else:
         assert_contract(out, exact, dtype, precision=precision, ref_fp32=ref32)
     assert {name for name, _ in launched} == {kernel}
-    if kernel == "_opm_two_pass_kernel" and interpreting():
+    if kernel == "_opm_multipass_kernel" and interpreting():
         assert all(grid == (2,) for _, grid in launched)  # 6 x 6 tiles x 3 batch elements on 2 programs
-    elif kernel == "_opm_two_pass_kernel":  # on a GPU: at most one program a multiprocessor
+    elif kernel == "_opm_multipass_kernel":  # on a GPU: at most one program a multiprocessor
         assert all(grid[0] <= op._programs(torch.device(DEVICE)) for _, grid in launched)
 
 
@@ -223,13 +225,17 @@ def test_float32_long_msa_in_chunks_of_rows(c, normalization, mask_kind, monkeyp
     monkeypatch.setattr(op, "SPLIT_CHUNK_S", 12)
     launches = []
     real_launch = op.launch
-    monkeypatch.setattr(op, "launch", lambda *a, **k: (launches.append(a[5][-4:-2]), real_launch(*a, **k)))
+
+    def rows(kernel, args):  # the MSA rows a launch multiplies (its S argument)
+        return args[-6] if kernel is op._opm_multipass_kernel else args[-3]
+
+    monkeypatch.setattr(op, "launch", lambda *a, **k: (launches.append(rows(a[0], a[5])), real_launch(*a, **k)))
     N, S = 9, 37
     mod = opm_module(12, 6, c, seed=c, normalization=normalization)
     out, exact, _, ref32 = run(mod, torch.randn(2, S, N, 12), random_mask(2, S, N, mask_kind, seed=c), torch.float32)
     assert_contract(out, exact, torch.float32, ref_fp32=ref32)
-    parts = (c // op.SPLIT_PART) ** 2 if c > op.SPLIT_PART else 1
-    assert launches == [(0, 12), (12, 24), (24, 36), (36, 37)] * parts
+    parts = (c // 32) ** 2 if c > 32 else 1
+    assert launches == [12, 12, 12, 1] * parts
 
 
 def test_small_problems_take_one_launch(monkeypatch):
@@ -300,7 +306,7 @@ def test_backward_kernels_against_float64(c, n, N, S, R):
 @pytest.mark.parametrize("mask_kind", ["rows", "none", "empty"])
 @pytest.mark.parametrize("normalization", ["seed", "af2", "boltz"])
 def test_pair_scale_kernel(normalization, mask_kind):
-    """The per-pair scale the two-pass forward and the backward read (one kernel launch) against the
+    """The per-pair scale the multi-pass forward and the backward read (one kernel launch) against the
     reference's counts in float64: a fully masked row and residue, no mask, everything masked."""
     from evofuse.ops.outer_product_mean import pair_scale
     from evofuse.reference import AF2_EPS

@@ -8,20 +8,22 @@ Two stages:
    rearranged to X[(i j), (p q)], scaled by the normalization and contracted with out_proj's weight
    in the epilogue, and only the (B, N, N, pair_dim) output is written. No N*N*c*c tensor exists.
    The normalization's per-pair scale comes from one small kernel before (`pair_scale`): counting the
-   mask inside the MSA-row loop, a load Triton's pipeliner does not prefetch, cost the two-pass kernel
+   mask inside the MSA-row loop, a load Triton's pipeliner does not prefetch, cost the multi-pass kernel
    below 0.07 ms of its 0.58 on opm-af2-main.
    Its operands are 16-bit: bfloat16/float16 inputs as they are; float32 inputs scaled by a power of
    two into float16's range, at the "fast" precision as one float16 each (11-bit mantissas), at the
    default precision as float16 hi + lo pairs with three products per pair of operands (hi*hi +
    hi*lo + lo*hi, ~2**-22 relative: the float32 contract on float16 tensor cores, which run ~2x
    TF32's rate; 3xTF32 in Triton measured 59.7 ms on opm-af2-main, IEEE cuBLAS blocks 8.6 ms).
-One-float16 operands (bfloat16/float16 inputs, float32 at "fast") at hidden_dim 32 take
-`_opm_two_pass_kernel` instead: 64 (i, j) pairs a tile in two passes over the channels p, out_proj's
-product with its rows as the wgmma's M and a per-program float32 workspace between the passes
-(opm-af2-main bf16: kernel 0.713 -> 0.578 ms on the H200).
-hidden_dim 64 runs stage 2 as four 32-wide parts summed in float32; float32 at the default precision
-runs it in parts of SPLIT_PART channels (hidden_dim 32 as four 16-wide parts: opm-af2-main 6.67 ->
-3.19 ms on the H200) and on chunks of at most SPLIT_CHUNK_S MSA rows, summed likewise. Small problems (N <= 128, a short
+At hidden_dim 32 (and the 32-wide parts of 64) stage 2 is `_opm_multipass_kernel` instead: more (i, j)
+pairs a tile in passes over the channels p, out_proj's product with its rows as the wgmma's M and a
+per-program float32 workspace between the passes. One-float16 operands (bfloat16/float16 inputs, float32
+at "fast") take two passes of 64 pairs (opm-af2-main bf16: kernel 0.713 -> 0.578 ms on the H200); float32
+at the default precision four of 128 pairs, the hi/lo products of the MSA rows as one loop over the rows
+taken three times (before: `_opm_kernel` in four 16-wide parts, 1.91 ms on opm-af2-main).
+hidden_dim 64 runs stage 2 as four 32-wide parts summed in float32; without the multi-pass kernel (hidden_dim
+8 and 16, or switched off) float32 at the default precision runs it in parts of SPLIT_PART channels. float32 at
+the default precision multiplies chunks of at most SPLIT_CHUNK_S MSA rows, summed likewise. Small problems (N <= 128, a short
 MSA) take one launch instead: `_opm_small_kernel` projects its residues' rows itself.
 """
 
@@ -74,7 +76,7 @@ def _opm_kernel(
     # X (B, NI*C, N*C), stride_oi its rows' and stride_oj its columns' (stride_or unused)
     p_ptr, stride_pb, stride_pi, stride_pj, stride_pr,  # ACCUMULATE: float32 partial sums (B, NI, N, R) to add
     NI, N, R,  # NI: rows i in this launch (a, sc and out start at its first row), N: columns j
-    S_LO, S_HI,  # the MSA rows this launch multiplies
+    S,  # the MSA rows this launch multiplies (a and b start at its first)
     S_BUCKET, N_BUCKET,  # autotuning keys only
     C: tl.constexpr,
     NORM: tl.constexpr,  # 0 seed, 1 af2 (which divides the bias too), 2 boltz
@@ -103,7 +105,7 @@ def _opm_kernel(
     col_off = col_j.to(tl.int64) * stride_bj + cols % C
     acc = tl.zeros((BLOCK_I * C, BLOCK_J * C), dtype=tl.float32)
     acc = _products(acc, a_ptr + pid_b * stride_ab, a_lo_ptr + pid_b * stride_ab, stride_as, row_off, row_i < NI,
-                    b_ptr + pid_b * stride_bb, b_lo_ptr + pid_b * stride_bb, stride_bs, col_off, col_j < N, S_LO, S_HI,
+                    b_ptr + pid_b * stride_bb, b_lo_ptr + pid_b * stride_bb, stride_bs, col_off, col_j < N, S,
                     SPLIT, BLOCK_S)
     sc_b = sc_ptr + pid_b * stride_scb
 
@@ -132,13 +134,13 @@ def _opm_kernel(
 
 
 @triton.jit
-def _products(acc, a_b, a_lo_b, stride_as, row_off, row_ok, b_b, b_lo_b, stride_bs, col_off, col_ok, S_LO, S_HI,
+def _products(acc, a_b, a_lo_b, stride_as, row_off, row_ok, b_b, b_lo_b, stride_bs, col_off, col_ok, S,
               SPLIT: tl.constexpr, BLOCK_S: tl.constexpr):
-    """acc [rows, cols] += sum over MSA rows s in [S_LO, S_HI) of a[s, rows]^T b[s, cols] (a_b, b_b: this
+    """acc [rows, cols] += sum over the MSA rows s < S of a[s, rows]^T b[s, cols] (a_b, b_b: this
     batch element's a and b; row_off, col_off: the rows' and columns' offsets in them)."""
-    for s0 in range(S_LO, S_HI, BLOCK_S):
+    for s0 in range(0, S, BLOCK_S):
         s = s0 + tl.arange(0, BLOCK_S)
-        s_ok = s < S_HI
+        s_ok = s < S
         s64 = s.to(tl.int64)
         a_off = row_off[:, None] + s64[None, :] * stride_as  # [rows, BLOCK_S]
         a_ok = row_ok[:, None] & s_ok[None, :]
@@ -282,11 +284,38 @@ def _pair_scale_kernel(
 
 
 @triton.jit
-def _opm_two_pass_kernel(
-    a_ptr, stride_ab, stride_as, stride_ai,  # a: (B, S, N, C), masked, 16-bit; channel stride 1
-    b_ptr, stride_bb, stride_bs, stride_bj,  # b: (B, S, N, C), masked, 16-bit; channel stride 1
+def _stacked_products(acc, a_b, stride_ah, stride_as, row_off, row_ok, b_b, stride_bh, stride_bs, col_off, col_ok, S,
+                      SPLIT: tl.constexpr, BLOCK_S: tl.constexpr):
+    """acc [rows, cols] += sum over the MSA rows s < S of a[s, rows]^T b[s, cols] (a_b, b_b: this batch element's
+    a and b; row_off, col_off: the rows' and columns' offsets in them). SPLIT: a and b are float16 hi halves with
+    their lo halves stride_ah / stride_bh further on, and the three products a_hi b_lo + a_lo b_hi + a_hi b_hi
+    (small terms first) are one sum over the MSA rows taken three times, so that one pipelined loop runs them."""
+    TERMS: tl.constexpr = 3 if SPLIT else 1
+    for t0 in range(0, TERMS * S, BLOCK_S):
+        t = t0 + tl.arange(0, BLOCK_S)  # [BLOCK_S]: (term, s) rows of the stacked operands
+        t_ok = t < TERMS * S
+        if SPLIT:
+            term = t // S
+            s64 = (t - term * S).to(tl.int64)
+            a_s = s64 * stride_as + (term == 1).to(tl.int64) * stride_ah  # a_hi, a_lo, a_hi
+            b_s = s64 * stride_bs + (term == 0).to(tl.int64) * stride_bh  # b_lo, b_hi, b_hi
+        else:
+            a_s = t.to(tl.int64) * stride_as
+            b_s = t.to(tl.int64) * stride_bs
+        a_t = tl.load(a_b + row_off[:, None] + a_s[None, :], mask=row_ok[:, None] & t_ok[None, :],
+                      other=0.0)  # [rows, BLOCK_S]
+        b_t = tl.load(b_b + b_s[:, None] + col_off[None, :], mask=t_ok[:, None] & col_ok[None, :],
+                      other=0.0)  # [BLOCK_S, cols]
+        acc = tl.dot(a_t, b_t, acc)  # 16-bit operands, fp32 accumulator
+    return acc
+
+
+@triton.jit
+def _opm_multipass_kernel(
+    a_ptr, stride_ab, stride_ah, stride_as, stride_ai,  # a: (B, S, N, C), masked, 16-bit; channel stride 1
+    b_ptr, stride_bb, stride_bh, stride_bs, stride_bj,  # b: (B, S, N, C), masked, 16-bit; channel stride 1
     sc_ptr, stride_scb, stride_sci, stride_scj,  # the normalization's per-pair scale (B, NI, N) float32
-    w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C), a's dtype
+    w_ptr, stride_wh, stride_wr, stride_wk,  # out_proj weight: (R, C*C), a's dtype
     wb_ptr,  # out_proj bias: (R,)
     inv_scale_ptr,  # SCALED only: one float32, 1 / (the power-of-two scales of a, b and w)
     ws_ptr, stride_wsp,  # workspace: (programs, R rounded up to BLOCK_R, BLOCK_I*BLOCK_J) float32
@@ -296,24 +325,29 @@ def _opm_two_pass_kernel(
     S_BUCKET, N_BUCKET,  # autotuning keys only
     C: tl.constexpr,
     NORM: tl.constexpr,  # 0 seed, 1 af2 (which divides the bias too), 2 boltz
-    TILE_ROWS: tl.constexpr,  # BLOCK_I * C / 2, rows of the first product (one half of the channels p)
+    PASSES: tl.constexpr,  # passes over the channels p, C // PASSES of them a pass
+    TILE_ROWS: tl.constexpr,  # BLOCK_I * C / PASSES, rows of the first product (a pass's channels p)
     TILE_COLS: tl.constexpr,  # BLOCK_J * C, its columns
     BLOCK_S: tl.constexpr,
     BLOCK_R: tl.constexpr,  # out_proj's rows a step of the epilogue: the M of its product (Hopper's wgmma: 64)
+    W_STAGES: tl.constexpr,  # the epilogue's pipeline depth over out_proj's row blocks
     GROUP_I: tl.constexpr,
-    SCALED: tl.constexpr,  # float32 at the "fast" precision: a, b, w scaled by powers of two (float16)
+    SPLIT: tl.constexpr,  # float32 contract: a, b, w as float16 hi halves, the lo halves stride_ah / _bh / _wh on
+    SCALED: tl.constexpr,  # float32 inputs: a, b, w scaled by powers of two (float16)
     ACCUMULATE: tl.constexpr,  # add the partial sums at p_ptr (hidden_dim 64 runs as four 32-wide parts)
     ADD_BIAS: tl.constexpr,  # add out_proj's bias (the last part only)
 ):
-    """`_opm_kernel` for one-float16 operands with twice the (i, j) pairs a tile (64 at hidden_dim 32), in
-    two passes over the channels p: each pass accumulates X_half [(i p'), (j q)] over the MSA rows, then
-    adds W[:, half] @ X_half^T [r, (i j)] to this program's float32 workspace (the second pass reads it
-    back and finishes). The epilogue's product so has out_proj's rows as its M (a wgmma, both operands in
-    shared memory, the weight's blocks streamed in by asynchronous copies) instead of 32 pairs (chains of
-    mma.sync: 0.31 of the one-pass kernel's 0.71 ms on opm-af2-main, 125 TFLOP/s), and reads out_proj's
-    weight once per 64 pairs instead of 32. Persistent: each program takes tiles program_id, +
-    programs, ... of every batch element, so that its workspace is its own."""
-    CP: tl.constexpr = C // 2
+    """`_opm_kernel` for 16-bit operands at hidden_dim 32 with more (i, j) pairs a tile (64 for one-float16
+    operands, 128 for SPLIT's halves), in PASSES passes over the channels p: each pass accumulates
+    X_part [(i p'), (j q)] over the MSA rows, then adds W[:, part] @ X_part^T [r, (i j)] to this program's
+    float32 workspace (the last pass reads it back and finishes). The epilogue's product so has out_proj's
+    rows as its M (a wgmma, both operands in shared memory) instead of 32 pairs (chains of mma.sync: 0.31 of
+    the one-pass kernel's 0.71 ms on opm-af2-main, 125 TFLOP/s), and reads out_proj's weight once per tile.
+    SPLIT (the float32 contract) runs the three hi/lo products of the MSA rows as one loop over 3S stacked
+    rows and three of the epilogue's (w_hi x_lo + w_lo x_hi + w_hi x_hi); its four passes keep x's and w's
+    halves within shared memory. Persistent: each program takes tiles program_id, + programs, ... of every
+    batch element, so that its workspace is its own."""
+    CP: tl.constexpr = C // PASSES
     BLOCK_I: tl.constexpr = TILE_ROWS // CP
     BLOCK_J: tl.constexpr = TILE_COLS // C
     PAIRS: tl.constexpr = BLOCK_I * BLOCK_J
@@ -338,34 +372,46 @@ def _opm_two_pass_kernel(
         b_b = b_ptr + pid_b * stride_bb
         scale = tl.load(sc_ptr + pid_b * stride_scb + out_i * stride_sci + out_j * stride_scj, mask=pair_ok,
                         other=0.0)  # [(i j)]
-        for half in tl.static_range(2):
+        for part in tl.static_range(PASSES):
             acc = tl.zeros((BLOCK_I * CP, BLOCK_J * C), dtype=tl.float32)
-            acc = _products(acc, a_b, a_b, stride_as, row_off + half * CP, row_i < NI, b_b, b_b, stride_bs, col_off,
-                            col_j < N, 0, S, False, BLOCK_S)
-            if half == 0:
+            acc = _stacked_products(acc, a_b, stride_ah, stride_as, row_off + part * CP, row_i < NI, b_b, stride_bh,
+                                    stride_bs, col_off, col_j < N, S, SPLIT, BLOCK_S)
+            if part == 0:
                 o_base = o_ptr + pid_b * stride_ob + out_i * stride_oi + out_j * stride_oj  # [(i j)]
                 inv_scale = tl.load(inv_scale_ptr) if SCALED else 1.0
-            x_t = tl.trans((_by_pairs(acc, BLOCK_I, CP, BLOCK_J, C) * scale[:, None]).to(w_ptr.dtype.element_ty))
-            offs_k = half * CP * C + tl.arange(0, CP * C)  # out_proj's columns (p q) of this half
-            tl.debug_barrier()  # the workspace: every thread's reads of the last tile / writes of the first half done
-            for r0 in tl.range(0, R, BLOCK_R, num_stages=2):
+            x = _by_pairs(acc, BLOCK_I, CP, BLOCK_J, C) * scale[:, None]  # [(i j), (p' q)] float32
+            x_hi = x.to(w_ptr.dtype.element_ty)
+            x_t = tl.trans(x_hi)  # [(p' q), (i j)]
+            if SPLIT:
+                x_lo_t = tl.trans((x - x_hi.to(tl.float32)).to(w_ptr.dtype.element_ty))
+            offs_k = part * CP * C + tl.arange(0, CP * C)  # out_proj's columns (p q) of this pass
+            tl.debug_barrier()  # the workspace: every thread's reads of the last tile / writes of the last pass done
+            for r0 in tl.range(0, R, BLOCK_R, num_stages=W_STAGES):
                 offs_r = r0 + tl.arange(0, BLOCK_R)
                 r_ok = offs_r < R
                 w_r = tl.load(w_ptr + offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk, mask=r_ok[:, None],
                               other=0.0)  # [BLOCK_R, CP*C]
                 ws_r = ws + offs_r[:, None] * PAIRS + pair[None, :]  # [BLOCK_R, (i j)]
-                if half == 0:
-                    part = tl.zeros((BLOCK_R, PAIRS), dtype=tl.float32)
+                if part == 0:
+                    sums = tl.zeros((BLOCK_R, PAIRS), dtype=tl.float32)
                     if ACCUMULATE:  # earlier parts' sums start the accumulator, scaled as it is
-                        part = tl.load(p_ptr + pid_b * stride_pb + out_i[None, :] * stride_pi + out_j[None, :] * stride_pj
+                        sums = tl.load(p_ptr + pid_b * stride_pb + out_i[None, :] * stride_pi + out_j[None, :] * stride_pj
                                        + offs_r[:, None] * stride_pr, mask=r_ok[:, None] & pair_ok[None, :], other=0.0)
                         if SCALED:
-                            part = part / inv_scale
-                    tl.store(ws_r, tl.dot(w_r, x_t, part))
+                            sums = sums / inv_scale
                 else:
-                    out = tl.trans(tl.dot(w_r, x_t, tl.load(ws_r)))  # [(i j), BLOCK_R]
-                    _finish(out, scale, inv_scale, o_base, o_base, pair_ok, offs_r, r_ok, wb_ptr, stride_or, 0, NORM,
-                            SCALED, False, ADD_BIAS)
+                    sums = tl.load(ws_r)
+                if SPLIT:  # w x = w_hi x_lo + w_lo x_hi + w_hi x_hi, to ~2**-22; small terms first
+                    sums = tl.dot(w_r, x_lo_t, sums)
+                    w_lo = tl.load(w_ptr + stride_wh + offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk,
+                                   mask=r_ok[:, None], other=0.0)  # [BLOCK_R, CP*C]
+                    sums = tl.dot(w_lo, x_t, sums)
+                sums = tl.dot(w_r, x_t, sums)  # [BLOCK_R, (i j)]
+                if part < PASSES - 1:
+                    tl.store(ws_r, sums)
+                else:
+                    _finish(tl.trans(sums), scale, inv_scale, o_base, o_base, pair_ok, offs_r, r_ok, wb_ptr, stride_or,
+                            0, NORM, SCALED, False, ADD_BIAS)
 
 
 @triton.jit
@@ -657,47 +703,63 @@ def _interpret_meta(C: int) -> dict:
     return {"TILE_ROWS": 4 * C, "COLS_FACTOR": 1, "BLOCK_S": 16, "BLOCK_R": 16, "GROUP_I": 2}
 
 
-TWO_PASS = True  # 16-bit / "fast" float32 at hidden_dim 32 take `_opm_two_pass_kernel` (tests switch it off)
+MULTIPASS = True  # hidden_dim 32 (and 64's 32-wide parts) take `_opm_multipass_kernel` (tests switch it off)
 
 
-def _two_pass_configs() -> list[triton.Config]:
-    """Candidates of `_opm_two_pass_kernel` at hidden_dim 32: 64 (i, j) pairs, a 128 x 256 accumulator a
-    pass, 64 of out_proj's rows an epilogue step; the first is the default."""
-    return [triton.Config({"TILE_ROWS": 128, "TILE_COLS": 256, "BLOCK_S": block_s, "BLOCK_R": 64, "GROUP_I": 8},
-                          num_warps=8, num_stages=stages) for block_s, stages in ((64, 3), (64, 2), (32, 3))]
+def _multipass_configs() -> list[triton.Config]:
+    """Candidates of `_opm_multipass_kernel` at hidden_dim 32, a 128 x 256 accumulator a pass and 64 of
+    out_proj's rows an epilogue step: one-float16 operands in two passes (64 (i, j) pairs), SPLIT's halves in
+    four (128 pairs; x's and w's halves take 192 KiB of shared memory with the weight unpipelined). The first
+    of each form is its default."""
+    one = [triton.Config({"PASSES": 2, "TILE_ROWS": 128, "TILE_COLS": 256, "BLOCK_S": block_s, "BLOCK_R": 64,
+                          "W_STAGES": 2, "GROUP_I": 8}, num_warps=8, num_stages=stages)
+           for block_s, stages in ((64, 3), (64, 2), (32, 3))]
+    split = [triton.Config({"PASSES": 4, "TILE_ROWS": tile_rows, "TILE_COLS": 256, "BLOCK_S": block_s, "BLOCK_R": 64,
+                            "W_STAGES": w_stages, "GROUP_I": 8}, num_warps=8, num_stages=stages)
+             for tile_rows, block_s, stages, w_stages in ((128, 64, 3, 1), (128, 32, 4, 1), (64, 64, 3, 2))]
+    return one + split
 
 
-def _keep_all(configs, named_args, **kwargs):
-    return configs
+def _multipass_prune(configs, named_args, **kwargs):
+    """The candidates of the operands' form: four passes for SPLIT's halves, two otherwise."""
+    return [cfg for cfg in configs if (cfg.kwargs["PASSES"] == 4) == bool(kwargs["SPLIT"])]
 
 
 @functools.lru_cache(maxsize=None)
-def _tuned_two_pass():
-    """`_opm_two_pass_kernel` autotuned as `_tuned_kernel` (GPU only, built on first use)."""
-    return triton.autotune(configs=_two_pass_configs(), key=["C", "R", "S_BUCKET", "N_BUCKET", "NORM", "SCALED",
-                                                             "ACCUMULATE"],
-                           restore_value=["o_ptr"])(_opm_two_pass_kernel)
+def _tuned_multipass():
+    """`_opm_multipass_kernel` autotuned as `_tuned_kernel` (GPU only, built on first use)."""
+    return triton.autotune(configs=_multipass_configs(), key=["C", "R", "S_BUCKET", "N_BUCKET", "NORM", "SPLIT",
+                                                             "SCALED", "ACCUMULATE"],
+                           prune_configs_by={"early_config_prune": _multipass_prune},
+                           restore_value=["o_ptr"])(_opm_multipass_kernel)
 
 
-def _two_pass_interpret_meta(C: int) -> dict:
+def _multipass_interpret_meta(C: int, split: bool) -> dict:
     """In Triton's interpreter: 16 (i, j) pairs a tile, 16 MSA rows a step, 16 of out_proj's rows an
     epilogue step (tile and workspace edges crossed at the tests' shapes)."""
-    return {"TILE_ROWS": 2 * C, "TILE_COLS": 4 * C, "BLOCK_S": 16, "BLOCK_R": 16, "GROUP_I": 2}
+    passes = 4 if split else 2
+    return {"PASSES": passes, "TILE_ROWS": 4 * C // passes, "TILE_COLS": 4 * C, "BLOCK_S": 16, "BLOCK_R": 16,
+            "W_STAGES": 1, "GROUP_I": 2}
+
+
+def _pairs(meta: dict, C: int) -> int:
+    """(i, j) pairs of a tile of `_opm_multipass_kernel` at `meta`."""
+    return (meta["PASSES"] * meta["TILE_ROWS"] // C) * (meta["TILE_COLS"] // C)
 
 
 @functools.lru_cache(maxsize=64)
 def _workspace_size(R: int, C: int) -> int:
-    """float32 elements of a program's workspace in `_opm_two_pass_kernel`: R rounded up to BLOCK_R times
+    """float32 elements of a program's workspace in `_opm_multipass_kernel`: R rounded up to BLOCK_R times
     the (i, j) pairs of a tile, the most over the candidate configs and the interpreter's."""
-    metas = [cfg.kwargs for cfg in _two_pass_configs()] + [_two_pass_interpret_meta(C)]
-    return max(cdiv(R, m["BLOCK_R"]) * m["BLOCK_R"] * (2 * m["TILE_ROWS"] // C) * (m["TILE_COLS"] // C) for m in metas)
+    metas = [cfg.kwargs for cfg in _multipass_configs()] + [_multipass_interpret_meta(C, s) for s in (False, True)]
+    return max(cdiv(R, m["BLOCK_R"]) * m["BLOCK_R"] * _pairs(m, C) for m in metas)
 
 
-INTERPRET_PROGRAMS = 3  # the two-pass kernel's persistent programs in the interpreter
+INTERPRET_PROGRAMS = 3  # the multi-pass kernel's persistent programs in the interpreter
 
 
 def _programs(device: torch.device) -> int:
-    """Persistent programs of the two-pass kernel: one per multiprocessor (queried on first use)."""
+    """Persistent programs of the multi-pass kernel: one per multiprocessor (queried on first use)."""
     if interpreting():
         return INTERPRET_PROGRAMS
     return multiprocessors(device)
@@ -780,9 +842,10 @@ _EXP_CLAMP = 100.0  # 2**(SCALE_TOP + 100) and 2**(SCALE_TOP - 100) are finite f
 
 
 def _float16_operands(tensors, split: bool):
-    """Each float32 tensor scaled by a power of two and split into float16 (hi, lo or None); and
-    1 / (the product of the scales), a one-element device tensor (no host synchronization). The scale
-    of x is 2**(SCALE_TOP - ceil(log2(max |x|))); a tensor holding Inf or NaN keeps the scale 1."""
+    """Each float32 tensor scaled by a power of two and split into float16 halves, a (2, *shape) tensor of
+    hi and lo (split) or (1, *shape) of hi; and 1 / (the product of the scales), a one-element device tensor
+    (no host synchronization). The scale of x is 2**(SCALE_TOP - ceil(log2(max |x|))); a tensor holding Inf
+    or NaN keeps the scale 1."""
     e = _max_exponents(tensors, float(SCALE_TOP))
     scales = torch.exp2(SCALE_TOP - e)
     out = []
@@ -792,7 +855,7 @@ def _float16_operands(tensors, split: bool):
         block = 1024
         cached_launch(_float16_split_kernel)((cdiv(n, block),), x, scales[k:], halves[0], halves[-1], n, LO=split,
                                              BLOCK=block)
-        out.append((halves[0], halves[1] if split else None))
+        out.append(halves)
     return out, torch.exp2(e.sum() - len(tensors) * SCALE_TOP)
 
 
@@ -854,27 +917,28 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     scaled = dtype == torch.float32
     split = scaled and precision == "default"
     # hidden_dim 64 runs as four 32-wide parts (p and q halves), each with its block of out_proj's weight,
-    # summed in float32 (the kernel's tile holds (i p) x (j q) outer products: 64-wide ones do not fit);
-    # float32 at the default precision in parts of at most SPLIT_PART channels
-    cs = min(c, SPLIT_PART if split else 32)
+    # summed in float32 (the kernels' tiles hold (i p) x (j q) outer products: 64-wide ones do not fit); the
+    # one-pass kernel takes float32 at the default precision in parts of at most SPLIT_PART channels
+    cs = min(c, 32 if MULTIPASS or not split else SPLIT_PART)
+    multipass = MULTIPASS and cs == 32
     halves = c // cs
     parts = halves * halves
     w_parts = out_proj_weight[None] if parts == 1 else out_proj_weight.reshape(R, halves, cs, halves, cs).permute(
         1, 3, 0, 2, 4).reshape(parts, R, cs * cs)
     if scaled:  # float16 operands; "default" keeps a low half too (three products per pair of operands)
-        ((a, a_lo), (b, b_lo), (w, w_lo)), inv_scale = _float16_operands(
-            (ab[0], ab[1], w_parts.to(torch.float32).contiguous()), split)
+        (a_h, b_h, w_h), inv_scale = _float16_operands((ab[0], ab[1], w_parts.to(torch.float32).contiguous()), split)
         del ab  # the float32 projections are freed before the output is allocated
-        if not split:
-            a_lo, b_lo, w_lo = a, b, w  # unused
     else:
-        a, b = ab.unbind(0)
-        w = as_dtype(w_parts, dtype).contiguous()
-        a_lo, b_lo, w_lo, inv_scale = a, b, w, a  # unused
+        a_h, b_h = ab[:1], ab[1:]
+        w_h = as_dtype(w_parts, dtype).contiguous()[None]
+        inv_scale = a_h  # unused
+    # the halves' strides (hi to lo; 0 where there is one)
+    (a, a_lo), (b, b_lo), (w, w_lo) = ((h[0], h[-1]) for h in (a_h, b_h, w_h))
+    stride_ah, stride_bh, stride_wh = (h.stride(0) if h.shape[0] == 2 else 0 for h in (a_h, b_h, w_h))
     out = empty(B, N, N, R, dtype=dtype, device=device)
     wb = out_proj_bias  # (any float dtype: the kernels read it in float32)
     scale = pair_scale(mask, B, S, N, normalization, a)  # (B, N, N): the kernels count no mask in their loops
-    consts = {"C": cs, "NORM": _NORM_CODE[normalization], "SPLIT": split, "SCALED": scaled, "STORE_X": False}
+    consts = {"C": cs, "NORM": _NORM_CODE[normalization], "SPLIT": split, "SCALED": scaled}
     if parts == 1 or dtype == torch.float32:
         rows, partial = N, None  # float32 sums the parts in the output itself
     else:  # 16-bit outputs: float32 partial sums for a block of rows i at a time
@@ -885,10 +949,8 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     # chunk adds its normalized product to the output, as the parts of hidden_dim 64 do
     chunk = SPLIT_CHUNK_S if split else S
     steps = [(k, s0) for k in range(parts) for s0 in range(0, S, chunk)]
-    ws = None  # one-float16 operands at hidden_dim 32 (or its 32-wide parts): the two-pass kernel
-    if TWO_PASS and not split and cs == 32:
+    if multipass:  # a persistent program's workspace each
         ws = torch.empty(_programs(device), _workspace_size(R, cs), dtype=torch.float32, device=device)
-        two_pass = {k: consts[k] for k in ("C", "NORM", "SCALED")}
     whole = parts == 1  # one part of every channel: the operands as they are, not sliced
     for i0 in range(0, N, rows):
         n = min(rows, N - i0)
@@ -898,36 +960,39 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
         for step, (k, s0) in enumerate(steps):
             ph, qh = divmod(k, halves)
             p_cols, q_cols = slice(ph * cs, (ph + 1) * cs), slice(qh * cs, (qh + 1) * cs)
-            a_k = a if whole and n == N else a[:, :, i0:i0 + n, p_cols]
-            b_k = b if whole else b[..., q_cols]
+            s1 = min(S, s0 + chunk)
+            rows_s = slice(None) if s1 - s0 == S else slice(s0, s1)
+            a_k = a if whole and n == N and s1 - s0 == S else a[:, rows_s, i0:i0 + n, p_cols]
+            b_k = b if whole and s1 - s0 == S else b[:, rows_s, :, q_cols]
             w_k = w[k]
             last = step == len(steps) - 1
             dst = out_rows if last else acc
-            if ws is not None:
-                args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], sc, *sc.stride(), w_k, *w_k.stride(), wb,
-                        inv_scale, ws, ws.stride(0), dst, *dst.stride(), acc, *acc.stride(), B, S, n, N, R, bucket(S),
+            flags = {"ACCUMULATE": step > 0, "ADD_BIAS": last}
+            if multipass:
+                args = (a_k, a_k.stride(0), stride_ah, *a_k.stride()[1:3], b_k, b_k.stride(0), stride_bh,
+                        *b_k.stride()[1:3], sc, *sc.stride(), w_k, stride_wh, *w_k.stride(), wb, inv_scale, ws,
+                        ws.stride(0), dst, *dst.stride(), acc, *acc.stride(), B, s1 - s0, n, N, R, bucket(s1 - s0),
                         bucket(N))
 
                 def grid(meta, n=n):
-                    tiles = cdiv(n, 2 * meta["TILE_ROWS"] // cs) * cdiv(N, meta["TILE_COLS"] // cs) * B
+                    tiles = cdiv(n, meta["PASSES"] * meta["TILE_ROWS"] // cs) * cdiv(N, meta["TILE_COLS"] // cs) * B
                     return (min(tiles, ws.shape[0]),)
 
-                launch(_opm_two_pass_kernel, _tuned_two_pass, _two_pass_configs, _keep_all, grid, args,
-                       two_pass | {"ACCUMULATE": step > 0, "ADD_BIAS": last}, _two_pass_interpret_meta(cs))
+                launch(_opm_multipass_kernel, _tuned_multipass, _multipass_configs, _multipass_prune, grid, args,
+                       consts | flags, _multipass_interpret_meta(cs, split))
                 continue
-            a_lo_k = a_lo[:, :, i0:i0 + n, p_cols] if split else a_k  # (unused without SPLIT)
-            b_lo_k = b_lo[..., q_cols] if split else b_k
-            s1 = min(S, s0 + chunk)
+            a_lo_k = a_lo[:, rows_s, i0:i0 + n, p_cols] if split else a_k  # (unused without SPLIT)
+            b_lo_k = b_lo[:, rows_s, :, q_cols] if split else b_k
             args = (a_k, *a_k.stride()[:3], b_k, *b_k.stride()[:3], sc, *sc.stride(), w_k, *w_k.stride(), wb, a_lo_k,
-                    b_lo_k, w_lo[k], inv_scale, dst, *dst.stride(), acc, *acc.stride(), n, N, R, s0, s1,
+                    b_lo_k, w_lo[k], inv_scale, dst, *dst.stride(), acc, *acc.stride(), n, N, R, s1 - s0,
                     bucket(s1 - s0), bucket(N))
 
             def grid(meta, n=n):
                 bi = meta["TILE_ROWS"] // cs
                 return (cdiv(n, bi) * cdiv(N, bi * meta["COLS_FACTOR"]), B)
 
-            launch(_opm_kernel, _tuned_kernel, _configs, _prune, grid, args,
-                   consts | {"ACCUMULATE": step > 0, "ADD_BIAS": last}, _interpret_meta(cs))
+            launch(_opm_kernel, _tuned_kernel, _configs, _prune, grid, args, consts | flags | {"STORE_X": False},
+                   _interpret_meta(cs))
     if save:
         return out, out.new_empty(0) if kept is None else kept, scale
     return out
@@ -951,7 +1016,7 @@ def outer_products(a_rows: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -
     N = b.shape[2]
     x = empty(B, n * c, N * c, dtype=a_rows.dtype, device=a_rows.device)
     args = (a_rows, *a_rows.stride()[:3], b, *b.stride()[:3], scale, *scale.stride(), a_rows, 0, 0, b, a_rows, b, b,
-            b, x, *x.stride(), 0, x, 0, 0, 0, 0, n, N, 1, 0, S, bucket(S), bucket(N))
+            b, x, *x.stride(), 0, x, 0, 0, 0, 0, n, N, 1, S, bucket(S), bucket(N))
     consts = {"C": c, "NORM": 0, "SPLIT": False, "SCALED": False, "ACCUMULATE": False, "ADD_BIAS": False,
               "STORE_X": True}
 
