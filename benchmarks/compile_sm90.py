@@ -118,9 +118,9 @@ def launches():
         ptrs |= {n: "*fp32" for n in ("sc_ptr", "wb_ptr", "inv_scale_ptr", "ws_ptr", "p_ptr")}
         for norm, acc in ((0, False), (1, True)):
             consts = dict(C=32, NORM=norm, SPLIT=split, SCALED=scaled, ACCUMULATE=acc, ADD_BIAS=True)
-            for k, cfg in enumerate(opm._multipass_prune(opm._multipass_configs(), {}, **consts)):
-                yield (f"opm multi-pass {form} c=32 norm={norm} accumulate={acc} config {k}", opm._opm_multipass_kernel,
-                       ptrs, consts | cfg.kwargs, cfg.num_warps, cfg.num_stages)
+            cfg = opm._multipass_prune(opm._multipass_configs(), {}, **consts)[0]
+            yield (f"opm multi-pass {form} c=32 norm={norm} accumulate={acc}", opm._opm_multipass_kernel, ptrs,
+                   consts | cfg.kwargs, cfg.num_warps, cfg.num_stages)
     for norm in range(3):
         yield (f"opm pair scale norm={norm}", opm._pair_scale_kernel, {"m_ptr": "*fp32", "sc_ptr": "*fp32"},
                dict(NORM=norm, HAS_MASK=True, EPS=1e-3, BLOCK_I=32, BLOCK_J=32, BLOCK_S=32), 4, 3)
