@@ -738,17 +738,19 @@ MULTIPASS = True  # hidden_dim 32 (and 64's 32-wide parts) take `_opm_multipass_
 
 
 def _multipass_configs() -> list[triton.Config]:
-    """Candidates of `_opm_multipass_kernel` at hidden_dim 32, a 128 x 256 accumulator a pass: one-float16
-    operands in two passes (64 (i, j) pairs, 64 of out_proj's rows an epilogue step), SPLIT's halves in four
-    (128 pairs; x's halves take 128 KiB of shared memory, so out_proj's blocks are either 64 rows unpipelined
-    or 32 rows in two stages, 192 / 224 KiB, the latter 240 KiB when adding to earlier parts: the tuner skips
-    it there). The first of each form is its default."""
+    """Candidates of `_opm_multipass_kernel` at hidden_dim 32: one-float16 operands in two passes (a 128 x 256
+    accumulator, 64 (i, j) pairs, 64 of out_proj's rows an epilogue step); SPLIT's halves in four (x's halves in
+    shared memory, out_proj's 64-row blocks unpipelined: its pipelined form read wrong outputs on the H200 at
+    N = 97, session 16), 128 pairs at 8 or 16 warps or 64 pairs (fewer registers, no spills). The first of
+    each form is its default."""
     one = [triton.Config({"PASSES": 2, "TILE_ROWS": 128, "TILE_COLS": 256, "BLOCK_S": block_s, "BLOCK_R": 64,
                           "W_STAGES": 2, "GROUP_I": 8}, num_warps=8, num_stages=stages)
            for block_s, stages in ((64, 3), (64, 2), (32, 3))]
-    split = [triton.Config({"PASSES": 4, "TILE_ROWS": 128, "TILE_COLS": 256, "BLOCK_S": block_s, "BLOCK_R": block_r,
-                            "W_STAGES": w_stages, "GROUP_I": 8}, num_warps=8, num_stages=stages)
-             for block_s, stages, block_r, w_stages in ((64, 3, 64, 1), (64, 3, 32, 2), (32, 4, 32, 2))]
+    split = [triton.Config({"PASSES": 4, "TILE_ROWS": tile_rows, "TILE_COLS": tile_cols, "BLOCK_S": block_s,
+                            "BLOCK_R": 64, "W_STAGES": 1, "GROUP_I": 8}, num_warps=warps, num_stages=stages)
+             for tile_rows, tile_cols, block_s, warps, stages in (
+                 (128, 256, 64, 8, 3), (128, 256, 64, 16, 3), (128, 128, 64, 8, 3), (128, 128, 64, 8, 4),
+                 (128, 256, 32, 8, 4), (64, 256, 64, 8, 3))]
     return one + split
 
 

@@ -2,7 +2,8 @@
 the default precision on the multi-pass kernel with each of its SPLIT configs forced, on the one-pass kernel
 (MULTIPASS off, the form before session 16), and bf16 on its default: do_bench median of the forward, the OPM
 kernel's device time (torch.profiler) and the output's relative error against the float64 reference. The kernel's
-time against S separates its main loop (per row) from its epilogue (per tile) (session 16)."""
+time against S separates its main loop (per row) from its epilogue (per tile) (session 16). --multipass: the
+multi-pass forms only (run 4)."""
 import dataclasses
 import os
 import sys
@@ -20,14 +21,16 @@ warnings.filterwarnings("ignore")
 os.environ["EVOFUSE_AUTOTUNE"] = "0"
 every = opm._multipass_configs()
 base = next(c for c in SUITE if c.name == "opm-af2-main")
-for S in [int(a) for a in sys.argv[1:]] or [512]:
+multipass_only = "--multipass" in sys.argv
+for S in [int(a) for a in sys.argv[1:] if a.isdigit()] or [512]:
     case = dataclasses.replace(base, S=S)
     mod = make_module(case).cuda()
     inputs = make_inputs(case, "cuda", torch.float32, fully_masked=False)
     with torch.no_grad():
         exact = mod.double()(*[t.double() for t in inputs], impl="torch")
     forms = [(torch.float32, True, cfg) for cfg in opm._multipass_prune(every, {}, SPLIT=True)]
-    forms += [(torch.float32, False, None), (torch.bfloat16, True, every[0])]
+    forms += [] if multipass_only else [(torch.float32, False, None)]
+    forms += [(torch.bfloat16, True, every[0])]
     for dtype, multipass, cfg in forms:
         mod = mod.to(dtype)
         x = [t.to(dtype) if t.dim() == 4 else t for t in inputs]
