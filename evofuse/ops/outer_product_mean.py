@@ -60,6 +60,7 @@ PARTIAL_BYTES = 32 << 20  # hidden_dim 64 with 16-bit outputs: float32 partial s
 # (sm_90, any tile), at 16 none
 SPLIT_PART = 16
 SPLIT_CHUNK_S = 2048  # float32, default precision: MSA rows multiplied per launch (see the launcher)
+SPLIT_PASSES = 4  # the multi-pass kernel's passes for float32's hi/lo halves (the launcher orders w's columns by them)
 _NORM_CODE = {name: k for k, name in enumerate(NORMALIZATIONS)}  # seed 0, af2 1, boltz 2
 
 
@@ -310,28 +311,44 @@ def _stacked_products(acc, a_b, stride_ah, stride_as, row_off, row_ok, b_b, stri
 
 
 @triton.jit
-def _split_pass(x, ws, pair, offs_k, w_ptr, stride_wh, stride_wr, stride_wk, R, scale, inv_scale, o_base, p_base,
+def _split_pass(acc, ws, pair, part, w_ptr, stride_wh, stride_wr, stride_wk, R, scale, inv_scale, o_base, p_base,
                 stride_pr, pair_ok, wb_ptr, stride_or, NORM: tl.constexpr, FIRST: tl.constexpr, LAST: tl.constexpr,
                 ACCUMULATE: tl.constexpr, ADD_BIAS: tl.constexpr, PAIRS: tl.constexpr, BLOCK_R: tl.constexpr,
-                W_STAGES: tl.constexpr):
-    """One pass of `_opm_multipass_kernel`'s epilogue for SPLIT: x [(i j), (p' q)] float32 (scaled) as float16
-    hi + lo halves against out_proj's columns offs_k (hi at w_ptr, lo stride_wh on), three products
-    x_hi w_lo + x_lo w_hi + x_hi w_hi with x in registers (the wgmma's A) and w's blocks [(p' q), r] in shared
-    memory. Each block's products start from zero and are added to the workspace's sums (the earlier passes')
+                W_STAGES: tl.constexpr, BLOCK_I: tl.constexpr, CP: tl.constexpr, BLOCK_J: tl.constexpr,
+                C: tl.constexpr):
+    """One pass of `_opm_multipass_kernel`'s epilogue for SPLIT, from the pass's accumulator acc [(i p'), (j q)]
+    float32: x = acc rearranged to [(i j), (p' q)] and scaled, as float16 hi + lo halves, against out_proj's
+    columns of the pass (hi at w_ptr, lo stride_wh on), three products x_hi w_lo + x_lo w_hi + x_hi w_hi with
+    w's 64-row blocks [(p' q), r]. x is made in two halves, even and odd q (a split of the accumulator's column
+    pairs, which each thread holds together), so that half as much of it is live (spills at opm-af2-main, sm_90
+    compile: ~770 -> ~250 bytes a thread); the launcher orders each pass's columns of w to match, even q then
+    odd q. Each block's products start from zero and are added to the workspace's sums (the earlier passes')
     and the earlier parts' (p_base, ACCUMULATE) in IEEE float32: the tensor cores' float32 sums drop low bits
     of what they add to a large accumulator (carried across the passes and parts they read 1.1-1.5e-5
     relative error at hidden_dim 64 on the H200; the contract is 1e-5)."""
-    x_hi = x.to(w_ptr.dtype.element_ty)
-    x_lo = (x - x_hi.to(tl.float32)).to(w_ptr.dtype.element_ty)
+    acc_e, acc_o = tl.split(tl.reshape(acc, (BLOCK_I * CP, BLOCK_J * C // 2, 2)))  # columns (j, q) of even / odd q
+    x_e = _by_pairs(acc_e, BLOCK_I, CP, BLOCK_J, C // 2) * scale[:, None]  # [(i j), (p' q')], q = 2 q'
+    x_e_hi = x_e.to(w_ptr.dtype.element_ty)
+    x_e_lo = (x_e - x_e_hi.to(tl.float32)).to(w_ptr.dtype.element_ty)
+    x_o = _by_pairs(acc_o, BLOCK_I, CP, BLOCK_J, C // 2) * scale[:, None]  # q = 2 q' + 1
+    x_o_hi = x_o.to(w_ptr.dtype.element_ty)
+    x_o_lo = (x_o - x_o_hi.to(tl.float32)).to(w_ptr.dtype.element_ty)
+    offs_k = part * CP * C + tl.arange(0, CP * C // 2)  # the pass's columns of w: even q, then odd q
+    odd = CP * C // 2 * stride_wk
     for r0 in tl.range(0, R, BLOCK_R, num_stages=W_STAGES):
         offs_r = r0 + tl.arange(0, BLOCK_R)
         r_ok = offs_r < R
         w_offs = offs_k[:, None] * stride_wk + offs_r[None, :] * stride_wr
-        w_hi = tl.load(w_ptr + w_offs, mask=r_ok[None, :], other=0.0)  # [(p' q), BLOCK_R]
-        w_lo = tl.load(w_ptr + stride_wh + w_offs, mask=r_ok[None, :], other=0.0)
-        prod = tl.dot(x_hi, w_lo)  # [(i j), BLOCK_R], small terms first
-        prod = tl.dot(x_lo, w_hi, prod)
-        prod = tl.dot(x_hi, w_hi, prod)
+        w_e_hi = tl.load(w_ptr + w_offs, mask=r_ok[None, :], other=0.0)  # [(p' q'), BLOCK_R]
+        w_e_lo = tl.load(w_ptr + stride_wh + w_offs, mask=r_ok[None, :], other=0.0)
+        w_o_hi = tl.load(w_ptr + odd + w_offs, mask=r_ok[None, :], other=0.0)
+        w_o_lo = tl.load(w_ptr + stride_wh + odd + w_offs, mask=r_ok[None, :], other=0.0)
+        prod = tl.dot(x_e_hi, w_e_lo)  # [(i j), BLOCK_R], small terms first
+        prod = tl.dot(x_o_hi, w_o_lo, prod)
+        prod = tl.dot(x_e_lo, w_e_hi, prod)
+        prod = tl.dot(x_o_lo, w_o_hi, prod)
+        prod = tl.dot(x_e_hi, w_e_hi, prod)
+        prod = tl.dot(x_o_hi, w_o_hi, prod)
         ws_r = ws + offs_r[None, :] * PAIRS + pair[:, None]  # [(i j), BLOCK_R]
         if not FIRST:
             prod += tl.load(ws_r)
@@ -411,15 +428,15 @@ def _opm_multipass_kernel(
             if part == 0:
                 o_base = o_ptr + pid_b * stride_ob + out_i * stride_oi + out_j * stride_oj  # [(i j)]
                 inv_scale = tl.load(inv_scale_ptr) if SCALED else 1.0
-            x = _by_pairs(acc, BLOCK_I, CP, BLOCK_J, C) * scale[:, None]  # [(i j), (p' q)] float32
-            offs_k = part * CP * C + tl.arange(0, CP * C)  # out_proj's columns (p q) of this pass
             tl.debug_barrier()  # the workspace: every thread's reads of the last tile / writes of the last pass done
             if SPLIT:
-                _split_pass(x, ws, pair, offs_k, w_ptr, stride_wh, stride_wr, stride_wk, R, scale, inv_scale, o_base,
+                _split_pass(acc, ws, pair, part, w_ptr, stride_wh, stride_wr, stride_wk, R, scale, inv_scale, o_base,
                             p_ptr + pid_b * stride_pb + out_i * stride_pi + out_j * stride_pj, stride_pr, pair_ok,
                             wb_ptr, stride_or, NORM, part == 0, part == PASSES - 1, ACCUMULATE, ADD_BIAS, PAIRS,
-                            BLOCK_R, W_STAGES)
+                            BLOCK_R, W_STAGES, BLOCK_I, CP, BLOCK_J, C)
             else:
+                x = _by_pairs(acc, BLOCK_I, CP, BLOCK_J, C) * scale[:, None]  # [(i j), (p' q)] float32
+                offs_k = part * CP * C + tl.arange(0, CP * C)  # out_proj's columns (p q) of this pass
                 x_t = tl.trans(x.to(w_ptr.dtype.element_ty))  # [(p' q), (i j)]
                 for r0 in tl.range(0, R, BLOCK_R, num_stages=W_STAGES):
                     offs_r = r0 + tl.arange(0, BLOCK_R)
@@ -746,7 +763,7 @@ def _multipass_configs() -> list[triton.Config]:
     one = [triton.Config({"PASSES": 2, "TILE_ROWS": 128, "TILE_COLS": 256, "BLOCK_S": block_s, "BLOCK_R": 64,
                           "W_STAGES": 2, "GROUP_I": 8}, num_warps=8, num_stages=stages)
            for block_s, stages in ((64, 3), (64, 2), (32, 3))]
-    split = [triton.Config({"PASSES": 4, "TILE_ROWS": tile_rows, "TILE_COLS": tile_cols, "BLOCK_S": block_s,
+    split = [triton.Config({"PASSES": SPLIT_PASSES, "TILE_ROWS": tile_rows, "TILE_COLS": tile_cols, "BLOCK_S": block_s,
                             "BLOCK_R": 64, "W_STAGES": 1, "GROUP_I": 8}, num_warps=warps, num_stages=stages)
              for tile_rows, tile_cols, block_s, warps, stages in (
                  (128, 256, 64, 8, 3), (128, 256, 64, 16, 3), (128, 128, 64, 8, 3), (128, 128, 64, 8, 4),
@@ -755,8 +772,8 @@ def _multipass_configs() -> list[triton.Config]:
 
 
 def _multipass_prune(configs, named_args, **kwargs):
-    """The candidates of the operands' form: four passes for SPLIT's halves, two otherwise."""
-    return [cfg for cfg in configs if (cfg.kwargs["PASSES"] == 4) == bool(kwargs["SPLIT"])]
+    """The candidates of the operands' form: SPLIT_PASSES passes for SPLIT's halves, two otherwise."""
+    return [cfg for cfg in configs if (cfg.kwargs["PASSES"] == SPLIT_PASSES) == bool(kwargs["SPLIT"])]
 
 
 @functools.lru_cache(maxsize=None)
@@ -771,7 +788,7 @@ def _tuned_multipass():
 def _multipass_interpret_meta(C: int, split: bool) -> dict:
     """In Triton's interpreter: 16 (i, j) pairs a tile, 16 MSA rows a step, 16 of out_proj's rows an
     epilogue step (tile and workspace edges crossed at the tests' shapes)."""
-    passes = 4 if split else 2
+    passes = SPLIT_PASSES if split else 2
     return {"PASSES": passes, "TILE_ROWS": 4 * C // passes, "TILE_COLS": 4 * C, "BLOCK_S": 16, "BLOCK_R": 16,
             "W_STAGES": 1, "GROUP_I": 2}
 
@@ -959,6 +976,9 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     parts = halves * halves
     w_parts = out_proj_weight[None] if parts == 1 else out_proj_weight.reshape(R, halves, cs, halves, cs).permute(
         1, 3, 0, 2, 4).reshape(parts, R, cs * cs)
+    if multipass and split:  # each pass's columns (p q) as the kernel's epilogue reads them: even q, then odd q
+        w_parts = w_parts.reshape(parts, R, SPLIT_PASSES, cs // SPLIT_PASSES, cs // 2, 2).permute(
+            0, 1, 2, 5, 3, 4).reshape(parts, R, cs * cs)
     if scaled:  # float16 operands; "default" keeps a low half too (three products per pair of operands)
         (a_h, b_h, w_h), inv_scale = _float16_operands((ab[0], ab[1], w_parts.to(torch.float32).contiguous()), split)
         del ab  # the float32 projections are freed before the output is allocated
