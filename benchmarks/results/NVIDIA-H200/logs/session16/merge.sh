@@ -2,10 +2,15 @@
 # How benchmarks/results/NVIDIA-H200/results.* were made (run from the repository root): the rows of sessions 4-15
 # (../session15/merge.sh says where each comes from; its call is repeated here), then these rows of session 16,
 # which replace earlier rows of the same case, mode and implementation:
-# - run 4 (07:57-08:01 UTC 2026-11-30, `python3 -m evofuse bench --suite opm-af2-main,opm-af2-extra,opm-long --dtype
+# - run 5 (08:20-08:22 UTC 2026-11-30, `python3 -m evofuse bench --suite opm-af2-main,opm-af2-extra,opm-long --dtype
 #   float32 --peers "eager fp32,torch.compile fp32"`): the Outer Product Mean's float32 forward at the three suite
-#   shapes, evofuse (the multi-pass kernel's SPLIT form, autotuned) beside eager fp32 and torch.compile fp32.
-# Runs 1-3 are tests and probes (run 3's bench read evofuse alone at 2.196 / 3.240 / 13.090 ms, 3-bench-opm32.log).
+#   shapes, evofuse (the multi-pass kernel's SPLIT form with its epilogue in even / odd halves, autotuned, the
+#   committed code) beside eager fp32 and torch.compile fp32. Its opm-af2-main reading, 2.345 ms, is above the
+#   2.089-2.100 ms that run 5's A/B processes read for the same code on its default config (5-ab.log), where the
+#   same process kind also read the code before at 2.215 and 2.840 ms: the float32 forward's host time decides some
+#   readings (notes/PERFORMANCE.md, "Session 16").
+# Run 4 read the code before the even / odd halves at 2.214 / 3.202 / 13.156 ms beside the same peers
+# (run4-opm32.json, not merged: run 5 replaces it); runs 1-3 and 6 are tests and probes.
 source benchmarks/results/NVIDIA-H200/logs/session6/merge.sh
 L7=benchmarks/results/NVIDIA-H200/logs/session7
 L8=benchmarks/results/NVIDIA-H200/logs/session8
@@ -21,4 +26,4 @@ python3 benchmarks/merge_results.py benchmarks/results "${S6_RUNS[@]}" "$L7/run4
   "$L7/run5-fp32.json:opm-long fwd evofuse" "$L7/run7-seeds.json:" "$L8/run7-opm.json:" "$L9/run4-att.json:" \
   "$L9/run5-opm32.json:" "$L10/run5a-opm32.json:" "$L10/run5b-att.json:" "$L11/run8-opm.json:" "$L12/run6-opm.json:" \
   "$L12/run8-opm32.json:" "$L13/run8-opm.json:" "$L14/run7-opm.json:" "$L14/run9-att.json:" "$L15/run4-opm.json:" \
-  "$L15/run4-att.json:" "$L16/run4-opm32.json:"
+  "$L15/run4-att.json:" "$L16/run5-opm32.json:"
