@@ -20,7 +20,7 @@ pairs a tile in passes over the channels p, out_proj's product with its rows as 
 per-program float32 workspace between the passes. One-float16 operands (bfloat16/float16 inputs, float32
 at "fast") take two passes of 64 pairs (opm-af2-main bf16: kernel 0.713 -> 0.578 ms on the H200); float32
 at the default precision four of 128 pairs, the hi/lo products of the MSA rows as one loop over the rows
-taken three times (opm-af2-main: kernel 1.75 ms on the H200; `_opm_kernel` in four 16-wide parts took 1.91).
+taken three times (opm-af2-main: kernel 1.62 ms on the H200; `_opm_kernel` in four 16-wide parts took 1.91).
 hidden_dim 64 runs stage 2 as four 32-wide parts summed in float32; without the multi-pass kernel (hidden_dim
 8 and 16, or switched off) float32 at the default precision runs it in parts of SPLIT_PART channels. float32 at
 the default precision multiplies chunks of at most SPLIT_CHUNK_S MSA rows, summed likewise. Small problems (N <= 128, a short
@@ -393,9 +393,9 @@ def _opm_multipass_kernel(
     rows as its M (a wgmma, both operands in shared memory) instead of 32 pairs (chains of mma.sync: 0.31 of
     the one-pass kernel's 0.71 ms on opm-af2-main, 125 TFLOP/s), and reads out_proj's weight once per tile.
     SPLIT (the float32 contract) runs the three hi/lo products of the MSA rows as one loop over 3S stacked
-    rows and three of the epilogue's (w_hi x_lo + w_lo x_hi + w_hi x_hi); its four passes keep x's and w's
-    halves within shared memory. Persistent: each program takes tiles program_id, + programs, ... of every
-    batch element, so that its workspace is its own."""
+    rows and its epilogue in `_split_pass` (x @ w^T with the 128 pairs as M, three products per half of x);
+    its four passes keep x's and w's halves within shared memory. Persistent: each program takes tiles
+    program_id, + programs, ... of every batch element, so that its workspace is its own."""
     CP: tl.constexpr = C // PASSES
     BLOCK_I: tl.constexpr = TILE_ROWS // CP
     BLOCK_J: tl.constexpr = TILE_COLS // C
