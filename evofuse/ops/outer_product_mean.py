@@ -321,11 +321,12 @@ def _split_pass(acc, ws, pair, part, w_ptr, stride_wh, stride_wr, stride_wk, R, 
     columns of the pass (hi at w_ptr, lo stride_wh on), three products x_hi w_lo + x_lo w_hi + x_hi w_hi with
     w's 64-row blocks [(p' q), r]. x is made in two halves, even and odd q (a split of the accumulator's column
     pairs, which each thread holds together), so that half as much of it is live (spills at opm-af2-main, sm_90
-    compile: ~770 -> ~250 bytes a thread); the launcher orders each pass's columns of w to match, even q then
-    odd q. Each block's products start from zero and are added to the workspace's sums (the earlier passes')
-    and the earlier parts' (p_base, ACCUMULATE) in IEEE float32: the tensor cores' float32 sums drop low bits
-    of what they add to a large accumulator (carried across the passes and parts they read 1.1-1.5e-5
-    relative error at hidden_dim 64 on the H200; the contract is 1e-5)."""
+    compile: ~770 -> ~400 bytes a thread; kernel 1.76 -> 1.62 ms on the H200); the launcher orders each pass's
+    columns of w to match, even q then odd q, so that its blocks load whole (read at stride 2: 1.95 ms). Each
+    block's products start from zero and are added to the workspace's sums (the earlier passes') and the
+    earlier parts' (p_base, ACCUMULATE) in IEEE float32: the tensor cores' float32 sums drop low bits of what
+    they add to a large accumulator (carried across the passes and parts they read 1.1-1.5e-5 relative error
+    at hidden_dim 64 on the H200; the contract is 1e-5)."""
     acc_e, acc_o = tl.split(tl.reshape(acc, (BLOCK_I * CP, BLOCK_J * C // 2, 2)))  # columns (j, q) of even / odd q
     x_e = _by_pairs(acc_e, BLOCK_I, CP, BLOCK_J, C // 2) * scale[:, None]  # [(i j), (p' q')], q = 2 q'
     x_e_hi = x_e.to(w_ptr.dtype.element_ty)
