@@ -758,17 +758,16 @@ MULTIPASS = True  # hidden_dim 32 (and 64's 32-wide parts) take `_opm_multipass_
 def _multipass_configs() -> list[triton.Config]:
     """Candidates of `_opm_multipass_kernel` at hidden_dim 32: one-float16 operands in two passes (a 128 x 256
     accumulator, 64 (i, j) pairs, 64 of out_proj's rows an epilogue step); SPLIT's halves in four (x's halves in
-    shared memory, out_proj's 64-row blocks unpipelined: its pipelined form read wrong outputs on the H200 at
-    N = 97, session 16), 128 pairs at 8 or 16 warps or 64 pairs (fewer registers, no spills). The first of
-    each form is its default."""
+    shared memory, out_proj's 64-row blocks unpipelined: 32-row blocks in two stages read wrong outputs on the
+    H200 at N = 97, session 16), 128 pairs or 64 (fewer registers; slower at opm-af2-main, kept for other sizes;
+    16 warps, 2.39 against 1.75 ms there, dropped). The first of each form is its default."""
     one = [triton.Config({"PASSES": 2, "TILE_ROWS": 128, "TILE_COLS": 256, "BLOCK_S": block_s, "BLOCK_R": 64,
                           "W_STAGES": 2, "GROUP_I": 8}, num_warps=8, num_stages=stages)
            for block_s, stages in ((64, 3), (64, 2), (32, 3))]
     split = [triton.Config({"PASSES": SPLIT_PASSES, "TILE_ROWS": tile_rows, "TILE_COLS": tile_cols, "BLOCK_S": block_s,
                             "BLOCK_R": 64, "W_STAGES": 1, "GROUP_I": 8}, num_warps=warps, num_stages=stages)
              for tile_rows, tile_cols, block_s, warps, stages in (
-                 (128, 256, 64, 8, 3), (128, 256, 64, 16, 3), (128, 128, 64, 8, 3), (128, 128, 64, 8, 4),
-                 (128, 256, 32, 8, 4), (64, 256, 64, 8, 3))]
+                 (128, 256, 64, 8, 3), (128, 256, 32, 8, 4), (128, 128, 64, 8, 3), (64, 256, 64, 8, 3))]
     return one + split
 
 
