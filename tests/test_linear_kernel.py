@@ -97,6 +97,33 @@ def test_split_ln_linear_float32_accuracy(D, K, slot, scale_w, scale_b, scale_ln
     assert err <= 1e-6, err
 
 
+@pytest.mark.parametrize("D, slot", [(24, 8), (40, 32)])
+def test_split_ln_linear_maxima(D, slot):
+    """The fused float32 LayerNorm-linear's per-slot max |output| (the Outer Product Mean's float16 scales of
+    a and b), as float32 bits: exactly the output's, masked rows and all; a NaN row makes both NaN."""
+    from evofuse.ops import split_linear
+
+    g = torch.Generator().manual_seed(D)
+    x = torch.randn(2, 3, 17, D, generator=g)
+    w, b = torch.randn(2 * slot, D, generator=g), torch.randn(2 * slot, generator=g)
+    lnw, lnb = 1 + 0.3 * torch.randn(D, generator=g), 0.3 * torch.randn(D, generator=g)
+    args = [t.to(DEVICE) for t in (x, w, b, lnw, lnb, random_mask(2, 3, 17, "rows", 4), torch.tensor([0.5]))]
+    for nan in (False, True):
+        if nan:
+            args[0][1, 2, 5, 3] = float("nan")
+        amax = torch.zeros(2, dtype=torch.int32, device=DEVICE)
+        out = split_linear.split_ln_linear(args[0], args[1], args[2], (args[3], args[4], 1e-5), args[5], args[6],
+                                           slot=slot, amax=amax)
+        got = amax.view(torch.float32).cpu()
+        if nan:
+            assert torch.isnan(got).all()
+        else:
+            torch.testing.assert_close(got, out.abs().amax((1, 2, 3, 4)).cpu(), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="power of two"):
+        split_linear.split_ln_linear(args[0], args[1][:6], args[2][:6], (args[3], args[4], 1e-5), args[5], args[6],
+                                     slot=3, amax=torch.zeros(2, dtype=torch.int32, device=DEVICE))
+
+
 def test_attention_float32_without_out_dtype_support_takes_ieee(monkeypatch):
     """Where PyTorch's cuBLAS path lacks float32 output from float16 operands, float32 attention falls
     back to IEEE products and still meets the contract."""

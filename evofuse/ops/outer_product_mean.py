@@ -816,8 +816,15 @@ def _programs(device: torch.device) -> int:
     return multiprocessors(device)
 
 
+def projects_with_maxima(msa_repr: torch.Tensor, c: int) -> bool:
+    """Whether `project` takes its fused float32 pass for these rows and hidden_dim c, which gives a's and b's
+    max |value| (its `amax`) with the projections."""
+    D = msa_repr.shape[-1]
+    return not fits(D, 2 * c, msa_repr.dtype) and split_linear.available(msa_repr) and split_linear.fused_rows(D)
+
+
 def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
-            proj_b_bias):
+            proj_b_bias, amax=None):
     """LayerNorm, both projections and the mask (float32 (B, S, N) or None): a and b as one contiguous
     (2, B, S, N, c) tensor.
 
@@ -826,7 +833,8 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
     three products on tensor cores, ~2**-22); wider float32 rows through `split_linear` (blocks of rows
     split into a float16 copy, one cuBLAS product each), then the mask; anything else (wider 16-bit rows,
     a PyTorch without float32-output products) through the reference's first half, a block of MSA rows
-    at a time.
+    at a time. `amax` ((2,) int32 zeros, only where `projects_with_maxima`): receives a's and b's max |value|
+    as float32 bits from the fused float32 pass.
     """
     B, S, N, D = msa_repr.shape
     c = proj_a_weight.shape[0]
@@ -842,7 +850,8 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
         ln = (layer_norm_weight * s_ln, layer_norm_bias * s_ln, LAYER_NORM_EPS)
         undo = 1 / (s_ln * s_w)
         if split_linear.fused_rows(D):
-            return split_linear.split_ln_linear(msa_repr, w * s_w, bias * (s_ln * s_w), ln, mask, undo, slot=c)
+            return split_linear.split_ln_linear(msa_repr, w * s_w, bias * (s_ln * s_w), ln, mask, undo, slot=c,
+                                                amax=amax)
         ab = torch.empty(2, B, S, N, c, dtype=dtype, device=msa_repr.device)
         y = split_linear.split_linear(msa_repr.reshape(-1, D), w * s_w, bias * (s_ln * s_w), ln=ln)
         torch.mul(y.view(B, S, N, 2, c), undo if mask is None else mask[..., None, None] * undo,
@@ -860,10 +869,13 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
     return ab
 
 
-def _max_exponents(tensors, fallback: float) -> torch.Tensor:
+def _max_exponents(tensors, fallback: float, known: torch.Tensor | None = None) -> torch.Tensor:
     """ceil(log2(max |t|)) of each tensor, a float32 device tensor (no host synchronization), clamped to
-    +-_EXP_CLAMP; `fallback` where it is not finite (all zeros, Inf or NaN)."""
-    e = torch.ceil(torch.log2(torch.stack([torch.linalg.vector_norm(t.float(), float("inf")) for t in tensors])))
+    +-_EXP_CLAMP; `fallback` where it is not finite (all zeros, Inf or NaN). `known`: the first tensors' max
+    |t| (float32), not read again."""
+    maxima = [torch.linalg.vector_norm(t.float(), float("inf")) for t in tensors[0 if known is None else len(known):]]
+    maxima = torch.stack(maxima) if known is None else torch.cat([known, torch.stack(maxima)])
+    e = torch.ceil(torch.log2(maxima))
     return torch.where(torch.isfinite(e), e, fallback).clamp(-_EXP_CLAMP, _EXP_CLAMP)
 
 
@@ -892,12 +904,12 @@ SCALE_TOP = 7
 _EXP_CLAMP = 100.0  # 2**(SCALE_TOP + 100) and 2**(SCALE_TOP - 100) are finite float32
 
 
-def _float16_operands(tensors, split: bool):
+def _float16_operands(tensors, split: bool, known: torch.Tensor | None = None):
     """Each float32 tensor scaled by a power of two and split into float16 halves, a (2, *shape) tensor of
     hi and lo (split) or (1, *shape) of hi; and 1 / (the product of the scales), a one-element device tensor
     (no host synchronization). The scale of x is 2**(SCALE_TOP - ceil(log2(max |x|))); a tensor holding Inf
-    or NaN keeps the scale 1."""
-    e = _max_exponents(tensors, float(SCALE_TOP))
+    or NaN keeps the scale 1. `known`: the first tensors' max |x| (float32), as the projections gave them."""
+    e = _max_exponents(tensors, float(SCALE_TOP), known)
     scales = torch.exp2(SCALE_TOP - e)
     out = []
     for k, x in enumerate(tensors):
@@ -962,11 +974,13 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
                       proj_b_bias) if keep else out.new_empty(0))
         return out, ab, pair_scale(mask, B, S, N, normalization, out)
     mask = None if msa_mask is None else as_dtype(msa_mask, torch.float32)
-    ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
-                 proj_b_weight, proj_b_bias)
-    kept = ab if keep else None
     scaled = dtype == torch.float32
     split = scaled and precision == "default"
+    # float32: a's and b's maxima from the projections' pass where it gives them (their float16 scales)
+    amax = torch.zeros(2, dtype=torch.int32, device=device) if scaled and projects_with_maxima(msa_repr, c) else None
+    ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
+                 proj_b_weight, proj_b_bias, amax)
+    kept = ab if keep else None
     # hidden_dim 64 runs as four 32-wide parts (p and q halves), each with its block of out_proj's weight,
     # summed in float32 (the kernels' tiles hold (i p) x (j q) outer products: 64-wide ones do not fit); the
     # one-pass kernel takes float32 at the default precision in parts of at most SPLIT_PART channels
@@ -980,7 +994,8 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
         w_parts = w_parts.reshape(parts, R, SPLIT_PASSES, cs // SPLIT_PASSES, cs // 2, 2).permute(
             0, 1, 2, 5, 3, 4).reshape(parts, R, cs * cs)
     if scaled:  # float16 operands; "default" keeps a low half too (three products per pair of operands)
-        (a_h, b_h, w_h), inv_scale = _float16_operands((ab[0], ab[1], w_parts.to(torch.float32).contiguous()), split)
+        (a_h, b_h, w_h), inv_scale = _float16_operands((ab[0], ab[1], w_parts.to(torch.float32).contiguous()), split,
+                                                       None if amax is None else amax.view(torch.float32))
         del ab  # the float32 projections are freed before the output is allocated
     else:
         a_h, b_h = ab[:1], ab[1:]

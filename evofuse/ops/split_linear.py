@@ -105,7 +105,7 @@ def fused_rows(D: int) -> bool:
 
 def split_ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                     ln: tuple[torch.Tensor, torch.Tensor, float], mask: torch.Tensor | None, scale: torch.Tensor,
-                    slot: int) -> torch.Tensor:
+                    slot: int, amax: torch.Tensor | None = None) -> torch.Tensor:
     """(LayerNorm(x) @ weight.T + bias) * mask[..., None] * scale in float32 to ~2**-22 relative, in one
     pass over the rows: `_ln_linear_kernel` normalizes a tile of rows, splits it into float16 halves
     (scaled as in split_linear) and makes the three products on chip (no float16 copy of the rows, no
@@ -114,15 +114,18 @@ def split_ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     x (B, S, N, D) float32, any strides, fused_rows(D); weight (K, D), bias (K,); ln = (weight (D,),
     bias (D,), eps); mask (B, S, N) float32 or None; scale a one-element float32 tensor. Returns
     (K // slot, B, S, N, slot) float32, contiguous (slot divides K). Limits as split_linear's, with
-    max|x| read as sqrt(D) max|ln weight| + max|ln bias|.
+    max|x| read as sqrt(D) max|ln weight| + max|ln bias|. `amax` ((K // slot,) int32 zeros, slot a power of
+    two) receives each slot's max |output| as float32 bits (no pass over the output after).
     """
     B, S, N, D = x.shape
     K = weight.shape[0]
+    if amax is not None and slot & (slot - 1):
+        raise ValueError(f"split_ln_linear gives maxima for slots of a power of two, got {slot}")
     shift, w16 = _operands(weight, _ln_log2_max(ln, D))
     y = empty(K // slot, B, S, N, slot, dtype=torch.float32, device=x.device)
     if y.numel():
         launch_ln_linear(x, w16, bias.float(), ln[0], ln[1], mask, y, slot, ln[2],
-                         split=(shift, scale.reshape(1), 2.0 ** -PRODUCT_SHIFT))
+                         split=(shift, scale.reshape(1), 2.0 ** -PRODUCT_SHIFT), amax=amax)
     return y
 
 
