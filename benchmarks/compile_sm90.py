@@ -104,9 +104,9 @@ def launches():
                 BLOCK_D=256, BLOCK_K=16), 4, 3)
     for reorder in (False, True):
         yield (f"opm out_proj weight halves reorder={reorder}", opm._out_weight_kernel,
-               {"w_ptr": "*fp32", "halves_ptr": "*fp16", "e_ptr": "*fp32"},
+               {"w_ptr": "*fp32", "max_ptr": "*fp32", "halves_ptr": "*fp16", "e_ptr": "*fp32"},
                dict(C=32, HALVES=1, REORDER=reorder, PASSES=opm.SPLIT_PASSES, LO=True, SCALE_TOP=opm.SCALE_TOP,
-                    EXP_CLAMP=split_linear.EXP_CLAMP, BLOCK=1024, CHUNK=16384), 4, 3)
+                    EXP_CLAMP=split_linear.EXP_CLAMP, BLOCK=1024), 4, 3)
     for lo in (False, True):
         yield (f"float16 split lo={lo}", opm._float16_split_kernel,
                {"x_ptr": "*fp32", "maxima_ptr": "*i32", "e_ptr": "*fp32", "halves_ptr": "*fp16"},

@@ -798,10 +798,11 @@ def _pairs(meta: dict, C: int) -> int:
     return (meta["PASSES"] * meta["TILE_ROWS"] // C) * (meta["TILE_COLS"] // C)
 
 
-@functools.lru_cache(maxsize=64)
 def _workspace_size(R: int, C: int) -> int:
     """float32 elements of a program's workspace in `_opm_multipass_kernel`: R rounded up to BLOCK_R times
-    the (i, j) pairs of a tile, the most over the candidate configs and the interpreter's."""
+    the (i, j) pairs of a tile, the most over the candidate configs and the interpreter's. (Not cached: the
+    tests replace the candidates, and a size kept from other candidates let programs overwrite each other's
+    workspace, session 17.)"""
     metas = [cfg.kwargs for cfg in _multipass_configs()] + [_multipass_interpret_meta(C, s) for s in (False, True)]
     return max(cdiv(R, m["BLOCK_R"]) * m["BLOCK_R"] * _pairs(m, C) for m in metas)
 
@@ -906,33 +907,26 @@ def _out_weight_offsets(d, R, C: tl.constexpr, HALVES: tl.constexpr, REORDER: tl
 @triton.jit
 def _out_weight_kernel(
     w_ptr, stride_wr, stride_wc,  # out_proj's weight: (R, c * c), any float dtype
+    max_ptr,  # its max |w|, float32
     halves_ptr, stride_hh,  # out: (1 | 2, parts, R, C * C) float16, hi (and lo) of the weight times its scale
     e_ptr,  # out: one float32, e of the scale 2**(SCALE_TOP - e)
     R,
     C: tl.constexpr, HALVES: tl.constexpr, REORDER: tl.constexpr, PASSES: tl.constexpr, LO: tl.constexpr,
-    SCALE_TOP: tl.constexpr, EXP_CLAMP: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
+    SCALE_TOP: tl.constexpr, EXP_CLAMP: tl.constexpr, BLOCK: tl.constexpr,
 ):
-    """Each program reads the whole weight for its max |w| and writes its CHUNK of the halves."""
-    n = R * C * C * HALVES * HALVES
-    m = tl.program_id(0) * 0
-    for d0 in range(0, n, BLOCK):
-        d = d0 + tl.arange(0, BLOCK)  # [BLOCK]
-        r, col = _out_weight_offsets(d, R, C, HALVES, REORDER, PASSES)
-        w = tl.load(w_ptr + r * stride_wr + col * stride_wc, mask=d < n, other=0.0).to(tl.float32)  # [BLOCK]
-        m = tl.maximum(m, split_linear.abs_max_bits(w))
-    e = split_linear.ceil_log2(m, SCALE_TOP, EXP_CLAMP)
-    scale = tl.math.exp2(SCALE_TOP - e)
-    for d0 in range(tl.program_id(0) * CHUNK, tl.minimum(n, (tl.program_id(0) + 1) * CHUNK), BLOCK):
-        d = d0 + tl.arange(0, BLOCK)  # [BLOCK]
-        ok = d < n
-        r, col = _out_weight_offsets(d, R, C, HALVES, REORDER, PASSES)
-        w = tl.load(w_ptr + r * stride_wr + col * stride_wc, mask=ok, other=0.0).to(tl.float32) * scale
-        hi = w.to(tl.float16)
-        tl.store(halves_ptr + d, hi, mask=ok)
-        if LO:
-            tl.store(halves_ptr + stride_hh + d, (w - hi.to(tl.float32)).to(tl.float16), mask=ok)
+    e = split_linear.ceil_log2(tl.load(max_ptr).to(tl.int32, bitcast=True), SCALE_TOP, EXP_CLAMP)
+    d = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
+    ok = d < R * C * C * HALVES * HALVES
+    r, col = _out_weight_offsets(d, R, C, HALVES, REORDER, PASSES)
+    w = tl.load(w_ptr + r * stride_wr + col * stride_wc, mask=ok, other=0.0).to(tl.float32) * tl.math.exp2(SCALE_TOP - e)
+    hi = w.to(tl.float16)
+    tl.store(halves_ptr + d, hi, mask=ok)
+    if LO:
+        tl.store(halves_ptr + stride_hh + d, (w - hi.to(tl.float32)).to(tl.float16), mask=ok)
     if tl.program_id(0) == 0:
         tl.store(e_ptr, e)
+
+
 @triton.jit
 def _float16_split_kernel(
     x_ptr, stride_xt,  # a and b: (2, n) float32
@@ -960,12 +954,14 @@ def _float16_split_kernel(
 
 def _float16_operands(ab: torch.Tensor, maxima: torch.Tensor, out_proj_weight: torch.Tensor, cs: int,
                       reorder: bool, split: bool):
-    """The multiplying kernels' float16 operands from float32 ones, in two launches with no host
-    synchronization: a and b (ab (2, B, S, N, c), contiguous, with their max |value| as float32 bits in maxima
-    (2,) int32) as (1 | 2, B, S, N, c) each, hi and (split) lo; out_proj's weight (R, c * c) as (1 | 2, parts,
-    R, cs * cs) in parts of cs channels (`_out_weight_offsets`, `reorder`: the multi-pass float32 epilogue's
-    column order). Each tensor x is scaled by 2**(SCALE_TOP - ceil(log2(max |x|))) (1 where it holds Inf or
-    NaN). Returns (a halves, b halves, weight halves, inv_scale): inv_scale a one-element float32 tensor,
+    """The multiplying kernels' float16 operands from float32 ones, with no host synchronization: out_proj's
+    max |w| (PyTorch), then `_out_weight_kernel` and `_float16_split_kernel`.
+
+    ab (2, B, S, N, c) float32, contiguous: a and b, their max |value| as float32 bits in maxima (2,) int32;
+    out_proj_weight (R, c * c). Each tensor x is scaled by 2**(SCALE_TOP - ceil(log2(max |x|))) (1 where it
+    holds Inf or NaN) and split into float16 hi and (split) lo. Returns a's and b's halves, (1 | 2, B, S, N,
+    c) each; the weight's, (1 | 2, parts, R, cs * cs) in parts of cs channels (`_out_weight_offsets`;
+    `reorder`: the multi-pass float32 epilogue's column order); and inv_scale, a one-element float32 tensor,
     1 / (the product of the three scales)."""
     R = out_proj_weight.shape[0]
     halves = ab.shape[-1] // cs
@@ -973,11 +969,11 @@ def _float16_operands(ab: torch.Tensor, maxima: torch.Tensor, out_proj_weight: t
     h = 2 if split else 1
     w_h = torch.empty(h, halves * halves, R, cs * cs, dtype=torch.float16, device=ab.device)
     e = torch.empty(2, dtype=torch.float32, device=ab.device)
-    block, chunk = (4096, n_w) if interpreting() else (1024, 16384)  # (the interpreter: one program)
+    w_max = torch.linalg.vector_norm(out_proj_weight, float("inf"), dtype=torch.float32)
     cached_launch(_out_weight_kernel)(
-        (cdiv(n_w, chunk),), out_proj_weight, *out_proj_weight.stride(), w_h, w_h.stride(0), e, R, C=cs,
+        (cdiv(n_w, 1024),), out_proj_weight, *out_proj_weight.stride(), w_max, w_h, w_h.stride(0), e, R, C=cs,
         HALVES=halves, REORDER=reorder, PASSES=SPLIT_PASSES, LO=split, SCALE_TOP=SCALE_TOP,
-        EXP_CLAMP=split_linear.EXP_CLAMP, BLOCK=block, CHUNK=chunk, num_warps=4)
+        EXP_CLAMP=split_linear.EXP_CLAMP, BLOCK=1024, num_warps=4)
     ab_h = torch.empty(2, h, *ab.shape[1:], dtype=torch.float16, device=ab.device)
     n = ab[0].numel()
     cached_launch(_float16_split_kernel)(
