@@ -64,15 +64,15 @@ def launches():
             rows, block_d, block_k = lnl._tiles(D, 64)
             yield (f"ln_linear {dt} D={D}", lnl._ln_linear_kernel,
                    {n: f"*{dt}" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "w_ptr", "bias_ptr", "y_ptr")}
-                   | {"m_ptr": "*fp32", "shift_ptr": "*fp32", "scale_ptr": "*fp32"},
-                   dict(SLOT=32, HAS_LN=True, HAS_MASK=True, SPLIT=False, ALPHA=1.0, BLOCK_ROWS=rows, BLOCK_D=block_d,
-                        BLOCK_K=block_k), 4, 2)
+                   | {"m_ptr": "*fp32", "shift_ptr": "*fp32", "scale_ptr": "*fp32", "amax_ptr": "*i32"},
+                   dict(SLOT=32, HAS_LN=True, HAS_MASK=True, SPLIT=False, ALPHA=1.0, AMAX=False, BLOCK_ROWS=rows,
+                        BLOCK_D=block_d, BLOCK_K=block_k), 4, 2)
     for D in (64, 256, 512):  # float32 rows on float16 halves (split_ln_linear)
         rows, block_d, block_k, warps = lnl._launch_tiles(D, 64, split=True)
         yield (f"ln_linear split fp32 D={D}", lnl._ln_linear_kernel,
                {n: "*fp32" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "bias_ptr", "y_ptr", "m_ptr", "shift_ptr", "scale_ptr")}
-               | {"w_ptr": "*fp16"},
-               dict(SLOT=32, HAS_LN=True, HAS_MASK=True, SPLIT=True, ALPHA=2.0 ** -12, BLOCK_ROWS=rows,
+               | {"w_ptr": "*fp16", "amax_ptr": "*i32"},
+               dict(SLOT=32, HAS_LN=True, HAS_MASK=True, SPLIT=True, ALPHA=2.0 ** -12, AMAX=True, BLOCK_ROWS=rows,
                     BLOCK_D=block_d, BLOCK_K=block_k), warps, 2)
     for dt in ("bf16", "fp32"):
         for stats in (False, True):
@@ -97,9 +97,20 @@ def launches():
         yield (f"split rows ln={has_ln}", split_linear._split_rows_kernel,
                {"x_ptr": "*fp32", "lnw_ptr": "*fp32", "lnb_ptr": "*fp32", "shift_ptr": "*fp32", "a_ptr": "*fp16"},
                dict(HAS_LN=has_ln, BLOCK_ROWS=16, BLOCK_D=256), 4, 3)
+    yield ("split ln weights D=256", split_linear._ln_weights_kernel,
+           {n: "*fp32" for n in ("lnw_ptr", "lnb_ptr", "wa_ptr", "wb_ptr", "ba_ptr", "bb_ptr", "out_ptr")}
+           | {"w16_ptr": "*fp16"},
+           dict(PRODUCT_SHIFT=split_linear.PRODUCT_SHIFT, SHIFT_CLAMP=60.0, EXP_CLAMP=split_linear.EXP_CLAMP,
+                BLOCK_D=256, BLOCK_K=16), 4, 3)
+    for reorder in (False, True):
+        yield (f"opm out_proj weight halves reorder={reorder}", opm._out_weight_kernel,
+               {"w_ptr": "*fp32", "max_ptr": "*fp32", "halves_ptr": "*fp16", "e_ptr": "*fp32"},
+               dict(C=32, HALVES=1, REORDER=reorder, PASSES=opm.SPLIT_PASSES, LO=True, SCALE_TOP=opm.SCALE_TOP,
+                    EXP_CLAMP=split_linear.EXP_CLAMP, BLOCK=1024), 4, 3)
     for lo in (False, True):
         yield (f"float16 split lo={lo}", opm._float16_split_kernel,
-               {"x_ptr": "*fp32", "scale_ptr": "*fp32", "hi_ptr": "*fp16", "lo_ptr": "*fp16"}, dict(LO=lo, BLOCK=1024), 4, 3)
+               {"x_ptr": "*fp32", "maxima_ptr": "*i32", "e_ptr": "*fp32", "halves_ptr": "*fp16"},
+               dict(LO=lo, SCALE_TOP=opm.SCALE_TOP, EXP_CLAMP=split_linear.EXP_CLAMP, BLOCK=1024), 4, 3)
     for form, dt, split, scaled in (("bf16", "bf16", False, False), ("fp32", "fp16", True, True),
                                     ("fp32 fast", "fp16", False, True)):
         out = "*bf16" if dt == "bf16" else "*fp32"

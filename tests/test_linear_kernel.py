@@ -1,5 +1,7 @@
 """The fused LayerNorm + linear + row-mask kernel and the float32 split linear, against PyTorch in float64."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -7,6 +9,7 @@ import triton
 import triton.language as tl
 
 from evofuse.ops.layer_norm_linear import ln_linear, row_coords
+from evofuse.ops.split_linear import ceil_log2
 
 from .conftest import DEVICE
 from .helpers import assert_contract, att_module, random_mask
@@ -73,28 +76,76 @@ def test_split_linear_float32_accuracy(with_ln, scale_x, scale_w, scale_b, monke
 
 
 @pytest.mark.parametrize("scale_w, scale_b, scale_ln", [(1.0, 1.0, 1.0), (1e-4, 1e-4, 1.0), (30.0, 1.0, 1e-3),
-                                                      (3e3, 3e3, 3.0)])
-@pytest.mark.parametrize("D, K, slot", [(24, 40, 20), (7, 2, 1)])
-def test_split_ln_linear_float32_accuracy(D, K, slot, scale_w, scale_b, scale_ln):
-    """The fused float32 LayerNorm-linear on float16 halves: the float32 contract at weight scales far
-    from 1, on a strided input, with a random row mask and an output scale, written as (K // slot, B, S, N,
-    slot) (the Outer Product Mean's a and b)."""
+                                                      (3e3, 3e3, 3.0), (1e-7, 1e-7, 1e-6)])
+@pytest.mark.parametrize("D, K, slot, pieces", [(24, 40, 20, 2), (7, 2, 1, 1)])
+def test_split_ln_linear_float32_accuracy(D, K, slot, pieces, scale_w, scale_b, scale_ln):
+    """The fused float32 LayerNorm-linear on float16 halves: the float32 contract at parameter scales far
+    from 1 (the operands normalized by powers of two in `split_ln_weights`), on a strided input and a
+    strided weight given in one or two blocks of rows, with a random row mask, written as (K // slot, B, S,
+    N, slot) (the Outer Product Mean's a and b)."""
     from evofuse.ops import split_linear
 
     g = torch.Generator().manual_seed(D + K)
     x = (3 * torch.randn(2, 3, 2 * 17, D, generator=g) + 1)[:, :, ::2]  # every other residue
-    w, b = scale_w * torch.randn(K, D, generator=g), scale_b * torch.randn(K, generator=g)
+    w, b = (scale_w * torch.randn(D, K, generator=g)).t(), scale_b * torch.randn(K, generator=g)
     lnw, lnb = scale_ln * (1 + 0.3 * torch.randn(D, generator=g)), scale_ln * 0.3 * torch.randn(D, generator=g)
     mask = random_mask(2, 3, 17, "rows", 3)
-    scale = torch.tensor([0.25])
-    xd, wd, bd, lnwd, lnbd, md, sd = (t.to(DEVICE) for t in (x, w, b, lnw, lnb, mask, scale))
-    out = split_linear.split_ln_linear(xd, wd, bd, (lnwd, lnbd, 1e-5), md, sd, slot=slot)
+    xd, wd, bd, lnwd, lnbd, md = (t.to(DEVICE) for t in (x, w, b, lnw, lnb, mask))
+    k_a = K // pieces
+    weights = split_linear.split_ln_weights(lnwd, lnbd, [wd[:k_a], wd[k_a:]][:pieces], [bd[:k_a], bd[k_a:]][:pieces])
+    out = split_linear.split_ln_linear(xd, weights, md, slot=slot, eps=1e-5)
     xe = F.layer_norm(x.double(), (D,), lnw.double(), lnb.double(), 1e-5)
-    exact = F.linear(xe, w.double(), b.double()) * mask.double()[..., None] * 0.25
+    exact = F.linear(xe, w.double(), b.double()) * mask.double()[..., None]
     exact = exact.reshape(2, 3, 17, K // slot, slot).permute(3, 0, 1, 2, 4)
     assert out.dtype == torch.float32 and out.shape == exact.shape
     err = ((out.double().cpu() - exact).norm() / exact.norm()).item()
     assert err <= 1e-6, err
+
+
+@pytest.mark.parametrize("D, slot", [(24, 8), (40, 32)])
+def test_split_ln_linear_maxima(D, slot):
+    """The fused float32 LayerNorm-linear's per-slot max |output| (the Outer Product Mean's float16 scales of
+    a and b), as float32 bits: exactly the output's, masked rows and all; a NaN row makes both NaN."""
+    from evofuse.ops import split_linear
+
+    g = torch.Generator().manual_seed(D)
+    x = torch.randn(2, 3, 17, D, generator=g)
+    w, b = torch.randn(2 * slot, D, generator=g), torch.randn(2 * slot, generator=g)
+    lnw, lnb = 1 + 0.3 * torch.randn(D, generator=g), 0.3 * torch.randn(D, generator=g)
+    xd, wd, bd, lnwd, lnbd, md = (t.to(DEVICE) for t in (x, w, b, lnw, lnb, random_mask(2, 3, 17, "rows", 4)))
+    for nan in (False, True):
+        if nan:
+            xd[1, 2, 5, 3] = float("nan")
+        weights = split_linear.split_ln_weights(lnwd, lnbd, [wd[:slot], wd[slot:]], [bd[:slot], bd[slot:]], slots=2)
+        out = split_linear.split_ln_linear(xd, weights, md, slot=slot, eps=1e-5, amax=True)
+        got = weights.maxima.view(torch.float32).cpu()
+        if nan:
+            assert torch.isnan(got).all()
+        else:
+            torch.testing.assert_close(got, out.abs().amax((1, 2, 3, 4)).cpu(), rtol=0, atol=0)
+    weights = split_linear.split_ln_weights(lnwd, lnbd, [wd[:6]], [bd[:6]], slots=2)
+    with pytest.raises(ValueError, match="power of two"):
+        split_linear.split_ln_linear(xd, weights, md, slot=3, eps=1e-5, amax=True)
+
+
+@triton.jit
+def _ceil_log2_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    bits = tl.load(x_ptr + offs, mask=offs < n, other=0)
+    tl.store(out_ptr + offs, ceil_log2(bits, -7.0, 100.0), mask=offs < n)
+
+
+def test_ceil_log2_is_exact():
+    """ceil(log2(x)) from the bits, exact at and beside powers of two, subnormals included, clamped; the
+    fallback for 0, Inf and NaN."""
+    tiny = torch.finfo(torch.float32).tiny
+    values = [1.0, 1.5, 2.0, 3.0, 0.75, 2.0 ** 20 + 1, tiny, tiny * 1.5, tiny / 8, tiny / 3, 2.0 ** -149, 3e38,
+              2.0 ** -110]
+    x = torch.tensor(values + [0.0, float("inf"), float("nan")], dtype=torch.float32)
+    out = torch.empty_like(x)
+    _ceil_log2_kernel[(1,)](x.view(torch.int32).to(DEVICE), out := out.to(DEVICE), x.numel(), BLOCK=32)
+    expected = [max(-100.0, min(100.0, float(math.ceil(math.log2(float(v)))))) for v in x[:len(values)].double()]
+    assert out.cpu().tolist() == expected + [-7.0, -7.0, -7.0]
 
 
 def test_attention_float32_without_out_dtype_support_takes_ieee(monkeypatch):

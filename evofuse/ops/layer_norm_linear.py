@@ -104,12 +104,14 @@ def _ln_linear_kernel(
     shift_ptr, scale_ptr,  # SPLIT only: one float32 k (the rows are scaled by 2**k), one output factor
     m_ptr, stride_mb, stride_ms, stride_mi,  # row mask: (B, S, N) float32 (HAS_MASK only)
     y_ptr, stride_yslot, stride_yrow,  # out: slot k // SLOT, row (b*S + s)*N + i, channel k % SLOT
+    amax_ptr,  # AMAX: (K // SLOT,) int32, max |y| of each slot as float32 bits (atomic max, from 0)
     ROWS, S, N, D, K, eps,  # ROWS = B * S * N
     SLOT: tl.constexpr,
     HAS_LN: tl.constexpr,
     HAS_MASK: tl.constexpr,
     SPLIT: tl.constexpr,  # float32 rows as float16 hi + lo: x_hi w_hi + x_hi w_lo + x_lo w_hi, times ALPHA
     ALPHA: tl.constexpr,
+    AMAX: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -149,6 +151,15 @@ def _ln_linear_kernel(
             y = y * out_scale
         y_ptrs = y_rows + (offs_k // SLOT).to(tl.int64)[None, :] * stride_yslot + (offs_k % SLOT)[None, :]
         tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=rows_ok[:, None] & k_ok[None, :])
+        if AMAX:  # |y|'s bits: their integer order is the float order (NaN above Inf), so the max is exact
+            bits = tl.where(rows_ok[:, None] & k_ok[None, :], tl.abs(y).to(tl.int32, bitcast=True), 0)
+            col_max = tl.max(bits, axis=0)  # [BLOCK_K]
+            if SLOT <= BLOCK_K:  # whole slots (powers of two) in the tile: one atomic each
+                slots = k0 // SLOT + tl.arange(0, BLOCK_K // SLOT)
+                tl.atomic_max(amax_ptr + slots, tl.max(tl.reshape(col_max, (BLOCK_K // SLOT, SLOT)), axis=1),
+                              mask=slots < K // SLOT)
+            else:  # the tile within one slot
+                tl.atomic_max(amax_ptr + k0 // SLOT, tl.max(col_max, axis=0))
 
 
 def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weight: torch.Tensor | None = None,
@@ -175,11 +186,12 @@ def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weig
     return y if slot != K else y[0]
 
 
-def launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps, split=None):
+def launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps, split=None, amax=None):
     """Launches `_ln_linear_kernel` over the rows of x (B, S, N, D) into y (K // slot, B, S, N, slot).
     `split` = (shift, scale, alpha): x float32, split into float16 halves after scaling by 2**shift
     (shift and scale one-element float32 tensors), weight (K, >= 2D) float16 with w_hi in columns [0, D)
-    and w_lo in [D, 2D), the products times alpha (a float), the output times scale."""
+    and w_lo in [D, 2D), the products times alpha (a float), the output times scale. `amax` (K // slot,)
+    int32 zeros, or None: each slot's max |y| is written there as float32 bits (slot a power of two)."""
     B, S, N, D = x.shape
     K = weight.shape[0]
     rows = B * S * N
@@ -191,8 +203,8 @@ def launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps, sp
     shift, scale, alpha = split if split is not None else (bias, bias, 1.0)  # unused without SPLIT
     cached_launch(_ln_linear_kernel)(
         (cdiv(rows, block_rows),), x, *x.stride(), lnw, lnb, weight, *weight.stride(), bias, shift, scale, m,
-        *m_strides, y, y.stride(0), slot, rows, S, N, D, K, eps,
-        SLOT=slot, HAS_LN=has_ln, HAS_MASK=mask is not None, SPLIT=split is not None, ALPHA=alpha,
+        *m_strides, y, y.stride(0), slot, y if amax is None else amax, rows, S, N, D, K, eps,
+        SLOT=slot, HAS_LN=has_ln, HAS_MASK=mask is not None, SPLIT=split is not None, ALPHA=alpha, AMAX=amax is not None,
         BLOCK_ROWS=block_rows, BLOCK_D=block_d, BLOCK_K=block_k, num_warps=warps,
         num_stages=1 if K <= block_k and split is None else 2)  # one weight tile: no second buffer (16-bit opm-af2-main,
     # session 13: 0.093 -> 0.081 ms, 104 -> ~72 KiB of shared memory; float32 SPLIT not measured so, kept at 2)

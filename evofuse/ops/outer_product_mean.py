@@ -798,10 +798,11 @@ def _pairs(meta: dict, C: int) -> int:
     return (meta["PASSES"] * meta["TILE_ROWS"] // C) * (meta["TILE_COLS"] // C)
 
 
-@functools.lru_cache(maxsize=64)
 def _workspace_size(R: int, C: int) -> int:
     """float32 elements of a program's workspace in `_opm_multipass_kernel`: R rounded up to BLOCK_R times
-    the (i, j) pairs of a tile, the most over the candidate configs and the interpreter's."""
+    the (i, j) pairs of a tile, the most over the candidate configs and the interpreter's. (Not cached: the
+    tests replace the candidates, and a size kept from other candidates let programs overwrite each other's
+    workspace, session 17.)"""
     metas = [cfg.kwargs for cfg in _multipass_configs()] + [_multipass_interpret_meta(C, s) for s in (False, True)]
     return max(cdiv(R, m["BLOCK_R"]) * m["BLOCK_R"] * _pairs(m, C) for m in metas)
 
@@ -817,97 +818,168 @@ def _programs(device: torch.device) -> int:
 
 
 def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
-            proj_b_bias):
+            proj_b_bias, maxima=False):
     """LayerNorm, both projections and the mask (float32 (B, S, N) or None): a and b as one contiguous
-    (2, B, S, N, c) tensor.
+    (2, B, S, N, c) tensor; with `maxima`, also a's and b's max |value| as float32 bits, (2,) int32.
 
     One fused pass for inputs of width up to 512 (no normalized copy of the MSA in memory): 16-bit rows
     in their dtype, float32 rows split into float16 hi/lo halves on chip (`split_linear.split_ln_linear`,
-    three products on tensor cores, ~2**-22); wider float32 rows through `split_linear` (blocks of rows
-    split into a float16 copy, one cuBLAS product each), then the mask; anything else (wider 16-bit rows,
-    a PyTorch without float32-output products) through the reference's first half, a block of MSA rows
-    at a time.
+    three products on tensor cores, ~2**-22, its operands from one launch of `split_ln_weights`, and the
+    maxima from the same pass); wider float32 rows through `split_linear` (blocks of rows split into a float16
+    copy, one cuBLAS product each), then the mask; anything else (wider 16-bit rows, a PyTorch without
+    float32-output products) through the reference's first half, a block of MSA rows at a time.
     """
     B, S, N, D = msa_repr.shape
     c = proj_a_weight.shape[0]
     dtype = msa_repr.dtype
+    if dtype == torch.float32 and split_linear.available(msa_repr) and split_linear.fused_rows(D):
+        weights = split_linear.split_ln_weights(layer_norm_weight, layer_norm_bias, [proj_a_weight, proj_b_weight],
+                                                [proj_a_bias, proj_b_bias], slots=2)
+        with_maxima = maxima and not c & (c - 1)  # (the kernel's maxima take slots of a power of two)
+        ab = split_linear.split_ln_linear(msa_repr, weights, mask, slot=c, eps=LAYER_NORM_EPS, amax=with_maxima)
+        return (ab, weights.maxima if with_maxima else _abs_maxima(ab)) if maxima else ab
     w = as_dtype(torch.cat([proj_a_weight, proj_b_weight]), dtype)
     bias = as_dtype(torch.cat([proj_a_bias, proj_b_bias]), dtype)
     if fits(D, 2 * c, dtype):
-        return ln_linear(msa_repr, w, bias, layer_norm_weight, layer_norm_bias, mask, slot=c, eps=LAYER_NORM_EPS)
-    if split_linear.available(msa_repr):
-        # the LayerNorm's and the projections' weights are first brought to magnitude ~1 by powers of two
-        # (exact), undone in the output's scale: tiny weights would leave the float16 halves subnormal
+        ab = ln_linear(msa_repr, w, bias, layer_norm_weight, layer_norm_bias, mask, slot=c, eps=LAYER_NORM_EPS)
+    elif split_linear.available(msa_repr):
+        # as split_ln_weights: the LayerNorm's and the projections' weights brought to magnitude ~1 by powers of
+        # two (exact), undone in the output's scale (tiny weights would leave the float16 halves subnormal)
         s_ln, s_w = _pow2_normalizer(layer_norm_weight, layer_norm_bias), _pow2_normalizer(w)
         ln = (layer_norm_weight * s_ln, layer_norm_bias * s_ln, LAYER_NORM_EPS)
         undo = 1 / (s_ln * s_w)
-        if split_linear.fused_rows(D):
-            return split_linear.split_ln_linear(msa_repr, w * s_w, bias * (s_ln * s_w), ln, mask, undo, slot=c)
         ab = torch.empty(2, B, S, N, c, dtype=dtype, device=msa_repr.device)
         y = split_linear.split_linear(msa_repr.reshape(-1, D), w * s_w, bias * (s_ln * s_w), ln=ln)
         torch.mul(y.view(B, S, N, 2, c), undo if mask is None else mask[..., None, None] * undo,
                   out=ab.permute(1, 2, 3, 0, 4))
-        return ab
-    ab = torch.empty(2, B, S, N, c, dtype=dtype, device=msa_repr.device)
-    params = [p.to(dtype) for p in (layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
-                                    proj_b_bias)]
-    rows = max(1, (32 << 20) // max(1, B * N * D * msa_repr.element_size()))  # ~32 MiB of normalized MSA at a time
-    with ieee_fp32_matmul():
-        for s0 in range(0, S, rows):
-            block_mask = None if mask is None else mask[:, s0:s0 + rows]
-            ab[0, :, s0:s0 + rows], ab[1, :, s0:s0 + rows], _ = outer_product_mean_projections(
-                msa_repr[:, s0:s0 + rows], block_mask, *params)
-    return ab
+    else:
+        ab = torch.empty(2, B, S, N, c, dtype=dtype, device=msa_repr.device)
+        params = [p.to(dtype) for p in (layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
+                                        proj_b_weight, proj_b_bias)]
+        rows = max(1, (32 << 20) // max(1, B * N * D * msa_repr.element_size()))  # ~32 MiB of normalized MSA a time
+        with ieee_fp32_matmul():
+            for s0 in range(0, S, rows):
+                block_mask = None if mask is None else mask[:, s0:s0 + rows]
+                ab[0, :, s0:s0 + rows], ab[1, :, s0:s0 + rows], _ = outer_product_mean_projections(
+                    msa_repr[:, s0:s0 + rows], block_mask, *params)
+    return (ab, _abs_maxima(ab)) if maxima else ab
 
 
-def _max_exponents(tensors, fallback: float) -> torch.Tensor:
-    """ceil(log2(max |t|)) of each tensor, a float32 device tensor (no host synchronization), clamped to
-    +-_EXP_CLAMP; `fallback` where it is not finite (all zeros, Inf or NaN)."""
-    e = torch.ceil(torch.log2(torch.stack([torch.linalg.vector_norm(t.float(), float("inf")) for t in tensors])))
-    return torch.where(torch.isfinite(e), e, fallback).clamp(-_EXP_CLAMP, _EXP_CLAMP)
+def _abs_maxima(ab: torch.Tensor) -> torch.Tensor:
+    """a's and b's max |value| (float32) as their bits, (2,) int32."""
+    return torch.stack([torch.linalg.vector_norm(t.float(), float("inf")) for t in ab]).view(torch.int32)
 
 
 def _pow2_normalizer(*tensors: torch.Tensor) -> torch.Tensor:
     """2**-ceil(log2(max |t|)) over the tensors, a one-element float32 device tensor (1 for all zeros,
     Inf or NaN): multiplying by it is exact and brings the largest magnitude into (1/2, 1]."""
-    return torch.exp2(-_max_exponents(tensors, 0.0).max()).reshape(1)
-
-
-@triton.jit
-def _float16_split_kernel(x_ptr, scale_ptr, hi_ptr, lo_ptr, n, LO: tl.constexpr, BLOCK: tl.constexpr):
-    """hi = float16(x * scale) and, with LO, lo = float16(x * scale - hi): x to ~2**-22 as hi + lo."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
-    ok = offs < n
-    x = tl.load(x_ptr + offs, mask=ok, other=0.0) * tl.load(scale_ptr)
-    hi = x.to(tl.float16)
-    tl.store(hi_ptr + offs, hi, mask=ok)
-    if LO:
-        tl.store(lo_ptr + offs, (x - hi.to(tl.float32)).to(tl.float16), mask=ok)
+    m = torch.stack([torch.linalg.vector_norm(t.float(), float("inf")) for t in tensors]).max()
+    e = torch.ceil(torch.log2(m))
+    return torch.exp2(-torch.where(torch.isfinite(e), e, 0.0).clamp(-split_linear.EXP_CLAMP,
+                                                                     split_linear.EXP_CLAMP)).reshape(1)
 
 
 # float32 operands are scaled by 2**(SCALE_TOP - ceil(log2(max |x|))) before the float16 split: the
 # largest magnitude lands at <= 2**7, so the tile sums |sum_s a b| / count <= 2**14 stay in float16's
-# range in the epilogue, while small values keep ~2**-24 absolute precision (subnormal low halves).
+# range in the epilogue, while small values keep ~2**-24 absolute precision (subnormal low halves)
 SCALE_TOP = 7
-_EXP_CLAMP = 100.0  # 2**(SCALE_TOP + 100) and 2**(SCALE_TOP - 100) are finite float32
 
 
-def _float16_operands(tensors, split: bool):
-    """Each float32 tensor scaled by a power of two and split into float16 halves, a (2, *shape) tensor of
-    hi and lo (split) or (1, *shape) of hi; and 1 / (the product of the scales), a one-element device tensor
-    (no host synchronization). The scale of x is 2**(SCALE_TOP - ceil(log2(max |x|))); a tensor holding Inf
-    or NaN keeps the scale 1."""
-    e = _max_exponents(tensors, float(SCALE_TOP))
-    scales = torch.exp2(SCALE_TOP - e)
-    out = []
-    for k, x in enumerate(tensors):
-        halves = torch.empty((2 if split else 1, *x.shape), dtype=torch.float16, device=x.device)
-        n = x.numel()
-        block = 1024
-        cached_launch(_float16_split_kernel)((cdiv(n, block),), x, scales[k:], halves[0], halves[-1], n, LO=split,
-                                             BLOCK=block)
-        out.append(halves)
-    return out, torch.exp2(e.sum() - len(tensors) * SCALE_TOP)
+@triton.jit
+def _out_weight_offsets(d, R, C: tl.constexpr, HALVES: tl.constexpr, REORDER: tl.constexpr,
+                        PASSES: tl.constexpr):
+    """Where out_proj's weight (R, (p q)) holds element d of the kernels' (parts, R, C * C) layout, in units
+    of its row and column strides: part k = (p half, q half); REORDER: each pass's C / PASSES rows p as the
+    multi-pass kernel's float32 epilogue reads them, even q then odd q."""
+    k = d // (R * C * C)
+    r = (d // (C * C)) % R
+    t = d % (C * C)
+    if REORDER:  # t = ((pass * 2 + parity) * (C / PASSES) + p_local) * (C / 2) + q_half
+        u = t % (C * C // PASSES)
+        p = (t // (C * C // PASSES)) * (C // PASSES) + (u % (C * C // 2 // PASSES)) // (C // 2)
+        q = 2 * (u % (C // 2)) + u // (C * C // 2 // PASSES)
+    else:
+        p = t // C
+        q = t % C
+    return r, ((k // HALVES) * C + p) * (HALVES * C) + (k % HALVES) * C + q
+
+
+@triton.jit
+def _out_weight_kernel(
+    w_ptr, stride_wr, stride_wc,  # out_proj's weight: (R, c * c), any float dtype
+    max_ptr,  # its max |w|, float32
+    halves_ptr, stride_hh,  # out: (1 | 2, parts, R, C * C) float16, hi (and lo) of the weight times its scale
+    e_ptr,  # out: one float32, e of the scale 2**(SCALE_TOP - e)
+    R,
+    C: tl.constexpr, HALVES: tl.constexpr, REORDER: tl.constexpr, PASSES: tl.constexpr, LO: tl.constexpr,
+    SCALE_TOP: tl.constexpr, EXP_CLAMP: tl.constexpr, BLOCK: tl.constexpr,
+):
+    e = split_linear.ceil_log2(tl.load(max_ptr).to(tl.int32, bitcast=True), SCALE_TOP, EXP_CLAMP)
+    d = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
+    ok = d < R * C * C * HALVES * HALVES
+    r, col = _out_weight_offsets(d, R, C, HALVES, REORDER, PASSES)
+    w = tl.load(w_ptr + r * stride_wr + col * stride_wc, mask=ok, other=0.0).to(tl.float32) * tl.math.exp2(SCALE_TOP - e)
+    hi = w.to(tl.float16)
+    tl.store(halves_ptr + d, hi, mask=ok)
+    if LO:
+        tl.store(halves_ptr + stride_hh + d, (w - hi.to(tl.float32)).to(tl.float16), mask=ok)
+    if tl.program_id(0) == 0:
+        tl.store(e_ptr, e)
+
+
+@triton.jit
+def _float16_split_kernel(
+    x_ptr, stride_xt,  # a and b: (2, n) float32
+    maxima_ptr,  # (2,) int32: their max |x| as float32 bits
+    e_ptr,  # [e of out_proj's weight's scale, out: 1 / the product of the three scales], float32
+    halves_ptr, stride_ht, stride_hh,  # out: (2, 1 | 2, n) float16, hi (and lo) of x times its scale
+    n,
+    LO: tl.constexpr, SCALE_TOP: tl.constexpr, EXP_CLAMP: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """x's scale is 2**(SCALE_TOP - ceil(log2(max |x|))), 1 for a tensor holding Inf or NaN; hi = float16(x *
+    scale) and, with LO, lo = float16(x * scale - hi): x to ~2**-22 as hi + lo."""
+    t = tl.program_id(1)
+    e = split_linear.ceil_log2(tl.load(maxima_ptr + t), SCALE_TOP, EXP_CLAMP)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
+    ok = offs < n
+    x = tl.load(x_ptr + t * stride_xt + offs, mask=ok, other=0.0) * tl.math.exp2(SCALE_TOP - e)
+    hi = x.to(tl.float16)
+    tl.store(halves_ptr + t * stride_ht + offs, hi, mask=ok)
+    if LO:
+        tl.store(halves_ptr + t * stride_ht + stride_hh + offs, (x - hi.to(tl.float32)).to(tl.float16), mask=ok)
+    if (tl.program_id(0) == 0) & (t == 0):
+        e_b = split_linear.ceil_log2(tl.load(maxima_ptr + 1), SCALE_TOP, EXP_CLAMP)
+        tl.store(e_ptr + 1, tl.math.exp2(e + e_b + tl.load(e_ptr) - 3 * SCALE_TOP))
+
+
+def _float16_operands(ab: torch.Tensor, maxima: torch.Tensor, out_proj_weight: torch.Tensor, cs: int,
+                      reorder: bool, split: bool):
+    """The multiplying kernels' float16 operands from float32 ones, with no host synchronization: out_proj's
+    max |w| (PyTorch), then `_out_weight_kernel` and `_float16_split_kernel`.
+
+    ab (2, B, S, N, c) float32, contiguous: a and b, their max |value| as float32 bits in maxima (2,) int32;
+    out_proj_weight (R, c * c). Each tensor x is scaled by 2**(SCALE_TOP - ceil(log2(max |x|))) (1 where it
+    holds Inf or NaN) and split into float16 hi and (split) lo. Returns a's and b's halves, (1 | 2, B, S, N,
+    c) each; the weight's, (1 | 2, parts, R, cs * cs) in parts of cs channels (`_out_weight_offsets`;
+    `reorder`: the multi-pass float32 epilogue's column order); and inv_scale, a one-element float32 tensor,
+    1 / (the product of the three scales)."""
+    R = out_proj_weight.shape[0]
+    halves = ab.shape[-1] // cs
+    n_w = R * cs * cs * halves * halves
+    h = 2 if split else 1
+    w_h = torch.empty(h, halves * halves, R, cs * cs, dtype=torch.float16, device=ab.device)
+    e = torch.empty(2, dtype=torch.float32, device=ab.device)
+    w_max = torch.linalg.vector_norm(out_proj_weight, float("inf"), dtype=torch.float32)
+    cached_launch(_out_weight_kernel)(
+        (cdiv(n_w, 1024),), out_proj_weight, *out_proj_weight.stride(), w_max, w_h, w_h.stride(0), e, R, C=cs,
+        HALVES=halves, REORDER=reorder, PASSES=SPLIT_PASSES, LO=split, SCALE_TOP=SCALE_TOP,
+        EXP_CLAMP=split_linear.EXP_CLAMP, BLOCK=1024, num_warps=4)
+    ab_h = torch.empty(2, h, *ab.shape[1:], dtype=torch.float16, device=ab.device)
+    n = ab[0].numel()
+    cached_launch(_float16_split_kernel)(
+        (cdiv(n, 1024), 2), ab, ab.stride(0), maxima, e, ab_h, ab_h.stride(0), ab_h.stride(1), n, LO=split,
+        SCALE_TOP=SCALE_TOP, EXP_CLAMP=split_linear.EXP_CLAMP, BLOCK=1024)
+    return ab_h[0], ab_h[1], w_h, e[1:]
 
 
 def pair_scale(mask: torch.Tensor | None, B: int, S: int, N: int, normalization: str,
@@ -962,9 +1034,6 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
                       proj_b_bias) if keep else out.new_empty(0))
         return out, ab, pair_scale(mask, B, S, N, normalization, out)
     mask = None if msa_mask is None else as_dtype(msa_mask, torch.float32)
-    ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
-                 proj_b_weight, proj_b_bias)
-    kept = ab if keep else None
     scaled = dtype == torch.float32
     split = scaled and precision == "default"
     # hidden_dim 64 runs as four 32-wide parts (p and q halves), each with its block of out_proj's weight,
@@ -974,16 +1043,20 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     multipass = MULTIPASS and cs == 32
     halves = c // cs
     parts = halves * halves
-    w_parts = out_proj_weight[None] if parts == 1 else out_proj_weight.reshape(R, halves, cs, halves, cs).permute(
-        1, 3, 0, 2, 4).reshape(parts, R, cs * cs)
-    if multipass and split:  # each pass's columns (p q) as the kernel's epilogue reads them: even q, then odd q
-        w_parts = w_parts.reshape(parts, R, SPLIT_PASSES, cs // SPLIT_PASSES, cs // 2, 2).permute(
-            0, 1, 2, 5, 3, 4).reshape(parts, R, cs * cs)
     if scaled:  # float16 operands; "default" keeps a low half too (three products per pair of operands)
-        (a_h, b_h, w_h), inv_scale = _float16_operands((ab[0], ab[1], w_parts.to(torch.float32).contiguous()), split)
+        ab, maxima = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
+                             proj_b_weight, proj_b_bias, maxima=True)
+        kept = ab if keep else None
+        # (multi-pass, split: each pass's columns (p q) of w as the kernel's epilogue reads them, even q then odd q)
+        a_h, b_h, w_h, inv_scale = _float16_operands(ab, maxima, out_proj_weight, cs, multipass and split, split)
         del ab  # the float32 projections are freed before the output is allocated
     else:
+        ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
+                     proj_b_weight, proj_b_bias)
+        kept = ab if keep else None
         a_h, b_h = ab[:1], ab[1:]
+        w_parts = out_proj_weight[None] if parts == 1 else out_proj_weight.reshape(R, halves, cs, halves, cs).permute(
+            1, 3, 0, 2, 4).reshape(parts, R, cs * cs)
         w_h = as_dtype(w_parts, dtype).contiguous()[None]
         inv_scale = a_h  # unused
     # the halves' strides (hi to lo; 0 where there is one)

@@ -20,6 +20,7 @@ undoes it in the output's scale.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import triton
@@ -30,6 +31,7 @@ from .layer_norm_linear import MAX_BLOCK_D, launch_ln_linear, normalize_rows
 
 BLOCK_BYTES = 32 << 20
 _SHIFT_CLAMP = 60.0
+EXP_CLAMP = 100.0  # normalizing exponents (`ceil_log2`) are clamped to +-100: 2**(7 +- 100) is finite float32
 # log2 of the product of the two operands' scales, undone by the product's alpha (a constant: no host
 # synchronization). With 0 (scales that cancel), max|x| * max|W| under ~2**-6 left both operands so small
 # that their low halves fell into float16's subnormals (2.4e-5 relative error at 1e-5-scale weights, CPU);
@@ -103,26 +105,148 @@ def fused_rows(D: int) -> bool:
     return max(16, next_pow2(D)) <= MAX_BLOCK_D
 
 
-def split_ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                    ln: tuple[torch.Tensor, torch.Tensor, float], mask: torch.Tensor | None, scale: torch.Tensor,
-                    slot: int) -> torch.Tensor:
-    """(LayerNorm(x) @ weight.T + bias) * mask[..., None] * scale in float32 to ~2**-22 relative, in one
-    pass over the rows: `_ln_linear_kernel` normalizes a tile of rows, splits it into float16 halves
-    (scaled as in split_linear) and makes the three products on chip (no float16 copy of the rows, no
-    intermediate output; ~20 fewer launches than split_linear's blocks of rows and the rescaling after).
+@triton.jit
+def ceil_log2(bits, fallback, CLAMP: tl.constexpr):
+    """ceil(log2(x)) of a float32 x >= 0 given as its bits (int32), exact (read from the bits, subnormals too),
+    as float32 clamped to +-CLAMP; `fallback` where x is 0, Inf or NaN."""
+    field = (bits >> 23) & 0xFF
+    normal = field - 127 + ((bits & 0x7FFFFF) != 0).to(tl.int32)
+    frac = (bits & 0x7FFFFF).to(tl.float32).to(tl.int32, bitcast=True)  # a subnormal's fraction, as a normal float
+    subnormal = ((frac >> 23) & 0xFF) - 127 + ((frac & 0x7FFFFF) != 0).to(tl.int32) - 149
+    e = tl.where(field == 0, subnormal, normal).to(tl.float32)
+    return tl.where((bits == 0) | (field == 0xFF), fallback, tl.minimum(tl.maximum(e, -CLAMP), CLAMP))
 
-    x (B, S, N, D) float32, any strides, fused_rows(D); weight (K, D), bias (K,); ln = (weight (D,),
-    bias (D,), eps); mask (B, S, N) float32 or None; scale a one-element float32 tensor. Returns
-    (K // slot, B, S, N, slot) float32, contiguous (slot divides K). Limits as split_linear's, with
-    max|x| read as sqrt(D) max|ln weight| + max|ln bias|.
+
+@triton.jit
+def abs_max_bits(x):
+    """max |x| over a float32 tile, as its bits (int32): their integer order is the float order, NaN above
+    Inf, so the max is exact and keeps NaN."""
+    return tl.max(tl.abs(x).to(tl.int32, bitcast=True), axis=None)
+
+
+@triton.jit
+def _weight_rows(wa_ptr, stride_wak, stride_wad, wb_ptr, stride_wbk, stride_wbd, offs_k, offs_d, K_A, K, D):
+    """Rows offs_k of the weight [w_a; w_b] (rows of w_a, then of w_b), float32, 0 outside."""
+    ok = (offs_k < K)[:, None] & (offs_d < D)[None, :]
+    in_a = (offs_k < K_A)[:, None]
+    w_a = tl.load(wa_ptr + offs_k[:, None] * stride_wak + offs_d[None, :] * stride_wad, mask=ok & in_a, other=0.0)
+    w_b = tl.load(wb_ptr + (offs_k - K_A)[:, None] * stride_wbk + offs_d[None, :] * stride_wbd, mask=ok & ~in_a,
+                  other=0.0)
+    return tl.where(in_a, w_a.to(tl.float32), w_b.to(tl.float32))  # [BLOCK_K, BLOCK_D]
+
+
+@triton.jit
+def _ln_weights_kernel(
+    lnw_ptr, stride_lnw, lnb_ptr, stride_lnb,  # LayerNorm weight, bias: (D,), any float dtype
+    wa_ptr, stride_wak, stride_wad, wb_ptr, stride_wbk, stride_wbd,  # the linear weight [w_a; w_b]: (K_A + K_B, D)
+    ba_ptr, bb_ptr,  # its bias [b_a; b_b]: (K,), unit stride
+    out_ptr,  # out: float32 [LayerNorm weight (D) | bias (D) | linear bias (K) | shift | scale | zeros (ZEROS)]
+    w16_ptr,  # out: (K, 2D) float16, [w_hi | w_lo]
+    D, K_A, K, ZEROS, sqrt_d,
+    PRODUCT_SHIFT: tl.constexpr, SHIFT_CLAMP: tl.constexpr, EXP_CLAMP: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    lnw = tl.load(lnw_ptr + offs_d * stride_lnw, mask=d_ok, other=0.0).to(tl.float32)  # [BLOCK_D]
+    lnb = tl.load(lnb_ptr + offs_d * stride_lnb, mask=d_ok, other=0.0).to(tl.float32)
+    max_lnw, max_lnb = abs_max_bits(lnw), abs_max_bits(lnb)
+    max_w = max_lnw * 0
+    for k0 in range(0, K, BLOCK_K):
+        w = _weight_rows(wa_ptr, stride_wak, stride_wad, wb_ptr, stride_wbk, stride_wbd, k0 + tl.arange(0, BLOCK_K),
+                         offs_d, K_A, K, D)  # [BLOCK_K, BLOCK_D]
+        max_w = tl.maximum(max_w, abs_max_bits(w))
+    # both parameter groups brought to magnitude (1/2, 1] by powers of two (exact), undone by the output's scale
+    e_ln = ceil_log2(tl.maximum(max_lnw, max_lnb), 0.0, EXP_CLAMP)
+    e_w = ceil_log2(max_w, 0.0, EXP_CLAMP)
+    s_ln, s_w = tl.math.exp2(-e_ln), tl.math.exp2(-e_w)
+    # the rows' exponent k as `_operands` takes it, from sqrt(D) max|ln weight| + max|ln bias| and max|W|
+    log2_x = tl.log2(sqrt_d * max_lnw.to(tl.float32, bitcast=True) * s_ln + max_lnb.to(tl.float32, bitcast=True) * s_ln)
+    shift = tl.floor(0.5 * (tl.log2(max_w.to(tl.float32, bitcast=True) * s_w) - log2_x) + 0.5)
+    shift = tl.where((shift == shift) & (tl.abs(shift) < float("inf")), shift, 0.0)
+    shift = tl.minimum(tl.maximum(shift, -SHIFT_CLAMP), SHIFT_CLAMP)
+    w_scale = tl.math.exp2(PRODUCT_SHIFT / 2 - shift)
+    tl.store(out_ptr + offs_d, lnw * s_ln, mask=d_ok)
+    tl.store(out_ptr + D + offs_d, lnb * s_ln, mask=d_ok)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        w = _weight_rows(wa_ptr, stride_wak, stride_wad, wb_ptr, stride_wbk, stride_wbd, offs_k, offs_d, K_A, K, D)
+        w = w * s_w * w_scale  # [BLOCK_K, BLOCK_D]
+        hi = w.to(tl.float16)
+        ok = (offs_k < K)[:, None] & d_ok[None, :]
+        w_rows = w16_ptr + offs_k[:, None] * (2 * D) + offs_d[None, :]
+        tl.store(w_rows, hi, mask=ok)
+        tl.store(w_rows + D, (w - hi.to(tl.float32)).to(tl.float16), mask=ok)
+        in_a = offs_k < K_A
+        bias = tl.where(in_a, tl.load(ba_ptr + offs_k, mask=in_a, other=0.0).to(tl.float32),
+                        tl.load(bb_ptr + (offs_k - K_A), mask=~in_a & (offs_k < K), other=0.0).to(tl.float32))
+        tl.store(out_ptr + 2 * D + offs_k, bias * (s_ln * s_w), mask=offs_k < K)
+    tl.store(out_ptr + 2 * D + K, shift + PRODUCT_SHIFT / 2)
+    tl.store(out_ptr + 2 * D + K + 1, 1 / (s_ln * s_w))
+    offs_z = tl.arange(0, BLOCK_K)
+    tl.store(out_ptr + 2 * D + K + 2 + offs_z, 0.0, mask=offs_z < ZEROS)
+
+
+class SplitLnWeights(NamedTuple):
+    """What `split_ln_linear` takes from a LayerNorm's and a linear layer's parameters (`split_ln_weights`),
+    on the parameters' device."""
+    ln_weight: torch.Tensor  # (D,) float32, times 2**-e_ln
+    ln_bias: torch.Tensor  # (D,) float32, times 2**-e_ln
+    bias: torch.Tensor  # (K,) float32, times 2**-(e_ln + e_w)
+    shift: torch.Tensor  # (1,) float32: the rows are scaled by 2**shift before their float16 split
+    scale: torch.Tensor  # (1,) float32, 2**(e_ln + e_w): the output's factor that undoes the normalization
+    weight: torch.Tensor  # (K, 2D) float16, [w_hi | w_lo] of the weight times 2**(PRODUCT_SHIFT / 2 - shift - e_w)
+    maxima: torch.Tensor  # (slots,) int32 zeros: `split_ln_linear(..., amax=True)` writes its maxima here
+
+
+def split_ln_weights(ln_weight: torch.Tensor, ln_bias: torch.Tensor, weights, biases, slots: int = 0
+                     ) -> SplitLnWeights:
+    """The float16 operands of `split_ln_linear` from a LayerNorm's weight and bias (D,) and a linear layer
+    given as one or two blocks of rows, weights [(K_A, D), (K_B, D)] and biases [(K_A,), (K_B,)] (any float
+    dtype and strides; the biases' unit stride), in one launch of `_ln_weights_kernel` with no host
+    synchronization. Both groups of parameters are first brought to magnitude (1/2, 1] by powers of two
+    (exact) that the output's scale undoes: tiny weights would leave the float16 halves subnormal; the
+    rows' exponent k and the weight's scale then follow `_operands`. `slots`: the int32 zeros kept for
+    split_ln_linear's maxima."""
+    w_a, w_b = weights[0], weights[-1]
+    b_a, b_b = biases[0], biases[-1]
+    D = w_a.shape[1]
+    K_A = w_a.shape[0]
+    K = K_A + (w_b.shape[0] if len(weights) == 2 else 0)
+    device = w_a.device
+    out = torch.empty(2 * D + K + 2 + slots, dtype=torch.float32, device=device)
+    w16 = torch.empty(K, 2 * D, dtype=torch.float16, device=device)
+    block_d = max(16, next_pow2(D))
+    block_k = max(next_pow2(slots), min(next_pow2(K), max(1, 4096 // block_d)))
+    cached_launch(_ln_weights_kernel)(
+        (1,), ln_weight, ln_weight.stride(0), ln_bias, ln_bias.stride(0), w_a, *w_a.stride(), w_b, *w_b.stride(),
+        b_a.contiguous(), b_b.contiguous(), out, w16, D, K_A, K, slots, math.sqrt(D), PRODUCT_SHIFT=PRODUCT_SHIFT,
+        SHIFT_CLAMP=_SHIFT_CLAMP, EXP_CLAMP=EXP_CLAMP, BLOCK_D=block_d, BLOCK_K=block_k, num_warps=4)
+    return SplitLnWeights(out[:D], out[D:2 * D], out[2 * D:2 * D + K], out[2 * D + K:2 * D + K + 1],
+                          out[2 * D + K + 1:2 * D + K + 2], w16, out[2 * D + K + 2:].view(torch.int32))
+
+
+def split_ln_linear(x: torch.Tensor, weights: SplitLnWeights, mask: torch.Tensor | None, slot: int, eps: float,
+                    amax: bool = False) -> torch.Tensor:
+    """(LayerNorm(x) @ weight.T + bias) * mask[..., None] in float32 to ~2**-22 relative, in one pass over
+    the rows: `_ln_linear_kernel` normalizes a tile of rows, splits it into float16 halves (scaled as in
+    split_linear) and makes the three products on chip (no float16 copy of the rows, no intermediate
+    output).
+
+    x (B, S, N, D) float32, any strides, fused_rows(D); `weights` from `split_ln_weights`; mask (B, S, N)
+    float32 or None. Returns (K // slot, B, S, N, slot) float32, contiguous (slot divides K). With `amax`
+    (slot a power of two), each slot's max |output| lands in weights.maxima as float32 bits (no pass over
+    the output after).
     """
     B, S, N, D = x.shape
-    K = weight.shape[0]
-    shift, w16 = _operands(weight, _ln_log2_max(ln, D))
+    K = weights.weight.shape[0]
+    if amax and slot & (slot - 1):
+        raise ValueError(f"split_ln_linear gives maxima for slots of a power of two, got {slot}")
     y = empty(K // slot, B, S, N, slot, dtype=torch.float32, device=x.device)
     if y.numel():
-        launch_ln_linear(x, w16, bias.float(), ln[0], ln[1], mask, y, slot, ln[2],
-                         split=(shift, scale.reshape(1), 2.0 ** -PRODUCT_SHIFT))
+        launch_ln_linear(x, weights.weight, weights.bias, weights.ln_weight, weights.ln_bias, mask, y, slot, eps,
+                         split=(weights.shift, weights.scale, 2.0 ** -PRODUCT_SHIFT),
+                         amax=weights.maxima if amax else None)
     return y
 
 
