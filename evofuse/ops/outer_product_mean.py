@@ -914,6 +914,8 @@ def _out_weight_kernel(
     C: tl.constexpr, HALVES: tl.constexpr, REORDER: tl.constexpr, PASSES: tl.constexpr, LO: tl.constexpr,
     SCALE_TOP: tl.constexpr, EXP_CLAMP: tl.constexpr, BLOCK: tl.constexpr,
 ):
+    """BLOCK elements of the weight's halves a program, in the kernels' layout (`_out_weight_offsets`), scaled
+    by 2**(SCALE_TOP - ceil(log2(max |w|))) (1 where the weight holds Inf or NaN)."""
     e = split_linear.ceil_log2(tl.load(max_ptr).to(tl.int32, bitcast=True), SCALE_TOP, EXP_CLAMP)
     d = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
     ok = d < R * C * C * HALVES * HALVES

@@ -13,8 +13,9 @@ Measured on the H200 before this path existed: IEEE cuBLAS took 2.80 ms of att-a
 forward for these products (46 TFLOP/s); float16 tensor cores run ~13x that rate.
 Limits: max|x| * max|W| from ~2**-12 (below, the scaled operands' low halves fall into float16's
 subnormals: 1e-5-scale weights gave 2.4e-5 relative error with the scales cancelling, 2**-6 was then the
-edge) to ~2**19 (float16's range). The Outer Product Mean prescales its weights by powers of two and
-undoes it in the output's scale.
+edge) to ~2**19 (float16's range). `split_ln_weights` (the Outer Product Mean's projections) first brings the
+LayerNorm's and the weight's parameters to magnitude ~1 by powers of two, undone in the output's scale, in one
+launch that also splits the weight (no PyTorch calls on the parameters: they were ~40 small launches a forward).
 """
 
 from __future__ import annotations
