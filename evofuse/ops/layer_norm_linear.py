@@ -207,7 +207,8 @@ def launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps, sp
         SLOT=slot, HAS_LN=has_ln, HAS_MASK=mask is not None, SPLIT=split is not None, ALPHA=alpha, AMAX=amax is not None,
         BLOCK_ROWS=block_rows, BLOCK_D=block_d, BLOCK_K=block_k, num_warps=warps,
         num_stages=1 if K <= block_k and split is None else 2)  # one weight tile: no second buffer (16-bit opm-af2-main,
-    # session 13: 0.093 -> 0.081 ms, 104 -> ~72 KiB of shared memory; float32 SPLIT not measured so, kept at 2)
+    # session 13: 0.093 -> 0.081 ms, 104 -> ~72 KiB of shared memory; float32 SPLIT there: 2 stages 0.231 ms, 1 stage
+    # 0.279, 3 stages 0.384, session 17)
 
 
 @triton.jit
