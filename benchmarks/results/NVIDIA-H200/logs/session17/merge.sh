@@ -2,7 +2,7 @@
 # How benchmarks/results/NVIDIA-H200/results.* were made (run from the repository root): the rows of sessions 4-16
 # (../session16/merge.sh says where each comes from; its call is repeated here), then these rows of session 17,
 # which replace earlier rows of the same case, mode and implementation:
-# - run 2 (09:45-09:47 UTC 2026-11-30, `python3 -m evofuse bench --suite opm-af2-main,opm-af2-extra,opm-long --dtype
+# - run 2 (09:38-09:39 UTC 2026-11-30, `python3 -m evofuse bench --suite opm-af2-main,opm-af2-extra,opm-long --dtype
 #   float32 --peers "eager fp32,torch.compile fp32"`): the Outer Product Mean's float32 forward at the three suite
 #   shapes, evofuse (its float16 operands from three launches instead of ~65 small PyTorch calls, the projections'
 #   kernel giving a's and b's maxima; autotuned, the code merged on main) beside eager fp32 and torch.compile fp32.
