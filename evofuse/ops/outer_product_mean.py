@@ -969,14 +969,14 @@ def _float16_operands(ab: torch.Tensor, maxima: torch.Tensor, out_proj_weight: t
     halves = ab.shape[-1] // cs
     n_w = R * cs * cs * halves * halves
     h = 2 if split else 1
-    w_h = torch.empty(h, halves * halves, R, cs * cs, dtype=torch.float16, device=ab.device)
-    e = torch.empty(2, dtype=torch.float32, device=ab.device)
+    w_h = empty(h, halves * halves, R, cs * cs, dtype=torch.float16, device=ab.device)
+    e = empty(2, dtype=torch.float32, device=ab.device)
     w_max = torch.linalg.vector_norm(out_proj_weight, float("inf"), dtype=torch.float32)
     cached_launch(_out_weight_kernel)(
         (cdiv(n_w, 1024),), out_proj_weight, *out_proj_weight.stride(), w_max, w_h, w_h.stride(0), e, R, C=cs,
         HALVES=halves, REORDER=reorder, PASSES=SPLIT_PASSES, LO=split, SCALE_TOP=SCALE_TOP,
         EXP_CLAMP=split_linear.EXP_CLAMP, BLOCK=1024, num_warps=4)
-    ab_h = torch.empty(2, h, *ab.shape[1:], dtype=torch.float16, device=ab.device)
+    ab_h = empty(2, h, *ab.shape[1:], dtype=torch.float16, device=ab.device)
     n = ab[0].numel()
     cached_launch(_float16_split_kernel)(
         (cdiv(n, 1024), 2), ab, ab.stride(0), maxima, e, ab_h, ab_h.stride(0), ab_h.stride(1), n, LO=split,

@@ -215,8 +215,8 @@ def split_ln_weights(ln_weight: torch.Tensor, ln_bias: torch.Tensor, weights, bi
     K_A = w_a.shape[0]
     K = K_A + (w_b.shape[0] if len(weights) == 2 else 0)
     device = w_a.device
-    out = torch.empty(2 * D + K + 2 + slots, dtype=torch.float32, device=device)
-    w16 = torch.empty(K, 2 * D, dtype=torch.float16, device=device)
+    out = empty(2 * D + K + 2 + slots, dtype=torch.float32, device=device)
+    w16 = empty(K, 2 * D, dtype=torch.float16, device=device)
     block_d = max(16, next_pow2(D))
     block_k = max(next_pow2(slots), min(next_pow2(K), max(1, 4096 // block_d)))
     cached_launch(_ln_weights_kernel)(
