@@ -1,6 +1,7 @@
 """The fused Outer Product Mean against the float64 reference (Triton's interpreter on CI)."""
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -323,3 +324,34 @@ def test_pair_scale_kernel(normalization, mask_kind):
         pairs = torch.einsum("bsi,bsj->bij", m, m)
         exact = 1 / (AF2_EPS + pairs) if normalization == "af2" else 1 / pairs.clamp(min=1)
     torch.testing.assert_close(got.double().cpu(), exact, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("c, cs, reorder, split", [(32, 32, True, True), (32, 32, False, False), (64, 32, True, True),
+                                                   (32, 16, False, True)])
+def test_float16_operands_layout_and_scales(c, cs, reorder, split):
+    """The float32 operands' float16 halves: out_proj's weight gathered into the kernels' (parts, R, cs * cs)
+    layout (parts of p and q halves; `reorder`: each of SPLIT_PASSES passes' rows p with even q, then odd q),
+    a and b scaled so that their max |value| lands in (2**6, 2**7], hi + lo equal to x times its scale to
+    ~2**-22 (hi alone to 2**-11), and inv_scale the inverse of the three scales' product (powers of two: exact)."""
+    from evofuse.ops import outer_product_mean as opm
+
+    g = torch.Generator().manual_seed(c + cs)
+    R = 24
+    ab = torch.randn(2, 2, 3, 5, c, generator=g) * torch.tensor([3e-4, 70.0]).view(2, 1, 1, 1, 1)
+    w = torch.randn(R, c * c, generator=g) * 1e-3
+    maxima = ab.abs().amax((1, 2, 3, 4)).view(torch.int32)
+    a_h, b_h, w_h, inv_scale = opm._float16_operands(ab.to(DEVICE), maxima.to(DEVICE), w.to(DEVICE), cs, reorder, split)
+    halves = c // cs
+    expected = w.reshape(R, halves, cs, halves, cs).permute(1, 3, 0, 2, 4).reshape(halves ** 2, R, cs * cs)
+    if reorder:
+        expected = expected.reshape(halves ** 2, R, opm.SPLIT_PASSES, cs // opm.SPLIT_PASSES, cs // 2, 2).permute(
+            0, 1, 2, 5, 3, 4).reshape(halves ** 2, R, cs * cs)
+    scales = []
+    for got, x in ((a_h, ab[0]), (b_h, ab[1]), (w_h, expected)):
+        assert got.shape == (2 if split else 1, *x.shape) and got.dtype == torch.float16
+        value = got.double().sum(0).cpu()
+        scale = 2.0 ** (opm.SCALE_TOP - math.ceil(math.log2(x.abs().max().item())))  # max |x| into (2**6, 2**7]
+        # (float16's subnormals: ~2**-24 absolute in the scaled units, as the low halves' design says)
+        torch.testing.assert_close(value, x.double() * scale, rtol=2 ** -21 if split else 2 ** -11, atol=2 ** -23)
+        scales.append(scale)
+    assert inv_scale.item() == 1 / (scales[0] * scales[1] * scales[2])
