@@ -197,7 +197,7 @@ class SplitLnWeights(NamedTuple):
     shift: torch.Tensor  # (1,) float32: the rows are scaled by 2**shift before their float16 split
     scale: torch.Tensor  # (1,) float32, 2**(e_ln + e_w): the output's factor that undoes the normalization
     weight: torch.Tensor  # (K, 2D) float16, [w_hi | w_lo] of the weight times 2**(PRODUCT_SHIFT / 2 - shift - e_w)
-    maxima: torch.Tensor  # (slots,) int32 zeros: `split_ln_linear(..., amax=True)` writes its maxima here
+    maxima: torch.Tensor  # (slots,) int32 zeros: one `split_ln_linear(..., amax=True)` writes its maxima here
 
 
 def split_ln_weights(ln_weight: torch.Tensor, ln_bias: torch.Tensor, weights, biases, slots: int = 0
@@ -237,7 +237,7 @@ def split_ln_linear(x: torch.Tensor, weights: SplitLnWeights, mask: torch.Tensor
     x (B, S, N, D) float32, any strides, fused_rows(D); `weights` from `split_ln_weights`; mask (B, S, N)
     float32 or None. Returns (K // slot, B, S, N, slot) float32, contiguous (slot divides K). With `amax`
     (slot a power of two), each slot's max |output| lands in weights.maxima as float32 bits (no pass over
-    the output after).
+    the output after; an atomic max over the zeros `split_ln_weights` wrote, so one such call per `weights`).
     """
     B, S, N, D = x.shape
     K = weights.weight.shape[0]
