@@ -755,12 +755,15 @@ def _interpret_meta(C: int) -> dict:
 MULTIPASS = True  # hidden_dim 32 (and 64's 32-wide parts) take `_opm_multipass_kernel` (tests switch it off)
 
 
+@functools.lru_cache(maxsize=None)
 def _multipass_configs() -> list[triton.Config]:
     """Candidates of `_opm_multipass_kernel` at hidden_dim 32: one-float16 operands in two passes (a 128 x 256
     accumulator, 64 (i, j) pairs, 64 of out_proj's rows an epilogue step); SPLIT's halves in four (x's halves in
     shared memory, out_proj's 64-row blocks unpipelined: 32-row blocks in two stages read wrong outputs on the
     H200 at N = 97, session 16), 128 pairs or 64 (fewer registers; slower at opm-af2-main, kept for other sizes;
-    16 warps, 2.39 against 1.75 ms there, dropped). The first of each form is its default."""
+    16 warps, 2.39 against 1.75 ms there, dropped). The first of each form is its default. (Built once: the
+    workspace's size reads them on every call; tests replace this function, so nothing derived from it is
+    cached.)"""
     one = [triton.Config({"PASSES": 2, "TILE_ROWS": 128, "TILE_COLS": 256, "BLOCK_S": block_s, "BLOCK_R": 64,
                           "W_STAGES": 2, "GROUP_I": 8}, num_warps=8, num_stages=stages)
            for block_s, stages in ((64, 3), (64, 2), (32, 3))]

@@ -695,8 +695,11 @@ def msa_row_attention_triton(msa_repr, pair_repr, msa_mask, layer_norm_weight, l
     return out_projection(qkvg, out_proj_weight, out_proj_bias, split=True), o, stats
 
 
+@functools.lru_cache(maxsize=None)
 def _bwd_configs() -> list[triton.Config]:
-    """Candidate tiles of the three backward kernels; the first that survives pruning is the default."""
+    """Candidate tiles of the three backward kernels; the first that survives pruning is the default. (Built
+    once: the workspace's size reads them on every backward call. Tests replace this function, so nothing
+    derived from it is cached.)"""
     # 64 x 64 on 4 warps first: measured on the H200 (session 10, att-af2-main training, ms) bf16 dz / fused
     # keys kernel at 2, 3, 4 stages 0.675 / 1.718, 0.573 / 1.562, 0.544 / 1.709, on 8 warps 0.912 / 3.371;
     # float32 dq / dz / keys on 4 warps 2.870 / 1.650 / 5.102, on 8 warps 6.089 / 3.527 / 10.913
@@ -745,10 +748,10 @@ def _keys_programs(device: torch.device) -> int:
     return KEYS_PROGRAMS_PER_SM * multiprocessors(device)
 
 
-@functools.lru_cache(maxsize=64)
 def _keys_workspace_size(N: int, block_d: int) -> int:
     """float32 elements of a program's dq workspace: N rounded up to the largest BLOCK_M of the candidate
-    configs and the interpreter's, times BLOCK_D."""
+    configs and the interpreter's, times BLOCK_D. (Not cached: a size kept from other candidates, which the
+    tests swap in, would be too small; the OPM's workspace was, session 17.)"""
     block_m = max([cfg.kwargs["BLOCK_M"] for cfg in _bwd_configs()] + [_INTERPRET_META["BLOCK_M"]])
     return cdiv(N, block_m) * block_m * block_d
 
