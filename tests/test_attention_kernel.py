@@ -161,3 +161,18 @@ def test_small_problems_take_one_launch(monkeypatch):
     with torch.no_grad():  # recording gradients takes the tiled path, which keeps what the backward needs
         torch.testing.assert_close(mod(x, z, mask, impl="triton"), mod(x, z, mask, impl="torch"), rtol=1e-4,
                                    atol=1e-5)
+
+
+def test_keys_workspace_size_follows_the_candidates(monkeypatch):
+    """The backward's dq workspace is sized from the candidates in force at the call (as the Outer Product
+    Mean's, whose cached size was too small once the tests swapped the candidates, session 17)."""
+    import triton
+
+    from evofuse.ops import row_attention
+
+    sizes = []
+    for block_m in (32, 128):
+        cfg = triton.Config({"BLOCK_M": block_m, "BLOCK_N": 64}, num_warps=4, num_stages=2)
+        monkeypatch.setattr(row_attention, "_bwd_configs", lambda cfg=cfg: [cfg])
+        sizes.append(row_attention._keys_workspace_size(33, 64))
+    assert sizes == [64 * 64, 128 * 64]  # 33 residues rounded up to 32-row, then 128-row blocks

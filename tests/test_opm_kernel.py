@@ -355,3 +355,21 @@ def test_float16_operands_layout_and_scales(c, cs, reorder, split):
         torch.testing.assert_close(value, x.double() * scale, rtol=2 ** -21 if split else 2 ** -11, atol=2 ** -23)
         scales.append(scale)
     assert inv_scale.item() == 1 / (scales[0] * scales[1] * scales[2])
+
+
+def test_workspace_size_follows_the_candidates(monkeypatch):
+    """The multi-pass kernel's workspace is sized from the candidates in force at the call: a size kept from
+    smaller candidates let programs overwrite each other's workspace on the H200 (session 17)."""
+    import triton
+
+    from evofuse.ops import outer_product_mean as opm
+
+    def sized(pairs_rows, cols):
+        return triton.Config({"PASSES": 4, "TILE_ROWS": pairs_rows, "TILE_COLS": cols, "BLOCK_S": 64, "BLOCK_R": 64,
+                              "W_STAGES": 1, "GROUP_I": 8}, num_warps=8, num_stages=3)
+
+    sizes = []
+    for cfg in (sized(64, 256), sized(128, 256)):  # 64 pairs, then 128
+        monkeypatch.setattr(opm, "_multipass_configs", lambda cfg=cfg: [cfg])
+        sizes.append(opm._workspace_size(100, 32))
+    assert sizes == [128 * 64, 128 * 128]
