@@ -840,7 +840,7 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
                                                 [proj_a_bias, proj_b_bias], slots=2)
         with_maxima = maxima and not c & (c - 1)  # (the kernel's maxima take slots of a power of two)
         ab = split_linear.split_ln_linear(msa_repr, weights, mask, slot=c, eps=LAYER_NORM_EPS, amax=with_maxima)
-        return (ab, weights.maxima if with_maxima else _abs_maxima(ab)) if maxima else ab
+        return (ab, weights.maxima if with_maxima else _abs_maxima(ab).view(torch.int32)) if maxima else ab
     w = as_dtype(torch.cat([proj_a_weight, proj_b_weight]), dtype)
     bias = as_dtype(torch.cat([proj_a_bias, proj_b_bias]), dtype)
     if fits(D, 2 * c, dtype):
@@ -865,19 +865,18 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
                 block_mask = None if mask is None else mask[:, s0:s0 + rows]
                 ab[0, :, s0:s0 + rows], ab[1, :, s0:s0 + rows], _ = outer_product_mean_projections(
                     msa_repr[:, s0:s0 + rows], block_mask, *params)
-    return (ab, _abs_maxima(ab)) if maxima else ab
+    return (ab, _abs_maxima(ab).view(torch.int32)) if maxima else ab
 
 
-def _abs_maxima(ab: torch.Tensor) -> torch.Tensor:
-    """a's and b's max |value| (float32) as their bits, (2,) int32."""
-    return torch.stack([torch.linalg.vector_norm(t.float(), float("inf")) for t in ab]).view(torch.int32)
+def _abs_maxima(tensors) -> torch.Tensor:
+    """Each tensor's max |value| in float32, a (len(tensors),) device tensor (no host synchronization)."""
+    return torch.stack([torch.linalg.vector_norm(t.float(), float("inf")) for t in tensors])
 
 
 def _pow2_normalizer(*tensors: torch.Tensor) -> torch.Tensor:
     """2**-ceil(log2(max |t|)) over the tensors, a one-element float32 device tensor (1 for all zeros,
     Inf or NaN): multiplying by it is exact and brings the largest magnitude into (1/2, 1]."""
-    m = torch.stack([torch.linalg.vector_norm(t.float(), float("inf")) for t in tensors]).max()
-    e = torch.ceil(torch.log2(m))
+    e = torch.ceil(torch.log2(_abs_maxima(tensors).max()))
     return torch.exp2(-torch.where(torch.isfinite(e), e, 0.0).clamp(-split_linear.EXP_CLAMP,
                                                                      split_linear.EXP_CLAMP)).reshape(1)
 
