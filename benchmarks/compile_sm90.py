@@ -20,9 +20,11 @@ os.environ.pop("TRITON_INTERPRET", None)
 import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
 
 from evofuse.ops import layer_norm_linear as lnl  # noqa: E402
 from evofuse.ops import outer_product_mean as opm  # noqa: E402
+from evofuse.ops import outer_product_mean_wgmma as opm_wgmma  # noqa: E402
 from evofuse.ops import row_attention as ra  # noqa: E402
 from evofuse.ops import split_linear  # noqa: E402
 from evofuse.reference import MASK_LOGIT  # noqa: E402
@@ -45,8 +47,10 @@ def compile_sm90(kernel, pointers, consts, num_warps, num_stages, values=None):
     sig = {n: "constexpr" if n in consts else pointers.get(n, "fp32" if n in FLOATS else "i32")
            for n in kernel.arg_names}
     attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in kernel.arg_names
-             if n not in consts and (n in pointers or values.get(n, 1) % 16 == 0)}
-    src = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs)
+             if n not in consts and not sig[n].startswith("tensordesc")
+             and (n in pointers or values.get(n, 1) % 16 == 0)}
+    source = GluonASTSource if kernel.is_gluon() else triton.compiler.ASTSource  # (Gluon: tensor descriptors)
+    src = source(fn=kernel, signature=sig, constexprs=consts, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                               options={"num_warps": num_warps, "num_stages": num_stages})
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,17 +66,18 @@ def launches():
     for dt in ("bf16", "fp16"):
         for D in (64, 256, 512):
             rows, block_d, block_k = lnl._tiles(D, 64)
-            yield (f"ln_linear {dt} D={D}", lnl._ln_linear_kernel,
+            yield (f"ln_linear {dt} D={D} a_passes={1 + (dt == 'bf16')}", lnl._ln_linear_kernel,
                    {n: f"*{dt}" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "w_ptr", "bias_ptr", "y_ptr")}
                    | {"m_ptr": "*fp32", "shift_ptr": "*fp32", "scale_ptr": "*fp32", "amax_ptr": "*i32"},
-                   dict(SLOT=32, HAS_LN=True, HAS_MASK=True, SPLIT=False, ALPHA=1.0, AMAX=False, BLOCK_ROWS=rows,
+                   dict(SLOT=32, HAS_LN=True, HAS_MASK=True, SPLIT=False, ALPHA=1.0, AMAX=False, A_PASSES=1 + (dt == "bf16"),
+                        BLOCK_ROWS=rows,
                         BLOCK_D=block_d, BLOCK_K=block_k), 4, 2)
     for D in (64, 256, 512):  # float32 rows on float16 halves (split_ln_linear)
         rows, block_d, block_k, warps = lnl._launch_tiles(D, 64, split=True)
         yield (f"ln_linear split fp32 D={D}", lnl._ln_linear_kernel,
                {n: "*fp32" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "bias_ptr", "y_ptr", "m_ptr", "shift_ptr", "scale_ptr")}
                | {"w_ptr": "*fp16", "amax_ptr": "*i32"},
-               dict(SLOT=32, HAS_LN=True, HAS_MASK=True, SPLIT=True, ALPHA=2.0 ** -12, AMAX=True, BLOCK_ROWS=rows,
+               dict(SLOT=32, HAS_LN=True, HAS_MASK=True, SPLIT=True, ALPHA=2.0 ** -12, AMAX=True, A_PASSES=1, BLOCK_ROWS=rows,
                     BLOCK_D=block_d, BLOCK_K=block_k), warps, 2)
     for dt in ("bf16", "fp32"):
         for stats in (False, True):
@@ -132,6 +137,15 @@ def launches():
             cfg = opm._multipass_prune(opm._multipass_configs(), {}, **consts)[0]
             yield (f"opm multi-pass {form} c=32 norm={norm} accumulate={acc}", opm._opm_multipass_kernel, ptrs,
                    consts | cfg.kwargs, cfg.num_warps, cfg.num_stages)
+    a_layout, b_layout, w_layout = opm_wgmma._layouts()
+    for block_s, stages, w_stages in opm_wgmma.CONFIGS:  # Hopper's Gluon kernel (bf16, c=32, pair_dim 128)
+        descs = {"a_desc": f"tensordesc<bf16[1, {block_s}, 1, 128],{a_layout!r}>",
+                 "b_desc": f"tensordesc<bf16[1, {block_s}, 256],{b_layout!r}>",
+                 "w_desc": f"tensordesc<bf16[128, 64],{w_layout!r}>"}
+        yield (f"opm wgmma bf16 c=32 BLOCK_S={block_s} STAGES={stages} W_STAGES={w_stages}", opm_wgmma._opm_wgmma_kernel,
+               descs | {"sc_ptr": "*fp32", "wb_ptr": "*bf16", "o_ptr": "*bf16"},
+               dict(C=32, NORM=1, BLOCK_S=block_s, STAGES=stages, W_STAGES=w_stages, R_PAD=128, GROUP_I=8,
+                    num_warps=opm_wgmma.NUM_WARPS), opm_wgmma.NUM_WARPS, 1)
     for norm in range(3):
         yield (f"opm pair scale norm={norm}", opm._pair_scale_kernel, {"m_ptr": "*fp32", "sc_ptr": "*fp32"},
                dict(NORM=norm, HAS_MASK=True, EPS=1e-3, BLOCK_I=32, BLOCK_J=32, BLOCK_S=32), 4, 3)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import triton
 
-from evofuse.ops import outer_product_mean
+from evofuse.ops import outer_product_mean, outer_product_mean_wgmma
 from evofuse.ops._common import cached_launch
 from evofuse.suite import SUITE, make_inputs, make_module
 
@@ -91,6 +91,7 @@ def test_every_candidate_config(op, dtype, monkeypatch):
         inputs = (torch.randn(1, 5, 97, 256, device="cuda"), torch.randn(1, 97, 97, 32, device="cuda"),
                   random_mask(1, 5, 97, "rows", 1).cuda())
     if op == "opm":  # hidden_dim 32 takes the multi-pass kernel: its candidates of the form, then the one-pass ones
+        monkeypatch.setattr(module, "WGMMA", False)  # (Hopper's kernel has its own test of its configs)
         for cfg in module._multipass_prune(module._multipass_configs(), {}, SPLIT=dtype == torch.float32):
             with monkeypatch.context() as m:
                 m.setattr(module, "_multipass_configs", lambda cfg=cfg: [cfg])
@@ -182,19 +183,45 @@ def test_single_launch_calls_are_replayed(case, dtype):
 @pytest.mark.parametrize("N, S", [(1, 1), (17, 3), (97, 33), (130, 7)])
 @pytest.mark.parametrize("c", [8, 16, 32, 64])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("path", ["auto", "tiled", "one-pass"])
+@pytest.mark.parametrize("path", ["auto", "tiled", "multipass", "one-pass"])
 def test_opm_awkward(N, S, c, dtype, path, monkeypatch):
-    """"auto" lets small problems take the single-launch kernel; "tiled" forces the tiled kernels (the
-    multi-pass kernel at hidden_dim 32 and 64), "one-pass" the tiled kernel in one pass. Output
-    widths 19 to 128 cross out_proj's row blocks."""
+    """"auto" lets small problems take the single-launch kernel; "tiled" forces the tiled kernels (Hopper's
+    Gluon kernel for 16-bit operands at hidden_dim 32, the multi-pass kernel otherwise at hidden_dim 32 and
+    64), "multipass" the multi-pass kernel where Hopper's would run, "one-pass" the tiled kernel in one pass.
+    Output widths 19 to 128 cross out_proj's row blocks."""
     if path != "auto":
         monkeypatch.setattr(outer_product_mean, "SMALL_MAX_N", 0)
     monkeypatch.setattr(outer_product_mean, "MULTIPASS", path != "one-pass")
+    monkeypatch.setattr(outer_product_mean, "WGMMA", path != "multipass")
     pair_dim = {8: 19, 16: 40, 32: 128, 64: 100}[c]
     for k, normalization in enumerate(["seed", "af2", "boltz"]):
         mod = opm_module(24, pair_dim, c, seed=N + c, normalization=normalization).cuda()
         x = torch.randn(2, S, N, 24, device="cuda")
         contract(mod, (x, random_mask(2, S, N, ["rows", "random", "ones"][k], N).cuda()), dtype)
+
+
+@pytest.mark.parametrize("config", outer_product_mean_wgmma.CONFIGS, ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_opm_wgmma_every_config(config, dtype, monkeypatch):
+    """Hopper's Gluon kernel at each of its configs: tiles past the residues' edges (N 1, 17, 97, 130), MSAs
+    shorter than a pass's eight epilogue chunks (drained after the pass) and rows not a multiple of BLOCK_S,
+    two batch elements (programs crossing from one to the other), output widths 19 and 128, the three
+    normalizations with masks of every kind; and that the kernel ran."""
+    if not outer_product_mean_wgmma.supported(torch.empty(1, 1, 1, 24, dtype=dtype, device="cuda"), 128):
+        pytest.skip("Hopper (sm_90) only")
+    monkeypatch.setattr(outer_product_mean, "SMALL_MAX_N", 0)
+    monkeypatch.setattr(outer_product_mean_wgmma, "CONFIGS", (config,))
+    ran = []
+    kernel = outer_product_mean_wgmma.outer_products_wgmma
+    monkeypatch.setattr(outer_product_mean_wgmma, "outer_products_wgmma", lambda *a, **k: (ran.append(1),
+                                                                                         kernel(*a, **k))[1])
+    shapes = [(1, 1, 19), (17, 3, 128), (97, 33, 128), (130, 200, 19), (24, 520, 128)]
+    for k, (N, S, pair_dim) in enumerate(shapes):
+        normalization, kind = ["seed", "af2", "boltz"][k % 3], ["rows", "random", "ones", "empty", "rows"][k]
+        mod = opm_module(24, pair_dim, 32, seed=N + S, normalization=normalization).cuda()
+        x = torch.randn(2, S, N, 24, device="cuda")
+        contract(mod, (x, random_mask(2, S, N, kind, N).cuda()), dtype)
+    assert len(ran) == len(shapes)
 
 
 @pytest.mark.parametrize("N, S", [(1, 1), (17, 3), (97, 5), (200, 2)])

@@ -43,6 +43,25 @@ def test_ln_linear(dtype, D, K, slot, with_ln, with_mask):
     assert err <= (2e-3 if dtype == torch.float16 else 1.6e-2), err
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.gpu)], ids=str)
+@pytest.mark.parametrize("N, K", [(17, 64), (1, 64), (9, 128)])
+def test_ln_linear_first_slot_pass_major(dtype, N, K):
+    """a_passes = 2: the first slot's memory holds (B, S, 2, N, slot // 2), each value where the pass-major
+    layout puts it (the Outer Product Mean's Hopper kernel reads it so); the other slots as without it. Every
+    element is written (the output is poisoned in the tests)."""
+    g = torch.Generator().manual_seed(N + K)
+    D, slot = 24, 32
+    x = torch.randn(2, 3, N, D, generator=g)
+    w, bias = torch.randn(K, D, generator=g) / D ** 0.5, torch.randn(K, generator=g)
+    lnw, lnb = 1 + 0.3 * torch.randn(D, generator=g), 0.3 * torch.randn(D, generator=g)
+    mask = random_mask(2, 3, N, "random", 2)
+    args = [t.to(DEVICE) for t in (x.to(dtype), w.to(dtype), bias.to(dtype), lnw, lnb, mask)]
+    plain = ln_linear(*args, slot=slot, eps=1e-5)
+    passes = ln_linear(*args, slot=slot, eps=1e-5, a_passes=2)
+    first = passes[0].reshape(2, 3, 2, N, slot // 2).permute(0, 1, 3, 2, 4).reshape(2, 3, N, slot)
+    assert torch.equal(first, plain[0]) and torch.equal(passes[1:], plain[1:])
+
+
 def test_ln_linear_refuses_float32_and_wide_rows():
     x = torch.zeros(1, 1, 2, 8, device=DEVICE)
     with pytest.raises(ValueError, match="16-bit"):

@@ -112,6 +112,7 @@ def _ln_linear_kernel(
     SPLIT: tl.constexpr,  # float32 rows as float16 hi + lo: x_hi w_hi + x_hi w_lo + x_lo w_hi, times ALPHA
     ALPHA: tl.constexpr,
     AMAX: tl.constexpr,
+    A_PASSES: tl.constexpr,  # > 1: the first slot as (B, S, A_PASSES, N, SLOT // A_PASSES), pass-major (y contiguous)
     BLOCK_ROWS: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -150,7 +151,16 @@ def _ln_linear_kernel(
         if SPLIT:
             y = y * out_scale
         y_ptrs = y_rows + (offs_k // SLOT).to(tl.int64)[None, :] * stride_yslot + (offs_k % SLOT)[None, :]
-        tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=rows_ok[:, None] & k_ok[None, :])
+        if A_PASSES > 1:  # the first slot's channel k of row (b s, i) at ((b s), k // width, i, k % width)
+            width: tl.constexpr = SLOT // A_PASSES
+            a_ptrs = (y_ptr + ((rows - i) * SLOT + i * width)[:, None]
+                      + ((offs_k // width) * N * width + offs_k % width).to(tl.int64)[None, :])
+            # two stores, each with its own addresses (a select between them would hide their contiguity)
+            first = (offs_k < SLOT)[None, :]
+            tl.store(a_ptrs, y.to(y_ptr.dtype.element_ty), mask=rows_ok[:, None] & first)
+            tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=rows_ok[:, None] & k_ok[None, :] & ~first)
+        else:
+            tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=rows_ok[:, None] & k_ok[None, :])
         if AMAX:  # |y|'s bits: their integer order is the float order (NaN above Inf), so the max is exact
             bits = tl.where(rows_ok[:, None] & k_ok[None, :], tl.abs(y).to(tl.int32, bitcast=True), 0)
             col_max = tl.max(bits, axis=0)  # [BLOCK_K]
@@ -164,13 +174,16 @@ def _ln_linear_kernel(
 
 def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weight: torch.Tensor | None = None,
               ln_bias: torch.Tensor | None = None, mask: torch.Tensor | None = None, slot: int | None = None,
-              eps: float = 1e-5) -> torch.Tensor:
+              eps: float = 1e-5, a_passes: int = 1) -> torch.Tensor:
     """(LayerNorm(x) @ weight.T + bias) * mask[..., None], LayerNorm only when ln_weight is given.
 
     x (B, S, N, D), any strides, bfloat16/float16; weight (K, D) and bias (K,) in x's dtype;
     ln_weight, ln_bias (D,), any float dtype; mask (B, S, N) float32 or None. Products accumulate in
     float32.
-    Returns (K // slot, B, S, N, slot) contiguous in x's dtype, or (B, S, N, K) when slot is None.
+    Returns (K // slot, B, S, N, slot) contiguous in x's dtype, or (B, S, N, K) when slot is None. With
+    a_passes > 1 the first slot's memory holds (B, S, a_passes, N, slot // a_passes) instead: its channels in
+    a_passes parts, each part's rows of one MSA row contiguous (the Outer Product Mean's Hopper kernel reads a
+    pass's rows (i p') as one box).
     Needs fits(D, K, x.dtype).
     """
     if not fits(x.shape[-1], weight.shape[0], x.dtype):
@@ -182,16 +195,17 @@ def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weig
     rows = B * S * N
     if rows == 0:
         return y if slot != K else y[0]
-    launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps)
+    launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps, a_passes=a_passes)
     return y if slot != K else y[0]
 
 
-def launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps, split=None, amax=None):
+def launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps, split=None, amax=None, a_passes=1):
     """Launches `_ln_linear_kernel` over the rows of x (B, S, N, D) into y (K // slot, B, S, N, slot).
     `split` = (shift, scale, alpha): x float32, split into float16 halves after scaling by 2**shift
     (shift and scale one-element float32 tensors), weight (K, >= 2D) float16 with w_hi in columns [0, D)
     and w_lo in [D, 2D), the products times alpha (a float), the output times scale. `amax` (K // slot,)
-    int32 zeros, or None: each slot's max |y| is written there as float32 bits (slot a power of two)."""
+    int32 zeros, or None: each slot's max |y| is written there as float32 bits (slot a power of two). `a_passes`
+    as `ln_linear`'s (y contiguous)."""
     B, S, N, D = x.shape
     K = weight.shape[0]
     rows = B * S * N
@@ -205,7 +219,7 @@ def launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps, sp
         (cdiv(rows, block_rows),), x, *x.stride(), lnw, lnb, weight, *weight.stride(), bias, shift, scale, m,
         *m_strides, y, y.stride(0), slot, y if amax is None else amax, rows, S, N, D, K, eps,
         SLOT=slot, HAS_LN=has_ln, HAS_MASK=mask is not None, SPLIT=split is not None, ALPHA=alpha, AMAX=amax is not None,
-        BLOCK_ROWS=block_rows, BLOCK_D=block_d, BLOCK_K=block_k, num_warps=warps,
+        A_PASSES=a_passes, BLOCK_ROWS=block_rows, BLOCK_D=block_d, BLOCK_K=block_k, num_warps=warps,
         num_stages=1 if K <= block_k and split is None else 2)  # one weight tile: no second buffer (16-bit opm-af2-main,
     # session 13: 0.093 -> 0.081 ms, 104 -> ~72 KiB of shared memory; float32 SPLIT there: 2 stages 0.231 ms, 1 stage
     # 0.279, 3 stages 0.384, session 17)

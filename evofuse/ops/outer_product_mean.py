@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections
-from . import split_linear
+from . import outer_product_mean_wgmma, split_linear
 from ._common import (
     as_dtype,
     bucket,
@@ -752,6 +752,7 @@ def _interpret_meta(C: int) -> dict:
     return {"TILE_ROWS": 4 * C, "COLS_FACTOR": 1, "BLOCK_S": 16, "BLOCK_R": 16, "GROUP_I": 2}
 
 
+WGMMA = True  # on sm_90, 16-bit operands at hidden_dim 32 take `outer_product_mean_wgmma` (tests switch it off)
 MULTIPASS = True  # hidden_dim 32 (and 64's 32-wide parts) take `_opm_multipass_kernel` (tests switch it off)
 
 
@@ -821,9 +822,10 @@ def _programs(device: torch.device) -> int:
 
 
 def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
-            proj_b_bias, maxima=False):
+            proj_b_bias, maxima=False, a_passes=1):
     """LayerNorm, both projections and the mask (float32 (B, S, N) or None): a and b as one contiguous
-    (2, B, S, N, c) tensor; with `maxima`, also a's and b's max |value| as float32 bits, (2,) int32.
+    (2, B, S, N, c) tensor; with `maxima`, also a's and b's max |value| as float32 bits, (2,) int32. a_passes > 1
+    (16-bit rows with `fits(D, 2c)` only): a's memory holds (B, S, a_passes, N, c // a_passes) (`ln_linear`).
 
     One fused pass for inputs of width up to 512 (no normalized copy of the MSA in memory): 16-bit rows
     in their dtype, float32 rows split into float16 hi/lo halves on chip (`split_linear.split_ln_linear`,
@@ -843,8 +845,11 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
         return (ab, weights.maxima if with_maxima else _abs_maxima(ab).view(torch.int32)) if maxima else ab
     w = as_dtype(torch.cat([proj_a_weight, proj_b_weight]), dtype)
     bias = as_dtype(torch.cat([proj_a_bias, proj_b_bias]), dtype)
+    if a_passes > 1 and not fits(D, 2 * c, dtype):
+        raise ValueError("pass-major projections need 16-bit rows of a width ln_linear takes")
     if fits(D, 2 * c, dtype):
-        ab = ln_linear(msa_repr, w, bias, layer_norm_weight, layer_norm_bias, mask, slot=c, eps=LAYER_NORM_EPS)
+        ab = ln_linear(msa_repr, w, bias, layer_norm_weight, layer_norm_bias, mask, slot=c, eps=LAYER_NORM_EPS,
+                       a_passes=a_passes)
     elif split_linear.available(msa_repr):
         # as split_ln_weights: the LayerNorm's and the projections' weights brought to magnitude ~1 by powers of
         # two (exact), undone in the output's scale (tiny weights would leave the float16 halves subnormal)
@@ -1055,8 +1060,11 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
         a_h, b_h, w_h, inv_scale = _float16_operands(ab, maxima, out_proj_weight, cs, multipass and split, split)
         del ab  # the float32 projections are freed before the output is allocated
     else:
+        # Hopper's kernel takes a pass-major (inference only: the backward reads a as it is)
+        wgmma = (WGMMA and MULTIPASS and c == outer_product_mean_wgmma.C_WGMMA and not save and fits(D, 2 * c, dtype)
+                 and outer_product_mean_wgmma.supported(msa_repr, out_proj_weight.shape[0]))
         ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
-                     proj_b_weight, proj_b_bias)
+                     proj_b_weight, proj_b_bias, a_passes=2 if wgmma else 1)
         kept = ab if keep else None
         a_h, b_h = ab[:1], ab[1:]
         w_parts = out_proj_weight[None] if parts == 1 else out_proj_weight.reshape(R, halves, cs, halves, cs).permute(
@@ -1080,7 +1088,9 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     # chunk adds its normalized product to the output, as the parts of hidden_dim 64 do
     chunk = SPLIT_CHUNK_S if split else S
     steps = [(k, s0) for k in range(parts) for s0 in range(0, S, chunk)]
-    if multipass:  # a persistent program's workspace each
+    if scaled:
+        wgmma = False
+    if multipass and not wgmma:  # a persistent program's workspace each
         ws = torch.empty(_programs(device), _workspace_size(R, cs), dtype=torch.float32, device=device)
     whole = parts == 1  # one part of every channel: the operands as they are, not sliced
     for i0 in range(0, N, rows):
@@ -1099,6 +1109,9 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
             last = step == len(steps) - 1
             dst = out_rows if last else acc
             flags = {"ACCUMULATE": step > 0, "ADD_BIAS": last}
+            if wgmma:
+                outer_product_mean_wgmma.outer_products_wgmma(a, b, sc, w_k, wb, out, consts["NORM"])
+                continue
             if multipass:
                 args = (a_k, a_k.stride(0), stride_ah, *a_k.stride()[1:3], b_k, b_k.stride(0), stride_bh,
                         *b_k.stride()[1:3], sc, *sc.stride(), w_k, stride_wh, *w_k.stride(), wb, inv_scale, ws,
