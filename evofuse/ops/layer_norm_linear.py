@@ -150,16 +150,18 @@ def _ln_linear_kernel(
             y = y * m[:, None]
         if SPLIT:
             y = y * out_scale
-        y_ptrs = y_rows + (offs_k // SLOT).to(tl.int64)[None, :] * stride_yslot + (offs_k % SLOT)[None, :]
         if A_PASSES > 1:  # the first slot's channel k of row (b s, i) at ((b s), k // width, i, k % width)
+            # the tile as groups of `width` channels: an address per (row, group), the group's channels contiguous
             width: tl.constexpr = SLOT // A_PASSES
-            a_ptrs = (y_ptr + ((rows - i) * SLOT + i * width)[:, None]
-                      + ((offs_k // width) * N * width + offs_k % width).to(tl.int64)[None, :])
-            # two stores, each with its own addresses (a select between them would hide their contiguity)
-            first = (offs_k < SLOT)[None, :]
-            tl.store(a_ptrs, y.to(y_ptr.dtype.element_ty), mask=rows_ok[:, None] & first)
-            tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=rows_ok[:, None] & k_ok[None, :] & ~first)
+            g = k0 // width + tl.arange(0, BLOCK_K // width)  # [groups]
+            base_a = ((rows - i) * SLOT + i * width)[:, None] + (g * N * width).to(tl.int64)[None, :]
+            base = rows[:, None] * stride_yrow + ((g * width // SLOT).to(tl.int64) * stride_yslot + (g * width) % SLOT)[None, :]
+            base = tl.where((g < A_PASSES)[None, :], base_a, base)  # [BLOCK_ROWS, groups]
+            ptrs = y_ptr + base[:, :, None] + tl.arange(0, width)[None, None, :]  # [BLOCK_ROWS, groups, width]
+            tl.store(ptrs, tl.reshape(y, (BLOCK_ROWS, BLOCK_K // width, width)).to(y_ptr.dtype.element_ty),
+                     mask=rows_ok[:, None, None] & (g * width < K)[None, :, None])
         else:
+            y_ptrs = y_rows + (offs_k // SLOT).to(tl.int64)[None, :] * stride_yslot + (offs_k % SLOT)[None, :]
             tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=rows_ok[:, None] & k_ok[None, :])
         if AMAX:  # |y|'s bits: their integer order is the float order (NaN above Inf), so the max is exact
             bits = tl.where(rows_ok[:, None] & k_ok[None, :], tl.abs(y).to(tl.int32, bitcast=True), 0)
