@@ -205,8 +205,8 @@ def test_opm_awkward(N, S, c, dtype, path, monkeypatch):
 def test_opm_wgmma_every_config(config, dtype, monkeypatch):
     """Hopper's Gluon kernel at each of its configs: tiles past the residues' edges (N 1, 17, 97, 130), MSAs
     shorter than a pass's eight epilogue chunks (drained after the pass) and rows not a multiple of BLOCK_S,
-    two batch elements (programs crossing from one to the other), output widths 19 and 128, the three
-    normalizations with masks of every kind; and that the kernel ran."""
+    two batch elements (programs crossing from one to the other), output widths 19 to 128, the three
+    normalizations with masks of every kind and none; and that the kernel ran."""
     if not outer_product_mean_wgmma.supported(torch.empty(1, 1, 1, 24, dtype=dtype, device="cuda"), 128):
         pytest.skip("Hopper (sm_90) only")
     monkeypatch.setattr(outer_product_mean, "SMALL_MAX_N", 0)
@@ -215,12 +215,13 @@ def test_opm_wgmma_every_config(config, dtype, monkeypatch):
     kernel = outer_product_mean_wgmma.outer_products_wgmma
     monkeypatch.setattr(outer_product_mean_wgmma, "outer_products_wgmma", lambda *a, **k: (ran.append(1),
                                                                                          kernel(*a, **k))[1])
-    shapes = [(1, 1, 19), (17, 3, 128), (97, 33, 128), (130, 200, 19), (24, 520, 128)]
+    shapes = [(1, 1, 19), (17, 3, 128), (97, 33, 128), (130, 200, 19), (24, 520, 128), (40, 70, 64)]
     for k, (N, S, pair_dim) in enumerate(shapes):
-        normalization, kind = ["seed", "af2", "boltz"][k % 3], ["rows", "random", "ones", "empty", "rows"][k]
+        normalization, kind = ["seed", "af2", "boltz"][k % 3], ["rows", "random", "ones", "empty", "rows", "none"][k]
         mod = opm_module(24, pair_dim, 32, seed=N + S, normalization=normalization).cuda()
         x = torch.randn(2, S, N, 24, device="cuda")
-        contract(mod, (x, random_mask(2, S, N, kind, N).cuda()), dtype)
+        mask = random_mask(2, S, N, kind, N)
+        contract(mod, (x, None if mask is None else mask.cuda()), dtype)
     assert len(ran) == len(shapes)
 
 

@@ -48,7 +48,8 @@ def test_ln_linear(dtype, D, K, slot, with_ln, with_mask):
 def test_ln_linear_first_slot_pass_major(dtype, N, K):
     """a_passes = 2: the first slot's memory holds (B, S, 2, N, slot // 2), each value where the pass-major
     layout puts it (the Outer Product Mean's Hopper kernel reads it so); the other slots as without it. Every
-    element is written (the output is poisoned in the tests)."""
+    element is written (the output is poisoned in the tests). Two stacked weights give what their concatenation
+    gives."""
     g = torch.Generator().manual_seed(N + K)
     D, slot = 24, 32
     x = torch.randn(2, 3, N, D, generator=g)
@@ -60,6 +61,12 @@ def test_ln_linear_first_slot_pass_major(dtype, N, K):
     passes = ln_linear(*args, slot=slot, eps=1e-5, a_passes=2)
     first = passes[0].reshape(2, 3, 2, N, slot // 2).permute(0, 1, 3, 2, 4).reshape(2, 3, N, slot)
     assert torch.equal(first, plain[0]) and torch.equal(passes[1:], plain[1:])
+    # the weight and bias as two stacked parts, read where they are (same strides) or concatenated (other strides)
+    wd, bd = args[1], args[2]
+    h = K // 2
+    for w2 in (wd[h:], wd[h:].t().contiguous().t()):
+        two = ln_linear(args[0], [wd[:h], w2], [bd[:h], bd[h:]], *args[3:], slot=slot, eps=1e-5)
+        assert torch.equal(two, plain)
 
 
 def test_ln_linear_refuses_float32_and_wide_rows():

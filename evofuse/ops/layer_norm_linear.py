@@ -100,7 +100,9 @@ def _ln_linear_kernel(
     x_ptr, stride_xb, stride_xs, stride_xi, stride_xd,  # x: (B, S, N, D), any strides
     lnw_ptr, lnb_ptr,  # LayerNorm weight, bias: (D,) (HAS_LN only)
     w_ptr, stride_wk, stride_wd,  # linear weight: (K, D); SPLIT: (K, 2D) float16, [w_hi | w_lo]
+    w2_ptr,  # K_FIRST > 0: the weight's rows K_FIRST.. from here instead (w_ptr's strides)
     bias_ptr,  # linear bias: (K,)
+    bias2_ptr,  # K_FIRST > 0: the bias from K_FIRST on
     shift_ptr, scale_ptr,  # SPLIT only: one float32 k (the rows are scaled by 2**k), one output factor
     m_ptr, stride_mb, stride_ms, stride_mi,  # row mask: (B, S, N) float32 (HAS_MASK only)
     y_ptr, stride_yslot, stride_yrow,  # out: slot k // SLOT, row (b*S + s)*N + i, channel k % SLOT
@@ -112,6 +114,7 @@ def _ln_linear_kernel(
     SPLIT: tl.constexpr,  # float32 rows as float16 hi + lo: x_hi w_hi + x_hi w_lo + x_lo w_hi, times ALPHA
     ALPHA: tl.constexpr,
     AMAX: tl.constexpr,
+    K_FIRST: tl.constexpr,  # > 0: two weights (and biases) stacked, the first with K_FIRST rows (no concatenated copy)
     A_PASSES: tl.constexpr,  # > 1: the first slot as (B, S, A_PASSES, N, SLOT // A_PASSES), pass-major (y contiguous)
     BLOCK_ROWS: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -138,14 +141,21 @@ def _ln_linear_kernel(
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)  # [BLOCK_K]
         k_ok = offs_k < K
-        w_t = tl.load(w_ptr + offs_k[None, :] * stride_wk + offs_d[:, None] * stride_wd,
+        if K_FIRST > 0:
+            first = offs_k < K_FIRST
+            w_k = tl.where(first, w_ptr + offs_k * stride_wk, w2_ptr + (offs_k - K_FIRST) * stride_wk)  # [BLOCK_K]
+            b_k = tl.where(first, bias_ptr + offs_k, bias2_ptr + (offs_k - K_FIRST))
+        else:
+            w_k = w_ptr + offs_k * stride_wk
+            b_k = bias_ptr + offs_k
+        w_t = tl.load(w_k[None, :] + offs_d[:, None] * stride_wd,
                       mask=d_ok[:, None] & k_ok[None, :], other=0.0)  # [BLOCK_D, BLOCK_K]
         y = tl.dot(xn, w_t)  # [BLOCK_ROWS, BLOCK_K], 16-bit operands, fp32 accumulator
         if SPLIT:
             w_lo_t = tl.load(w_ptr + offs_k[None, :] * stride_wk + (D + offs_d)[:, None] * stride_wd,
                              mask=d_ok[:, None] & k_ok[None, :], other=0.0)  # [BLOCK_D, BLOCK_K]
             y = tl.dot(x_lo, w_t, tl.dot(xn, w_lo_t, y)) * ALPHA
-        y += tl.load(bias_ptr + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
+        y += tl.load(b_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
         if HAS_MASK:
             y = y * m[:, None]
         if SPLIT:
@@ -179,19 +189,19 @@ def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weig
               eps: float = 1e-5, a_passes: int = 1) -> torch.Tensor:
     """(LayerNorm(x) @ weight.T + bias) * mask[..., None], LayerNorm only when ln_weight is given.
 
-    x (B, S, N, D), any strides, bfloat16/float16; weight (K, D) and bias (K,) in x's dtype;
-    ln_weight, ln_bias (D,), any float dtype; mask (B, S, N) float32 or None. Products accumulate in
-    float32.
+    x (B, S, N, D), any strides, bfloat16/float16; weight (K, D) and bias (K,) in x's dtype, or two of each whose
+    rows are stacked (two weights of one stride: read where they are, no concatenated copy); ln_weight, ln_bias
+    (D,), any float dtype; mask (B, S, N) float32 or None. Products accumulate in float32.
     Returns (K // slot, B, S, N, slot) contiguous in x's dtype, or (B, S, N, K) when slot is None. With
     a_passes > 1 the first slot's memory holds (B, S, a_passes, N, slot // a_passes) instead: its channels in
     a_passes parts, each part's rows of one MSA row contiguous (the Outer Product Mean's Hopper kernel reads a
     pass's rows (i p') as one box).
     Needs fits(D, K, x.dtype).
     """
-    if not fits(x.shape[-1], weight.shape[0], x.dtype):
+    K = sum(w.shape[0] for w in weight) if isinstance(weight, (tuple, list)) else weight.shape[0]
+    if not fits(x.shape[-1], K, x.dtype):
         raise ValueError(f"ln_linear takes 16-bit rows of width <= {MAX_BLOCK_D}, got {x.dtype} rows of {x.shape[-1]}")
     B, S, N, D = x.shape
-    K = weight.shape[0]
     slot = K if slot is None else slot
     y = empty(K // slot, B, S, N, slot, dtype=x.dtype, device=x.device)
     rows = B * S * N
@@ -207,9 +217,16 @@ def launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps, sp
     (shift and scale one-element float32 tensors), weight (K, >= 2D) float16 with w_hi in columns [0, D)
     and w_lo in [D, 2D), the products times alpha (a float), the output times scale. `amax` (K // slot,)
     int32 zeros, or None: each slot's max |y| is written there as float32 bits (slot a power of two). `a_passes`
-    as `ln_linear`'s (y contiguous)."""
+    as `ln_linear`'s (y contiguous). weight and bias: a tensor each, or two stacked (`ln_linear`)."""
     B, S, N, D = x.shape
-    K = weight.shape[0]
+    if isinstance(weight, (tuple, list)):
+        (weight, weight2), (bias, bias2) = weight, bias
+        if weight2.stride() != weight.stride() or bias.stride() != (1,) or bias2.stride() != (1,):
+            weight, bias, weight2, bias2 = torch.cat([weight, weight2]), torch.cat([bias, bias2]), None, None
+    else:
+        weight2 = bias2 = None
+    k_first = 0 if weight2 is None else weight.shape[0]
+    K = weight.shape[0] + (0 if weight2 is None else weight2.shape[0])
     rows = B * S * N
     block_rows, block_d, block_k, warps = _launch_tiles(D, K, split is not None)
     has_ln = ln_weight is not None
@@ -218,10 +235,11 @@ def launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps, sp
     m_strides = mask.stride() if mask is not None else (0, 0, 0)
     shift, scale, alpha = split if split is not None else (bias, bias, 1.0)  # unused without SPLIT
     cached_launch(_ln_linear_kernel)(
-        (cdiv(rows, block_rows),), x, *x.stride(), lnw, lnb, weight, *weight.stride(), bias, shift, scale, m,
+        (cdiv(rows, block_rows),), x, *x.stride(), lnw, lnb, weight, *weight.stride(),
+        weight if weight2 is None else weight2, bias, bias if bias2 is None else bias2, shift, scale, m,
         *m_strides, y, y.stride(0), slot, y if amax is None else amax, rows, S, N, D, K, eps,
         SLOT=slot, HAS_LN=has_ln, HAS_MASK=mask is not None, SPLIT=split is not None, ALPHA=alpha, AMAX=amax is not None,
-        A_PASSES=a_passes, BLOCK_ROWS=block_rows, BLOCK_D=block_d, BLOCK_K=block_k, num_warps=warps,
+        K_FIRST=k_first, A_PASSES=a_passes, BLOCK_ROWS=block_rows, BLOCK_D=block_d, BLOCK_K=block_k, num_warps=warps,
         num_stages=1 if K <= block_k and split is None else 2)  # one weight tile: no second buffer (16-bit opm-af2-main,
     # session 13: 0.093 -> 0.081 ms, 104 -> ~72 KiB of shared memory; float32 SPLIT there: 2 stages 0.231 ms, 1 stage
     # 0.279, 3 stages 0.384, session 17)

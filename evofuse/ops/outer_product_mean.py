@@ -843,14 +843,16 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
         with_maxima = maxima and not c & (c - 1)  # (the kernel's maxima take slots of a power of two)
         ab = split_linear.split_ln_linear(msa_repr, weights, mask, slot=c, eps=LAYER_NORM_EPS, amax=with_maxima)
         return (ab, weights.maxima if with_maxima else _abs_maxima(ab).view(torch.int32)) if maxima else ab
-    w = as_dtype(torch.cat([proj_a_weight, proj_b_weight]), dtype)
-    bias = as_dtype(torch.cat([proj_a_bias, proj_b_bias]), dtype)
     if a_passes > 1 and not fits(D, 2 * c, dtype):
         raise ValueError("pass-major projections need 16-bit rows of a width ln_linear takes")
-    if fits(D, 2 * c, dtype):
-        ab = ln_linear(msa_repr, w, bias, layer_norm_weight, layer_norm_bias, mask, slot=c, eps=LAYER_NORM_EPS,
-                       a_passes=a_passes)
-    elif split_linear.available(msa_repr):
+    if fits(D, 2 * c, dtype):  # (both projections' weights read where they are)
+        ab = ln_linear(msa_repr, [as_dtype(proj_a_weight, dtype), as_dtype(proj_b_weight, dtype)],
+                       [as_dtype(proj_a_bias, dtype), as_dtype(proj_b_bias, dtype)], layer_norm_weight,
+                       layer_norm_bias, mask, slot=c, eps=LAYER_NORM_EPS, a_passes=a_passes)
+        return (ab, _abs_maxima(ab).view(torch.int32)) if maxima else ab
+    w = as_dtype(torch.cat([proj_a_weight, proj_b_weight]), dtype)
+    bias = as_dtype(torch.cat([proj_a_bias, proj_b_bias]), dtype)
+    if split_linear.available(msa_repr):
         # as split_ln_weights: the LayerNorm's and the projections' weights brought to magnitude ~1 by powers of
         # two (exact), undone in the output's scale (tiny weights would leave the float16 halves subnormal)
         s_ln, s_w = _pow2_normalizer(layer_norm_weight, layer_norm_bias), _pow2_normalizer(w)
