@@ -21,6 +21,9 @@ per-program float32 workspace between the passes. One-float16 operands (bfloat16
 at "fast") take two passes of 64 pairs (opm-af2-main bf16: kernel 0.713 -> 0.578 ms on the H200); float32
 at the default precision four of 128 pairs, the hi/lo products of the MSA rows as one loop over the rows
 taken three times (opm-af2-main: kernel 1.62 ms on the H200; `_opm_kernel` in four 16-wide parts took 1.91).
+On Hopper (sm_90), inference with bfloat16/float16 inputs at hidden_dim 32 runs stage 2 as the Gluon kernel of
+`outer_product_mean_wgmma` instead (its epilogue overlapped with the next pass's main loop; opm-af2-main bf16: kernel
+0.50 -> 0.39 ms), its a written pass-major by the projections (`ln_linear(..., a_passes=2)`).
 hidden_dim 64 runs stage 2 as four 32-wide parts summed in float32; without the multi-pass kernel (hidden_dim
 8 and 16, or switched off) float32 at the default precision runs it in parts of SPLIT_PART channels. float32 at
 the default precision multiplies chunks of at most SPLIT_CHUNK_S MSA rows, summed likewise. Small problems (N <= 128, a short
