@@ -207,7 +207,7 @@ def test_opm_wgmma_every_config(config, dtype, monkeypatch):
     shorter than a pass's eight epilogue chunks (drained after the pass) and rows not a multiple of BLOCK_S,
     two batch elements (programs crossing from one to the other), output widths 19 to 128, the three
     normalizations with masks of every kind and none; and that the kernel ran."""
-    if not outer_product_mean_wgmma.supported(torch.empty(1, 1, 1, 24, dtype=dtype, device="cuda"), 128):
+    if not outer_product_mean_wgmma.supported(torch.empty(1, 1, 1, 24, dtype=dtype, device="cuda"), 32, 128):
         pytest.skip("Hopper (sm_90) only")
     monkeypatch.setattr(outer_product_mean, "SMALL_MAX_N", 0)
     monkeypatch.setattr(outer_product_mean_wgmma, "CONFIGS", (config,))

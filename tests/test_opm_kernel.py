@@ -374,3 +374,39 @@ def test_workspace_size_follows_the_candidates(monkeypatch):
         monkeypatch.setattr(opm, "_multipass_configs", lambda cfg=cfg: [cfg])
         sizes.append(opm._workspace_size(100, 32))
     assert sizes == [128 * 64, 128 * 128]
+
+
+@pytest.mark.parametrize("normalization", NORMS)
+def test_hopper_kernel_gets_its_operands(normalization, monkeypatch):
+    """The launcher's side of Hopper's Gluon kernel, which runs on sm_90 only: with the kernel stood in for by
+    PyTorch (its contract: a pass-major, the per-pair factor, out_proj's weight and bias, the normalization's code),
+    an inference forward of 16-bit inputs at hidden_dim 32 hands it what it needs and meets the contract; a forward
+    that records gradients (training) does not take it."""
+    import evofuse.ops.outer_product_mean as op
+    import evofuse.ops.outer_product_mean_wgmma as ow
+
+    calls = []
+
+    def stand_in(a, b, scale, weight, bias, out, norm):
+        B, S, N, c = a.shape
+        a = a.reshape(B, S, 2, N, c // 2).permute(0, 1, 3, 2, 4).reshape(B, S, N, c)  # (its memory: pass-major)
+        x = torch.einsum("bsip,bsjq->bijpq", a.double(), b.double()).reshape(B, N, N, c * c)
+        y = (x * scale[..., None].double()) @ weight.double().t()
+        y = y + (scale[..., None].double() if norm == 1 else 1) * bias.double()
+        out.copy_(y)
+        calls.append(norm)
+        return out
+
+    monkeypatch.setattr(op, "SMALL_MAX_N", 0)
+    monkeypatch.setattr(ow, "supported", lambda msa, c, R: c == 32)
+    monkeypatch.setattr(ow, "outer_products_wgmma", stand_in)
+    mod = opm_module(24, 40, 32, seed=5, normalization=normalization)
+    x = torch.randn(2, 9, 13, 24)
+    with torch.no_grad():  # inference
+        out, exact, ref_dtype, _ = run(mod, x, random_mask(2, 9, 13, "rows", seed=5), torch.float16)
+    assert_contract(out, exact, torch.float16, lowp_ref=ref_dtype)
+    assert calls == [NORMS.index(normalization)]
+    mod = mod.to(DEVICE)
+    mod(x.to(DEVICE, torch.float16), None, impl="triton").sum().backward()
+    assert len(calls) == 1
+

@@ -1057,6 +1057,10 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     multipass = MULTIPASS and cs == 32
     halves = c // cs
     parts = halves * halves
+    # Hopper's Gluon kernel: 16-bit inference forwards at hidden_dim 32, a written pass-major by the projections (the
+    # backward reads a as it is: training keeps the multi-pass kernel)
+    wgmma = (not scaled and MULTIPASS and WGMMA and not save and fits(D, 2 * c, dtype)
+             and outer_product_mean_wgmma.supported(msa_repr, c, R))
     if scaled:  # float16 operands; "default" keeps a low half too (three products per pair of operands)
         ab, maxima = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
                              proj_b_weight, proj_b_bias, maxima=True)
@@ -1065,9 +1069,6 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
         a_h, b_h, w_h, inv_scale = _float16_operands(ab, maxima, out_proj_weight, cs, multipass and split, split)
         del ab  # the float32 projections are freed before the output is allocated
     else:
-        # Hopper's kernel takes a pass-major (inference only: the backward reads a as it is)
-        wgmma = (WGMMA and MULTIPASS and c == outer_product_mean_wgmma.C_WGMMA and not save and fits(D, 2 * c, dtype)
-                 and outer_product_mean_wgmma.supported(msa_repr, out_proj_weight.shape[0]))
         ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
                      proj_b_weight, proj_b_bias, a_passes=2 if wgmma else 1)
         kept = ab if keep else None
@@ -1093,8 +1094,6 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     # chunk adds its normalized product to the output, as the parts of hidden_dim 64 do
     chunk = SPLIT_CHUNK_S if split else S
     steps = [(k, s0) for k in range(parts) for s0 in range(0, S, chunk)]
-    if scaled:
-        wgmma = False
     if multipass and not wgmma:  # a persistent program's workspace each
         ws = torch.empty(_programs(device), _workspace_size(R, cs), dtype=torch.float32, device=device)
     whole = parts == 1  # one part of every channel: the operands as they are, not sliced

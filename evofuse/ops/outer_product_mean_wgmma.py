@@ -276,10 +276,10 @@ CONFIGS = ((64, 3, 1), (64, 2, 2), (32, 5, 2))
 NUM_WARPS = 8
 
 
-def supported(msa_repr: torch.Tensor, R: int) -> bool:
-    """Whether this kernel takes the second stage for `msa_repr` (B, S, N, D) at hidden_dim 32: bfloat16 or
+def supported(msa_repr: torch.Tensor, c: int, R: int) -> bool:
+    """Whether this kernel takes the second stage for `msa_repr` (B, S, N, D): hidden_dim c = 32, bfloat16 or
     float16 on a CUDA sm_90 device, pair_dim up to MAX_R, not in Triton's interpreter."""
-    return (msa_repr.is_cuda and msa_repr.dtype in (torch.bfloat16, torch.float16) and R <= MAX_R
+    return (c == C_WGMMA and msa_repr.is_cuda and msa_repr.dtype in (torch.bfloat16, torch.float16) and R <= MAX_R
             and not interpreting() and _capability(msa_repr.device.index) == (9, 0))
 
 
