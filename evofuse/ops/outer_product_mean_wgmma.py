@@ -6,9 +6,10 @@ multiprocessor, its shared memory full, and the tensor cores idle while it waits
 workspace (opm-af2-main bf16: 0.25 of its 0.50 ms, session 16). Triton 3.6's automatic warp specialization does
 not take that epilogue (session 17). This kernel schedules it by hand:
 
-- operands through TMA (tensor descriptors) into a ring of STAGES buffers, each with an mbarrier; a's tile of a
-  pass, rows (i, p') for 8 residues i and 16 channels p', is eight 16-channel boxes, which lie in shared memory as
-  the 32-byte-swizzled [BLOCK_S, 128] operand that the wgmma reads transposed;
+- operands through TMA (tensor descriptors) into a ring of STAGES buffers, each with an mbarrier; a comes
+  pass-major from the projections (`ln_linear(..., a_passes=2)`), so that a pass's rows (i, p') for 8 residues i
+  and 16 channels p' are one 128-byte-swizzled box, which the wgmma reads transposed (as eight 16-channel boxes of
+  32-byte rows, a read as it is, the kernel took 0.53 ms against 0.37, session 18);
 - the outer products X_pass [(i p'), (j q)] = sum_s a[s, i, p'] b[s, j, q] accumulate in registers over the
   MSA rows (async wgmma, one in flight while the next stage's loads are issued);
 - at a pass's end X_pass is rearranged to x [(i j), (p' q)] and stored to shared memory in 16 bits; its product
