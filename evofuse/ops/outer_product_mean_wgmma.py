@@ -42,6 +42,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from ._common import cdiv, interpreting, multiprocessors, next_pow2
 
+# Gluon's API is experimental and changes between Triton releases: this kernel is written and checked on the H200
+# with Triton 3.6's (`tma.async_copy_global_to_shared`, `_reinterpret`; Triton 3.9 has `async_load` instead, the
+# old name a stub that raises, and `reinterpret`). Elsewhere the multi-pass Triton kernel takes its place.
+GLUON_API = not hasattr(tma, "async_load") and hasattr(gl.shared_memory_descriptor, "_reinterpret")
+
 C_WGMMA = 32  # hidden_dim of this kernel
 PASSES = gl.constexpr(2)  # passes over the channels p, 16 a pass
 BLOCK_I = gl.constexpr(8)  # residues i a tile (128 rows (i p') a pass)
@@ -279,8 +284,9 @@ NUM_WARPS = 8
 
 def supported(msa_repr: torch.Tensor, c: int, R: int) -> bool:
     """Whether this kernel takes the second stage for `msa_repr` (B, S, N, D): hidden_dim c = 32, bfloat16 or
-    float16 on a CUDA sm_90 device, pair_dim up to MAX_R, not in Triton's interpreter."""
-    return (c == C_WGMMA and msa_repr.is_cuda and msa_repr.dtype in (torch.bfloat16, torch.float16) and R <= MAX_R
+    float16 on a CUDA sm_90 device, pair_dim up to MAX_R, not in Triton's interpreter, Gluon's API as the kernel
+    was written for (GLUON_API)."""
+    return (GLUON_API and c == C_WGMMA and msa_repr.is_cuda and msa_repr.dtype in (torch.bfloat16, torch.float16) and R <= MAX_R
             and not interpreting() and _capability(msa_repr.device.index) == (9, 0))
 
 
