@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 
 from ..reference import AF2_EPS, LAYER_NORM_EPS, NORMALIZATIONS, outer_product_mean_projections
-from . import outer_product_mean_wgmma, split_linear
+from . import split_linear
 from ._common import (
     as_dtype,
     bucket,
@@ -55,6 +55,11 @@ from ._common import (
     single_launch_output,
 )
 from .layer_norm_linear import fits, ln_linear, ln_linear_backward_fits, normalize_rows
+
+try:
+    from . import outer_product_mean_wgmma
+except ImportError:  # a Triton without Gluon: the multi-pass kernel runs where the Gluon kernel would
+    outer_product_mean_wgmma = None
 
 FAST_HIDDEN_DIMS = (8, 16, 32, 64)
 PARTIAL_BYTES = 32 << 20  # hidden_dim 64 with 16-bit outputs: float32 partial sums of this size at most
@@ -1060,7 +1065,7 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     # Hopper's Gluon kernel: 16-bit inference forwards at hidden_dim 32, a written pass-major by the projections (the
     # backward reads a as it is: training keeps the multi-pass kernel)
     wgmma = (not scaled and MULTIPASS and WGMMA and not save and fits(D, 2 * c, dtype)
-             and outer_product_mean_wgmma.supported(msa_repr, c, R))
+             and outer_product_mean_wgmma is not None and outer_product_mean_wgmma.supported(msa_repr, c, R))
     if scaled:  # float16 operands; "default" keeps a low half too (three products per pair of operands)
         ab, maxima = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
                              proj_b_weight, proj_b_bias, maxima=True)
