@@ -189,6 +189,8 @@ def test_opm_awkward(N, S, c, dtype, path, monkeypatch):
     Gluon kernel for 16-bit operands at hidden_dim 32, the multi-pass kernel otherwise at hidden_dim 32 and
     64), "multipass" the multi-pass kernel where Hopper's would run, "one-pass" the tiled kernel in one pass.
     Output widths 19 to 128 cross out_proj's row blocks."""
+    if path == "multipass" and (dtype == torch.float32 or c != 32):
+        pytest.skip("the same kernels as tiled: Hopper's kernel takes 16-bit operands at hidden_dim 32 only")
     if path != "auto":
         monkeypatch.setattr(outer_product_mean, "SMALL_MAX_N", 0)
     monkeypatch.setattr(outer_product_mean, "MULTIPASS", path != "one-pass")
