@@ -202,6 +202,19 @@ def test_opm_awkward(N, S, c, dtype, path, monkeypatch):
         contract(mod, (x, random_mask(2, S, N, ["rows", "random", "ones"][k], N).cuda()), dtype)
 
 
+def spy_wgmma(monkeypatch):
+    """A list that gets an entry each time Hopper's Gluon kernel is launched."""
+    ran = []
+    kernel = outer_product_mean_wgmma.outer_products_wgmma
+    monkeypatch.setattr(outer_product_mean_wgmma, "outer_products_wgmma", lambda *a, **k: (ran.append(1),
+                                                                                         kernel(*a, **k))[1])
+    return ran
+
+
+def hopper_kernel_expected(dtype, c=32, R=128):
+    return outer_product_mean_wgmma.supported(torch.empty(1, 1, 1, 1, dtype=dtype, device="cuda"), c, R)
+
+
 @pytest.mark.parametrize("config", outer_product_mean_wgmma.CONFIGS, ids=str)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_opm_wgmma_every_config(config, dtype, monkeypatch):
@@ -209,14 +222,11 @@ def test_opm_wgmma_every_config(config, dtype, monkeypatch):
     shorter than a pass's eight epilogue chunks (drained after the pass) and rows not a multiple of BLOCK_S,
     two batch elements (programs crossing from one to the other), output widths 19 to 128, the three
     normalizations with masks of every kind and none; and that the kernel ran."""
-    if not outer_product_mean_wgmma.supported(torch.empty(1, 1, 1, 24, dtype=dtype, device="cuda"), 32, 128):
+    if not hopper_kernel_expected(dtype):
         pytest.skip("Hopper (sm_90) only")
     monkeypatch.setattr(outer_product_mean, "SMALL_MAX_N", 0)
     monkeypatch.setattr(outer_product_mean_wgmma, "CONFIGS", (config,))
-    ran = []
-    kernel = outer_product_mean_wgmma.outer_products_wgmma
-    monkeypatch.setattr(outer_product_mean_wgmma, "outer_products_wgmma", lambda *a, **k: (ran.append(1),
-                                                                                         kernel(*a, **k))[1])
+    ran = spy_wgmma(monkeypatch)
     shapes = [(1, 1, 19), (17, 3, 128), (97, 33, 128), (130, 200, 19), (24, 520, 128), (40, 70, 64)]
     for k, (N, S, pair_dim) in enumerate(shapes):
         normalization, kind = ["seed", "af2", "boltz"][k % 3], ["rows", "random", "ones", "empty", "rows", "none"][k]
@@ -312,14 +322,16 @@ def _extra_mib(fn):
 
 
 @pytest.mark.parametrize("dtype, limit", [(torch.float32, 704), (torch.bfloat16, 384)], ids=str)
-def test_opm_long_memory(dtype, limit):
+def test_opm_long_memory(dtype, limit, monkeypatch):
     """SPEC 6: beyond the inputs, the output, a and b, and at most 64 MiB more (opm-long fp32: 704 MiB,
-    bf16: 384 MiB)."""
+    bf16: 384 MiB); bf16 on Hopper through the Gluon kernel."""
     case = next(c for c in SUITE if c.name == "opm-long")
     mod = make_module(case).cuda().to(dtype)
     x, mask = make_inputs(case, "cuda", dtype)
+    ran = spy_wgmma(monkeypatch)
     mib, _ = _extra_mib(lambda: mod(x, mask, impl="triton"))
     assert mib <= limit, f"opm-long {dtype} used {mib:.0f} MiB beyond the inputs"
+    assert bool(ran) == hopper_kernel_expected(dtype, mod.hidden_dim, mod.out_proj.out_features)
 
 
 @pytest.mark.parametrize("dtype, limit", [(torch.bfloat16, 400), (torch.float32, 800)])
@@ -341,9 +353,11 @@ def test_opm_float32_long_msa(S, monkeypatch):
     contract(mod, (x, random_mask(1, S, 40, "random", 3).cuda()), torch.float32)
 
 
-def test_opm_offsets_past_2_31():
-    """N = 4096: the (B, N, N, 128) output has 2**31 elements; rows at the far end are checked."""
+def test_opm_offsets_past_2_31(monkeypatch):
+    """N = 4096: the (B, N, N, 128) output has 2**31 elements; rows at the far end are checked (on Hopper
+    through the Gluon kernel)."""
     N, S, c, R = 4096, 4, 32, 128
+    ran = spy_wgmma(monkeypatch)
     mod = opm_module(32, R, c, seed=3).cuda().to(torch.bfloat16)
     x = torch.randn(1, S, N, 32, device="cuda", dtype=torch.bfloat16)
     mask = random_mask(1, S, N, "random", 1).cuda()
@@ -359,6 +373,7 @@ def test_opm_offsets_past_2_31():
         exact = m.out_proj(outer / den)
     err = (out[:, rows].double() - exact).norm() / exact.norm()
     assert err < 1e-2, err
+    assert bool(ran) == hopper_kernel_expected(torch.bfloat16)
 
 
 def test_attention_long_sequences_run():

@@ -102,6 +102,19 @@ def _issue_w(e, total, w_desc, w_ring, w_ready, W_STAGES: gl.constexpr, CHUNKS: 
 
 
 @gluon.jit
+def _chunk_now(out, x_c, e, total_w, w_desc, w_ring, w_ready, W_STAGES: gl.constexpr, CHUNKS: gl.constexpr):
+    """Epilogue chunk `e` on its own (no main-loop step beside it): out += x_c @ its block of out_proj^T, waited
+    for; then its ring slot takes the block W_STAGES chunks ahead."""
+    slot = e % W_STAGES
+    mbarrier.wait(w_ready.index(slot), (e // W_STAGES) & 1)
+    out = warpgroup_mma(x_c, w_ring.index(slot).permute((1, 0)), out, use_acc=True, is_async=True)
+    out = warpgroup_mma_wait(0, deps=(out,))
+    gl.thread_barrier()
+    _issue_w(e + W_STAGES, total_w, w_desc, w_ring, w_ready, W_STAGES, CHUNKS)
+    return out
+
+
+@gluon.jit
 def _finish(out, tile, n_i, n_j, sc_ptr, stride_scb, stride_sci, stride_scj, wb_ptr, o_ptr, stride_ob, stride_oi,
             stride_oj, stride_or, N, R, NORM: gl.constexpr, GROUP_I: gl.constexpr, BI: gl.constexpr,
             BJ: gl.constexpr, PAIRS: gl.constexpr, R_PAD: gl.constexpr, layout: gl.constexpr):
@@ -232,13 +245,8 @@ def _opm_wgmma_kernel(
             acc = warpgroup_mma_wait(0, deps=(acc,))
             # chunks still pending (fewer steps than chunks), issued one after another
             for _ in range(left):
-                slot = e % W_STAGES
-                mbarrier.wait(w_ready.index(slot), (e // W_STAGES) & 1)
-                x_c = x_chunks.index(CHUNKS - left)
-                out = warpgroup_mma(x_c, w_ring.index(slot).permute((1, 0)), out, use_acc=True, is_async=True)
-                out = warpgroup_mma_wait(0, deps=(out,))
-                gl.thread_barrier()
-                _issue_w(e + W_STAGES, total_w, w_desc, w_ring, w_ready, W_STAGES, CHUNKS)
+                out = _chunk_now(out, x_chunks.index(CHUNKS - left), e, total_w, w_desc, w_ring, w_ready, W_STAGES,
+                                 CHUNKS)
                 e += 1
                 left -= 1
                 if part == 0:
@@ -256,13 +264,7 @@ def _opm_wgmma_kernel(
             left = CHUNKS
     # the last tile's last pass
     for _ in range(left):
-        slot = e % W_STAGES
-        mbarrier.wait(w_ready.index(slot), (e // W_STAGES) & 1)
-        x_c = x_chunks.index(CHUNKS - left)
-        out = warpgroup_mma(x_c, w_ring.index(slot).permute((1, 0)), out, use_acc=True, is_async=True)
-        out = warpgroup_mma_wait(0, deps=(out,))
-        gl.thread_barrier()
-        _issue_w(e + W_STAGES, total_w, w_desc, w_ring, w_ready, W_STAGES, CHUNKS)
+        out = _chunk_now(out, x_chunks.index(CHUNKS - left), e, total_w, w_desc, w_ring, w_ready, W_STAGES, CHUNKS)
         e += 1
         left -= 1
     if my_tiles > 0:
