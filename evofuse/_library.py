@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from ._backward import msa_row_attention_backward, outer_product_mean_backward
+from .ops._tape import TAPES
 
 
 @torch.library.custom_op("evofuse::outer_product_mean", mutates_args=())
@@ -43,12 +44,22 @@ def _opm_setup(ctx, inputs, output):
 
 
 def _opm_grads(ctx, grad_out, need_msa, need_params):
-    """(msa_repr's gradient, None, then the eight parameters') from what `_opm_setup` kept."""
+    """(msa_repr's gradient, None, then the eight parameters') from what `_opm_setup` kept. Eager 16-bit
+    backwards are replayed from a tape after their first calls (`ops._tape`: ~50 PyTorch calls and 6 launches
+    a call at opm-af2-main without the Python that decides them)."""
     msa_repr, msa_mask, *rest = ctx.saved_tensors
     saved, params = rest[:ctx.num_saved], rest[ctx.num_saved:]
     ab, scale = (t if t.numel() else None for t in saved) if saved else (None, None)  # empty: not kept
-    return outer_product_mean_backward((msa_repr, msa_mask, *params), [need_msa, False, *need_params], grad_out,
-                                       ctx.normalization, ab, scale)
+    needs = [need_msa, False, *need_params]
+    normalization = ctx.normalization
+
+    def backward(*t):
+        return outer_product_mean_backward(t[:10], needs, t[10], normalization, t[11], t[12])
+
+    tensors = (msa_repr, msa_mask, *params, grad_out, ab, scale)
+    if msa_repr.dtype not in (torch.float16, torch.bfloat16):  # float32's runs autograd inside: not taped
+        return backward(*tensors)
+    return TAPES.call(("opm-backward", normalization, tuple(needs)), backward, tensors)
 
 
 def _opm_backward(ctx, grad_out, *_):
@@ -298,15 +309,18 @@ def _(x, layer_norm_weight, layer_norm_bias, weights, biases):
 
 class OuterProductMeanFunction(torch.autograd.Function):
     """The Outer Product Mean's eager training forward (outside torch.compile): `outer_product_mean_op`
-    and its registered backward without the op's dispatch. apply(msa_repr, msa_mask, normalization,
-    precision, *params)."""
+    and its registered backward without the op's dispatch; both replayed from tapes after their first calls
+    (`ops._tape`). apply(msa_repr, msa_mask, normalization, precision, *params)."""
 
     @staticmethod
     def forward(ctx, msa_repr, msa_mask, normalization, precision, *params):
         from .ops.outer_product_mean import outer_product_mean_triton
 
-        output = outer_product_mean_triton(msa_repr, msa_mask, *params, normalization=normalization,
-                                           precision=precision, save=True)
+        def forward(msa, mask, *p):
+            return outer_product_mean_triton(msa, mask, *p, normalization=normalization, precision=precision,
+                                             save=True)
+
+        output = TAPES.call(("opm-forward", normalization, precision), forward, (msa_repr, msa_mask, *params))
         _opm_setup(ctx, (msa_repr, msa_mask, params, normalization, precision), output)
         return output[0]
 

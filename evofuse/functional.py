@@ -93,8 +93,11 @@ def _on_device(msa_repr: torch.Tensor, path: str):
 
 
 def clear_replays() -> None:
-    """Forgets every replayable call (after changing a launcher's module settings, as tests do)."""
+    """Forgets every replayable call and tape (after changing a launcher's module settings, as tests do)."""
+    from .ops._tape import TAPES
+
     _REPLAYS.clear()
+    TAPES.clear()
 
 
 def _check_precision(precision: str) -> None:

@@ -28,6 +28,7 @@ def launch(kernel, tuned, configs, prune, grid, args, consts, interpret_meta):
     Triton's interpreter with `interpret_meta`; with autotuning off, the first of `configs()` that survives
     `prune`; else the config the autotuned wrapper `tuned()` picks. Both through `cached_launch`."""
     if interpreting():
+        _record_launch(None)
         kernel[grid(interpret_meta)](*args, **consts, **interpret_meta)
     elif not autotune_enabled():
         cfg = prune(configs(), {}, **consts)[0]
@@ -70,6 +71,7 @@ class CachedLaunch:
         """Launches; returns the (binary, constexprs) it launched, None in the interpreter or when Triton's
         launch returned no binary."""
         if self.interpreted or interpreting():
+            _record_launch(None)
             self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **consts)
             return None
         args, consts = self.positional(args, consts)
@@ -139,16 +141,21 @@ class _Recording:
         self.launches, self.out = [], None
 
 
-_THREAD = threading.local()  # .recording: the _Recording of this thread's call being recorded, if any
+# .recording: the _Recording of this thread's call being recorded, if any; .tape: its `_tape` recorder, if any
+_THREAD = threading.local()
 
 
 def _record_launch(launch) -> None:
     """Keeps a recorded call's first launch only: a second makes the call not replayable, and the first's
     arguments are let go at once (kept for the whole call, they held opm-long's float32 projections past
-    their `del`: +160 MiB at the peak, measured on the H200)."""
+    their `del`: +160 MiB at the peak, measured on the H200). A tape being recorded (`_tape`) gets every
+    launch; None, a launch that is not a compiled binary's, makes both not replayable."""
     rec = getattr(_THREAD, "recording", None)
     if rec is not None:
         rec.launches = [launch] if not rec.launches else [None, None]
+    tape = getattr(_THREAD, "tape", None)
+    if tape is not None:
+        tape.launch(launch)
 
 
 def single_launch_output(out: torch.Tensor) -> None:
@@ -300,6 +307,7 @@ class TunedLaunch:
                *[a.dtype for a in positional if isinstance(a, torch.Tensor)])
         cfg = self.chosen.get(key)
         if cfg is None:  # the autotuner takes the call as given (its pruning may read arguments given by name)
+            _record_launch(None)
             self.tuned[grid](*args, **consts)
             self.chosen[key] = self.tuned.best_config
             return

@@ -40,7 +40,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ._common import cdiv, interpreting, multiprocessors, next_pow2
+from ._common import _record_launch, cdiv, interpreting, multiprocessors, next_pow2
 
 # Gluon's API is experimental and changes between Triton releases: this kernel is written and checked on the H200
 # with Triton 3.6's (`tma.async_copy_global_to_shared`, `_reinterpret`; Triton 3.9 has `async_load` instead, the
@@ -324,6 +324,7 @@ def outer_products_wgmma(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, 
     b_desc = TensorDescriptor(b, [B, S, N * c], [S * N * c, N * c, 1], [1, block_s, _BLOCK_J * c], b_layout)
     w_desc = TensorDescriptor(weight, list(weight.shape), list(weight.stride()), [r_pad, _W_BLOCK], w_layout)
     tiles = B * cdiv(N, _BLOCK_I) * cdiv(N, _BLOCK_J)
+    _record_launch(None)  # Triton's own launch (tensor descriptors): not one a replay or tape repeats
     _opm_wgmma_kernel[(min(tiles, multiprocessors(a.device)),)](
         a_desc, b_desc, w_desc, scale, *scale.stride(), bias, out, *out.stride(), B, S, N, R, C=c, NORM=norm,
         BLOCK_S=block_s, STAGES=stages, W_STAGES=w_stages, R_PAD=r_pad, GROUP_I=8, num_warps=NUM_WARPS)

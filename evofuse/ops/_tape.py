@@ -1,0 +1,276 @@
+"""Tapes: an eager call's PyTorch ops and Triton launches, recorded once per key and replayed without the call's
+Python path.
+
+A training step's host time on the lent H200 hosts is of the order of its device time: the Outer Product Mean's
+bf16 backward at opm-af2-main spends ~1.7 ms of host time (~50 PyTorch calls, 6 launches and the Python that
+decides them) on ~1.2 ms of kernels (session 19), so that a slow host, not the kernels, sets the step's time. What
+the backward does depends only on its tensors' shapes, strides, dtypes and addresses modulo 16, its options and a
+few global settings: `Tapes.call` records the ops and launches of a call under a `TorchDispatchMode` and replays
+them for later calls of the same key, each op through its ATen overload, each launch straight into the binary.
+
+Recording is refused (the call runs as it is, and is tried again on a later call, a few times at most) when the
+call does anything a replay would not repeat: a Triton launch that is not a `CachedLaunch` of a compiled binary (a
+first launch, the autotuner, the interpreter, a Gluon kernel), an op whose result the host reads (`.item()`,
+comparisons returning Python values), a random op, or a tensor argument that is neither an input of the call nor
+made by one of its recorded ops. A replay runs without gradient recording and outside autocast, as recording
+did; it keeps the setting of float32 products (TF32 or not) that each op was recorded under. Tensors are
+tracked by weak reference, so recording holds no memory the call would have freed, and a replay lets each
+intermediate go after its last use.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import _common
+
+ATTEMPTS = 3  # recordings tried for a key before it is left to run as it is
+
+
+class _Slot:
+    """A tensor argument: the index of a tensor of the tape (the call's inputs first, then the ops' results)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+class _Refused(Exception):
+    pass
+
+
+def _fill(template, vals):
+    """An op's argument (or a list of them) with its tensors' slots taken from `vals`."""
+    if type(template) is _Slot:
+        return vals[template.index]
+    if type(template) in (list, tuple):
+        return type(template)(_fill(t, vals) for t in template)
+    return template
+
+
+class Tape:
+    """A recorded call: `tape(tensors)` repeats it on new inputs (the call's tensors, None where it had None) and
+    returns its result (a tensor, None, or a tuple of them)."""
+
+    def __init__(self, steps, width, result, launcher):
+        """steps: (op, a, b, c, d, slots released after it), op an ATen overload or None for a launch; width:
+        the tensors the ops make; result: the slot (or tuple of slots, None for None) returned."""
+        self.steps, self.width, self.result, self.launcher = steps, width, result, launcher
+
+    def hooked(self) -> bool:
+        """Whether a launch hook (a profiler's) is set: then the call runs as it is, so that it sees each launch."""
+        return self.launcher is not None and self.launcher._hooked()
+
+    def __call__(self, tensors):
+        vals = list(tensors)
+        vals.extend([None] * self.width)
+        tf32 = saved = torch.backends.cuda.matmul.allow_tf32
+        stream = None
+        try:
+            with torch.no_grad():
+                for op, a, b, c, d, release in self.steps:
+                    if op is not None:  # (overload, args, kwargs, its TF32 setting, its results' slots)
+                        if c != tf32:
+                            torch.backends.cuda.matmul.allow_tf32 = tf32 = c
+                        out = op(*[_fill(t, vals) for t in a], **{k: _fill(t, vals) for k, t in b.items()})
+                        if type(d) is int:
+                            vals[d] = out
+                        else:
+                            for k, t in zip(d, out):
+                                vals[k] = t
+                    else:  # a launch: (launcher, (binary, constexprs), grid, runtime arguments with slots)
+                        if stream is None:
+                            active = a._driver.active
+                            stream = active.get_current_stream(active.get_current_device())
+                        binary, constexprs = b
+                        args = [vals[t.index].data_ptr() if type(t) is _Slot else t for t in d]
+                        binary.run(*c, stream, binary.function, binary.packed_metadata, None, None, None, *args,
+                                   *constexprs)
+                    for k in release:
+                        vals[k] = None
+        finally:
+            if tf32 != saved:
+                torch.backends.cuda.matmul.allow_tf32 = saved
+        if type(self.result) is tuple:
+            return tuple(None if k is None else vals[k] for k in self.result)
+        return None if self.result is None else vals[self.result]
+
+
+class _Recorder(TorchDispatchMode):
+    """Records the ops of a call (the dispatch mode) and its launches (`launch`, from `_common._record_launch`)."""
+
+    def __init__(self, tensors):
+        super().__init__()
+        self.known = {}  # id(tensor) -> (weak reference, slot index)
+        self.count = 0
+        self.steps = []  # (op or None, a, b, c, d, slots used, slots made)
+        self.launcher = None
+        self.refused = None
+        for t in tensors:
+            if t is not None:
+                self._add(t, self.count)
+            self.count += 1
+        self.inputs = self.count
+
+    def _add(self, t, index):
+        self.known[id(t)] = (weakref.ref(t), index)
+
+    def _index(self, t) -> int:
+        hit = self.known.get(id(t))
+        if hit is None or hit[0]() is not t:
+            raise _Refused(f"a tensor argument ({tuple(t.shape)}, {t.dtype}) the call's ops did not make")
+        return hit[1]
+
+    def _template(self, x, used):
+        if isinstance(x, torch.Tensor):
+            index = self._index(x)
+            used.append(index)
+            return _Slot(index)
+        if type(x) in (list, tuple):
+            return type(x)(self._template(t, used) for t in x)
+        return x
+
+    def refuse(self, why: str) -> None:
+        if self.refused is None:
+            self.refused = why
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.refused is not None:
+            return func(*args, **kwargs)
+        try:
+            if torch.Tag.nondeterministic_seeded in func.tags:
+                raise _Refused(f"a random op ({func})")
+            used = []
+            b = tuple(self._template(x, used) for x in args)
+            c = {k: self._template(x, used) for k, x in kwargs.items()}
+        except _Refused as e:
+            self.refuse(str(e))
+            return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if isinstance(out, torch.Tensor):
+            results = self._result(out)
+        elif type(out) in (list, tuple) and all(isinstance(t, torch.Tensor) for t in out):
+            results = tuple(self._result(t) for t in out)
+        else:
+            self.refuse(f"{func} returns {type(out).__name__} to the host")
+            return out
+        made = results if type(results) is tuple else (results,)
+        self.steps.append((func, b, c, torch.backends.cuda.matmul.allow_tf32, results, used, made))
+        return out
+
+    def _result(self, t) -> int:
+        hit = self.known.get(id(t))
+        if hit is not None and hit[0]() is t:  # written in place (out=, an in-place op): the same slot
+            return hit[1]
+        self._add(t, self.count)
+        self.count += 1
+        return self.count - 1
+
+    def launch(self, launch) -> None:
+        """A Triton launch of the recorded call: (CachedLaunch, (binary, constexprs), grid, runtime args), or
+        None for a launch that cannot be repeated from the binary."""
+        if self.refused is not None:
+            return
+        if launch is None:
+            self.refuse("a launch that is not a compiled binary's (a first launch, autotuning, the interpreter)")
+            return
+        launcher, entry, grid, args = launch
+        try:
+            used = []
+            d = [self._template(a, used) if isinstance(a, torch.Tensor) else a for a in args]
+        except _Refused as e:
+            self.refuse(str(e))
+            return
+        self.launcher = launcher
+        self.steps.append((None, launcher, entry, tuple((*grid, 1, 1)[:3]), d, used, ()))
+
+    def tape(self, result) -> Tape:
+        if type(result) is tuple:
+            slots = tuple(None if t is None else self._index(t) for t in result)
+        else:
+            slots = None if result is None else self._index(result)
+        kept = set(range(self.inputs)) | {k for k in (slots if type(slots) is tuple else (slots,)) if k is not None}
+        last = {}
+        for n, step in enumerate(self.steps):
+            for k in (*step[5], *step[6]):
+                last[k] = n
+        release = [[] for _ in self.steps]
+        for k, n in last.items():
+            if k not in kept:
+                release[n].append(k)
+        steps = [(*step[:5], tuple(rel)) for step, rel in zip(self.steps, release)]
+        return Tape(steps, self.count - self.inputs, slots, self.launcher)
+
+
+def record(fn, tensors):
+    """fn(*tensors) run under a recorder: (its result, the Tape of the call or None, why not)."""
+    if getattr(_common._THREAD, "tape", None) is not None:  # inside another recording: that one records it
+        return fn(*tensors), None, "inside another recording"
+    rec = _Recorder(tensors)
+    _common._THREAD.tape = rec
+    try:
+        with rec:
+            result = fn(*tensors)
+    finally:
+        _common._THREAD.tape = None
+    if rec.refused is None:
+        try:
+            return result, rec.tape(result), None
+        except _Refused as e:
+            rec.refuse(str(e))
+    return result, None, rec.refused
+
+
+class Tapes:
+    """Tapes by key. `call(options, fn, tensors)` is fn(*tensors): replayed from the key's tape when there is
+    one, else recorded (a tape kept when the call allows one). The key holds `options` (everything else the call
+    decides on, given by the caller), each tensor's shape, strides, dtype, device and address modulo 16, the
+    current device, the float32 product settings, the launchers' environment (EVOFUSE_AUTOTUNE, poisoned
+    outputs). Calls under torch.compile's tracing, with gradient recording or autocast on, or on CPU tensors run
+    as they are. Tests that change the launchers' module settings clear the tapes (`clear`)."""
+
+    LIMIT = 256  # keys kept at most (then forgotten, oldest first)
+
+    def __init__(self):
+        self.tapes: dict = {}
+
+    def clear(self) -> None:
+        self.tapes.clear()
+
+    def key(self, options: tuple, tensors) -> tuple | None:
+        first = tensors[0]
+        if (type(first) is not torch.Tensor or not first.is_cuda or torch.compiler.is_compiling()
+                or torch.is_grad_enabled() or torch.is_autocast_enabled("cuda") or _common.interpreting()):
+            return None
+        return (options, torch.cuda.current_device(), torch.backends.cuda.matmul.allow_tf32,
+                torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+                torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+                os.environ.get("EVOFUSE_AUTOTUNE"), _common.POISON_OUTPUTS,
+                *[None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16)
+                  for t in tensors])
+
+    def call(self, options: tuple, fn, tensors):
+        key = self.key(options, tensors)
+        if key is None:
+            return fn(*tensors)
+        tape = self.tapes.get(key)
+        if type(tape) is Tape:
+            return fn(*tensors) if tape.hooked() else tape(tensors)
+        if tape is not None and tape >= ATTEMPTS:
+            return fn(*tensors)
+        result, new, _ = record(fn, tensors)
+        if new is None:
+            new = (tape or 0) + 1
+        elif len(self.tapes) >= self.LIMIT:
+            del self.tapes[next(iter(self.tapes))]
+        self.tapes[key] = new
+        return result
+
+
+TAPES = Tapes()
