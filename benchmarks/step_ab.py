@@ -67,7 +67,7 @@ def worker(case_name: str, dtype_name: str, forward: bool) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dirs", nargs="+")
+    parser.add_argument("dirs", nargs="*")
     parser.add_argument("--case", default="opm-af2-main")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--forward", action="store_true", help="the forward without gradients, not the training step")
@@ -77,6 +77,8 @@ def main() -> int:
     if args.worker:
         print(json.dumps(worker(args.case, args.dtype, args.forward)))
         return 0
+    if not args.dirs:
+        parser.error("give at least one DIR")
     results = {d: [] for d in args.dirs}
     what = "forward" if args.forward else "training step"
     print(f"{args.case} {args.dtype} {what}: host us a call (warm), x.add_ us, do_bench ms x5 (one line a process)")

@@ -83,6 +83,8 @@ class Tape:
                         else:
                             for k, t in zip(d, out):
                                 vals[k] = t
+                            t = None
+                        out = None  # (held here, a result released below would outlive its last use)
                     else:  # a launch: (launcher, (binary, constexprs), grid, runtime arguments with slots)
                         if stream is None:
                             active = a._driver.active
