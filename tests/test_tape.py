@@ -68,7 +68,7 @@ def scale(monkeypatch):
 
 def _call(scale, calls, x, w, mask):
     """Views, ops writing out= and in place, a split and a cat, launches on an input's view and on an op's
-    result, a result that is None."""
+    result, a result that is None, one that is a view, a view of another dtype."""
     calls.append(1)
     y = _common.empty(4, 3, dtype=torch.float32, device=x.device)
     torch.mm(x, w, out=y)
@@ -78,7 +78,8 @@ def _call(scale, calls, x, w, mask):
     second.add_(first[:1])
     scale((1,), x[1:], 3, 4.0, BLOCK=16)  # an input's view, scaled in place
     both = torch.cat([first, second * mask], dim=0)
-    return y, None, both.sum(0, dtype=torch.float64)
+    bits = (y.view(torch.int32) & 1).sum()  # a view of another dtype: replayed as the op
+    return y, None, both.sum(0, dtype=torch.float64), first[1], bits
 
 
 def _inputs(seed):
@@ -97,8 +98,9 @@ def test_a_replay_computes_what_the_call_computes_without_its_python(scale):
     expected = _call(scale, calls, *direct)
     assert len(calls) == 3  # the replay did not run _call
     assert replayed[1] is None
-    for got, want in zip((replayed[0], replayed[2]), (expected[0], expected[2])):
-        assert got.dtype == want.dtype and torch.equal(got, want)
+    for got, want in zip(replayed[:1] + replayed[2:], expected[:1] + expected[2:]):
+        assert got.dtype == want.dtype and got.stride() == want.stride() and torch.equal(got, want)
+    assert replayed[3]._base is not None  # a view returned as a view
     assert torch.equal(fresh[0], direct[0])  # the in-place launch on the input's view, at the new input's address
     assert launched[1][1][9] == fresh[0].data_ptr() + 5 * 4
     assert launched[0][1][:9] == (1, 1, 1, 1234, "function", "metadata", None, None, None)
@@ -113,7 +115,7 @@ def test_intermediates_go_after_their_last_use_and_results_stay(scale):
     assert not set(released) & {k for k in tape.result if k is not None}
     assert not set(released) & set(range(3))  # inputs stay the caller's
     made = tape.width
-    assert len(released) == made - 2  # every tensor the ops made but the two results
+    assert len(released) == made - 4  # every tensor the ops made but the results' (first[1]'s root z)
 
 
 @pytest.mark.parametrize("act", ["item", "random", "constant", "interpreter"])

@@ -30,6 +30,11 @@ from . import _common
 
 ATTEMPTS = 3  # recordings tried for a key before it is left to run as it is
 
+_aten = torch.ops.aten
+# ops that only allocate: replayed as torch.empty_strided of the recorded shape, strides, dtype and device
+_EMPTIES = {_aten.empty.memory_format, _aten.empty_like.default, _aten.empty_strided.default,
+            _aten.new_empty.default, _aten.new_empty_strided.default}
+
 
 class _Slot:
     """A tensor argument: the index of a tensor of the tape (the call's inputs first, then the ops' results)."""
@@ -40,17 +45,42 @@ class _Slot:
         self.index = index
 
 
+class _View:
+    """A tensor argument that is a view of slot `root`: `nbytes` bytes past its first element, with its own sizes
+    and strides (in elements of the root's dtype). A launch takes its address; an op, the view made by as_strided
+    (one call, where the ATen view op's overload took ~20 us of the lent hosts' time)."""
+
+    __slots__ = ("root", "nbytes", "size", "stride", "itemsize")
+
+    def __init__(self, root, nbytes, size, stride, itemsize):
+        self.root, self.nbytes, self.size, self.stride, self.itemsize = root, nbytes, size, stride, itemsize
+
+    def tensor(self, vals):
+        base = vals[self.root]
+        return base.as_strided(self.size, self.stride, base.storage_offset() + self.nbytes // self.itemsize)
+
+
 class _Refused(Exception):
     pass
 
 
 def _fill(template, vals):
-    """An op's argument (or a list of them) with its tensors' slots taken from `vals`."""
-    if type(template) is _Slot:
+    """An op's argument (or a list of them) with its tensors taken from `vals`."""
+    kind = type(template)
+    if kind is _Slot:
         return vals[template.index]
-    if type(template) in (list, tuple):
-        return type(template)(_fill(t, vals) for t in template)
+    if kind is _View:
+        return template.tensor(vals)
+    if kind in (list, tuple):
+        return kind(_fill(t, vals) for t in template)
     return template
+
+
+def _is_view(func) -> bool:
+    """Whether the op returns views of its input and writes nothing (each return aliased, read only)."""
+    schema = func._schema
+    return (bool(schema.returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+            and not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments))
 
 
 class Tape:
@@ -58,8 +88,11 @@ class Tape:
     returns its result (a tensor, None, or a tuple of them)."""
 
     def __init__(self, steps, width, result, launcher):
-        """steps: (op, a, b, c, d, slots released after it), op an ATen overload or None for a launch; width:
-        the tensors the ops make; result: the slot (or tuple of slots, None for None) returned."""
+        """steps: (op, a, b, c, d, slots released after it): an ATen overload's call (op, args, kwargs, its TF32
+        setting, its results' slots: an int, or a tuple of them, -1 for a view's), an allocation (op "empty", a:
+        (shape, strides, dtype, device), d: its slot) or a launch (op None, a: CachedLaunch, b: (binary,
+        constexprs), c: grid, d: runtime arguments with slots); width: the tensors the call makes; result: the
+        slot, view or tuple of them (None for None) returned."""
         self.steps, self.width, self.result, self.launcher = steps, width, result, launcher
 
     def hooked(self) -> bool:
@@ -71,26 +104,32 @@ class Tape:
         vals.extend([None] * self.width)
         tf32 = saved = torch.backends.cuda.matmul.allow_tf32
         stream = None
+        empty_strided = torch.empty_strided
         try:
             with torch.no_grad():
                 for op, a, b, c, d, release in self.steps:
-                    if op is not None:  # (overload, args, kwargs, its TF32 setting, its results' slots)
+                    if op == "empty":
+                        vals[d] = empty_strided(a[0], a[1], dtype=a[2], device=a[3])
+                    elif op is not None:
                         if c != tf32:
                             torch.backends.cuda.matmul.allow_tf32 = tf32 = c
                         out = op(*[_fill(t, vals) for t in a], **{k: _fill(t, vals) for k, t in b.items()})
                         if type(d) is int:
-                            vals[d] = out
+                            if d >= 0:
+                                vals[d] = out
                         else:
                             for k, t in zip(d, out):
-                                vals[k] = t
+                                if k >= 0:
+                                    vals[k] = t
                             t = None
                         out = None  # (held here, a result released below would outlive its last use)
-                    else:  # a launch: (launcher, (binary, constexprs), grid, runtime arguments with slots)
+                    else:
                         if stream is None:
                             active = a._driver.active
                             stream = active.get_current_stream(active.get_current_device())
                         binary, constexprs = b
-                        args = [vals[t.index].data_ptr() if type(t) is _Slot else t for t in d]
+                        args = [vals[t.index].data_ptr() if type(t) is _Slot
+                                else vals[t.root].data_ptr() + t.nbytes if type(t) is _View else t for t in d]
                         binary.run(*c, stream, binary.function, binary.packed_metadata, None, None, None, *args,
                                    *constexprs)
                     for k in release:
@@ -99,8 +138,8 @@ class Tape:
             if tf32 != saved:
                 torch.backends.cuda.matmul.allow_tf32 = saved
         if type(self.result) is tuple:
-            return tuple(None if k is None else vals[k] for k in self.result)
-        return None if self.result is None else vals[self.result]
+            return tuple(None if k is None else _fill(k, vals) for k in self.result)
+        return None if self.result is None else _fill(self.result, vals)
 
 
 class _Recorder(TorchDispatchMode):
@@ -108,21 +147,23 @@ class _Recorder(TorchDispatchMode):
 
     def __init__(self, tensors):
         super().__init__()
-        self.known = {}  # id(tensor) -> (weak reference, slot index)
+        self.known = {}  # id(tensor) -> (weak reference, its slot or _View)
+        self.ptrs = {}  # slot -> (its tensor's address, its storage's, its dtype)
         self.count = 0
-        self.steps = []  # (op or None, a, b, c, d, slots used, slots made)
+        self.steps = []  # (op, a, b, c, d, slots used, slots made)
         self.launcher = None
         self.refused = None
         for t in tensors:
             if t is not None:
-                self._add(t, self.count)
+                self._add(t, _Slot(self.count))
+                self.ptrs[self.count] = (t.data_ptr(), t.untyped_storage().data_ptr(), t.dtype)
             self.count += 1
         self.inputs = self.count
 
-    def _add(self, t, index):
-        self.known[id(t)] = (weakref.ref(t), index)
+    def _add(self, t, ref):
+        self.known[id(t)] = (weakref.ref(t), ref)
 
-    def _index(self, t) -> int:
+    def _ref(self, t):
         hit = self.known.get(id(t))
         if hit is None or hit[0]() is not t:
             raise _Refused(f"a tensor argument ({tuple(t.shape)}, {t.dtype}) the call's ops did not make")
@@ -130,9 +171,9 @@ class _Recorder(TorchDispatchMode):
 
     def _template(self, x, used):
         if isinstance(x, torch.Tensor):
-            index = self._index(x)
-            used.append(index)
-            return _Slot(index)
+            ref = self._ref(x)
+            used.append(ref.index if type(ref) is _Slot else ref.root)
+            return ref
         if type(x) in (list, tuple):
             return type(x)(self._template(t, used) for t in x)
         return x
@@ -155,24 +196,51 @@ class _Recorder(TorchDispatchMode):
             self.refuse(str(e))
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
-        if isinstance(out, torch.Tensor):
-            results = self._result(out)
-        elif type(out) in (list, tuple) and all(isinstance(t, torch.Tensor) for t in out):
-            results = tuple(self._result(t) for t in out)
-        else:
+        if func in _EMPTIES and type(out) is torch.Tensor:
+            index = self._new(out)
+            self.steps.append(("empty", (tuple(out.shape), out.stride(), out.dtype, out.device), None, None, index,
+                               used, (index,)))
+            return out
+        outs = [out] if isinstance(out, torch.Tensor) else out
+        if not (type(out) in (list, tuple) or isinstance(out, torch.Tensor)) or not all(
+                isinstance(t, torch.Tensor) for t in outs):
             self.refuse(f"{func} returns {type(out).__name__} to the host")
             return out
-        made = results if type(results) is tuple else (results,)
-        self.steps.append((func, b, c, torch.backends.cuda.matmul.allow_tf32, results, used, made))
+        if _is_view(func) and self._views(outs, b):
+            return out  # nothing to replay: the views are addresses and as_strided calls where used
+        results = tuple(self._result(t) for t in outs)
+        made = tuple(k for k in results if k >= 0)
+        self.steps.append((func, b, c, torch.backends.cuda.matmul.allow_tf32,
+                           results[0] if isinstance(out, torch.Tensor) else results, used, made))
         return out
 
-    def _result(self, t) -> int:
-        hit = self.known.get(id(t))
-        if hit is not None and hit[0]() is t:  # written in place (out=, an in-place op): the same slot
-            return hit[1]
-        self._add(t, self.count)
+    def _new(self, t) -> int:
+        index = self.count
+        self._add(t, _Slot(index))
+        self.ptrs[index] = (t.data_ptr(), t.untyped_storage().data_ptr(), t.dtype)
         self.count += 1
-        return self.count - 1
+        return index
+
+    def _result(self, t) -> int:
+        """The slot of an op's result: its own when written in place (out=, an in-place op), -1 for a view's."""
+        hit = self.known.get(id(t))
+        if hit is not None and hit[0]() is t:
+            return hit[1].index if type(hit[1]) is _Slot else -1
+        return self._new(t)
+
+    def _views(self, outs, args) -> bool:
+        """Registers a view op's results as views of its first tensor argument's root slot; False where one is
+        not a view of it (a composite op that copied) or has another dtype (then the op is replayed)."""
+        first = next((x for x in args if type(x) in (_Slot, _View)), None)
+        if first is None:
+            return False
+        root = first.index if type(first) is _Slot else first.root
+        base_ptr, storage, dtype = self.ptrs[root]
+        if not all(t.untyped_storage().data_ptr() == storage and t.dtype == dtype for t in outs):
+            return False
+        for t in outs:
+            self._add(t, _View(root, t.data_ptr() - base_ptr, tuple(t.shape), t.stride(), t.element_size()))
+        return True
 
     def launch(self, launch) -> None:
         """A Triton launch of the recorded call: (CachedLaunch, (binary, constexprs), grid, runtime args), or
@@ -194,10 +262,12 @@ class _Recorder(TorchDispatchMode):
 
     def tape(self, result) -> Tape:
         if type(result) is tuple:
-            slots = tuple(None if t is None else self._index(t) for t in result)
+            refs = tuple(None if t is None else self._ref(t) for t in result)
         else:
-            slots = None if result is None else self._index(result)
-        kept = set(range(self.inputs)) | {k for k in (slots if type(slots) is tuple else (slots,)) if k is not None}
+            refs = None if result is None else self._ref(result)
+        roots = {r.index if type(r) is _Slot else r.root for r in (refs if type(refs) is tuple else (refs,))
+                 if r is not None}
+        kept = set(range(self.inputs)) | roots
         last = {}
         for n, step in enumerate(self.steps):
             for k in (*step[5], *step[6]):
@@ -207,7 +277,7 @@ class _Recorder(TorchDispatchMode):
             if k not in kept:
                 release[n].append(k)
         steps = [(*step[:5], tuple(rel)) for step, rel in zip(self.steps, release)]
-        return Tape(steps, self.count - self.inputs, slots, self.launcher)
+        return Tape(steps, self.count - self.inputs, refs, self.launcher)
 
 
 def record(fn, tensors):
