@@ -63,24 +63,27 @@ def compile_sm90(kernel, pointers, consts, num_warps, num_stages, values=None):
 
 def launches():
     """(name, kernel, pointer types, constexprs, num_warps, num_stages) of the default launches."""
-    for dt in ("bf16", "fp16"):
+    # fp16: a as it is; bf16: a pass-major (the Gluon kernel's inference forward), and a as it is with a pass-major
+    # copy (its training forward)
+    for dt, a_passes, a_copy in (("bf16", 2, False), ("bf16", 2, True), ("fp16", 1, False)):
         for D in (64, 256, 512):
             rows, block_d, block_k = lnl._tiles(D, 64)
-            yield (f"ln_linear {dt} D={D} a_passes={1 + (dt == 'bf16')}", lnl._ln_linear_kernel,
+            yield (f"ln_linear {dt} D={D} a_passes={a_passes} a_copy={a_copy}", lnl._ln_linear_kernel,
                    {n: f"*{dt}" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "w_ptr", "w2_ptr", "bias_ptr", "bias2_ptr",
-                                          "y_ptr")}
+                                          "y_ptr", "ya_ptr")}
                    | {"m_ptr": "*fp32", "shift_ptr": "*fp32", "scale_ptr": "*fp32", "amax_ptr": "*i32"},
                    dict(SLOT=32, HAS_LN=True, HAS_MASK=True, SPLIT=False, ALPHA=1.0, AMAX=False, K_FIRST=32,
-                        A_PASSES=1 + (dt == "bf16"),
+                        A_PASSES=a_passes, A_COPY=a_copy,
                         BLOCK_ROWS=rows,
                         BLOCK_D=block_d, BLOCK_K=block_k), 4, 2)
     for D in (64, 256, 512):  # float32 rows on float16 halves (split_ln_linear)
         rows, block_d, block_k, warps = lnl._launch_tiles(D, 64, split=True)
         yield (f"ln_linear split fp32 D={D}", lnl._ln_linear_kernel,
-               {n: "*fp32" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "bias_ptr", "bias2_ptr", "y_ptr", "m_ptr", "shift_ptr",
-                                     "scale_ptr")}
+               {n: "*fp32" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "bias_ptr", "bias2_ptr", "y_ptr", "ya_ptr", "m_ptr",
+                                     "shift_ptr", "scale_ptr")}
                | {"w_ptr": "*fp16", "w2_ptr": "*fp16", "amax_ptr": "*i32"},
                dict(SLOT=32, HAS_LN=True, HAS_MASK=True, SPLIT=True, ALPHA=2.0 ** -12, AMAX=True, K_FIRST=0, A_PASSES=1,
+                    A_COPY=False,
                     BLOCK_ROWS=rows,
                     BLOCK_D=block_d, BLOCK_K=block_k), warps, 2)
     for dt in ("bf16", "fp32"):

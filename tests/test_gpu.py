@@ -283,11 +283,13 @@ def test_attention_gradients_awkward(N, S, h, d, dtype):
     gradient_contract(mod, inputs, dtype)
 
 
-@pytest.mark.parametrize("N, S, c, normalization", [(97, 3, 32, "af2"), (17, 5, 16, "boltz"), (33, 2, 8, "seed")])
+@pytest.mark.parametrize("N, S, c, normalization", [(97, 3, 32, "af2"), (17, 5, 16, "boltz"), (33, 2, 8, "seed"),
+                                                    (130, 9, 32, "seed"), (64, 4, 32, "boltz")])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_opm_gradients_awkward(N, S, c, normalization, dtype):
     """The Outer Product Mean's backward (16-bit: the outer products, dX and dW kernels) at shapes that
-    cross their tiles, a fully masked MSA row and residue, every hidden_dim class of the kernels."""
+    cross their tiles, a fully masked MSA row and residue, every hidden_dim class of the kernels; at hidden_dim
+    32 in 16 bits on Hopper, the training forward through the Gluon kernel (a pass-major copy of a)."""
     mod = opm_module(24, 12, c, seed=N + c, normalization=normalization).cuda()
     inputs = [torch.randn(2, S, N, 24, device="cuda").to(dtype), random_mask(2, S, N, "rows", N).cuda()]
     gradient_contract(mod, inputs, dtype)

@@ -47,9 +47,9 @@ def test_ln_linear(dtype, D, K, slot, with_ln, with_mask):
 @pytest.mark.parametrize("N, K", [(17, 64), (1, 64), (9, 128)])
 def test_ln_linear_first_slot_pass_major(dtype, N, K):
     """a_passes = 2: the first slot's memory holds (B, S, 2, N, slot // 2), each value where the pass-major
-    layout puts it (the Outer Product Mean's Hopper kernel reads it so); the other slots as without it. Every
-    element is written (the output is poisoned in the tests). Two stacked weights give what their concatenation
-    gives."""
+    layout puts it (the Outer Product Mean's Hopper kernel reads it so); the other slots as without it; with
+    a_copy, every slot as without it and the pass-major first slot as a second output. Every element is written
+    (the outputs are poisoned in the tests). Two stacked weights give what their concatenation gives."""
     g = torch.Generator().manual_seed(N + K)
     D, slot = 24, 32
     x = torch.randn(2, 3, N, D, generator=g)
@@ -61,6 +61,10 @@ def test_ln_linear_first_slot_pass_major(dtype, N, K):
     passes = ln_linear(*args, slot=slot, eps=1e-5, a_passes=2)
     first = passes[0].reshape(2, 3, 2, N, slot // 2).permute(0, 1, 3, 2, 4).reshape(2, 3, N, slot)
     assert torch.equal(first, plain[0]) and torch.equal(passes[1:], plain[1:])
+    # a_copy: the slots as without a_passes, and the pass-major first slot beside them
+    both, copy = ln_linear(*args, slot=slot, eps=1e-5, a_passes=2, a_copy=True)
+    assert copy.shape == (2, 3, 2, N, slot // 2) and copy.is_contiguous()
+    assert torch.equal(both, plain) and torch.equal(copy, passes[0].view(2, 3, 2, N, slot // 2))
     # the weight and bias as two stacked parts, read where they are (same strides) or concatenated (other strides)
     wd, bd = args[1], args[2]
     h = K // 2

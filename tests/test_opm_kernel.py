@@ -1,5 +1,6 @@
 """The fused Outer Product Mean against the float64 reference (Triton's interpreter on CI)."""
 
+import copy
 import itertools
 import math
 
@@ -9,7 +10,7 @@ import torch
 from evofuse.ops._common import interpreting
 
 from .conftest import DEVICE
-from .helpers import assert_contract, opm_module, random_mask
+from .helpers import assert_contract, compare, grads, opm_module, random_mask
 
 NS, SS, CS = (1, 5, 17, 33), (1, 3, 20), (8, 16, 32)
 NORMS = ("seed", "af2", "boltz")
@@ -380,8 +381,8 @@ def test_workspace_size_follows_the_candidates(monkeypatch):
 def test_hopper_kernel_gets_its_operands(normalization, monkeypatch):
     """The launcher's side of Hopper's Gluon kernel, which runs on sm_90 only: with the kernel stood in for by
     PyTorch (its contract: a pass-major, the per-pair factor, out_proj's weight and bias, the normalization's code),
-    an inference forward of 16-bit inputs at hidden_dim 32 hands it what it needs and meets the contract; a forward
-    that records gradients (training) does not take it."""
+    an inference forward of 16-bit inputs at hidden_dim 32 hands it what it needs and meets the contract; so does a
+    training step (the kernel reads a pass-major copy of a, the backward a as it is), gradients included."""
     import evofuse.ops.outer_product_mean as op
     import evofuse.ops.outer_product_mean_wgmma as ow
 
@@ -406,7 +407,11 @@ def test_hopper_kernel_gets_its_operands(normalization, monkeypatch):
         out, exact, ref_dtype, _ = run(mod, x, random_mask(2, 9, 13, "rows", seed=5), torch.float16)
     assert_contract(out, exact, torch.float16, lowp_ref=ref_dtype)
     assert calls == [NORMS.index(normalization)]
-    mod = mod.to(DEVICE)
-    mod(x.to(DEVICE, torch.float16), None, impl="triton").sum().backward()
-    assert len(calls) == 1
+    mask = random_mask(2, 9, 13, "random", seed=6).to(DEVICE)
+    half = (x.to(DEVICE, torch.float16), mask)
+    _, got = grads(copy.deepcopy(mod).to(DEVICE).half(), half, "triton")
+    assert len(calls) == 2
+    _, lowp = grads(copy.deepcopy(mod).to(DEVICE).half(), half, "torch")
+    _, exact = grads(copy.deepcopy(mod).to(DEVICE).half().double(), (half[0].double(), mask), "torch")
+    compare(got, exact, torch.float16, lowp)
 

@@ -141,6 +141,31 @@ def test_calls_a_replay_could_not_repeat_are_not_taped(scale, act, monkeypatch):
     assert out.shape == (4, 3)
 
 
+def test_a_whole_launcher_is_one_step_repeated_on_the_new_tensors():
+    """`taped_whole`: its call is one step (the ops inside it are not steps of their own), repeated with the
+    replay's tensors; what it returns (one of its arguments) is usable after it."""
+    seen = []
+
+    @_tape.taped_whole
+    def launcher(x, out, factor):
+        seen.append((x.data_ptr(), out.data_ptr(), factor))
+        torch.mul(x, factor, out=out)
+        _common._record_launch(None)  # (Triton's own launch: not the tape's concern inside the step)
+        return out
+
+    def fn(x):
+        out = torch.empty_like(x)
+        y = launcher(x[1:], out[1:], 3.0)
+        return out, y + 1
+
+    _, tape, why = _tape.record(fn, [torch.ones(4)])
+    assert why is None and [step[0] for step in tape.steps] == ["empty", "call", torch.ops.aten.add.Tensor]
+    x = torch.arange(4.0)
+    out, y = tape([x])
+    assert torch.equal(out[1:], x[1:] * 3) and torch.equal(y, x[1:] * 3 + 1)
+    assert seen[-1] == (x[1:].data_ptr(), out[1:].data_ptr(), 3.0)
+
+
 def test_tf32_setting_of_each_op_is_kept(scale):
     seen = []
 
@@ -222,9 +247,10 @@ def test_opm_training_replays_from_tapes_bit_for_bit(dtype, normalization, mask_
     """The eager 16-bit training step of the Outer Product Mean: its forward and backward taped after their
     first calls, then replayed (the Python path not run: patched to fail) with outputs and gradients equal bit
     for bit to the first, untaped call's; the backward's memory peak no higher replayed. The backward in
-    three row blocks, the multi-pass forward (N past the single-launch kernels)."""
+    three row blocks, the multi-pass forward or on Hopper the Gluon one (N past the single-launch kernels)."""
     from evofuse import _backward, _library
     from evofuse.ops import outer_product_mean
+    from evofuse.ops.outer_product_mean import outer_product_mean_wgmma
 
     from .helpers import opm_module, random_mask
 
@@ -236,9 +262,12 @@ def test_opm_training_replays_from_tapes_bit_for_bit(dtype, normalization, mask_
     mask = None if mask is None else mask.cuda()
     g = torch.randn(B, N, N, R, device="cuda", dtype=dtype)
     results, peaks = _training_calls(mod, x, mask, g, 3)
-    tapes = [t for k, t in _tape.TAPES.tapes.items() if k[0][0].startswith("opm-")]
-    assert sorted(k[0][0] for k in _tape.TAPES.tapes) == ["opm-backward", "opm-forward"]
-    assert all(type(t) is _tape.Tape for t in tapes), _tape.TAPES.tapes
+    tapes = {k[0][0]: t for k, t in _tape.TAPES.tapes.items()}
+    assert sorted(tapes) == ["opm-backward", "opm-forward"]
+    assert all(type(t) is _tape.Tape for t in tapes.values()), _tape.TAPES.tapes
+    # on Hopper the forward's Gluon kernel is one step of the tape (its launcher's call)
+    hopper = outer_product_mean_wgmma.supported(x, c, R) if outer_product_mean_wgmma is not None else False
+    assert any(step[0] == "call" for step in tapes["opm-forward"].steps) == hopper
 
     def fail(*args, **kwargs):
         raise AssertionError("the Python path ran")

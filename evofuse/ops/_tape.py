@@ -20,11 +20,12 @@ intermediate go after its last use.
 
 from __future__ import annotations
 
+import functools
 import os
 import weakref
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from . import _common
 
@@ -90,7 +91,8 @@ class Tape:
     def __init__(self, steps, width, result, launcher):
         """steps: (op, a, b, c, d, slots released after it): an ATen overload's call (op, args, kwargs, its TF32
         setting, its results' slots: an int, or a tuple of them, -1 for a view's), an allocation (op "empty", a:
-        (shape, strides, dtype, device), d: its slot) or a launch (op None, a: CachedLaunch, b: (binary,
+        (shape, strides, dtype, device), d: its slot), a `taped_whole` launcher's call (op "call", a: the
+        launcher, b: its arguments) or a launch (op None, a: CachedLaunch, b: (binary,
         constexprs), c: grid, d: runtime arguments with slots); width: the tensors the call makes; result: the
         slot, view or tuple of them (None for None) returned."""
         self.steps, self.width, self.result, self.launcher = steps, width, result, launcher
@@ -110,6 +112,8 @@ class Tape:
                 for op, a, b, c, d, release in self.steps:
                     if op == "empty":
                         vals[d] = empty_strided(a[0], a[1], dtype=a[2], device=a[3])
+                    elif op == "call":
+                        a(*[_fill(t, vals) for t in b])
                     elif op is not None:
                         if c != tf32:
                             torch.backends.cuda.matmul.allow_tf32 = tf32 = c
@@ -242,6 +246,20 @@ class _Recorder(TorchDispatchMode):
             self._add(t, _View(root, t.data_ptr() - base_ptr, tuple(t.shape), t.stride(), t.element_size()))
         return True
 
+    def call(self, fn, args) -> bool:
+        """A `taped_whole` launcher's call: recorded as one step (its tensor arguments as slots); False when one
+        is not the call's."""
+        if self.refused is not None:
+            return False
+        try:
+            used = []
+            b = tuple(self._template(x, used) for x in args)
+        except _Refused as e:
+            self.refuse(str(e))
+            return False
+        self.steps.append(("call", fn, b, None, None, used, ()))
+        return True
+
     def launch(self, launch) -> None:
         """A Triton launch of the recorded call: (CachedLaunch, (binary, constexprs), grid, runtime args), or
         None for a launch that cannot be repeated from the binary."""
@@ -278,6 +296,24 @@ class _Recorder(TorchDispatchMode):
                 release[n].append(k)
         steps = [(*step[:5], tuple(rel)) for step, rel in zip(self.steps, release)]
         return Tape(steps, self.count - self.inputs, refs, self.launcher)
+
+
+def taped_whole(fn):
+    """Marks a launcher whose launch is not a `CachedLaunch`'s (Triton's own, with tensor descriptors): a tape
+    records its call as one step and repeats the call, not its insides. It may only write into tensors it is
+    given, and returns None or one of them."""
+    @functools.wraps(fn)
+    def launcher(*args):
+        rec = getattr(_common._THREAD, "tape", None)
+        if rec is None or not rec.call(fn, args):
+            return fn(*args)
+        _common._THREAD.tape = None  # its ops and launch are the step's
+        try:
+            with _disable_current_modes():
+                return fn(*args)
+        finally:
+            _common._THREAD.tape = rec
+    return launcher
 
 
 def record(fn, tensors):

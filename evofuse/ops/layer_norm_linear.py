@@ -106,6 +106,7 @@ def _ln_linear_kernel(
     shift_ptr, scale_ptr,  # SPLIT only: one float32 k (the rows are scaled by 2**k), one output factor
     m_ptr, stride_mb, stride_ms, stride_mi,  # row mask: (B, S, N) float32 (HAS_MASK only)
     y_ptr, stride_yslot, stride_yrow,  # out: slot k // SLOT, row (b*S + s)*N + i, channel k % SLOT
+    ya_ptr,  # A_COPY: the first slot again, (B, S, A_PASSES, N, SLOT // A_PASSES) pass-major, contiguous
     amax_ptr,  # AMAX: (K // SLOT,) int32, max |y| of each slot as float32 bits (atomic max, from 0)
     ROWS, S, N, D, K, eps,  # ROWS = B * S * N
     SLOT: tl.constexpr,
@@ -116,6 +117,7 @@ def _ln_linear_kernel(
     AMAX: tl.constexpr,
     K_FIRST: tl.constexpr,  # > 0: two weights (and biases) stacked, the first with K_FIRST rows (no concatenated copy)
     A_PASSES: tl.constexpr,  # > 1: the first slot as (B, S, A_PASSES, N, SLOT // A_PASSES), pass-major (y contiguous)
+    A_COPY: tl.constexpr,  # with A_PASSES > 1: y as it is, and the pass-major first slot in ya_ptr
     BLOCK_ROWS: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -165,12 +167,17 @@ def _ln_linear_kernel(
             width: tl.constexpr = SLOT // A_PASSES
             g = k0 // width + tl.arange(0, BLOCK_K // width)  # [groups]
             base_a = ((rows - i) * SLOT + i * width)[:, None] + (g * N * width).to(tl.int64)[None, :]
-            base = rows[:, None] * stride_yrow + ((g * width // SLOT).to(tl.int64) * stride_yslot + (g * width) % SLOT)[None, :]
-            base = tl.where((g < A_PASSES)[None, :], base_a, base)  # [BLOCK_ROWS, groups]
-            ptrs = y_ptr + base[:, :, None] + tl.arange(0, width)[None, None, :]  # [BLOCK_ROWS, groups, width]
-            tl.store(ptrs, tl.reshape(y, (BLOCK_ROWS, BLOCK_K // width, width)).to(y_ptr.dtype.element_ty),
-                     mask=rows_ok[:, None, None] & (g * width < K)[None, :, None])
-        else:
+            y_g = tl.reshape(y, (BLOCK_ROWS, BLOCK_K // width, width)).to(y_ptr.dtype.element_ty)
+            if A_COPY:  # [BLOCK_ROWS, groups, width]: the first slot's groups only
+                tl.store(ya_ptr + base_a[:, :, None] + tl.arange(0, width)[None, None, :], y_g,
+                         mask=rows_ok[:, None, None] & (g < A_PASSES)[None, :, None])
+            else:
+                base = rows[:, None] * stride_yrow + ((g * width // SLOT).to(tl.int64) * stride_yslot
+                                                      + (g * width) % SLOT)[None, :]
+                base = tl.where((g < A_PASSES)[None, :], base_a, base)  # [BLOCK_ROWS, groups]
+                ptrs = y_ptr + base[:, :, None] + tl.arange(0, width)[None, None, :]  # [BLOCK_ROWS, groups, width]
+                tl.store(ptrs, y_g, mask=rows_ok[:, None, None] & (g * width < K)[None, :, None])
+        if A_PASSES == 1 or A_COPY:
             y_ptrs = y_rows + (offs_k // SLOT).to(tl.int64)[None, :] * stride_yslot + (offs_k % SLOT)[None, :]
             tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=rows_ok[:, None] & k_ok[None, :])
         if AMAX:  # |y|'s bits: their integer order is the float order (NaN above Inf), so the max is exact
@@ -186,7 +193,7 @@ def _ln_linear_kernel(
 
 def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weight: torch.Tensor | None = None,
               ln_bias: torch.Tensor | None = None, mask: torch.Tensor | None = None, slot: int | None = None,
-              eps: float = 1e-5, a_passes: int = 1) -> torch.Tensor:
+              eps: float = 1e-5, a_passes: int = 1, a_copy: bool = False) -> torch.Tensor:
     """(LayerNorm(x) @ weight.T + bias) * mask[..., None], LayerNorm only when ln_weight is given.
 
     x (B, S, N, D), any strides, bfloat16/float16; weight (K, D) and bias (K,) in x's dtype, or two of each whose
@@ -195,7 +202,8 @@ def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weig
     Returns (K // slot, B, S, N, slot) contiguous in x's dtype, or (B, S, N, K) when slot is None. With
     a_passes > 1 the first slot's memory holds (B, S, a_passes, N, slot // a_passes) instead: its channels in
     a_passes parts, each part's rows of one MSA row contiguous (the Outer Product Mean's Hopper kernel reads a
-    pass's rows (i p') as one box).
+    pass's rows (i p') as one box). With a_copy too, the first slot stays as it is and the pass-major form is a
+    second output: (y, (B, S, a_passes, N, slot // a_passes) contiguous) is returned.
     Needs fits(D, K, x.dtype).
     """
     K = sum(w.shape[0] for w in weight) if isinstance(weight, (tuple, list)) else weight.shape[0]
@@ -204,20 +212,22 @@ def ln_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ln_weig
     B, S, N, D = x.shape
     slot = K if slot is None else slot
     y = empty(K // slot, B, S, N, slot, dtype=x.dtype, device=x.device)
-    rows = B * S * N
-    if rows == 0:
-        return y if slot != K else y[0]
-    launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps, a_passes=a_passes)
-    return y if slot != K else y[0]
+    ya = empty(B, S, a_passes, N, slot // a_passes, dtype=x.dtype, device=x.device) if a_copy else None
+    if B * S * N:
+        launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps, a_passes=a_passes, a_copy=ya)
+    y = y if slot != K else y[0]
+    return (y, ya) if a_copy else y
 
 
-def launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps, split=None, amax=None, a_passes=1):
+def launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps, split=None, amax=None, a_passes=1,
+                     a_copy=None):
     """Launches `_ln_linear_kernel` over the rows of x (B, S, N, D) into y (K // slot, B, S, N, slot).
     `split` = (shift, scale, alpha): x float32, split into float16 halves after scaling by 2**shift
     (shift and scale one-element float32 tensors), weight (K, >= 2D) float16 with w_hi in columns [0, D)
     and w_lo in [D, 2D), the products times alpha (a float), the output times scale. `amax` (K // slot,)
     int32 zeros, or None: each slot's max |y| is written there as float32 bits (slot a power of two). `a_passes`
-    as `ln_linear`'s (y contiguous). weight and bias: a tensor each, or two stacked (`ln_linear`)."""
+    as `ln_linear`'s (y contiguous); `a_copy`, with a_passes > 1: y as it is and the pass-major first slot written
+    to this contiguous tensor. weight and bias: a tensor each, or two stacked (`ln_linear`)."""
     B, S, N, D = x.shape
     if isinstance(weight, (tuple, list)):
         (weight, weight2), (bias, bias2) = weight, bias
@@ -237,9 +247,10 @@ def launch_ln_linear(x, weight, bias, ln_weight, ln_bias, mask, y, slot, eps, sp
     cached_launch(_ln_linear_kernel)(
         (cdiv(rows, block_rows),), x, *x.stride(), lnw, lnb, weight, *weight.stride(),
         weight if weight2 is None else weight2, bias, bias if bias2 is None else bias2, shift, scale, m,
-        *m_strides, y, y.stride(0), slot, y if amax is None else amax, rows, S, N, D, K, eps,
-        SLOT=slot, HAS_LN=has_ln, HAS_MASK=mask is not None, SPLIT=split is not None, ALPHA=alpha, AMAX=amax is not None,
-        K_FIRST=k_first, A_PASSES=a_passes, BLOCK_ROWS=block_rows, BLOCK_D=block_d, BLOCK_K=block_k, num_warps=warps,
+        *m_strides, y, y.stride(0), slot, y if a_copy is None else a_copy, y if amax is None else amax, rows, S, N,
+        D, K, eps, SLOT=slot, HAS_LN=has_ln, HAS_MASK=mask is not None, SPLIT=split is not None, ALPHA=alpha,
+        AMAX=amax is not None, K_FIRST=k_first, A_PASSES=a_passes, A_COPY=a_copy is not None, BLOCK_ROWS=block_rows,
+        BLOCK_D=block_d, BLOCK_K=block_k, num_warps=warps,
         num_stages=1 if K <= block_k and split is None else 2)  # one weight tile: no second buffer (16-bit opm-af2-main,
     # session 13: 0.093 -> 0.081 ms, 104 -> ~72 KiB of shared memory; float32 SPLIT there: 2 stages 0.231 ms, 1 stage
     # 0.279, 3 stages 0.384, session 17)

@@ -21,9 +21,10 @@ per-program float32 workspace between the passes. One-float16 operands (bfloat16
 at "fast") take two passes of 64 pairs (opm-af2-main bf16: kernel 0.713 -> 0.578 ms on the H200); float32
 at the default precision four of 128 pairs, the hi/lo products of the MSA rows as one loop over the rows
 taken three times (opm-af2-main: kernel 1.62 ms on the H200; `_opm_kernel` in four 16-wide parts took 1.91).
-On Hopper (sm_90), inference with bfloat16/float16 inputs at hidden_dim 32 runs stage 2 as the Gluon kernel of
+On Hopper (sm_90), bfloat16/float16 inputs at hidden_dim 32 run stage 2 as the Gluon kernel of
 `outer_product_mean_wgmma` instead (its epilogue overlapped with the next pass's main loop; opm-af2-main bf16: kernel
-0.50 -> 0.39 ms), its a written pass-major by the projections (`ln_linear(..., a_passes=2)`).
+0.50 -> 0.39 ms), its a written pass-major by the projections (`ln_linear(..., a_passes=2)`; when training, as a
+copy beside a as it is, which the backward reads: `a_copy`).
 hidden_dim 64 runs stage 2 as four 32-wide parts summed in float32; without the multi-pass kernel (hidden_dim
 8 and 16, or switched off) float32 at the default precision runs it in parts of SPLIT_PART channels. float32 at
 the default precision multiplies chunks of at most SPLIT_CHUNK_S MSA rows, summed likewise. Small problems (N <= 128, a short
@@ -830,10 +831,11 @@ def _programs(device: torch.device) -> int:
 
 
 def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
-            proj_b_bias, maxima=False, a_passes=1):
+            proj_b_bias, maxima=False, a_passes=1, a_copy=False):
     """LayerNorm, both projections and the mask (float32 (B, S, N) or None): a and b as one contiguous
     (2, B, S, N, c) tensor; with `maxima`, also a's and b's max |value| as float32 bits, (2,) int32. a_passes > 1
-    (16-bit rows with `fits(D, 2c)` only): a's memory holds (B, S, a_passes, N, c // a_passes) (`ln_linear`).
+    (16-bit rows with `fits(D, 2c)` only): a's memory holds (B, S, a_passes, N, c // a_passes) (`ln_linear`); with
+    a_copy too, a stays as it is and (ab, that pass-major copy of a) is returned.
 
     One fused pass for inputs of width up to 512 (no normalized copy of the MSA in memory): 16-bit rows
     in their dtype, float32 rows split into float16 hi/lo halves on chip (`split_linear.split_ln_linear`,
@@ -856,7 +858,7 @@ def project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, p
     if fits(D, 2 * c, dtype):  # (both projections' weights read where they are)
         ab = ln_linear(msa_repr, [as_dtype(proj_a_weight, dtype), as_dtype(proj_b_weight, dtype)],
                        [as_dtype(proj_a_bias, dtype), as_dtype(proj_b_bias, dtype)], layer_norm_weight,
-                       layer_norm_bias, mask, slot=c, eps=LAYER_NORM_EPS, a_passes=a_passes)
+                       layer_norm_bias, mask, slot=c, eps=LAYER_NORM_EPS, a_passes=a_passes, a_copy=a_copy)
         return (ab, _abs_maxima(ab).view(torch.int32)) if maxima else ab
     w = as_dtype(torch.cat([proj_a_weight, proj_b_weight]), dtype)
     bias = as_dtype(torch.cat([proj_a_bias, proj_b_bias]), dtype)
@@ -1062,9 +1064,9 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
     multipass = MULTIPASS and cs == 32
     halves = c // cs
     parts = halves * halves
-    # Hopper's Gluon kernel: 16-bit inference forwards at hidden_dim 32, a written pass-major by the projections (the
-    # backward reads a as it is: training keeps the multi-pass kernel)
-    wgmma = (not scaled and MULTIPASS and WGMMA and not save and fits(D, 2 * c, dtype)
+    # Hopper's Gluon kernel: 16-bit forwards at hidden_dim 32, a written pass-major by the projections (training:
+    # a pass-major copy beside a as it is, which the backward reads)
+    wgmma = (not scaled and MULTIPASS and WGMMA and fits(D, 2 * c, dtype)
              and outer_product_mean_wgmma is not None and outer_product_mean_wgmma.supported(msa_repr, c, R))
     if scaled:  # float16 operands; "default" keeps a low half too (three products per pair of operands)
         ab, maxima = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
@@ -1075,7 +1077,10 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
         del ab  # the float32 projections are freed before the output is allocated
     else:
         ab = project(msa_repr, mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
-                     proj_b_weight, proj_b_bias, a_passes=2 if wgmma else 1)
+                     proj_b_weight, proj_b_bias, a_passes=2 if wgmma else 1, a_copy=wgmma and keep)
+        a_major = None  # the Gluon kernel's pass-major a
+        if wgmma:
+            ab, a_major = ab if keep else (ab, ab[0])
         kept = ab if keep else None
         a_h, b_h = ab[:1], ab[1:]
         w_parts = out_proj_weight[None] if parts == 1 else out_proj_weight.reshape(R, halves, cs, halves, cs).permute(
@@ -1119,7 +1124,8 @@ def outer_product_mean_triton(msa_repr, msa_mask, layer_norm_weight, layer_norm_
             dst = out_rows if last else acc
             flags = {"ACCUMULATE": step > 0, "ADD_BIAS": last}
             if wgmma:
-                outer_product_mean_wgmma.outer_products_wgmma(a, b, sc, w_k, wb, out, consts["NORM"])
+                outer_product_mean_wgmma.outer_products_wgmma(a_major.view(a.shape), b, sc, w_k, wb, out,
+                                                              consts["NORM"])
                 continue
             if multipass:
                 args = (a_k, a_k.stride(0), stride_ah, *a_k.stride()[1:3], b_k, b_k.stride(0), stride_bh,

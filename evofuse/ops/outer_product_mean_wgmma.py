@@ -41,6 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from ._common import _record_launch, cdiv, interpreting, multiprocessors, next_pow2
+from ._tape import taped_whole
 
 # Gluon's API is experimental and changes between Triton releases: this kernel is written and checked on the H200
 # with Triton 3.6's (`tma.async_copy_global_to_shared`, `_reinterpret`; Triton 3.9 has `async_load` instead, the
@@ -304,6 +305,7 @@ def _layouts():
             gl.NVMMASharedLayout(128, 16, rank=2))
 
 
+@taped_whole
 def outer_products_wgmma(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor,
                          bias: torch.Tensor, out: torch.Tensor, norm: int) -> torch.Tensor:
     """out (B, N, N, R) = the normalized outer products of a and b contracted with out_proj: a, b (B, S, N, 32)
