@@ -247,7 +247,7 @@ def test_opm_training_replays_from_tapes_bit_for_bit(dtype, normalization, mask_
     """The eager 16-bit training step of the Outer Product Mean: its forward and backward taped after their
     first calls, then replayed (the Python path not run: patched to fail) with outputs and gradients equal bit
     for bit to the first, untaped call's; the backward's memory peak no higher replayed. The backward in
-    three row blocks, the multi-pass forward or on Hopper the Gluon one (N past the single-launch kernels)."""
+    three row blocks, the multi-pass forward or on Hopper the Gluon one (the single-launch kernels switched off)."""
     from evofuse import _backward, _library
     from evofuse.ops import outer_product_mean
     from evofuse.ops.outer_product_mean import outer_product_mean_wgmma
@@ -256,6 +256,7 @@ def test_opm_training_replays_from_tapes_bit_for_bit(dtype, normalization, mask_
 
     B, S, N, D, c, R = 2, 37, 75, 24, 32, 19
     monkeypatch.setattr(_backward, "BLOCK_BYTES", B * 25 * N * c * c * 2)  # 3 blocks of 25 rows
+    monkeypatch.setattr(outer_product_mean, "SMALL_MAX_N", 0)
     mod = opm_module(D, R, c, seed=5, normalization=normalization).cuda().to(dtype)
     x = torch.randn(B, S, N, D, device="cuda", dtype=dtype).requires_grad_(msa_grad)
     mask = random_mask(B, S, N, mask_kind, 7)
