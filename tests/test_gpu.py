@@ -49,12 +49,16 @@ def test_autotuned_path(case, monkeypatch):
 
 
 @pytest.mark.parametrize("case", [c for c in SUITE if c.name.endswith("seed")], ids=lambda c: c.name)
-def test_autotuned_training_relaunches_the_binary_it_tuned(case, monkeypatch):
+@pytest.mark.parametrize("taped", [False, True], ids=["launches", "taped"])
+def test_autotuned_training_relaunches_the_binary_it_tuned(case, taped, monkeypatch):
     """With autotuning, a key's first call tunes, its second launches the config picked through Triton, the
-    later ones the binary from one lookup (`TunedLaunch`): the forward's and backward's tiled kernels give the
-    same output and gradients, bit for bit, on all four calls, under the contract against float64."""
-    from evofuse.ops import row_attention
+    later ones the binary from one lookup (`TunedLaunch`; "taped": the Outer Product Mean's from the tape that
+    its second call recorded): the forward's and backward's tiled kernels give the same output and gradients,
+    bit for bit, on all four calls, under the contract against float64."""
+    from evofuse.ops import _tape, row_attention
 
+    if not taped:
+        monkeypatch.setattr(_tape.Tapes, "key", lambda self, options, tensors: None)
     monkeypatch.setenv("EVOFUSE_AUTOTUNE", "1")
     monkeypatch.setattr(outer_product_mean, "SMALL_MAX_N", 0)
     monkeypatch.setattr(row_attention, "SMALL_MAX_N", 0)
