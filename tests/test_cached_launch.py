@@ -9,6 +9,8 @@ import triton.language as tl
 from evofuse.ops import _common
 from evofuse.ops._common import CachedLaunch, TunedLaunch
 
+from .helpers import StandInDriver, stand_in_launcher
+
 
 @triton.jit
 def _scale_kernel(x_ptr, n, factor, BLOCK: tl.constexpr, DOUBLE: tl.constexpr):
@@ -43,24 +45,9 @@ class _Kernel:
         return launch
 
 
-class _Active:
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device):
-        return 1234
-
-
-class _Driver:
-    active = _Active()
-
-
 @pytest.fixture
 def launcher(monkeypatch):
-    monkeypatch.setattr(_common, "interpreting", lambda: False)
-    out = CachedLaunch(_Kernel())
-    out._driver = _Driver()
-    return out
+    return stand_in_launcher(_Kernel(), monkeypatch)
 
 
 def test_the_first_call_of_a_key_compiles_the_next_launch_the_binary(launcher):
@@ -154,7 +141,7 @@ def test_tuned_launch_tunes_each_key_once_then_launches_its_config(monkeypatch):
     monkeypatch.setattr(_common, "interpreting", lambda: False)
     tuned = _Tuner()
     launch = TunedLaunch(tuned)
-    launch.cached._driver = _Driver()
+    launch.cached._driver = StandInDriver()
     x = torch.zeros(4)
 
     def grid(meta):
@@ -176,7 +163,7 @@ def test_tuned_launch_takes_a_launched_key_s_binary_from_one_lookup_and_only_tha
     monkeypatch.setattr(_common, "interpreting", lambda: False)
     tuned = _Tuner()
     launch = TunedLaunch(tuned)
-    launch.cached._driver = _Driver()
+    launch.cached._driver = StandInDriver()
     x = torch.zeros(8)
 
     def grid(meta):

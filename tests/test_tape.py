@@ -9,6 +9,8 @@ import torch
 from evofuse.ops import _common, _tape
 from evofuse.ops._common import CachedLaunch
 
+from .helpers import stand_in_launcher
+
 
 class _ScaleBinary:
     """x[:n] *= factor on the float32 memory at the address given, as `_scale_kernel`'s binary would."""
@@ -46,24 +48,9 @@ class _ScaleKernel:
         return launch
 
 
-class _Active:
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device):
-        return 1234
-
-
-class _Driver:
-    active = _Active()
-
-
 @pytest.fixture
 def scale(monkeypatch):
-    monkeypatch.setattr(_common, "interpreting", lambda: False)
-    out = CachedLaunch(_ScaleKernel())
-    out._driver = _Driver()
-    return out
+    return stand_in_launcher(_ScaleKernel(), monkeypatch)
 
 
 def _call(scale, calls, x, w, mask):
