@@ -10,9 +10,10 @@ them for later calls of the same key, each op through its ATen overload, each la
 
 Recording is refused (the call runs as it is, and is tried again on a later call, a few times at most) when the
 call does anything a replay would not repeat: a Triton launch that is not a `CachedLaunch` of a compiled binary (a
-first launch, the autotuner, the interpreter, a Gluon kernel), an op whose result the host reads (`.item()`,
-comparisons returning Python values), a random op, or a tensor argument that is neither an input of the call nor
-made by one of its recorded ops. A replay runs without gradient recording and outside autocast, as recording
+first launch, the autotuner, the interpreter; a Gluon kernel's launcher is repeated whole, `taped_whole`), an op
+whose result the host reads (`.item()`, comparisons returning Python values) or whose shape depends on the values
+(`nonzero`), a random op, or a tensor argument that is neither an input of the call nor made by one of its
+recorded ops. A replay runs without gradient recording and outside autocast, as recording
 did; it keeps the setting of float32 products (TF32 or not) that each op was recorded under. Tensors are
 tracked by weak reference, so recording holds no memory the call would have freed, and a replay lets each
 intermediate go after its last use.
@@ -191,8 +192,11 @@ class _Recorder(TorchDispatchMode):
         if self.refused is not None:
             return func(*args, **kwargs)
         try:
-            if torch.Tag.nondeterministic_seeded in func.tags:
+            tags = func.tags
+            if torch.Tag.nondeterministic_seeded in tags:
                 raise _Refused(f"a random op ({func})")
+            if torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags:
+                raise _Refused(f"an op whose result depends on the values ({func})")
             used = []
             b = tuple(self._template(x, used) for x in args)
             c = {k: self._template(x, used) for k, x in kwargs.items()}
