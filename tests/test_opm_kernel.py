@@ -415,3 +415,23 @@ def test_hopper_kernel_gets_its_operands(normalization, monkeypatch):
     _, exact = grads(copy.deepcopy(mod).to(DEVICE).half().double(), (half[0].double(), mask), "torch")
     compare(got, exact, torch.float16, lowp)
 
+
+def test_hopper_kernel_config_is_timed_once_per_bucketed_key(monkeypatch):
+    """The Gluon kernel's config: the default with autotuning off; with it on, the fastest of CONFIGS, each timed
+    through the launcher's own run(config), once per key (here with do_bench and the launches stood in for)."""
+    import triton.testing
+
+    import evofuse.ops.outer_product_mean_wgmma as ow
+
+    ran = []
+    speed = {(64, 3, 1): 0.5, (64, 2, 2): 0.4, (32, 5, 2): 0.6}
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: (fn(), speed[ran[-1]])[1])
+    monkeypatch.setattr(ow, "_CHOSEN", {})
+    monkeypatch.setenv("EVOFUSE_AUTOTUNE", "0")
+    assert ow._config(("key",), ran.append) == ow.CONFIGS[0] and ran == []
+    monkeypatch.setenv("EVOFUSE_AUTOTUNE", "1")
+    assert ow._config(("key",), ran.append) == (64, 2, 2)
+    assert ran == list(ow.CONFIGS)
+    assert ow._config(("key",), ran.append) == (64, 2, 2) and len(ran) == len(ow.CONFIGS)  # timed once
+    assert ow._config(("other",), ran.append) == (64, 2, 2) and len(ran) == 2 * len(ow.CONFIGS)
+

@@ -40,7 +40,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ._common import _record_launch, cdiv, interpreting, multiprocessors, next_pow2
+from ._common import _record_launch, autotune_enabled, bucket, cdiv, interpreting, multiprocessors, next_pow2
 from ._tape import taped_whole
 
 # Gluon's API is experimental and changes between Triton releases: this kernel is written and checked on the H200
@@ -280,7 +280,8 @@ def _opm_wgmma_kernel(
 
 # (BLOCK_S, STAGES, W_STAGES): MSA rows a step, the ring's depth, out_proj's blocks in flight. Shared memory:
 # STAGES * BLOCK_S * 768 bytes + x's 64 KiB + W_STAGES * R_PAD * 128 bytes (227 KiB on the H200). The first is
-# the default.
+# the default (the fastest at the three large suite shapes, session 18), the one launched with autotuning off;
+# with it on, `_config` times them once per bucketed key.
 CONFIGS = ((64, 3, 1), (64, 2, 2), (32, 5, 2))
 NUM_WARPS = 8
 
@@ -311,23 +312,45 @@ def outer_products_wgmma(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, 
     """out (B, N, N, R) = the normalized outer products of a and b contracted with out_proj: a, b (B, S, N, 32)
     contiguous, 16-bit, masked, a's memory pass-major, (B, S, 2, N, 16) (`ln_linear(..., a_passes=2)`); scale
     (B, N, N) float32, the per-pair factor; weight (R, 1024) in a's dtype, contiguous; bias (R,) any float dtype;
-    norm 0 seed, 1 af2, 2 boltz. Launched at CONFIGS[0]."""
+    norm 0 seed, 1 af2, 2 boltz. Launched at the config `_config` picks."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     B, S, N, c = a.shape
     R = weight.shape[0]
     if weight.data_ptr() % 16:  # (TMA reads from 16-byte-aligned addresses)
         weight = weight.clone()
-    block_s, stages, w_stages = CONFIGS[0]
     r_pad = max(16, next_pow2(R))
     a_layout, b_layout, w_layout = _layouts()
-    a_desc = TensorDescriptor(a, [B, S, _PASSES, N * c // _PASSES], [S * N * c, N * c, N * c // _PASSES, 1],
-                              [1, block_s, 1, _BLOCK_I * c // _PASSES], a_layout)
-    b_desc = TensorDescriptor(b, [B, S, N * c], [S * N * c, N * c, 1], [1, block_s, _BLOCK_J * c], b_layout)
-    w_desc = TensorDescriptor(weight, list(weight.shape), list(weight.stride()), [r_pad, _W_BLOCK], w_layout)
     tiles = B * cdiv(N, _BLOCK_I) * cdiv(N, _BLOCK_J)
     _record_launch(None)  # Triton's own launch (tensor descriptors): not one a replay or tape repeats
-    _opm_wgmma_kernel[(min(tiles, multiprocessors(a.device)),)](
-        a_desc, b_desc, w_desc, scale, *scale.stride(), bias, out, *out.stride(), B, S, N, R, C=c, NORM=norm,
-        BLOCK_S=block_s, STAGES=stages, W_STAGES=w_stages, R_PAD=r_pad, GROUP_I=8, num_warps=NUM_WARPS)
+
+    def run(config):
+        block_s, stages, w_stages = config
+        a_desc = TensorDescriptor(a, [B, S, _PASSES, N * c // _PASSES], [S * N * c, N * c, N * c // _PASSES, 1],
+                                  [1, block_s, 1, _BLOCK_I * c // _PASSES], a_layout)
+        b_desc = TensorDescriptor(b, [B, S, N * c], [S * N * c, N * c, 1], [1, block_s, _BLOCK_J * c], b_layout)
+        w_desc = TensorDescriptor(weight, list(weight.shape), list(weight.stride()), [r_pad, _W_BLOCK], w_layout)
+        _opm_wgmma_kernel[(min(tiles, multiprocessors(a.device)),)](
+            a_desc, b_desc, w_desc, scale, *scale.stride(), bias, out, *out.stride(), B, S, N, R, C=c, NORM=norm,
+            BLOCK_S=block_s, STAGES=stages, W_STAGES=w_stages, R_PAD=r_pad, GROUP_I=8, num_warps=NUM_WARPS)
+
+    run(_config((a.device.index, a.dtype, bucket(B), bucket(S), bucket(N), r_pad, norm), run))
     return out
+
+
+_CHOSEN: dict = {}  # autotuning key -> the config picked
+
+
+def _config(key: tuple, run) -> tuple[int, int, int]:
+    """CONFIGS[0] with autotuning off (EVOFUSE_AUTOTUNE=0); else the fastest of CONFIGS for `key` (the device,
+    dtype, bucketed B, S and N, R_PAD and the normalization), timed once with `run(config)` on the first call's own
+    buffers (each config's launch writes the whole output: the last launch, the picked one's, stands)."""
+    if not autotune_enabled() or len(CONFIGS) == 1:
+        return CONFIGS[0]
+    config = _CHOSEN.get(key)
+    if config is None:
+        import triton.testing
+
+        times = [triton.testing.do_bench(lambda cfg=cfg: run(cfg), warmup=5, rep=20) for cfg in CONFIGS]
+        config = _CHOSEN[key] = CONFIGS[times.index(min(times))]
+    return config
