@@ -40,16 +40,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ._common import (
-    _record_launch,
-    autotune_enabled,
-    bucket,
-    cached_launch,
-    cdiv,
-    interpreting,
-    multiprocessors,
-    next_pow2,
-)
+from ._common import _record_launch, autotune_enabled, bucket, cdiv, interpreting, multiprocessors, next_pow2
 from ._tape import taped_whole
 
 # Gluon's API is experimental and changes between Triton releases: this kernel is written and checked on the H200
@@ -339,37 +330,12 @@ def outer_products_wgmma(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, 
                                   [1, block_s, 1, _BLOCK_I * c // _PASSES], a_layout)
         b_desc = TensorDescriptor(b, [B, S, N * c], [S * N * c, N * c, 1], [1, block_s, _BLOCK_J * c], b_layout)
         w_desc = TensorDescriptor(weight, list(weight.shape), list(weight.stride()), [r_pad, _W_BLOCK], w_layout)
-        args = (a_desc, b_desc, w_desc, scale, *scale.stride(), bias, out, *out.stride(), B, S, N, R)
-        consts = (c, norm, block_s, stages, w_stages, r_pad, 8)  # C, NORM, BLOCK_S, STAGES, W_STAGES, R_PAD, GROUP_I
-        _launch((min(tiles, multiprocessors(a.device)),), args, consts, a, b, weight)
+        _opm_wgmma_kernel[(min(tiles, multiprocessors(a.device)),)](
+            a_desc, b_desc, w_desc, scale, *scale.stride(), bias, out, *out.stride(), B, S, N, R, C=c, NORM=norm,
+            BLOCK_S=block_s, STAGES=stages, W_STAGES=w_stages, R_PAD=r_pad, GROUP_I=8, num_warps=NUM_WARPS)
 
     run(_config((a.device.index, a.dtype, bucket(B), bucket(S), bucket(N), r_pad, norm), run))
     return out
-
-
-_BINARIES: dict = {}  # what Triton specializes the kernel on -> its compiled binary
-
-
-def _launch(grid, args, consts, a, b, weight):
-    """The kernel's launch: Triton's own for the first of a key (and under a launch hook), after that straight into
-    the compiled binary, which takes the tensor descriptors as they are (Triton's per-call binding and
-    specialization of ~25 arguments, three descriptors among them, skipped). The key: the device, the constexprs,
-    each runtime argument's specialization (`CachedLaunch.bind`: integers' value modulo 16, tensors' dtype and
-    address modulo 16) and the descriptors' dtype and bases' alignment (their block shapes follow from the
-    constexprs)."""
-    cached = cached_launch(_opm_wgmma_kernel)
-    device = cached._driver.active.get_current_device()
-    spec, bound = cached.bind(args)
-    key = (device, *consts, a.dtype, a.data_ptr() % 16, b.data_ptr() % 16, weight.data_ptr() % 16, *spec)
-    binary = _BINARIES.get(key)
-    if binary is None or cached._hooked():
-        names = ("C", "NORM", "BLOCK_S", "STAGES", "W_STAGES", "R_PAD", "GROUP_I")
-        binary = _opm_wgmma_kernel[grid](*args, **dict(zip(names, consts)), num_warps=NUM_WARPS)
-        if all(hasattr(binary, name) for name in ("run", "function", "packed_metadata")):
-            _BINARIES[key] = binary
-        return
-    binary.run(grid[0], 1, 1, cached._driver.active.get_current_stream(device), binary.function,
-               binary.packed_metadata, None, None, None, *bound, *consts, NUM_WARPS)
 
 
 _CHOSEN: dict = {}  # autotuning key -> the config picked
