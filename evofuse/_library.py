@@ -320,7 +320,11 @@ class OuterProductMeanFunction(torch.autograd.Function):
             return outer_product_mean_triton(msa, mask, *p, normalization=normalization, precision=precision,
                                              save=True)
 
-        output = TAPES.call(("opm-forward", normalization, precision), forward, (msa_repr, msa_mask, *params))
+        tensors = (msa_repr, msa_mask, *params)
+        if msa_repr.dtype in (torch.float16, torch.bfloat16):  # (taped as the backward is: 16-bit)
+            output = TAPES.call(("opm-forward", normalization, precision), forward, tensors)
+        else:
+            output = forward(*tensors)
         _opm_setup(ctx, (msa_repr, msa_mask, params, normalization, precision), output)
         return output[0]
 
