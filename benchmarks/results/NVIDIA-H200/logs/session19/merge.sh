@@ -2,7 +2,7 @@
 # How benchmarks/results/NVIDIA-H200/results.* were made (run from the repository root, PYTHONPATH=$PWD): the rows
 # of sessions 4-18 (../session18/merge.sh says where each comes from; its call is repeated here), then these rows of
 # session 19, which replace earlier rows of the same case, mode and implementation:
-# - run 6 (~13:58 UTC 2026-11-30, `python3 -m evofuse bench --suite opm-af2-main,opm-af2-extra,opm-long --dtype
+# - run 6 (~13:46 UTC 2026-11-30, `python3 -m evofuse bench --suite opm-af2-main,opm-af2-extra,opm-long --dtype
 #   bfloat16 --train --peers "eager fp32,folded einsum bf16"`): the Outer Product Mean's bf16 forward and training
 #   step at the three suite shapes, evofuse (tapes for the training step's forward and backward; the training
 #   forward on Hopper's Gluon kernel; the code at run6.sh's commit) beside eager fp32 and the folded einsum.
