@@ -43,6 +43,11 @@ def _opm_setup(ctx, inputs, output):
     ctx.normalization = normalization
 
 
+# the Outer Product Mean's training calls replayed from tapes (`ops._tape`): 16-bit only (float32's backward runs
+# autograd inside, which a tape does not repeat; its forward was never replayed on the GPU)
+_TAPED_DTYPES = (torch.float16, torch.bfloat16)
+
+
 def _opm_grads(ctx, grad_out, need_msa, need_params):
     """(msa_repr's gradient, None, then the eight parameters') from what `_opm_setup` kept. Eager 16-bit
     backwards are replayed from a tape after their first calls (`ops._tape`: ~50 PyTorch calls and 6 launches
@@ -57,7 +62,7 @@ def _opm_grads(ctx, grad_out, need_msa, need_params):
         return outer_product_mean_backward(t[:10], needs, t[10], normalization, t[11], t[12])
 
     tensors = (msa_repr, msa_mask, *params, grad_out, ab, scale)
-    if msa_repr.dtype not in (torch.float16, torch.bfloat16):  # float32's runs autograd inside: not taped
+    if msa_repr.dtype not in _TAPED_DTYPES:
         return backward(*tensors)
     return TAPES.call(("opm-backward", normalization, tuple(needs)), backward, tensors)
 
@@ -321,7 +326,7 @@ class OuterProductMeanFunction(torch.autograd.Function):
                                              save=True)
 
         tensors = (msa_repr, msa_mask, *params)
-        if msa_repr.dtype in (torch.float16, torch.bfloat16):  # (taped as the backward is: 16-bit)
+        if msa_repr.dtype in _TAPED_DTYPES:
             output = TAPES.call(("opm-forward", normalization, precision), forward, tensors)
         else:
             output = forward(*tensors)
