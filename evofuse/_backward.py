@@ -46,6 +46,7 @@ def _kernel_set(direct: bool) -> SimpleNamespace:
             outer_products,
             project,
         )
+        from .ops.partial_sums import sum_partials
         from .ops.row_attention import attention_core_backward
 
         return SimpleNamespace(
@@ -55,14 +56,16 @@ def _kernel_set(direct: bool) -> SimpleNamespace:
             normalized_grad=normalized_grad, attention_core_backward=attention_core_backward,
             opm_project=lambda x, mask, params: project(x, mask, *params),
             ln_linear_backward=lambda x, lnw, lnb, w, mask, dy0, dy1, need_x, out_dtype: ln_linear_backward(
-                x, lnw, lnb, w, mask, dy0, dy1, ref.LAYER_NORM_EPS, need_x, out_dtype))
+                x, lnw, lnb, w, mask, dy0, dy1, ref.LAYER_NORM_EPS, need_x, out_dtype),
+            sum_partials=sum_partials)
     from . import _library as lib
 
     return SimpleNamespace(ln_project=lib.ln_project_op, layer_norm_backward=lib.layer_norm_backward_op,
                            outer_products=lib.opm_outer_products_op, outer_product_grad=lib.opm_outer_product_grad_op,
                            outer_product_weight_grad=lib.opm_weight_grad_op, normalized_grad=lib.opm_normalized_grad_op,
                            attention_core_backward=lib.msa_row_attention_core_backward_op,
-                           opm_project=lib.opm_project_op, ln_linear_backward=lib.ln_linear_backward_op)
+                           opm_project=lib.opm_project_op, ln_linear_backward=lib.ln_linear_backward_op,
+                           sum_partials=lib.sum_partials_op)
 
 
 def leaf(t: torch.Tensor | None, needed: bool, dtype: torch.dtype | None = None) -> torch.Tensor | None:
@@ -102,8 +105,8 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
     product (bfloat16: cuBLAS's a^T b, with Gs; float16: normalized by `ops.outer_product_mean.outer_products`,
     with grad_out), both through their custom ops while torch.compile traces; otherwise all are cuBLAS
     products and rearranging copies. db, dW and the bias gradient are summed over blocks in float32 in a
-    fixed order (bit-reproducible), the fused dW in its kernel's partial sums, which every block adds to and one
-    sum ends; one block writes db in its dtype straight
+    fixed order (bit-reproducible), the fused dW in its kernel's partial sums, which every block adds to, ended
+    with the bias gradient's in one launch (`ops.partial_sums.sum_partials`); one block writes db in its dtype straight
     from cuBLAS. The LayerNorm's and the projections' gradients: for 16-bit inputs whose LayerNorm and
     projections `ops.layer_norm_linear.ln_linear_backward` takes (hidden_dim <= 64, msa_dim <= 256), one
     pass of that kernel from da and db (the mask applied and the LayerNorm recomputed on chip), with a and
@@ -171,7 +174,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
     gs_whole = fused and len(blocks) > 1 and grad_out.numel() * grad_out.element_size() <= GS_WHOLE_BYTES
     gs_parts = None
     if gs_whole:
-        gs_all, dwb = kernels.normalized_grad(grad_out, scale, normalization == "af2")
+        gs_all, dwb = kernels.normalized_grad(grad_out, scale, normalization == "af2")  # dwb: partial sums
         gs_parts = gs_all.split(rows, dim=1)
         del gs_all
     with ieee_fp32_matmul():
@@ -182,7 +185,8 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
             if gs_whole:
                 gs = gs_parts[k]
             elif fused:
-                gs, g_sum = kernels.normalized_grad(grad_out[:, block], scale[:, block], normalization == "af2")
+                gs, g_part = kernels.normalized_grad(grad_out[:, block], scale[:, block], normalization == "af2")
+                g_sum = g_part.sum(0)
                 dwb = g_sum if dwb is None else dwb + g_sum
             else:
                 gs = (grad_out[:, block] * scale[:, block, :, None]).to(dtype)  # (B, n, N, R)
@@ -218,8 +222,13 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
                 add_product(dw, gs.reshape(-1, R).t(), x)
                 del x
             del gs
-    if dw_parts is not None:
-        dw = dw_parts.sum(0)
+    if fused:  # out_proj's gradients: the weight's partial sums and the bias's (partial) sums ended in one launch
+        out_dtype = params[6].dtype if params[6].dtype == params[7].dtype else torch.float32
+        parts = ([] if dw_parts is None else [dw_parts.view(dw_parts.shape[0], R * c * c)]) + (
+            [dwb.view(-1, R)] if needs[9] else [])
+        sums = kernels.sum_partials(parts, out_dtype) if parts else []
+        dw = None if dw_parts is None else sums[0].view(R, c * c)
+        dwb = sums[-1] if needs[9] else None
         del dw_parts
     gs_parts = None  # (before the LayerNorm's and projections' gradients: their peak)
     if fused_ln:
@@ -246,7 +255,7 @@ def outer_product_mean_backward(inputs, needs, grad_out, normalization, ab=None,
         _backward([a, b], [da, db])
         grads = [_grad(msa_l, msa, needs[0]), None]
         grads += [_grad(lf, p, n) for lf, p, n in zip(proj, params[:6], needs[2:8])]
-    grads += [None if dw is None else dw.to(params[6].dtype), dwb.to(params[7].dtype) if needs[9] else None]
+    grads += [None if dw is None else as_dtype(dw, params[6].dtype), as_dtype(dwb, params[7].dtype) if needs[9] else None]
     return tuple(grads)
 
 

@@ -5,8 +5,9 @@ are called from the registered backward directly rather than as ops of their own
 autograd does not record); the Triton parts of the backwards are ops of their own
 (`evofuse::msa_row_attention_core_backward`, `evofuse::ln_project`, `evofuse::layer_norm_backward`,
 `evofuse::ln_linear_backward`, `evofuse::opm_project`, `evofuse::opm_outer_products`,
-`evofuse::opm_outer_product_grad`, `evofuse::opm_weight_grad`, `evofuse::opm_normalized_grad`), so that
-torch.compile can trace around them; eager backwards call the functions behind them directly (`evofuse._backward._kernels`).
+`evofuse::opm_outer_product_grad`, `evofuse::opm_weight_grad`, `evofuse::opm_normalized_grad`,
+`evofuse::sum_partials`), so that torch.compile can trace around them; eager backwards call the functions behind
+them directly (`evofuse._backward._kernels`).
 
 Eager calls that record gradients take `OuterProductMeanFunction` and `RowAttentionFunction` instead:
 plain autograd Functions with the same forward, setup and backward, without the custom ops' dispatch.
@@ -230,8 +231,8 @@ def _(g, x, c, partials, accumulate):
 
 @torch.library.custom_op("evofuse::opm_normalized_grad", mutates_args=())
 def opm_normalized_grad_op(g: Tensor, scale: Tensor, scaled_sum: bool) -> tuple[Tensor, Tensor]:
-    """The Outer Product Mean backward's normalized output gradient and bias gradient of a block of rows
-    (`ops.outer_product_mean.normalized_grad`)."""
+    """The Outer Product Mean backward's normalized output gradient and the bias gradient's partial sums of a
+    block of rows (`ops.outer_product_mean.normalized_grad`)."""
     from .ops.outer_product_mean import normalized_grad
 
     return normalized_grad(g, scale, scaled_sum)
@@ -239,7 +240,23 @@ def opm_normalized_grad_op(g: Tensor, scale: Tensor, scaled_sum: bool) -> tuple[
 
 @opm_normalized_grad_op.register_fake
 def _(g, scale, scaled_sum):
-    return g.new_empty(g.shape), g.new_empty((g.shape[-1],), dtype=torch.float32)
+    from .ops.outer_product_mean import gs_blocks
+
+    B, n, N, R = g.shape
+    return g.new_empty(g.shape), g.new_empty((gs_blocks(B * n * N), R), dtype=torch.float32)
+
+
+@torch.library.custom_op("evofuse::sum_partials", mutates_args=())
+def sum_partials_op(parts: list[Tensor], dtype: torch.dtype) -> list[Tensor]:
+    """The backwards' float32 partial sums finished, rounded to `dtype` (`ops.partial_sums.sum_partials`)."""
+    from .ops.partial_sums import sum_partials
+
+    return sum_partials(parts, dtype)
+
+
+@sum_partials_op.register_fake
+def _(parts, dtype):
+    return [p.new_empty((p.shape[1],), dtype=dtype) for p in parts]
 
 
 @torch.library.custom_op("evofuse::layer_norm_backward", mutates_args=())

@@ -17,6 +17,7 @@ from evofuse._library import (
     opm_weight_grad_op,
     outer_product_mean_op,
     outer_product_mean_train_op,
+    sum_partials_op,
 )
 
 from .conftest import DEVICE
@@ -86,6 +87,8 @@ def test_opcheck_backward_ops():
         torch.library.opcheck(opm_weight_grad_op, (grad, x, 16, partials, accumulate),
                               test_utils=("test_schema", "test_faketensor"))
     torch.library.opcheck(opm_normalized_grad_op, (grad, scale, True), test_utils=("test_schema", "test_faketensor"))
+    parts = [torch.randn(7, 5, generator=g).to(DEVICE), torch.randn(1, 40, generator=g).to(DEVICE)]
+    torch.library.opcheck(sum_partials_op, (parts, torch.bfloat16), test_utils=("test_schema", "test_faketensor"))
     x = torch.randn(1, 2, 5, 16, generator=g).to(DEVICE).half()
     ln = [torch.ones(16, device=DEVICE).half(), torch.zeros(16, device=DEVICE).half()]
     ws = [torch.randn(k, 16, generator=g).to(DEVICE).half() for k in (8, 8)]
@@ -186,7 +189,7 @@ def test_eager_backward_calls_the_kernels_directly(monkeypatch):
 
     for name in ("ln_project_op", "layer_norm_backward_op", "ln_linear_backward_op", "opm_project_op",
                  "opm_outer_products_op", "opm_outer_product_grad_op", "opm_weight_grad_op", "opm_normalized_grad_op",
-                 "msa_row_attention_core_backward_op"):
+                 "sum_partials_op", "msa_row_attention_core_backward_op"):
         monkeypatch.setattr(lib, name, refuse)
     model = Trunk().to(DEVICE).half()
     msa = torch.randn(1, 3, 7, 16, device=DEVICE).half().requires_grad_(True)

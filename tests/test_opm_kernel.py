@@ -266,6 +266,7 @@ def test_backward_kernels_against_float64(c, n, N, S, R):
     cuBLAS path (out_proj wider than DX_MAX_R)."""
     from evofuse.ops.outer_product_mean import (
         _dw_splits,
+        gs_blocks,
         normalized_grad,
         outer_product_grad,
         outer_product_weight_grad,
@@ -298,8 +299,10 @@ def test_backward_kernels_against_float64(c, n, N, S, R):
     exact = exact + torch.einsum("bijr,bipjq->rpq", gs.double(), plain.double().view(2, n, c, N, c)).reshape(R, c * c)
     torch.testing.assert_close(partials.sum(0).double(), exact, rtol=1e-4, atol=1e-4 * exact.abs().max().item())
     for scaled_sum in (True, False):
-        got, g_sum = normalized_grad(grad, scale[:, i0:], scaled_sum)
+        got, g_part = normalized_grad(grad, scale[:, i0:], scaled_sum)
         torch.testing.assert_close(got, gs, rtol=0, atol=0)
+        assert g_part.shape == (gs_blocks(2 * n * N), R)
+        g_sum = g_part.sum(0)
         exact = (gs.float() if scaled_sum else grad.float()).double().sum((0, 1, 2))
         if scaled_sum:  # the float32 products before rounding
             exact = torch.einsum("bijr,bij->r", grad.double(), scale[:, i0:].double())

@@ -17,7 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import as_dtype, cached_launch, cdiv, empty, float32_product, interpreting, multiprocessors, next_pow2
+from ._common import cached_launch, cdiv, empty, float32_product, interpreting, multiprocessors, next_pow2
+from .partial_sums import sum_partials
 
 # With float32 rows and 3xTF32 products this kernel measured 5.1 ms for the Outer Product Mean's
 # projections on opm-af2-main on the H200 (LayerNorm + IEEE cuBLAS: ~0.5 ms): float32 rows take it only
@@ -519,7 +520,8 @@ def ln_linear_backward(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.
     operands). Returns (dx (B, S, N, D) in x's dtype or None without `need_x`; the LayerNorm weight's and
     bias's gradients (D,); the stacked weights' (2 C, D); the stacked biases' (2 C,)), the parameters' summed in
     float32 in a fixed order (bit-reproducible, the same with or without dx), then rounded once to `out_dtype`
-    (two casts for the four). Needs ln_linear_backward_fits(x.dtype, D, C)."""
+    (the programs' partial sums finished and the weights' product cast in one launch,
+    `ops.partial_sums.sum_partials`). Needs ln_linear_backward_fits(x.dtype, D, C)."""
     B, S, N, D = x.shape
     C = weight.shape[0] // 2
     rows = B * S * N
@@ -540,8 +542,12 @@ def ln_linear_backward(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.
         dy0.stride(0), dy1, dy1.stride(0), dx if need_x else xn, xn, dy, part, part.stride(0), rows, D, C, eps, int(need_x),
         HAS_MASK=mask is not None, EVEN_D=D == block_d, EVEN_C=C == block_c,
         BLOCK_ROWS=block_rows, BLOCK_C=block_c, BLOCK_D=block_d, num_warps=4, num_stages=2)
-    dw = as_dtype(float32_product(dy.t(), xn), out_dtype)
-    sums = as_dtype(part.sum(0), out_dtype)
+    dw = float32_product(dy.t(), xn)
+    if out_dtype == torch.float32:
+        (sums,) = sum_partials([part], out_dtype)
+    else:  # the programs' sums and the weights' cast in one launch
+        sums, dw = sum_partials([part, dw.view(1, -1)], out_dtype)
+        dw = dw.view(2 * C, D)
     db, dlnw, dlnb = sums.split([2 * C, D, D])  # (one call for the three views)
     return dx, dlnw, dlnb, dw, db
 

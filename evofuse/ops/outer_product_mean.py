@@ -1310,17 +1310,26 @@ def outer_product_weight_grad(g: torch.Tensor, x: torch.Tensor, c: int, partials
            interpret)
 
 
+def _gs_block_p() -> int:
+    return 16 if interpreting() else 32
+
+
+def gs_blocks(pairs: int) -> int:
+    """The programs of `normalized_grad` over `pairs` pairs (b, i, j): the rows of its partial sums."""
+    return cdiv(pairs, _gs_block_p())
+
+
 def normalized_grad(g: torch.Tensor, scale: torch.Tensor, scaled_sum: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Gs = g * scale[..., None] rounded to g's dtype (float32 products), (B, n, N, R) contiguous, from the
-    output gradient g (B, n, N, R) and the per-pair scale (B, n, N) float32 (any strides); and the sums
-    over (b, i, j) of Gs (`scaled_sum`: af2's bias gradient) or of g (the other normalizations'), (R,)
-    float32, from per-block partial sums added in a fixed order."""
+    output gradient g (B, n, N, R) and the per-pair scale (B, n, N) float32 (any strides); and the partial sums
+    over (b, i, j) of Gs (`scaled_sum`: af2's bias gradient) or of g (the other normalizations'),
+    (gs_blocks(B*n*N), R) float32, one row a block of pairs, to be added in a fixed order
+    (`ops.partial_sums.sum_partials`, or a sum over dim 0)."""
     B, n, N, R = g.shape
     pairs = B * n * N
-    block_p = 16 if interpreting() else 32
-    blocks = cdiv(pairs, block_p)
+    blocks = gs_blocks(pairs)
     gs = empty(B, n, N, R, dtype=g.dtype, device=g.device)
     sums = empty(blocks, R, dtype=torch.float32, device=g.device)
     cached_launch(_opm_gs_kernel)((blocks,), g, *g.stride(), scale, *scale.stride(), gs, sums, sums.stride(0), n, N,
-                                  R, pairs, SCALED_SUM=scaled_sum, BLOCK_P=block_p, BLOCK_R=min(128, next_pow2(R)))
-    return gs, sums.sum(0)
+                                  R, pairs, SCALED_SUM=scaled_sum, BLOCK_P=_gs_block_p(), BLOCK_R=min(128, next_pow2(R)))
+    return gs, sums
