@@ -25,8 +25,8 @@ from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
 from evofuse.ops import layer_norm_linear as lnl  # noqa: E402
 from evofuse.ops import outer_product_mean as opm  # noqa: E402
 from evofuse.ops import outer_product_mean_wgmma as opm_wgmma  # noqa: E402
+from evofuse.ops import partial_sums, split_linear  # noqa: E402
 from evofuse.ops import row_attention as ra  # noqa: E402
-from evofuse.ops import split_linear  # noqa: E402
 from evofuse.reference import MASK_LOGIT  # noqa: E402
 
 SHARED_LIMIT = 227 * 1024
@@ -105,6 +105,12 @@ def launches():
                 "part_ptr": "*fp32"},
                dict(HAS_MASK=True, EVEN_D=True, EVEN_C=True, BLOCK_ROWS=lnl.LN_LINEAR_BWD_ROWS, BLOCK_C=32, BLOCK_D=256),
                4, 2)
+    # the partial sums ended at opm-af2-main: out_proj's weight (33 splits) and bias (4608 blocks of pairs), then
+    # ln_linear_backward's programs' sums (264) and its weights' cast
+    blocks = [partial_sums._blocks(k, m) for k, m in ((33, 128 * 1024), (4608, 128), (264, 576), (1, 64 * 256))]
+    yield ("sum partials bf16 opm-af2-main", partial_sums._sum_partials_kernel,
+           {f"{n}{k}_ptr": t for k in range(4) for n, t in (("p", "*fp32"), ("out", "*bf16"))},
+           dict(BUFFERS=4, **{f"BLOCK_{x}{k}": blocks[k][i] for k in range(4) for i, x in enumerate("KM")}), 4, 3)
     for has_ln in (True, False):
         yield (f"split rows ln={has_ln}", split_linear._split_rows_kernel,
                {"x_ptr": "*fp32", "lnw_ptr": "*fp32", "lnb_ptr": "*fp32", "shift_ptr": "*fp32", "a_ptr": "*fp16"},
