@@ -241,6 +241,42 @@ def test_opm_wgmma_every_config(config, dtype, monkeypatch):
     assert len(ran) == len(shapes)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_opm_wgmma_launch_through_binary(dtype, monkeypatch):
+    """After a key's first launch through Triton, the Gluon kernel is launched straight into its binary (light
+    descriptors): on new inputs of the same key it writes the output Triton's own launch writes, bit for bit; a
+    key that differs (another N, another normalization) takes Triton's launch first."""
+    if not hopper_kernel_expected(dtype):
+        pytest.skip("Hopper (sm_90) only")
+
+    class Hits(dict):
+        hits = 0
+
+        def get(self, key, default=None):
+            found = super().get(key, default)
+            Hits.hits += found is not None
+            return found
+
+    monkeypatch.setattr(outer_product_mean, "SMALL_MAX_N", 0)
+    monkeypatch.setattr(outer_product_mean_wgmma, "_BINARIES", Hits())
+    ran = spy_wgmma(monkeypatch)
+    for k, (N, S, normalization) in enumerate([(97, 33, "af2"), (97, 33, "seed"), (130, 70, "af2")]):
+        mod = opm_module(24, 128, 32, seed=N, normalization=normalization).cuda().to(dtype)
+        mask = random_mask(2, S, N, "random", N).cuda()
+        first = torch.randn(2, S, N, 24, device="cuda", dtype=dtype)
+        x = torch.randn(2, S, N, 24, device="cuda", dtype=dtype)
+        with torch.no_grad():
+            before = Hits.hits
+            mod(first, mask, impl="triton")  # a new key: Triton's launch
+            assert Hits.hits == before
+            direct = mod(x, mask, impl="triton")  # the same key on other tensors: the binary
+            assert Hits.hits == before + 1
+            outer_product_mean_wgmma._BINARIES.clear()
+            own = mod(x, mask, impl="triton")  # Triton's launch again
+        assert torch.equal(direct, own), (N, S, normalization)
+    assert len(ran) == 9
+
+
 @pytest.mark.parametrize("N, S", [(1, 1), (17, 3), (97, 5), (200, 2)])
 @pytest.mark.parametrize("h, d", [(1, 8), (4, 16), (2, 32), (8, 64), (2, 128), (3, 24)])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
