@@ -451,10 +451,11 @@ def _train_extra_mib(mod, inputs):
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
-@pytest.mark.parametrize("name, limit", [("opm-long", 2048), ("att-long", 1536)])
+@pytest.mark.parametrize("name, limit", [("opm-long", 2048), ("att-long", 1536), ("opm-af2-main", 360)])
 def test_training_memory_is_of_the_forward_order(name, limit):
-    """bf16 forward+backward: eager needs ~10 GiB on these shapes; evofuse stays within a few times
-    the forward's budget (output, its gradient, the input gradients and 32 MiB recompute blocks)."""
+    """bf16 forward+backward: eager needs ~10 GiB on the long shapes; evofuse stays within a few times
+    the forward's budget (output, its gradient, the input gradients and 32 MiB recompute blocks). opm-af2-main:
+    the bench's 349.8 MiB (session 19) and 10 more (a buffer held past its use read 368.3, session 20)."""
     case = next(c for c in SUITE if c.name == name)
     mod = make_module(case).cuda().to(torch.bfloat16)
     mib = _train_extra_mib(mod, make_inputs(case, "cuda", torch.bfloat16))
