@@ -105,9 +105,9 @@ def launches():
                 "part_ptr": "*fp32"},
                dict(HAS_MASK=True, EVEN_D=True, EVEN_C=True, BLOCK_ROWS=lnl.LN_LINEAR_BWD_ROWS, BLOCK_C=32, BLOCK_D=256),
                4, 2)
-    # the partial sums ended at opm-af2-main: out_proj's weight (33 splits) and bias (576 programs' blocks of pairs), then
+    # the partial sums ended at opm-af2-main: out_proj's weight (33 splits) and bias (4608 blocks of pairs), then
     # ln_linear_backward's programs' sums (264) and its weights' cast
-    blocks = [partial_sums._blocks(k, m) for k, m in ((33, 128 * 1024), (576, 128), (264, 576), (1, 64 * 256))]
+    blocks = [partial_sums._blocks(k, m) for k, m in ((33, 128 * 1024), (4608, 128), (264, 576), (1, 64 * 256))]
     yield ("sum partials bf16 opm-af2-main", partial_sums._sum_partials_kernel,
            {f"{n}{k}_ptr": t for k in range(4) for n, t in (("p", "*fp32"), ("out", "*bf16"))},
            dict(BUFFERS=4, **{f"BLOCK_{x}{k}": blocks[k][i] for k in range(4) for i, x in enumerate("KM")}), 4, 3)
@@ -182,10 +182,8 @@ def launches():
                 yield (f"opm backward dW bf16 c={C} {cfg.kwargs} accumulate={accumulate}", opm._opm_dw_kernel,
                        {n: "*bf16" for n in ("g_ptr", "x_ptr")} | {"ws_ptr": "*fp32"},
                        dict(C=C, ACCUMULATE=accumulate) | cfg.kwargs, cfg.num_warps, cfg.num_stages)
-    block_p, pair_blocks, warps = opm.GS_TILES
     yield ("opm backward Gs bf16", opm._opm_gs_kernel, {n: "*bf16" for n in ("g_ptr", "gs_ptr")}
-           | {n: "*fp32" for n in ("sc_ptr", "sum_ptr")},
-           dict(SCALED_SUM=True, BLOCK_P=block_p, BLOCK_R=128, PAIR_BLOCKS=pair_blocks), warps, 3)
+           | {n: "*fp32" for n in ("sc_ptr", "sum_ptr")}, dict(SCALED_SUM=True, BLOCK_P=32, BLOCK_R=128), 4, 3)
     for dt, out in (("bf16", "*bf16"), ("fp32", "*fp32")):
         ptrs = {n: f"*{dt}" for n in ("x_ptr", "lnw_ptr", "lnb_ptr", "wa_ptr", "ba_ptr", "wb_ptr", "bb_ptr", "w_ptr",
                                       "wbias_ptr")} | {"m_ptr": "*fp32", "o_ptr": out}

@@ -527,30 +527,26 @@ def _opm_gs_kernel(
     SCALED_SUM: tl.constexpr,  # af2 divides out_proj's bias too: its gradient sums Gs; the others' sum g
     BLOCK_P: tl.constexpr,
     BLOCK_R: tl.constexpr,
-    PAIR_BLOCKS: tl.constexpr,  # blocks of BLOCK_P pairs a program, in order
 ):
     """The normalized output gradient Gs[b, i, j, r] = 16-bit(g[b, i, j, r] scale[b, i, j]) (float32
-    products), the operand of the dX and dW kernels, for PAIR_BLOCKS blocks of pairs (b, i, j); and their
-    column sums in float32 (out_proj's bias gradient, one partial sum a program, summed over the programs in a
-    fixed order afterwards)."""
+    products), the operand of the dX and dW kernels, for a block of pairs (b, i, j); and the block's
+    column sums in float32 (out_proj's bias gradient, summed over the blocks in a fixed order)."""
+    t = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)  # [BLOCK_P], 32-bit (B*NI*N < 2**31)
+    t_ok = t < PAIRS
+    t64 = t.to(tl.int64)
+    b = (t // (NI * N)).to(tl.int64)
+    i = ((t // N) % NI).to(tl.int64)
+    j = (t % N).to(tl.int64)
+    sc = tl.load(sc_ptr + b * stride_scb + i * stride_sci + j * stride_scj, mask=t_ok, other=0.0)  # [BLOCK_P]
+    g_rows = g_ptr + b * stride_gb + i * stride_gi + j * stride_gj  # [BLOCK_P]
     for r0 in range(0, R, BLOCK_R):
         offs_r = r0 + tl.arange(0, BLOCK_R)
-        acc = tl.zeros((BLOCK_R,), dtype=tl.float32)
-        for k in range(PAIR_BLOCKS):
-            t = (tl.program_id(0) * PAIR_BLOCKS + k) * BLOCK_P + tl.arange(0, BLOCK_P)  # [BLOCK_P], 32-bit (< 2**31)
-            t_ok = t < PAIRS
-            t64 = t.to(tl.int64)
-            b = (t // (NI * N)).to(tl.int64)
-            i = ((t // N) % NI).to(tl.int64)
-            j = (t % N).to(tl.int64)
-            sc = tl.load(sc_ptr + b * stride_scb + i * stride_sci + j * stride_scj, mask=t_ok, other=0.0)  # [BLOCK_P]
-            g_rows = g_ptr + b * stride_gb + i * stride_gi + j * stride_gj  # [BLOCK_P]
-            ok = t_ok[:, None] & (offs_r < R)[None, :]
-            g = tl.load(g_rows[:, None] + (offs_r * stride_gr)[None, :], mask=ok, other=0.0).to(tl.float32)  # [BLOCK_P, BLOCK_R]
-            gs = g * sc[:, None]
-            tl.store(gs_ptr + t64[:, None] * R + offs_r[None, :], gs.to(gs_ptr.dtype.element_ty), mask=ok)
-            acc += tl.sum(gs if SCALED_SUM else g, axis=0)
-        tl.store(sum_ptr + tl.program_id(0) * stride_sp + offs_r, acc, mask=offs_r < R)
+        ok = t_ok[:, None] & (offs_r < R)[None, :]
+        g = tl.load(g_rows[:, None] + (offs_r * stride_gr)[None, :], mask=ok, other=0.0).to(tl.float32)  # [BLOCK_P, BLOCK_R]
+        gs = g * sc[:, None]
+        tl.store(gs_ptr + t64[:, None] * R + offs_r[None, :], gs.to(gs_ptr.dtype.element_ty), mask=ok)
+        tl.store(sum_ptr + tl.program_id(0) * stride_sp + offs_r, tl.sum(gs if SCALED_SUM else g, axis=0),
+                 mask=offs_r < R)
 
 
 @triton.jit
@@ -1314,35 +1310,26 @@ def outer_product_weight_grad(g: torch.Tensor, x: torch.Tensor, c: int, partials
            interpret)
 
 
-# `_opm_gs_kernel`'s (BLOCK_P, PAIR_BLOCKS, num_warps): 16 blocks of 16 pairs a program (opm-af2-main: 576 programs
-# and rows of partial sums, where one block of 32 a program left 4608 rows to sum; sm_90: 162 registers, three
-# programs a multiprocessor), in the interpreter 2 of 16
-GS_TILES = (16, 16, 4)
-
-
-def _gs_tiles() -> tuple[int, int, int]:
-    return (16, 2, 4) if interpreting() else GS_TILES
+def _gs_block_p() -> int:
+    return 16 if interpreting() else 32
 
 
 def gs_blocks(pairs: int) -> int:
     """The programs of `normalized_grad` over `pairs` pairs (b, i, j): the rows of its partial sums."""
-    block_p, pair_blocks, _ = _gs_tiles()
-    return cdiv(pairs, block_p * pair_blocks)
+    return cdiv(pairs, _gs_block_p())
 
 
 def normalized_grad(g: torch.Tensor, scale: torch.Tensor, scaled_sum: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Gs = g * scale[..., None] rounded to g's dtype (float32 products), (B, n, N, R) contiguous, from the
     output gradient g (B, n, N, R) and the per-pair scale (B, n, N) float32 (any strides); and the partial sums
     over (b, i, j) of Gs (`scaled_sum`: af2's bias gradient) or of g (the other normalizations'),
-    (gs_blocks(B*n*N), R) float32, one row a program's blocks of pairs, to be added in a fixed order
+    (gs_blocks(B*n*N), R) float32, one row a block of pairs, to be added in a fixed order
     (`ops.partial_sums.sum_partials`, or a sum over dim 0)."""
     B, n, N, R = g.shape
     pairs = B * n * N
     blocks = gs_blocks(pairs)
     gs = empty(B, n, N, R, dtype=g.dtype, device=g.device)
     sums = empty(blocks, R, dtype=torch.float32, device=g.device)
-    block_p, pair_blocks, warps = _gs_tiles()
     cached_launch(_opm_gs_kernel)((blocks,), g, *g.stride(), scale, *scale.stride(), gs, sums, sums.stride(0), n, N,
-                                  R, pairs, SCALED_SUM=scaled_sum, BLOCK_P=block_p, BLOCK_R=min(128, next_pow2(R)),
-                                  PAIR_BLOCKS=pair_blocks, num_warps=warps)
+                                  R, pairs, SCALED_SUM=scaled_sum, BLOCK_P=_gs_block_p(), BLOCK_R=min(128, next_pow2(R)))
     return gs, sums
