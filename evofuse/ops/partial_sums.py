@@ -67,9 +67,9 @@ def _blocks(K: int, M: int) -> tuple[int, int]:
 
 
 def sum_partials(parts: list[torch.Tensor], dtype: torch.dtype) -> list[torch.Tensor]:
-    """Each of `parts`, float32 (K, M) with unit column stride (any row stride; K = 0 sums to 0), summed over its rows in
-    a fixed order (bit-reproducible) and rounded once to `dtype`: a list of (M,) tensors. MAX_BUFFERS buffers a
-    launch."""
+    """Each of `parts`, float32 (K, M) with unit column stride (any row stride; K = 0 sums to 0), summed over its
+    rows in a fixed order (bit-reproducible) and rounded once to `dtype`: a list of (M,) tensors. MAX_BUFFERS
+    buffers a launch."""
     if any(p.dim() != 2 or p.dtype != torch.float32 or (p.stride(1) != 1 and p.shape[1] > 1) for p in parts):
         raise ValueError("sum_partials takes float32 (K, M) buffers with unit column stride")
     outs = [empty(p.shape[1], dtype=dtype, device=p.device) for p in parts]
