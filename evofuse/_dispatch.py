@@ -8,7 +8,7 @@ import warnings
 
 import torch
 
-from .ops._common import interpreting
+from ._runtime import interpreting
 
 IMPLS = ("auto", "triton", "torch")
 _warned: set[str] = set()

@@ -1,7 +1,0 @@
-# session 20 run 3: the Gluon kernel launched through its binary after a key's first launch (light descriptors) on
-# top of run 1's partial sums: the OPM/tape/partial-sum gpu tests with the new binary-launch test; the step against
-# session 19's final code (.out/base20) in alternating processes; the bench beside the peers (the table's run).
-export PYTHONPATH=$PWD; L=benchmarks/results/NVIDIA-H200/logs/session20
-timeout 170 python3 -m pytest -q -n 16 tests/test_partial_sums.py tests/test_tape.py tests/test_autograd.py tests/test_library.py tests/test_gpu.py tests/test_linear_kernel.py tests/test_opm_kernel.py tests/test_cached_launch.py -k "sums or fixed_order or refuses or tape or (opm and (autograd or library or gradients or training or wgmma or long_memory or offsets)) or ln_linear or hopper or (test_autograd and opm) or (test_library and opm) or autotuned_training or replay or single_launch or backward_kernels" > $OUT/3-tests.log 2>&1; rc=$?; grep -E "passed|failed|FAILED|Error" $OUT/3-tests.log | head -20
-timeout 140 python3 benchmarks/step_ab.py --rounds 2 . .out/base20 > $OUT/3-step-ab.log 2>&1; grep -v Warn $OUT/3-step-ab.log
-if [ $rc = 0 ]; then timeout 230 python3 -m evofuse bench --suite opm-af2-main,opm-af2-extra,opm-long --dtype bfloat16 --train --peers "eager fp32,folded einsum bf16" --out $OUT/opm > $OUT/3-bench-opm.log 2>&1; grep -E "^  (opm|att)-" $OUT/3-bench-opm.log; find $OUT/opm -type f ! -name results.json -delete; fi

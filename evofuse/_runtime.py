@@ -1,0 +1,57 @@
+"""Small facts about where the kernels run, shared by every operation: Triton's interpreter, the dot
+precision of a dtype, the multiprocessor count, size buckets. Nothing here touches a GPU at import."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+PRECISIONS = ("default", "fast")
+
+
+def interpreting() -> bool:
+    """Whether Triton's interpreter runs the kernels (TRITON_INTERPRET=1: CPU tensors, as CI runs them)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def autotune_enabled() -> bool:
+    """EVOFUSE_AUTOTUNE=0 takes each kernel's first fitting config instead of timing the candidates on
+    the first call of each size bucket: a faster start, possibly a slower steady state."""
+    return os.environ.get("EVOFUSE_AUTOTUNE", "1") != "0"
+
+
+def dot_precision(dtype: torch.dtype, precision: str) -> str:
+    """`input_precision` of tl.dot on operands of `dtype` (the numerics contract): float32 at the default
+    precision takes 3xTF32 products (~1e-7 relative, within rel <= 1e-5), at "fast" plain TF32; 16-bit
+    operands ignore it (their products are exact in the float32 accumulator)."""
+    if dtype == torch.float32 and precision == "default":
+        return "tf32x3"
+    return "tf32"
+
+
+def multiprocessors(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device, read on first use (a few in the interpreter)."""
+    if device.type != "cuda":
+        return 3
+    return _multiprocessor_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessor_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-int(a) // int(b))
+
+
+def bucket(n: int) -> int:
+    """The autotuning key of a size: its power-of-two bucket, so that configs are not retuned for every N."""
+    return next_pow2(n)

@@ -1,0 +1,77 @@
+"""The Outer Product Mean kernel's tiles, as data, and the predicate that keeps those that fit a call.
+
+A config names PASSES (passes over the channels p), BLOCK_I x BLOCK_J residues a tile, BLOCK_S MSA rows
+a step and BLOCK_R of out_proj's rows an epilogue step. The predicate keeps a config when its products
+are legal tensor-core shapes (each side >= 16), its float32 accumulator of (BLOCK_I * C / PASSES) x
+(BLOCK_J * C) fits the register file, and its operand tiles fit shared memory for the operand width.
+"""
+
+from __future__ import annotations
+
+import triton
+
+from ..._runtime import autotune_enabled, interpreting
+
+_TILES = (
+    # PASSES per 32 channels, BLOCK_I, BLOCK_J, BLOCK_S, BLOCK_R, num_warps, num_stages
+    (2, 8, 8, 64, 64, 8, 3),
+    (2, 8, 8, 32, 64, 8, 4),
+    (4, 16, 8, 64, 64, 8, 3),
+    (4, 8, 8, 32, 32, 8, 3),
+    (1, 4, 8, 32, 32, 8, 2),
+    (4, 16, 16, 32, 64, 8, 3),
+    (1, 8, 16, 32, 32, 8, 2),
+    (1, 16, 32, 32, 32, 8, 2),
+)
+
+# PASSES is given per 32 channels: the kernel scales it to the call's C, rounding up
+CONFIGS = [
+    triton.Config({"PASSES_PER_32": passes, "BLOCK_I": bi, "BLOCK_J": bj, "BLOCK_S": bs, "BLOCK_R": br, "GROUP_I": 8},
+                  num_warps=warps, num_stages=stages)
+    for passes, bi, bj, bs, br, warps, stages in _TILES
+]
+INTERPRETER_CONFIG = triton.Config({"PASSES_PER_32": 2, "BLOCK_I": 4, "BLOCK_J": 4, "BLOCK_S": 16, "BLOCK_R": 16,
+                                    "GROUP_I": 2}, num_warps=1, num_stages=1)
+
+ACCUMULATOR_LIMIT = 128 * 256  # float32 elements of the first product's accumulator (8 warps, no spills)
+SHARED_LIMIT = 200 * 1024  # bytes of shared memory a program may take
+
+
+def passes(config: triton.Config, C: int) -> int:
+    """The config's passes over C channels p (as the kernel derives them)."""
+    return -(-config.kwargs["PASSES_PER_32"] * C // 32)
+
+
+def fits(config: triton.Config, C: int, element_size: int) -> bool:
+    kw = config.kwargs
+    p = passes(config, C)
+    if C % p:
+        return False
+    rows, cols = kw["BLOCK_I"] * C // p, kw["BLOCK_J"] * C
+    pairs = kw["BLOCK_I"] * kw["BLOCK_J"]
+    if min(rows, cols, pairs, kw["BLOCK_R"], C * C // p) < 16 or rows * cols > ACCUMULATOR_LIMIT:
+        return False
+    stages = max(1, config.num_stages)
+    main = (rows + cols) * kw["BLOCK_S"] * element_size * stages
+    epilogue = (kw["BLOCK_R"] + pairs) * (C * C // p) * element_size
+    return max(main, epilogue) <= SHARED_LIMIT
+
+
+def candidates(C: int, element_size: int) -> list[triton.Config]:
+    """The configs tried for hidden_dim C and operands of element_size bytes (the first where autotuning
+    is off; the interpreter's alone under Triton's interpreter)."""
+    if interpreting():
+        return [INTERPRETER_CONFIG]
+    kept = [cfg for cfg in CONFIGS if fits(cfg, C, element_size)]
+    return kept if autotune_enabled() else kept[:1]
+
+
+def prune(configs, named_args, **kwargs):
+    return candidates(kwargs["C"], named_args["w_ptr"].element_size())
+
+
+def workspace_slot(R: int, C: int, element_size: int) -> int:
+    """float32 elements of a program's workspace: the most that any candidate config needs."""
+    slots = [-(-R // cfg.kwargs["BLOCK_R"]) * cfg.kwargs["BLOCK_R"] * cfg.kwargs["BLOCK_I"] * cfg.kwargs["BLOCK_J"]
+             for cfg in candidates(C, element_size) if passes(cfg, C) > 1]
+    return max(slots, default=0)

@@ -1,0 +1,140 @@
+"""The Outer Product Mean's fused contraction, from the masked projections a, b to the output.
+
+For a tile of residues i (BLOCK_I of them) and j (BLOCK_J), the outer products summed over the MSA rows,
+X[(i p), (j q)] = sum_s a[s, i, p] b[s, j, q], are a matrix product on tensor cores with a float32
+accumulator. The tile is rearranged to X[(i j), (p q)], scaled by the normalization and multiplied by
+out_proj's weight in the epilogue: only the (B, N, N, R) output reaches memory, never an N*N*c*c tensor.
+
+The accumulator holds C // PASSES of the channels p at a time: the tile is taken in PASSES passes over the
+channels p, and each pass adds its share of the output, W[:, (p q)] @ X_pass^T, to a float32 workspace of
+the program's own (out_proj's rows r are the M of that product). Programs are persistent, one workspace
+each, and walk the tiles in a grouped order so that tiles running together share rows of a and b in L2.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def opm_forward_kernel(
+    a_ptr, b_ptr, stride_xb, stride_xs, stride_xn,  # a, b: (B, S, N, C) with these strides, channel stride 1
+    cnt_ptr, stride_cb, stride_ci, stride_cj,  # HAS_COUNTS: the normalization's counts (B, N, N) float32
+    w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C), flat index p*C + q
+    wb_ptr,  # out_proj bias: (R,)
+    ws_ptr, WS_SLOT,  # workspace: WS_SLOT float32 elements a program
+    o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, N, N, R)
+    B, S, N, R,
+    S_BUCKET, N_BUCKET,  # autotuning keys only
+    C: tl.constexpr,
+    DIVIDE_BIAS: tl.constexpr,  # the af2 normalization: the output divided after out_proj, its bias too
+    EPS: tl.constexpr,  # added to the counts (af2), else the counts are clamped to >= 1
+    HAS_COUNTS: tl.constexpr,  # without a mask every count is S
+    PASSES_PER_32: tl.constexpr,  # passes over the channels p per 32 of them (rounded up)
+    BLOCK_I: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    GROUP_I: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    PASSES: tl.constexpr = (PASSES_PER_32 * C + 31) // 32
+    CP: tl.constexpr = C // PASSES  # channels p a pass
+    PAIRS: tl.constexpr = BLOCK_I * BLOCK_J
+    n_i = tl.cdiv(N, BLOCK_I)
+    n_j = tl.cdiv(N, BLOCK_J)
+    tiles = n_i * n_j
+    rows = tl.arange(0, BLOCK_I * CP)  # rows (i, p) of the first product
+    cols = tl.arange(0, BLOCK_J * C)  # its columns (j, q)
+    pair = tl.arange(0, PAIRS)  # the tile's (i, j) pairs
+    ws = ws_ptr + tl.program_id(0).to(tl.int64) * WS_SLOT
+    for tile in range(tl.program_id(0), B * tiles, tl.num_programs(0)):
+        bb = (tile // tiles).to(tl.int64)
+        blk_i, blk_j = _grouped(tile % tiles, n_i, n_j, GROUP_I)
+        row_i = blk_i * BLOCK_I + rows // CP  # [BLOCK_I*CP]
+        col_j = blk_j * BLOCK_J + cols // C  # [BLOCK_J*C]
+        a_rows = a_ptr + bb * stride_xb + row_i.to(tl.int64) * stride_xn + rows % CP
+        b_cols = b_ptr + bb * stride_xb + col_j.to(tl.int64) * stride_xn + cols % C
+        out_i = blk_i * BLOCK_I + pair // BLOCK_J  # [PAIRS]
+        out_j = blk_j * BLOCK_J + pair % BLOCK_J
+        pair_ok = (out_i < N) & (out_j < N)
+        scale = _pair_scale(cnt_ptr + bb * stride_cb, stride_ci, stride_cj, out_i, out_j, pair_ok, S,
+                            EPS, HAS_COUNTS)  # [PAIRS]
+        o_pairs = o_ptr + bb * stride_ob + out_i.to(tl.int64) * stride_oi + out_j.to(tl.int64) * stride_oj
+
+        for part in tl.static_range(PASSES):
+            acc = tl.zeros((BLOCK_I * CP, BLOCK_J * C), dtype=tl.float32)
+            acc = _outer_products(acc, a_rows + part * CP, row_i < N, b_cols, col_j < N, S, stride_xs, BLOCK_S,
+                                  PRECISION)  # [(i p), (j q)]
+            x = _by_pairs(acc, BLOCK_I, CP, BLOCK_J, C) * scale[:, None]  # [(i j), (p q)]
+            x_t = tl.trans(x.to(w_ptr.dtype.element_ty))  # [(p q), (i j)]
+            offs_k = part * CP * C + tl.arange(0, CP * C)  # out_proj's columns (p q) of this pass
+            tl.debug_barrier()  # the workspace: every thread's reads and writes of the last pass are done
+            for r0 in range(0, R, BLOCK_R):
+                offs_r = r0 + tl.arange(0, BLOCK_R)
+                r_ok = offs_r < R
+                w = tl.load(w_ptr + offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk,
+                            mask=r_ok[:, None], other=0.0)  # [BLOCK_R, CP*C]
+                ws_r = ws + offs_r[:, None] * PAIRS + pair[None, :]  # [BLOCK_R, PAIRS]
+                if part == 0:
+                    sums = tl.zeros((BLOCK_R, PAIRS), dtype=tl.float32)
+                else:
+                    sums = tl.load(ws_r)
+                sums = tl.dot(w, x_t, sums, input_precision=PRECISION)  # [BLOCK_R, PAIRS]
+                if part < PASSES - 1:
+                    tl.store(ws_r, sums)
+                else:
+                    bias = tl.load(wb_ptr + offs_r, mask=r_ok, other=0.0).to(tl.float32)  # [BLOCK_R]
+                    if DIVIDE_BIAS:
+                        sums += bias[:, None] * scale[None, :]
+                    else:
+                        sums += bias[:, None]
+                    tl.store(o_pairs[None, :] + offs_r[:, None] * stride_or, sums.to(o_ptr.dtype.element_ty),
+                             mask=r_ok[:, None] & pair_ok[None, :])
+
+
+@triton.jit
+def _outer_products(acc, a_rows, row_ok, b_cols, col_ok, S, stride_s, BLOCK_S: tl.constexpr,
+                    PRECISION: tl.constexpr):
+    """acc [rows, cols] += sum over the MSA rows s < S of a[s, rows]^T b[s, cols]; a_rows [rows] and
+    b_cols [cols] point at row s = 0."""
+    for s0 in range(0, S, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        s_ok = s < S
+        s_off = s.to(tl.int64) * stride_s
+        a = tl.load(a_rows[:, None] + s_off[None, :], mask=row_ok[:, None] & s_ok[None, :], other=0.0)  # [rows, BLOCK_S]
+        b = tl.load(b_cols[None, :] + s_off[:, None], mask=s_ok[:, None] & col_ok[None, :], other=0.0)  # [BLOCK_S, cols]
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def _pair_scale(cnt_ptr, stride_ci, stride_cj, out_i, out_j, pair_ok, S, EPS: tl.constexpr,
+                HAS_COUNTS: tl.constexpr):
+    """The normalization's factor of each (i, j) pair [PAIRS] float32: 1 / (EPS + count) for af2 (EPS > 0),
+    else 1 / max(count, 1); the count is S without a mask."""
+    if HAS_COUNTS:
+        count = tl.load(cnt_ptr + out_i.to(tl.int64) * stride_ci + out_j.to(tl.int64) * stride_cj, mask=pair_ok,
+                        other=1.0)
+    else:
+        count = tl.zeros(out_i.shape, dtype=tl.float32) + S
+    if EPS > 0:
+        return 1.0 / (EPS + count)
+    return 1.0 / tl.maximum(count, 1.0)
+
+
+@triton.jit
+def _by_pairs(acc, BLOCK_I: tl.constexpr, CP: tl.constexpr, BLOCK_J: tl.constexpr, C: tl.constexpr):
+    """acc [(i p), (j q)] rearranged to [(i j), (p q)]."""
+    return tl.reshape(tl.permute(tl.reshape(acc, (BLOCK_I, CP, BLOCK_J, C)), (0, 2, 1, 3)), (BLOCK_I * BLOCK_J, CP * C))
+
+
+@triton.jit
+def _grouped(tile, n_i, n_j, GROUP_I: tl.constexpr):
+    """(block i, block j) of tile number `tile` in grouped order: GROUP_I blocks of rows i sweep the
+    columns j together, so that neighbouring programs share a's and b's tiles in L2."""
+    group = tile // (GROUP_I * n_j)
+    first_i = group * GROUP_I
+    size = tl.minimum(n_i - first_i, GROUP_I)
+    return first_i + (tile % (GROUP_I * n_j)) % size, (tile % (GROUP_I * n_j)) // size

@@ -1,0 +1,178 @@
+"""The Outer Product Mean as a torch.library custom op: `evofuse::outer_product_mean`, its fake (shapes
+only, for torch.compile) and its backward, registered with `register_autograd`.
+
+Forward: LayerNorm, both projections and the mask in one kernel (`layer_norm_linear`), then the fused
+contraction (`kernels.opm_forward_kernel`). The op also returns the masked projections ab, which the
+backward takes instead of recomputing them.
+
+Backward, for blocks of output rows i (each block's N*N*c*c products at most BLOCK_BYTES, so that the
+whole never exists): with Gs the output gradient (times the per-pair factor for af2), the outer products'
+gradient dX = Gs W is rearranged to [(i p), (j q)] and gives da = b dX^T and db = a dX as batched cuBLAS
+products; out_proj's weight gradient sums Gs^T X over the blocks in float32, X recomputed from a and b.
+The projections' and the LayerNorm's gradients come from `layer_norm_linear_backward`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+from torch import Tensor
+
+from ..._runtime import bucket, cdiv, dot_precision, multiprocessors
+from ...reference import AF2_EPS
+from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
+from . import configs
+from .kernels import opm_forward_kernel
+
+FUSED_HIDDEN_DIMS = (8, 16, 32, 64)
+BLOCK_BYTES = 64 << 20  # the backward's outer products and their gradient, a block of rows i at a time
+
+
+def fused(hidden_dim: int, dtype: torch.dtype) -> bool:
+    """Whether the fused kernels take this hidden_dim and dtype (else the reference runs)."""
+    return hidden_dim in FUSED_HIDDEN_DIMS and dtype in (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _counts(mask: Tensor | None, normalization: str) -> Tensor | None:
+    """The counts the normalization divides by, (B, N, N) float32 (a broadcast view for "seed", whose
+    count depends on i alone), or None without a mask (every count is S). Exact for 0/1 masks."""
+    if mask is None:
+        return None
+    m = mask.to(torch.float32)
+    if normalization == "seed":
+        rows = m.sum(1)  # (B, N)
+        return rows[:, :, None].expand(-1, -1, rows.shape[1])
+    return torch.bmm(m.transpose(1, 2), m)
+
+
+def _pair_scale(mask: Tensor | None, normalization: str, B: int, S: int, N: int, device) -> Tensor:
+    """The per-pair factor of the normalization, (B, N, N) float32."""
+    counts = _counts(mask, normalization)
+    if counts is None:
+        counts = torch.full((B, N, N), float(S), device=device)
+    return 1 / (AF2_EPS + counts) if normalization == "af2" else 1 / counts.clamp(min=1)
+
+
+@torch.library.custom_op("evofuse::outer_product_mean", mutates_args=())
+def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_weight: Tensor,
+                          layer_norm_bias: Tensor, proj_a_weight: Tensor, proj_a_bias: Tensor, proj_b_weight: Tensor,
+                          proj_b_bias: Tensor, out_proj_weight: Tensor, out_proj_bias: Tensor, normalization: str,
+                          precision: str) -> tuple[Tensor, Tensor]:
+    """(out (B, N, N, R), ab (B, S, N, 2c)): the output and the masked projections [a | b], both in msa_repr's
+    dtype. Every parameter already has msa_repr's dtype (the functional API casts them)."""
+    B, S, N, _ = msa_repr.shape
+    c = proj_a_weight.shape[0]
+    R = out_proj_weight.shape[0]
+    ab = layer_norm_linear(msa_repr, layer_norm_weight, layer_norm_bias, torch.cat([proj_a_weight, proj_b_weight]),
+                           torch.cat([proj_a_bias, proj_b_bias]), msa_mask, precision)
+    out = torch.empty(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device)
+    if out.numel() == 0:
+        return out, ab
+    counts = _counts(msa_mask, normalization)
+    count_args = (out, 0, 0, 0) if counts is None else (counts, *counts.stride())
+    element_size = msa_repr.element_size()
+    programs = multiprocessors(msa_repr.device)
+    workspace = torch.empty(programs * configs.workspace_slot(R, c, element_size), dtype=torch.float32,
+                            device=msa_repr.device)
+
+    def grid(meta):
+        return min(programs, B * cdiv(N, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"])),
+
+    a, b = ab[..., :c], ab[..., c:]
+    _tuned()[grid](
+        a, b, *a.stride()[:3], *count_args, out_proj_weight, *out_proj_weight.stride(), out_proj_bias, workspace,
+        configs.workspace_slot(R, c, element_size), out, *out.stride(), B, S, N, R, bucket(S), bucket(N),
+        C=c, DIVIDE_BIAS=normalization == "af2", EPS=AF2_EPS if normalization == "af2" else 0.0,
+        HAS_COUNTS=counts is not None, PRECISION=dot_precision(msa_repr.dtype, precision))
+    return out, ab
+
+
+@functools.cache
+def _tuned():
+    """The contraction kernel under Triton's autotuner (built on first use)."""
+    return triton.autotune(configs.CONFIGS, key=["C", "R", "S_BUCKET", "N_BUCKET", "DIVIDE_BIAS", "HAS_COUNTS",
+                                                 "PRECISION"],
+                           prune_configs_by={"early_config_prune": configs.prune})(opm_forward_kernel)
+
+
+@outer_product_mean_op.register_fake
+def _(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight, proj_b_bias,
+      out_proj_weight, out_proj_bias, normalization, precision):
+    B, S, N, _ = msa_repr.shape
+    c = proj_a_weight.shape[0]
+    return msa_repr.new_empty(B, N, N, out_proj_weight.shape[0]), msa_repr.new_empty(B, S, N, 2 * c)
+
+
+def _setup_context(ctx, inputs, output):
+    msa_repr, msa_mask, *params, normalization, _ = inputs
+    ctx.save_for_backward(msa_repr, msa_mask, *params, output[1])
+    ctx.normalization = normalization
+
+
+def _backward(ctx, grad_out, _grad_ab):
+    msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, bo, ab = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    grads = outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab, grad_out,
+                                        ctx.normalization, needs[:10])
+    return (*grads, None, None)
+
+
+def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab, grad_out, normalization, needs):
+    """Gradients for (msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
+    proj_b_weight, proj_b_bias, out_proj_weight, out_proj_bias), None where `needs` is False (the mask's
+    always). ab (B, S, N, 2c) are the forward's masked projections; grad_out (B, N, N, R)."""
+    B, S, N, _ = msa_repr.shape
+    c = wa.shape[0]
+    R = wo.shape[0]
+    dtype = msa_repr.dtype
+    scale = _pair_scale(mask, normalization, B, S, N, msa_repr.device)  # (B, N, N) float32
+    af2 = normalization == "af2"
+    gs = grad_out * scale[..., None].to(dtype) if af2 else grad_out  # the gradient of the linear's output
+    d_bo = gs.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs[9] else None
+    need_ab = needs[0] or any(needs[2:8])
+    if not (need_ab or needs[8]):
+        return (None,) * 9 + (d_bo,)
+
+    a = ab[..., :c].contiguous()
+    b = ab[..., c:].contiguous()
+    b_flat = b.view(B, S, N * c)
+    d_wo = torch.zeros(R, c * c, dtype=torch.float32, device=msa_repr.device) if needs[8] else None
+    da = torch.empty_like(a) if need_ab else None
+    db = torch.zeros(B, S, N * c, dtype=torch.float32, device=msa_repr.device) if need_ab else None
+    rows = max(1, min(N, BLOCK_BYTES // max(1, B * N * c * c * msa_repr.element_size())))
+    for i0 in range(0, N, rows):
+        n = min(rows, N - i0)
+        g = gs[:, i0:i0 + n]  # (B, n, N, R)
+        a_rows = a[:, :, i0:i0 + n].reshape(B, S, n * c)  # [s, (i p)]
+        if need_ab:
+            dx = torch.matmul(g, wo)  # (B, n, N, c*c): the gradient of the normalized outer products
+            if not af2:
+                dx = dx * scale[:, i0:i0 + n, :, None].to(dtype)
+            dx = dx.view(B, n, N, c, c).permute(0, 1, 3, 2, 4).reshape(B, n * c, N * c)  # [(i p), (j q)]
+            da[:, :, i0:i0 + n] = torch.bmm(b_flat, dx.transpose(1, 2)).view(B, S, n, c)
+            db += torch.bmm(a_rows, dx)
+        if needs[8]:
+            x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, n*c, N*c): [(i p), (j q)]
+            x = x.view(B, n, c, N, c).permute(0, 1, 3, 2, 4).reshape(B, n, N, c * c)
+            if not af2:
+                x = x * scale[:, i0:i0 + n, :, None].to(dtype)
+            d_wo += (g.reshape(-1, R).t() @ x.reshape(-1, c * c)).float()
+    d_wo = d_wo.to(dtype) if needs[8] else None
+    if not need_ab:
+        return (None,) * 8 + (d_wo, d_bo)
+
+    dy = torch.cat([da, db.view(B, S, N, c).to(dtype)], dim=-1)  # the gradient of [a | b] before the mask
+    if mask is not None:
+        dy = dy * mask.to(dtype)[..., None]
+    dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(
+        msa_repr, lnw, lnb, torch.cat([wa, wb]), dy,
+        (needs[0], needs[2], needs[3], needs[4] or needs[6], needs[5] or needs[7]))
+    dwa, dwb = (None, None) if dw is None else dw.split(c)
+    dba, dbb = (None, None) if dbias is None else dbias.split(c)
+    return (dx, None, dlnw, dlnb, dwa if needs[4] else None, dba if needs[5] else None, dwb if needs[6] else None,
+            dbb if needs[7] else None, d_wo, d_bo)
+
+
+outer_product_mean_op.register_autograd(_backward, setup_context=_setup_context)
