@@ -168,6 +168,8 @@ def msa_row_attention(
                   f"head_dim={D // num_heads}, dtype={msa_repr.dtype}; running the PyTorch reference")
         return reference()
     dtype = msa_repr.dtype
+    tensors = (msa_repr, pair_repr, *params.values())
+    train = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)  # keep what the backward takes
     with _on_device(msa_repr):
         return row_attention_op(msa_repr, pair_repr.to(dtype), msa_mask, *(p.to(dtype) for p in params.values()),
-                                num_heads, precision)[0]
+                                num_heads, precision, train)[0]

@@ -1,0 +1,301 @@
+"""MSA row attention with pair bias: the attention core, forward and backward, in Triton.
+
+q, k, v and the gate g are column blocks of one (B, S, N, 4D) tensor (the LayerNorm + projection's output),
+head h at channels h*d .. h*d + d - 1 of each. z is the pair bias, (B, h, N, N), shared by every MSA row.
+
+Forward (`attention_forward_kernel`): a program per (MSA row s, block of queries i, head, batch element),
+s varying fastest so that programs running together share z's tiles in L2. It streams blocks of keys j with
+an online softmax in base 2, replaces the logits of masked keys by -1e9 (a row whose keys are all masked
+averages v over all N keys), and writes the gated output o * sigmoid(g) in the merged-heads layout; when
+training, also the un-gated output and the rows' log-sum-exp.
+
+Backward, from do (the gradient of the un-gated output), the log-sum-exp and delta = rowsum(do * o): three
+kernels, each recomputing the probabilities tile by tile, so that no (S, h, N, N) tensor exists and every
+sum has a fixed order: dq over the keys (`attention_dq_kernel`), dk and dv over the queries
+(`attention_dkdv_kernel`), and the pair bias's gradient over the MSA rows (`attention_dz_kernel`).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2E: tl.constexpr = 1.4426950408889634
+
+
+@triton.jit
+def _program_coords(S, N, H, BLOCK: tl.constexpr):
+    """(s, block of residues, head, batch element) of this program; s varies fastest."""
+    pid = tl.program_id(0).to(tl.int64)
+    s = pid % S
+    rest = pid // S
+    n_blocks = tl.cdiv(N, BLOCK)
+    blk = rest % n_blocks
+    rest = rest // n_blocks
+    return s, blk, rest % H, rest // H
+
+
+@triton.jit
+def _logits(q, k, z, keep, qk_scale, MASKED: tl.constexpr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr):
+    """Logits in base-2 units, (q k^T / sqrt(d) + z) * log2(e), with masked keys' replaced by MASKED."""
+    logit = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + z * LOG2E  # [BLOCK_M, BLOCK_N]
+    if HAS_MASK:
+        logit = tl.where(keep[None, :], logit, MASKED * LOG2E)
+    return logit
+
+
+@triton.jit
+def attention_forward_kernel(
+    qkvg_ptr, stride_xb, stride_xs, stride_xn,  # (B, S, N, 4D): q, k, v, g at channel offsets 0, D, 2D, 3D
+    z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # pair bias (B, h, N, N)
+    m_ptr, stride_mb, stride_ms, stride_mn,  # HAS_MASK: key mask (B, S, N), 0/1 of any dtype
+    o_ptr, stride_ob, stride_os, stride_on,  # out: gated output (B, S, N, D)
+    u_ptr,  # TRAIN: un-gated output, o's strides
+    lse_ptr, stride_lb, stride_ls, stride_ln, stride_lh, stride_lt,  # TRAIN: (2, B, S, N, h) float32: the rows'
+    # largest logit and log2 of their sum of exp2(logit - largest), base 2 (one sum would lose the second
+    # against the first when every key is masked)
+    S, N, H, D, HEAD_DIM, qk_scale,
+    N_BUCKET,  # autotuning key only
+    MASKED: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    TRAIN: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    s, blk, h, b = _program_coords(S, N, H, BLOCK_M)
+    offs_i = blk * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_e = tl.arange(0, BLOCK_D)
+    i_ok = offs_i < N
+    e_ok = offs_e < HEAD_DIM
+    row = qkvg_ptr + b * stride_xb + s * stride_xs + h * HEAD_DIM
+    q = tl.load(row + offs_i[:, None].to(tl.int64) * stride_xn + offs_e[None, :],
+                mask=i_ok[:, None] & e_ok[None, :], other=0.0)  # [BLOCK_M, BLOCK_D]
+    z_rows = z_ptr + b * stride_zb + h * stride_zh + offs_i[:, None].to(tl.int64) * stride_zi
+    m_row = m_ptr + b * stride_mb + s * stride_ms
+
+    top = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    total = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    for j0 in range(0, N, BLOCK_N):
+        offs_j = j0 + tl.arange(0, BLOCK_N)
+        j_ok = offs_j < N
+        kv_off = offs_j[:, None].to(tl.int64) * stride_xn + offs_e[None, :]
+        kv_ok = j_ok[:, None] & e_ok[None, :]
+        k = tl.load(row + D + kv_off, mask=kv_ok, other=0.0)  # [BLOCK_N, BLOCK_D]
+        v = tl.load(row + 2 * D + kv_off, mask=kv_ok, other=0.0)
+        z = tl.load(z_rows + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=0.0)
+        keep = tl.load(m_row + offs_j * stride_mn, mask=j_ok, other=1) != 0 if HAS_MASK else j_ok
+        logit = _logits(q, k, z.to(tl.float32), keep, qk_scale, MASKED, HAS_MASK, PRECISION)
+        logit = tl.where(j_ok[None, :], logit, float("-inf"))
+        new_top = tl.maximum(top, tl.max(logit, axis=1))
+        alpha = tl.math.exp2(top - new_top)
+        p = tl.math.exp2(logit - new_top[:, None])  # [BLOCK_M, BLOCK_N]
+        total = total * alpha + tl.sum(p, axis=1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
+        top = new_top
+    out = acc / total[:, None]  # [BLOCK_M, BLOCK_D]
+
+    out_off = b * stride_ob + s * stride_os + offs_i[:, None].to(tl.int64) * stride_on + h * HEAD_DIM + offs_e[None, :]
+    out_ok = i_ok[:, None] & e_ok[None, :]
+    if TRAIN:
+        tl.store(u_ptr + out_off, out.to(u_ptr.dtype.element_ty), mask=out_ok)
+        stat = lse_ptr + b * stride_lb + s * stride_ls + offs_i.to(tl.int64) * stride_ln + h * stride_lh
+        tl.store(stat, top, mask=i_ok)
+        tl.store(stat + stride_lt, tl.math.log2(total), mask=i_ok)
+    g = tl.load(row + 3 * D + offs_i[:, None].to(tl.int64) * stride_xn + offs_e[None, :], mask=out_ok, other=0.0)
+    tl.store(o_ptr + out_off, (out * tl.sigmoid(g.to(tl.float32))).to(o_ptr.dtype.element_ty), mask=out_ok)
+
+
+@triton.jit
+def _log_sum_exp(stat, stride_lt, ok):
+    """(largest logit, log2 of the sum of exp2(logit - largest)) of rows, from the forward's statistics."""
+    return tl.load(stat, mask=ok, other=0.0), tl.load(stat + stride_lt, mask=ok, other=0.0)
+
+
+@triton.jit
+def _probabilities_grad(q, k, v, do, z, keep, lse, delta, qk_scale, MASKED: tl.constexpr, HAS_MASK: tl.constexpr,
+                        PRECISION: tl.constexpr):
+    """For a (queries, keys) tile: the probabilities p and the logits' gradient ds = p * (do v^T - delta),
+    zero where a key's logit was replaced by the mask (a constant has no gradient)."""
+    logit = _logits(q, k, z, keep, qk_scale, MASKED, HAS_MASK, PRECISION)
+    p = tl.math.exp2(logit - lse[0][:, None] - lse[1][:, None])  # [BLOCK_M, BLOCK_N]
+    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+    ds = p * (dp - delta[:, None])
+    if HAS_MASK:
+        ds = tl.where(keep[None, :], ds, 0.0)
+    return p, ds
+
+
+@triton.jit
+def attention_dq_kernel(
+    qkvg_ptr, stride_xb, stride_xs, stride_xn,
+    z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,
+    m_ptr, stride_mb, stride_ms, stride_mn,
+    do_ptr, stride_ob, stride_os, stride_on,  # the un-gated output's gradient (B, S, N, D)
+    lse_ptr, delta_ptr, stride_lb, stride_ls, stride_ln, stride_lh, stride_lt,  # the forward's statistics
+    # (2, B, S, N, h) and delta = rowsum(do * o) (B, S, N, h), float32, with the strides of one plane
+    dq_ptr, stride_db, stride_ds, stride_dn,  # out: dq (B, S, N, D)
+    S, N, H, D, HEAD_DIM, qk_scale, sm_scale,
+    N_BUCKET,
+    MASKED: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """dq for a block of queries, summed over the blocks of keys in order."""
+    s, blk, h, b = _program_coords(S, N, H, BLOCK_M)
+    offs_i = blk * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_e = tl.arange(0, BLOCK_D)
+    i_ok = offs_i < N
+    ie_ok = i_ok[:, None] & (offs_e < HEAD_DIM)[None, :]
+    row = qkvg_ptr + b * stride_xb + s * stride_xs + h * HEAD_DIM
+    q = tl.load(row + offs_i[:, None].to(tl.int64) * stride_xn + offs_e[None, :], mask=ie_ok, other=0.0)
+    do = tl.load(do_ptr + b * stride_ob + s * stride_os + offs_i[:, None].to(tl.int64) * stride_on + h * HEAD_DIM
+                 + offs_e[None, :], mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
+    stat = b * stride_lb + s * stride_ls + offs_i.to(tl.int64) * stride_ln + h * stride_lh
+    lse = _log_sum_exp(lse_ptr + stat, stride_lt, i_ok)
+    delta = tl.load(delta_ptr + stat, mask=i_ok, other=0.0)
+    z_rows = z_ptr + b * stride_zb + h * stride_zh + offs_i[:, None].to(tl.int64) * stride_zi
+    m_row = m_ptr + b * stride_mb + s * stride_ms
+    dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    for j0 in range(0, N, BLOCK_N):
+        offs_j = j0 + tl.arange(0, BLOCK_N)
+        j_ok = offs_j < N
+        kv_off = offs_j[:, None].to(tl.int64) * stride_xn + offs_e[None, :]
+        kv_ok = j_ok[:, None] & (offs_e < HEAD_DIM)[None, :]
+        k = tl.load(row + D + kv_off, mask=kv_ok, other=0.0)
+        v = tl.load(row + 2 * D + kv_off, mask=kv_ok, other=0.0)
+        z = tl.load(z_rows + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=0.0)
+        keep = tl.load(m_row + offs_j * stride_mn, mask=j_ok, other=1) != 0 if HAS_MASK else j_ok
+        _, ds = _probabilities_grad(q, k, v, do, z.to(tl.float32), keep, lse, delta, qk_scale, MASKED, HAS_MASK,
+                                    PRECISION)
+        ds = tl.where(i_ok[:, None] & j_ok[None, :], ds, 0.0)
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
+    tl.store(dq_ptr + b * stride_db + s * stride_ds + offs_i[:, None].to(tl.int64) * stride_dn + h * HEAD_DIM
+             + offs_e[None, :], (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=ie_ok)
+
+
+@triton.jit
+def attention_dkdv_kernel(
+    qkvg_ptr, stride_xb, stride_xs, stride_xn,
+    z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,
+    m_ptr, stride_mb, stride_ms, stride_mn,
+    do_ptr, stride_ob, stride_os, stride_on,
+    lse_ptr, delta_ptr, stride_lb, stride_ls, stride_ln, stride_lh, stride_lt,
+    dkv_ptr, stride_db, stride_ds, stride_dn,  # out: dk at channel 0, dv at channel D of (B, S, N, 2D)
+    S, N, H, D, HEAD_DIM, qk_scale, sm_scale,
+    N_BUCKET,
+    MASKED: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # queries a step
+    BLOCK_N: tl.constexpr,  # the program's keys
+    BLOCK_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """dk and dv for a block of keys, summed over the blocks of queries in order (the probabilities
+    recomputed transposed, [keys, queries])."""
+    s, blk, h, b = _program_coords(S, N, H, BLOCK_N)
+    offs_j = blk * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_e = tl.arange(0, BLOCK_D)
+    j_ok = offs_j < N
+    je_ok = j_ok[:, None] & (offs_e < HEAD_DIM)[None, :]
+    row = qkvg_ptr + b * stride_xb + s * stride_xs + h * HEAD_DIM
+    kv_off = offs_j[:, None].to(tl.int64) * stride_xn + offs_e[None, :]
+    k = tl.load(row + D + kv_off, mask=je_ok, other=0.0)  # [BLOCK_N, BLOCK_D]
+    v = tl.load(row + 2 * D + kv_off, mask=je_ok, other=0.0)
+    if HAS_MASK:
+        keep = tl.load(m_ptr + b * stride_mb + s * stride_ms + offs_j * stride_mn, mask=j_ok, other=1) != 0
+    else:
+        keep = j_ok
+    z_cols = z_ptr + b * stride_zb + h * stride_zh + offs_j[:, None].to(tl.int64) * stride_zj
+    dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    for i0 in range(0, N, BLOCK_M):
+        offs_i = i0 + tl.arange(0, BLOCK_M)
+        i_ok = offs_i < N
+        ie_ok = i_ok[:, None] & (offs_e < HEAD_DIM)[None, :]
+        q = tl.load(row + offs_i[:, None].to(tl.int64) * stride_xn + offs_e[None, :], mask=ie_ok, other=0.0)
+        do = tl.load(do_ptr + b * stride_ob + s * stride_os + offs_i[:, None].to(tl.int64) * stride_on
+                     + h * HEAD_DIM + offs_e[None, :], mask=ie_ok, other=0.0)  # [BLOCK_M, BLOCK_D]
+        stat = b * stride_lb + s * stride_ls + offs_i.to(tl.int64) * stride_ln + h * stride_lh
+        lse = _log_sum_exp(lse_ptr + stat, stride_lt, i_ok)
+        delta = tl.load(delta_ptr + stat, mask=i_ok, other=0.0)
+        z_t = tl.load(z_cols + offs_i[None, :].to(tl.int64) * stride_zi, mask=j_ok[:, None] & i_ok[None, :],
+                      other=0.0)  # [BLOCK_N, BLOCK_M]
+        logit_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale + z_t.to(tl.float32) * LOG2E
+        if HAS_MASK:
+            logit_t = tl.where(keep[:, None], logit_t, MASKED * LOG2E)
+        ok = j_ok[:, None] & i_ok[None, :]
+        p_t = tl.where(ok, tl.math.exp2(logit_t - lse[0][None, :] - lse[1][None, :]), 0.0)  # [BLOCK_N, BLOCK_M]
+        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        ds_t = p_t * (dp_t - delta[None, :])
+        if HAS_MASK:
+            ds_t = tl.where(keep[:, None], ds_t, 0.0)
+        dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=PRECISION)
+    out = dkv_ptr + b * stride_db + s * stride_ds + h * HEAD_DIM + offs_j[:, None].to(tl.int64) * stride_dn + offs_e[None, :]
+    tl.store(out, (dk * sm_scale).to(dkv_ptr.dtype.element_ty), mask=je_ok)
+    tl.store(out + D, dv.to(dkv_ptr.dtype.element_ty), mask=je_ok)
+
+
+@triton.jit
+def attention_dz_kernel(
+    qkvg_ptr, stride_xb, stride_xs, stride_xn,
+    z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,
+    m_ptr, stride_mb, stride_ms, stride_mn,
+    do_ptr, stride_ob, stride_os, stride_on,
+    lse_ptr, delta_ptr, stride_lb, stride_ls, stride_ln, stride_lh, stride_lt,
+    dz_ptr,  # out: the pair bias's gradient (B, h, N, N) float32, z's strides
+    S, N, H, D, HEAD_DIM, qk_scale,
+    N_BUCKET,
+    MASKED: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """The pair bias's gradient for a (queries, keys) tile of one head: the logits' gradient summed over
+    the MSA rows in order."""
+    pid = tl.program_id(0).to(tl.int64)
+    n_blocks_j = tl.cdiv(N, BLOCK_N)
+    n_blocks_i = tl.cdiv(N, BLOCK_M)
+    blk_j = pid % n_blocks_j
+    blk_i = (pid // n_blocks_j) % n_blocks_i
+    h = (pid // (n_blocks_j * n_blocks_i)) % H
+    b = pid // (n_blocks_j * n_blocks_i * H)
+    offs_i = blk_i * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_j = blk_j * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_e = tl.arange(0, BLOCK_D)
+    i_ok = offs_i < N
+    j_ok = offs_j < N
+    ie_ok = i_ok[:, None] & (offs_e < HEAD_DIM)[None, :]
+    je_ok = j_ok[:, None] & (offs_e < HEAD_DIM)[None, :]
+    ij_ok = i_ok[:, None] & j_ok[None, :]
+    z_off = b * stride_zb + h * stride_zh + offs_i[:, None].to(tl.int64) * stride_zi + offs_j[None, :] * stride_zj
+    z = tl.load(z_ptr + z_off, mask=ij_ok, other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_N]
+    q_off = offs_i[:, None].to(tl.int64) * stride_xn + h * HEAD_DIM + offs_e[None, :]
+    kv_off = offs_j[:, None].to(tl.int64) * stride_xn + h * HEAD_DIM + offs_e[None, :]
+    do_off = offs_i[:, None].to(tl.int64) * stride_on + h * HEAD_DIM + offs_e[None, :]
+    stat_off = offs_i.to(tl.int64) * stride_ln + h * stride_lh
+    dz = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for s in range(0, S):
+        row = qkvg_ptr + b * stride_xb + s * stride_xs
+        q = tl.load(row + q_off, mask=ie_ok, other=0.0)
+        k = tl.load(row + D + kv_off, mask=je_ok, other=0.0)
+        v = tl.load(row + 2 * D + kv_off, mask=je_ok, other=0.0)
+        do = tl.load(do_ptr + b * stride_ob + s * stride_os + do_off, mask=ie_ok, other=0.0)
+        stat = b * stride_lb + s * stride_ls + stat_off
+        lse = _log_sum_exp(lse_ptr + stat, stride_lt, i_ok)
+        delta = tl.load(delta_ptr + stat, mask=i_ok, other=0.0)
+        if HAS_MASK:
+            keep = tl.load(m_ptr + b * stride_mb + s * stride_ms + offs_j * stride_mn, mask=j_ok, other=1) != 0
+        else:
+            keep = j_ok
+        _, ds = _probabilities_grad(q, k, v, do, z, keep, lse, delta, qk_scale, MASKED, HAS_MASK, PRECISION)
+        dz += tl.where(ij_ok, ds, 0.0)
+    tl.store(dz_ptr + z_off, dz, mask=ij_ok)

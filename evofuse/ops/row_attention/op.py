@@ -1,0 +1,181 @@
+"""MSA row attention with pair bias as a torch.library custom op: `evofuse::msa_row_attention`, its fake
+and its backward, registered with `register_autograd`; the backward's attention core is a custom op of its
+own, `evofuse::msa_row_attention_core_backward`, so that torch.compile traces around its Triton kernels.
+
+Forward: LayerNorm and the q, k, v, gate projections in one kernel (`layer_norm_linear`, one (B, S, N, 4D)
+output), the pair bias (B, h, N, N) once per batch element by cuBLAS, the attention core
+(`kernels.attention_forward_kernel`), out_proj by cuBLAS. No (S, h, N, N) tensor exists.
+Backward: out_proj's and the gate's gradients by PyTorch; the core's three kernels (dq, dk and dv, the pair
+bias's gradient summed over the MSA rows in a fixed order); then `layer_norm_linear_backward` and the pair
+bias projection's gradients.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import torch.nn.functional as F
+import triton
+from torch import Tensor
+
+from ..._runtime import bucket, cdiv, dot_precision, next_pow2
+from ...reference import MASK_LOGIT
+from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
+from . import configs
+from .kernels import attention_dkdv_kernel, attention_dq_kernel, attention_dz_kernel, attention_forward_kernel
+
+MAX_HEAD_DIM = 128
+
+
+def fused(head_dim: int, dtype: torch.dtype) -> bool:
+    """Whether the fused kernels take this head_dim and dtype (else the reference runs)."""
+    return head_dim <= MAX_HEAD_DIM and dtype in (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _autotuned(kernel, candidates):
+    return triton.autotune(candidates, key=["N_BUCKET", "HEAD_DIM", "HAS_MASK", "PRECISION"],
+                           prune_configs_by={"early_config_prune": configs.prune})(kernel)
+
+
+@functools.cache
+def _kernels():
+    """The four kernels under Triton's autotuner (built on first use)."""
+    return (_autotuned(attention_forward_kernel, configs.FORWARD_CONFIGS),
+            _autotuned(attention_dq_kernel, configs.BACKWARD_CONFIGS),
+            _autotuned(attention_dkdv_kernel, configs.BACKWARD_CONFIGS),
+            _autotuned(attention_dz_kernel, configs.BACKWARD_CONFIGS))
+
+
+def _mask_args(mask: Tensor | None, like: Tensor) -> tuple:
+    return (like, 0, 0, 0) if mask is None else (mask, *mask.stride())
+
+
+def _constants(qkvg: Tensor, mask: Tensor | None, num_heads: int, precision: str) -> dict:
+    D = qkvg.shape[-1] // 4
+    d = D // num_heads
+    return dict(MASKED=max(MASK_LOGIT, torch.finfo(qkvg.dtype).min), HAS_MASK=mask is not None,
+                BLOCK_D=max(16, next_pow2(d)), PRECISION=dot_precision(qkvg.dtype, precision))
+
+
+@torch.library.custom_op("evofuse::msa_row_attention", mutates_args=())
+def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | None, layer_norm_weight: Tensor,
+                     layer_norm_bias: Tensor, query_weight: Tensor, query_bias: Tensor, key_weight: Tensor,
+                     key_bias: Tensor, value_weight: Tensor, value_bias: Tensor, gate_weight: Tensor, gate_bias: Tensor,
+                     out_proj_weight: Tensor, out_proj_bias: Tensor, pair_bias_weight: Tensor, pair_bias_bias: Tensor,
+                     num_heads: int, precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(out (B, S, N, D), qkvg (B, S, N, 4D), o (B, S, N, D), lse (2, B, S, N, h) float32, z (B, h, N, N)): the
+    output, then what the backward takes: the projections, the un-gated attention output and the rows'
+    softmax statistics (their largest logit and log2 of their sum, base 2; both empty unless `train`), the
+    pair bias. Every tensor argument has msa_repr's dtype."""
+    B, S, N, D = msa_repr.shape
+    h = num_heads
+    d = D // h
+    qkvg = layer_norm_linear(msa_repr, layer_norm_weight, layer_norm_bias,
+                             torch.cat([query_weight, key_weight, value_weight, gate_weight]),
+                             torch.cat([query_bias, key_bias, value_bias, gate_bias]), None, precision)
+    z = F.linear(pair_repr, pair_bias_weight, pair_bias_bias).permute(0, 3, 1, 2).contiguous()  # (B, h, N, N)
+    gated = torch.empty(B, S, N, D, dtype=msa_repr.dtype, device=msa_repr.device)
+    o = torch.empty_like(gated) if train else gated.new_empty(0)
+    lse = torch.empty(2, B, S, N, h if train else 0, dtype=torch.float32, device=msa_repr.device)
+    if gated.numel():
+        consts = _constants(qkvg, msa_mask, h, precision)
+
+        def grid(meta):
+            return B * h * cdiv(N, meta["BLOCK_M"]) * S,
+
+        stats = (o, lse, *lse.stride()[1:], lse.stride(0)) if train else (gated, gated, 0, 0, 0, 0, 0)
+        _kernels()[0][grid](qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(msa_mask, qkvg), gated,
+                            *gated.stride()[:3], *stats, S, N, h, D, d, math.log2(math.e) / math.sqrt(d), bucket(N),
+                            TRAIN=train, **consts)
+    out = F.linear(gated, out_proj_weight, out_proj_bias)
+    return out, qkvg, o, lse, z
+
+
+@row_attention_op.register_fake
+def _(msa_repr, pair_repr, msa_mask, *params_and_options):
+    *_, num_heads, precision, train = params_and_options
+    B, S, N, D = msa_repr.shape
+    o = msa_repr.new_empty(B, S, N, D) if train else msa_repr.new_empty(0)
+    lse = msa_repr.new_empty(2, B, S, N, num_heads if train else 0, dtype=torch.float32)
+    return (msa_repr.new_empty(B, S, N, D), msa_repr.new_empty(B, S, N, 4 * D), o, lse,
+            msa_repr.new_empty(B, num_heads, N, N))
+
+
+@torch.library.custom_op("evofuse::msa_row_attention_core_backward", mutates_args=())
+def core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, do: Tensor, lse: Tensor, delta: Tensor,
+                     dg: Tensor, num_heads: int, precision: str) -> tuple[Tensor, Tensor]:
+    """(d_qkvg (B, S, N, 4D), dz (B, h, N, N) float32): the attention core's gradients for do, the un-gated
+    output's gradient (B, S, N, D), with the forward's statistics lse (2, B, S, N, h) and delta = rowsum(do * o) (B, S, N, h) float32;
+    dg (B, S, N, D), the gate's gradient, is written into d_qkvg's last D channels."""
+    B, S, N, D4 = qkvg.shape
+    D = D4 // 4
+    h = num_heads
+    d = D // h
+    d_qkvg = torch.empty_like(qkvg)
+    d_qkvg[..., 3 * D:] = dg
+    dz = torch.empty(z.shape, dtype=torch.float32, device=z.device)
+    consts = _constants(qkvg, msa_mask, h, precision)
+    common = (qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(msa_mask, qkvg), do, *do.stride()[:3], lse, delta,
+              *lse.stride()[1:], lse.stride(0))
+    sizes = (S, N, h, D, d, math.log2(math.e) / math.sqrt(d))
+    _, dq_kernel, dkdv_kernel, dz_kernel = _kernels()
+    dq_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_M"]) * S,)](
+        *common, d_qkvg, *d_qkvg.stride()[:3], *sizes, 1 / math.sqrt(d), bucket(N), **consts)
+    dkdv_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_N"]) * S,)](
+        *common, d_qkvg[..., D:], *d_qkvg.stride()[:3], *sizes, 1 / math.sqrt(d), bucket(N), **consts)
+    dz_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)](
+        *common, dz, *sizes, bucket(N), **consts)
+    return d_qkvg, dz
+
+
+@core_backward_op.register_fake
+def _(qkvg, z, msa_mask, do, lse, delta, dg, num_heads, precision):
+    return torch.empty_like(qkvg), z.new_empty(z.shape, dtype=torch.float32)
+
+
+def _setup_context(ctx, inputs, output):
+    msa_repr, pair_repr, msa_mask, *params, num_heads, precision, _ = inputs
+    _, qkvg, o, lse, z = output
+    ctx.save_for_backward(msa_repr, pair_repr, msa_mask, *params, qkvg, o, lse, z)
+    ctx.num_heads = num_heads
+    ctx.precision = precision
+
+
+def _backward(ctx, grad_out, *_):
+    msa_repr, pair_repr, mask, lnw, lnb, wq, bq, wk, bk, wv, bv, wg, bg, wo, bo, wz, bz, qkvg, o, lse, z = \
+        ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    B, S, N, D = msa_repr.shape
+    h = ctx.num_heads
+    dtype = msa_repr.dtype
+    sg = torch.sigmoid(qkvg[..., 3 * D:].float())
+    gated = (o.float() * sg).to(dtype)
+    d_wo = grad_out.reshape(-1, D).t() @ gated.reshape(-1, D) if needs[13] else None
+    d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs[14] else None
+    if not (needs[0] or needs[1] or any(needs[3:13]) or needs[15] or needs[16]):
+        return (None,) * 13 + (d_wo, d_bo, None, None, None, None, None)
+
+    d_gated = (grad_out @ wo).float()  # (B, S, N, D)
+    do = (d_gated * sg).to(dtype)  # the un-gated attention output's gradient
+    dg = (d_gated * o.float() * sg * (1 - sg)).to(dtype)  # the gate's (before its sigmoid)
+    delta = (do.float() * o.float()).view(B, S, N, h, D // h).sum(-1)  # (B, S, N, h)
+    d_qkvg, dz = core_backward_op(qkvg, z, mask, do, lse, delta, dg, h, ctx.precision)
+
+    dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(
+        msa_repr, lnw, lnb, torch.cat([wq, wk, wv, wg]), d_qkvg,
+        (needs[0], needs[3], needs[4], any(needs[5:12:2]), any(needs[6:13:2])))
+    dws = (None,) * 4 if dw is None else dw.split(D)
+    dbs = (None,) * 4 if dbias is None else dbias.split(D)
+    projections = [g for pair in zip(dws, dbs) for g in pair]
+    projections = [g if need else None for g, need in zip(projections, needs[5:13])]
+
+    dz_pairs = dz.permute(0, 2, 3, 1).to(dtype)  # (B, N, N, h)
+    d_pair = dz_pairs @ wz if needs[1] else None
+    d_wz = dz_pairs.reshape(-1, h).t() @ pair_repr.reshape(-1, pair_repr.shape[-1]) if needs[15] else None
+    d_bz = dz.sum((0, 2, 3)).to(dtype) if needs[16] else None
+    return (dx, d_pair, None, dlnw, dlnb, *projections, d_wo, d_bo, d_wz, d_bz, None, None, None)
+
+
+row_attention_op.register_autograd(_backward, setup_context=_setup_context)
