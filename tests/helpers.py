@@ -90,29 +90,3 @@ def compare(got, exact, dtype, lowp=None):
             assert g.double().norm() <= limit, f"{name}: norm {g.double().norm():.3e} > {limit:.3e}"
             continue
         assert_contract(g, exact[name], dtype, lowp_ref=None if lowp is None else lowp[name], what=name)
-
-
-class _StandInActive:
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device):
-        return 1234
-
-
-class StandInDriver:
-    """Triton's active driver as `CachedLaunch` asks it: device 0, stream 1234."""
-
-    active = _StandInActive()
-
-
-def stand_in_launcher(kernel, monkeypatch):
-    """A `CachedLaunch` of a stand-in kernel (its `__getitem__` is Triton's launch) outside the interpreter, with a
-    stand-in driver."""
-    from evofuse.ops import _common
-
-    monkeypatch.setattr(_common, "interpreting", lambda: False)
-    out = _common.CachedLaunch(kernel)
-    out._driver = StandInDriver()
-    return out
-

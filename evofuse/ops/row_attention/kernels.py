@@ -170,8 +170,9 @@ def attention_dq_kernel(
         k = tl.load(row + D + kv_off, mask=kv_ok, other=0.0)
         v = tl.load(row + 2 * D + kv_off, mask=kv_ok, other=0.0)
         z = tl.load(z_rows + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=0.0)
+        z = tl.where(j_ok[None, :], z.to(tl.float32), float("-inf"))  # keys past N: probability 0
         keep = tl.load(m_row + offs_j * stride_mn, mask=j_ok, other=1) != 0 if HAS_MASK else j_ok
-        _, ds = _probabilities_grad(q, k, v, do, z.to(tl.float32), keep, lse, delta, qk_scale, MASKED, HAS_MASK,
+        _, ds = _probabilities_grad(q, k, v, do, z, keep, lse, delta, qk_scale, MASKED, HAS_MASK,
                                     PRECISION)
         ds = tl.where(i_ok[:, None] & j_ok[None, :], ds, 0.0)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
@@ -226,7 +227,8 @@ def attention_dkdv_kernel(
         delta = tl.load(delta_ptr + stat, mask=i_ok, other=0.0)
         z_t = tl.load(z_cols + offs_i[None, :].to(tl.int64) * stride_zi, mask=j_ok[:, None] & i_ok[None, :],
                       other=0.0)  # [BLOCK_N, BLOCK_M]
-        logit_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale + z_t.to(tl.float32) * LOG2E
+        z_t = tl.where(j_ok[:, None], z_t.to(tl.float32), float("-inf"))  # keys past N: probability 0
+        logit_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale + z_t * LOG2E
         if HAS_MASK:
             logit_t = tl.where(keep[:, None], logit_t, MASKED * LOG2E)
         ok = j_ok[:, None] & i_ok[None, :]
@@ -278,6 +280,7 @@ def attention_dz_kernel(
     ij_ok = i_ok[:, None] & j_ok[None, :]
     z_off = b * stride_zb + h * stride_zh + offs_i[:, None].to(tl.int64) * stride_zi + offs_j[None, :] * stride_zj
     z = tl.load(z_ptr + z_off, mask=ij_ok, other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_N]
+    z = tl.where(j_ok[None, :], z, float("-inf"))  # keys past N: probability 0
     q_off = offs_i[:, None].to(tl.int64) * stride_xn + h * HEAD_DIM + offs_e[None, :]
     kv_off = offs_j[:, None].to(tl.int64) * stride_xn + h * HEAD_DIM + offs_e[None, :]
     do_off = offs_i[:, None].to(tl.int64) * stride_on + h * HEAD_DIM + offs_e[None, :]

@@ -1,0 +1,161 @@
+"""The Outer Product Mean's fused path (Triton's interpreter on CPU, the kernels on a GPU) against the float64
+reference: forward, backward, conventions, input forms and bad input."""
+
+import warnings
+
+import pytest
+import torch
+
+import evofuse
+from evofuse import OuterProductMean
+from evofuse.numerics import FP32_FAST_BOUND, rel_error
+
+from .conftest import DEVICE
+from .helpers import assert_contract, compare, grads, opm_module, random_mask
+
+LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16  # the interpreter's bf16 products are not checked
+
+
+def _run(B, S, N, D, c, R, dtype, normalization="seed", mask_kind="random", seed=0, precision="default"):
+    mod = opm_module(D, R, c, seed=seed, normalization=normalization, precision=precision)
+    x = torch.randn(B, S, N, D, generator=torch.Generator().manual_seed(seed + 1))
+    mask = random_mask(B, S, N, mask_kind, seed + 2)
+    exact = mod.double()(x.double(), None if mask is None else mask.double(), impl="torch")
+    low = mod.to(dtype)
+    out = low(x.to(DEVICE, dtype), None if mask is None else mask.to(DEVICE), impl="triton")
+    lowp = None if dtype == torch.float32 else low.cpu()(x.to(dtype), mask, impl="torch")
+    ref32 = mod.float().cpu()(x, mask, impl="torch") if dtype == torch.float32 else None
+    return out.cpu(), exact, lowp, ref32
+
+
+@pytest.mark.parametrize("B, S, N, D, c, R", [
+    (1, 1, 1, 8, 8, 4), (2, 5, 17, 24, 16, 12), (1, 33, 9, 16, 32, 20), (1, 3, 5, 16, 64, 7), (1, 2, 97, 8, 8, 16),
+])
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_forward_shapes(B, S, N, D, c, R, dtype):
+    out, exact, lowp, ref32 = _run(B, S, N, D, c, R, dtype)
+    assert_contract(out, exact, dtype, lowp_ref=lowp, ref_fp32=ref32)
+
+
+@pytest.mark.parametrize("normalization", ["seed", "af2", "boltz"])
+@pytest.mark.parametrize("mask_kind", ["random", "rows", "ones", "none", "empty"])
+def test_forward_normalizations_and_masks(normalization, mask_kind):
+    out, exact, _, ref32 = _run(2, 6, 11, 16, 8, 10, torch.float32, normalization, mask_kind)
+    assert_contract(out, exact, torch.float32, ref_fp32=ref32)
+
+
+def test_fast_precision():
+    out, exact, _, _ = _run(1, 9, 13, 16, 16, 8, torch.float32, precision="fast")
+    assert rel_error(out, exact) <= FP32_FAST_BOUND
+
+
+@pytest.mark.parametrize("normalization", ["seed", "af2", "boltz"])
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_gradients(normalization, dtype):
+    mod = opm_module(16, 6, 8, seed=3, normalization=normalization)
+    x = torch.randn(2, 5, 9, 16)
+    mask = random_mask(2, 5, 9, "rows", 4)
+    _, exact = grads(mod.double(), (x.double(), mask.double()), "torch")
+    _, got = grads(mod.to(DEVICE, dtype), (x.to(DEVICE, dtype), mask.to(DEVICE)), "triton")
+    lowp = None
+    if dtype != torch.float32:
+        _, lowp = grads(mod.cpu().to(dtype), (x.to(dtype), mask), "torch")
+    compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
+
+
+def test_gradients_of_weights_only_and_of_input_only():
+    mod = opm_module(8, 4, 8, seed=5).to(DEVICE)
+    x = torch.randn(1, 3, 6, 8, device=DEVICE)
+    for p in mod.parameters():
+        p.requires_grad_(False)
+    xg = x.clone().requires_grad_()
+    mod(xg, None, impl="triton").sum().backward()
+    ref = x.clone().requires_grad_()
+    mod(ref, None, impl="torch").sum().backward()
+    assert_contract(xg.grad.cpu(), ref.grad.double().cpu(), torch.float32)
+    mod.out_proj.weight.requires_grad_(True)
+    mod(x, None, impl="triton").sum().backward()
+    assert mod.out_proj.weight.grad is not None and mod.proj_a.weight.grad is None
+
+
+def test_mask_forms_and_strided_inputs():
+    """bool, integer and float masks agree; a non-contiguous input and a broadcast (stride-0) mask work."""
+    mod = opm_module(16, 6, 8, seed=6).to(DEVICE)
+    base = torch.randn(2, 7, 5, 32, device=DEVICE)
+    x = base[..., ::2].transpose(1, 2)  # (2, 5, 7, 16), neither contiguous nor dense
+    mask = random_mask(2, 5, 7, "random", 7).to(DEVICE)
+    outs = [mod(x, m, impl="triton") for m in (mask, mask.bool(), mask.to(torch.int32))]
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+    exact = mod.double()(x.double(), mask.double(), impl="torch")
+    assert_contract(outs[0], exact, torch.float32)
+    row = random_mask(2, 1, 7, "random", 8).to(DEVICE).expand(2, 5, 7)
+    exact = mod(x.double(), row.double(), impl="torch")
+    assert_contract(mod.float()(x, row, impl="triton"), exact, torch.float32)
+
+
+def test_deterministic():
+    mod = opm_module(16, 6, 8, seed=9).to(DEVICE)
+    x = torch.randn(1, 6, 10, 16, device=DEVICE)
+    mask = random_mask(1, 6, 10, "random", 1).to(DEVICE)
+    first = grads(mod, (x, mask), "triton")
+    second = grads(mod, (x, mask), "triton")
+    assert torch.equal(first[0], second[0])
+    assert all(torch.equal(first[1][k], second[1][k]) for k in first[1])
+
+
+def test_nan_shows_as_in_the_reference():
+    mod = opm_module(8, 4, 8, seed=2).to(DEVICE)
+    x = torch.randn(1, 3, 5, 8, device=DEVICE)
+    x[0, 1, 2, 3] = float("nan")
+    out = mod(x, torch.ones(1, 3, 5, device=DEVICE), impl="triton")
+    ref = mod(x, torch.ones(1, 3, 5, device=DEVICE), impl="torch")
+    assert torch.equal(out.isnan(), ref.isnan()) and out.isnan().any()
+
+
+def test_unsupported_hidden_dim_runs_the_reference_with_a_warning(monkeypatch):
+    monkeypatch.setattr(evofuse._dispatch, "_warned", set())
+    mod = opm_module(8, 4, 5).to(DEVICE)
+    x = torch.randn(1, 2, 3, 8, device=DEVICE)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = mod(x, None, impl="triton")
+    assert torch.equal(out, mod(x, None, impl="torch"))
+    assert any("hidden_dim=5" in str(w.message) for w in caught)
+
+
+def test_functional_matches_module():
+    mod = opm_module(8, 4, 8, seed=4).to(DEVICE)
+    x = torch.randn(1, 2, 3, 8, device=DEVICE)
+    params = [p for _, p in mod.named_parameters()]
+    torch.testing.assert_close(evofuse.outer_product_mean(x, None, *params, impl="triton"), mod(x, None, impl="triton"))
+
+
+X = torch.randn(2, 3, 4, 8)
+M = torch.ones(2, 3, 4)
+
+
+@pytest.mark.parametrize("x, mask, exc, pattern", [
+    (torch.randn(3, 4, 8), M, ValueError, r"msa_repr must have shape \(B, S, N, 8\).*rank 3"),
+    (torch.randn(2, 3, 4, 7), M, ValueError, r"msa_repr .*last dimension is 7, expected 8"),
+    (X, torch.ones(2, 3, 5), ValueError, r"msa_mask must have shape \(B, S, N\) = \(2, 3, 4\)"),
+    (X, torch.ones(2, 3), ValueError, r"msa_mask must have shape"),
+    (torch.randint(0, 3, (2, 3, 4, 8)), M, TypeError, r"msa_repr must be a real floating"),
+    (torch.randn(2, 3, 4, 8, dtype=torch.complex64), M, TypeError, r"msa_repr must be a real floating"),
+    (X, torch.ones(2, 3, 4, dtype=torch.complex64), TypeError, r"msa_mask must be bool, integer or real"),
+    ([[1.0]], M, TypeError, r"msa_repr must be a torch.Tensor"),
+    (X, "mask", TypeError, r"msa_mask must be a torch.Tensor"),
+])
+def test_bad_inputs(x, mask, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        OuterProductMean(8, 5, 4)(x, mask)
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match="normalization must be one of"):
+        OuterProductMean(8, 5, 4, normalization="mean")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        OuterProductMean(8, 5, 4, precision="tf32")(X, M)
+    params = [p for _, p in OuterProductMean(8, 5, 4).named_parameters()]
+    params[4] = torch.randn(3, 8)  # proj_b_weight of the wrong hidden_dim
+    with pytest.raises(ValueError, match=r"proj_b_weight must have shape \(4, 8\)"):
+        evofuse.outer_product_mean(X, M, *params)

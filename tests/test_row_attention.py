@@ -1,0 +1,143 @@
+"""Row attention's fused path (Triton's interpreter on CPU, the kernels on a GPU) against the float64
+reference: forward, backward, conventions, input forms and bad input."""
+
+import warnings
+
+import pytest
+import torch
+
+import evofuse
+from evofuse import MSARowAttentionWithPairBias
+from evofuse.numerics import FP32_FAST_BOUND, rel_error
+
+from .conftest import DEVICE
+from .helpers import assert_contract, att_module, compare, grads, random_mask
+
+LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16  # the interpreter's bf16 products are not checked
+
+
+def _inputs(B, S, N, D, P, mask_kind, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(B, S, N, D, generator=g), torch.randn(B, N, N, P, generator=g), random_mask(B, S, N, mask_kind, seed)
+
+
+def _dev(t, dtype=None):
+    return None if t is None else t.to(DEVICE, dtype) if dtype is not None and t.is_floating_point() else t.to(DEVICE)
+
+
+@pytest.mark.parametrize("B, S, N, D, P, h", [
+    (1, 1, 1, 8, 3, 1), (2, 3, 17, 24, 5, 3), (1, 2, 33, 64, 4, 4), (1, 4, 97, 16, 2, 2), (1, 2, 5, 96, 3, 1),
+])
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_forward_shapes(B, S, N, D, P, h, dtype):
+    mod = att_module(D, P, h, seed=1)
+    x, z, mask = _inputs(B, S, N, D, P, "rows", 2)
+    exact = mod.double()(x.double(), z.double(), mask.double(), impl="torch")
+    out = mod.to(DEVICE, dtype)(_dev(x, dtype), _dev(z, dtype), _dev(mask), impl="triton").cpu()
+    lowp = None if dtype == torch.float32 else mod.cpu()(x.to(dtype), z.to(dtype), mask, impl="torch")
+    ref32 = mod.cpu()(x, z, mask, impl="torch") if dtype == torch.float32 else None
+    assert_contract(out, exact, dtype, lowp_ref=lowp, ref_fp32=ref32)
+
+
+@pytest.mark.parametrize("mask_kind", ["random", "rows", "ones", "none", "empty"])
+def test_forward_masks(mask_kind):
+    mod = att_module(16, 4, 2, seed=3)
+    x, z, mask = _inputs(2, 3, 13, 16, 4, mask_kind, 4)
+    exact = mod.double()(x.double(), z.double(), None if mask is None else mask.double(), impl="torch")
+    out = mod.float().to(DEVICE)(_dev(x), _dev(z), _dev(mask), impl="triton").cpu()
+    assert_contract(out, exact, torch.float32)
+
+
+def test_fully_masked_row_is_the_mean_of_the_values_never_nan():
+    mod = att_module(8, 2, 2, seed=5).to(DEVICE)
+    x, z, _ = _inputs(1, 2, 6, 8, 2, "none", 6)
+    mask = torch.zeros(1, 2, 6)
+    out = mod(_dev(x), _dev(z), _dev(mask), impl="triton")
+    assert not out.isnan().any()
+    assert_contract(out.cpu(), mod.double().cpu()(x.double(), z.double(), mask.double(), impl="torch"), torch.float32)
+
+
+def test_fast_precision():
+    mod = att_module(32, 4, 2, seed=7)
+    x, z, mask = _inputs(1, 3, 21, 32, 4, "random", 8)
+    exact = mod.double()(x.double(), z.double(), mask.double(), impl="torch")
+    mod = att_module(32, 4, 2, seed=7, precision="fast").to(DEVICE)
+    assert rel_error(mod(_dev(x), _dev(z), _dev(mask), impl="triton").cpu(), exact) <= FP32_FAST_BOUND
+
+
+@pytest.mark.parametrize("mask_kind", ["rows", "none"])
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_gradients(mask_kind, dtype):
+    mod = att_module(24, 5, 3, seed=9)
+    x, z, mask = _inputs(2, 3, 11, 24, 5, mask_kind, 10)
+    m64 = None if mask is None else mask.double()
+    _, exact = grads(mod.double(), (x.double(), z.double(), m64), "torch")
+    _, got = grads(mod.to(DEVICE, dtype), (_dev(x, dtype), _dev(z, dtype), _dev(mask)), "triton")
+    lowp = None
+    if dtype != torch.float32:
+        _, lowp = grads(mod.cpu(), (x.to(dtype), z.to(dtype), mask), "torch")
+    compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
+
+
+def test_mask_forms_and_strided_inputs():
+    mod = att_module(16, 4, 2, seed=11).to(DEVICE)
+    x = torch.randn(2, 9, 3, 32, device=DEVICE)[..., ::2].transpose(1, 2)  # (2, 3, 9, 16), not contiguous
+    z = torch.randn(2, 9, 9, 4, device=DEVICE).transpose(1, 2)
+    mask = random_mask(2, 3, 9, "random", 12).to(DEVICE)
+    outs = [mod(x, z, m, impl="triton") for m in (mask, mask.bool(), mask.to(torch.int64))]
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+    assert_contract(outs[0], mod.double()(x.double(), z.double(), mask.double(), impl="torch"), torch.float32)
+    row = mask[:, :1].expand(2, 3, 9)  # a broadcast mask
+    mod.float()
+    assert_contract(mod(x, z, row, impl="triton"), mod.double()(x.double(), z.double(), row.double(), impl="torch"),
+                    torch.float32)
+
+
+def test_deterministic():
+    mod = att_module(16, 4, 2, seed=13).to(DEVICE)
+    x, z, mask = _inputs(1, 4, 10, 16, 4, "random", 14)
+    first = grads(mod, (_dev(x), _dev(z), _dev(mask)), "triton")
+    second = grads(mod, (_dev(x), _dev(z), _dev(mask)), "triton")
+    assert torch.equal(first[0], second[0])
+    assert all(torch.equal(first[1][k], second[1][k]) for k in first[1])
+
+
+def test_dropout_in_training_runs_the_reference(monkeypatch):
+    monkeypatch.setattr(evofuse._dispatch, "_warned", set())
+    mod = att_module(8, 2, 2, seed=15, dropout=0.5).to(DEVICE)
+    x, z, _ = _inputs(1, 2, 4, 8, 2, "none", 16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mod.train()(_dev(x), _dev(z), None, impl="triton")
+    assert any("dropout" in str(w.message) for w in caught)
+    mod.eval()
+    torch.testing.assert_close(mod(_dev(x), _dev(z), None, impl="triton"), mod(_dev(x), _dev(z), None, impl="torch"),
+                               rtol=1e-4, atol=1e-5)
+
+
+X = torch.randn(2, 3, 4, 8)
+Z = torch.randn(2, 4, 4, 3)
+M = torch.ones(2, 3, 4)
+
+
+@pytest.mark.parametrize("x, z, mask, exc, pattern", [
+    (torch.randn(2, 3, 4), Z, M, ValueError, r"msa_repr must have shape"),
+    (X, torch.randn(2, 4, 4), M, ValueError, r"pair_repr must have shape \(B, N, N, 3\) = \(2, 4, 4, 3\).*rank 3"),
+    (X, torch.randn(1, 4, 4, 3), M, ValueError, r"pair_repr must have shape .* to match msa_repr"),
+    (X, torch.randn(2, 5, 5, 3), M, ValueError, r"pair_repr must have shape"),
+    (X, torch.randn(2, 4, 4, 6), M, ValueError, r"pair_repr must have shape \(B, N, N, 3\)"),
+    (X, Z, torch.ones(3, 3, 4), ValueError, r"msa_mask must have shape \(B, S, N\)"),
+    (X, Z.to(torch.int32), M, TypeError, r"pair_repr must be a real floating"),
+    (X, Z.to(torch.complex64), M, TypeError, r"pair_repr must be a real floating"),
+])
+def test_bad_inputs(x, z, mask, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        MSARowAttentionWithPairBias(8, 3, 2)(x, z, mask)
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match="divisible by num_heads"):
+        MSARowAttentionWithPairBias(10, 3, 4)
+    params = [p for _, p in MSARowAttentionWithPairBias(8, 3, 2).named_parameters()]
+    with pytest.raises(ValueError, match="num_heads must be a positive integer dividing msa_dim=8"):
+        evofuse.msa_row_attention(X, Z, M, *params, num_heads=3)
