@@ -9,7 +9,6 @@ the speedup over eager fp32 (log scale).
 from __future__ import annotations
 
 import csv
-import gc
 import json
 import platform
 import re
@@ -20,15 +19,11 @@ from pathlib import Path
 import torch
 
 from . import reference as ref
+from ._timing import att_params, measure, opm_params
 from .numerics import rel_error
 from .suite import SUITE, Case, make_inputs, make_module
 
 # ---------------------------------------------------------------- peers: Outer Product Mean
-
-
-def _opm_params(mod):
-    return (mod.layer_norm.weight, mod.layer_norm.bias, mod.proj_a.weight, mod.proj_a.bias,
-            mod.proj_b.weight, mod.proj_b.bias, mod.out_proj.weight, mod.out_proj.bias)
 
 
 def _opm_projections(mod, msa, mask):
@@ -59,12 +54,6 @@ def _opm_chunked_eager(mod, msa, mask, chunk=64):
 
 
 # ---------------------------------------------------------------- peers: row attention
-
-
-def _att_params(mod):
-    return (mod.layer_norm.weight, mod.layer_norm.bias, mod.query.weight, mod.query.bias, mod.key.weight,
-            mod.key.bias, mod.value.weight, mod.value.bias, mod.gate.weight, mod.gate.bias,
-            mod.out_proj.weight, mod.out_proj.bias, mod.pair_bias.weight, mod.pair_bias.bias)
 
 
 def _flex_peer():
@@ -122,7 +111,7 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
     impls = []
     reference_fn = (partial(ref.outer_product_mean_reference, normalization="seed") if case.op == "opm"
                     else partial(ref.msa_row_attention_reference, num_heads=case.width))
-    params = _opm_params if case.op == "opm" else _att_params
+    params = opm_params if case.op == "opm" else att_params
 
     def eager(mod):
         return lambda *x: reference_fn(*x, *params(mod))
@@ -137,8 +126,9 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
         fn = torch.compile(reference_fn, dynamic=False)
         return lambda *x: fn(*x, *params(mod))
 
-    impls += [("eager fp32", "float32", eager), ("eager bf16 autocast", "float32", autocast),
-              ("torch.compile fp32", "float32", compiled)]
+    impls += [("eager fp32", "float32", eager), ("eager bf16", "bfloat16", eager),
+              ("eager bf16 autocast", "float32", autocast), ("torch.compile fp32", "float32", compiled),
+              ("torch.compile bf16", "bfloat16", compiled)]
     if case.op == "opm":
         impls += [("folded einsum bf16", "bfloat16", lambda mod: partial(_opm_folded_einsum, mod)),
                   ("chunked eager bf16", "bfloat16", lambda mod: partial(_opm_chunked_eager, mod))]
@@ -148,34 +138,28 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
     for dt in dtypes:
         short = {"float32": "fp32", "bfloat16": "bf16"}[dt]
         impls.append((f"evofuse {short}", dt, lambda mod: mod))
+        if case.name.endswith("-seed"):  # where host time dominates: the documented remedies
+            impls.append((f"evofuse {short} CUDA graph", dt, _graphed))
+            impls.append((f"evofuse {short} reduce-overhead", dt,
+                          lambda mod: torch.compile(mod, mode="reduce-overhead", dynamic=False)))
     return impls
 
 
-def training_step(fn):
-    """The forward+backward row's call: the output's gradient all ones."""
-    def step():
-        out = fn()
-        out.backward(torch.ones_like(out))
-    return step
+def _graphed(mod):
+    """The module's forward captured once in a CUDA graph (after a warm-up call) and replayed."""
+    state = {}
 
+    def run(*inputs):
+        if "graph" not in state:
+            mod(*inputs)  # autotuning and compilation happen outside the capture
+            torch.cuda.synchronize()
+            state["graph"] = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(state["graph"]):
+                state["out"] = mod(*inputs)
+        state["graph"].replay()
+        return state["out"]
 
-def _measure(fn, train: bool, tensors: list[torch.Tensor]) -> tuple[float, float]:
-    """(median ms, peak MiB beyond what is allocated before the call)."""
-    import triton.testing
-
-    run = training_step(fn) if train else fn
-    run()
-    torch.cuda.synchronize()
-    for t in tensors:
-        t.grad = None
-    gc.collect()  # an earlier row's garbage freed during this call would hide its peak (opm-long: 0 MiB)
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    run()
-    torch.cuda.synchronize()
-    peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-    ms = triton.testing.do_bench(run, warmup=25, rep=100, return_mode="median", grad_to_none=tensors if train else None)
-    return ms, peak
+    return run
 
 
 def _exact_output(case: Case) -> torch.Tensor:
@@ -192,6 +176,8 @@ def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | Non
     for name, dt, build in implementations(case, dtypes):
         if peers is not None and not name.startswith("evofuse") and name not in peers:
             continue
+        if train and name.endswith("CUDA graph"):  # forward replay only (training: reduce-overhead)
+            continue
         row = {"case": case.name, "impl": name, "dtype": dt, "mode": "fwd+bwd" if train else "fwd"}
         t0 = time.time()
         try:
@@ -205,7 +191,7 @@ def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | Non
                     tensors.append(t)
             fn = build(mod)
             with torch.set_grad_enabled(train):
-                ms, peak = _measure(lambda: fn(*inputs), train, tensors)
+                ms, peak = measure(lambda: fn(*inputs), train, tensors)
                 err = None if train else rel_error(fn(*inputs), exact)
             tflops = case.flops * (3 if train else 1) / ms / 1e9
             row.update(ms=ms, peak_mib=peak, tflops=tflops, rel_err=err, status="ok")
@@ -224,6 +210,8 @@ def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | Non
 
 
 def _select(suite: str) -> list[Case]:
+    if suite == "none":
+        return []
     if suite == "all":
         return list(SUITE)
     if suite in ("opm", "att"):
@@ -284,33 +272,21 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers: str,
-              backward_on_caller: bool = False) -> int:
-    """Times the suite's cases (see the module's docstring). `backward_on_caller` runs every implementation's
-    backward on the calling thread (torch.autograd.set_multithreading_enabled(False)) rather than on the autograd
-    engine's CUDA device thread; the results' meta records which. (On the lent H200 hosts the Outer Product Mean's
-    training step took ~1.4 ms of host time on the calling thread against ~2.2 ms on the engine's, warm, in
-    separate processes; the bench's own readings did not follow in the one run that compared them:
-    notes/PERFORMANCE.md, session 15.)"""
+def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers: str, grid: bool = False) -> int:
+    """Times the suite's cases (see the module's docstring), then with `grid` the awkward shapes of
+    `evofuse.grid` against eager PyTorch in the same dtype."""
     if not torch.cuda.is_available():
-        print("evofuse bench: no CUDA device here, so nothing is timed against the peers; "
-              "a small CPU run of the reference follows")
-        from .check import run_check
-
-        run_check(1, ["float32"], None, None, "default")
-        return 0
+        print("evofuse bench: no CUDA device here; the benchmark times the fused kernels on a GPU "
+              "(`evofuse check` runs on a CPU)")
+        return 2
     dtypes = dtypes or ["float32", "bfloat16"]
     peer_set = None if peers == "all" else set(p.strip() for p in peers.split(","))
     gpu = torch.cuda.get_device_name()
     import triton
 
     meta = {"gpu": gpu, "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "backward_thread": "caller" if backward_on_caller else "autograd engine"}
-    print(f"evofuse bench on {gpu}, torch {meta['torch']}, triton {meta['triton']}, backward on the "
-          f"{meta['backward_thread']} thread", flush=True)
-    if backward_on_caller:
-        torch.autograd.set_multithreading_enabled(False)
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    print(f"evofuse bench on {gpu}, torch {meta['torch']}, triton {meta['triton']}", flush=True)
     rows = []
     folder = _gpu_folder(Path(out), gpu)
     for case in _select(suite):
@@ -319,8 +295,12 @@ def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers
             rows += bench_case(case, dtypes, True, peer_set)
         # the rows so far, so that a run stopped by a time limit keeps them
         (folder / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    folder = write_results(rows, meta, Path(out))
+    folder = write_results(rows, meta, Path(out)) if rows else _gpu_folder(Path(out), gpu)
     print(markdown(rows))
+    if grid:
+        from .grid import run_grid
+
+        run_grid(folder)
     print(f"written to {folder}")
     return 0
 
@@ -340,8 +320,7 @@ def write_results(rows: list[dict], meta: dict, out: Path) -> Path:
         writer = csv.DictWriter(f, fieldnames=["case", "mode", "impl", "dtype", "ms", "peak_mib", "tflops", "rel_err", "status"])
         writer.writeheader()
         writer.writerows(rows)
-    threads = f", backward on the {meta['backward_thread']} thread" if "backward_thread" in meta else ""
     (folder / "results.md").write_text(
-        f"{meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, {meta['date']}{threads}\n\n{markdown(rows)}\n")
+        f"{meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, {meta['date']}\n\n{markdown(rows)}\n")
     plot(rows, folder / "speedup.png", f"evofuse on {meta['gpu']} (median ms, do_bench)")
     return folder

@@ -19,15 +19,14 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--precision", choices=["default", "fast"], default="default")
 
     bench = sub.add_parser("bench", help="time evofuse against every importable peer (SPEC 6-7)")
-    bench.add_argument("--suite", default="all", help="'all', 'opm', 'att' or comma-separated case names")
+    bench.add_argument("--suite", default="all", help="'all', 'opm', 'att', 'none' or comma-separated case names")
     bench.add_argument("--dtype", action="append", choices=["float32", "bfloat16"],
                        help="evofuse dtype (repeatable; default both)")
     bench.add_argument("--train", action="store_true", help="also time forward+backward")
     bench.add_argument("--out", default="benchmarks/results", help="results folder (a subfolder per GPU)")
     bench.add_argument("--peers", default="all", help="'all', 'none' (evofuse alone) or comma-separated peer names")
-    bench.add_argument("--backward-on-caller", action="store_true",
-                       help="run every backward on the calling thread (torch.autograd.set_multithreading_enabled(False)) "
-                            "instead of the autograd engine's device thread, for every implementation")
+    bench.add_argument("--grid", action="store_true",
+                       help="also time a grid of awkward shapes against eager PyTorch in the same dtype (worst ratio)")
 
     args = parser.parse_args(argv)
     if args.command == "check":
@@ -36,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_check(args.trials, args.dtype, args.case, args.impl, args.precision)
     from .bench import run_bench
 
-    return run_bench(args.suite, args.dtype, args.train, args.out, args.peers, args.backward_on_caller)
+    return run_bench(args.suite, args.dtype, args.train, args.out, args.peers, args.grid)
 
 
 if __name__ == "__main__":

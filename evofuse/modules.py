@@ -10,16 +10,11 @@ from .reference import NORMALIZATIONS
 
 
 def _linear_params(module: nn.Module, names: tuple[str, ...]) -> list[torch.Tensor]:
-    """weight, bias of each named submodule, read from the parameter dicts: nn.Module's attribute
-    lookup costs ~1 us a name (13.5 us for row attention's 14 parameters against 0.6 us here, a third
-    of the seed shapes' host time). A parametrized or hooked weight is not in the dict: it is looked up
-    as an attribute, as usual."""
+    """weight, bias of each named submodule, in order (parametrized weights included)."""
     out = []
     for name in names:
-        sub = module._modules[name]
-        for kind in ("weight", "bias"):
-            p = sub._parameters.get(kind)
-            out.append(p if p is not None else getattr(sub, kind))
+        sub = getattr(module, name)
+        out += (sub.weight, sub.bias)
     return out
 
 
@@ -95,5 +90,5 @@ class MSARowAttentionWithPairBias(nn.Module):
                 *, impl: str | None = None) -> torch.Tensor:
         return functional.msa_row_attention(
             msa_repr, pair_repr, msa_mask, *_linear_params(self, _ATT_LINEARS), num_heads=self.num_heads,
-            dropout=self._modules["dropout"].p, training=self.training, precision=self.precision,
+            dropout=self.dropout.p, training=self.training, precision=self.precision,
             impl=impl if impl is not None else self.impl)

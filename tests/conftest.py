@@ -9,6 +9,8 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+else:  # each kernel's first fitting config (tests/test_gpu.py runs every config, and the suite autotuned)
+    os.environ.setdefault("EVOFUSE_AUTOTUNE", "0")
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 FULL = os.environ.get("EVOFUSE_FULL_TESTS", "0") not in ("", "0")

@@ -30,8 +30,8 @@ def test_check_rejects_unknown_case():
 def test_python_dash_m_and_bench_without_gpu():
     if torch.cuda.is_available():
         pytest.skip("without a GPU only")
-    out = subprocess.run([sys.executable, "-m", "evofuse", "bench", "--backward-on-caller"], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+    out = subprocess.run([sys.executable, "-m", "evofuse", "bench"], capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr
     assert "no CUDA device" in out.stdout
 
 
@@ -50,13 +50,13 @@ def test_bench_report_files(tmp_path):
         {"case": "opm-af2-main", "impl": "cuEquivariance bf16", "dtype": "bfloat16", "mode": "fwd", "ms": None,
          "peak_mib": None, "tflops": None, "rel_err": None, "status": "ModuleNotFoundError: no module"},
     ]
-    meta = {"gpu": "Test GPU 1", "torch": "x", "triton": "y", "date": "today", "backward_thread": "caller"}
+    meta = {"gpu": "Test GPU 1", "torch": "x", "triton": "y", "date": "today"}
     folder = write_results(rows, meta, tmp_path)
     assert folder.name == "Test-GPU-1"
     assert json.loads((folder / "results.json").read_text())["rows"] == rows
     assert len(list(csv.DictReader(open(folder / "results.csv")))) == 3
     md = (folder / "results.md").read_text()
-    assert md.startswith("Test GPU 1, torch x, triton y, today, backward on the caller thread")
+    assert md.startswith("Test GPU 1, torch x, triton y, today")
     assert "| opm-af2-main | fwd | evofuse bf16 | bfloat16 | 0.800 | 60 | 248.0 | 6.75x | 3.7e-03 |" in md
     assert "ModuleNotFoundError" in md
     assert (folder / "speedup.png").stat().st_size > 1000

@@ -41,8 +41,8 @@ def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
 
 def test_module_override_and_call_override_reach_the_kernel(monkeypatch):
     calls = []
-    real = opm_op.outer_product_mean_triton
-    monkeypatch.setattr(opm_op, "outer_product_mean_triton", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = opm_op.outer_product_mean_op
+    monkeypatch.setattr(opm_op, "outer_product_mean_op", lambda *a, **k: calls.append(1) or real(*a, **k))
     mod = opm_module(8, 4, 8, impl="triton").to(DEVICE)
     x = torch.randn(1, 2, 3, 8, device=DEVICE)
     mod(x, None)
@@ -70,8 +70,7 @@ def test_import_needs_no_gpu_and_compiles_nothing():
 
 
 def test_modules_read_parametrized_and_replaced_weights():
-    """The modules read parameters from the parameter dicts (fast) and fall back to attribute lookup:
-    a parametrized weight (torch.nn.utils.parametrize) and a replaced Parameter both reach the kernel."""
+    """A parametrized weight (torch.nn.utils.parametrize) and a replaced Parameter both reach the kernel."""
     from torch.nn.utils import parametrize
 
     from .helpers import att_module
@@ -94,29 +93,21 @@ def test_modules_read_parametrized_and_replaced_weights():
 
 
 def test_fused_calls_launch_on_the_inputs_gpu(monkeypatch):
-    """Triton launches on the current device: a fused call whose tensors live on another GPU makes theirs
-    current for its launches (and is not recorded for replay); torch.compile's graphs guard devices
-    themselves; CPU tensors (Triton's interpreter) ask CUDA nothing."""
-    import contextlib
-
+    """Triton launches on the current device: an eager fused call makes its input's GPU current; under
+    torch.compile the graph guards devices itself; CPU tensors (Triton's interpreter) ask CUDA nothing."""
     from evofuse import functional as F
 
     entered = []
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "device", lambda d: entered.append(d) or contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "device", lambda d: entered.append(d) or "guard")
 
     class OnGpu:  # a stand-in for a CUDA tensor (none on a machine without a GPU)
         is_cuda = True
         device = torch.device("cuda", 1)
 
-    for path in ("direct", "function", "op"):
-        with F._on_device(OnGpu(), path):
-            pass
-    assert entered == [torch.device("cuda", 1)] * 2
-    OnGpu.device = torch.device("cuda", 0)
-    with F._on_device(OnGpu(), "direct"):
-        pass
-    assert len(entered) == 2
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: pytest.fail("asked CUDA for a CPU tensor"))
-    with F._on_device(torch.zeros(1), "direct"):
-        pass
+    assert F._on_device(OnGpu()) == "guard" and entered == [torch.device("cuda", 1)]
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    F._on_device(OnGpu())
+    assert len(entered) == 1
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)
+    F._on_device(torch.zeros(1))
+    assert len(entered) == 1

@@ -107,8 +107,8 @@ def _(msa_repr, pair_repr, msa_mask, *params_and_options):
 def core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, do: Tensor, lse: Tensor, delta: Tensor,
                      dg: Tensor, num_heads: int, precision: str) -> tuple[Tensor, Tensor]:
     """(d_qkvg (B, S, N, 4D), dz (B, h, N, N) float32): the attention core's gradients for do, the un-gated
-    output's gradient (B, S, N, D), with the forward's statistics lse (2, B, S, N, h) and delta = rowsum(do * o) (B, S, N, h) float32;
-    dg (B, S, N, D), the gate's gradient, is written into d_qkvg's last D channels."""
+    output's gradient (B, S, N, D), from the forward's statistics lse (2, B, S, N, h) and delta = rowsum(do * o)
+    (B, S, N, h), both float32; dg (B, S, N, D), the gate's gradient, is copied into d_qkvg's last D channels."""
     B, S, N, D4 = qkvg.shape
     D = D4 // 4
     h = num_heads

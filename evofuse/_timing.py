@@ -1,0 +1,47 @@
+"""Timing and parameter helpers shared by `evofuse bench` and its grid."""
+
+from __future__ import annotations
+
+import gc
+
+import torch
+
+
+def opm_params(mod):
+    return (mod.layer_norm.weight, mod.layer_norm.bias, mod.proj_a.weight, mod.proj_a.bias,
+            mod.proj_b.weight, mod.proj_b.bias, mod.out_proj.weight, mod.out_proj.bias)
+
+
+def att_params(mod):
+    return (mod.layer_norm.weight, mod.layer_norm.bias, mod.query.weight, mod.query.bias, mod.key.weight,
+            mod.key.bias, mod.value.weight, mod.value.bias, mod.gate.weight, mod.gate.bias,
+            mod.out_proj.weight, mod.out_proj.bias, mod.pair_bias.weight, mod.pair_bias.bias)
+
+
+def training_step(fn):
+    """The forward+backward row's call: the output's gradient all ones."""
+    def step():
+        out = fn()
+        out.backward(torch.ones_like(out))
+    return step
+
+
+def measure(fn, train: bool, tensors: list[torch.Tensor]) -> tuple[float, float]:
+    """(median ms, peak MiB beyond what is allocated before the call)."""
+    import triton.testing
+
+    run = training_step(fn) if train else fn
+    run()
+    torch.cuda.synchronize()
+    for t in tensors:
+        t.grad = None
+    gc.collect()  # an earlier row's garbage freed during this call would hide its peak (opm-long: 0 MiB)
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    run()
+    torch.cuda.synchronize()
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+    ms = triton.testing.do_bench(run, warmup=25, rep=100, return_mode="median", grad_to_none=tensors if train else None)
+    return ms, peak
+
+

@@ -1,0 +1,73 @@
+"""`evofuse bench --grid`: awkward shapes (B 1-3, S 1-2048, N 1-4096, c 8-32, heads 1-8, head_dim 3-64), each
+timed forward and forward + backward for evofuse and for eager PyTorch in the same dtype (float32 and
+bfloat16). A ratio is evofuse's median time over the other's: evofuse against eager in its dtype, and evofuse
+bfloat16 against evofuse float32; the worst of each is printed last and written to grid.csv."""
+
+from __future__ import annotations
+
+import csv
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from . import reference as ref
+from ._timing import att_params, measure, opm_params
+from .suite import Case, make_inputs, make_module
+
+# (B, S, N, D, pair_dim, c) and (B, S, N, D, pair_dim, heads)
+OPM_GRID = ((1, 1, 129, 256, 128, 32), (2, 300, 61, 64, 32, 8), (3, 17, 97, 48, 16, 16), (1, 2048, 64, 64, 64, 32),
+            (1, 8, 1024, 128, 128, 32), (2, 1, 1, 16, 8, 8), (1, 64, 300, 96, 128, 32), (1, 4, 2048, 32, 32, 16))
+ATT_GRID = ((1, 33, 129, 256, 128, 8), (3, 5, 97, 96, 24, 3), (1, 16, 200, 256, 64, 4), (1, 4, 4096, 64, 32, 4),
+            (2, 1, 1, 16, 8, 1), (1, 128, 64, 24, 16, 8), (1, 2048, 32, 64, 16, 8), (2, 64, 256, 128, 64, 2))
+
+
+def _cases() -> list[Case]:
+    return ([Case("opm-" + "x".join(map(str, s)), "opm", *s) for s in OPM_GRID]
+            + [Case("att-" + "x".join(map(str, s)), "att", *s) for s in ATT_GRID])
+
+
+def _time(case: Case, dtype: torch.dtype, impl: str, train: bool) -> float:
+    mod = make_module(case, seed=0).to(device="cuda", dtype=dtype)
+    inputs = make_inputs(case, "cuda", dtype, seed=1, fully_masked=False)
+    tensors = list(mod.parameters()) if train else []
+    if train:
+        for t in inputs[:-1]:
+            tensors.append(t.requires_grad_(True))
+    if impl == "evofuse":
+        fn = partial(mod, *inputs)
+    elif case.op == "opm":
+        fn = partial(ref.outer_product_mean_reference, *inputs, *opm_params(mod))
+    else:
+        fn = partial(ref.msa_row_attention_reference, *inputs, *att_params(mod), num_heads=case.width)
+    with torch.set_grad_enabled(train):
+        ms, _ = measure(fn, train, tensors)
+    return ms
+
+
+def run_grid(folder: Path) -> list[dict]:
+    rows = []
+    print(f"{'shape':<26} {'mode':<8} {'evo fp32':>9} {'eager fp32':>10} {'evo bf16':>9} {'eager bf16':>10} "
+          f"{'fp32 ratio':>10} {'bf16 ratio':>10} {'bf16/fp32':>9}", flush=True)
+    for case in _cases():
+        for train in (False, True):
+            t = {(impl, dt): _time(case, getattr(torch, dt), impl, train)
+                 for impl in ("evofuse", "eager") for dt in ("float32", "bfloat16")}
+            row = {"shape": case.name, "mode": "fwd+bwd" if train else "fwd",
+                   **{f"{i} {d}": ms for (i, d), ms in t.items()},
+                   "fp32 ratio": t["evofuse", "float32"] / t["eager", "float32"],
+                   "bf16 ratio": t["evofuse", "bfloat16"] / t["eager", "bfloat16"],
+                   "bf16/fp32": t["evofuse", "bfloat16"] / t["evofuse", "float32"]}
+            rows.append(row)
+            print(f"{row['shape']:<26} {row['mode']:<8} {t['evofuse', 'float32']:9.3f} {t['eager', 'float32']:10.3f} "
+                  f"{t['evofuse', 'bfloat16']:9.3f} {t['eager', 'bfloat16']:10.3f} {row['fp32 ratio']:10.2f} "
+                  f"{row['bf16 ratio']:10.2f} {row['bf16/fp32']:9.2f}", flush=True)
+            torch.cuda.empty_cache()
+    for key in ("fp32 ratio", "bf16 ratio", "bf16/fp32"):
+        worst = max(rows, key=lambda r: r[key])
+        print(f"worst {key}: {worst[key]:.2f} ({worst['shape']}, {worst['mode']})")
+    with open(folder / "grid.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return rows

@@ -1,0 +1,190 @@
+"""What needs a real GPU: every kernel config, the suite's shapes against float64, memory, CUDA graphs and
+torch.compile. Run on the H200 (`pytest -m gpu`); skipped elsewhere."""
+
+import pytest
+import torch
+
+from evofuse import MSARowAttentionWithPairBias, OuterProductMean
+from evofuse.numerics import bound, rel_error
+from evofuse.ops import layer_norm_linear
+from evofuse.ops.outer_product_mean import configs as opm_configs
+from evofuse.ops.outer_product_mean import op as opm_op
+from evofuse.ops.row_attention import configs as att_configs
+from evofuse.ops.row_attention import op as att_op
+from evofuse.suite import SUITE, make_inputs, make_module
+
+from .helpers import assert_contract, att_module, compare, grads, opm_module, random_mask
+
+pytestmark = pytest.mark.gpu
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+@pytest.fixture
+def one_config(monkeypatch):
+    """Makes each kernel take the given config alone (the cached autotuned kernels rebuilt around it)."""
+    def use(opm=None, forward=None, backward=None, linear=None):
+        if opm is not None:
+            monkeypatch.setattr(opm_configs, "CONFIGS", [opm])
+        if forward is not None:
+            monkeypatch.setattr(att_configs, "FORWARD_CONFIGS", [forward])
+        if backward is not None:
+            monkeypatch.setattr(att_configs, "BACKWARD_CONFIGS", [backward])
+        if linear is not None:
+            monkeypatch.setattr(layer_norm_linear, "CONFIGS", [linear])
+        opm_op._tuned.cache_clear()
+        att_op._kernels.cache_clear()
+        layer_norm_linear._tuned.cache_clear()
+    yield use
+    opm_op._tuned.cache_clear()
+    att_op._kernels.cache_clear()
+    layer_norm_linear._tuned.cache_clear()
+
+
+def _opm_check(dtype, c=32, N=97, S=37, normalization="seed"):
+    mod = opm_module(48, 24, c, seed=1, normalization=normalization)
+    x = torch.randn(2, S, N, 48)
+    mask = random_mask(2, S, N, "rows", 2)
+    _, exact = grads(mod.double(), (x.double(), mask.double()), "torch")
+    out, got = grads(mod.cuda().to(dtype), (x.cuda().to(dtype), mask.cuda()), "triton")
+    lowp = None
+    if dtype != torch.float32:
+        _, lowp = grads(mod.cuda().to(dtype), (x.cuda().to(dtype), mask.cuda()), "torch")
+    compare({k: v.double().cpu() for k, v in got.items()}, exact, dtype,
+            None if lowp is None else {k: v.cpu() for k, v in lowp.items()})
+
+
+@pytest.mark.parametrize("index", range(len(opm_configs.CONFIGS)))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("c", [16, 32, 64])
+def test_every_opm_config(index, dtype, c, one_config):
+    cfg = opm_configs.CONFIGS[index]
+    if not opm_configs.fits(cfg, c, dtype.itemsize):
+        pytest.skip("the predicate drops this config here")
+    one_config(opm=cfg)
+    _opm_check(dtype, c)
+
+
+@pytest.mark.parametrize("index", range(len(att_configs.FORWARD_CONFIGS)))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [8, 32, 64])
+def test_every_attention_config(index, dtype, d, one_config):
+    one_config(forward=att_configs.FORWARD_CONFIGS[index],
+               backward=att_configs.BACKWARD_CONFIGS[index % len(att_configs.BACKWARD_CONFIGS)])
+    h = 2
+    mod = att_module(h * d, 12, h, seed=3)
+    x, z = torch.randn(2, 5, 97, h * d), torch.randn(2, 97, 97, 12)
+    mask = random_mask(2, 5, 97, "rows", 4)
+    _, exact = grads(mod.double(), (x.double(), z.double(), mask.double()), "torch")
+    _, got = grads(mod.cuda().to(dtype), (x.cuda().to(dtype), z.cuda().to(dtype), mask.cuda()), "triton")
+    lowp = None
+    if dtype != torch.float32:
+        _, lowp = grads(mod, (x.cuda().to(dtype), z.cuda().to(dtype), mask.cuda()), "torch")
+        lowp = {k: v.cpu() for k, v in lowp.items()}
+    compare({k: v.double().cpu() for k, v in got.items()}, exact, dtype, lowp)
+
+
+@pytest.mark.parametrize("index", range(len(layer_norm_linear.CONFIGS)))
+def test_every_layer_norm_linear_config(index, one_config):
+    one_config(linear=layer_norm_linear.CONFIGS[index])
+    _opm_check(torch.bfloat16, 32, N=33, S=9)
+
+
+@pytest.mark.parametrize("case", [c for c in SUITE if not c.name.endswith("-seed")], ids=lambda c: c.name)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_suite_shapes_forward(case, dtype, monkeypatch):
+    monkeypatch.setenv("EVOFUSE_AUTOTUNE", "1")
+    mod = make_module(case, seed=0)
+    inputs = make_inputs(case, "cuda", torch.float64, seed=1)
+    with torch.no_grad():
+        exact = mod.cuda().double()(*inputs, impl="torch").float()
+        low = tuple(t.to(dtype) if t.dim() == 4 else t for t in inputs)
+        out = mod.to(dtype)(*low, impl="triton")
+        lowp = None if dtype == torch.float32 else rel_error(mod(*low, impl="torch"), exact)
+    del mod
+    assert rel_error(out, exact) <= bound(dtype, "default", lowp)
+
+
+def test_memory_bounds():
+    """Peak memory beyond the inputs: opm-long float32 <= 704 MiB, att-long bfloat16 <= 400 MiB (forward)."""
+    for name, dtype, limit in (("opm-long", torch.float32, 704), ("att-long", torch.bfloat16, 400)):
+        case = next(c for c in SUITE if c.name == name)
+        mod = make_module(case).cuda().to(dtype)
+        inputs = make_inputs(case, "cuda", dtype)
+        with torch.no_grad():
+            mod(*inputs)
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            mod(*inputs)
+            peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+        assert peak <= limit, f"{name}: {peak:.0f} MiB"
+
+
+class Block(torch.nn.Module):
+    """An Evoformer-like block holding both modules."""
+
+    def __init__(self):
+        super().__init__()
+        self.att = MSARowAttentionWithPairBias(32, 16, 4)
+        self.opm = OuterProductMean(32, 16, 8, normalization="af2")
+
+    def forward(self, m, z, mask):
+        m = m + self.att(m, z, mask)
+        return m, z + self.opm(m, mask)
+
+
+def _block_inputs(dtype):
+    g = torch.Generator().manual_seed(0)
+    m, z = torch.randn(2, 6, 19, 32, generator=g), torch.randn(2, 19, 19, 16, generator=g)
+    mask = random_mask(2, 6, 19, "rows", 1)
+    return m.cuda().to(dtype).requires_grad_(), z.cuda().to(dtype).requires_grad_(), mask.cuda()
+
+
+@pytest.mark.no_poison
+@pytest.mark.parametrize("mode", ["fullgraph", "reduce-overhead"])
+def test_compile_training_matches_eager(mode):
+    block = Block().cuda()
+    compiled = torch.compile(block, fullgraph=True) if mode == "fullgraph" else torch.compile(block, mode=mode)
+    outs = []
+    for fn in (block, compiled, compiled):
+        m, z, mask = _block_inputs(torch.float32)
+        block.zero_grad()
+        mo, zo = fn(m, z, mask)
+        (mo.square().sum() + zo.square().sum()).backward()
+        outs.append((mo.detach().clone(), zo.detach().clone(), m.grad, z.grad,
+                     [p.grad.clone() for p in block.parameters()]))
+    for got in outs[1:]:
+        for a, b in zip(got[:4], outs[0][:4]):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        for a, b in zip(got[4], outs[0][4]):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.no_poison
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_graph_forward_and_training(dtype):
+    block = Block().cuda().to(dtype)
+    m, z, mask = _block_inputs(dtype)
+    eager = block(m, z, mask)
+    static = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in (m, z)] + [mask]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up (autotuning, compilation) outside the capture
+        for _ in range(2):
+            mo, zo = block(*static)
+            (mo.float().square().sum() + zo.float().square().sum()).backward()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    block.zero_grad(set_to_none=False)
+    with torch.cuda.graph(graph):
+        mo, zo = block(*static)
+        (mo.float().square().sum() + zo.float().square().sum()).backward()
+    new = _block_inputs(dtype)
+    with torch.no_grad():
+        for s, t in zip(static, new):
+            s.copy_(t)
+    graph.replay()
+    ref_m, ref_z = block(*new)
+    torch.testing.assert_close(mo, ref_m)
+    torch.testing.assert_close(zo, ref_z)
+    assert not torch.equal(mo, eager[0])  # the replay read the new inputs
