@@ -49,7 +49,7 @@ def _opm_check(dtype, c=32, N=97, S=37, normalization="seed"):
     lowp = None
     if dtype != torch.float32:
         _, lowp = grads(mod.cuda().to(dtype), (x.cuda().to(dtype), mask.cuda()), "torch")
-    compare({k: v.double().cpu() for k, v in got.items()}, exact, dtype,
+    compare({k: v.cpu() for k, v in got.items()}, exact, dtype,
             None if lowp is None else {k: v.cpu() for k, v in lowp.items()})
 
 
@@ -80,7 +80,7 @@ def test_every_attention_config(index, dtype, d, one_config):
     if dtype != torch.float32:
         _, lowp = grads(mod, (x.cuda().to(dtype), z.cuda().to(dtype), mask.cuda()), "torch")
         lowp = {k: v.cpu() for k, v in lowp.items()}
-    compare({k: v.double().cpu() for k, v in got.items()}, exact, dtype, lowp)
+    compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
 
 
 @pytest.mark.parametrize("index", range(len(layer_norm_linear.CONFIGS)))

@@ -67,8 +67,8 @@ def opm_forward_kernel(
             acc = tl.zeros((BLOCK_I * CP, BLOCK_J * C), dtype=tl.float32)
             acc = _outer_products(acc, a_rows + part * CP, row_i < N, b_cols, col_j < N, S, stride_xs, BLOCK_S,
                                   PRECISION)  # [(i p), (j q)]
-            x = _by_pairs(acc, BLOCK_I, CP, BLOCK_J, C) * scale[:, None]  # [(i j), (p q)]
-            x_t = tl.trans(x.to(w_ptr.dtype.element_ty))  # [(p q), (i j)]
+            x = _by_pairs(acc, scale, BLOCK_I, CP, BLOCK_J, C, w_ptr.dtype.element_ty)  # [(i j), (p q)]
+            x_t = tl.trans(x)  # [(p q), (i j)]
             offs_k = part * CP * C + tl.arange(0, CP * C)  # out_proj's columns (p q) of this pass
             tl.debug_barrier()  # the workspace: every thread's reads and writes of the last pass are done
             for r0 in range(0, R, BLOCK_R):
@@ -125,9 +125,11 @@ def _pair_scale(cnt_ptr, stride_ci, stride_cj, out_i, out_j, pair_ok, S, EPS: tl
 
 
 @triton.jit
-def _by_pairs(acc, BLOCK_I: tl.constexpr, CP: tl.constexpr, BLOCK_J: tl.constexpr, C: tl.constexpr):
-    """acc [(i p), (j q)] rearranged to [(i j), (p q)]."""
-    return tl.reshape(tl.permute(tl.reshape(acc, (BLOCK_I, CP, BLOCK_J, C)), (0, 2, 1, 3)), (BLOCK_I * BLOCK_J, CP * C))
+def _by_pairs(acc, scale, BLOCK_I: tl.constexpr, CP: tl.constexpr, BLOCK_J: tl.constexpr, C: tl.constexpr, dtype):
+    """acc [(i p), (j q)] times the pairs' scale [(i j)], in `dtype` (scaled and cast before the rearrangement,
+    which goes through shared memory), rearranged to [(i j), (p q)]."""
+    x = tl.reshape(acc, (BLOCK_I, CP, BLOCK_J, C)) * tl.reshape(scale, (BLOCK_I, BLOCK_J))[:, None, :, None]
+    return tl.reshape(tl.permute(x.to(dtype), (0, 2, 1, 3)), (BLOCK_I * BLOCK_J, CP * C))
 
 
 @triton.jit
