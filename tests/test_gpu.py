@@ -24,7 +24,9 @@ def one_config(monkeypatch):
     """Makes each kernel take the given config alone (the cached autotuned kernels rebuilt around it)."""
     def use(opm=None, forward=None, backward=None, linear=None):
         if opm is not None:
-            monkeypatch.setattr(opm_configs, "CONFIGS", [opm])
+            width, config = opm
+            monkeypatch.setattr(opm_configs, "CONFIGS", {width: [config]})
+            monkeypatch.setattr(opm_configs, "ALL_CONFIGS", [config])
         if forward is not None:
             monkeypatch.setattr(att_configs, "FORWARD_CONFIGS", [forward])
         if backward is not None:
@@ -53,14 +55,14 @@ def _opm_check(dtype, c=32, N=97, S=37, normalization="seed"):
             None if lowp is None else {k: v.cpu() for k, v in lowp.items()})
 
 
-@pytest.mark.parametrize("index", range(len(opm_configs.CONFIGS)))
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype, index", [(dtype, index) for dtype in DTYPES
+                                          for index in range(len(opm_configs.CONFIGS[dtype.itemsize]))])
 @pytest.mark.parametrize("c", [16, 32, 64])
-def test_every_opm_config(index, dtype, c, one_config):
-    cfg = opm_configs.CONFIGS[index]
+def test_every_opm_config(dtype, index, c, one_config):
+    cfg = opm_configs.CONFIGS[dtype.itemsize][index]
     if not opm_configs.fits(cfg, c, dtype.itemsize):
         pytest.skip("the predicate drops this config here")
-    one_config(opm=cfg)
+    one_config(opm=(dtype.itemsize, cfg))
     _opm_check(dtype, c)
 
 

@@ -12,25 +12,22 @@ import triton
 
 from ..._runtime import autotune_enabled, interpreting
 
-_TILES = (
-    # PASSES per 32 channels, BLOCK_I, BLOCK_J, BLOCK_S, BLOCK_R, num_warps, num_stages
-    (2, 8, 8, 64, 64, 8, 3),
-    (2, 8, 8, 32, 64, 8, 4),
-    (4, 16, 8, 64, 64, 8, 3),
-    (4, 8, 8, 32, 32, 8, 3),
-    (1, 4, 8, 32, 32, 8, 2),
-    (4, 16, 16, 32, 64, 8, 3),
-    (1, 8, 16, 32, 32, 8, 2),
-    (1, 16, 32, 32, 32, 8, 2),
-    (8, 16, 4, 32, 32, 8, 2),
-)
+def _configs(tiles) -> list[triton.Config]:
+    return [triton.Config({"PASSES_PER_32": passes, "BLOCK_I": bi, "BLOCK_J": bj, "BLOCK_S": bs, "BLOCK_R": br,
+                           "GROUP_I": 8}, num_warps=warps, num_stages=stages)
+            for passes, bi, bj, bs, br, warps, stages in tiles]
 
-# PASSES is given per 32 channels: the kernel scales it to the call's C, rounding up
-CONFIGS = [
-    triton.Config({"PASSES_PER_32": passes, "BLOCK_I": bi, "BLOCK_J": bj, "BLOCK_S": bs, "BLOCK_R": br, "GROUP_I": 8},
-                  num_warps=warps, num_stages=stages)
-    for passes, bi, bj, bs, br, warps, stages in _TILES
-]
+
+# By operand width in bytes: (PASSES per 32 channels p, BLOCK_I, BLOCK_J, BLOCK_S, BLOCK_R, num_warps,
+# num_stages). PASSES is given per 32 channels: the kernel scales it to the call's C, rounding up.
+CONFIGS = {
+    2: _configs(((2, 8, 8, 64, 64, 8, 3), (2, 8, 8, 32, 64, 8, 4), (4, 16, 8, 64, 64, 8, 3), (4, 8, 8, 32, 32, 8, 3),
+                 (1, 4, 8, 32, 32, 8, 2), (4, 16, 16, 32, 64, 8, 3), (1, 8, 16, 32, 32, 8, 2), (1, 16, 32, 32, 32, 8, 2),
+                 (8, 16, 4, 32, 32, 8, 2))),
+    # float32 operands (3xTF32 products) take three times the shared memory of their stages
+    4: _configs(((4, 8, 8, 16, 32, 8, 2), (2, 8, 4, 16, 32, 4, 2), (4, 8, 8, 32, 32, 8, 2), (8, 16, 4, 16, 32, 8, 2),
+                 (1, 8, 8, 16, 32, 4, 2))),
+}
 INTERPRETER_CONFIG = triton.Config({"PASSES_PER_32": 2, "BLOCK_I": 4, "BLOCK_J": 4, "BLOCK_S": 16, "BLOCK_R": 16,
                                     "GROUP_I": 2}, num_warps=1, num_stages=1)
 
@@ -52,8 +49,9 @@ def fits(config: triton.Config, C: int, element_size: int) -> bool:
     pairs = kw["BLOCK_I"] * kw["BLOCK_J"]
     if min(rows, cols, pairs, kw["BLOCK_R"], C * C // p) < 16 or rows * cols > ACCUMULATOR_LIMIT:
         return False
-    # the main loop's operand stages, and the rearrangement of the accumulator (in the operands' dtype)
-    shared = (rows + cols) * kw["BLOCK_S"] * element_size * max(1, config.num_stages) + rows * cols * element_size
+    # the main loop's operand stages (float32's split in three), and the rearrangement of the accumulator
+    stages = (rows + cols) * kw["BLOCK_S"] * element_size * max(1, config.num_stages)
+    shared = stages * (3 if element_size == 4 else 1) + rows * cols * element_size
     return shared <= SHARED_LIMIT
 
 
@@ -62,12 +60,17 @@ def candidates(C: int, element_size: int) -> list[triton.Config]:
     is off; the interpreter's alone under Triton's interpreter)."""
     if interpreting():
         return [INTERPRETER_CONFIG]
-    kept = [cfg for cfg in CONFIGS if fits(cfg, C, element_size)]
+    if element_size not in CONFIGS:
+        return []
+    kept = [cfg for cfg in CONFIGS[element_size] if fits(cfg, C, element_size)]
     return kept if autotune_enabled() else kept[:1]
 
 
 def prune(configs, named_args, **kwargs):
     return candidates(kwargs["C"], named_args["w_ptr"].element_size())
+
+
+ALL_CONFIGS = [cfg for table in CONFIGS.values() for cfg in table]  # what the autotuner is built with
 
 
 def workspace_slot(R: int, C: int, element_size: int) -> int:

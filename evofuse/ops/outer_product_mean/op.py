@@ -93,7 +93,7 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
 @functools.cache
 def _tuned():
     """The contraction kernel under Triton's autotuner (built on first use)."""
-    return triton.autotune(configs.CONFIGS, key=["C", "R", "S_BUCKET", "N_BUCKET", "DIVIDE_BIAS", "HAS_COUNTS",
+    return triton.autotune(configs.ALL_CONFIGS, key=["C", "R", "S_BUCKET", "N_BUCKET", "DIVIDE_BIAS", "HAS_COUNTS",
                                                  "PRECISION"],
                            prune_configs_by={"early_config_prune": configs.prune})(opm_forward_kernel)
 
