@@ -12,6 +12,7 @@ import triton
 
 from ..._runtime import autotune_enabled, interpreting
 
+
 def _configs(tiles) -> list[triton.Config]:
     return [triton.Config({"PASSES_PER_32": passes, "BLOCK_I": bi, "BLOCK_J": bj, "BLOCK_S": bs, "BLOCK_R": br,
                            "GROUP_I": 8}, num_warps=warps, num_stages=stages)
