@@ -21,7 +21,7 @@ def _run(B, S, N, D, c, R, dtype, normalization="seed", mask_kind="random", seed
     x = torch.randn(B, S, N, D, generator=torch.Generator().manual_seed(seed + 1))
     mask = random_mask(B, S, N, mask_kind, seed + 2)
     exact = mod.double()(x.double(), None if mask is None else mask.double(), impl="torch")
-    low = mod.to(dtype)
+    low = mod.to(DEVICE, dtype)
     out = low(x.to(DEVICE, dtype), None if mask is None else mask.to(DEVICE), impl="triton")
     lowp = None if dtype == torch.float32 else low.cpu()(x.to(dtype), mask, impl="torch")
     ref32 = mod.float().cpu()(x, mask, impl="torch") if dtype == torch.float32 else None

@@ -59,15 +59,18 @@ def opm_forward_kernel(
         out_i = blk_i * BLOCK_I + pair // BLOCK_J  # [PAIRS]
         out_j = blk_j * BLOCK_J + pair % BLOCK_J
         pair_ok = (out_i < N) & (out_j < N)
-        scale = _pair_scale(cnt_ptr + bb * stride_cb, stride_ci, stride_cj, out_i, out_j, pair_ok, S,
-                            EPS, HAS_COUNTS)  # [PAIRS]
+        cnt_b = cnt_ptr + bb * stride_cb
+        scale = _pair_scale(cnt_b, stride_ci, stride_cj, out_i, out_j, pair_ok, S, EPS, HAS_COUNTS)  # [PAIRS]
         o_pairs = o_ptr + bb * stride_ob + out_i.to(tl.int64) * stride_oi + out_j.to(tl.int64) * stride_oj
 
         for part in tl.static_range(PASSES):
             acc = tl.zeros((BLOCK_I * CP, BLOCK_J * C), dtype=tl.float32)
             acc = _outer_products(acc, a_rows + part * CP, row_i < N, b_cols, col_j < N, S, stride_xs, BLOCK_S,
                                   PRECISION)  # [(i p), (j q)]
-            x = _by_pairs(acc, scale, BLOCK_I, CP, BLOCK_J, C, w_ptr.dtype.element_ty)  # [(i j), (p q)]
+            # the scale of each element of the accumulator, in its layout (read after the loop: no registers held)
+            tile_scale = _pair_scale(cnt_b, stride_ci, stride_cj, row_i[:, None], col_j[None, :],
+                                     (row_i < N)[:, None] & (col_j < N)[None, :], S, EPS, HAS_COUNTS)
+            x = _by_pairs((acc * tile_scale).to(w_ptr.dtype.element_ty), BLOCK_I, CP, BLOCK_J, C)  # [(i j), (p q)]
             x_t = tl.trans(x)  # [(p q), (i j)]
             offs_k = part * CP * C + tl.arange(0, CP * C)  # out_proj's columns (p q) of this pass
             tl.debug_barrier()  # the workspace: every thread's reads and writes of the last pass are done
@@ -112,24 +115,22 @@ def _outer_products(acc, a_rows, row_ok, b_cols, col_ok, S, stride_s, BLOCK_S: t
 @triton.jit
 def _pair_scale(cnt_ptr, stride_ci, stride_cj, out_i, out_j, pair_ok, S, EPS: tl.constexpr,
                 HAS_COUNTS: tl.constexpr):
-    """The normalization's factor of each (i, j) pair [PAIRS] float32: 1 / (EPS + count) for af2 (EPS > 0),
-    else 1 / max(count, 1); the count is S without a mask."""
+    """The normalization's factor of the pairs (out_i, out_j) (any shape; float32): 1 / (EPS + count) for af2
+    (EPS > 0), else 1 / max(count, 1); the count is S without a mask."""
     if HAS_COUNTS:
         count = tl.load(cnt_ptr + out_i.to(tl.int64) * stride_ci + out_j.to(tl.int64) * stride_cj, mask=pair_ok,
                         other=1.0)
     else:
-        count = tl.zeros(out_i.shape, dtype=tl.float32) + S
+        count = tl.zeros(pair_ok.shape, dtype=tl.float32) + S
     if EPS > 0:
         return 1.0 / (EPS + count)
     return 1.0 / tl.maximum(count, 1.0)
 
 
 @triton.jit
-def _by_pairs(acc, scale, BLOCK_I: tl.constexpr, CP: tl.constexpr, BLOCK_J: tl.constexpr, C: tl.constexpr, dtype):
-    """acc [(i p), (j q)] times the pairs' scale [(i j)], in `dtype` (scaled and cast before the rearrangement,
-    which goes through shared memory), rearranged to [(i j), (p q)]."""
-    x = tl.reshape(acc, (BLOCK_I, CP, BLOCK_J, C)) * tl.reshape(scale, (BLOCK_I, BLOCK_J))[:, None, :, None]
-    return tl.reshape(tl.permute(x.to(dtype), (0, 2, 1, 3)), (BLOCK_I * BLOCK_J, CP * C))
+def _by_pairs(x, BLOCK_I: tl.constexpr, CP: tl.constexpr, BLOCK_J: tl.constexpr, C: tl.constexpr):
+    """x [(i p), (j q)] rearranged to [(i j), (p q)] (through shared memory: x comes in the operands' dtype)."""
+    return tl.reshape(tl.permute(tl.reshape(x, (BLOCK_I, CP, BLOCK_J, C)), (0, 2, 1, 3)), (BLOCK_I * BLOCK_J, CP * C))
 
 
 @triton.jit
