@@ -22,12 +22,10 @@ def _configs(tiles) -> list[triton.Config]:
 # By operand width in bytes: (PASSES per 32 channels p, BLOCK_I, BLOCK_J, BLOCK_S, BLOCK_R, num_warps,
 # num_stages). PASSES is given per 32 channels: the kernel scales it to the call's C, rounding up.
 CONFIGS = {
-    2: _configs(((2, 8, 8, 64, 64, 8, 3), (2, 8, 8, 32, 64, 8, 4), (4, 16, 8, 64, 64, 8, 3), (4, 8, 8, 32, 32, 8, 3),
-                 (1, 4, 8, 32, 32, 8, 2), (4, 16, 16, 32, 64, 8, 3), (1, 8, 16, 32, 32, 8, 2), (1, 16, 32, 32, 32, 8, 2),
-                 (8, 16, 4, 32, 32, 8, 2))),
-    # float32 operands (3xTF32 products) take three times the shared memory of their stages
-    4: _configs(((4, 8, 8, 16, 32, 8, 2), (2, 8, 4, 16, 32, 4, 2), (4, 8, 8, 32, 32, 8, 2), (8, 16, 4, 16, 32, 8, 2),
-                 (1, 8, 8, 16, 32, 4, 2))),
+    2: _configs(((2, 8, 8, 32, 64, 8, 3), (2, 8, 8, 64, 64, 8, 2), (4, 16, 8, 32, 64, 8, 3), (4, 8, 8, 32, 32, 8, 3),
+                 (1, 4, 8, 32, 32, 8, 2), (1, 8, 16, 32, 32, 8, 2), (1, 16, 32, 32, 32, 8, 2), (8, 16, 4, 32, 32, 8, 2))),
+    # float32 operands (3xTF32 products) take about three times the shared memory of their stages
+    4: _configs(((4, 8, 8, 16, 32, 8, 2), (2, 8, 4, 16, 32, 4, 2), (8, 16, 4, 16, 32, 8, 2), (1, 8, 8, 16, 32, 4, 2))),
 }
 INTERPRETER_CONFIG = triton.Config({"PASSES_PER_32": 2, "BLOCK_I": 4, "BLOCK_J": 4, "BLOCK_S": 16, "BLOCK_R": 16,
                                     "GROUP_I": 2}, num_warps=1, num_stages=1)
@@ -50,9 +48,10 @@ def fits(config: triton.Config, C: int, element_size: int) -> bool:
     pairs = kw["BLOCK_I"] * kw["BLOCK_J"]
     if min(rows, cols, pairs, kw["BLOCK_R"], C * C // p) < 16 or rows * cols > ACCUMULATOR_LIMIT:
         return False
-    # the main loop's operand stages (float32's split in three), and the rearrangement of the accumulator
+    # the main loop's operand stages (float32's split in three), and the float32 accumulator's rearrangement
+    # (as read from the compiler's shared-memory requirement on sm_90)
     stages = (rows + cols) * kw["BLOCK_S"] * element_size * max(1, config.num_stages)
-    shared = stages * (3 if element_size == 4 else 1) + rows * cols * element_size
+    shared = stages * (3 if element_size == 4 else 1) + rows * cols * 4
     return shared <= SHARED_LIMIT
 
 

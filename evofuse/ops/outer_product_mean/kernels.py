@@ -67,10 +67,8 @@ def opm_forward_kernel(
             acc = tl.zeros((BLOCK_I * CP, BLOCK_J * C), dtype=tl.float32)
             acc = _outer_products(acc, a_rows + part * CP, row_i < N, b_cols, col_j < N, S, stride_xs, BLOCK_S,
                                   PRECISION)  # [(i p), (j q)]
-            # the scale of each element of the accumulator, in its layout (read after the loop: no registers held)
-            tile_scale = _pair_scale(cnt_b, stride_ci, stride_cj, row_i[:, None], col_j[None, :],
-                                     (row_i < N)[:, None] & (col_j < N)[None, :], S, EPS, HAS_COUNTS)
-            x = _by_pairs((acc * tile_scale).to(w_ptr.dtype.element_ty), BLOCK_I, CP, BLOCK_J, C)  # [(i j), (p q)]
+            x = _by_pairs(acc, BLOCK_I, CP, BLOCK_J, C) * scale[:, None]  # [(i j), (p q)] float32
+            x = x.to(w_ptr.dtype.element_ty)
             x_t = tl.trans(x)  # [(p q), (i j)]
             offs_k = part * CP * C + tl.arange(0, CP * C)  # out_proj's columns (p q) of this pass
             tl.debug_barrier()  # the workspace: every thread's reads and writes of the last pass are done
@@ -129,7 +127,7 @@ def _pair_scale(cnt_ptr, stride_ci, stride_cj, out_i, out_j, pair_ok, S, EPS: tl
 
 @triton.jit
 def _by_pairs(x, BLOCK_I: tl.constexpr, CP: tl.constexpr, BLOCK_J: tl.constexpr, C: tl.constexpr):
-    """x [(i p), (j q)] rearranged to [(i j), (p q)] (through shared memory: x comes in the operands' dtype)."""
+    """x [(i p), (j q)] rearranged to [(i j), (p q)] (through shared memory)."""
     return tl.reshape(tl.permute(tl.reshape(x, (BLOCK_I, CP, BLOCK_J, C)), (0, 2, 1, 3)), (BLOCK_I * BLOCK_J, CP * C))
 
 
