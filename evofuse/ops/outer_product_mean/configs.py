@@ -31,7 +31,7 @@ INTERPRETER_CONFIG = triton.Config({"PASSES_PER_32": 2, "BLOCK_I": 4, "BLOCK_J":
                                     "GROUP_I": 2}, num_warps=1, num_stages=1)
 
 ACCUMULATOR_LIMIT = 128 * 256  # float32 elements of the first product's accumulator (8 warps, no spills)
-SHARED_LIMIT = 227 * 1024  # bytes of shared memory a program may take (sm_90)
+SHARED_LIMIT = 220 * 1024  # bytes of shared memory a program may take (sm_90 allows 227 KB; a margin)
 
 
 def passes(config: triton.Config, C: int) -> int:
