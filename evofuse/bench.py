@@ -176,7 +176,7 @@ def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | Non
     for name, dt, build in implementations(case, dtypes):
         if peers is not None and not name.startswith("evofuse") and name not in peers:
             continue
-        if train and name.endswith("CUDA graph"):  # forward replay only (training: reduce-overhead)
+        if train and (name.endswith("CUDA graph") or name.endswith("reduce-overhead")):  # forward rows only
             continue
         row = {"case": case.name, "impl": name, "dtype": dt, "mode": "fwd+bwd" if train else "fwd"}
         t0 = time.time()

@@ -158,7 +158,7 @@ def test_compile_training_matches_eager(mode):
         torch.compiler.cudagraph_mark_step_begin()
         zo = fn(m, z, mask)
         zo.square().sum().backward()
-        outs.append((zo.detach().clone(), m.grad, z.grad, [p.grad.clone() for p in block.parameters()]))
+        outs.append((zo.detach().clone(), m.grad.clone(), z.grad.clone(), [p.grad.clone() for p in block.parameters()]))
     for got in outs[1:]:
         for a, b in zip(got[:3], outs[0][:3]):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
