@@ -1,4 +1,4 @@
-"""Choosing the path for a call (SPEC 5): the Triton kernels or the PyTorch reference."""
+"""Choosing the path for a call: the Triton kernels or the PyTorch reference."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Input validation shared by the functional API and the modules (SPEC 4)."""
+"""Input validation shared by the functional API and the modules."""
 
 from __future__ import annotations
 

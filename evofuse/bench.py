@@ -1,4 +1,4 @@
-"""`evofuse bench`: evofuse against every importable peer (SPEC 6-7), forward and forward+backward.
+"""`evofuse bench`: evofuse against every importable peer, forward and forward+backward.
 
 Each (case, implementation) row gets the median time of `triton.testing.do_bench` and the peak
 memory allocated beyond the inputs and parameters. A peer that fails or runs out of memory is kept
@@ -123,6 +123,7 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
         return run
 
     def compiled(mod):
+        torch.compiler.reset()  # a fresh compile per row: the same function's recompiles would hit dynamo's limit
         fn = torch.compile(reference_fn, dynamic=False)
         return lambda *x: fn(*x, *params(mod))
 

@@ -23,7 +23,7 @@ _ATT_LINEARS = ("layer_norm", "query", "key", "value", "gate", "out_proj", "pair
 
 
 class OuterProductMean(nn.Module):
-    """Outer Product Mean (SPEC 1): (B, S, N, msa_dim) MSA -> (B, N, N, pair_dim) pair update.
+    """Outer Product Mean: (B, S, N, msa_dim) MSA -> (B, N, N, pair_dim) pair update.
 
     Args:
         msa_dim, pair_dim, hidden_dim: D, the output width and c.
@@ -57,7 +57,7 @@ class OuterProductMean(nn.Module):
 
 
 class MSARowAttentionWithPairBias(nn.Module):
-    """MSA row attention with pair bias and gating (SPEC 2): (B, S, N, D) -> (B, S, N, D).
+    """MSA row attention with pair bias and gating: (B, S, N, D) -> (B, S, N, D).
 
     Args:
         msa_dim, pair_dim, num_heads: D, P and h; head_dim = D // h (D must divide).

@@ -1,4 +1,4 @@
-"""The numerics contract of SPEC 3, as code: the error measure and the bound for a path."""
+"""The numerics contract, as code: the error measure and the bound for a path."""
 
 from __future__ import annotations
 

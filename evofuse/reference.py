@@ -1,4 +1,4 @@
-"""The two operations of SPEC 1-2 in plain PyTorch.
+"""The two operations in plain PyTorch.
 
 This module is the single definition of what evofuse computes: the tests and benchmarks import it,
 the float64 evaluations that the numerics contract is checked against run through it, and it is the
@@ -37,7 +37,7 @@ def outer_product_mean_reference(
     out_proj_bias: torch.Tensor,
     normalization: str = "seed",
 ) -> torch.Tensor:
-    """Outer Product Mean, SPEC 1, written as the definition.
+    """Outer Product Mean, written as the definition.
 
     msa_repr (B, S, N, D) float; msa_mask (B, S, N) 0/1 or None; proj weights (c, D), out_proj weight
     (pair_dim, c*c). Returns (B, N, N, pair_dim) in msa_repr's dtype. Materializes the
@@ -105,7 +105,7 @@ def msa_row_attention_reference(
     dropout: float = 0.0,
     training: bool = False,
 ) -> torch.Tensor:
-    """MSA row attention with pair bias, SPEC 2, written as the definition.
+    """MSA row attention with pair bias, written as the definition.
 
     msa_repr (B, S, N, D); pair_repr (B, N, N, P); msa_mask (B, S, N) or None; the q/k/v/gate/out
     weights (D, D), pair_bias weight (num_heads, P). Returns (B, S, N, D) in msa_repr's dtype.

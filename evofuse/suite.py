@@ -1,4 +1,4 @@
-"""The benchmark and check suite of SPEC 6, and seeded random modules and inputs for it."""
+"""The benchmark and check suite (the shapes of the AF2 trunks), and seeded random modules and inputs for it."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def random_mask(B, S, N, kind: str, seed: int) -> torch.Tensor | None:
 
 
 def assert_contract(out, exact, dtype, precision="default", lowp_ref=None, ref_fp32=None, what="output"):
-    """SPEC 3 for one tensor: `exact` is the float64 reference, `lowp_ref` the reference run in a
+    """The numerics contract for one tensor: `exact` is the float64 reference, `lowp_ref` the reference run in a
     16-bit dtype, `ref_fp32` the reference in float32 (for the allclose condition)."""
     assert out.dtype == dtype, f"{what}: dtype {out.dtype}, expected {dtype}"
     assert out.shape == exact.shape, f"{what}: shape {tuple(out.shape)}, expected {tuple(exact.shape)}"
@@ -79,7 +79,7 @@ ZERO_GRADS = {"key.bias": "key.weight", "pair_bias.bias": "pair_bias.weight"}
 
 
 def compare(got, exact, dtype, lowp=None):
-    """SPEC 3 for every gradient in `got` against the float64 ones in `exact`."""
+    """The numerics contract for every gradient in `got` against the float64 ones in `exact`."""
     for name, g in got.items():
         if name in ZERO_GRADS and exact[name].norm() < 1e-9 * exact[ZERO_GRADS[name]].norm():
             # exactly 0 in exact arithmetic (softmax ignores a constant per row): the contract with the

@@ -1,4 +1,4 @@
-"""The seed's modules, written from their definitions in SPEC 1-2 (not from evofuse's code), so that
+"""The seed's modules, written from the published module definitions (not from evofuse's code), so that
 the tests can load their state_dicts into evofuse and compare."""
 
 import math

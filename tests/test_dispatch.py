@@ -1,4 +1,4 @@
-"""SPEC 5: EVOFUSE_IMPL and the per-call / per-module override choose the path."""
+"""EVOFUSE_IMPL and the per-call / per-module override choose the path."""
 
 import pytest
 import torch
