@@ -28,21 +28,54 @@ def _layer_norm_linear_kernel(
     M, D, K, eps,
     K_BUCKET,  # autotuning key only
     HAS_MASK: tl.constexpr,
+    WHOLE_ROW: tl.constexpr,  # BLOCK_D >= D: the rows normalized once, every output column by this program
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    BLOCK_D: tl.constexpr,  # a chunk of the row; one chunk when BLOCK_D >= D
+    BLOCK_D: tl.constexpr,  # the row, or a chunk of it
     PRECISION: tl.constexpr,
 ):
-    """A tile of BLOCK_M rows and BLOCK_K output columns: the rows' mean and variance in float32 (two
-    passes over the chunks of D), then the product of the normalized rows with W's columns chunk by chunk."""
+    """BLOCK_M rows: their mean and variance in float32, then the product of the normalized rows with W. A row
+    that fits one chunk is loaded and normalized once and multiplied by all of W, BLOCK_K columns a step;
+    a longer one is read in chunks, twice for its moments and once more for the product, by each program
+    of a BLOCK_K block of columns."""
     pid_m = tl.program_id(0)
-    pid_k = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
-    offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]
     m_ok = offs_m < M
-    k_ok = offs_k < K
     x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm  # [BLOCK_M, 1]
+    if WHOLE_ROW:
+        offs_d = tl.arange(0, BLOCK_D)
+        d_ok = offs_d < D
+        ok = m_ok[:, None] & d_ok[None, :]
+        x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=ok, other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_D]
+        mean = tl.sum(x, axis=1) / D
+        xc = tl.where(ok, x - mean[:, None], 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
+        xn = _affine(xc * rstd[:, None], lnw_ptr, lnb_ptr, offs_d, d_ok).to(w_ptr.dtype.element_ty)
+        for k0 in range(0, K, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            w = tl.load(w_ptr + offs_k[None, :] * stride_wk + offs_d[:, None] * stride_wd,
+                        mask=(offs_k < K)[None, :] & d_ok[:, None], other=0.0)  # [BLOCK_D, BLOCK_K]
+            acc = tl.dot(xn, w, input_precision=PRECISION)  # [BLOCK_M, BLOCK_K]
+            _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_ym, stride_yk, HAS_MASK)
+    else:
+        mean, rstd = _moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M, BLOCK_D)
+        offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+        acc = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+        for d0 in range(0, D, BLOCK_D):
+            offs_d = d0 + tl.arange(0, BLOCK_D)
+            d_ok = offs_d < D
+            x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+            xn = _affine((x.to(tl.float32) - mean[:, None]) * rstd[:, None], lnw_ptr, lnb_ptr, offs_d, d_ok)
+            w = tl.load(w_ptr + offs_k[None, :] * stride_wk + offs_d[:, None] * stride_wd,
+                        mask=(offs_k < K)[None, :] & d_ok[:, None], other=0.0)  # [BLOCK_D, BLOCK_K]
+            acc = tl.dot(xn.to(w.dtype), w, acc, input_precision=PRECISION)  # [BLOCK_M, BLOCK_K]
+        _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_ym, stride_yk, HAS_MASK)
 
+
+@triton.jit
+def _moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The rows' mean and 1 / sqrt(variance + eps) in float32, over chunks of BLOCK_D (the variance about
+    the mean, in a second pass)."""
     mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for d0 in range(0, D, BLOCK_D):
         offs_d = d0 + tl.arange(0, BLOCK_D)
@@ -56,20 +89,23 @@ def _layer_norm_linear_kernel(
         x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=ok, other=0.0)
         xc = tl.where(ok, x.to(tl.float32) - mean[:, None], 0.0)  # [BLOCK_M, BLOCK_D]
         var += tl.sum(xc * xc, axis=1)
-    rstd = 1.0 / tl.sqrt(var / D + eps)
+    return mean, 1.0 / tl.sqrt(var / D + eps)
 
-    acc = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
-    for d0 in range(0, D, BLOCK_D):
-        offs_d = d0 + tl.arange(0, BLOCK_D)
-        d_ok = offs_d < D
-        x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
-        lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-        lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-        xn = (x.to(tl.float32) - mean[:, None]) * rstd[:, None] * lnw[None, :] + lnb[None, :]  # [BLOCK_M, BLOCK_D]
-        w = tl.load(w_ptr + offs_k[None, :] * stride_wk + offs_d[:, None] * stride_wd,
-                    mask=k_ok[None, :] & d_ok[:, None], other=0.0)  # [BLOCK_D, BLOCK_K]
-        acc = tl.dot(xn.to(w.dtype), w, acc, input_precision=PRECISION)  # [BLOCK_M, BLOCK_K]
 
+@triton.jit
+def _affine(xhat, lnw_ptr, lnb_ptr, offs_d, d_ok):
+    """The LayerNorm's weight and bias applied to normalized rows xhat [rows, chunk] (float32)."""
+    lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    return xhat * lnw[None, :] + lnb[None, :]
+
+
+@triton.jit
+def _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_ym, stride_yk,
+           HAS_MASK: tl.constexpr):
+    """acc [rows, columns] plus the bias, times the rows' mask, stored in y's dtype."""
+    k_ok = offs_k < K
+    m_ok = offs_m < M
     acc += tl.load(bias_ptr + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
     if HAS_MASK:
         acc *= tl.load(m_ptr + offs_m.to(tl.int64) * stride_mm, mask=m_ok, other=0).to(tl.float32)[:, None]
@@ -84,6 +120,7 @@ CONFIGS = [
     for bm, bk, warps, stages in ((64, 64, 4, 2), (128, 64, 8, 2), (64, 128, 4, 2), (128, 128, 8, 2), (32, 64, 4, 2))
 ]
 INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 16, "BLOCK_K": 16}, num_warps=1, num_stages=1)
+MAX_BLOCK_D = 256  # the longest 16-bit row a program holds whole (float32: half)
 
 
 def _keep(config: triton.Config, K: int, BLOCK_D: int, element_size: int) -> bool:
@@ -102,7 +139,7 @@ def _prune(configs, named_args, **kwargs):
 
 @functools.cache
 def _tuned():
-    return triton.autotune(CONFIGS, key=["K_BUCKET", "D", "HAS_MASK", "PRECISION"],
+    return triton.autotune(CONFIGS, key=["K_BUCKET", "D", "HAS_MASK", "WHOLE_ROW", "PRECISION"],
                            prune_configs_by={"early_config_prune": _prune})(_layer_norm_linear_kernel)
 
 
@@ -123,15 +160,16 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
     if M == 0 or K == 0:
         return y.view(*lead, K)
     mask_rows = rows if mask is None else mask.reshape(-1)
-    block_d = min(next_pow2(D), 128 if x.dtype == torch.float32 else 256)
-    block_d = max(block_d, 16)
+    block_d = max(16, min(next_pow2(D), MAX_BLOCK_D // x.element_size() * 2))
+    whole_row = block_d >= D
 
     def grid(meta):
-        return cdiv(M, meta["BLOCK_M"]), cdiv(K, meta["BLOCK_K"])
+        return cdiv(M, meta["BLOCK_M"]), 1 if whole_row else cdiv(K, meta["BLOCK_K"])
 
     _tuned()[grid](rows, *rows.stride(), ln_weight, ln_bias, weight, *weight.stride(), bias, mask_rows,
                    0 if mask is None else mask_rows.stride(0), y, *y.stride(), M, D, K, LAYER_NORM_EPS, bucket(K),
-                   HAS_MASK=mask is not None, BLOCK_D=block_d, PRECISION=dot_precision(x.dtype, precision))
+                   HAS_MASK=mask is not None, WHOLE_ROW=whole_row, BLOCK_D=block_d,
+                   PRECISION=dot_precision(x.dtype, precision))
     return y.view(*lead, K)
 
 
