@@ -302,3 +302,34 @@ def attention_dz_kernel(
         _, ds = _probabilities_grad(q, k, v, do, z, keep, lse, delta, qk_scale, MASKED, HAS_MASK, PRECISION)
         dz += tl.where(ij_ok, ds, 0.0)
     tl.store(dz_ptr + z_off, dz, mask=ij_ok)
+
+
+@triton.jit
+def gate_backward_kernel(
+    dgated_ptr, o_ptr, stride_m,  # the gated output's gradient and the un-gated output: (M, D) rows, channel stride 1
+    g_ptr, dg_ptr, stride_g,  # the gate's pre-activation and, out, its gradient: rows of stride_g (qkvg's last D)
+    do_ptr, gated_ptr,  # out: the un-gated output's gradient and the gated output, (M, D) like o
+    delta_ptr, stride_dm,  # out: rowsum(do * o) per head, (M, h) float32
+    M, D, HEAD_DIM,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,  # the head dimension rounded up to a power of two
+):
+    """For a block of rows and one head, from out = o * sigmoid(g): do = dgated * sigmoid(g), the gate's
+    gradient dgated * o * sigmoid'(g), the gated output (out_proj's weight gradient takes it) and delta,
+    the per-head row sum of do * o (do as stored), all in one pass over the rows."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
+    h = tl.program_id(1)
+    offs_e = h * HEAD_DIM + tl.arange(0, BLOCK_D)  # [BLOCK_D]
+    ok = (offs_m < M)[:, None] & (tl.arange(0, BLOCK_D) < HEAD_DIM)[None, :]
+    rows = offs_m.to(tl.int64)[:, None]
+    tile = rows * stride_m + offs_e[None, :]  # [BLOCK_M, BLOCK_D]
+    dgated = tl.load(dgated_ptr + tile, mask=ok, other=0.0).to(tl.float32)
+    o = tl.load(o_ptr + tile, mask=ok, other=0.0).to(tl.float32)
+    sg = tl.sigmoid(tl.load(g_ptr + rows * stride_g + offs_e[None, :], mask=ok, other=0.0).to(tl.float32))
+    do = (dgated * sg).to(do_ptr.dtype.element_ty)
+    tl.store(do_ptr + tile, do, mask=ok)
+    tl.store(gated_ptr + tile, (o * sg).to(gated_ptr.dtype.element_ty), mask=ok)
+    tl.store(dg_ptr + rows * stride_g + offs_e[None, :], (dgated * o * sg * (1.0 - sg)).to(dg_ptr.dtype.element_ty),
+             mask=ok)
+    tl.store(delta_ptr + offs_m.to(tl.int64) * stride_dm + h, tl.sum(do.to(tl.float32) * o, axis=1),
+             mask=offs_m < M)

@@ -5,9 +5,9 @@ own, `evofuse::msa_row_attention_core_backward`, so that torch.compile traces ar
 Forward: LayerNorm and the q, k, v, gate projections in one kernel (`layer_norm_linear`, one (B, S, N, 4D)
 output), the pair bias (B, h, N, N) once per batch element by cuBLAS, the attention core
 (`kernels.attention_forward_kernel`), out_proj by cuBLAS. No (S, h, N, N) tensor exists.
-Backward: out_proj's and the gate's gradients by PyTorch; the core's three kernels (dq, dk and dv, the pair
-bias's gradient summed over the MSA rows in a fixed order); then `layer_norm_linear_backward` and the pair
-bias projection's gradients.
+Backward: out_proj's gradients by cuBLAS; the gate's in one pass (`kernels.gate_backward_kernel`), then the
+core's three kernels (dq, dk and dv, the pair bias's gradient summed over the MSA rows in a fixed order);
+then `layer_norm_linear_backward` and the pair bias projection's gradients.
 """
 
 from __future__ import annotations
@@ -24,7 +24,13 @@ from ..._runtime import bucket, cdiv, dot_precision, next_pow2
 from ...reference import MASK_LOGIT
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
 from . import configs
-from .kernels import attention_dkdv_kernel, attention_dq_kernel, attention_dz_kernel, attention_forward_kernel
+from .kernels import (
+    attention_dkdv_kernel,
+    attention_dq_kernel,
+    attention_dz_kernel,
+    attention_forward_kernel,
+    gate_backward_kernel,
+)
 
 MAX_HEAD_DIM = 128
 
@@ -104,17 +110,25 @@ def _(msa_repr, pair_repr, msa_mask, *params_and_options):
 
 
 @torch.library.custom_op("evofuse::msa_row_attention_core_backward", mutates_args=())
-def core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, do: Tensor, lse: Tensor, delta: Tensor,
-                     dg: Tensor, num_heads: int, precision: str) -> tuple[Tensor, Tensor]:
-    """(d_qkvg (B, S, N, 4D), dz (B, h, N, N) float32): the attention core's gradients for do, the un-gated
-    output's gradient (B, S, N, D), from the forward's statistics lse (2, B, S, N, h) and delta = rowsum(do * o)
-    (B, S, N, h), both float32; dg (B, S, N, D), the gate's gradient, is copied into d_qkvg's last D channels."""
+def core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, d_gated: Tensor, o: Tensor, lse: Tensor,
+                     num_heads: int, precision: str) -> tuple[Tensor, Tensor, Tensor]:
+    """(d_qkvg (B, S, N, 4D), dz (B, h, N, N) float32, gated (B, S, N, D)): the gradients of the projections
+    and of the pair bias for d_gated, the gradient of the gated attention output (B, S, N, D), from the
+    forward's projections, un-gated output o and statistics lse (2, B, S, N, h); and the gated output, which
+    out_proj's weight gradient takes."""
     B, S, N, D4 = qkvg.shape
     D = D4 // 4
     h = num_heads
     d = D // h
+    M = B * S * N
     d_qkvg = torch.empty_like(qkvg)
-    d_qkvg[..., 3 * D:] = dg
+    do = torch.empty_like(o)
+    gated = torch.empty_like(o)
+    delta = torch.empty(B, S, N, h, dtype=torch.float32, device=o.device)  # rowsum(do * o) per head
+    rows_per_program = 32
+    gate_backward_kernel[(cdiv(M, rows_per_program), h)](
+        d_gated, o, D, qkvg[..., 3 * D:], d_qkvg[..., 3 * D:], 4 * D, do, gated, delta, h, M, D, d,
+        BLOCK_M=rows_per_program, BLOCK_D=max(16, next_pow2(d)))
     dz = torch.empty(z.shape, dtype=torch.float32, device=z.device)
     consts = _constants(qkvg, msa_mask, h, precision)
     common = (qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(msa_mask, qkvg), do, *do.stride()[:3], lse, delta,
@@ -127,12 +141,12 @@ def core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, do: Tenso
         *common, d_qkvg[..., D:], *d_qkvg.stride()[:3], *sizes, 1 / math.sqrt(d), bucket(N), **consts)
     dz_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)](
         *common, dz, *sizes, bucket(N), **consts)
-    return d_qkvg, dz
+    return d_qkvg, dz, gated
 
 
 @core_backward_op.register_fake
-def _(qkvg, z, msa_mask, do, lse, delta, dg, num_heads, precision):
-    return torch.empty_like(qkvg), z.new_empty(z.shape, dtype=torch.float32)
+def _(qkvg, z, msa_mask, d_gated, o, lse, num_heads, precision):
+    return torch.empty_like(qkvg), z.new_empty(z.shape, dtype=torch.float32), torch.empty_like(o)
 
 
 def _setup_context(ctx, inputs, output):
@@ -150,18 +164,14 @@ def _backward(ctx, grad_out, *_):
     B, S, N, D = msa_repr.shape
     h = ctx.num_heads
     dtype = msa_repr.dtype
-    sg = torch.sigmoid(qkvg[..., 3 * D:].float())
-    gated = (o.float() * sg).to(dtype)
-    d_wo = grad_out.reshape(-1, D).t() @ gated.reshape(-1, D) if needs[13] else None
     d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs[14] else None
-    if not (needs[0] or needs[1] or any(needs[3:13]) or needs[15] or needs[16]):
+    if not (needs[0] or needs[1] or any(needs[3:13]) or needs[15] or needs[16]):  # out_proj's alone
+        gated = (o.float() * torch.sigmoid(qkvg[..., 3 * D:].float())).to(dtype)
+        d_wo = grad_out.reshape(-1, D).t() @ gated.reshape(-1, D) if needs[13] else None
         return (None,) * 13 + (d_wo, d_bo, None, None, None, None, None)
 
-    d_gated = (grad_out @ wo).float()  # (B, S, N, D)
-    do = (d_gated * sg).to(dtype)  # the un-gated attention output's gradient
-    dg = (d_gated * o.float() * sg * (1 - sg)).to(dtype)  # the gate's (before its sigmoid)
-    delta = (do.float() * o.float()).view(B, S, N, h, D // h).sum(-1)  # (B, S, N, h)
-    d_qkvg, dz = core_backward_op(qkvg, z, mask, do, lse, delta, dg, h, ctx.precision)
+    d_qkvg, dz, gated = core_backward_op(qkvg, z, mask, grad_out @ wo, o, lse, h, ctx.precision)
+    d_wo = grad_out.reshape(-1, D).t() @ gated.reshape(-1, D) if needs[13] else None
 
     dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(
         msa_repr, lnw, lnb, torch.cat([wq, wk, wv, wg]), d_qkvg,
