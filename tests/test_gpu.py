@@ -22,7 +22,7 @@ DTYPES = [torch.float32, torch.bfloat16]
 @pytest.fixture
 def one_config(monkeypatch):
     """Makes each kernel take the given config alone (the cached autotuned kernels rebuilt around it)."""
-    def use(opm=None, forward=None, backward=None, linear=None):
+    def use(opm=None, forward=None, backward=None, linear=None, dx=None):
         if opm is not None:
             width, config = opm
             monkeypatch.setattr(opm_configs, "CONFIGS", {width: [config]})
@@ -33,11 +33,15 @@ def one_config(monkeypatch):
             monkeypatch.setattr(att_configs, "BACKWARD_CONFIGS", [backward])
         if linear is not None:
             monkeypatch.setattr(layer_norm_linear, "CONFIGS", [linear])
+        if dx is not None:
+            monkeypatch.setattr(opm_configs, "DX_CONFIGS", [dx])
         opm_op._tuned.cache_clear()
+        opm_op._tuned_dx.cache_clear()
         att_op._kernels.cache_clear()
         layer_norm_linear._tuned.cache_clear()
     yield use
     opm_op._tuned.cache_clear()
+    opm_op._tuned_dx.cache_clear()
     att_op._kernels.cache_clear()
     layer_norm_linear._tuned.cache_clear()
 
@@ -64,6 +68,13 @@ def test_every_opm_config(dtype, index, c, one_config):
         pytest.skip("the predicate drops this config here")
     one_config(opm=(dtype.itemsize, cfg))
     _opm_check(dtype, c)
+
+
+@pytest.mark.parametrize("index", range(len(opm_configs.DX_CONFIGS)))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_opm_backward_config(index, dtype, one_config):
+    one_config(dx=opm_configs.DX_CONFIGS[index])
+    _opm_check(dtype, 16)
 
 
 @pytest.mark.parametrize("index", range(len(att_configs.FORWARD_CONFIGS)))

@@ -79,3 +79,24 @@ def workspace_slot(R: int, C: int, element_size: int) -> int:
     slots = [-(-R // cfg.kwargs["BLOCK_R"]) * cfg.kwargs["BLOCK_R"] * cfg.kwargs["BLOCK_I"] * cfg.kwargs["BLOCK_J"]
              for cfg in candidates(C, element_size) if passes(cfg, C) > 1]
     return max(slots, default=0)
+
+
+# The backward's dX kernel: (BLOCK_I, BLOCK_J, BLOCK_K, BLOCK_R, num_warps, num_stages)
+DX_CONFIGS = [triton.Config({"BLOCK_I": bi, "BLOCK_J": bj, "BLOCK_K": bk, "BLOCK_R": br}, num_warps=warps,
+                            num_stages=stages)
+              for bi, bj, bk, br, warps, stages in ((8, 8, 128, 64, 8, 3), (4, 16, 128, 32, 4, 3), (8, 8, 64, 64, 4, 3),
+                                                    (4, 4, 64, 32, 4, 2))]
+DX_INTERPRETER_CONFIG = triton.Config({"BLOCK_I": 4, "BLOCK_J": 4, "BLOCK_K": 16, "BLOCK_R": 16}, num_warps=1,
+                                      num_stages=1)
+
+
+def dx_candidates(C: int) -> list[triton.Config]:
+    """The dX kernel's configs for hidden_dim C (a block of (p q) no wider than C*C)."""
+    if interpreting():
+        return [DX_INTERPRETER_CONFIG]
+    kept = [cfg for cfg in DX_CONFIGS if cfg.kwargs["BLOCK_K"] <= C * C] or DX_CONFIGS[-1:]
+    return kept if autotune_enabled() else kept[:1]
+
+
+def dx_prune(configs, named_args, **kwargs):
+    return dx_candidates(kwargs["C"])

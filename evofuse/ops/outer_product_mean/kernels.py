@@ -139,3 +139,44 @@ def _grouped(tile, n_i, n_j, GROUP_I: tl.constexpr):
     first_i = group * GROUP_I
     size = tl.minimum(n_i - first_i, GROUP_I)
     return first_i + (tile % (GROUP_I * n_j)) % size, (tile % (GROUP_I * n_j)) // size
+
+
+@triton.jit
+def opm_dx_kernel(
+    gs_ptr, stride_gb, stride_gi, stride_gj, stride_gr,  # the scaled output gradient Gs: (B, n, N, R)
+    w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C)
+    dx_ptr, stride_db, stride_dr, stride_dc,  # out: dX (B, n*C, N*C), row (i p), column (j q)
+    n, N, R,
+    N_BUCKET,  # autotuning key only
+    C: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # columns (p q) of out_proj's weight a program
+    BLOCK_R: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """The backward's dX[(i p), (j q)] = sum_r Gs[i, j, r] W[r, (p q)] for a tile of (i, j) pairs and a block of
+    (p q), stored straight into the layout of the products with a and b that take it (no rearranging copy)."""
+    n_j = tl.cdiv(N, BLOCK_J)
+    tiles = tl.cdiv(n, BLOCK_I) * n_j
+    bb = (tl.program_id(0) // tiles).to(tl.int64)
+    tile = tl.program_id(0) % tiles
+    pair = tl.arange(0, BLOCK_I * BLOCK_J)
+    i = (tile // n_j) * BLOCK_I + pair // BLOCK_J  # [PAIRS]
+    j = (tile % n_j) * BLOCK_J + pair % BLOCK_J
+    pair_ok = (i < n) & (j < N)
+    offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]: (p q)
+    g_rows = gs_ptr + bb * stride_gb + i.to(tl.int64) * stride_gi + j.to(tl.int64) * stride_gj  # [PAIRS]
+    acc = tl.zeros((BLOCK_I * BLOCK_J, BLOCK_K), dtype=tl.float32)
+    for r0 in range(0, R, BLOCK_R):
+        offs_r = r0 + tl.arange(0, BLOCK_R)
+        r_ok = offs_r < R
+        g = tl.load(g_rows[:, None] + offs_r[None, :] * stride_gr, mask=pair_ok[:, None] & r_ok[None, :],
+                    other=0.0)  # [PAIRS, BLOCK_R]
+        w = tl.load(w_ptr + offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk, mask=r_ok[:, None],
+                    other=0.0)  # [BLOCK_R, BLOCK_K]
+        acc = tl.dot(g, w, acc, input_precision=PRECISION)  # [PAIRS, BLOCK_K]
+    rows = i.to(tl.int64)[:, None] * C + (offs_k // C)[None, :]  # [PAIRS, BLOCK_K]: (i p)
+    cols = j.to(tl.int64)[:, None] * C + (offs_k % C)[None, :]  # (j q)
+    tl.store(dx_ptr + bb * stride_db + rows * stride_dr + cols * stride_dc, acc.to(dx_ptr.dtype.element_ty),
+             mask=pair_ok[:, None])

@@ -6,9 +6,10 @@ contraction (`kernels.opm_forward_kernel`). The op also returns the masked proje
 backward takes instead of recomputing them.
 
 Backward, for blocks of output rows i (each block's N*N*c*c products at most BLOCK_BYTES, so that the
-whole never exists): with Gs the output gradient (times the per-pair factor for af2), the outer products'
-gradient dX = Gs W is rearranged to [(i p), (j q)] and gives da = b dX^T and db = a dX as batched cuBLAS
-products; out_proj's weight gradient sums Gs^T X over the blocks in float32, X recomputed from a and b.
+whole never exists): with Gs the output gradient times the per-pair factor, the outer products' gradient
+dX = Gs W comes from `kernels.opm_dx_kernel` already in the layout [(i p), (j q)] and gives da = b dX^T and
+db = a dX as batched cuBLAS products; out_proj's weight gradient sums Gs^T X over the blocks in float32, X
+recomputed from a and b.
 The projections' and the LayerNorm's gradients come from `layer_norm_linear_backward`.
 """
 
@@ -24,7 +25,7 @@ from ..._runtime import bucket, cdiv, dot_precision, multiprocessors
 from ...reference import AF2_EPS
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
 from . import configs
-from .kernels import opm_forward_kernel
+from .kernels import opm_dx_kernel, opm_forward_kernel
 
 FUSED_HIDDEN_DIMS = (8, 16, 32, 64)
 BLOCK_BYTES = 64 << 20  # the backward's outer products and their gradient, a block of rows i at a time
@@ -98,6 +99,26 @@ def _tuned():
                            prune_configs_by={"early_config_prune": configs.prune})(opm_forward_kernel)
 
 
+@functools.cache
+def _tuned_dx():
+    """The backward's dX kernel under Triton's autotuner (built on first use)."""
+    return triton.autotune(configs.DX_CONFIGS, key=["C", "R", "N_BUCKET", "PRECISION"],
+                           prune_configs_by={"early_config_prune": configs.dx_prune})(opm_dx_kernel)
+
+
+def _outer_products_grad(gs: Tensor, weight: Tensor, c: int, precision: str) -> Tensor:
+    """dX[b, (i p), (j q)] = sum_r gs[b, i, j, r] weight[r, p*c + q]: (B, n*c, N*c) in gs's dtype."""
+    B, n, N, R = gs.shape
+    dx = torch.empty(B, n * c, N * c, dtype=gs.dtype, device=gs.device)
+
+    def grid(meta):
+        return B * cdiv(n, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"]), cdiv(c * c, meta["BLOCK_K"])
+
+    _tuned_dx()[grid](gs, *gs.stride(), weight, *weight.stride(), dx, *dx.stride(), n, N, R, bucket(N), C=c,
+                      PRECISION=dot_precision(gs.dtype, precision))
+    return dx
+
+
 @outer_product_mean_op.register_fake
 def _(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight, proj_b_bias,
       out_proj_weight, out_proj_bias, normalization, precision):
@@ -107,20 +128,22 @@ def _(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, pro
 
 
 def _setup_context(ctx, inputs, output):
-    msa_repr, msa_mask, *params, normalization, _ = inputs
+    msa_repr, msa_mask, *params, normalization, precision = inputs
     ctx.save_for_backward(msa_repr, msa_mask, *params, output[1])
     ctx.normalization = normalization
+    ctx.precision = precision
 
 
 def _backward(ctx, grad_out, _grad_ab):
     msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, bo, ab = ctx.saved_tensors
     needs = ctx.needs_input_grad
     grads = outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab, grad_out,
-                                        ctx.normalization, needs[:10])
+                                        ctx.normalization, ctx.precision, needs[:10])
     return (*grads, None, None)
 
 
-def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab, grad_out, normalization, needs):
+def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab, grad_out, normalization, precision,
+                                needs):
     """Gradients for (msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
     proj_b_weight, proj_b_bias, out_proj_weight, out_proj_bias), None where `needs` is False (the mask's
     always). ab (B, S, N, 2c) are the forward's masked projections; grad_out (B, N, N, R)."""
@@ -129,9 +152,11 @@ def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab
     R = wo.shape[0]
     dtype = msa_repr.dtype
     scale = _pair_scale(mask, normalization, B, S, N, msa_repr.device)  # (B, N, N) float32
-    af2 = normalization == "af2"
-    gs = grad_out * scale[..., None].to(dtype) if af2 else grad_out  # the gradient of the linear's output
-    d_bo = gs.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs[9] else None
+    # every normalization's dX and dW take grad_out times the per-pair factor: "af2" scales the linear's
+    # output, the others its input; only the bias's gradient differs
+    gs = grad_out * scale[..., None].to(dtype)
+    d_bo = (gs if normalization == "af2" else grad_out).sum((0, 1, 2), dtype=torch.float32).to(dtype) \
+        if needs[9] else None
     need_ab = needs[0] or any(needs[2:8])
     if not (need_ab or needs[8]):
         return (None,) * 9 + (d_bo,)
@@ -148,18 +173,13 @@ def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab
         g = gs[:, i0:i0 + n]  # (B, n, N, R)
         a_rows = a[:, :, i0:i0 + n].reshape(B, S, n * c)  # [s, (i p)]
         if need_ab:
-            dx = torch.matmul(g, wo)  # (B, n, N, c*c): the gradient of the normalized outer products
-            if not af2:
-                dx = dx * scale[:, i0:i0 + n, :, None].to(dtype)
-            dx = dx.view(B, n, N, c, c).permute(0, 1, 3, 2, 4).reshape(B, n * c, N * c)  # [(i p), (j q)]
+            dx = _outer_products_grad(g, wo, c, precision)  # [(i p), (j q)]
             da[:, :, i0:i0 + n] = torch.bmm(b_flat, dx.transpose(1, 2)).view(B, S, n, c)
             db += torch.bmm(a_rows, dx)
         if needs[8]:
             x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, n*c, N*c): [(i p), (j q)]
-            x = x.view(B, n, c, N, c).permute(0, 1, 3, 2, 4).reshape(B, n, N, c * c)
-            if not af2:
-                x = x * scale[:, i0:i0 + n, :, None].to(dtype)
-            d_wo += (g.reshape(-1, R).t() @ x.reshape(-1, c * c)).float()
+            x = x.view(B, n, c, N, c).permute(0, 1, 3, 2, 4).reshape(B * n * N, c * c)  # [(i j), (p q)]
+            d_wo += (g.reshape(-1, R).t() @ x).float()
     d_wo = d_wo.to(dtype) if needs[8] else None
     if not need_ab:
         return (None,) * 8 + (d_wo, d_bo)
