@@ -79,18 +79,17 @@ def outer_product_mean(
     check_param_shapes(params, dict(layer_norm_bias=(D,), proj_a_weight=(c, D), proj_a_bias=(c,),
                                     proj_b_weight=(c, D), proj_b_bias=(c,), out_proj_weight=(R, c * c),
                                     out_proj_bias=(R,)))
+    weights = [p.to(msa_repr.dtype) for p in params.values()]  # (no copy where they have its dtype)
     if resolve_impl(impl, msa_repr) == "torch":
-        return ref.outer_product_mean_reference(msa_repr, msa_mask, *params.values(), normalization=normalization)
+        return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization=normalization)
     from .ops.outer_product_mean import fused, outer_product_mean_op
 
     if not fused(c, msa_repr.dtype):
         warn_once(f"opm-{c}-{msa_repr.dtype}", f"evofuse: no fused Outer Product Mean for hidden_dim={c}, "
                   f"dtype={msa_repr.dtype}; running the PyTorch reference")
-        return ref.outer_product_mean_reference(msa_repr, msa_mask, *params.values(), normalization=normalization)
-    dtype = msa_repr.dtype
+        return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization=normalization)
     with _on_device(msa_repr):
-        return outer_product_mean_op(msa_repr, msa_mask, *(p.to(dtype) for p in params.values()), normalization,
-                                     precision)[0]
+        return outer_product_mean_op(msa_repr, msa_mask, *weights, normalization, precision)[0]
 
 
 def msa_row_attention(
@@ -152,8 +151,12 @@ def msa_row_attention(
     check_param_shapes(params, dict(layer_norm_bias=(D,), **shapes, pair_bias_weight=(num_heads, P),
                                     pair_bias_bias=(num_heads,)))
 
+    dtype = msa_repr.dtype
+    pair_repr = pair_repr.to(dtype)
+    weights = [p.to(dtype) for p in params.values()]  # (no copy where they have its dtype)
+
     def reference():
-        return ref.msa_row_attention_reference(msa_repr, pair_repr, msa_mask, *params.values(), num_heads=num_heads,
+        return ref.msa_row_attention_reference(msa_repr, pair_repr, msa_mask, *weights, num_heads=num_heads,
                                                dropout=dropout, training=training)
 
     if resolve_impl(impl, msa_repr) == "torch":
@@ -167,9 +170,6 @@ def msa_row_attention(
         warn_once(f"att-{D // num_heads}-{msa_repr.dtype}", f"evofuse: no fused row attention for "
                   f"head_dim={D // num_heads}, dtype={msa_repr.dtype}; running the PyTorch reference")
         return reference()
-    dtype = msa_repr.dtype
-    tensors = (msa_repr, pair_repr, *params.values())
-    train = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)  # keep what the backward takes
-    with _on_device(msa_repr):
-        return row_attention_op(msa_repr, pair_repr.to(dtype), msa_mask, *(p.to(dtype) for p in params.values()),
-                                num_heads, precision, train)[0]
+    train = torch.is_grad_enabled() and any(t.requires_grad for t in (msa_repr, pair_repr, *weights))
+    with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
+        return row_attention_op(msa_repr, pair_repr, msa_mask, *weights, num_heads, precision, train)[0]

@@ -96,3 +96,13 @@ def test_empty_dimensions(shape):
 def test_reference_rejects_unknown_normalization():
     with pytest.raises(ValueError, match="normalization"):
         outer_product_mean_reference(*([torch.zeros(1)] * 10), normalization="mean")
+
+
+def test_parameters_and_pair_take_the_inputs_dtype():
+    """A float32 module on bfloat16 inputs (and a float32 pair) computes in bfloat16, as the fused path does."""
+    from evofuse import MSARowAttentionWithPairBias, OuterProductMean
+
+    x = torch.randn(1, 2, 3, 8).bfloat16()
+    assert OuterProductMean(8, 4, 4)(x, None, impl="torch").dtype == torch.bfloat16
+    att = MSARowAttentionWithPairBias(8, 4, 2)
+    assert att(x, torch.randn(1, 3, 3, 4), None, impl="torch").dtype == torch.bfloat16
