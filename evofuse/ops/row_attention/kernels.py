@@ -45,6 +45,27 @@ def _logits(q, k, z, keep, qk_scale, MASKED: tl.constexpr, HAS_MASK: tl.constexp
 
 
 @triton.jit
+def _key_block(row, j0, N, D, HEAD_DIM, stride_xn, z_rows, stride_zj, i_ok, m_row, stride_mn,
+               HAS_MASK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The keys j0 .. j0 + BLOCK_N of a row: k and v [BLOCK_N, BLOCK_D], the bias tile [queries, BLOCK_N] in
+    float32 (-inf past N, so that those keys get probability 0), and which keys the mask keeps."""
+    offs_j = j0 + tl.arange(0, BLOCK_N)
+    offs_e = tl.arange(0, BLOCK_D)
+    j_ok = offs_j < N
+    kv_off = offs_j[:, None].to(tl.int64) * stride_xn + offs_e[None, :]
+    kv_ok = j_ok[:, None] & (offs_e < HEAD_DIM)[None, :]
+    k = tl.load(row + D + kv_off, mask=kv_ok, other=0.0)
+    v = tl.load(row + 2 * D + kv_off, mask=kv_ok, other=0.0)
+    z = tl.load(z_rows + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=0.0)
+    z = tl.where(j_ok[None, :], z.to(tl.float32), float("-inf"))
+    if HAS_MASK:
+        keep = tl.load(m_row + offs_j * stride_mn, mask=j_ok, other=1) != 0
+    else:
+        keep = j_ok
+    return k, v, z, keep
+
+
+@triton.jit
 def attention_forward_kernel(
     qkvg_ptr, stride_xb, stride_xs, stride_xn,  # (B, S, N, 4D): q, k, v, g at channel offsets 0, D, 2D, 3D
     z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # pair bias (B, h, N, N)
@@ -79,16 +100,9 @@ def attention_forward_kernel(
     total = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     for j0 in range(0, N, BLOCK_N):
-        offs_j = j0 + tl.arange(0, BLOCK_N)
-        j_ok = offs_j < N
-        kv_off = offs_j[:, None].to(tl.int64) * stride_xn + offs_e[None, :]
-        kv_ok = j_ok[:, None] & e_ok[None, :]
-        k = tl.load(row + D + kv_off, mask=kv_ok, other=0.0)  # [BLOCK_N, BLOCK_D]
-        v = tl.load(row + 2 * D + kv_off, mask=kv_ok, other=0.0)
-        z = tl.load(z_rows + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=0.0)
-        keep = tl.load(m_row + offs_j * stride_mn, mask=j_ok, other=1) != 0 if HAS_MASK else j_ok
-        logit = _logits(q, k, z.to(tl.float32), keep, qk_scale, MASKED, HAS_MASK, PRECISION)
-        logit = tl.where(j_ok[None, :], logit, float("-inf"))
+        k, v, z, keep = _key_block(row, j0, N, D, HEAD_DIM, stride_xn, z_rows, stride_zj, i_ok, m_row, stride_mn,
+                                   HAS_MASK, BLOCK_N, BLOCK_D)
+        logit = _logits(q, k, z, keep, qk_scale, MASKED, HAS_MASK, PRECISION)  # -inf past N
         new_top = tl.maximum(top, tl.max(logit, axis=1))
         alpha = tl.math.exp2(top - new_top)
         p = tl.math.exp2(logit - new_top[:, None])  # [BLOCK_M, BLOCK_N]
@@ -163,18 +177,10 @@ def attention_dq_kernel(
     m_row = m_ptr + b * stride_mb + s * stride_ms
     dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     for j0 in range(0, N, BLOCK_N):
-        offs_j = j0 + tl.arange(0, BLOCK_N)
-        j_ok = offs_j < N
-        kv_off = offs_j[:, None].to(tl.int64) * stride_xn + offs_e[None, :]
-        kv_ok = j_ok[:, None] & (offs_e < HEAD_DIM)[None, :]
-        k = tl.load(row + D + kv_off, mask=kv_ok, other=0.0)
-        v = tl.load(row + 2 * D + kv_off, mask=kv_ok, other=0.0)
-        z = tl.load(z_rows + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=0.0)
-        z = tl.where(j_ok[None, :], z.to(tl.float32), float("-inf"))  # keys past N: probability 0
-        keep = tl.load(m_row + offs_j * stride_mn, mask=j_ok, other=1) != 0 if HAS_MASK else j_ok
-        _, ds = _probabilities_grad(q, k, v, do, z, keep, lse, delta, qk_scale, MASKED, HAS_MASK,
-                                    PRECISION)
-        ds = tl.where(i_ok[:, None] & j_ok[None, :], ds, 0.0)
+        k, v, z, keep = _key_block(row, j0, N, D, HEAD_DIM, stride_xn, z_rows, stride_zj, i_ok, m_row, stride_mn,
+                                   HAS_MASK, BLOCK_N, BLOCK_D)
+        _, ds = _probabilities_grad(q, k, v, do, z, keep, lse, delta, qk_scale, MASKED, HAS_MASK, PRECISION)
+        ds = tl.where(i_ok[:, None] & (j0 + tl.arange(0, BLOCK_N) < N)[None, :], ds, 0.0)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
     tl.store(dq_ptr + b * stride_db + s * stride_ds + offs_i[:, None].to(tl.int64) * stride_dn + h * HEAD_DIM
              + offs_e[None, :], (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=ie_ok)
