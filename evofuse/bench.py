@@ -109,7 +109,7 @@ def _cueq_peer():
 def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, object]]:
     """(name, dtype of the module, builder(mod) -> callable(*inputs)) for every implementation."""
     impls = []
-    reference_fn = (partial(ref.outer_product_mean_reference, normalization="seed") if case.op == "opm"
+    reference_fn = (partial(ref.outer_product_mean_reference, normalization="count_i") if case.op == "opm"
                     else partial(ref.msa_row_attention_reference, num_heads=case.width))
     params = opm_params if case.op == "opm" else att_params
 

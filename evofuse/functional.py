@@ -45,7 +45,7 @@ def outer_product_mean(
     out_proj_weight: torch.Tensor,
     out_proj_bias: torch.Tensor,
     *,
-    normalization: str = "seed",
+    normalization: str = "count_i",
     precision: str = "default",
     impl: str | None = None,
 ) -> torch.Tensor:
@@ -57,9 +57,10 @@ def outer_product_mean(
         layer_norm_weight, layer_norm_bias: (D,).
         proj_a_weight, proj_b_weight: (c, D); proj_a_bias, proj_b_bias: (c,).
         out_proj_weight: (pair_dim, c*c), flat index p*c + q; out_proj_bias: (pair_dim,).
-        normalization: "seed" divides by max(sum_s mask[s, i], 1) before out_proj; "af2" divides out_proj's
-            output, bias included, by 1e-3 + sum_s mask[s, i] mask[s, j]; "boltz" divides by
-            max(sum_s mask[s, i] mask[s, j], 1) before out_proj.
+        normalization: what the outer products are divided by: "count_i" by max(sum_s mask[s, i], 1) before
+            out_proj (the seed module); "count_ij_after" divides out_proj's output, bias included, by
+            1e-3 + sum_s mask[s, i] mask[s, j] (AF2, OpenFold, AF3, Protenix); "count_ij" by
+            max(sum_s mask[s, i] mask[s, j], 1) before out_proj (Boltz).
         precision: "default" (float32 meets rel <= 1e-5) or "fast" (TF32 products, rel <= 5e-3).
         impl: "auto", "triton" or "torch"; None follows EVOFUSE_IMPL (default "auto").
     Returns:

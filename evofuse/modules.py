@@ -27,7 +27,9 @@ class OuterProductMean(nn.Module):
 
     Args:
         msa_dim, pair_dim, hidden_dim: D, the output width and c.
-        normalization: "seed" (default), "af2" (AF2/OpenFold/AF3/Protenix/FastFold) or "boltz".
+        normalization: "count_i" (default: divide by the rows where residue i is unmasked), "count_ij_after"
+            (AF2/OpenFold/AF3/Protenix/FastFold: divide out_proj's output by 1e-3 + the rows where i and j
+            both are) or "count_ij" (Boltz: divide by the rows where i and j both are, before out_proj).
         precision: "default" (float32 inputs meet rel <= 1e-5) or "fast" (TF32 dots, rel <= 5e-3).
         impl: "auto", "triton" or "torch"; None follows EVOFUSE_IMPL (default auto).
 
@@ -35,7 +37,7 @@ class OuterProductMean(nn.Module):
     (B, N, N, pair_dim) in msa_repr's dtype.
     """
 
-    def __init__(self, msa_dim: int, pair_dim: int, hidden_dim: int = 32, normalization: str = "seed",
+    def __init__(self, msa_dim: int, pair_dim: int, hidden_dim: int = 32, normalization: str = "count_i",
                  precision: str = "default", impl: str | None = None):
         super().__init__()
         if normalization not in NORMALIZATIONS:

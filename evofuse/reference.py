@@ -14,9 +14,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-NORMALIZATIONS = ("seed", "af2", "boltz")
+NORMALIZATIONS = ("count_i", "count_ij_after", "count_ij")
 LAYER_NORM_EPS = 1e-5
-AF2_EPS = 1e-3
+COUNT_EPS = 1e-3
 MASK_LOGIT = -1e9
 
 
@@ -35,7 +35,7 @@ def outer_product_mean_reference(
     proj_b_bias: torch.Tensor,
     out_proj_weight: torch.Tensor,
     out_proj_bias: torch.Tensor,
-    normalization: str = "seed",
+    normalization: str = "count_i",
 ) -> torch.Tensor:
     """Outer Product Mean, written as the definition.
 
@@ -65,7 +65,7 @@ def outer_product_mean_projections(msa_repr, msa_mask, layer_norm_weight, layer_
     return a, b, msa_mask.to(_count_dtype(dtype))
 
 
-def outer_product_mean_rows(a_rows, b, counts_rows, counts, out_proj_weight, out_proj_bias, normalization="seed"):
+def outer_product_mean_rows(a_rows, b, counts_rows, counts, out_proj_weight, out_proj_bias, normalization="count_i"):
     """The second half, for a block of output rows i: a_rows (B, S, n, c) and counts_rows (B, S, n) are
     those rows of a and of the counts; b (B, S, N, c) and counts (B, S, N) are whole.
     Returns out[:, rows] (B, n, N, pair_dim)."""
@@ -73,13 +73,13 @@ def outer_product_mean_rows(a_rows, b, counts_rows, counts, out_proj_weight, out
     N = b.shape[2]
     dtype = a_rows.dtype
     outer = torch.einsum("bsip,bsjq->bijpq", a_rows, b).reshape(B, n, N, c * c)
-    if normalization == "seed":
+    if normalization == "count_i":
         den = counts_rows.sum(1).clamp(min=1)  # (B, n): depends on i only
         return F.linear(outer / den[:, :, None, None].to(dtype), out_proj_weight, out_proj_bias)
     norm = torch.einsum("bsi,bsj->bij", counts_rows, counts)  # (B, n, N)
-    if normalization == "af2":
+    if normalization == "count_ij_after":
         out = F.linear(outer, out_proj_weight, out_proj_bias)
-        return out / (AF2_EPS + norm)[..., None].to(dtype)
+        return out / (COUNT_EPS + norm)[..., None].to(dtype)
     return F.linear(outer / norm.clamp(min=1)[..., None].to(dtype), out_proj_weight, out_proj_bias)
 
 

@@ -46,7 +46,7 @@ def one_config(monkeypatch):
     layer_norm_linear._tuned.cache_clear()
 
 
-def _opm_check(dtype, c=32, N=97, S=37, normalization="seed"):
+def _opm_check(dtype, c=32, N=97, S=37, normalization="count_i"):
     mod = opm_module(48, 24, c, seed=1, normalization=normalization)
     x = torch.randn(2, S, N, 48)
     mask = random_mask(2, S, N, "rows", 2)
@@ -144,7 +144,7 @@ class Block(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.att = MSARowAttentionWithPairBias(32, 16, 4)
-        self.opm = OuterProductMean(32, 16, 8, normalization="af2")
+        self.opm = OuterProductMean(32, 16, 8, normalization="count_ij_after")
 
     def forward(self, m, z, mask):
         return z + self.opm(m + self.att(m, z, mask), mask)

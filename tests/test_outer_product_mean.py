@@ -16,7 +16,7 @@ from .helpers import assert_contract, compare, grads, opm_module, random_mask
 LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16  # the interpreter's bf16 products are not checked
 
 
-def _run(B, S, N, D, c, R, dtype, normalization="seed", mask_kind="random", seed=0, precision="default"):
+def _run(B, S, N, D, c, R, dtype, normalization="count_i", mask_kind="random", seed=0, precision="default"):
     mod = opm_module(D, R, c, seed=seed, normalization=normalization, precision=precision)
     x = torch.randn(B, S, N, D, generator=torch.Generator().manual_seed(seed + 1))
     mask = random_mask(B, S, N, mask_kind, seed + 2)
@@ -37,7 +37,7 @@ def test_forward_shapes(B, S, N, D, c, R, dtype):
     assert_contract(out, exact, dtype, lowp_ref=lowp, ref_fp32=ref32)
 
 
-@pytest.mark.parametrize("normalization", ["seed", "af2", "boltz"])
+@pytest.mark.parametrize("normalization", ["count_i", "count_ij_after", "count_ij"])
 @pytest.mark.parametrize("mask_kind", ["random", "rows", "ones", "none", "empty"])
 def test_forward_normalizations_and_masks(normalization, mask_kind):
     out, exact, _, ref32 = _run(2, 6, 11, 16, 8, 10, torch.float32, normalization, mask_kind)
@@ -49,7 +49,7 @@ def test_fast_precision():
     assert rel_error(out, exact) <= FP32_FAST_BOUND
 
 
-@pytest.mark.parametrize("normalization", ["seed", "af2", "boltz"])
+@pytest.mark.parametrize("normalization", ["count_i", "count_ij_after", "count_ij"])
 @pytest.mark.parametrize("dtype", [torch.float32, LOW])
 def test_gradients(normalization, dtype):
     mod = opm_module(16, 6, 8, seed=3, normalization=normalization)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from evofuse import MSARowAttentionWithPairBias, OuterProductMean
-from evofuse.reference import AF2_EPS, outer_product_mean_reference
+from evofuse.reference import COUNT_EPS, outer_product_mean_reference
 
 from .helpers import random_mask, randomize
 from .seed_modules import SeedMSARowAttentionWithPairBias, SeedOuterProductMean
@@ -52,7 +52,7 @@ def test_opm_none_mask_is_all_ones():
     torch.testing.assert_close(mod(x, None), mod(x, torch.ones(2, 3, 4, dtype=torch.float64)))
 
 
-@pytest.mark.parametrize("normalization", ["af2", "boltz"])
+@pytest.mark.parametrize("normalization", ["count_ij_after", "count_ij"])
 def test_opm_other_normalizations(normalization):
     """AF2: out_proj(O) / (1e-3 + sum_s m_i m_j); Boltz: out_proj(O / max(sum_s m_i m_j, 1))."""
     mod = randomize(OuterProductMean(8, 5, 4, normalization=normalization, impl="torch"), 7).double()
@@ -63,8 +63,8 @@ def test_opm_other_normalizations(normalization):
     b = mod.proj_b(xl) * mask[..., None]
     o = torch.einsum("bsip,bsjq->bijpq", a, b).reshape(2, 5, 5, 16)
     norm = torch.einsum("bsi,bsj->bij", mask, mask)[..., None]
-    if normalization == "af2":
-        expected = mod.out_proj(o) / (AF2_EPS + norm)
+    if normalization == "count_ij_after":
+        expected = mod.out_proj(o) / (COUNT_EPS + norm)
     else:
         expected = mod.out_proj(o / norm.clamp(min=1))
     torch.testing.assert_close(mod(x, mask), expected)

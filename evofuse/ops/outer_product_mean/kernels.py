@@ -28,8 +28,8 @@ def opm_forward_kernel(
     B, S, N, R,
     S_BUCKET, N_BUCKET,  # autotuning keys only
     C: tl.constexpr,
-    DIVIDE_BIAS: tl.constexpr,  # the af2 normalization: the output divided after out_proj, its bias too
-    EPS: tl.constexpr,  # added to the counts (af2), else the counts are clamped to >= 1
+    DIVIDE_BIAS: tl.constexpr,  # "count_ij_after": the output divided after out_proj, its bias too
+    EPS: tl.constexpr,  # added to the counts ("count_ij_after"), else the counts are clamped to >= 1
     HAS_COUNTS: tl.constexpr,  # without a mask every count is S
     PASSES_PER_32: tl.constexpr,  # passes over the channels p per 32 of them (rounded up)
     BLOCK_I: tl.constexpr,
@@ -113,7 +113,7 @@ def _outer_products(acc, a_rows, row_ok, b_cols, col_ok, S, stride_s, BLOCK_S: t
 @triton.jit
 def _pair_scale(cnt_ptr, stride_ci, stride_cj, out_i, out_j, pair_ok, S, EPS: tl.constexpr,
                 HAS_COUNTS: tl.constexpr):
-    """The normalization's factor of the pairs (out_i, out_j) (any shape; float32): 1 / (EPS + count) for af2
+    """The normalization's factor of the pairs (out_i, out_j) (any shape; float32): 1 / (EPS + count) for "count_ij_after"
     (EPS > 0), else 1 / max(count, 1); the count is S without a mask."""
     if HAS_COUNTS:
         count = tl.load(cnt_ptr + out_i.to(tl.int64) * stride_ci + out_j.to(tl.int64) * stride_cj, mask=pair_ok,

@@ -22,7 +22,7 @@ import triton
 from torch import Tensor
 
 from ..._runtime import bucket, cdiv, dot_precision, multiprocessors
-from ...reference import AF2_EPS
+from ...reference import COUNT_EPS
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
 from . import configs
 from .kernels import opm_dx_kernel, opm_forward_kernel
@@ -38,12 +38,12 @@ def fused(hidden_dim: int, dtype: torch.dtype) -> bool:
 
 
 def _counts(mask: Tensor | None, normalization: str) -> Tensor | None:
-    """The counts the normalization divides by, (B, N, N) float32 (a broadcast view for "seed", whose
+    """The counts the normalization divides by, (B, N, N) float32 (a broadcast view for "count_i", whose
     count depends on i alone), or None without a mask (every count is S). Exact for 0/1 masks."""
     if mask is None:
         return None
     m = mask.to(torch.float32)
-    if normalization == "seed":
+    if normalization == "count_i":
         rows = m.sum(1)  # (B, N)
         return rows[:, :, None].expand(-1, -1, rows.shape[1])
     return torch.bmm(m.transpose(1, 2), m)
@@ -54,7 +54,7 @@ def _pair_scale(mask: Tensor | None, normalization: str, B: int, S: int, N: int,
     counts = _counts(mask, normalization)
     if counts is None:
         counts = torch.full((B, N, N), float(S), device=device)
-    return 1 / (AF2_EPS + counts) if normalization == "af2" else 1 / counts.clamp(min=1)
+    return 1 / (COUNT_EPS + counts) if normalization == "count_ij_after" else 1 / counts.clamp(min=1)
 
 
 @torch.library.custom_op("evofuse::outer_product_mean", mutates_args=())
@@ -86,7 +86,7 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
     _tuned()[grid](
         a, b, *a.stride()[:3], *count_args, out_proj_weight, *out_proj_weight.stride(), out_proj_bias, workspace,
         configs.workspace_slot(R, c, element_size), out, *out.stride(), B, S, N, R, bucket(S), bucket(N),
-        C=c, DIVIDE_BIAS=normalization == "af2", EPS=AF2_EPS if normalization == "af2" else 0.0,
+        C=c, DIVIDE_BIAS=normalization == "count_ij_after", EPS=COUNT_EPS if normalization == "count_ij_after" else 0.0,
         HAS_COUNTS=counts is not None, PRECISION=dot_precision(msa_repr.dtype, precision))
     return out, ab
 
@@ -152,10 +152,10 @@ def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab
     R = wo.shape[0]
     dtype = msa_repr.dtype
     scale = _pair_scale(mask, normalization, B, S, N, msa_repr.device)  # (B, N, N) float32
-    # every normalization's dX and dW take grad_out times the per-pair factor: "af2" scales the linear's
+    # every normalization's dX and dW take grad_out times the per-pair factor: "count_ij_after" scales the linear's
     # output, the others its input; only the bias's gradient differs
     gs = grad_out * scale[..., None].to(dtype)
-    d_bo = (gs if normalization == "af2" else grad_out).sum((0, 1, 2), dtype=torch.float32).to(dtype) \
+    d_bo = (gs if normalization == "count_ij_after" else grad_out).sum((0, 1, 2), dtype=torch.float32).to(dtype) \
         if needs[9] else None
     need_ab = needs[0] or any(needs[2:8])
     if not (need_ab or needs[8]):
