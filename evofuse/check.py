@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
 
 from .numerics import FP32_ALLCLOSE, bound, rel_error
@@ -13,19 +10,11 @@ from .suite import SEED_CASES, SUITE, Case, make_inputs, make_module
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def median_ms(fn, device: torch.device) -> float:
-    """Median forward time: triton.testing.do_bench on CUDA, a wall clock on the CPU."""
-    if device.type == "cuda":
-        import triton.testing
+def median_ms(fn) -> float:
+    """Median forward time on the GPU (triton.testing.do_bench)."""
+    import triton.testing
 
-        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
-    fn()
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
 def _cast_inputs(inputs, dtype):
@@ -61,9 +50,11 @@ def check_case(case: Case, dtype: torch.dtype, trials: int, device: torch.device
         worst = max(worst, err)
         worst_bound = min(worst_bound, limit)
         path = _path_name(mod, inputs)
-    with torch.no_grad():
-        ref_ms = median_ms(lambda: ref_mod(*inputs), device)
-        ours_ms = median_ms(lambda: mod(*inputs), device)
+    ref_ms = ours_ms = float("nan")
+    if device.type == "cuda":  # timings mean something only on the GPU
+        with torch.no_grad():
+            ref_ms = median_ms(lambda: ref_mod(*inputs))
+            ours_ms = median_ms(lambda: mod(*inputs))
     return {"case": case.name, "dtype": str(dtype).replace("torch.", ""), "path": path, "trials": trials,
             "rel_err": worst, "bound": worst_bound, "ok": ok, "ref_ms": ref_ms, "evofuse_ms": ours_ms,
             "speedup": ref_ms / ours_ms if ours_ms > 0 else float("nan")}
@@ -85,30 +76,46 @@ def cases_for(device: torch.device, names: list[str] | None) -> list[Case]:
     return list(SUITE if device.type == "cuda" else SEED_CASES)
 
 
-def format_table(rows: list[dict]) -> str:
-    head = f"{'case':<14} {'dtype':<9} {'path':<6} {'trials':>6} {'rel err':>9} {'bound':>9} {'result':>6} " \
-           f"{'ref ms':>9} {'evofuse ms':>10} {'speedup':>7}"
+def format_table(rows: list[dict], timings: bool) -> str:
+    head = f"{'case':<14} {'dtype':<9} {'path':<6} {'trials':>6} {'rel err':>9} {'bound':>9} {'result':>6}"
+    if timings:
+        head += f" {'ref ms':>9} {'evofuse ms':>10} {'speedup':>7}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['case']:<14} {r['dtype']:<9} {r['path']:<6} {r['trials']:>6} {r['rel_err']:>9.2e} "
-                     f"{r['bound']:>9.2e} {'pass' if r['ok'] else 'FAIL':>6} {r['ref_ms']:>9.3f} "
-                     f"{r['evofuse_ms']:>10.3f} {r['speedup']:>7.2f}")
+        line = (f"{r['case']:<14} {r['dtype']:<9} {r['path']:<6} {r['trials']:>6} {r['rel_err']:>9.2e} "
+                f"{r['bound']:>9.2e} {'pass' if r['ok'] else 'FAIL':>6}")
+        if timings:
+            line += f" {r['ref_ms']:>9.3f} {r['evofuse_ms']:>10.3f} {r['speedup']:>7.2f}"
+        lines.append(line)
     return "\n".join(lines)
+
+
+def _what(device: torch.device, impl: str | None) -> str:
+    from ._dispatch import resolve_impl
+
+    path = resolve_impl(impl, torch.zeros(1, device=device))
+    if path == "torch":
+        return "the PyTorch path (no GPU here: the fused kernels are not run; --impl triton runs them in Triton's interpreter)"
+    if device.type == "cpu":
+        return "the fused kernels in Triton's interpreter (correctness only; no timings)"
+    return f"the fused kernels on {torch.cuda.get_device_name(device)}, timed against the PyTorch reference"
 
 
 def run_check(trials: int, dtypes: list[str] | None, names: list[str] | None, impl: str | None,
               precision: str) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype_names = dtypes or (["float32", "bfloat16"] if device.type == "cuda" else ["float32"])
-    print(f"evofuse check on {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, "
-          f"{trials} trial(s) per row, precision={precision}", flush=True)
+    cases = cases_for(device, names)
+    print(f"evofuse check: {_what(device, impl)}; against float64, {trials} trial(s) per row, "
+          f"precision={precision}", flush=True)
     rows = []
-    for case in cases_for(device, names):
+    total = len(cases) * len(dtype_names)
+    for case in cases:
         for name in dtype_names:
             rows.append(check_case(case, DTYPES[name], trials, device, impl, precision))
-            print(f"  {case.name} {name}: rel err {rows[-1]['rel_err']:.2e} "
+            print(f"  [{len(rows)}/{total}] {case.name} {name}: rel err {rows[-1]['rel_err']:.2e} "
                   f"{'pass' if rows[-1]['ok'] else 'FAIL'}", flush=True)
-    print(format_table(rows))
+    print(format_table(rows, timings=device.type == "cuda"))
     failed = [r for r in rows if not r["ok"]]
     print(f"{len(rows) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0

@@ -15,7 +15,8 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--dtype", action="append", choices=["float32", "bfloat16", "float16"],
                        help="dtype to check (repeatable; default float32 on CPU, float32 and bfloat16 on CUDA)")
     check.add_argument("--case", action="append", help="suite case to check (repeatable; default: all that fit)")
-    check.add_argument("--impl", choices=["auto", "triton", "torch"], default=None)
+    check.add_argument("--impl", choices=["auto", "triton", "torch"], default=None,
+                       help="'triton' without a GPU runs the kernels in Triton's interpreter (slow; correctness only)")
     check.add_argument("--precision", choices=["default", "fast"], default="default")
 
     bench = sub.add_parser("bench", help="time evofuse against every importable peer")
@@ -30,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == "check":
+        import os
+
+        import torch
+
+        if args.impl == "triton" and not torch.cuda.is_available():  # the kernels in Triton's interpreter
+            os.environ.setdefault("TRITON_INTERPRET", "1")  # (read when the kernels are built, on first use)
         from .check import run_check
 
         return run_check(args.trials, args.dtype, args.case, args.impl, args.precision)
