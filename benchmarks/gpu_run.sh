@@ -7,6 +7,6 @@ out="${OUT:-benchmarks/results}"
 mkdir -p "$out"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
 if [ "${TESTS:-1}" = 1 ]; then
-  python3 -m pytest -q -x tests -p no:cacheprovider 2>&1 | tee "$out/tests.log" | tail -15
+  EVOFUSE_FULL_TESTS=1 python3 -m pytest -q tests -p no:cacheprovider 2>&1 | tee "$out/tests.log" | tail -15
 fi
 python3 -m evofuse bench --suite "${SUITE:-all}" --train --peers "${PEERS:-all}" ${GRID:+--grid} --out "$out" 2>&1 | tee "$out/bench.log"
