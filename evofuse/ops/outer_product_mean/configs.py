@@ -24,7 +24,7 @@ def _configs(tiles) -> list[triton.Config]:
 CONFIGS = {
     2: _configs(((2, 8, 8, 64, 64, 8, 2), (4, 16, 8, 32, 64, 8, 3), (4, 8, 8, 32, 32, 8, 3),
                  (1, 4, 8, 32, 32, 8, 2), (1, 8, 16, 32, 32, 8, 2), (1, 16, 32, 32, 32, 8, 2), (8, 16, 4, 32, 32, 8, 2))),
-    # float32 operands (3xTF32 products) take about three times the shared memory of their stages
+    # float32 inputs: float16 halves, three products for each of the two contractions
     4: _configs(((4, 8, 8, 16, 32, 8, 2), (2, 8, 4, 16, 32, 4, 2), (8, 16, 4, 16, 32, 8, 2), (1, 8, 8, 16, 32, 4, 2))),
 }
 INTERPRETER_CONFIG = triton.Config({"PASSES_PER_32": 2, "BLOCK_I": 4, "BLOCK_J": 4, "BLOCK_S": 16, "BLOCK_R": 16,
@@ -48,17 +48,17 @@ def fits(config: triton.Config, C: int, element_size: int) -> bool:
     pairs = kw["BLOCK_I"] * kw["BLOCK_J"]
     if min(rows, cols, pairs, kw["BLOCK_R"], C * C // p) < 16 or rows * cols > ACCUMULATOR_LIMIT:
         return False
-    # the main loop's operand stages (float32's split in three) and the float32 accumulator's rearrangement: a
-    # lower bound of what the compiler asks for on sm_90, so the table holds only configs that compiled there
-    # (a config this passes and the compiler refuses is skipped by the autotuner, not by the first-config path)
-    stages = (rows + cols) * kw["BLOCK_S"] * element_size * max(1, config.num_stages)
-    shared = stages * (3 if element_size == 4 else 1) + rows * cols * 4
+    # the main loop's 16-bit operand stages and the float32 accumulator's rearrangement: a lower bound of what
+    # the compiler asks for on sm_90, so the table holds only configs that compiled there (a config this passes
+    # and the compiler refuses is skipped by the autotuner, not by the first-config path)
+    stages = (rows + cols) * kw["BLOCK_S"] * 2 * max(1, config.num_stages)
+    shared = stages + rows * cols * 4
     return shared <= SHARED_LIMIT
 
 
 def candidates(C: int, element_size: int) -> list[triton.Config]:
-    """The configs tried for hidden_dim C and operands of element_size bytes (the first where autotuning
-    is off; the interpreter's alone under Triton's interpreter)."""
+    """The configs tried for hidden_dim C and inputs of element_size bytes (the first where autotuning is
+    off; the interpreter's alone under Triton's interpreter)."""
     if interpreting():
         return [INTERPRETER_CONFIG]
     if element_size not in CONFIGS:
@@ -68,7 +68,7 @@ def candidates(C: int, element_size: int) -> list[triton.Config]:
 
 
 def prune(configs, named_args, **kwargs):
-    return candidates(kwargs["C"], named_args["w_ptr"].element_size())
+    return candidates(kwargs["C"], 4 if kwargs["SCALED"] else 2)  # the table of the inputs' width
 
 
 ALL_CONFIGS = [cfg for table in CONFIGS.values() for cfg in table]  # what the autotuner is built with

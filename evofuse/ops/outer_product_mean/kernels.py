@@ -9,6 +9,10 @@ The accumulator holds C // PASSES of the channels p at a time: the tile is taken
 channels p, and each pass adds its share of the output, W[:, (p q)] @ X_pass^T, to a float32 workspace of
 the program's own (out_proj's rows r are the M of that product). Programs are persistent, one workspace
 each, and walk the tiles in a grouped order so that tiles running together share rows of a and b in L2.
+
+Every operand is 16-bit. float32 inputs arrive as float16 after a power-of-two scale into float16's range
+(SCALED): at the default precision as high and low halves (TERMS = 3: the products hi*hi + hi*lo + lo*hi,
+~2**-22 relative, for both contractions), at the "fast" precision as the high halves alone (TERMS = 1).
 """
 
 from __future__ import annotations
@@ -19,10 +23,13 @@ import triton.language as tl
 
 @triton.jit
 def opm_forward_kernel(
-    a_ptr, b_ptr, stride_xb, stride_xs, stride_xn,  # a, b: (B, S, N, C) with these strides, channel stride 1
+    a_ptr, b_ptr, stride_xb, stride_xs, stride_xn, stride_xh,  # a, b: (B, S, N, C), channel stride 1; TERMS == 3:
+    # their low halves stride_xh further on
     cnt_ptr, stride_cb, stride_ci, stride_cj,  # HAS_COUNTS: the normalization's counts (B, N, N) float32
-    w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C), flat index p*C + q
+    w_ptr, stride_wr, stride_wk, stride_wh,  # out_proj weight: (R, C*C), flat index p*C + q; TERMS == 3: its low
+    # half stride_wh further on
     wb_ptr,  # out_proj bias: (R,)
+    inv_ptr,  # SCALED: one float32, 1 / the product of the power-of-two scales of a, b and the weight
     ws_ptr, WS_SLOT,  # workspace: WS_SLOT float32 elements a program
     o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, N, N, R)
     B, S, N, R,
@@ -31,13 +38,14 @@ def opm_forward_kernel(
     DIVIDE_BIAS: tl.constexpr,  # "count_ij_after": the output divided after out_proj, its bias too
     EPS: tl.constexpr,  # added to the counts ("count_ij_after"), else the counts are clamped to >= 1
     HAS_COUNTS: tl.constexpr,  # without a mask every count is S
+    TERMS: tl.constexpr,  # 1: the operands as they are; 3: high and low halves, three products each
+    SCALED: tl.constexpr,  # the operands carry power-of-two scales (float32 inputs), undone by inv_ptr
     PASSES_PER_32: tl.constexpr,  # passes over the channels p per 32 of them (rounded up)
     BLOCK_I: tl.constexpr,
     BLOCK_J: tl.constexpr,
     BLOCK_S: tl.constexpr,
     BLOCK_R: tl.constexpr,
     GROUP_I: tl.constexpr,
-    PRECISION: tl.constexpr,
 ):
     PASSES: tl.constexpr = (PASSES_PER_32 * C + 31) // 32
     CP: tl.constexpr = C // PASSES  # channels p a pass
@@ -59,33 +67,45 @@ def opm_forward_kernel(
         out_i = blk_i * BLOCK_I + pair // BLOCK_J  # [PAIRS]
         out_j = blk_j * BLOCK_J + pair % BLOCK_J
         pair_ok = (out_i < N) & (out_j < N)
-        cnt_b = cnt_ptr + bb * stride_cb
-        scale = _pair_scale(cnt_b, stride_ci, stride_cj, out_i, out_j, pair_ok, S, EPS, HAS_COUNTS)  # [PAIRS]
+        scale = _pair_scale(cnt_ptr + bb * stride_cb, stride_ci, stride_cj, out_i, out_j, pair_ok, S, EPS,
+                            HAS_COUNTS)  # [PAIRS]
         o_pairs = o_ptr + bb * stride_ob + out_i.to(tl.int64) * stride_oi + out_j.to(tl.int64) * stride_oj
 
         for part in tl.static_range(PASSES):
             acc = tl.zeros((BLOCK_I * CP, BLOCK_J * C), dtype=tl.float32)
-            acc = _outer_products(acc, a_rows + part * CP, row_i < N, b_cols, col_j < N, S, stride_xs, BLOCK_S,
-                                  PRECISION)  # [(i p), (j q)]
+            if TERMS == 3:  # the small terms first
+                acc = _outer_products(acc, a_rows + part * CP, row_i < N, b_cols + stride_xh, col_j < N, S,
+                                      stride_xs, BLOCK_S)
+                acc = _outer_products(acc, a_rows + part * CP + stride_xh, row_i < N, b_cols, col_j < N, S,
+                                      stride_xs, BLOCK_S)
+            acc = _outer_products(acc, a_rows + part * CP, row_i < N, b_cols, col_j < N, S, stride_xs,
+                                  BLOCK_S)  # [(i p), (j q)]
             x = _by_pairs(acc, BLOCK_I, CP, BLOCK_J, C) * scale[:, None]  # [(i j), (p q)] float32
-            x = x.to(w_ptr.dtype.element_ty)
-            x_t = tl.trans(x)  # [(p q), (i j)]
+            x_hi = x.to(w_ptr.dtype.element_ty)
+            x_hi_t = tl.trans(x_hi)  # [(p q), (i j)]
+            if TERMS == 3:
+                x_lo_t = tl.trans((x - x_hi.to(tl.float32)).to(w_ptr.dtype.element_ty))
             offs_k = part * CP * C + tl.arange(0, CP * C)  # out_proj's columns (p q) of this pass
             tl.debug_barrier()  # the workspace: every thread's reads and writes of the last pass are done
             for r0 in range(0, R, BLOCK_R):
                 offs_r = r0 + tl.arange(0, BLOCK_R)
                 r_ok = offs_r < R
-                w = tl.load(w_ptr + offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk,
-                            mask=r_ok[:, None], other=0.0)  # [BLOCK_R, CP*C]
+                w_tile = w_ptr + offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk  # [BLOCK_R, CP*C]
+                w = tl.load(w_tile, mask=r_ok[:, None], other=0.0)
                 ws_r = ws + offs_r[:, None] * PAIRS + pair[None, :]  # [BLOCK_R, PAIRS]
                 if part == 0:
                     sums = tl.zeros((BLOCK_R, PAIRS), dtype=tl.float32)
                 else:
                     sums = tl.load(ws_r)
-                sums = tl.dot(w, x_t, sums, input_precision=PRECISION)  # [BLOCK_R, PAIRS]
+                if TERMS == 3:
+                    sums = tl.dot(tl.load(w_tile + stride_wh, mask=r_ok[:, None], other=0.0), x_hi_t, sums)
+                    sums = tl.dot(w, x_lo_t, sums)
+                sums = tl.dot(w, x_hi_t, sums)  # [BLOCK_R, PAIRS]
                 if part < PASSES - 1:
                     tl.store(ws_r, sums)
                 else:
+                    if SCALED:
+                        sums = sums * tl.load(inv_ptr)
                     bias = tl.load(wb_ptr + offs_r, mask=r_ok, other=0.0).to(tl.float32)  # [BLOCK_R]
                     if DIVIDE_BIAS:
                         sums += bias[:, None] * scale[None, :]
@@ -96,17 +116,16 @@ def opm_forward_kernel(
 
 
 @triton.jit
-def _outer_products(acc, a_rows, row_ok, b_cols, col_ok, S, stride_s, BLOCK_S: tl.constexpr,
-                    PRECISION: tl.constexpr):
-    """acc [rows, cols] += sum over the MSA rows s < S of a[s, rows]^T b[s, cols]; a_rows [rows] and
-    b_cols [cols] point at row s = 0."""
+def _outer_products(acc, a_rows, row_ok, b_cols, col_ok, S, stride_s, BLOCK_S: tl.constexpr):
+    """acc [rows, cols] += sum over the MSA rows s < S of a[s, rows]^T b[s, cols] (16-bit operands); a_rows
+    [rows] and b_cols [cols] point at row s = 0."""
     for s0 in range(0, S, BLOCK_S):
         s = s0 + tl.arange(0, BLOCK_S)
         s_ok = s < S
         s_off = s.to(tl.int64) * stride_s
         a = tl.load(a_rows[:, None] + s_off[None, :], mask=row_ok[:, None] & s_ok[None, :], other=0.0)  # [rows, BLOCK_S]
         b = tl.load(b_cols[None, :] + s_off[:, None], mask=s_ok[:, None] & col_ok[None, :], other=0.0)  # [BLOCK_S, cols]
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        acc = tl.dot(a, b, acc)
     return acc
 
 

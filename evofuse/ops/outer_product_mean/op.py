@@ -2,8 +2,9 @@
 only, for torch.compile) and its backward, registered with `register_autograd`.
 
 Forward: LayerNorm, both projections and the mask in one kernel (`layer_norm_linear`), then the fused
-contraction (`kernels.opm_forward_kernel`). The op also returns the masked projections ab, which the
-backward takes instead of recomputing them.
+contraction (`kernels.opm_forward_kernel`) on 16-bit operands: 16-bit inputs as they are, float32 inputs as
+float16 halves after power-of-two scales (the float32 contract from three float16 products). The op also
+returns the masked projections ab, which the backward takes instead of recomputing them.
 
 Backward, for blocks of output rows i (each block's N*N*c*c products at most BLOCK_BYTES, so that the
 whole never exists): with Gs the output gradient times the per-pair factor, the outer products' gradient
@@ -74,28 +75,60 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
         return out, ab
     counts = _counts(msa_mask, normalization)
     count_args = (out, 0, 0, 0) if counts is None else (counts, *counts.stride())
+    terms, scaled = (3 if precision == "default" else 1, True) if msa_repr.dtype == torch.float32 else (1, False)
+    if scaled:  # float32: float16 halves of the operands scaled by powers of two
+        s_ab = torch.stack([_power_of_two_scale(ab[..., :c]), _power_of_two_scale(ab[..., c:])])  # (2,)
+        s_w = _power_of_two_scale(out_proj_weight)
+        ab_h = _float16_halves((ab.view(B, S, N, 2, c) * s_ab[:, None]).view(B, S, N, 2 * c), terms)
+        w_h = _float16_halves(out_proj_weight * s_w, terms)
+        inverse = 1 / (s_ab[0] * s_ab[1] * s_w)
+    else:
+        ab_h, w_h, inverse = ab[None], out_proj_weight[None], out
     element_size = msa_repr.element_size()
     programs = multiprocessors(msa_repr.device)
-    workspace = torch.empty(programs * configs.workspace_slot(R, c, element_size), dtype=torch.float32,
-                            device=msa_repr.device)
+    slot = configs.workspace_slot(R, c, element_size)
+    workspace = torch.empty(programs * slot, dtype=torch.float32, device=msa_repr.device)
 
     def grid(meta):
         return min(programs, B * cdiv(N, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"])),
 
-    a, b = ab[..., :c], ab[..., c:]
+    a, b = ab_h[0, ..., :c], ab_h[0, ..., c:]
     _tuned()[grid](
-        a, b, *a.stride()[:3], *count_args, out_proj_weight, *out_proj_weight.stride(), out_proj_bias, workspace,
-        configs.workspace_slot(R, c, element_size), out, *out.stride(), B, S, N, R, bucket(S), bucket(N),
-        C=c, DIVIDE_BIAS=normalization == "count_ij_after", EPS=COUNT_EPS if normalization == "count_ij_after" else 0.0,
-        HAS_COUNTS=counts is not None, PRECISION=dot_precision(msa_repr.dtype, precision))
+        a, b, *a.stride()[:3], ab_h.stride(0), *count_args, w_h[0], *w_h[0].stride(), w_h.stride(0), out_proj_bias,
+        inverse, workspace, slot, out, *out.stride(), B, S, N, R, bucket(S), bucket(N), C=c,
+        DIVIDE_BIAS=normalization == "count_ij_after", EPS=COUNT_EPS if normalization == "count_ij_after" else 0.0,
+        HAS_COUNTS=counts is not None, TERMS=terms, SCALED=scaled)
     return out, ab
+
+
+# float32 operands are scaled by 2**(SCALE_TOP - ceil(log2(max |t|))) before their float16 halves: the largest
+# magnitude lands at <= 2**7, so that the tile's sums over the rows divided by their counts stay <= 2**14,
+# within float16's range, in the epilogue; values far below the largest keep ~2**-24 absolute precision
+SCALE_TOP = 7
+
+
+def _power_of_two_scale(t: Tensor) -> Tensor:
+    """2**(SCALE_TOP - ceil(log2(max |t|))) over t's finite values (1 without any), a 0-dim float32 tensor
+    (computed on the device: no synchronization). Multiplying by it is exact."""
+    largest = torch.where(torch.isfinite(t), t.abs(), 0).amax().float()
+    e = torch.ceil(torch.log2(largest))
+    e = torch.where(torch.isfinite(e), e, SCALE_TOP).clamp(-100, 100)
+    return torch.exp2(SCALE_TOP - e)
+
+
+def _float16_halves(t: Tensor, terms: int) -> Tensor:
+    """(terms, *t.shape) float16: t's high half, and with terms 3 its low half t - high (t to ~2**-22)."""
+    high = t.to(torch.float16)
+    if terms == 1:
+        return high[None]
+    return torch.stack((high, (t - high.float()).to(torch.float16)))
 
 
 @functools.cache
 def _tuned():
     """The contraction kernel under Triton's autotuner (built on first use)."""
     return triton.autotune(configs.ALL_CONFIGS, key=["C", "R", "S_BUCKET", "N_BUCKET", "DIVIDE_BIAS", "HAS_COUNTS",
-                                                 "PRECISION"],
+                                                 "TERMS", "SCALED"],
                            prune_configs_by={"early_config_prune": configs.prune})(opm_forward_kernel)
 
 
