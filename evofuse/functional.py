@@ -89,8 +89,9 @@ def outer_product_mean(
         warn_once(f"opm-{c}-{msa_repr.dtype}", f"evofuse: no fused Outer Product Mean for hidden_dim={c}, "
                   f"dtype={msa_repr.dtype}; running the PyTorch reference")
         return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization=normalization)
-    with _on_device(msa_repr):
-        return outer_product_mean_op(msa_repr, msa_mask, *weights, normalization, precision)[0]
+    train = torch.is_grad_enabled() and any(t.requires_grad for t in (msa_repr, *weights))
+    with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
+        return outer_product_mean_op(msa_repr, msa_mask, *weights, normalization, precision, train)[0]
 
 
 def msa_row_attention(

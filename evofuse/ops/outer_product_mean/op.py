@@ -62,19 +62,17 @@ def _pair_scale(mask: Tensor | None, normalization: str, B: int, S: int, N: int,
 def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_weight: Tensor,
                           layer_norm_bias: Tensor, proj_a_weight: Tensor, proj_a_bias: Tensor, proj_b_weight: Tensor,
                           proj_b_bias: Tensor, out_proj_weight: Tensor, out_proj_bias: Tensor, normalization: str,
-                          precision: str) -> tuple[Tensor, Tensor]:
-    """(out (B, N, N, R), ab (B, S, N, 2c)): the output and the masked projections [a | b], both in msa_repr's
-    dtype. Every parameter already has msa_repr's dtype (the functional API casts them)."""
+                          precision: str, train: bool) -> tuple[Tensor, Tensor]:
+    """(out (B, N, N, R), ab (B, S, N, 2c)): the output and, when `train`, the masked projections [a | b] that
+    the backward takes (else an empty tensor), both in msa_repr's dtype. Every parameter already has
+    msa_repr's dtype (the functional API casts them)."""
     B, S, N, _ = msa_repr.shape
     c = proj_a_weight.shape[0]
     R = out_proj_weight.shape[0]
     ab = layer_norm_linear(msa_repr, layer_norm_weight, layer_norm_bias, torch.cat([proj_a_weight, proj_b_weight]),
                            torch.cat([proj_a_bias, proj_b_bias]), msa_mask, precision)
-    out = torch.empty(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device)
-    if out.numel() == 0:
-        return out, ab
-    counts = _counts(msa_mask, normalization)
-    count_args = (out, 0, 0, 0) if counts is None else (counts, *counts.stride())
+    if B * N * N * R == 0:
+        return torch.zeros(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device), ab
     terms, scaled = (3 if precision == "default" else 1, True) if msa_repr.dtype == torch.float32 else (1, False)
     if scaled:  # float32: float16 halves of the operands scaled by powers of two
         s_ab = torch.stack([_power_of_two_scale(ab[..., :c]), _power_of_two_scale(ab[..., c:])])  # (2,)
@@ -83,7 +81,12 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
         w_h = _float16_halves(out_proj_weight * s_w, terms)
         inverse = 1 / (s_ab[0] * s_ab[1] * s_w)
     else:
-        ab_h, w_h, inverse = ab[None], out_proj_weight[None], out
+        ab_h, w_h, inverse = ab[None], out_proj_weight[None], ab
+    if not train:  # (float32: its memory free before the output's is taken)
+        ab = ab.new_empty(0)
+    out = torch.empty(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device)
+    counts = _counts(msa_mask, normalization)
+    count_args = (out, 0, 0, 0) if counts is None else (counts, *counts.stride())
     element_size = msa_repr.element_size()
     programs = multiprocessors(msa_repr.device)
     slot = configs.workspace_slot(R, c, element_size)
@@ -139,8 +142,10 @@ def _tuned_dx():
                            prune_configs_by={"early_config_prune": configs.dx_prune})(opm_dx_kernel)
 
 
-def _outer_products_grad(gs: Tensor, weight: Tensor, c: int, precision: str) -> Tensor:
-    """dX[b, (i p), (j q)] = sum_r gs[b, i, j, r] weight[r, p*c + q]: (B, n*c, N*c) in gs's dtype."""
+@torch.library.custom_op("evofuse::outer_products_grad", mutates_args=())
+def outer_products_grad_op(gs: Tensor, weight: Tensor, c: int, precision: str) -> Tensor:
+    """dX[b, (i p), (j q)] = sum_r gs[b, i, j, r] weight[r, p*c + q]: (B, n*c, N*c) in gs's dtype (the
+    backward's Triton part: an op of its own, so that torch.compile traces the backward around it)."""
     B, n, N, R = gs.shape
     dx = torch.empty(B, n * c, N * c, dtype=gs.dtype, device=gs.device)
 
@@ -152,16 +157,24 @@ def _outer_products_grad(gs: Tensor, weight: Tensor, c: int, precision: str) -> 
     return dx
 
 
+@outer_products_grad_op.register_fake
+def _(gs, weight, c, precision):
+    B, n, N, _ = gs.shape
+    return gs.new_empty(B, n * c, N * c)
+
+
 @outer_product_mean_op.register_fake
 def _(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight, proj_b_bias,
-      out_proj_weight, out_proj_bias, normalization, precision):
+      out_proj_weight, out_proj_bias, normalization, precision, train):
     B, S, N, _ = msa_repr.shape
     c = proj_a_weight.shape[0]
-    return msa_repr.new_empty(B, N, N, out_proj_weight.shape[0]), msa_repr.new_empty(B, S, N, 2 * c)
+    ab = msa_repr.new_empty(B, S, N, 2 * c) if train or B * N * N * out_proj_weight.shape[0] == 0 else \
+        msa_repr.new_empty(0)
+    return msa_repr.new_empty(B, N, N, out_proj_weight.shape[0]), ab
 
 
 def _setup_context(ctx, inputs, output):
-    msa_repr, msa_mask, *params, normalization, precision = inputs
+    msa_repr, msa_mask, *params, normalization, precision, _ = inputs
     ctx.save_for_backward(msa_repr, msa_mask, *params, output[1])
     ctx.normalization = normalization
     ctx.precision = precision
@@ -172,7 +185,7 @@ def _backward(ctx, grad_out, _grad_ab):
     needs = ctx.needs_input_grad
     grads = outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab, grad_out,
                                         ctx.normalization, ctx.precision, needs[:10])
-    return (*grads, None, None)
+    return (*grads, None, None, None)
 
 
 def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab, grad_out, normalization, precision,
@@ -206,7 +219,7 @@ def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab
         g = gs[:, i0:i0 + n]  # (B, n, N, R)
         a_rows = a[:, :, i0:i0 + n].reshape(B, S, n * c)  # [s, (i p)]
         if need_ab:
-            dx = _outer_products_grad(g, wo, c, precision)  # [(i p), (j q)]
+            dx = outer_products_grad_op(g, wo, c, precision)  # [(i p), (j q)]
             da[:, :, i0:i0 + n] = torch.bmm(b_flat, dx.transpose(1, 2)).view(B, S, n, c)
             db += torch.bmm(a_rows, dx)
         if needs[8]:

@@ -1,0 +1,50 @@
+"""The custom ops as torch.library sees them: schema, fake (meta) implementation, autograd registration and
+AOT dispatch (torch.library.opcheck), on small inputs."""
+
+import pytest
+import torch
+
+from evofuse.ops.outer_product_mean import outer_product_mean_op
+from evofuse.ops.row_attention import row_attention_op
+from evofuse.ops.row_attention.op import core_backward_op
+
+from .conftest import DEVICE
+from .helpers import att_module, opm_module, random_mask
+
+
+def _opm_args(train, mask_kind="random"):
+    mod = opm_module(16, 6, 8, seed=1).to(DEVICE)
+    x = torch.randn(1, 3, 5, 16, device=DEVICE, requires_grad=train)
+    mask = random_mask(1, 3, 5, mask_kind, 2)
+    params = [p.detach().requires_grad_(train) for p in mod.parameters()]
+    return (x, None if mask is None else mask.to(DEVICE), *params, "count_ij_after", "default", train)
+
+
+def _att_args(train):
+    mod = att_module(16, 4, 2, seed=3).to(DEVICE)
+    x = torch.randn(1, 2, 5, 16, device=DEVICE, requires_grad=train)
+    z = torch.randn(1, 5, 5, 4, device=DEVICE, requires_grad=train)
+    params = [p.detach().requires_grad_(train) for p in mod.parameters()]
+    return (x, z, random_mask(1, 2, 5, "rows", 4).to(DEVICE), *params, 2, "default", train)
+
+
+@pytest.mark.no_poison
+@pytest.mark.parametrize("train", [False, True])
+def test_opcheck_outer_product_mean(train):
+    torch.library.opcheck(outer_product_mean_op, _opm_args(train))
+    torch.library.opcheck(outer_product_mean_op, _opm_args(train, "none"))
+
+
+@pytest.mark.no_poison
+@pytest.mark.parametrize("train", [False, True])
+def test_opcheck_row_attention(train):
+    torch.library.opcheck(row_attention_op, _att_args(train))
+
+
+@pytest.mark.no_poison
+def test_opcheck_row_attention_core_backward():
+    args = _att_args(True)
+    with torch.no_grad():
+        _, qkvg, o, lse, z = row_attention_op(*(a.detach() if isinstance(a, torch.Tensor) else a for a in args))
+    d_gated = torch.randn_like(o)
+    torch.library.opcheck(core_backward_op, (qkvg, z, args[2], d_gated, o, lse, 2, "default"))
