@@ -37,11 +37,13 @@ def one_config(monkeypatch):
             monkeypatch.setattr(opm_configs, "DX_CONFIGS", [dx])
         opm_op._tuned.cache_clear()
         opm_op._tuned_dx.cache_clear()
+        opm_configs._workspace_slot.cache_clear()
         att_op._kernels.cache_clear()
         layer_norm_linear._tuned.cache_clear()
     yield use
     opm_op._tuned.cache_clear()
     opm_op._tuned_dx.cache_clear()
+    opm_configs._workspace_slot.cache_clear()
     att_op._kernels.cache_clear()
     layer_norm_linear._tuned.cache_clear()
 

@@ -48,3 +48,14 @@ def test_opcheck_row_attention_core_backward():
         _, qkvg, o, lse, z = row_attention_op(*(a.detach() if isinstance(a, torch.Tensor) else a for a in args))
     d_gated = torch.randn_like(o)
     torch.library.opcheck(core_backward_op, (qkvg, z, args[2], d_gated, o, lse, 2, "default"))
+
+
+def test_every_fused_size_has_a_config(monkeypatch):
+    """The config tables hold a tile that fits each hidden_dim and input width the fused path takes."""
+    from evofuse.ops.outer_product_mean import configs
+    from evofuse.ops.outer_product_mean.op import FUSED_HIDDEN_DIMS
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    for c in FUSED_HIDDEN_DIMS:
+        for width in (2, 4):
+            assert configs.candidates(c, width), (c, width)

@@ -8,6 +8,8 @@ are legal tensor-core shapes (each side >= 16), its float32 accumulator of (BLOC
 
 from __future__ import annotations
 
+import functools
+
 import triton
 
 from ..._runtime import autotune_enabled, interpreting
@@ -76,6 +78,11 @@ ALL_CONFIGS = [cfg for table in CONFIGS.values() for cfg in table]  # what the a
 
 def workspace_slot(R: int, C: int, element_size: int) -> int:
     """float32 elements of a program's workspace: the most that any candidate config needs."""
+    return _workspace_slot(R, C, element_size, interpreting(), autotune_enabled())
+
+
+@functools.lru_cache(maxsize=256)
+def _workspace_slot(R: int, C: int, element_size: int, *environment) -> int:
     slots = [-(-R // cfg.kwargs["BLOCK_R"]) * cfg.kwargs["BLOCK_R"] * cfg.kwargs["BLOCK_I"] * cfg.kwargs["BLOCK_J"]
              for cfg in candidates(C, element_size) if passes(cfg, C) > 1]
     return max(slots, default=0)
