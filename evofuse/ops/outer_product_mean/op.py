@@ -3,15 +3,15 @@ only, for torch.compile) and its backward, registered with `register_autograd`.
 
 Forward: LayerNorm, both projections and the mask in one kernel (`layer_norm_linear`), then the fused
 contraction (`kernels.opm_forward_kernel`) on 16-bit operands: 16-bit inputs as they are, float32 inputs as
-float16 halves after power-of-two scales (the float32 contract from three float16 products). The op also
-returns the masked projections ab, which the backward takes instead of recomputing them.
+float16 halves after power-of-two scales (the float32 contract from three float16 products). When training,
+the op also returns the masked projections ab, which the backward takes instead of recomputing them.
 
 Backward, for blocks of output rows i (each block's N*N*c*c products at most BLOCK_BYTES, so that the
 whole never exists): with Gs the output gradient times the per-pair factor, the outer products' gradient
 dX = Gs W comes from `kernels.opm_dx_kernel` already in the layout [(i p), (j q)] and gives da = b dX^T and
 db = a dX as batched cuBLAS products; out_proj's weight gradient sums Gs^T X over the blocks in float32, X
-recomputed from a and b.
-The projections' and the LayerNorm's gradients come from `layer_norm_linear_backward`.
+recomputed from a and b. The projections' and the LayerNorm's gradients come from
+`layer_norm_linear_backward`.
 """
 
 from __future__ import annotations
