@@ -75,11 +75,12 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
         return torch.zeros(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device), ab
     terms, scaled = (3 if precision == "default" else 1, True) if msa_repr.dtype == torch.float32 else (1, False)
     if scaled:  # float32: float16 halves of the operands scaled by powers of two
-        s_ab = torch.stack([_power_of_two_scale(ab[..., :c]), _power_of_two_scale(ab[..., c:])])  # (2,)
-        s_w = _power_of_two_scale(out_proj_weight)
-        ab_h = _float16_halves((ab.view(B, S, N, 2, c) * s_ab[:, None]).view(B, S, N, 2 * c), terms)
-        w_h = _float16_halves(out_proj_weight * s_w, terms)
-        inverse = 1 / (s_ab[0] * s_ab[1] * s_w)
+        pairs = ab.view(B, S, N, 2, c)
+        scales = _power_of_two_scales(torch.cat([_finite_abs_max(pairs, (0, 1, 2, 4)),
+                                                 _finite_abs_max(out_proj_weight, (0, 1))[None]]))  # a, b, w
+        ab_h = _float16_halves((pairs * scales[:2, None]).view(B, S, N, 2 * c), terms)
+        w_h = _float16_halves(out_proj_weight * scales[2], terms)
+        inverse = 1 / scales.prod()
     else:
         ab_h, w_h, inverse = ab[None], out_proj_weight[None], ab
     if not train:  # (float32: its memory free before the output's is taken)
@@ -110,12 +111,15 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
 SCALE_TOP = 7
 
 
-def _power_of_two_scale(t: Tensor) -> Tensor:
-    """2**(SCALE_TOP - ceil(log2(max |t|))) over t's finite values (1 without any), a 0-dim float32 tensor
-    (computed on the device: no synchronization). Multiplying by it is exact."""
-    largest = torch.where(torch.isfinite(t), t.abs(), 0).amax().float()
-    e = torch.ceil(torch.log2(largest))
-    e = torch.where(torch.isfinite(e), e, SCALE_TOP).clamp(-100, 100)
+def _finite_abs_max(t: Tensor, dims: tuple[int, ...]) -> Tensor:
+    """max |t| over dims, Inf and NaN counted as 0."""
+    return t.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0).amax(dims)
+
+
+def _power_of_two_scales(largest: Tensor) -> Tensor:
+    """2**(SCALE_TOP - ceil(log2(largest))) for each entry (2**SCALE_TOP where largest is 0), float32, on the
+    device (no synchronization). Multiplying by them is exact."""
+    e = torch.ceil(torch.log2(largest.float())).nan_to_num(0.0, posinf=0.0, neginf=0.0).clamp(-100, 100)
     return torch.exp2(SCALE_TOP - e)
 
 
