@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# On a CUDA machine, from the repository root: the whole test suite on the GPU (the `gpu`-marked tests
-# included), then `evofuse bench` over the suite, forward and training, with the awkward-shape grid.
-# Logs and results go to ${OUT:-benchmarks/results}. PEERS=none times evofuse alone.
+# On a CUDA machine, from the repository root: the whole test suite on the GPU (the `gpu`-marked tests and the
+# full tier included), then `evofuse bench` over the suite, forward and training. Logs and results go to
+# ${OUT:-benchmarks/results}. Variables: TESTS=0 skips the tests; SUITE (default all; none for the grid alone);
+# PEERS (default all; none times evofuse alone); GRID=1 adds the awkward-shape grid; LIMIT seconds for each
+# part (default 280).
 set -uo pipefail
 out="${OUT:-benchmarks/results}"
+limit="${LIMIT:-280}"
 mkdir -p "$out"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
 if [ "${TESTS:-1}" = 1 ]; then
-  EVOFUSE_FULL_TESTS=1 python3 -m pytest -q tests -p no:cacheprovider 2>&1 | tee "$out/tests.log" | tail -15
+  workers=$(python3 -c "import importlib.util as u; print('-n 8' if u.find_spec('xdist') else '')")
+  EVOFUSE_FULL_TESTS=1 timeout "$limit" python3 -m pytest -q $workers tests -p no:cacheprovider > "$out/tests.log" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests.log" | tail -15
 fi
-python3 -m evofuse bench --suite "${SUITE:-all}" --train --peers "${PEERS:-all}" ${GRID:+--grid} --out "$out" 2>&1 | tee "$out/bench.log"
+timeout "$limit" python3 -m evofuse bench --suite "${SUITE:-all}" --train --peers "${PEERS:-all}" ${GRID:+--grid} \
+  --out "$out" 2>&1 | tee "$out/bench.log" | grep -E "^  |worst|written"

@@ -60,3 +60,20 @@ def test_bench_report_files(tmp_path):
     assert "| opm-af2-main | fwd | evofuse bf16 | bfloat16 | 0.800 | 60 | 248.0 | 6.75x | 3.7e-03 |" in md
     assert "ModuleNotFoundError" in md
     assert (folder / "speedup.png").stat().st_size > 1000
+
+
+def test_grid_report(tmp_path, monkeypatch, capsys):
+    """`evofuse bench --grid`'s table, worst ratios and CSV, with stand-in timings (the timings need a GPU)."""
+    import csv
+
+    from evofuse import grid
+
+    times = {("evofuse", "float32"): 2.0, ("eager", "float32"): 1.0, ("evofuse", "bfloat16"): 0.5,
+             ("eager", "bfloat16"): 1.0}
+    monkeypatch.setattr(grid, "_time", lambda case, dtype, impl, train: times[impl, str(dtype)[6:]])
+    rows = grid.run_grid(tmp_path)
+    assert len(rows) == 2 * (len(grid.OPM_GRID) + len(grid.ATT_GRID))
+    assert all(r["fp32 ratio"] == 2.0 and r["bf16 ratio"] == 0.5 and r["bf16/fp32"] == 0.25 for r in rows)
+    out = capsys.readouterr().out
+    assert "worst fp32 ratio: 2.00" in out and "worst bf16/fp32: 0.25" in out
+    assert len(list(csv.DictReader(open(tmp_path / "grid.csv")))) == len(rows)
