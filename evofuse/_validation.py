@@ -56,6 +56,19 @@ def check_pair(pair_repr: object, B: int, N: int, pair_dim: int, device: torch.d
         raise ValueError(f"pair_repr is on {t.device} but msa_repr is on {device}: all tensors must be on one device")
 
 
+def check_pair_mask(pair_mask: object, B: int, N: int, device: torch.device) -> None:
+    """pair_mask must be None or a real (B, N, N) tensor (bool, integer or floating) on `device`."""
+    if pair_mask is None:
+        return
+    t = _require_tensor("pair_mask", pair_mask)
+    if t.is_complex():
+        raise TypeError(f"pair_mask must be bool, integer or real floating, got {t.dtype}")
+    if tuple(t.shape) != (B, N, N):
+        raise ValueError(f"pair_mask must have shape (B, N, N) = {(B, N, N)} to match msa_repr, got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"pair_mask is on {t.device} but msa_repr is on {device}: all tensors must be on one device")
+
+
 def check_params(device: torch.device, params: dict[str, torch.Tensor]) -> None:
     """Every parameter must be a real floating tensor on the inputs' device. (One combined test of all
     of them on the hot path; the specific error only once it fails.)"""

@@ -15,7 +15,7 @@ import torch
 from . import reference as ref
 from ._dispatch import resolve_impl, warn_once
 from ._runtime import PRECISIONS
-from ._validation import check_mask, check_msa, check_pair, check_param_shapes, check_params
+from ._validation import check_mask, check_msa, check_pair, check_pair_mask, check_param_shapes, check_params
 
 
 def _check_options(precision: str, normalization: str | None = None) -> None:
@@ -175,3 +175,59 @@ def msa_row_attention(
     train = torch.is_grad_enabled() and any(t.requires_grad for t in (msa_repr, pair_repr, *weights))
     with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
         return row_attention_op(msa_repr, pair_repr, msa_mask, *weights, num_heads, precision, train)[0]
+
+
+def pair_weighted_averaging(
+    msa_repr: torch.Tensor,
+    pair_repr: torch.Tensor,
+    pair_mask: torch.Tensor | None,
+    norm_m_weight: torch.Tensor,
+    norm_m_bias: torch.Tensor,
+    norm_z_weight: torch.Tensor,
+    norm_z_bias: torch.Tensor,
+    proj_m_weight: torch.Tensor,
+    proj_g_weight: torch.Tensor,
+    proj_z_weight: torch.Tensor,
+    proj_o_weight: torch.Tensor,
+    *,
+    num_heads: int,
+    inf: float = ref.PAIR_MASK_INF,
+    precision: str = "default",
+    impl: str | None = None,
+) -> torch.Tensor:
+    """Pair-weighted averaging, the MSA operation of AF3-family trunks (Boltz's form).
+
+    Args:
+        msa_repr: (B, S, N, c_m) float16, bfloat16, float32 or float64.
+        pair_repr: (B, N, N, c_z) real floating.
+        pair_mask: (B, N, N) 0/1 as bool, integer or floating, or None; a masked pair (i, j) gets
+            (1 - mask) * -inf added to its weight logit, as Boltz does (so a row of i whose pairs are all
+            masked averages with the unmasked softmax of its logits).
+        norm_m_weight, norm_m_bias: (c_m,); norm_z_weight, norm_z_bias: (c_z,).
+        proj_m_weight, proj_g_weight: (h*c, c_m); proj_z_weight: (h, c_z); proj_o_weight: (c_m, h*c).
+        num_heads: h (h*c must divide by it); inf: the mask's magnitude (Boltz's default 1e6).
+        precision, impl: as for `outer_product_mean`.
+    Returns:
+        (B, S, N, c_m) in msa_repr's dtype; the parameters and the pair input are cast to it.
+    """
+    _check_options(precision)
+    c_m = norm_m_weight.shape[0] if isinstance(norm_m_weight, torch.Tensor) else -1
+    B, S, N = check_msa(msa_repr, c_m)
+    c_z = norm_z_weight.shape[0] if isinstance(norm_z_weight, torch.Tensor) else -1
+    check_pair(pair_repr, B, N, c_z, msa_repr.device)
+    check_pair_mask(pair_mask, B, N, msa_repr.device)
+    params = dict(norm_m_weight=norm_m_weight, norm_m_bias=norm_m_bias, norm_z_weight=norm_z_weight,
+                  norm_z_bias=norm_z_bias, proj_m_weight=proj_m_weight, proj_g_weight=proj_g_weight,
+                  proj_z_weight=proj_z_weight, proj_o_weight=proj_o_weight)
+    check_params(msa_repr.device, params)
+    inner = proj_m_weight.shape[0]
+    if not isinstance(num_heads, int) or num_heads < 1 or inner % num_heads != 0:
+        raise ValueError(f"num_heads must be a positive integer dividing proj_m's width {inner}, got {num_heads!r}")
+    check_param_shapes(params, dict(norm_m_bias=(c_m,), norm_z_bias=(c_z,), proj_m_weight=(inner, c_m),
+                                    proj_g_weight=(inner, c_m), proj_z_weight=(num_heads, c_z),
+                                    proj_o_weight=(c_m, inner)))
+    dtype = msa_repr.dtype
+    pair_repr = pair_repr.to(dtype)
+    weights = [p.to(dtype) for p in params.values()]  # (no copy where they have its dtype)
+    return ref.pair_weighted_averaging_reference(msa_repr, pair_repr, pair_mask, *weights, num_heads=num_heads,
+                                                 inf=inf)

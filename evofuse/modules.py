@@ -94,3 +94,40 @@ class MSARowAttentionWithPairBias(nn.Module):
             msa_repr, pair_repr, msa_mask, *_linear_params(self, _ATT_LINEARS), num_heads=self.num_heads,
             dropout=self.dropout.p, training=self.training, precision=self.precision,
             impl=impl if impl is not None else self.impl)
+
+
+class PairWeightedAveraging(nn.Module):
+    """Pair-weighted averaging (AF3, Boltz-1/2, Protenix, OpenFold3): (B, S, N, c_m) MSA and (B, N, N, c_z)
+    pair -> (B, S, N, c_m). Boltz's constructor and parameter names (`norm_m`, `norm_z`, `proj_m`, `proj_g`,
+    `proj_z`, `proj_o`, no biases; proj_o starts at zero), so a Boltz state_dict loads unchanged.
+
+    Args:
+        c_m, c_z, c_h, num_heads: the MSA and pair widths, the width of a head and the heads.
+        inf: the pair mask's magnitude (a masked pair's logit gets (1 - mask) * -inf).
+        precision, impl: as for OuterProductMean.
+
+    forward(m (B, S, N, c_m), z (B, N, N, c_z), mask (B, N, N) or None, chunk_heads=False) returns
+    (B, S, N, c_m) in m's dtype; chunk_heads (Boltz's memory option) is accepted and changes nothing.
+    """
+
+    def __init__(self, c_m: int, c_z: int, c_h: int, num_heads: int, inf: float = 1e6, precision: str = "default",
+                 impl: str | None = None):
+        super().__init__()
+        self.c_m, self.c_z, self.c_h, self.num_heads, self.inf = c_m, c_z, c_h, num_heads, inf
+        self.norm_m = nn.LayerNorm(c_m)
+        self.norm_z = nn.LayerNorm(c_z)
+        self.proj_m = nn.Linear(c_m, c_h * num_heads, bias=False)
+        self.proj_g = nn.Linear(c_m, c_h * num_heads, bias=False)
+        self.proj_z = nn.Linear(c_z, num_heads, bias=False)
+        self.proj_o = nn.Linear(c_h * num_heads, c_m, bias=False)
+        with torch.no_grad():
+            self.proj_o.weight.zero_()
+        self.precision = precision
+        self.impl = impl
+
+    def forward(self, m: torch.Tensor, z: torch.Tensor, mask: torch.Tensor | None = None, chunk_heads: bool = False,
+                *, impl: str | None = None) -> torch.Tensor:
+        return functional.pair_weighted_averaging(
+            m, z, mask, self.norm_m.weight, self.norm_m.bias, self.norm_z.weight, self.norm_z.bias,
+            self.proj_m.weight, self.proj_g.weight, self.proj_z.weight, self.proj_o.weight, num_heads=self.num_heads,
+            inf=self.inf, precision=self.precision, impl=impl if impl is not None else self.impl)

@@ -144,3 +144,49 @@ def msa_row_attention_with_bias(msa_repr, bias, msa_mask, layer_norm_weight, lay
     o = g * torch.einsum("bshij,bshjd->bshid", p, v)  # (B, S, h, N, d)
     o = o.permute(0, 1, 3, 2, 4).reshape(B, S, N, D)
     return F.linear(o, out_proj_weight, out_proj_bias)
+
+
+PAIR_MASK_INF = 1e6  # Boltz's `inf`: a masked pair's weight logit gets (1 - mask) * -PAIR_MASK_INF added
+
+
+def pair_weighted_averaging_reference(
+    msa_repr: torch.Tensor,
+    pair_repr: torch.Tensor,
+    pair_mask: torch.Tensor | None,
+    norm_m_weight: torch.Tensor,
+    norm_m_bias: torch.Tensor,
+    norm_z_weight: torch.Tensor,
+    norm_z_bias: torch.Tensor,
+    proj_m_weight: torch.Tensor,
+    proj_g_weight: torch.Tensor,
+    proj_z_weight: torch.Tensor,
+    proj_o_weight: torch.Tensor,
+    num_heads: int,
+    inf: float = PAIR_MASK_INF,
+) -> torch.Tensor:
+    """Pair-weighted averaging (AF3's Algorithm 10 in Boltz's form), written as the definition.
+
+    msa_repr (B, S, N, c_m); pair_repr (B, N, N, c_z); pair_mask (B, N, N) 0/1 or None (all ones);
+    proj_m_weight, proj_g_weight (h*c, c_m); proj_z_weight (h, c_z); proj_o_weight (c_m, h*c); no biases.
+    Returns (B, S, N, c_m) in msa_repr's dtype:
+
+        v = heads(proj_m(LN_m(m))), g = sigmoid(heads(proj_g(LN_m(m))))       (B, S, N, h, c)
+        w = softmax_j(proj_z(LN_z(z))[b, i, j, h] + (1 - mask[b, i, j]) * -inf)  (B, h, N, N)
+                  (a row of i whose pairs are all masked: the softmax of its logits, unmasked)
+        out = proj_o(merge_heads(g * sum_j w[b, h, i, j] v[b, s, j, h]))
+    """
+    B, S, N, _ = msa_repr.shape
+    h = num_heads
+    m = F.layer_norm(msa_repr, (msa_repr.shape[-1],), norm_m_weight, norm_m_bias, LAYER_NORM_EPS)
+    z = F.layer_norm(pair_repr, (pair_repr.shape[-1],), norm_z_weight, norm_z_bias, LAYER_NORM_EPS)
+    v = F.linear(m, proj_m_weight).reshape(B, S, N, h, -1).permute(0, 3, 1, 2, 4)  # (B, h, S, N, c)
+    logits = F.linear(z, proj_z_weight).permute(0, 3, 1, 2)  # (B, h, N, N)
+    if pair_mask is not None:
+        # (1 - mask) * -inf, less what every pair of row i has in common (a constant of the row, which the
+        # softmax ignores): a row whose pairs are all masked keeps its logits' precision
+        masked = 1 - pair_mask.to(logits.dtype)
+        logits = logits - inf * (masked - masked.amin(-1, keepdim=True))[:, None]
+    w = torch.softmax(logits, dim=-1)
+    g = torch.sigmoid(F.linear(m, proj_g_weight))
+    o = torch.einsum("bhij,bhsjd->bhsid", w, v).permute(0, 2, 3, 1, 4).reshape(B, S, N, -1)
+    return F.linear(g * o, proj_o_weight)
