@@ -41,9 +41,11 @@ def test_matches_boltz_module(kind):
     mod.load_state_dict(boltz.state_dict())
     m, z = torch.randn(2, 5, 7, 16, dtype=torch.float64), torch.randn(2, 7, 7, 12, dtype=torch.float64)
     mask = _pair_mask(2, 7, kind, 2).double()
-    torch.testing.assert_close(mod(m, z, mask), boltz(m, z, mask), rtol=1e-12, atol=1e-12)
+    # Boltz adds -1e6 to a masked logit literally (1e-10 of a logit lost in float64); evofuse takes the term
+    # relative to the row, the same softmax
+    torch.testing.assert_close(mod(m, z, mask), boltz(m, z, mask), rtol=1e-9, atol=1e-10)
     torch.testing.assert_close(mod(m, z, mask, chunk_heads=True), boltz.eval()(m, z, mask, chunk_heads=True),
-                               rtol=1e-12, atol=1e-12)
+                               rtol=1e-9, atol=1e-10)
 
 
 def test_parameter_names_and_zero_output_projection():
