@@ -229,5 +229,20 @@ def pair_weighted_averaging(
     dtype = msa_repr.dtype
     pair_repr = pair_repr.to(dtype)
     weights = [p.to(dtype) for p in params.values()]  # (no copy where they have its dtype)
-    return ref.pair_weighted_averaging_reference(msa_repr, pair_repr, pair_mask, *weights, num_heads=num_heads,
-                                                 inf=inf)
+
+    def reference():
+        return ref.pair_weighted_averaging_reference(msa_repr, pair_repr, pair_mask, *weights, num_heads=num_heads,
+                                                     inf=inf)
+
+    if resolve_impl(impl, msa_repr) == "torch":
+        return reference()
+    from .ops.pair_weighted_averaging import fused, pair_weighted_averaging_op
+
+    if not fused(inner // num_heads, dtype):
+        warn_once(f"pwa-{inner // num_heads}-{dtype}", f"evofuse: no fused pair-weighted averaging for head width "
+                  f"{inner // num_heads}, dtype={dtype}; running the PyTorch reference")
+        return reference()
+    train = torch.is_grad_enabled() and any(t.requires_grad for t in (msa_repr, pair_repr, *weights))
+    with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
+        return pair_weighted_averaging_op(msa_repr, pair_repr, pair_mask, *weights, num_heads, float(inf), precision,
+                                          train)[0]

@@ -73,9 +73,9 @@ def grads(mod, inputs, impl, seed=0):
     return out, named
 
 
-# softmax is shift-invariant per row, so key.bias and pair_bias.bias have exact gradient 0:
-# those are judged on the scale of their weights' gradients
-ZERO_GRADS = {"key.bias": "key.weight", "pair_bias.bias": "pair_bias.weight"}
+# softmax is shift-invariant per row, so key.bias, pair_bias.bias and (pair-weighted averaging) norm_z.bias
+# have exact gradient 0: those are judged on the scale of their weights' gradients
+ZERO_GRADS = {"key.bias": "key.weight", "pair_bias.bias": "pair_bias.weight", "norm_z.bias": "norm_z.weight"}
 
 
 def compare(got, exact, dtype, lowp=None):

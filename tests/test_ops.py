@@ -59,3 +59,25 @@ def test_every_fused_size_has_a_config(monkeypatch):
     for c in FUSED_HIDDEN_DIMS:
         for width in (2, 4):
             assert configs.candidates(c, width), (c, width)
+
+
+def _pwa_args(train, mask=True):
+    from evofuse import PairWeightedAveraging
+
+    from .helpers import randomize
+
+    mod = randomize(PairWeightedAveraging(16, 8, 8, 2), 5).to(DEVICE)
+    m = torch.randn(1, 3, 5, 16, device=DEVICE, requires_grad=train)
+    z = torch.randn(1, 5, 5, 8, device=DEVICE, requires_grad=train)
+    pair_mask = (torch.rand(1, 5, 5) > 0.3).float().to(DEVICE) if mask else None
+    params = [p.detach().requires_grad_(train) for p in mod.parameters()]
+    return (m, z, pair_mask, *params, 2, 1e6, "default", train)
+
+
+@pytest.mark.no_poison
+@pytest.mark.parametrize("train", [False, True])
+def test_opcheck_pair_weighted_averaging(train):
+    from evofuse.ops.pair_weighted_averaging import pair_weighted_averaging_op
+
+    torch.library.opcheck(pair_weighted_averaging_op, _pwa_args(train))
+    torch.library.opcheck(pair_weighted_averaging_op, _pwa_args(train, mask=False))

@@ -10,7 +10,9 @@ import evofuse
 from evofuse import PairWeightedAveraging
 
 from .conftest import DEVICE
-from .helpers import assert_contract, randomize
+from .helpers import assert_contract, compare, grads, randomize
+
+LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16  # the interpreter's bf16 products are not checked
 
 BOLTZ = importlib.util.find_spec("boltz") is not None
 
@@ -87,3 +89,56 @@ def test_reference_path_against_float64(kind):
     exact = mod.double()(m.double(), z.double(), None if mask is None else mask.double(), impl="torch")
     out = mod.float().to(DEVICE)(m.to(DEVICE), z.to(DEVICE), None if mask is None else mask.to(DEVICE))
     assert_contract(out.cpu(), exact, torch.float32)
+
+
+def _inputs(B, S, N, c_m, c_z, kind, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(B, S, N, c_m, generator=g), torch.randn(B, N, N, c_z, generator=g), _pair_mask(B, N, kind, seed)
+
+
+def _dev(t, dtype=None):
+    return None if t is None else t.to(DEVICE, dtype) if dtype is not None and t.is_floating_point() else t.to(DEVICE)
+
+
+@pytest.mark.parametrize("B, S, N, c_m, c_z, c, h", [
+    (1, 1, 1, 8, 4, 8, 1), (2, 3, 17, 16, 12, 8, 3), (1, 33, 9, 32, 8, 32, 2),
+    pytest.param(1, 5, 97, 16, 8, 8, 8, marks=pytest.mark.full),
+])
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_forward_shapes(B, S, N, c_m, c_z, c, h, dtype):
+    mod = _module(c_m, c_z, c, h, seed=6)
+    m, z, mask = _inputs(B, S, N, c_m, c_z, "rows", 7)
+    exact = mod.double()(m.double(), z.double(), mask.double(), impl="torch")
+    out = mod.to(DEVICE, dtype)(_dev(m, dtype), _dev(z, dtype), _dev(mask), impl="triton").cpu()
+    lowp = None if dtype == torch.float32 else mod.cpu()(m.to(dtype), z.to(dtype), mask, impl="torch")
+    ref32 = mod.cpu()(m, z, mask, impl="torch") if dtype == torch.float32 else None
+    assert_contract(out, exact, dtype, lowp_ref=lowp, ref_fp32=ref32)
+
+
+@pytest.mark.parametrize("kind", ["random", "rows", "ones", "none"])
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_gradients(kind, dtype):
+    mod = _module(16, 12, 8, 3, seed=8)
+    m, z, mask = _inputs(2, 3, 11, 16, 12, kind, 9)
+    m64 = None if mask is None else mask.double()
+    _, exact = grads(mod.double(), (m.double(), z.double(), m64), "torch")
+    _, got = grads(mod.to(DEVICE, dtype), (_dev(m, dtype), _dev(z, dtype), _dev(mask)), "triton")
+    lowp = None
+    if dtype != torch.float32:
+        _, lowp = grads(mod.cpu(), (m.to(dtype), z.to(dtype), mask), "torch")
+    compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
+
+
+def test_mask_forms_strided_inputs_and_determinism():
+    mod = _module(16, 8, 8, 2, seed=10).to(DEVICE)
+    m = torch.randn(1, 9, 4, 32, device=DEVICE)[..., ::2].transpose(1, 2)  # (1, 4, 9, 16), not contiguous
+    z = torch.randn(1, 9, 9, 8, device=DEVICE).transpose(1, 2)
+    mask = _pair_mask(1, 9, "rows", 11).to(DEVICE)
+    outs = [mod(m, z, k, impl="triton") for k in (mask, mask.bool(), mask.to(torch.int32))]
+    for other in outs[1:]:
+        torch.testing.assert_close(other, outs[0], rtol=1e-6, atol=1e-6)
+    assert_contract(outs[0], mod.double()(m.double(), z.double(), mask.double(), impl="torch"), torch.float32)
+    mod.float()
+    first = grads(mod, (m, z, mask), "triton")
+    second = grads(mod, (m, z, mask), "triton")
+    assert torch.equal(first[0], second[0]) and all(torch.equal(first[1][k], second[1][k]) for k in first[1])

@@ -1,0 +1,33 @@
+"""Pair-weighted averaging's kernel tiles, as data, and the predicate that keeps those that fit a call.
+
+BLOCK_I residues i and BLOCK_J residues j a tile; COLS (MSA row, channel) columns, COLS // BLOCK_C rows s of
+BLOCK_C channels (the head width rounded up to a power of two, >= 16, set by the launcher).
+"""
+
+from __future__ import annotations
+
+import triton
+
+from ..._runtime import autotune_enabled, interpreting
+
+CONFIGS = [
+    triton.Config({"BLOCK_I": bi, "BLOCK_J": bj, "COLS": cols}, num_warps=warps, num_stages=stages)
+    for bi, bj, cols, warps, stages in ((64, 64, 128, 4, 3), (128, 64, 128, 8, 3), (64, 32, 256, 8, 3),
+                                        (128, 32, 256, 8, 2), (64, 64, 64, 4, 3), (32, 32, 64, 4, 2))
+]
+INTERPRETER_CONFIG = triton.Config({"BLOCK_I": 16, "BLOCK_J": 16, "COLS": 32}, num_warps=1, num_stages=1)
+
+
+def candidates(BLOCK_C: int, element_size: int) -> list[triton.Config]:
+    """Configs whose columns hold whole heads and whose tiles fit the register file for the operand width (the
+    first where autotuning is off; the interpreter's alone under Triton's interpreter)."""
+    if interpreting():
+        return [INTERPRETER_CONFIG]
+    limit = 128 * 256 // (2 if element_size == 4 else 1)
+    kept = [cfg for cfg in CONFIGS if cfg.kwargs["COLS"] >= BLOCK_C
+            and cfg.kwargs["BLOCK_I"] * cfg.kwargs["COLS"] <= limit] or CONFIGS[-1:]
+    return kept if autotune_enabled() else kept[:1]
+
+
+def prune(configs, named_args, **kwargs):
+    return candidates(kwargs["BLOCK_C"], named_args["v_ptr"].element_size())

@@ -1,0 +1,110 @@
+"""Pair-weighted averaging's weighted sums, forward and backward, in Triton.
+
+v and the gate g are column blocks of one (B, S, N, 2*h*C) tensor (the LayerNorm + projection's output), head
+h at channels h*C .. h*C + C - 1 of each; w (B, h, N, N) are the weights, one softmax per (b, h, i) shared by
+every MSA row.
+
+`weighted_sum_kernel`: for a block of residues i, a head and a block of MSA rows s, u[s, i] = sum_j w[i, j] v[s, j]
+as one product whose columns are the block's (s, channel) pairs, so that each tile of w is read once for
+S_BLOCK rows; the gate sigmoid(g) in the epilogue. With w's strides swapped it is the backward's
+dv[s, j] = sum_i w[i, j] du[s, i]. `weight_grad_kernel`: dw[i, j] = sum_(s, c) du[s, i, c] v[s, j, c] for a tile of
+(i, j), summed over the MSA rows in order (no atomics).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def weighted_sum_kernel(
+    w_ptr, stride_wb, stride_wh, stride_wi, stride_wj,  # weights: (B, h, N, N)
+    v_ptr, stride_vb, stride_vs, stride_vn,  # values: (B, S, N, .) head h at channel h*C, channel stride 1
+    g_ptr, stride_gb, stride_gs, stride_gn,  # GATE: the gate's pre-activation, laid out as v
+    o_ptr, stride_ob, stride_os, stride_on,  # out: (B, S, N, .) laid out as v
+    u_ptr,  # KEEP: the un-gated sums, with o's strides
+    S, N, H, C,
+    N_BUCKET,  # autotuning key only
+    GATE: tl.constexpr,
+    KEEP: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    COLS: tl.constexpr,  # (s, channel) columns a program: S_BLOCK rows of BLOCK_C channels
+    BLOCK_C: tl.constexpr,  # C rounded up to a power of two (>= 16)
+    PRECISION: tl.constexpr,
+):
+    S_BLOCK: tl.constexpr = COLS // BLOCK_C
+    pid = tl.program_id(0).to(tl.int64)
+    n_s = tl.cdiv(S, S_BLOCK)
+    n_i = tl.cdiv(N, BLOCK_I)
+    blk_s = pid % n_s
+    blk_i = (pid // n_s) % n_i
+    h = (pid // (n_s * n_i)) % H
+    b = pid // (n_s * n_i * H)
+    offs_i = blk_i * BLOCK_I + tl.arange(0, BLOCK_I)  # [BLOCK_I]
+    col = tl.arange(0, COLS)
+    s = blk_s * S_BLOCK + col // BLOCK_C  # [COLS]
+    e = col % BLOCK_C
+    col_ok = (s < S) & (e < C)
+    col_v = s * stride_vs + h * C + e  # [COLS]: (s, channel) inside a row j of v
+    w_rows = w_ptr + b * stride_wb + h * stride_wh + offs_i[:, None] * stride_wi  # [BLOCK_I, 1]
+    v_b = v_ptr + b * stride_vb
+    acc = tl.zeros((BLOCK_I, COLS), dtype=tl.float32)
+    for j0 in range(0, N, BLOCK_J):
+        offs_j = j0 + tl.arange(0, BLOCK_J)
+        j_ok = offs_j < N
+        w = tl.load(w_rows + offs_j[None, :] * stride_wj, mask=(offs_i < N)[:, None] & j_ok[None, :],
+                    other=0.0)  # [BLOCK_I, BLOCK_J]
+        v = tl.load(v_b + offs_j[:, None].to(tl.int64) * stride_vn + col_v[None, :],
+                    mask=j_ok[:, None] & col_ok[None, :], other=0.0)  # [BLOCK_J, COLS]
+        acc = tl.dot(w.to(v.dtype), v, acc, input_precision=PRECISION)  # [BLOCK_I, COLS]
+    ok = (offs_i < N)[:, None] & col_ok[None, :]
+    out = offs_i[:, None].to(tl.int64) * stride_on + (s * stride_os + h * C + e)[None, :]  # [BLOCK_I, COLS]
+    if KEEP:
+        tl.store(u_ptr + b * stride_ob + out, acc.to(u_ptr.dtype.element_ty), mask=ok)
+    if GATE:
+        g = tl.load(g_ptr + b * stride_gb + offs_i[:, None].to(tl.int64) * stride_gn + (s * stride_gs + h * C + e)[None, :],
+                    mask=ok, other=0.0)
+        acc = acc * tl.sigmoid(g.to(tl.float32))
+    tl.store(o_ptr + b * stride_ob + out, acc.to(o_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def weight_grad_kernel(
+    du_ptr, stride_db, stride_ds, stride_dn,  # the un-gated sums' gradient: (B, S, N, .) laid out as v
+    v_ptr, stride_vb, stride_vs, stride_vn,  # values
+    dw_ptr, stride_wb, stride_wh, stride_wi, stride_wj,  # out: dw (B, h, N, N) float32
+    S, N, H, C,
+    N_BUCKET,  # autotuning key only
+    BLOCK_I: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    COLS: tl.constexpr,  # (s, channel) pairs a step: the product's K
+    BLOCK_C: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    S_BLOCK: tl.constexpr = COLS // BLOCK_C
+    pid = tl.program_id(0).to(tl.int64)
+    n_j = tl.cdiv(N, BLOCK_J)
+    n_i = tl.cdiv(N, BLOCK_I)
+    blk_j = pid % n_j
+    blk_i = (pid // n_j) % n_i
+    h = (pid // (n_j * n_i)) % H
+    b = pid // (n_j * n_i * H)
+    offs_i = blk_i * BLOCK_I + tl.arange(0, BLOCK_I)
+    offs_j = blk_j * BLOCK_J + tl.arange(0, BLOCK_J)
+    col = tl.arange(0, COLS)
+    e = col % BLOCK_C
+    acc = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)
+    for s0 in range(0, S, S_BLOCK):
+        s = s0 + col // BLOCK_C  # [COLS]
+        col_ok = (s < S) & (e < C)
+        du = tl.load(du_ptr + b * stride_db + offs_i[:, None].to(tl.int64) * stride_dn
+                     + (s * stride_ds + h * C + e)[None, :], mask=(offs_i < N)[:, None] & col_ok[None, :],
+                     other=0.0)  # [BLOCK_I, COLS]
+        v_t = tl.load(v_ptr + b * stride_vb + offs_j[None, :].to(tl.int64) * stride_vn
+                      + (s * stride_vs + h * C + e)[:, None], mask=col_ok[:, None] & (offs_j < N)[None, :],
+                      other=0.0)  # [COLS, BLOCK_J]
+        acc = tl.dot(du, v_t, acc, input_precision=PRECISION)  # [BLOCK_I, BLOCK_J]
+    tl.store(dw_ptr + b * stride_wb + h * stride_wh + offs_i[:, None].to(tl.int64) * stride_wi
+             + offs_j[None, :] * stride_wj, acc, mask=(offs_i < N)[:, None] & (offs_j < N)[None, :])
