@@ -18,6 +18,11 @@ def att_params(mod):
             mod.out_proj.weight, mod.out_proj.bias, mod.pair_bias.weight, mod.pair_bias.bias)
 
 
+def pwa_params(mod):
+    return (mod.norm_m.weight, mod.norm_m.bias, mod.norm_z.weight, mod.norm_z.bias, mod.proj_m.weight,
+            mod.proj_g.weight, mod.proj_z.weight, mod.proj_o.weight)
+
+
 def training_step(fn):
     """The forward+backward row's call: the output's gradient all ones."""
     def step():

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from . import reference as ref
-from ._timing import att_params, measure, opm_params
+from ._timing import att_params, measure, opm_params, pwa_params
 from .numerics import rel_error
 from .suite import SUITE, Case, make_inputs, make_module
 
@@ -103,15 +103,29 @@ def _cueq_peer():
     return run
 
 
+# ---------------------------------------------------------------- peers: pair-weighted averaging
+
+
+def _boltz_peer(mod):
+    """Boltz's own PairWeightedAveraging (boltz 2.2.1) holding the same weights."""
+    from boltz.model.layers.pair_averaging import PairWeightedAveraging
+
+    boltz = PairWeightedAveraging(mod.c_m, mod.c_z, mod.c_h, mod.num_heads, mod.inf)
+    boltz.load_state_dict(mod.state_dict())
+    return boltz.to(device=mod.norm_m.weight.device, dtype=mod.norm_m.weight.dtype)
+
+
 # ---------------------------------------------------------------- the implementations timed
 
 
 def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, object]]:
     """(name, dtype of the module, builder(mod) -> callable(*inputs)) for every implementation."""
     impls = []
-    reference_fn = (partial(ref.outer_product_mean_reference, normalization="count_i") if case.op == "opm"
-                    else partial(ref.msa_row_attention_reference, num_heads=case.width))
-    params = opm_params if case.op == "opm" else att_params
+    reference_fn, params = {
+        "opm": (partial(ref.outer_product_mean_reference, normalization="count_i"), opm_params),
+        "att": (partial(ref.msa_row_attention_reference, num_heads=case.width), att_params),
+        "pwa": (partial(ref.pair_weighted_averaging_reference, num_heads=case.width), pwa_params),
+    }[case.op]
 
     def eager(mod):
         return lambda *x: reference_fn(*x, *params(mod))
@@ -133,6 +147,8 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
     if case.op == "opm":
         impls += [("folded einsum bf16", "bfloat16", lambda mod: partial(_opm_folded_einsum, mod)),
                   ("chunked eager bf16", "bfloat16", lambda mod: partial(_opm_chunked_eager, mod))]
+    elif case.op == "pwa":
+        impls += [("Boltz module bf16", "bfloat16", _boltz_peer)]
     else:
         impls += [("FlexAttention bf16", "bfloat16", lambda mod: partial(_flex_peer(), mod)),
                   ("cuEquivariance bf16", "bfloat16", lambda mod: partial(_cueq_peer(), mod))]
@@ -215,7 +231,7 @@ def _select(suite: str) -> list[Case]:
         return []
     if suite == "all":
         return list(SUITE)
-    if suite in ("opm", "att"):
+    if suite in ("opm", "att", "pwa"):
         return [c for c in SUITE if c.op == suite]
     names = suite.split(",")
     by_name = {c.name: c for c in SUITE}

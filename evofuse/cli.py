@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--precision", choices=["default", "fast"], default="default")
 
     bench = sub.add_parser("bench", help="time evofuse against every importable peer")
-    bench.add_argument("--suite", default="all", help="'all', 'opm', 'att', 'none' or comma-separated case names")
+    bench.add_argument("--suite", default="all", help="'all', 'opm', 'att', 'pwa', 'none' or comma-separated case names")
     bench.add_argument("--dtype", action="append", choices=["float32", "bfloat16"],
                        help="evofuse dtype (repeatable; default both)")
     bench.add_argument("--train", action="store_true", help="also time forward+backward")

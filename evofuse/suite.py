@@ -6,21 +6,23 @@ from dataclasses import dataclass
 
 import torch
 
-from .modules import MSARowAttentionWithPairBias, OuterProductMean
+from .modules import MSARowAttentionWithPairBias, OuterProductMean, PairWeightedAveraging
 
 
 @dataclass(frozen=True)
 class Case:
-    """One suite shape. `width` is hidden_dim c for the Outer Product Mean, num_heads for attention."""
+    """One suite shape. `width` is hidden_dim c for the Outer Product Mean, num_heads for attention and
+    pair-weighted averaging; `head` the latter's width of a head."""
 
     name: str
-    op: str  # "opm" or "att"
+    op: str  # "opm", "att" or "pwa"
     B: int
     S: int
     N: int
     D: int
     pair: int
     width: int
+    head: int = 0
 
     @property
     def flops(self) -> float:
@@ -29,6 +31,9 @@ class Case:
         if self.op == "opm":
             c = self.width
             return 2.0 * B * (S * N * D * 2 * c + N * N * c * c * S + N * N * c * c * P)
+        if self.op == "pwa":
+            hc = self.width * self.head
+            return 2.0 * B * (S * N * D * 3 * hc + N * N * P * self.width + N * N * S * hc)
         return 2.0 * B * (S * N * D * 5 * D + 2 * S * N * N * D + N * N * P * self.width)
 
 
@@ -40,6 +45,10 @@ SUITE = (
     Case("att-seed", "att", 2, 8, 32, 64, 64, 4),
     Case("att-af2-main", "att", 1, 512, 384, 256, 128, 8),
     Case("att-long", "att", 1, 128, 1024, 256, 128, 8),
+    Case("pwa-seed", "pwa", 2, 8, 32, 64, 32, 4, 8),
+    Case("pwa-boltz", "pwa", 1, 1024, 384, 64, 128, 8, 32),
+    Case("pwa-af3", "pwa", 1, 1024, 384, 64, 128, 8, 8),
+    Case("pwa-long", "pwa", 1, 256, 2048, 64, 128, 8, 32),
 )
 SEED_CASES = tuple(c for c in SUITE if c.name.endswith("-seed"))
 
@@ -51,20 +60,25 @@ def make_module(case: Case, seed: int = 0, **kwargs) -> torch.nn.Module:
         torch.manual_seed(seed)
         if case.op == "opm":
             mod = OuterProductMean(case.D, case.pair, case.width, **kwargs)
-        else:
+        elif case.op == "att":
             mod = MSARowAttentionWithPairBias(case.D, case.pair, case.width, **kwargs)
+        else:
+            mod = PairWeightedAveraging(case.D, case.pair, case.head, case.width, **kwargs)
+            torch.nn.init.normal_(mod.proj_o.weight, std=mod.proj_o.in_features ** -0.5)  # (Boltz starts it at 0)
+    norm = mod.norm_m if case.op == "pwa" else mod.layer_norm
     with torch.no_grad():
-        mod.layer_norm.weight.copy_(1 + 0.2 * torch.randn(case.D, generator=g))
-        mod.layer_norm.bias.copy_(0.2 * torch.randn(case.D, generator=g))
+        norm.weight.copy_(1 + 0.2 * torch.randn(case.D, generator=g))
+        norm.bias.copy_(0.2 * torch.randn(case.D, generator=g))
     return mod
 
 
 def make_inputs(case: Case, device, dtype, seed: int = 0, zero_frac: float = 0.1,
                 fully_masked: bool = True) -> tuple[torch.Tensor, ...]:
-    """Random inputs of a case: msa, [pair,] mask (float 0/1, ~zero_frac zeros).
+    """Random inputs of a case: msa, [pair,] mask (float 0/1, ~zero_frac zeros; pair-weighted averaging's is a
+    (B, N, N) pair mask).
 
-    With fully_masked, one residue of the Outer Product Mean is masked in every row, and one MSA row
-    of the attention has every key masked.
+    With fully_masked, one residue of the Outer Product Mean is masked in every row, one MSA row of the
+    attention has every key masked, and one residue i of pair-weighted averaging has every pair masked.
     """
     g = torch.Generator().manual_seed(seed)
     msa = torch.randn(case.B, case.S, case.N, case.D, generator=g)
@@ -73,6 +87,10 @@ def make_inputs(case: Case, device, dtype, seed: int = 0, zero_frac: float = 0.1
         mask[:, :, case.N // 2] = 0
     if fully_masked and case.op == "att":
         mask[:, case.S // 2, :] = 0
+    if case.op == "pwa":
+        mask = (torch.rand(case.B, case.N, case.N, generator=g) >= zero_frac).float()
+        if fully_masked:
+            mask[:, case.N // 2, :] = 0
     msa = msa.to(device=device, dtype=dtype)
     mask = mask.to(device)
     if case.op == "opm":
