@@ -9,6 +9,8 @@ from evofuse.numerics import bound, rel_error
 from evofuse.ops import layer_norm_linear
 from evofuse.ops.outer_product_mean import configs as opm_configs
 from evofuse.ops.outer_product_mean import op as opm_op
+from evofuse.ops.pair_weighted_averaging import configs as pwa_configs
+from evofuse.ops.pair_weighted_averaging import op as pwa_op
 from evofuse.ops.row_attention import configs as att_configs
 from evofuse.ops.row_attention import op as att_op
 from evofuse.suite import SUITE, make_inputs, make_module
@@ -22,7 +24,7 @@ DTYPES = [torch.float32, torch.bfloat16]
 @pytest.fixture
 def one_config(monkeypatch):
     """Makes each kernel take the given config alone (the cached autotuned kernels rebuilt around it)."""
-    def use(opm=None, forward=None, backward=None, linear=None, dx=None):
+    def use(opm=None, forward=None, backward=None, linear=None, dx=None, pwa=None):
         if opm is not None:
             width, config = opm
             monkeypatch.setattr(opm_configs, "CONFIGS", {width: [config]})
@@ -35,12 +37,16 @@ def one_config(monkeypatch):
             monkeypatch.setattr(layer_norm_linear, "CONFIGS", [linear])
         if dx is not None:
             monkeypatch.setattr(opm_configs, "DX_CONFIGS", [dx])
+        if pwa is not None:
+            monkeypatch.setattr(pwa_configs, "CONFIGS", [pwa])
+        pwa_op._kernels.cache_clear()
         opm_op._tuned.cache_clear()
         opm_op._tuned_dx.cache_clear()
         opm_configs._workspace_slot.cache_clear()
         att_op._kernels.cache_clear()
         layer_norm_linear._tuned.cache_clear()
     yield use
+    pwa_op._kernels.cache_clear()
     opm_op._tuned.cache_clear()
     opm_op._tuned_dx.cache_clear()
     opm_configs._workspace_slot.cache_clear()
@@ -97,6 +103,31 @@ def test_every_attention_config(index, dtype, d, one_config):
     lowp = None
     if dtype != torch.float32:
         _, lowp = grads(mod, (x.cuda().to(dtype), z.cuda().to(dtype), mask.cuda()), "torch")
+        lowp = {k: v.cpu() for k, v in lowp.items()}
+    compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
+
+
+@pytest.mark.parametrize("index", range(len(pwa_configs.CONFIGS)))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("c", [8, 32])
+def test_every_pair_weighted_averaging_config(index, dtype, c, one_config):
+    from evofuse import PairWeightedAveraging
+
+    from .helpers import randomize
+
+    cfg = pwa_configs.CONFIGS[index]
+    if not pwa_configs.fits(cfg, max(16, c), dtype.itemsize):
+        pytest.skip("the predicate drops this config here")
+    one_config(pwa=cfg)
+    mod = randomize(PairWeightedAveraging(32, 16, c, 3), 7)
+    m, z = torch.randn(2, 37, 97, 32), torch.randn(2, 97, 97, 16)
+    mask = (torch.rand(2, 97, 97) > 0.2).float()
+    mask[:, 48] = 0
+    _, exact = grads(mod.double(), (m.double(), z.double(), mask.double()), "torch")
+    _, got = grads(mod.cuda().to(dtype), (m.cuda().to(dtype), z.cuda().to(dtype), mask.cuda()), "triton")
+    lowp = None
+    if dtype != torch.float32:
+        _, lowp = grads(mod, (m.cuda().to(dtype), z.cuda().to(dtype), mask.cuda()), "torch")
         lowp = {k: v.cpu() for k, v in lowp.items()}
     compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
 

@@ -18,14 +18,18 @@ CONFIGS = [
 INTERPRETER_CONFIG = triton.Config({"BLOCK_I": 16, "BLOCK_J": 16, "COLS": 32}, num_warps=1, num_stages=1)
 
 
+def fits(config: triton.Config, BLOCK_C: int, element_size: int) -> bool:
+    """Columns that hold whole heads, and an accumulator the register file holds for the operand width."""
+    limit = 128 * 256 // (2 if element_size == 4 else 1)
+    return config.kwargs["COLS"] >= BLOCK_C and config.kwargs["BLOCK_I"] * config.kwargs["COLS"] <= limit
+
+
 def candidates(BLOCK_C: int, element_size: int) -> list[triton.Config]:
-    """Configs whose columns hold whole heads and whose tiles fit the register file for the operand width (the
-    first where autotuning is off; the interpreter's alone under Triton's interpreter)."""
+    """The configs tried for a call (the first fitting where autotuning is off; the interpreter's alone under
+    Triton's interpreter)."""
     if interpreting():
         return [INTERPRETER_CONFIG]
-    limit = 128 * 256 // (2 if element_size == 4 else 1)
-    kept = [cfg for cfg in CONFIGS if cfg.kwargs["COLS"] >= BLOCK_C
-            and cfg.kwargs["BLOCK_I"] * cfg.kwargs["COLS"] <= limit] or CONFIGS[-1:]
+    kept = [cfg for cfg in CONFIGS if fits(cfg, BLOCK_C, element_size)] or CONFIGS[-1:]
     return kept if autotune_enabled() else kept[:1]
 
 
