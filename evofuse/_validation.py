@@ -30,17 +30,22 @@ def check_msa(msa_repr: object, msa_dim: int) -> tuple[int, int, int]:
     return t.shape[0], t.shape[1], t.shape[2]
 
 
+def _check_mask(name: str, mask: object, letters: str, shape: tuple[int, ...], device: torch.device) -> None:
+    """A mask must be None or a real tensor (bool, integer or floating) of `shape` (named by `letters`) on `device`."""
+    if mask is None:
+        return
+    t = _require_tensor(name, mask)
+    if t.is_complex():
+        raise TypeError(f"{name} must be bool, integer or real floating, got {t.dtype}")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} must have shape ({letters}) = {shape} to match msa_repr, got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but msa_repr is on {device}: all tensors must be on one device")
+
+
 def check_mask(msa_mask: object, B: int, S: int, N: int, device: torch.device) -> None:
     """msa_mask must be None or a real (B, S, N) tensor (bool, integer or floating) on `device`."""
-    if msa_mask is None:
-        return
-    t = _require_tensor("msa_mask", msa_mask)
-    if t.is_complex():
-        raise TypeError(f"msa_mask must be bool, integer or real floating, got {t.dtype}")
-    if tuple(t.shape) != (B, S, N):
-        raise ValueError(f"msa_mask must have shape (B, S, N) = {(B, S, N)} to match msa_repr, got {tuple(t.shape)}")
-    if t.device != device:
-        raise ValueError(f"msa_mask is on {t.device} but msa_repr is on {device}: all tensors must be on one device")
+    _check_mask("msa_mask", msa_mask, "B, S, N", (B, S, N), device)
 
 
 def check_pair(pair_repr: object, B: int, N: int, pair_dim: int, device: torch.device) -> None:
@@ -58,15 +63,7 @@ def check_pair(pair_repr: object, B: int, N: int, pair_dim: int, device: torch.d
 
 def check_pair_mask(pair_mask: object, B: int, N: int, device: torch.device) -> None:
     """pair_mask must be None or a real (B, N, N) tensor (bool, integer or floating) on `device`."""
-    if pair_mask is None:
-        return
-    t = _require_tensor("pair_mask", pair_mask)
-    if t.is_complex():
-        raise TypeError(f"pair_mask must be bool, integer or real floating, got {t.dtype}")
-    if tuple(t.shape) != (B, N, N):
-        raise ValueError(f"pair_mask must have shape (B, N, N) = {(B, N, N)} to match msa_repr, got {tuple(t.shape)}")
-    if t.device != device:
-        raise ValueError(f"pair_mask is on {t.device} but msa_repr is on {device}: all tensors must be on one device")
+    _check_mask("pair_mask", pair_mask, "B, N, N", (B, N, N), device)
 
 
 def check_params(device: torch.device, params: dict[str, torch.Tensor]) -> None:

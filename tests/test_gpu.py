@@ -21,6 +21,13 @@ pytestmark = pytest.mark.gpu
 DTYPES = [torch.float32, torch.bfloat16]
 
 
+def _rebuild_kernels():
+    """Forget the cached autotuned kernels (and what was derived from their config tables)."""
+    for cached in (pwa_op._kernels, opm_op._tuned, opm_op._tuned_dx, opm_configs._workspace_slot, att_op._kernels,
+                   layer_norm_linear._tuned):
+        cached.cache_clear()
+
+
 @pytest.fixture
 def one_config(monkeypatch):
     """Makes each kernel take the given config alone (the cached autotuned kernels rebuilt around it)."""
@@ -29,29 +36,14 @@ def one_config(monkeypatch):
             width, config = opm
             monkeypatch.setattr(opm_configs, "CONFIGS", {width: [config]})
             monkeypatch.setattr(opm_configs, "ALL_CONFIGS", [config])
-        if forward is not None:
-            monkeypatch.setattr(att_configs, "FORWARD_CONFIGS", [forward])
-        if backward is not None:
-            monkeypatch.setattr(att_configs, "BACKWARD_CONFIGS", [backward])
-        if linear is not None:
-            monkeypatch.setattr(layer_norm_linear, "CONFIGS", [linear])
-        if dx is not None:
-            monkeypatch.setattr(opm_configs, "DX_CONFIGS", [dx])
-        if pwa is not None:
-            monkeypatch.setattr(pwa_configs, "CONFIGS", [pwa])
-        pwa_op._kernels.cache_clear()
-        opm_op._tuned.cache_clear()
-        opm_op._tuned_dx.cache_clear()
-        opm_configs._workspace_slot.cache_clear()
-        att_op._kernels.cache_clear()
-        layer_norm_linear._tuned.cache_clear()
+        for module, name, config in ((att_configs, "FORWARD_CONFIGS", forward), (att_configs, "BACKWARD_CONFIGS", backward),
+                                     (layer_norm_linear, "CONFIGS", linear), (opm_configs, "DX_CONFIGS", dx),
+                                     (pwa_configs, "CONFIGS", pwa)):
+            if config is not None:
+                monkeypatch.setattr(module, name, [config])
+        _rebuild_kernels()
     yield use
-    pwa_op._kernels.cache_clear()
-    opm_op._tuned.cache_clear()
-    opm_op._tuned_dx.cache_clear()
-    opm_configs._workspace_slot.cache_clear()
-    att_op._kernels.cache_clear()
-    layer_norm_linear._tuned.cache_clear()
+    _rebuild_kernels()
 
 
 def _opm_check(dtype, c=32, N=97, S=37, normalization="count_i"):
@@ -65,6 +57,18 @@ def _opm_check(dtype, c=32, N=97, S=37, normalization="count_i"):
         _, lowp = grads(mod.cuda().to(dtype), (x.cuda().to(dtype), mask.cuda()), "torch")
     compare({k: v.cpu() for k, v in got.items()}, exact, dtype,
             None if lowp is None else {k: v.cpu() for k, v in lowp.items()})
+
+
+def _check_gradients(mod, inputs, dtype):
+    """The fused path's output gradients against float64 (CPU inputs: the activations, the pair, the mask)."""
+    floats = [t.cuda().to(dtype) if t.dim() == 4 else t.cuda() for t in inputs]
+    _, exact = grads(mod.double(), tuple(t.double() for t in inputs), "torch")
+    _, got = grads(mod.cuda().to(dtype), floats, "triton")
+    lowp = None
+    if dtype != torch.float32:
+        _, lowp = grads(mod, floats, "torch")
+        lowp = {k: v.cpu() for k, v in lowp.items()}
+    compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
 
 
 @pytest.mark.parametrize("dtype, index", [(dtype, index) for dtype in DTYPES
@@ -98,13 +102,7 @@ def test_every_attention_config(index, dtype, d, one_config):
     mod = att_module(h * d, 12, h, seed=3)
     x, z = torch.randn(2, 5, 97, h * d), torch.randn(2, 97, 97, 12)
     mask = random_mask(2, 5, 97, "rows", 4)
-    _, exact = grads(mod.double(), (x.double(), z.double(), mask.double()), "torch")
-    _, got = grads(mod.cuda().to(dtype), (x.cuda().to(dtype), z.cuda().to(dtype), mask.cuda()), "triton")
-    lowp = None
-    if dtype != torch.float32:
-        _, lowp = grads(mod, (x.cuda().to(dtype), z.cuda().to(dtype), mask.cuda()), "torch")
-        lowp = {k: v.cpu() for k, v in lowp.items()}
-    compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
+    _check_gradients(mod, (x, z, mask), dtype)
 
 
 @pytest.mark.parametrize("index", range(len(pwa_configs.CONFIGS)))
@@ -123,13 +121,7 @@ def test_every_pair_weighted_averaging_config(index, dtype, c, one_config):
     m, z = torch.randn(2, 37, 97, 32), torch.randn(2, 97, 97, 16)
     mask = (torch.rand(2, 97, 97) > 0.2).float()
     mask[:, 48] = 0
-    _, exact = grads(mod.double(), (m.double(), z.double(), mask.double()), "torch")
-    _, got = grads(mod.cuda().to(dtype), (m.cuda().to(dtype), z.cuda().to(dtype), mask.cuda()), "triton")
-    lowp = None
-    if dtype != torch.float32:
-        _, lowp = grads(mod, (m.cuda().to(dtype), z.cuda().to(dtype), mask.cuda()), "torch")
-        lowp = {k: v.cpu() for k, v in lowp.items()}
-    compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
+    _check_gradients(mod, (m, z, mask), dtype)
 
 
 @pytest.mark.parametrize("index", range(len(layer_norm_linear.CONFIGS)))
