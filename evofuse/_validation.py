@@ -24,7 +24,7 @@ def check_msa(msa_repr: object, msa_dim: int) -> tuple[int, int, int]:
     t = _require_tensor("msa_repr", msa_repr)
     _require_float("msa_repr", t)
     if t.dim() != 4:
-        raise ValueError(f"msa_repr must have shape (B, S, N, {msa_dim}), got {tuple(t.shape)} (rank {t.dim()})")
+        raise ValueError(f"msa_repr must have shape (..., S, N, {msa_dim}), got {tuple(t.shape)} (rank {t.dim()})")
     if t.shape[-1] != msa_dim:
         raise ValueError(f"msa_repr must have shape (B, S, N, {msa_dim}): last dimension is {t.shape[-1]}, expected {msa_dim}")
     return t.shape[0], t.shape[1], t.shape[2]

@@ -25,6 +25,31 @@ def _check_options(precision: str, normalization: str | None = None) -> None:
         raise ValueError(f"normalization must be one of {ref.NORMALIZATIONS}, got {normalization!r}")
 
 
+def _leading(msa_repr: object) -> tuple[int, ...] | None:
+    """msa_repr's dimensions before (S, N, D) when they are not one batch dimension (None when they are, or when
+    msa_repr is no tensor of rank >= 3: the checks then name what is wrong)."""
+    if not isinstance(msa_repr, torch.Tensor) or msa_repr.dim() < 3 or msa_repr.dim() == 4:
+        return None
+    return tuple(msa_repr.shape[:-3])
+
+
+def _batched(lead: tuple[int, ...], **tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """Each tensor with the leading dimensions `lead` (checked) folded into one batch dimension."""
+    out = []
+    for name, t in tensors.items():
+        if t is not None:
+            if not isinstance(t, torch.Tensor) or tuple(t.shape[:len(lead)]) != lead:
+                shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"{name} must have the leading dimensions {lead} of msa_repr, got {shape}")
+            t = t.reshape(-1, *t.shape[len(lead):]) if lead else t[None]
+        out.append(t)
+    return out
+
+
+def _unbatched(out: torch.Tensor, lead: tuple[int, ...]) -> torch.Tensor:
+    return out.reshape(*lead, *out.shape[1:]) if lead else out[0]
+
+
 def _on_device(t: torch.Tensor):
     """Triton launches on the current CUDA device: the input's is made current for an eager call (a compiled
     graph guards its devices itself)."""
@@ -52,7 +77,8 @@ def outer_product_mean(
     """The Outer Product Mean.
 
     Args:
-        msa_repr: (B, S, N, D) float16, bfloat16, float32 or float64, any strides.
+        msa_repr: (B, S, N, D) float16, bfloat16, float32 or float64, any strides; any leading dimensions in
+            place of B (none: an unbatched (S, N, D)), which every other input and the output share.
         msa_mask: (B, S, N) 0/1 as bool, integer or floating, or None for all ones.
         layer_norm_weight, layer_norm_bias: (D,).
         proj_a_weight, proj_b_weight: (c, D); proj_a_bias, proj_b_bias: (c,).
@@ -69,6 +95,13 @@ def outer_product_mean(
         anything else runs the reference, with a one-time warning.
     """
     _check_options(precision, normalization)
+    lead = _leading(msa_repr)
+    if lead is not None:  # any leading dimensions: folded into one batch dimension
+        msa_repr, msa_mask = _batched(lead, msa_repr=msa_repr, msa_mask=msa_mask)
+        return _unbatched(outer_product_mean(
+            msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
+            proj_b_bias, out_proj_weight, out_proj_bias, normalization=normalization, precision=precision,
+            impl=impl), lead)
     D = layer_norm_weight.shape[0] if isinstance(layer_norm_weight, torch.Tensor) else -1
     B, S, N = check_msa(msa_repr, D)
     check_mask(msa_mask, B, S, N, msa_repr.device)
@@ -122,7 +155,8 @@ def msa_row_attention(
     """MSA row attention with pair bias and gating.
 
     Args:
-        msa_repr: (B, S, N, D) float16, bfloat16, float32 or float64; D divisible by num_heads.
+        msa_repr: (B, S, N, D) float16, bfloat16, float32 or float64; D divisible by num_heads; any leading
+            dimensions in place of B, as for `outer_product_mean`.
         pair_repr: (B, N, N, P) real floating.
         msa_mask: (B, S, N) 0/1 as bool, integer or floating, or None; a key j with mask 0 gets the logit
             -1e9 (replaced, not added), so a row whose keys are all masked averages v over all N keys.
@@ -136,6 +170,14 @@ def msa_row_attention(
         head_dim <= 128 and 16/32-bit floats; anything else runs the reference, with a one-time warning.
     """
     _check_options(precision)
+    lead = _leading(msa_repr)
+    if lead is not None:  # any leading dimensions: folded into one batch dimension
+        msa_repr, pair_repr, msa_mask = _batched(lead, msa_repr=msa_repr, pair_repr=pair_repr, msa_mask=msa_mask)
+        return _unbatched(msa_row_attention(
+            msa_repr, pair_repr, msa_mask, layer_norm_weight, layer_norm_bias, query_weight, query_bias, key_weight,
+            key_bias, value_weight, value_bias, gate_weight, gate_bias, out_proj_weight, out_proj_bias,
+            pair_bias_weight, pair_bias_bias, num_heads=num_heads, dropout=dropout, training=training,
+            precision=precision, impl=impl), lead)
     D = layer_norm_weight.shape[0] if isinstance(layer_norm_weight, torch.Tensor) else -1
     if not isinstance(num_heads, int) or num_heads < 1 or D % num_heads != 0:
         raise ValueError(f"num_heads must be a positive integer dividing msa_dim={D}, got {num_heads!r}")
@@ -198,7 +240,8 @@ def pair_weighted_averaging(
     """Pair-weighted averaging, the MSA operation of AF3-family trunks (Boltz's form).
 
     Args:
-        msa_repr: (B, S, N, c_m) float16, bfloat16, float32 or float64.
+        msa_repr: (B, S, N, c_m) float16, bfloat16, float32 or float64; any leading dimensions in place of B,
+            as for `outer_product_mean`.
         pair_repr: (B, N, N, c_z) real floating.
         pair_mask: (B, N, N) 0/1 as bool, integer or floating, or None; a masked pair (i, j) gets
             (1 - mask) * -inf added to its weight logit, as Boltz does (so a row of i whose pairs are all
@@ -211,6 +254,13 @@ def pair_weighted_averaging(
         (B, S, N, c_m) in msa_repr's dtype; the parameters and the pair input are cast to it.
     """
     _check_options(precision)
+    lead = _leading(msa_repr)
+    if lead is not None:  # any leading dimensions: folded into one batch dimension
+        msa_repr, pair_repr, pair_mask = _batched(lead, msa_repr=msa_repr, pair_repr=pair_repr, pair_mask=pair_mask)
+        return _unbatched(pair_weighted_averaging(
+            msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight, norm_z_bias, proj_m_weight,
+            proj_g_weight, proj_z_weight, proj_o_weight, num_heads=num_heads, inf=inf, precision=precision,
+            impl=impl), lead)
     c_m = norm_m_weight.shape[0] if isinstance(norm_m_weight, torch.Tensor) else -1
     B, S, N = check_msa(msa_repr, c_m)
     c_z = norm_z_weight.shape[0] if isinstance(norm_z_weight, torch.Tensor) else -1

@@ -34,7 +34,7 @@ class OuterProductMean(nn.Module):
         impl: "auto", "triton" or "torch"; None follows EVOFUSE_IMPL (default auto).
 
     forward(msa_repr (B, S, N, D) float, msa_mask (B, S, N) 0/1 or None) returns
-    (B, N, N, pair_dim) in msa_repr's dtype.
+    (B, N, N, pair_dim) in msa_repr's dtype; any leading dimensions (none included) in place of B.
     """
 
     def __init__(self, msa_dim: int, pair_dim: int, hidden_dim: int = 32, normalization: str = "count_i",
@@ -67,7 +67,7 @@ class MSARowAttentionWithPairBias(nn.Module):
         precision, impl: as for OuterProductMean.
 
     forward(msa_repr (B, S, N, D), pair_repr (B, N, N, P), msa_mask (B, S, N) or None) returns
-    (B, S, N, D) in msa_repr's dtype.
+    (B, S, N, D) in msa_repr's dtype; any leading dimensions (none included) in place of B.
     """
 
     def __init__(self, msa_dim: int, pair_dim: int, num_heads: int = 4, dropout: float = 0.0,
@@ -107,7 +107,8 @@ class PairWeightedAveraging(nn.Module):
         precision, impl: as for OuterProductMean.
 
     forward(m (B, S, N, c_m), z (B, N, N, c_z), mask (B, N, N) or None, chunk_heads=False) returns
-    (B, S, N, c_m) in m's dtype; chunk_heads (Boltz's memory option) is accepted and changes nothing.
+    (B, S, N, c_m) in m's dtype (any leading dimensions in place of B); chunk_heads (Boltz's memory option) is
+    accepted and changes nothing.
     """
 
     def __init__(self, c_m: int, c_z: int, c_h: int, num_heads: int, inf: float = 1e6, precision: str = "default",

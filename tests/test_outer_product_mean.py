@@ -136,7 +136,8 @@ M = torch.ones(2, 3, 4)
 
 
 @pytest.mark.parametrize("x, mask, exc, pattern", [
-    (torch.randn(3, 4, 8), M, ValueError, r"msa_repr must have shape \(B, S, N, 8\).*rank 3"),
+    (torch.randn(4, 8), M, ValueError, r"msa_repr must have shape \(\.\.\., S, N, 8\).*rank 2"),
+    (torch.randn(3, 2, 3, 4, 8), M, ValueError, r"msa_mask must have the leading dimensions \(3, 2\) of msa_repr"),
     (torch.randn(2, 3, 4, 7), M, ValueError, r"msa_repr .*last dimension is 7, expected 8"),
     (X, torch.ones(2, 3, 5), ValueError, r"msa_mask must have shape \(B, S, N\) = \(2, 3, 4\)"),
     (X, torch.ones(2, 3), ValueError, r"msa_mask must have shape"),
@@ -160,3 +161,15 @@ def test_bad_options():
     params[4] = torch.randn(3, 8)  # proj_b_weight of the wrong hidden_dim
     with pytest.raises(ValueError, match=r"proj_b_weight must have shape \(4, 8\)"):
         evofuse.outer_product_mean(X, M, *params)
+
+
+def test_leading_dimensions_and_unbatched_input():
+    """Any leading dimensions in place of B, and an unbatched (S, N, D), give the batched result."""
+    mod = opm_module(8, 4, 8, seed=3).to(DEVICE)
+    x = torch.randn(2, 3, 5, 6, 8, device=DEVICE)
+    mask = random_mask(6, 5, 6, "random", 1).to(DEVICE).view(2, 3, 5, 6)
+    flat = mod(x.view(6, 5, 6, 8), mask.view(6, 5, 6), impl="triton")
+    out = mod(x, mask, impl="triton")
+    assert out.shape == (2, 3, 6, 6, 4)
+    torch.testing.assert_close(out, flat.view(2, 3, 6, 6, 4))
+    torch.testing.assert_close(mod(x[0, 0], mask[0, 0], impl="triton"), flat[0])

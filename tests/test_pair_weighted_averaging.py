@@ -64,7 +64,7 @@ PM = torch.ones(2, 4, 4)
 
 
 @pytest.mark.parametrize("m, z, mask, exc, pattern", [
-    (torch.randn(3, 4, 8), Z, PM, ValueError, r"msa_repr must have shape"),
+    (torch.randn(4, 8), Z, PM, ValueError, r"msa_repr must have shape \(\.\.\., S, N, 8\)"),
     (X, torch.randn(2, 4, 4, 5), PM, ValueError, r"pair_repr must have shape \(B, N, N, 6\)"),
     (X, Z, torch.ones(2, 4, 5), ValueError, r"pair_mask must have shape \(B, N, N\) = \(2, 4, 4\)"),
     (X, Z, torch.ones(2, 4, 4, dtype=torch.complex64), TypeError, r"pair_mask must be bool, integer or real"),
@@ -142,3 +142,12 @@ def test_mask_forms_strided_inputs_and_determinism():
     first = grads(mod, (m, z, mask), "triton")
     second = grads(mod, (m, z, mask), "triton")
     assert torch.equal(first[0], second[0]) and all(torch.equal(first[1][k], second[1][k]) for k in first[1])
+
+
+def test_leading_dimensions_and_unbatched_input():
+    mod = _module(8, 6, 4, 2, seed=12).to(DEVICE)
+    m, z = torch.randn(3, 1, 2, 5, 8, device=DEVICE), torch.randn(3, 1, 5, 5, 6, device=DEVICE)
+    mask = _pair_mask(3, 5, "rows", 13).to(DEVICE).view(3, 1, 5, 5)
+    flat = mod(m.view(3, 2, 5, 8), z.view(3, 5, 5, 6), mask.view(3, 5, 5), impl="triton")
+    torch.testing.assert_close(mod(m, z, mask, impl="triton"), flat.view(3, 1, 2, 5, 8))
+    torch.testing.assert_close(mod(m[2, 0], z[2, 0], mask[2, 0], impl="triton"), flat[2])

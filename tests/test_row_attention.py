@@ -143,3 +143,14 @@ def test_bad_options():
     params = [p for _, p in MSARowAttentionWithPairBias(8, 3, 2).named_parameters()]
     with pytest.raises(ValueError, match="num_heads must be a positive integer dividing msa_dim=8"):
         evofuse.msa_row_attention(X, Z, M, *params, num_heads=3)
+
+
+def test_leading_dimensions_and_unbatched_input():
+    mod = att_module(8, 3, 2, seed=5).to(DEVICE)
+    x, z = torch.randn(2, 2, 3, 5, 8, device=DEVICE), torch.randn(2, 2, 5, 5, 3, device=DEVICE)
+    mask = random_mask(4, 3, 5, "rows", 2).to(DEVICE).view(2, 2, 3, 5)
+    flat = mod(x.view(4, 3, 5, 8), z.view(4, 5, 5, 3), mask.view(4, 3, 5), impl="triton")
+    torch.testing.assert_close(mod(x, z, mask, impl="triton"), flat.view(2, 2, 3, 5, 8))
+    torch.testing.assert_close(mod(x[1, 0], z[1, 0], mask[1, 0], impl="triton"), flat[2])
+    with pytest.raises(ValueError, match=r"pair_repr must have the leading dimensions \(2, 2\)"):
+        mod(x, z[0], mask)
