@@ -1,0 +1,2 @@
+"""evofuse inside the models people run: one module per model family, each with `patch(model)` and
+`unpatch(model)`."""

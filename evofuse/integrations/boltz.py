@@ -1,0 +1,115 @@
+"""Boltz-1 and Boltz-2 (`boltz` 2.2.1): `patch(model)` puts evofuse's fused kernels in place of every
+`boltz.model.layers.pair_averaging.PairWeightedAveraging` and `boltz.model.layers.outer_product_mean.OuterProductMean`
+inside `model`, in place.
+
+The replacements hold the original submodules themselves (the same Parameters under the same names), so the
+model's checkpoints load unchanged and training updates the original modules too; they take Boltz's calls as
+Boltz makes them (`pwa(m, z, mask, chunk_heads)`, `opm(m, mask, chunk_size)`; chunking is not needed) and, under
+`torch.autocast`, compute in the autocast dtype as Boltz's linear layers do. A module evofuse cannot fuse
+(a head or hidden width it has no kernel for) stays as it is, with a warning naming it.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+
+import torch
+from torch import nn
+
+from .. import functional
+from ..ops.outer_product_mean.op import FUSED_HIDDEN_DIMS
+from ..ops.pair_weighted_averaging.op import MAX_HEAD_WIDTH
+
+_ORIGINALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # replacement -> the module it replaced
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype Boltz's linear layers compute in for an input x: the autocast dtype where autocast is on."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type)
+    return x.dtype
+
+
+class FusedPairWeightedAveraging(nn.Module):
+    """Boltz's PairWeightedAveraging (its submodules `norm_m`, `norm_z`, `proj_m`, `proj_g`, `proj_z`, `proj_o`)
+    computed by `evofuse.pair_weighted_averaging`."""
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        self.c_m, self.c_z, self.c_h = original.c_m, original.c_z, original.c_h
+        self.num_heads, self.inf = original.num_heads, original.inf
+        for name in ("norm_m", "norm_z", "proj_m", "proj_g", "proj_z", "proj_o"):
+            setattr(self, name, getattr(original, name))
+
+    def forward(self, m: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, chunk_heads: bool = False) -> torch.Tensor:
+        dtype = _compute_dtype(m)
+        with torch.autocast(m.device.type, enabled=False):
+            return functional.pair_weighted_averaging(
+                m.to(dtype), z.to(dtype), mask, self.norm_m.weight, self.norm_m.bias, self.norm_z.weight,
+                self.norm_z.bias, self.proj_m.weight, self.proj_g.weight, self.proj_z.weight, self.proj_o.weight,
+                num_heads=self.num_heads, inf=self.inf)
+
+
+class FusedOuterProductMean(nn.Module):
+    """Boltz's OuterProductMean (its submodules `norm`, `proj_a`, `proj_b` without biases, `proj_o`; the outer
+    products divided by max(count_ij, 1) before proj_o) computed by `evofuse.outer_product_mean`."""
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        self.c_hidden = original.c_hidden
+        for name in ("norm", "proj_a", "proj_b", "proj_o"):
+            setattr(self, name, getattr(original, name))
+
+    def forward(self, m: torch.Tensor, mask: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
+        dtype = _compute_dtype(m)
+        no_bias = self.proj_a.weight.new_zeros(self.c_hidden)
+        with torch.autocast(m.device.type, enabled=False):
+            return functional.outer_product_mean(
+                m.to(dtype), mask, self.norm.weight, self.norm.bias, self.proj_a.weight, no_bias, self.proj_b.weight,
+                no_bias, self.proj_o.weight, self.proj_o.bias, normalization="count_ij")
+
+
+def _replacement(module: nn.Module, name: str) -> nn.Module | None:
+    from boltz.model.layers.outer_product_mean import OuterProductMean
+    from boltz.model.layers.pair_averaging import PairWeightedAveraging
+
+    if type(module) is PairWeightedAveraging:
+        if module.c_h > MAX_HEAD_WIDTH:
+            warnings.warn(f"evofuse: {name} (PairWeightedAveraging, head width {module.c_h}) left unpatched: fused "
+                          f"kernels take head widths up to {MAX_HEAD_WIDTH}", RuntimeWarning, stacklevel=3)
+            return None
+        return FusedPairWeightedAveraging(module)
+    if type(module) is OuterProductMean:
+        if module.c_hidden not in FUSED_HIDDEN_DIMS:
+            warnings.warn(f"evofuse: {name} (OuterProductMean, c_hidden {module.c_hidden}) left unpatched: fused "
+                          f"kernels take c_hidden in {FUSED_HIDDEN_DIMS}", RuntimeWarning, stacklevel=3)
+            return None
+        return FusedOuterProductMean(module)
+    return None
+
+
+def patch(model: nn.Module) -> list[str]:
+    """Replaces, in place, every Boltz pair-weighted averaging and Outer Product Mean module among `model`'s
+    descendants by evofuse's; returns the names of the modules replaced."""
+    replaced = []
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            name = f"{parent_name}.{child_name}" if parent_name else child_name
+            new = _replacement(child, name)
+            if new is not None:
+                _ORIGINALS[new] = child
+                setattr(parent, child_name, new)
+                replaced.append(name)
+    return replaced
+
+
+def unpatch(model: nn.Module) -> list[str]:
+    """Puts back the modules `patch` replaced inside `model`; returns their names."""
+    restored = []
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            if child in _ORIGINALS:
+                setattr(parent, child_name, _ORIGINALS.pop(child))
+                restored.append(f"{parent_name}.{child_name}" if parent_name else child_name)
+    return restored
