@@ -10,6 +10,15 @@ from evofuse.ops.layer_norm_linear import layer_norm_linear, layer_norm_linear_b
 from .conftest import DEVICE
 
 
+def test_without_bias():
+    g = torch.Generator().manual_seed(3)
+    x, lnw, lnb, w = torch.randn(9, 24, generator=g), torch.randn(24, generator=g), torch.randn(24, generator=g), \
+        torch.randn(5, 24, generator=g)
+    exact = _reference(x.double(), lnw.double(), lnb.double(), w.double(), None, None)
+    y = layer_norm_linear(*(t.to(DEVICE) for t in (x, lnw, lnb, w)), None, None)
+    assert rel_error(y.cpu(), exact) <= 1e-6
+
+
 def _reference(x, lnw, lnb, w, b, mask):
     y = F.linear(F.layer_norm(x, (x.shape[-1],), lnw, lnb, 1e-5), w, b)
     return y if mask is None else y * mask.to(y.dtype)[..., None]

@@ -22,11 +22,12 @@ def _layer_norm_linear_kernel(
     x_ptr, stride_xm, stride_xd,  # x: (M, D)
     lnw_ptr, lnb_ptr,  # LayerNorm weight and bias: (D,)
     w_ptr, stride_wk, stride_wd,  # W: (K, D)
-    bias_ptr,  # (K,)
+    bias_ptr,  # HAS_BIAS: (K,)
     m_ptr, stride_mm,  # HAS_MASK: the row mask (M,), 0/1 of any dtype
     y_ptr, stride_ym, stride_yk,  # y: (M, K)
     M, D, K, eps,
     K_BUCKET,  # autotuning key only
+    HAS_BIAS: tl.constexpr,
     HAS_MASK: tl.constexpr,
     WHOLE_ROW: tl.constexpr,  # BLOCK_D >= D: the rows normalized once, every output column by this program
     BLOCK_M: tl.constexpr,
@@ -56,7 +57,8 @@ def _layer_norm_linear_kernel(
             w = tl.load(w_ptr + offs_k[None, :] * stride_wk + offs_d[:, None] * stride_wd,
                         mask=(offs_k < K)[None, :] & d_ok[:, None], other=0.0)  # [BLOCK_D, BLOCK_K]
             acc = tl.dot(xn, w, input_precision=PRECISION)  # [BLOCK_M, BLOCK_K]
-            _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_ym, stride_yk, HAS_MASK)
+            _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_ym, stride_yk, HAS_BIAS,
+                   HAS_MASK)
     else:
         mean, rstd = _moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M, BLOCK_D)
         offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -69,7 +71,8 @@ def _layer_norm_linear_kernel(
             w = tl.load(w_ptr + offs_k[None, :] * stride_wk + offs_d[:, None] * stride_wd,
                         mask=(offs_k < K)[None, :] & d_ok[:, None], other=0.0)  # [BLOCK_D, BLOCK_K]
             acc = tl.dot(xn.to(w.dtype), w, acc, input_precision=PRECISION)  # [BLOCK_M, BLOCK_K]
-        _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_ym, stride_yk, HAS_MASK)
+        _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_ym, stride_yk, HAS_BIAS,
+                   HAS_MASK)
 
 
 @triton.jit
@@ -102,11 +105,12 @@ def _affine(xhat, lnw_ptr, lnb_ptr, offs_d, d_ok):
 
 @triton.jit
 def _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_ym, stride_yk,
-           HAS_MASK: tl.constexpr):
+           HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr):
     """acc [rows, columns] plus the bias, times the rows' mask, stored in y's dtype."""
     k_ok = offs_k < K
     m_ok = offs_m < M
-    acc += tl.load(bias_ptr + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
     if HAS_MASK:
         acc *= tl.load(m_ptr + offs_m.to(tl.int64) * stride_mm, mask=m_ok, other=0).to(tl.float32)[:, None]
     tl.store(y_ptr + offs_m.to(tl.int64)[:, None] * stride_ym + offs_k[None, :] * stride_yk,
@@ -139,16 +143,16 @@ def _prune(configs, named_args, **kwargs):
 
 @functools.cache
 def _tuned():
-    return triton.autotune(CONFIGS, key=["K_BUCKET", "D", "HAS_MASK", "WHOLE_ROW", "PRECISION"],
+    return triton.autotune(CONFIGS, key=["K_BUCKET", "D", "HAS_BIAS", "HAS_MASK", "WHOLE_ROW", "PRECISION"],
                            prune_configs_by={"early_config_prune": _prune})(_layer_norm_linear_kernel)
 
 
 def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.Tensor, weight: torch.Tensor,
-                      bias: torch.Tensor, mask: torch.Tensor | None, precision: str = "default") -> torch.Tensor:
+                      bias: torch.Tensor | None, mask: torch.Tensor | None, precision: str = "default") -> torch.Tensor:
     """(LayerNorm(x) @ weight^T + bias) * mask[..., None], eps 1e-5.
 
     x (..., D) float16, bfloat16 or float32 (any strides); ln_weight, ln_bias (D,); weight (K, D) and bias
-    (K,) in x's dtype; mask of x's leading shape, 0/1 of any real dtype, or None. Returns (..., K) in
+    (K,) or None in x's dtype; mask of x's leading shape, 0/1 of any real dtype, or None. Returns (..., K) in
     x's dtype, contiguous; the statistics and the products accumulate in float32.
     """
     D = x.shape[-1]
@@ -166,9 +170,10 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
     def grid(meta):
         return cdiv(M, meta["BLOCK_M"]), 1 if whole_row else cdiv(K, meta["BLOCK_K"])
 
-    _tuned()[grid](rows, *rows.stride(), ln_weight, ln_bias, weight, *weight.stride(), bias, mask_rows,
-                   0 if mask is None else mask_rows.stride(0), y, *y.stride(), M, D, K, LAYER_NORM_EPS, bucket(K),
-                   HAS_MASK=mask is not None, WHOLE_ROW=whole_row, BLOCK_D=block_d,
+    _tuned()[grid](rows, *rows.stride(), ln_weight, ln_bias, weight, *weight.stride(),
+                   weight if bias is None else bias, mask_rows, 0 if mask is None else mask_rows.stride(0), y,
+                   *y.stride(), M, D, K, LAYER_NORM_EPS, bucket(K),
+                   HAS_BIAS=bias is not None, HAS_MASK=mask is not None, WHOLE_ROW=whole_row, BLOCK_D=block_d,
                    PRECISION=dot_precision(x.dtype, precision))
     return y.view(*lead, K)
 

@@ -83,8 +83,8 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
     inner = proj_m_weight.shape[0]
     C = inner // num_heads
     vg = layer_norm_linear(msa_repr, norm_m_weight, norm_m_bias, torch.cat([proj_m_weight, proj_g_weight]),
-                           msa_repr.new_zeros(2 * inner), None, precision)
-    logits = layer_norm_linear(pair_repr, norm_z_weight, norm_z_bias, proj_z_weight, msa_repr.new_zeros(num_heads),
+                           None, None, precision)
+    logits = layer_norm_linear(pair_repr, norm_z_weight, norm_z_bias, proj_z_weight, None,
                                None, precision)  # (B, N, N, h)
     w = _weights(logits, pair_mask, inf)
     gated = torch.empty(B, S, N, inner, dtype=msa_repr.dtype, device=msa_repr.device)
