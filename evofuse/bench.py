@@ -107,12 +107,18 @@ def _cueq_peer():
 
 
 def _boltz_peer(mod):
-    """Boltz's own PairWeightedAveraging (boltz 2.2.1) holding the same weights."""
+    """Boltz's own PairWeightedAveraging (boltz 2.2.1) holding the same weights, as Boltz runs it: float32
+    parameters under bfloat16 autocast (its float32 mask term makes a bfloat16 module fail)."""
     from boltz.model.layers.pair_averaging import PairWeightedAveraging
 
     boltz = PairWeightedAveraging(mod.c_m, mod.c_z, mod.c_h, mod.num_heads, mod.inf)
     boltz.load_state_dict(mod.state_dict())
-    return boltz.to(device=mod.norm_m.weight.device, dtype=mod.norm_m.weight.dtype)
+    boltz = boltz.to(device=mod.norm_m.weight.device, dtype=torch.float32)
+
+    def run(*inputs):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return boltz(*inputs)
+    return run
 
 
 # ---------------------------------------------------------------- the implementations timed
@@ -148,7 +154,7 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
         impls += [("folded einsum bf16", "bfloat16", lambda mod: partial(_opm_folded_einsum, mod)),
                   ("chunked eager bf16", "bfloat16", lambda mod: partial(_opm_chunked_eager, mod))]
     elif case.op == "pwa":
-        impls += [("Boltz module bf16", "bfloat16", _boltz_peer)]
+        impls += [("Boltz module autocast bf16", "float32", _boltz_peer)]
     else:
         impls += [("FlexAttention bf16", "bfloat16", lambda mod: partial(_flex_peer(), mod)),
                   ("cuEquivariance bf16", "bfloat16", lambda mod: partial(_cueq_peer(), mod))]

@@ -3,7 +3,7 @@
 A config names PASSES (passes over the channels p), BLOCK_I x BLOCK_J residues a tile, BLOCK_S MSA rows
 a step and BLOCK_R of out_proj's rows an epilogue step. The predicate keeps a config when its products
 are legal tensor-core shapes (each side >= 16), its float32 accumulator of (BLOCK_I * C / PASSES) x
-(BLOCK_J * C) fits the register file, and its operand tiles fit shared memory for the operand width.
+(BLOCK_J * C) fits its warps' registers, and its operand tiles fit shared memory for the operand width.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ CONFIGS = {
 INTERPRETER_CONFIG = triton.Config({"PASSES_PER_32": 2, "BLOCK_I": 4, "BLOCK_J": 4, "BLOCK_S": 16, "BLOCK_R": 16,
                                     "GROUP_I": 2}, num_warps=1, num_stages=1)
 
-ACCUMULATOR_LIMIT = 128 * 256  # float32 elements of the first product's accumulator (8 warps, no spills)
+ACCUMULATOR_PER_THREAD = 128  # float32 registers of the first product's accumulator a thread holds (no spills)
 SHARED_LIMIT = 220 * 1024  # bytes of shared memory a program may take (sm_90 allows 227 KB; a margin)
 
 
@@ -48,7 +48,9 @@ def fits(config: triton.Config, C: int, element_size: int) -> bool:
         return False
     rows, cols = kw["BLOCK_I"] * C // p, kw["BLOCK_J"] * C
     pairs = kw["BLOCK_I"] * kw["BLOCK_J"]
-    if min(rows, cols, pairs, kw["BLOCK_R"], C * C // p) < 16 or rows * cols > ACCUMULATOR_LIMIT:
+    if min(rows, cols, pairs, kw["BLOCK_R"], C * C // p) < 16:
+        return False
+    if rows * cols > ACCUMULATOR_PER_THREAD * 32 * config.num_warps:
         return False
     # the main loop's 16-bit operand stages and the float32 accumulator's rearrangement: a lower bound of what
     # the compiler asks for on sm_90, so the table holds only configs that compiled there (a config this passes

@@ -78,9 +78,12 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
         pairs = ab.view(B, S, N, 2, c)
         scales = _power_of_two_scales(torch.cat([_finite_abs_max(pairs, (0, 1, 2, 4)),
                                                  _finite_abs_max(out_proj_weight, (0, 1))[None]]))  # a, b, w
-        ab_h = _float16_halves((pairs * scales[:2, None]).view(B, S, N, 2 * c), terms)
+        # without training, ab's own memory takes the scaled values: the halves are the only copy made
+        ab_h = _float16_halves(pairs.mul_(scales[:2, None]) if not train else pairs * scales[:2, None], terms)
+        ab_h = ab_h.view(terms, B, S, N, 2 * c)
         w_h = _float16_halves(out_proj_weight * scales[2], terms)
         inverse = 1 / scales.prod()
+        del pairs
     else:
         ab_h, w_h, inverse = ab[None], out_proj_weight[None], ab
     if not train:  # (float32: its memory free before the output's is taken)
@@ -124,11 +127,14 @@ def _power_of_two_scales(largest: Tensor) -> Tensor:
 
 
 def _float16_halves(t: Tensor, terms: int) -> Tensor:
-    """(terms, *t.shape) float16: t's high half, and with terms 3 its low half t - high (t to ~2**-22)."""
-    high = t.to(torch.float16)
-    if terms == 1:
-        return high[None]
-    return torch.stack((high, (t - high.float()).to(torch.float16)))
+    """(terms, *t.shape) float16: t's high half, and with terms 3 its low half t - high (t to ~2**-22). t (float32)
+    is overwritten with its remainder."""
+    halves = torch.empty((terms, *t.shape), dtype=torch.float16, device=t.device)
+    halves[0].copy_(t)
+    if terms == 3:
+        halves[1].copy_(t.sub_(halves[0]))
+    return halves
+
 
 
 @functools.cache

@@ -18,10 +18,18 @@ CONFIGS = [
 INTERPRETER_CONFIG = triton.Config({"BLOCK_I": 16, "BLOCK_J": 16, "COLS": 32}, num_warps=1, num_stages=1)
 
 
+SHARED_LIMIT = 227 * 1024  # bytes of shared memory a program may take on sm_90
+
+
 def fits(config: triton.Config, BLOCK_C: int, element_size: int) -> bool:
-    """Columns that hold whole heads, and an accumulator the register file holds for the operand width."""
+    """Columns that hold whole heads, an accumulator the register file holds for the operand width, and operand
+    stages that fit shared memory in both kernels (the weighted sum's [BLOCK_I, BLOCK_J] x [BLOCK_J, COLS], the
+    weight gradient's [BLOCK_I, COLS] x [COLS, BLOCK_J]), as the compiler counts them on sm_90."""
+    kw = config.kwargs
+    bi, bj, cols = kw["BLOCK_I"], kw["BLOCK_J"], kw["COLS"]
     limit = 128 * 256 // (2 if element_size == 4 else 1)
-    return config.kwargs["COLS"] >= BLOCK_C and config.kwargs["BLOCK_I"] * config.kwargs["COLS"] <= limit
+    stage = max(bi * bj + bj * cols, bi * cols + cols * bj) * element_size
+    return cols >= BLOCK_C and bi * cols <= limit and stage * max(1, config.num_stages) <= SHARED_LIMIT
 
 
 def candidates(BLOCK_C: int, element_size: int) -> list[triton.Config]:
