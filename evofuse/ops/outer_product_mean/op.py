@@ -80,7 +80,7 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
                                                  _finite_abs_max(out_proj_weight, (0, 1))[None]]))  # a, b, w
         # without training, ab's own memory takes the scaled values: the halves are the only copy made
         ab_h = _float16_halves(pairs.mul_(scales[:2, None]) if not train else pairs * scales[:2, None], terms)
-        ab_h = ab_h.view(terms, B, S, N, 2 * c)
+        ab_h = ab_h.view(-1, B, S, N, 2 * c)
         w_h = _float16_halves(out_proj_weight * scales[2], terms)
         inverse = 1 / scales.prod()
         del pairs
@@ -127,9 +127,9 @@ def _power_of_two_scales(largest: Tensor) -> Tensor:
 
 
 def _float16_halves(t: Tensor, terms: int) -> Tensor:
-    """(terms, *t.shape) float16: t's high half, and with terms 3 its low half t - high (t to ~2**-22). t (float32)
+    """(1 or 2, *t.shape) float16: t's high half, and with terms 3 its low half t - high (t to ~2**-22). t (float32)
     is overwritten with its remainder."""
-    halves = torch.empty((terms, *t.shape), dtype=torch.float16, device=t.device)
+    halves = torch.empty((1 if terms == 1 else 2, *t.shape), dtype=torch.float16, device=t.device)
     halves[0].copy_(t)
     if terms == 3:
         halves[1].copy_(t.sub_(halves[0]))

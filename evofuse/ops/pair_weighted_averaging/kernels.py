@@ -23,11 +23,9 @@ def weighted_sum_kernel(
     v_ptr, stride_vb, stride_vs, stride_vn,  # values: (B, S, N, .) head h at channel h*C, channel stride 1
     g_ptr, stride_gb, stride_gs, stride_gn,  # GATE: the gate's pre-activation, laid out as v
     o_ptr, stride_ob, stride_os, stride_on,  # out: (B, S, N, .) laid out as v
-    u_ptr,  # KEEP: the un-gated sums, with o's strides
     S, N, H, C,
     N_BUCKET,  # autotuning key only
     GATE: tl.constexpr,
-    KEEP: tl.constexpr,
     BLOCK_I: tl.constexpr,
     BLOCK_J: tl.constexpr,
     COLS: tl.constexpr,  # (s, channel) columns a program: S_BLOCK rows of BLOCK_C channels
@@ -61,8 +59,6 @@ def weighted_sum_kernel(
         acc = tl.dot(w.to(v.dtype), v, acc, input_precision=PRECISION)  # [BLOCK_I, COLS]
     ok = (offs_i < N)[:, None] & col_ok[None, :]
     out = offs_i[:, None].to(tl.int64) * stride_on + (s * stride_os + h * C + e)[None, :]  # [BLOCK_I, COLS]
-    if KEEP:
-        tl.store(u_ptr + b * stride_ob + out, acc.to(u_ptr.dtype.element_ty), mask=ok)
     if GATE:
         g = tl.load(g_ptr + b * stride_gb + offs_i[:, None].to(tl.int64) * stride_gn + (s * stride_gs + h * C + e)[None, :],
                     mask=ok, other=0.0)

@@ -6,9 +6,9 @@ Forward: LayerNorm + the v and g projections of the MSA in one kernel (`layer_no
 the input's dtype); LayerNorm + the head projection of the pair (the same kernel); the mask term and the
 softmax over j once per (b, i, h), (B, h, N, N); `kernels.weighted_sum_kernel` for u = w v, gated in its
 epilogue; proj_o by cuBLAS. No float32 (B, S, N, h, C) tensor and no (B, h, S, N, N) tensor exists.
-Backward: d(gated) = grad_out W_o by cuBLAS; the gate's gradient and du (row attention's gate kernel); dv =
-w^T du (`weighted_sum_kernel` on w transposed) and dw = du v^T summed over the MSA rows in order
-(`weight_grad_kernel`); the softmax's and both LayerNorm + projections' gradients by PyTorch.
+Backward: d(gated) = grad_out W_o by cuBLAS; the gate's gradient and du from the saved gated sums (row
+attention's gate kernel); dv = w^T du (`weighted_sum_kernel` on w transposed) and dw = du v^T summed over the
+MSA rows in order (`weight_grad_kernel`); the softmax's and both LayerNorm + projections' gradients by PyTorch.
 """
 
 from __future__ import annotations
@@ -56,10 +56,9 @@ def _weights(logits: Tensor, pair_mask: Tensor | None, inf: float) -> Tensor:
     return torch.softmax(x, dim=-1)
 
 
-def _weighted_sum(w: Tensor, v: Tensor, g: Tensor | None, out: Tensor, keep: Tensor | None, num_heads: int, C: int,
-                  precision: str) -> None:
+def _weighted_sum(w: Tensor, v: Tensor, g: Tensor | None, out: Tensor, num_heads: int, C: int, precision: str) -> None:
     """out[b, s, i, h] = (sigmoid(g) *) sum_j w[b, h, i, j] v[b, s, j, h] for (B, S, N, .) views with channel
-    stride 1 (head h at channels h*C ..); keep, when given, receives the un-gated sums."""
+    stride 1 (head h at channels h*C ..)."""
     B, S, N = v.shape[:3]
 
     def grid(meta):
@@ -67,8 +66,8 @@ def _weighted_sum(w: Tensor, v: Tensor, g: Tensor | None, out: Tensor, keep: Ten
 
     gate = v if g is None else g
     _kernels()[0][grid](w, *w.stride(), v, *v.stride()[:3], gate, *gate.stride()[:3], out, *out.stride()[:3],
-                        out if keep is None else keep, S, N, num_heads, C, bucket(N), GATE=g is not None,
-                        KEEP=keep is not None, BLOCK_C=max(16, next_pow2(C)), PRECISION=dot_precision(v.dtype, precision))
+                        S, N, num_heads, C, bucket(N), GATE=g is not None, BLOCK_C=max(16, next_pow2(C)),
+                        PRECISION=dot_precision(v.dtype, precision))
 
 
 @torch.library.custom_op("evofuse::pair_weighted_averaging", mutates_args=())
@@ -76,8 +75,8 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
                                norm_m_bias: Tensor, norm_z_weight: Tensor, norm_z_bias: Tensor, proj_m_weight: Tensor,
                                proj_g_weight: Tensor, proj_z_weight: Tensor, proj_o_weight: Tensor, num_heads: int,
                                inf: float, precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(out (B, S, N, c_m), vg (B, S, N, 2hC), u (B, S, N, hC), w (B, h, N, N) float32): the output, then what the
-    backward takes: the projections, the un-gated sums (empty unless `train`) and the weights. Every tensor
+    """(out (B, S, N, c_m), vg (B, S, N, 2hC), gated (B, S, N, hC), w (B, h, N, N) float32): the output, then what
+    the backward takes: the projections, the gated sums (proj_o's input; empty unless `train`) and the weights. Every tensor
     argument has msa_repr's dtype."""
     B, S, N, _ = msa_repr.shape
     inner = proj_m_weight.shape[0]
@@ -88,11 +87,9 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
                                None, precision)  # (B, N, N, h)
     w = _weights(logits, pair_mask, inf)
     gated = torch.empty(B, S, N, inner, dtype=msa_repr.dtype, device=msa_repr.device)
-    u = torch.empty_like(gated) if train else gated.new_empty(0)
     if gated.numel():
-        _weighted_sum(w.to(msa_repr.dtype), vg[..., :inner], vg[..., inner:], gated, u if train else None, num_heads,
-                      C, precision)
-    return F.linear(gated, proj_o_weight), vg, u, w
+        _weighted_sum(w.to(msa_repr.dtype), vg[..., :inner], vg[..., inner:], gated, num_heads, C, precision)
+    return F.linear(gated, proj_o_weight), vg, gated if train else gated.new_empty(0), w
 
 
 @pair_weighted_averaging_op.register_fake
@@ -100,31 +97,29 @@ def _(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight,
       proj_g_weight, proj_z_weight, proj_o_weight, num_heads, inf, precision, train):
     B, S, N, c_m = msa_repr.shape
     inner = proj_m_weight.shape[0]
-    u = msa_repr.new_empty(B, S, N, inner) if train else msa_repr.new_empty(0)
-    return (msa_repr.new_empty(B, S, N, c_m), msa_repr.new_empty(B, S, N, 2 * inner), u,
+    gated = msa_repr.new_empty(B, S, N, inner) if train else msa_repr.new_empty(0)
+    return (msa_repr.new_empty(B, S, N, c_m), msa_repr.new_empty(B, S, N, 2 * inner), gated,
             msa_repr.new_empty(B, num_heads, N, N, dtype=torch.float32))
 
 
 @torch.library.custom_op("evofuse::pair_weighted_averaging_core_backward", mutates_args=())
-def core_backward_op(vg: Tensor, w: Tensor, d_gated: Tensor, u: Tensor, num_heads: int,
-                     precision: str) -> tuple[Tensor, Tensor, Tensor]:
-    """(d_vg (B, S, N, 2hC), dw (B, h, N, N) float32, gated (B, S, N, hC)): the projections' and the weights'
-    gradients for d_gated, the gradient of the gated sums, from the forward's projections vg, weights w and
-    un-gated sums u; and the gated sums, which proj_o's weight gradient takes."""
+def core_backward_op(vg: Tensor, w: Tensor, d_gated: Tensor, gated: Tensor, num_heads: int,
+                     precision: str) -> tuple[Tensor, Tensor]:
+    """(d_vg (B, S, N, 2hC), dw (B, h, N, N) float32): the projections' and the weights' gradients for d_gated,
+    the gradient of the gated sums, from the forward's projections vg, weights w and gated sums."""
     B, S, N, inner2 = vg.shape
     inner = inner2 // 2
     C = inner // num_heads
     M = B * S * N
     d_vg = torch.empty_like(vg)
-    du = torch.empty_like(u)
-    gated = torch.empty_like(u)
+    du = torch.empty_like(gated)
     unused = torch.empty(M, num_heads, dtype=torch.float32, device=vg.device)  # the gate kernel's row sums
     rows_per_program = 32
     gate_backward_kernel[(cdiv(M, rows_per_program), num_heads)](
-        d_gated, u, inner, vg[..., inner:], d_vg[..., inner:], 2 * inner, du, gated, unused, num_heads, M, inner, C,
+        d_gated, gated, inner, vg[..., inner:], d_vg[..., inner:], 2 * inner, du, unused, num_heads, M, inner, C,
         BLOCK_M=rows_per_program, BLOCK_D=max(16, next_pow2(C)))
     w_t = w.to(vg.dtype).transpose(2, 3)  # dv[s, j] = sum_i w[i, j] du[s, i]
-    _weighted_sum(w_t, du, None, d_vg[..., :inner], None, num_heads, C, precision)
+    _weighted_sum(w_t, du, None, d_vg[..., :inner], num_heads, C, precision)
     dw = torch.empty(w.shape, dtype=torch.float32, device=w.device)
 
     def grid(meta):
@@ -132,28 +127,28 @@ def core_backward_op(vg: Tensor, w: Tensor, d_gated: Tensor, u: Tensor, num_head
 
     _kernels()[1][grid](du, *du.stride()[:3], vg, *vg.stride()[:3], dw, *dw.stride(), S, N, num_heads, C, bucket(N),
                         BLOCK_C=max(16, next_pow2(C)), PRECISION=dot_precision(vg.dtype, precision))
-    return d_vg, dw, gated
+    return d_vg, dw
 
 
 @core_backward_op.register_fake
-def _(vg, w, d_gated, u, num_heads, precision):
-    return torch.empty_like(vg), w.new_empty(w.shape, dtype=torch.float32), torch.empty_like(u)
+def _(vg, w, d_gated, gated, num_heads, precision):
+    return torch.empty_like(vg), w.new_empty(w.shape, dtype=torch.float32)
 
 
 def _setup_context(ctx, inputs, output):
     msa_repr, pair_repr, pair_mask, *params, num_heads, inf, precision, _ = inputs
-    _, vg, u, w = output
-    ctx.save_for_backward(msa_repr, pair_repr, *params, vg, u, w)
+    _, vg, gated, w = output
+    ctx.save_for_backward(msa_repr, pair_repr, *params, vg, gated, w)
     ctx.num_heads = num_heads
     ctx.precision = precision
 
 
 def _backward(ctx, grad_out, *_):
-    msa_repr, pair_repr, nmw, nmb, nzw, nzb, wm, wg, wz, wo, vg, u, w = ctx.saved_tensors
+    msa_repr, pair_repr, nmw, nmb, nzw, nzb, wm, wg, wz, wo, vg, gated, w = ctx.saved_tensors
     needs = ctx.needs_input_grad
     inner = wm.shape[0]
     dtype = msa_repr.dtype
-    d_vg, dw, gated = core_backward_op(vg, w, grad_out @ wo, u, ctx.num_heads, ctx.precision)
+    d_vg, dw = core_backward_op(vg, w, grad_out @ wo, gated, ctx.num_heads, ctx.precision)
     d_wo = grad_out.reshape(-1, grad_out.shape[-1]).t() @ gated.reshape(-1, inner) if needs[10] else None
     # the softmax's backward, then the pair's LayerNorm + projection (the mask term has no gradient)
     d_logits = (w * (dw - (w * dw).sum(-1, keepdim=True))).permute(0, 2, 3, 1).to(dtype)  # (B, N, N, h)

@@ -71,7 +71,6 @@ def attention_forward_kernel(
     z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # pair bias (B, h, N, N)
     m_ptr, stride_mb, stride_ms, stride_mn,  # HAS_MASK: key mask (B, S, N), 0/1 of any dtype
     o_ptr, stride_ob, stride_os, stride_on,  # out: gated output (B, S, N, D)
-    u_ptr,  # TRAIN: un-gated output, o's strides
     lse_ptr, stride_lb, stride_ls, stride_ln, stride_lh, stride_lt,  # TRAIN: (2, B, S, N, h) float32: the rows'
     # largest logit and log2 of their sum of exp2(logit - largest), base 2 (one sum would lose the second
     # against the first when every key is masked)
@@ -114,7 +113,6 @@ def attention_forward_kernel(
     out_off = b * stride_ob + s * stride_os + offs_i[:, None].to(tl.int64) * stride_on + h * HEAD_DIM + offs_e[None, :]
     out_ok = i_ok[:, None] & e_ok[None, :]
     if TRAIN:
-        tl.store(u_ptr + out_off, out.to(u_ptr.dtype.element_ty), mask=out_ok)
         stat = lse_ptr + b * stride_lb + s * stride_ls + offs_i.to(tl.int64) * stride_ln + h * stride_lh
         tl.store(stat, top, mask=i_ok)
         tl.store(stat + stride_lt, tl.math.log2(total), mask=i_ok)
@@ -312,17 +310,17 @@ def attention_dz_kernel(
 
 @triton.jit
 def gate_backward_kernel(
-    dgated_ptr, o_ptr, stride_m,  # the gated output's gradient and the un-gated output: (M, D) rows, channel stride 1
-    g_ptr, dg_ptr, stride_g,  # the gate's pre-activation and, out, its gradient: rows of stride_g (qkvg's last D)
-    do_ptr, gated_ptr,  # out: the un-gated output's gradient and the gated output, (M, D) like o
+    dgated_ptr, gated_ptr, stride_m,  # the gated output's gradient and the gated output: (M, D) rows, channel stride 1
+    g_ptr, dg_ptr, stride_g,  # the gate's pre-activation and, out, its gradient: rows of stride_g
+    do_ptr,  # out: the un-gated output's gradient, (M, D) like the gated output
     delta_ptr, stride_dm,  # out: rowsum(do * o) per head, (M, h) float32
     M, D, HEAD_DIM,
     BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr,  # the head dimension rounded up to a power of two
 ):
-    """For a block of rows and one head, from out = o * sigmoid(g): do = dgated * sigmoid(g), the gate's
-    gradient dgated * o * sigmoid'(g), the gated output (out_proj's weight gradient takes it) and delta,
-    the per-head row sum of do * o (do as stored), all in one pass over the rows."""
+    """For a block of rows and one head, from gated = o * sigmoid(g): do = dgated * sigmoid(g), the gate's
+    gradient dgated * o * sigmoid'(g) = dgated * gated * (1 - sigmoid(g)) and delta, the per-head row sum of
+    do * o = dgated * gated, all in one pass over the rows (the un-gated output o itself is never kept)."""
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
     h = tl.program_id(1)
     offs_e = h * HEAD_DIM + tl.arange(0, BLOCK_D)  # [BLOCK_D]
@@ -330,12 +328,9 @@ def gate_backward_kernel(
     rows = offs_m.to(tl.int64)[:, None]
     tile = rows * stride_m + offs_e[None, :]  # [BLOCK_M, BLOCK_D]
     dgated = tl.load(dgated_ptr + tile, mask=ok, other=0.0).to(tl.float32)
-    o = tl.load(o_ptr + tile, mask=ok, other=0.0).to(tl.float32)
+    gated = tl.load(gated_ptr + tile, mask=ok, other=0.0).to(tl.float32)
     sg = tl.sigmoid(tl.load(g_ptr + rows * stride_g + offs_e[None, :], mask=ok, other=0.0).to(tl.float32))
-    do = (dgated * sg).to(do_ptr.dtype.element_ty)
-    tl.store(do_ptr + tile, do, mask=ok)
-    tl.store(gated_ptr + tile, (o * sg).to(gated_ptr.dtype.element_ty), mask=ok)
-    tl.store(dg_ptr + rows * stride_g + offs_e[None, :], (dgated * o * sg * (1.0 - sg)).to(dg_ptr.dtype.element_ty),
+    tl.store(do_ptr + tile, (dgated * sg).to(do_ptr.dtype.element_ty), mask=ok)
+    tl.store(dg_ptr + rows * stride_g + offs_e[None, :], (dgated * gated * (1.0 - sg)).to(dg_ptr.dtype.element_ty),
              mask=ok)
-    tl.store(delta_ptr + offs_m.to(tl.int64) * stride_dm + h, tl.sum(do.to(tl.float32) * o, axis=1),
-             mask=offs_m < M)
+    tl.store(delta_ptr + offs_m.to(tl.int64) * stride_dm + h, tl.sum(dgated * gated, axis=1), mask=offs_m < M)

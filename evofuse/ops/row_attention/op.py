@@ -71,10 +71,10 @@ def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | Non
                      key_bias: Tensor, value_weight: Tensor, value_bias: Tensor, gate_weight: Tensor, gate_bias: Tensor,
                      out_proj_weight: Tensor, out_proj_bias: Tensor, pair_bias_weight: Tensor, pair_bias_bias: Tensor,
                      num_heads: int, precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(out (B, S, N, D), qkvg (B, S, N, 4D), o (B, S, N, D), lse (2, B, S, N, h) float32, z (B, h, N, N)): the
-    output, then what the backward takes: the projections, the un-gated attention output and the rows'
-    softmax statistics (their largest logit and log2 of their sum, base 2; both empty unless `train`), the
-    pair bias. Every tensor argument has msa_repr's dtype."""
+    """(out (B, S, N, D), qkvg (B, S, N, 4D), gated (B, S, N, D), lse (2, B, S, N, h) float32, z (B, h, N, N)):
+    the output, then what the backward takes: the projections, the gated attention output (out_proj's input)
+    and the rows' softmax statistics (their largest logit and log2 of their sum, base 2; both empty unless
+    `train`), the pair bias. Every tensor argument has msa_repr's dtype."""
     B, S, N, D = msa_repr.shape
     h = num_heads
     d = D // h
@@ -83,7 +83,6 @@ def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | Non
                              torch.cat([query_bias, key_bias, value_bias, gate_bias]), None, precision)
     z = F.linear(pair_repr, pair_bias_weight, pair_bias_bias).permute(0, 3, 1, 2).contiguous()  # (B, h, N, N)
     gated = torch.empty(B, S, N, D, dtype=msa_repr.dtype, device=msa_repr.device)
-    o = torch.empty_like(gated) if train else gated.new_empty(0)
     lse = torch.empty(2, B, S, N, h if train else 0, dtype=torch.float32, device=msa_repr.device)
     if gated.numel():
         consts = _constants(qkvg, msa_mask, h, precision)
@@ -91,43 +90,41 @@ def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | Non
         def grid(meta):
             return B * h * cdiv(N, meta["BLOCK_M"]) * S,
 
-        stats = (o, lse, *lse.stride()[1:], lse.stride(0)) if train else (gated, gated, 0, 0, 0, 0, 0)
+        stats = (lse, *lse.stride()[1:], lse.stride(0)) if train else (gated, 0, 0, 0, 0, 0)
         _kernels()[0][grid](qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(msa_mask, qkvg), gated,
                             *gated.stride()[:3], *stats, S, N, h, D, d, math.log2(math.e) / math.sqrt(d), bucket(N),
                             TRAIN=train, **consts)
     out = F.linear(gated, out_proj_weight, out_proj_bias)
-    return out, qkvg, o, lse, z
+    return out, qkvg, gated if train else gated.new_empty(0), lse, z
 
 
 @row_attention_op.register_fake
 def _(msa_repr, pair_repr, msa_mask, *params_and_options):
     *_, num_heads, precision, train = params_and_options
     B, S, N, D = msa_repr.shape
-    o = msa_repr.new_empty(B, S, N, D) if train else msa_repr.new_empty(0)
+    gated = msa_repr.new_empty(B, S, N, D) if train else msa_repr.new_empty(0)
     lse = msa_repr.new_empty(2, B, S, N, num_heads if train else 0, dtype=torch.float32)
-    return (msa_repr.new_empty(B, S, N, D), msa_repr.new_empty(B, S, N, 4 * D), o, lse,
+    return (msa_repr.new_empty(B, S, N, D), msa_repr.new_empty(B, S, N, 4 * D), gated, lse,
             msa_repr.new_empty(B, num_heads, N, N))
 
 
 @torch.library.custom_op("evofuse::msa_row_attention_core_backward", mutates_args=())
-def core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, d_gated: Tensor, o: Tensor, lse: Tensor,
-                     num_heads: int, precision: str) -> tuple[Tensor, Tensor, Tensor]:
-    """(d_qkvg (B, S, N, 4D), dz (B, h, N, N) float32, gated (B, S, N, D)): the gradients of the projections
-    and of the pair bias for d_gated, the gradient of the gated attention output (B, S, N, D), from the
-    forward's projections, un-gated output o and statistics lse (2, B, S, N, h); and the gated output, which
-    out_proj's weight gradient takes."""
+def core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, d_gated: Tensor, gated: Tensor,
+                     lse: Tensor, num_heads: int, precision: str) -> tuple[Tensor, Tensor]:
+    """(d_qkvg (B, S, N, 4D), dz (B, h, N, N) float32): the gradients of the projections and of the pair bias
+    for d_gated, the gradient of the gated attention output (B, S, N, D), from the forward's projections, gated
+    output and statistics lse (2, B, S, N, h)."""
     B, S, N, D4 = qkvg.shape
     D = D4 // 4
     h = num_heads
     d = D // h
     M = B * S * N
     d_qkvg = torch.empty_like(qkvg)
-    do = torch.empty_like(o)
-    gated = torch.empty_like(o)
-    delta = torch.empty(B, S, N, h, dtype=torch.float32, device=o.device)  # rowsum(do * o) per head
+    do = torch.empty_like(gated)
+    delta = torch.empty(B, S, N, h, dtype=torch.float32, device=gated.device)  # rowsum(do * o) per head
     rows_per_program = 32
     gate_backward_kernel[(cdiv(M, rows_per_program), h)](
-        d_gated, o, D, qkvg[..., 3 * D:], d_qkvg[..., 3 * D:], 4 * D, do, gated, delta, h, M, D, d,
+        d_gated, gated, D, qkvg[..., 3 * D:], d_qkvg[..., 3 * D:], 4 * D, do, delta, h, M, D, d,
         BLOCK_M=rows_per_program, BLOCK_D=max(16, next_pow2(d)))
     dz = torch.empty(z.shape, dtype=torch.float32, device=z.device)
     consts = _constants(qkvg, msa_mask, h, precision)
@@ -141,24 +138,24 @@ def core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, d_gated: 
         *common, d_qkvg[..., D:], *d_qkvg.stride()[:3], *sizes, 1 / math.sqrt(d), bucket(N), **consts)
     dz_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)](
         *common, dz, *sizes, bucket(N), **consts)
-    return d_qkvg, dz, gated
+    return d_qkvg, dz
 
 
 @core_backward_op.register_fake
-def _(qkvg, z, msa_mask, d_gated, o, lse, num_heads, precision):
-    return torch.empty_like(qkvg), z.new_empty(z.shape, dtype=torch.float32), torch.empty_like(o)
+def _(qkvg, z, msa_mask, d_gated, gated, lse, num_heads, precision):
+    return torch.empty_like(qkvg), z.new_empty(z.shape, dtype=torch.float32)
 
 
 def _setup_context(ctx, inputs, output):
     msa_repr, pair_repr, msa_mask, *params, num_heads, precision, _ = inputs
-    _, qkvg, o, lse, z = output
-    ctx.save_for_backward(msa_repr, pair_repr, msa_mask, *params, qkvg, o, lse, z)
+    _, qkvg, gated, lse, z = output
+    ctx.save_for_backward(msa_repr, pair_repr, msa_mask, *params, qkvg, gated, lse, z)
     ctx.num_heads = num_heads
     ctx.precision = precision
 
 
 def _backward(ctx, grad_out, *_):
-    msa_repr, pair_repr, mask, lnw, lnb, wq, bq, wk, bk, wv, bv, wg, bg, wo, bo, wz, bz, qkvg, o, lse, z = \
+    msa_repr, pair_repr, mask, lnw, lnb, wq, bq, wk, bk, wv, bv, wg, bg, wo, bo, wz, bz, qkvg, gated, lse, z = \
         ctx.saved_tensors
     needs = ctx.needs_input_grad
     B, S, N, D = msa_repr.shape
@@ -166,11 +163,10 @@ def _backward(ctx, grad_out, *_):
     dtype = msa_repr.dtype
     d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs[14] else None
     if not (needs[0] or needs[1] or any(needs[3:13]) or needs[15] or needs[16]):  # out_proj's alone
-        gated = (o.float() * torch.sigmoid(qkvg[..., 3 * D:].float())).to(dtype)
         d_wo = grad_out.reshape(-1, D).t() @ gated.reshape(-1, D) if needs[13] else None
         return (None,) * 13 + (d_wo, d_bo, None, None, None, None, None)
 
-    d_qkvg, dz, gated = core_backward_op(qkvg, z, mask, grad_out @ wo, o, lse, h, ctx.precision)
+    d_qkvg, dz = core_backward_op(qkvg, z, mask, grad_out @ wo, gated, lse, h, ctx.precision)
     d_wo = grad_out.reshape(-1, D).t() @ gated.reshape(-1, D) if needs[13] else None
 
     dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(
