@@ -3,7 +3,7 @@
 Each (case, implementation) row gets the median time of `triton.testing.do_bench` and the peak
 memory allocated beyond the inputs and parameters. A peer that fails or runs out of memory is kept
 as a row with the reason. Results go to <out>/<gpu-name>/: JSON, CSV, a markdown table and a PNG of
-the speedup over eager fp32 (log scale).
+the speedup over eager PyTorch in bfloat16 (log scale), the peer every run holds.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | Non
     rows = []
     exact = None if train else _exact_output(case)
     for name, dt, build in implementations(case, dtypes):
-        if peers is not None and not name.startswith("evofuse") and name not in peers:
+        if peers is not None and not name.startswith("evofuse") and name != BASELINE and name not in peers:
             continue
         if train and (name.endswith("CUDA graph") or name.endswith("reduce-overhead")):  # forward rows only
             continue
@@ -247,11 +247,19 @@ def _select(suite: str) -> list[Case]:
     return [by_name[n] for n in names]
 
 
+BASELINE = "eager bf16"  # the implementation that speedups are measured against
+
+
+def _baseline(rows: list[dict]) -> dict:
+    """(case, mode) -> the baseline's median ms, where it ran."""
+    return {(r["case"], r["mode"]): r["ms"] for r in rows if r["impl"] == BASELINE and r["ms"]}
+
+
 def markdown(rows: list[dict]) -> str:
-    lines = ["| case | mode | implementation | dtype | median ms | peak MiB | TFLOP/s | speedup vs eager fp32 "
+    lines = ["| case | mode | implementation | dtype | median ms | peak MiB | TFLOP/s | speedup vs eager bf16 "
              "| rel err vs fp64 |",
              "|---|---|---|---|---|---|---|---|---|"]
-    base = {(r["case"], r["mode"]): r["ms"] for r in rows if r["impl"] == "eager fp32" and r["ms"]}
+    base = _baseline(rows)
     for r in rows:
         if r["ms"] is None:
             lines.append(f"| {r['case']} | {r['mode']} | {r['impl']} | {r['dtype']} | {r['status']} | | | | |")
@@ -272,7 +280,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 
     keys = sorted({(r["case"], r["mode"]) for r in rows}, key=lambda k: (k[1], k[0]))
     impls = list(dict.fromkeys(r["impl"] for r in rows))
-    base = {(r["case"], r["mode"]): r["ms"] for r in rows if r["impl"] == "eager fp32" and r["ms"]}
+    base = _baseline(rows)
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(keys)), 5))
     width = 0.8 / max(len(impls), 1)
     colors = plt.get_cmap("tab20").colors
@@ -287,7 +295,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     ax.set_yscale("log")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(keys)), [f"{c}\n{m}" for c, m in keys], fontsize=8)
-    ax.set_ylabel("speedup over eager fp32 (log scale)")
+    ax.set_ylabel(f"speedup over {BASELINE} (log scale)")
     ax.legend(fontsize=7, ncol=2)
     ax.set_title(title)
     fig.tight_layout()

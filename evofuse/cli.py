@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="evofuse dtype (repeatable; default both)")
     bench.add_argument("--train", action="store_true", help="also time forward+backward")
     bench.add_argument("--out", default="benchmarks/results", help="results folder (a subfolder per GPU)")
-    bench.add_argument("--peers", default="all", help="'all', 'none' (evofuse alone) or comma-separated peer names")
+    bench.add_argument("--peers", default="all",
+                       help="'all', 'none' (evofuse and eager bf16, the baseline, alone) or comma-separated peer names")
     bench.add_argument("--grid", action="store_true",
                        help="also time a grid of awkward shapes against eager PyTorch in the same dtype (worst ratio)")
 
