@@ -66,9 +66,10 @@ def check_pair_mask(pair_mask: object, B: int, N: int, device: torch.device) -> 
     _check_mask("pair_mask", pair_mask, "B, N, N", (B, N, N), device)
 
 
-def check_params(device: torch.device, params: dict[str, torch.Tensor]) -> None:
-    """Every parameter must be a real floating tensor on the inputs' device. (One combined test of all
-    of them on the hot path; the specific error only once it fails.)"""
+def check_params(device: torch.device, params: dict[str, torch.Tensor | None], optional: tuple[str, ...] = ()) -> None:
+    """Every parameter must be a real floating tensor on the inputs' device; those named in `optional` may be
+    None. (One combined test of all of them on the hot path; the specific error only once it fails.)"""
+    params = {name: p for name, p in params.items() if p is not None or name not in optional}
     try:
         tensors = params.values()
         if {p.device for p in tensors} == {device} and _REAL_FLOATS.issuperset([p.dtype for p in tensors]):
@@ -83,7 +84,7 @@ def check_params(device: torch.device, params: dict[str, torch.Tensor]) -> None:
 
 
 def check_param_shapes(params: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]]) -> None:
-    """Each parameter named in `expected` must have exactly that shape."""
+    """Each parameter named in `expected` must have exactly that shape (an optional one left None passes)."""
     for name, shape in expected.items():
-        if params[name].shape != shape:
+        if params[name] is not None and params[name].shape != shape:
             raise ValueError(f"{name} must have shape {shape}, got {tuple(params[name].shape)}")

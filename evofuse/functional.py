@@ -64,9 +64,9 @@ def outer_product_mean(
     layer_norm_weight: torch.Tensor,
     layer_norm_bias: torch.Tensor,
     proj_a_weight: torch.Tensor,
-    proj_a_bias: torch.Tensor,
+    proj_a_bias: torch.Tensor | None,
     proj_b_weight: torch.Tensor,
-    proj_b_bias: torch.Tensor,
+    proj_b_bias: torch.Tensor | None,
     out_proj_weight: torch.Tensor,
     out_proj_bias: torch.Tensor,
     *,
@@ -81,7 +81,8 @@ def outer_product_mean(
             place of B (none: an unbatched (S, N, D)), which every other input and the output share.
         msa_mask: (B, S, N) 0/1 as bool, integer or floating, or None for all ones.
         layer_norm_weight, layer_norm_bias: (D,).
-        proj_a_weight, proj_b_weight: (c, D); proj_a_bias, proj_b_bias: (c,).
+        proj_a_weight, proj_b_weight: (c, D); proj_a_bias, proj_b_bias: (c,), or None for a projection
+            without a bias (OpenFold, Protenix, OpenFold3, Boltz).
         out_proj_weight: (pair_dim, c*c), flat index p*c + q; out_proj_bias: (pair_dim,).
         normalization: what the outer products are divided by: "count_i" by max(sum_s mask[s, i], 1) before
             out_proj (the seed module); "count_ij_after" divides out_proj's output, bias included, by
@@ -108,12 +109,13 @@ def outer_product_mean(
     params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, proj_a_weight=proj_a_weight,
                   proj_a_bias=proj_a_bias, proj_b_weight=proj_b_weight, proj_b_bias=proj_b_bias,
                   out_proj_weight=out_proj_weight, out_proj_bias=out_proj_bias)
-    check_params(msa_repr.device, params)
+    check_params(msa_repr.device, params, optional=("proj_a_bias", "proj_b_bias"))
     c, R = proj_a_weight.shape[0], out_proj_weight.shape[0]
     check_param_shapes(params, dict(layer_norm_bias=(D,), proj_a_weight=(c, D), proj_a_bias=(c,),
                                     proj_b_weight=(c, D), proj_b_bias=(c,), out_proj_weight=(R, c * c),
                                     out_proj_bias=(R,)))
-    weights = [p.to(msa_repr.dtype) for p in params.values()]  # (no copy where they have its dtype)
+    weights = [None if p is None else p.to(msa_repr.dtype) for p in params.values()]  # (no copy where they have
+    # its dtype)
     if resolve_impl(impl, msa_repr) == "torch":
         return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization=normalization)
     from .ops.outer_product_mean import fused, outer_product_mean_op
@@ -122,7 +124,7 @@ def outer_product_mean(
         warn_once(f"opm-{c}-{msa_repr.dtype}", f"evofuse: no fused Outer Product Mean for hidden_dim={c}, "
                   f"dtype={msa_repr.dtype}; running the PyTorch reference")
         return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization=normalization)
-    train = torch.is_grad_enabled() and any(t.requires_grad for t in (msa_repr, *weights))
+    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (msa_repr, *weights))
     with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
         return outer_product_mean_op(msa_repr, msa_mask, *weights, normalization, precision, train)[0]
 

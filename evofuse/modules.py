@@ -30,6 +30,7 @@ class OuterProductMean(nn.Module):
         normalization: "count_i" (default: divide by the rows where residue i is unmasked), "count_ij_after"
             (AF2/OpenFold/AF3/Protenix/FastFold: divide out_proj's output by 1e-3 + the rows where i and j
             both are) or "count_ij" (Boltz: divide by the rows where i and j both are, before out_proj).
+        projection_bias: whether proj_a and proj_b have biases (OpenFold, AF3, Protenix, Boltz: none).
         precision: "default" (float32 inputs meet rel <= 1e-5) or "fast" (TF32 dots, rel <= 5e-3).
         impl: "auto", "triton" or "torch"; None follows EVOFUSE_IMPL (default auto).
 
@@ -38,13 +39,13 @@ class OuterProductMean(nn.Module):
     """
 
     def __init__(self, msa_dim: int, pair_dim: int, hidden_dim: int = 32, normalization: str = "count_i",
-                 precision: str = "default", impl: str | None = None):
+                 projection_bias: bool = True, precision: str = "default", impl: str | None = None):
         super().__init__()
         if normalization not in NORMALIZATIONS:
             raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
         self.layer_norm = nn.LayerNorm(msa_dim)
-        self.proj_a = nn.Linear(msa_dim, hidden_dim)
-        self.proj_b = nn.Linear(msa_dim, hidden_dim)
+        self.proj_a = nn.Linear(msa_dim, hidden_dim, bias=projection_bias)
+        self.proj_b = nn.Linear(msa_dim, hidden_dim, bias=projection_bias)
         self.out_proj = nn.Linear(hidden_dim * hidden_dim, pair_dim)
         self.hidden_dim = hidden_dim
         self.normalization = normalization

@@ -12,11 +12,13 @@ from .conftest import DEVICE
 from .helpers import att_module, opm_module, random_mask
 
 
-def _opm_args(train, mask_kind="random"):
+def _opm_args(train, mask_kind="random", projection_bias=True):
     mod = opm_module(16, 6, 8, seed=1).to(DEVICE)
     x = torch.randn(1, 3, 5, 16, device=DEVICE, requires_grad=train)
     mask = random_mask(1, 3, 5, mask_kind, 2)
     params = [p.detach().requires_grad_(train) for p in mod.parameters()]
+    if not projection_bias:  # proj_a's and proj_b's biases None
+        params[3] = params[5] = None
     return (x, None if mask is None else mask.to(DEVICE), *params, "count_ij_after", "default", train)
 
 
@@ -33,6 +35,7 @@ def _att_args(train):
 def test_opcheck_outer_product_mean(train):
     torch.library.opcheck(outer_product_mean_op, _opm_args(train))
     torch.library.opcheck(outer_product_mean_op, _opm_args(train, "none"))
+    torch.library.opcheck(outer_product_mean_op, _opm_args(train, projection_bias=False))
 
 
 @pytest.mark.no_poison

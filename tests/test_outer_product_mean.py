@@ -64,6 +64,18 @@ def test_gradients(normalization, dtype):
     compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
 
 
+def test_projections_without_bias():
+    """proj_a and proj_b without biases (OpenFold, AF3, Protenix, Boltz): the fused path takes None."""
+    mod = opm_module(16, 6, 8, seed=4, normalization="count_ij_after", projection_bias=False)
+    assert mod.proj_a.bias is None and mod.proj_b.bias is None
+    x = torch.randn(2, 5, 9, 16)
+    mask = random_mask(2, 5, 9, "rows", 5)
+    _, exact = grads(mod.double(), (x.double(), mask.double()), "torch")
+    _, got = grads(mod.to(DEVICE, torch.float32), (x.to(DEVICE), mask.to(DEVICE)), "triton")
+    assert "proj_a.bias" not in got
+    compare({k: v.cpu() for k, v in got.items()}, exact, torch.float32)
+
+
 def test_gradients_of_weights_only_and_of_input_only():
     mod = opm_module(8, 4, 8, seed=5).to(DEVICE)
     x = torch.randn(1, 3, 6, 8, device=DEVICE)

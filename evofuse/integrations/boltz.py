@@ -63,11 +63,10 @@ class FusedOuterProductMean(nn.Module):
 
     def forward(self, m: torch.Tensor, mask: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
         dtype = _compute_dtype(m)
-        no_bias = self.proj_a.weight.new_zeros(self.c_hidden)
         with torch.autocast(m.device.type, enabled=False):
             return functional.outer_product_mean(
-                m.to(dtype), mask, self.norm.weight, self.norm.bias, self.proj_a.weight, no_bias, self.proj_b.weight,
-                no_bias, self.proj_o.weight, self.proj_o.bias, normalization="count_ij")
+                m.to(dtype), mask, self.norm.weight, self.norm.bias, self.proj_a.weight, None, self.proj_b.weight,
+                None, self.proj_o.weight, self.proj_o.bias, normalization="count_ij")
 
 
 def _replacement(module: nn.Module, name: str) -> nn.Module | None:

@@ -147,6 +147,14 @@ def _tuned():
                            prune_configs_by={"early_config_prune": _prune})(_layer_norm_linear_kernel)
 
 
+def joined_bias(biases: list[torch.Tensor | None], weights: list[torch.Tensor]) -> torch.Tensor | None:
+    """The biases of projections whose weights are stacked into one, as one bias: None where every one is None,
+    else each None as zeros of its weight's output width."""
+    if all(b is None for b in biases):
+        return None
+    return torch.cat([w.new_zeros(w.shape[0]) if b is None else b for b, w in zip(biases, weights)])
+
+
 def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.Tensor, weight: torch.Tensor,
                       bias: torch.Tensor | None, mask: torch.Tensor | None, precision: str = "default") -> torch.Tensor:
     """(LayerNorm(x) @ weight^T + bias) * mask[..., None], eps 1e-5.

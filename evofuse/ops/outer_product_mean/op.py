@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..._runtime import bucket, cdiv, dot_precision, multiprocessors
 from ...reference import COUNT_EPS
-from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
+from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from . import configs
 from .kernels import opm_dx_kernel, opm_forward_kernel
 
@@ -60,9 +60,9 @@ def _pair_scale(mask: Tensor | None, normalization: str, B: int, S: int, N: int,
 
 @torch.library.custom_op("evofuse::outer_product_mean", mutates_args=())
 def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_weight: Tensor,
-                          layer_norm_bias: Tensor, proj_a_weight: Tensor, proj_a_bias: Tensor, proj_b_weight: Tensor,
-                          proj_b_bias: Tensor, out_proj_weight: Tensor, out_proj_bias: Tensor, normalization: str,
-                          precision: str, train: bool) -> tuple[Tensor, Tensor]:
+                          layer_norm_bias: Tensor, proj_a_weight: Tensor, proj_a_bias: Tensor | None,
+                          proj_b_weight: Tensor, proj_b_bias: Tensor | None, out_proj_weight: Tensor,
+                          out_proj_bias: Tensor, normalization: str, precision: str, train: bool) -> tuple[Tensor, Tensor]:
     """(out (B, N, N, R), ab (B, S, N, 2c)): the output and, when `train`, the masked projections [a | b] that
     the backward takes (else an empty tensor), both in msa_repr's dtype. Every parameter already has
     msa_repr's dtype (the functional API casts them)."""
@@ -70,7 +70,7 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
     c = proj_a_weight.shape[0]
     R = out_proj_weight.shape[0]
     ab = layer_norm_linear(msa_repr, layer_norm_weight, layer_norm_bias, torch.cat([proj_a_weight, proj_b_weight]),
-                           torch.cat([proj_a_bias, proj_b_bias]), msa_mask, precision)
+                           joined_bias([proj_a_bias, proj_b_bias], [proj_a_weight, proj_b_weight]), msa_mask, precision)
     if B * N * N * R == 0:
         return torch.zeros(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device), ab
     terms, scaled = (3 if precision == "default" else 1, True) if msa_repr.dtype == torch.float32 else (1, False)
