@@ -71,6 +71,7 @@ def outer_product_mean(
     out_proj_bias: torch.Tensor,
     *,
     normalization: str = "count_i",
+    count_eps: float = ref.COUNT_EPS,
     precision: str = "default",
     impl: str | None = None,
 ) -> torch.Tensor:
@@ -88,6 +89,7 @@ def outer_product_mean(
             out_proj (the seed module); "count_ij_after" divides out_proj's output, bias included, by
             1e-3 + sum_s mask[s, i] mask[s, j] (AF2, OpenFold, AF3, Protenix); "count_ij" by
             max(sum_s mask[s, i] mask[s, j], 1) before out_proj (Boltz).
+        count_eps: what "count_ij_after" adds to the counts (> 0; AF2 1e-3, OpenFold3's model 1e-8).
         precision: "default" (float32 meets rel <= 1e-5) or "fast" (TF32 products, rel <= 5e-3).
         impl: "auto", "triton" or "torch"; None follows EVOFUSE_IMPL (default "auto").
     Returns:
@@ -96,13 +98,15 @@ def outer_product_mean(
         anything else runs the reference, with a one-time warning.
     """
     _check_options(precision, normalization)
+    if not count_eps > 0:
+        raise ValueError(f"count_eps must be > 0, got {count_eps!r}")
     lead = _leading(msa_repr)
     if lead is not None:  # any leading dimensions: folded into one batch dimension
         msa_repr, msa_mask = _batched(lead, msa_repr=msa_repr, msa_mask=msa_mask)
         return _unbatched(outer_product_mean(
             msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
-            proj_b_bias, out_proj_weight, out_proj_bias, normalization=normalization, precision=precision,
-            impl=impl), lead)
+            proj_b_bias, out_proj_weight, out_proj_bias, normalization=normalization, count_eps=count_eps,
+            precision=precision, impl=impl), lead)
     D = layer_norm_weight.shape[0] if isinstance(layer_norm_weight, torch.Tensor) else -1
     B, S, N = check_msa(msa_repr, D)
     check_mask(msa_mask, B, S, N, msa_repr.device)
@@ -117,16 +121,17 @@ def outer_product_mean(
     weights = [None if p is None else p.to(msa_repr.dtype) for p in params.values()]  # (no copy where they have
     # its dtype)
     if resolve_impl(impl, msa_repr) == "torch":
-        return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization=normalization)
+        return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization, count_eps)
     from .ops.outer_product_mean import fused, outer_product_mean_op
 
     if not fused(c, msa_repr.dtype):
         warn_once(f"opm-{c}-{msa_repr.dtype}", f"evofuse: no fused Outer Product Mean for hidden_dim={c}, "
                   f"dtype={msa_repr.dtype}; running the PyTorch reference")
-        return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization=normalization)
+        return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization, count_eps)
     train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (msa_repr, *weights))
     with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
-        return outer_product_mean_op(msa_repr, msa_mask, *weights, normalization, precision, train)[0]
+        return outer_product_mean_op(msa_repr, msa_mask, *weights, normalization, float(count_eps), precision,
+                                     train)[0]
 
 
 def msa_row_attention(

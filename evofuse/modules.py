@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from . import functional
-from .reference import NORMALIZATIONS
+from .reference import COUNT_EPS, NORMALIZATIONS
 
 
 def _linear_params(module: nn.Module, names: tuple[str, ...]) -> list[torch.Tensor]:
@@ -30,6 +30,7 @@ class OuterProductMean(nn.Module):
         normalization: "count_i" (default: divide by the rows where residue i is unmasked), "count_ij_after"
             (AF2/OpenFold/AF3/Protenix/FastFold: divide out_proj's output by 1e-3 + the rows where i and j
             both are) or "count_ij" (Boltz: divide by the rows where i and j both are, before out_proj).
+        count_eps: what "count_ij_after" adds to the counts (AF2 1e-3; OpenFold3's model 1e-8).
         projection_bias: whether proj_a and proj_b have biases (OpenFold, AF3, Protenix, Boltz: none).
         precision: "default" (float32 inputs meet rel <= 1e-5) or "fast" (TF32 dots, rel <= 5e-3).
         impl: "auto", "triton" or "torch"; None follows EVOFUSE_IMPL (default auto).
@@ -39,7 +40,8 @@ class OuterProductMean(nn.Module):
     """
 
     def __init__(self, msa_dim: int, pair_dim: int, hidden_dim: int = 32, normalization: str = "count_i",
-                 projection_bias: bool = True, precision: str = "default", impl: str | None = None):
+                 count_eps: float = COUNT_EPS, projection_bias: bool = True, precision: str = "default",
+                 impl: str | None = None):
         super().__init__()
         if normalization not in NORMALIZATIONS:
             raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
@@ -49,6 +51,7 @@ class OuterProductMean(nn.Module):
         self.out_proj = nn.Linear(hidden_dim * hidden_dim, pair_dim)
         self.hidden_dim = hidden_dim
         self.normalization = normalization
+        self.count_eps = count_eps
         self.precision = precision
         self.impl = impl
 
@@ -56,7 +59,7 @@ class OuterProductMean(nn.Module):
                 impl: str | None = None) -> torch.Tensor:
         return functional.outer_product_mean(
             msa_repr, msa_mask, *_linear_params(self, _OPM_LINEARS), normalization=self.normalization,
-            precision=self.precision, impl=impl if impl is not None else self.impl)
+            count_eps=self.count_eps, precision=self.precision, impl=impl if impl is not None else self.impl)
 
 
 class MSARowAttentionWithPairBias(nn.Module):

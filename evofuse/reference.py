@@ -36,18 +36,20 @@ def outer_product_mean_reference(
     out_proj_weight: torch.Tensor,
     out_proj_bias: torch.Tensor,
     normalization: str = "count_i",
+    count_eps: float = COUNT_EPS,
 ) -> torch.Tensor:
     """Outer Product Mean, written as the definition.
 
-    msa_repr (B, S, N, D) float; msa_mask (B, S, N) 0/1 or None; proj weights (c, D), out_proj weight
-    (pair_dim, c*c). Returns (B, N, N, pair_dim) in msa_repr's dtype. Materializes the
-    (B, N, N, c*c) outer product: use it for reference and small shapes only.
+    msa_repr (B, S, N, D) float; msa_mask (B, S, N) 0/1 or None; proj weights (c, D), proj biases (c,) or None,
+    out_proj weight (pair_dim, c*c); count_eps is what "count_ij_after" adds to the counts. Returns
+    (B, N, N, pair_dim) in msa_repr's dtype. Materializes the (B, N, N, c*c) outer product: use it for reference
+    and small shapes only.
     """
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
     a, b, counts = outer_product_mean_projections(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias,
                                                   proj_a_weight, proj_a_bias, proj_b_weight, proj_b_bias)
-    return outer_product_mean_rows(a, b, counts, counts, out_proj_weight, out_proj_bias, normalization)
+    return outer_product_mean_rows(a, b, counts, counts, out_proj_weight, out_proj_bias, normalization, count_eps)
 
 
 def outer_product_mean_projections(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight,
@@ -65,7 +67,8 @@ def outer_product_mean_projections(msa_repr, msa_mask, layer_norm_weight, layer_
     return a, b, msa_mask.to(_count_dtype(dtype))
 
 
-def outer_product_mean_rows(a_rows, b, counts_rows, counts, out_proj_weight, out_proj_bias, normalization="count_i"):
+def outer_product_mean_rows(a_rows, b, counts_rows, counts, out_proj_weight, out_proj_bias, normalization="count_i",
+                            count_eps=COUNT_EPS):
     """The second half, for a block of output rows i: a_rows (B, S, n, c) and counts_rows (B, S, n) are
     those rows of a and of the counts; b (B, S, N, c) and counts (B, S, N) are whole.
     Returns out[:, rows] (B, n, N, pair_dim)."""
@@ -79,7 +82,7 @@ def outer_product_mean_rows(a_rows, b, counts_rows, counts, out_proj_weight, out
     norm = torch.einsum("bsi,bsj->bij", counts_rows, counts)  # (B, n, N)
     if normalization == "count_ij_after":
         out = F.linear(outer, out_proj_weight, out_proj_bias)
-        return out / (COUNT_EPS + norm)[..., None].to(dtype)
+        return out / (count_eps + norm)[..., None].to(dtype)
     return F.linear(outer / norm.clamp(min=1)[..., None].to(dtype), out_proj_weight, out_proj_bias)
 
 

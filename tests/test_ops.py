@@ -19,7 +19,7 @@ def _opm_args(train, mask_kind="random", projection_bias=True):
     params = [p.detach().requires_grad_(train) for p in mod.parameters()]
     if not projection_bias:  # proj_a's and proj_b's biases None
         params[3] = params[5] = None
-    return (x, None if mask is None else mask.to(DEVICE), *params, "count_ij_after", "default", train)
+    return (x, None if mask is None else mask.to(DEVICE), *params, "count_ij_after", 1e-3, "default", train)
 
 
 def _att_args(train):

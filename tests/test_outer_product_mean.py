@@ -16,8 +16,9 @@ from .helpers import assert_contract, compare, grads, opm_module, random_mask
 LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16  # the interpreter's bf16 products are not checked
 
 
-def _run(B, S, N, D, c, R, dtype, normalization="count_i", mask_kind="random", seed=0, precision="default"):
-    mod = opm_module(D, R, c, seed=seed, normalization=normalization, precision=precision)
+def _run(B, S, N, D, c, R, dtype, normalization="count_i", mask_kind="random", seed=0, precision="default",
+         count_eps=1e-3):
+    mod = opm_module(D, R, c, seed=seed, normalization=normalization, precision=precision, count_eps=count_eps)
     x = torch.randn(B, S, N, D, generator=torch.Generator().manual_seed(seed + 1))
     mask = random_mask(B, S, N, mask_kind, seed + 2)
     exact = mod.double()(x.double(), None if mask is None else mask.double(), impl="torch")
@@ -62,6 +63,12 @@ def test_gradients(normalization, dtype):
     if dtype != torch.float32:
         _, lowp = grads(mod.cpu().to(dtype), (x.to(dtype), mask), "torch")
     compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
+
+
+def test_count_eps():
+    """"count_ij_after" with OpenFold3's eps (1e-8): a pair no row covers divides by eps alone."""
+    out, exact, _, ref32 = _run(2, 6, 11, 16, 8, 10, torch.float32, "count_ij_after", "rows", count_eps=1e-8)
+    assert_contract(out, exact, torch.float32, ref_fp32=ref32)
 
 
 def test_projections_without_bias():

@@ -11,24 +11,14 @@ Boltz makes them (`pwa(m, z, mask, chunk_heads)`, `opm(m, mask, chunk_size)`; ch
 
 from __future__ import annotations
 
-import warnings
-import weakref
-
 import torch
 from torch import nn
 
 from .. import functional
-from ..ops.outer_product_mean.op import FUSED_HIDDEN_DIMS
-from ..ops.pair_weighted_averaging.op import MAX_HEAD_WIDTH
+from ._patching import check_outer_product_mean, check_pair_weighted_averaging, compute_dtype, patch_modules, unpatch_modules
+from ._patching import unsupported as _unsupported
 
-_ORIGINALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # replacement -> the module it replaced
-
-
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """The dtype Boltz's linear layers compute in for an input x: the autocast dtype where autocast is on."""
-    if torch.is_autocast_enabled(x.device.type):
-        return torch.get_autocast_dtype(x.device.type)
-    return x.dtype
+__all__ = ["patch", "unpatch"]
 
 
 class FusedPairWeightedAveraging(nn.Module):
@@ -43,7 +33,7 @@ class FusedPairWeightedAveraging(nn.Module):
             setattr(self, name, getattr(original, name))
 
     def forward(self, m: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, chunk_heads: bool = False) -> torch.Tensor:
-        dtype = _compute_dtype(m)
+        dtype = compute_dtype(m)
         with torch.autocast(m.device.type, enabled=False):
             return functional.pair_weighted_averaging(
                 m.to(dtype), z.to(dtype), mask, self.norm_m.weight, self.norm_m.bias, self.norm_z.weight,
@@ -62,7 +52,7 @@ class FusedOuterProductMean(nn.Module):
             setattr(self, name, getattr(original, name))
 
     def forward(self, m: torch.Tensor, mask: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
-        dtype = _compute_dtype(m)
+        dtype = compute_dtype(m)
         with torch.autocast(m.device.type, enabled=False):
             return functional.outer_product_mean(
                 m.to(dtype), mask, self.norm.weight, self.norm.bias, self.proj_a.weight, None, self.proj_b.weight,
@@ -74,15 +64,15 @@ def _replacement(module: nn.Module, name: str) -> nn.Module | None:
     from boltz.model.layers.pair_averaging import PairWeightedAveraging
 
     if type(module) is PairWeightedAveraging:
-        if module.c_h > MAX_HEAD_WIDTH:
-            warnings.warn(f"evofuse: {name} (PairWeightedAveraging, head width {module.c_h}) left unpatched: fused "
-                          f"kernels take head widths up to {MAX_HEAD_WIDTH}", RuntimeWarning, stacklevel=3)
+        reason = check_pair_weighted_averaging(module.c_h)
+        if reason:
+            _unsupported(name, "PairWeightedAveraging", reason)
             return None
         return FusedPairWeightedAveraging(module)
     if type(module) is OuterProductMean:
-        if module.c_hidden not in FUSED_HIDDEN_DIMS:
-            warnings.warn(f"evofuse: {name} (OuterProductMean, c_hidden {module.c_hidden}) left unpatched: fused "
-                          f"kernels take c_hidden in {FUSED_HIDDEN_DIMS}", RuntimeWarning, stacklevel=3)
+        reason = check_outer_product_mean(module.c_hidden)
+        if reason:
+            _unsupported(name, "OuterProductMean", reason)
             return None
         return FusedOuterProductMean(module)
     return None
@@ -91,24 +81,9 @@ def _replacement(module: nn.Module, name: str) -> nn.Module | None:
 def patch(model: nn.Module) -> list[str]:
     """Replaces, in place, every Boltz pair-weighted averaging and Outer Product Mean module among `model`'s
     descendants by evofuse's; returns the names of the modules replaced."""
-    replaced = []
-    for parent_name, parent in list(model.named_modules()):
-        for child_name, child in list(parent.named_children()):
-            name = f"{parent_name}.{child_name}" if parent_name else child_name
-            new = _replacement(child, name)
-            if new is not None:
-                _ORIGINALS[new] = child
-                setattr(parent, child_name, new)
-                replaced.append(name)
-    return replaced
+    return patch_modules(model, _replacement)
 
 
 def unpatch(model: nn.Module) -> list[str]:
     """Puts back the modules `patch` replaced inside `model`; returns their names."""
-    restored = []
-    for parent_name, parent in list(model.named_modules()):
-        for child_name, child in list(parent.named_children()):
-            if child in _ORIGINALS:
-                setattr(parent, child_name, _ORIGINALS.pop(child))
-                restored.append(f"{parent_name}.{child_name}" if parent_name else child_name)
-    return restored
+    return unpatch_modules(model)

@@ -23,7 +23,6 @@ import triton
 from torch import Tensor
 
 from ..._runtime import bucket, cdiv, dot_precision, multiprocessors
-from ...reference import COUNT_EPS
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from . import configs
 from .kernels import opm_dx_kernel, opm_forward_kernel
@@ -50,19 +49,20 @@ def _counts(mask: Tensor | None, normalization: str) -> Tensor | None:
     return torch.bmm(m.transpose(1, 2), m)
 
 
-def _pair_scale(mask: Tensor | None, normalization: str, B: int, S: int, N: int, device) -> Tensor:
+def _pair_scale(mask: Tensor | None, normalization: str, count_eps: float, B: int, S: int, N: int, device) -> Tensor:
     """The per-pair factor of the normalization, (B, N, N) float32."""
     counts = _counts(mask, normalization)
     if counts is None:
         counts = torch.full((B, N, N), float(S), device=device)
-    return 1 / (COUNT_EPS + counts) if normalization == "count_ij_after" else 1 / counts.clamp(min=1)
+    return 1 / (count_eps + counts) if normalization == "count_ij_after" else 1 / counts.clamp(min=1)
 
 
 @torch.library.custom_op("evofuse::outer_product_mean", mutates_args=())
 def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_weight: Tensor,
                           layer_norm_bias: Tensor, proj_a_weight: Tensor, proj_a_bias: Tensor | None,
                           proj_b_weight: Tensor, proj_b_bias: Tensor | None, out_proj_weight: Tensor,
-                          out_proj_bias: Tensor, normalization: str, precision: str, train: bool) -> tuple[Tensor, Tensor]:
+                          out_proj_bias: Tensor, normalization: str, count_eps: float, precision: str,
+                          train: bool) -> tuple[Tensor, Tensor]:
     """(out (B, N, N, R), ab (B, S, N, 2c)): the output and, when `train`, the masked projections [a | b] that
     the backward takes (else an empty tensor), both in msa_repr's dtype. Every parameter already has
     msa_repr's dtype (the functional API casts them)."""
@@ -103,7 +103,7 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
     _tuned()[grid](
         a, b, *a.stride()[:3], ab_h.stride(0), *count_args, w_h[0], *w_h[0].stride(), w_h.stride(0), out_proj_bias,
         inverse, workspace, slot, out, *out.stride(), B, S, N, R, bucket(S), bucket(N), C=c,
-        DIVIDE_BIAS=normalization == "count_ij_after", EPS=COUNT_EPS if normalization == "count_ij_after" else 0.0,
+        DIVIDE_BIAS=normalization == "count_ij_after", EPS=count_eps if normalization == "count_ij_after" else 0.0,
         HAS_COUNTS=counts is not None, TERMS=terms, SCALED=scaled)
     return out, ab
 
@@ -175,7 +175,7 @@ def _(gs, weight, c, precision):
 
 @outer_product_mean_op.register_fake
 def _(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight, proj_b_bias,
-      out_proj_weight, out_proj_bias, normalization, precision, train):
+      out_proj_weight, out_proj_bias, normalization, count_eps, precision, train):
     B, S, N, _ = msa_repr.shape
     c = proj_a_weight.shape[0]
     ab = msa_repr.new_empty(B, S, N, 2 * c) if train or B * N * N * out_proj_weight.shape[0] == 0 else \
@@ -184,9 +184,10 @@ def _(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, pro
 
 
 def _setup_context(ctx, inputs, output):
-    msa_repr, msa_mask, *params, normalization, precision, _ = inputs
+    msa_repr, msa_mask, *params, normalization, count_eps, precision, _ = inputs
     ctx.save_for_backward(msa_repr, msa_mask, *params, output[1])
     ctx.normalization = normalization
+    ctx.count_eps = count_eps
     ctx.precision = precision
 
 
@@ -194,12 +195,12 @@ def _backward(ctx, grad_out, _grad_ab):
     msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, bo, ab = ctx.saved_tensors
     needs = ctx.needs_input_grad
     grads = outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab, grad_out,
-                                        ctx.normalization, ctx.precision, needs[:10])
-    return (*grads, None, None, None)
+                                        ctx.normalization, ctx.count_eps, ctx.precision, needs[:10])
+    return (*grads, None, None, None, None)
 
 
-def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab, grad_out, normalization, precision,
-                                needs):
+def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab, grad_out, normalization, count_eps,
+                                precision, needs):
     """Gradients for (msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
     proj_b_weight, proj_b_bias, out_proj_weight, out_proj_bias), None where `needs` is False (the mask's
     always). ab (B, S, N, 2c) are the forward's masked projections; grad_out (B, N, N, R)."""
@@ -207,7 +208,7 @@ def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab
     c = wa.shape[0]
     R = wo.shape[0]
     dtype = msa_repr.dtype
-    scale = _pair_scale(mask, normalization, B, S, N, msa_repr.device)  # (B, N, N) float32
+    scale = _pair_scale(mask, normalization, count_eps, B, S, N, msa_repr.device)  # (B, N, N) float32
     # every normalization's dX and dW take grad_out times the per-pair factor: "count_ij_after" scales the linear's
     # output, the others its input; only the bias's gradient differs
     gs = grad_out * scale[..., None].to(dtype)

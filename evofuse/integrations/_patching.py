@@ -1,0 +1,82 @@
+"""What every model family's `patch` and `unpatch` share: walking a model and swapping its submodules in place,
+remembering each original, and the dtype a model's layers compute in under `torch.autocast`."""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from ..ops.outer_product_mean.op import FUSED_HIDDEN_DIMS
+from ..ops.pair_weighted_averaging.op import MAX_HEAD_WIDTH
+from ..reference import LAYER_NORM_EPS
+
+_ORIGINALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # replacement -> the module it replaced
+
+
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype a model's linear layers compute in for an input x: the autocast dtype where autocast is on."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type)
+    return x.dtype
+
+
+def unsupported(name: str, kind: str, reason: str) -> None:
+    """Warns that the module `name` stays as it is."""
+    warnings.warn(f"evofuse: {name} ({kind}) left unpatched: {reason}", RuntimeWarning, stacklevel=5)
+
+
+def check_layer_norm(layer_norm: nn.Module) -> str | None:
+    """Why a model's LayerNorm cannot be fused (None if it can): an affine LayerNorm of eps 1e-5."""
+    if getattr(layer_norm, "weight", None) is None or getattr(layer_norm, "bias", None) is None:
+        return "a LayerNorm without scale or offset"
+    if getattr(layer_norm, "eps", LAYER_NORM_EPS) != LAYER_NORM_EPS:
+        return f"a LayerNorm eps {layer_norm.eps} (fused: {LAYER_NORM_EPS})"
+    return None
+
+
+def check_outer_product_mean(c_hidden: int, eps: float | None = None) -> str | None:
+    """Why an Outer Product Mean cannot be fused (None if it can)."""
+    if c_hidden not in FUSED_HIDDEN_DIMS:
+        return f"c_hidden {c_hidden} (fused: {FUSED_HIDDEN_DIMS})"
+    if eps is not None and not eps > 0:
+        return f"eps {eps} (fused: > 0)"
+    return None
+
+
+def check_pair_weighted_averaging(head_width: int, *linears: nn.Module) -> str | None:
+    """Why a pair-weighted averaging cannot be fused (None if it can): head width and bias-free projections."""
+    if head_width > MAX_HEAD_WIDTH:
+        return f"head width {head_width} (fused: up to {MAX_HEAD_WIDTH})"
+    if any(getattr(linear, "bias", None) is not None for linear in linears):
+        return "projections with biases"
+    return None
+
+
+def patch_modules(model: nn.Module, replacement: Callable[[nn.Module, str], nn.Module | None]) -> list[str]:
+    """Replaces, in place, each descendant of `model` for which replacement(module, name) gives a module;
+    returns the names replaced."""
+    replaced = []
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            name = f"{parent_name}.{child_name}" if parent_name else child_name
+            new = replacement(child, name)
+            if new is not None:
+                _ORIGINALS[new] = child
+                setattr(parent, child_name, new)
+                replaced.append(name)
+    return replaced
+
+
+def unpatch_modules(model: nn.Module) -> list[str]:
+    """Puts back every module that `patch_modules` replaced inside `model`; returns their names."""
+    restored = []
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            if child in _ORIGINALS:
+                setattr(parent, child_name, _ORIGINALS.pop(child))
+                restored.append(f"{parent_name}.{child_name}" if parent_name else child_name)
+    return restored

@@ -1,0 +1,79 @@
+"""OpenFold3 (`openfold3` 0.5.0): `patch(model)` puts evofuse's fused kernels in place of every
+`openfold3.core.model.layers.msa.MSAPairWeightedAveraging` and
+`openfold3.core.model.layers.outer_product_mean.OuterProductMean` inside `model`, in place; `unpatch(model)`
+undoes it.
+
+The replacements hold the original submodules (the same Parameters under the same names), so checkpoints load
+unchanged, and take OpenFold3's calls (`pwa(m, z, mask, chunk_size, use_softmax_kernel)`,
+`opm(m, mask, chunk_size, inplace_safe)`; chunking and the softmax kernel are not needed). The pair mask is
+OpenFold3's additive `inf * (mask - 1)` with the module's `inf`. A module evofuse cannot fuse (projections with
+biases, a head or hidden width without a kernel) stays as it is, with a warning naming it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .. import functional
+from ._adapters import FusedOpenFoldOuterProductMean
+from ._patching import check_layer_norm, check_pair_weighted_averaging, compute_dtype, patch_modules, unpatch_modules
+from ._patching import unsupported as _unsupported
+
+__all__ = ["patch", "unpatch"]
+
+
+class FusedPairWeightedAveraging(nn.Module):
+    """OpenFold3's MSAPairWeightedAveraging (submodules `layer_norm_m`, `layer_norm_z`, `linear_z`, `linear_v`,
+    `linear_g`, `linear_o`, all without biases) computed by `evofuse.pair_weighted_averaging`."""
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        self.c_in, self.c_hidden, self.c_z = original.c_in, original.c_hidden, original.c_z
+        self.no_heads, self.inf = original.no_heads, original.inf
+        for name in ("layer_norm_m", "layer_norm_z", "linear_z", "linear_v", "linear_o", "linear_g"):
+            setattr(self, name, getattr(original, name))
+
+    def forward(self, m: torch.Tensor, z: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                chunk_size: int | None = None, use_softmax_kernel: bool = False, **kwargs) -> torch.Tensor:
+        """m (*, S, N, c_in), z (*, N, N, c_z), mask (*, N, N) or None -> (*, S, N, c_in) in the compute dtype."""
+        dtype = compute_dtype(m)
+        with torch.autocast(m.device.type, enabled=False):
+            return functional.pair_weighted_averaging(
+                m.to(dtype), z.to(dtype), mask, self.layer_norm_m.weight, self.layer_norm_m.bias,
+                self.layer_norm_z.weight, self.layer_norm_z.bias, self.linear_v.weight, self.linear_g.weight,
+                self.linear_z.weight, self.linear_o.weight, num_heads=self.no_heads, inf=self.inf)
+
+
+def _replacement(module: nn.Module, name: str) -> nn.Module | None:
+    from openfold3.core.model.layers.msa import MSAPairWeightedAveraging
+    from openfold3.core.model.layers.outer_product_mean import OuterProductMean
+
+    if type(module) is MSAPairWeightedAveraging:
+        linears = (module.linear_z, module.linear_v, module.linear_g, module.linear_o)
+        reason = (check_pair_weighted_averaging(module.c_hidden, *linears)
+                  or check_layer_norm(module.layer_norm_m) or check_layer_norm(module.layer_norm_z))
+        if reason is None and any(getattr(linear, "precision", None) is not None for linear in linears):
+            reason = "a linear layer with its own fixed precision"
+        if reason:
+            _unsupported(name, "MSAPairWeightedAveraging", reason)
+            return None
+        return FusedPairWeightedAveraging(module)
+    if type(module) is OuterProductMean:
+        reason = FusedOpenFoldOuterProductMean.unsupported_reason(module)
+        if reason:
+            _unsupported(name, "OuterProductMean", reason)
+            return None
+        return FusedOpenFoldOuterProductMean(module)
+    return None
+
+
+def patch(model: nn.Module) -> list[str]:
+    """Replaces, in place, every OpenFold3 pair-weighted averaging and Outer Product Mean among `model`'s
+    descendants by evofuse's; returns the names of the modules replaced."""
+    return patch_modules(model, _replacement)
+
+
+def unpatch(model: nn.Module) -> list[str]:
+    """Puts back the modules `patch` replaced inside `model`; returns their names."""
+    return unpatch_modules(model)

@@ -1,0 +1,86 @@
+"""Protenix (`protenix` 2.0.0): `patch(model)` puts evofuse's fused kernels in place of every
+`protenix.model.modules.pairformer.MSAPairWeightedAveraging` and
+`protenix.model.triangular.layers.OuterProductMean` inside `model`, in place; `unpatch(model)` undoes it.
+
+The replacements hold the original submodules (the same Parameters under the same names), so checkpoints load
+unchanged, and take Protenix's calls (`pwa(m, z)`, `opm(m, mask, chunk_size, inplace_safe)`). Protenix runs
+its Outer Product Mean in float32 under float16 autocast, and so does the replacement. A module evofuse cannot
+fuse stays as it is, with a warning naming it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .. import functional
+from ._adapters import FusedOpenFoldOuterProductMean
+from ._patching import check_layer_norm, check_pair_weighted_averaging, compute_dtype, patch_modules, unpatch_modules
+from ._patching import unsupported as _unsupported
+
+__all__ = ["patch", "unpatch"]
+
+
+class FusedPairWeightedAveraging(nn.Module):
+    """Protenix's MSAPairWeightedAveraging (submodules `layernorm_m`, `linear_no_bias_mv`, `layernorm_z`,
+    `linear_no_bias_z`, `linear_no_bias_mg`, `linear_no_bias_out`; no mask) computed by
+    `evofuse.pair_weighted_averaging`."""
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        self.c_m, self.c, self.c_z, self.n_heads = original.c_m, original.c, original.c_z, original.n_heads
+        for name in ("layernorm_m", "linear_no_bias_mv", "layernorm_z", "linear_no_bias_z", "linear_no_bias_mg",
+                     "linear_no_bias_out"):
+            setattr(self, name, getattr(original, name))
+
+    def forward(self, m: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """m (*, S, N, c_m), z (*, N, N, c_z) -> (*, S, N, c_m) in the compute dtype."""
+        dtype = compute_dtype(m)
+        with torch.autocast(m.device.type, enabled=False):
+            return functional.pair_weighted_averaging(
+                m.to(dtype), z.to(dtype), None, self.layernorm_m.weight, self.layernorm_m.bias,
+                self.layernorm_z.weight, self.layernorm_z.bias, self.linear_no_bias_mv.weight,
+                self.linear_no_bias_mg.weight, self.linear_no_bias_z.weight, self.linear_no_bias_out.weight,
+                num_heads=self.n_heads)
+
+
+class FusedOuterProductMean(FusedOpenFoldOuterProductMean):
+    """Protenix's OuterProductMean: OpenFold's, computed in float32 under CUDA float16 autocast (as Protenix
+    decides it)."""
+
+    def compute_dtype(self, m: torch.Tensor) -> torch.dtype:
+        from protenix.model.utils import is_fp16_enabled  # Protenix's own test: CUDA autocast to float16
+
+        return torch.float32 if is_fp16_enabled() else compute_dtype(m)
+
+
+def _replacement(module: nn.Module, name: str) -> nn.Module | None:
+    from protenix.model.modules.pairformer import MSAPairWeightedAveraging
+    from protenix.model.triangular.layers import OuterProductMean
+
+    if type(module) is MSAPairWeightedAveraging:
+        reason = (check_pair_weighted_averaging(module.c, module.linear_no_bias_mv, module.linear_no_bias_mg,
+                                                module.linear_no_bias_z, module.linear_no_bias_out)
+                  or check_layer_norm(module.layernorm_m) or check_layer_norm(module.layernorm_z))
+        if reason:
+            _unsupported(name, "MSAPairWeightedAveraging", reason)
+            return None
+        return FusedPairWeightedAveraging(module)
+    if type(module) is OuterProductMean:
+        reason = FusedOuterProductMean.unsupported_reason(module)
+        if reason:
+            _unsupported(name, "OuterProductMean", reason)
+            return None
+        return FusedOuterProductMean(module)
+    return None
+
+
+def patch(model: nn.Module) -> list[str]:
+    """Replaces, in place, every Protenix pair-weighted averaging and Outer Product Mean among `model`'s
+    descendants by evofuse's; returns the names of the modules replaced."""
+    return patch_modules(model, _replacement)
+
+
+def unpatch(model: nn.Module) -> list[str]:
+    """Puts back the modules `patch` replaced inside `model`; returns their names."""
+    return unpatch_modules(model)
