@@ -39,10 +39,15 @@ class FusedOpenFoldOuterProductMean(nn.Module):
 
     def forward(self, m: torch.Tensor, mask: torch.Tensor | None = None, chunk_size: int | None = None,
                 inplace_safe: bool = False) -> torch.Tensor:
-        """m (*, S, N, c_m), mask (*, S, N) or None -> (*, N, N, c_z) in the compute dtype."""
+        """m (*, S, N, c_m), mask (*, S, N) or None -> (*, N, N, c_z), in the dtype the original returns: the
+        autocast dtype under autocast (its counts come from an autocast einsum), else m's promoted with the
+        mask's."""
         dtype = self.compute_dtype(m)
         with torch.autocast(m.device.type, enabled=False):
-            return functional.outer_product_mean(
+            out = functional.outer_product_mean(
                 m.to(dtype), mask, self.layer_norm.weight, self.layer_norm.bias, self.linear_1.weight,
                 self.linear_1.bias, self.linear_2.weight, self.linear_2.bias, self.linear_out.weight,
                 self.linear_out.bias, normalization="count_ij_after", count_eps=self.eps)
+        if torch.is_autocast_enabled(m.device.type) or mask is None or not mask.is_floating_point():
+            return out
+        return out.to(torch.promote_types(out.dtype, mask.dtype))
