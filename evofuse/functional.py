@@ -141,19 +141,21 @@ def msa_row_attention(
     layer_norm_weight: torch.Tensor,
     layer_norm_bias: torch.Tensor,
     query_weight: torch.Tensor,
-    query_bias: torch.Tensor,
+    query_bias: torch.Tensor | None,
     key_weight: torch.Tensor,
-    key_bias: torch.Tensor,
+    key_bias: torch.Tensor | None,
     value_weight: torch.Tensor,
-    value_bias: torch.Tensor,
+    value_bias: torch.Tensor | None,
     gate_weight: torch.Tensor,
-    gate_bias: torch.Tensor,
+    gate_bias: torch.Tensor | None,
     out_proj_weight: torch.Tensor,
-    out_proj_bias: torch.Tensor,
+    out_proj_bias: torch.Tensor | None,
     pair_bias_weight: torch.Tensor,
-    pair_bias_bias: torch.Tensor,
+    pair_bias_bias: torch.Tensor | None,
     *,
     num_heads: int,
+    pair_norm_weight: torch.Tensor | None = None,
+    pair_norm_bias: torch.Tensor | None = None,
     dropout: float = 0.0,
     training: bool = False,
     precision: str = "default",
@@ -162,13 +164,17 @@ def msa_row_attention(
     """MSA row attention with pair bias and gating.
 
     Args:
-        msa_repr: (B, S, N, D) float16, bfloat16, float32 or float64; D divisible by num_heads; any leading
-            dimensions in place of B, as for `outer_product_mean`.
+        msa_repr: (B, S, N, D) float16, bfloat16, float32 or float64; any leading dimensions in place of B, as
+            for `outer_product_mean`.
         pair_repr: (B, N, N, P) real floating.
         msa_mask: (B, S, N) 0/1 as bool, integer or floating, or None; a key j with mask 0 gets the logit
             -1e9 (replaced, not added), so a row whose keys are all masked averages v over all N keys.
-        query/key/value/gate/out_proj weights: (D, D), biases (D,); channel = head * d + e.
-        pair_bias_weight: (num_heads, P); pair_bias_bias: (num_heads,).
+        query/key/value/gate weights: (H, D) and out_proj weight (D, H) for an inner width H = num_heads * d
+            (D by default; OpenFold: heads x c_hidden), channel = head * d + e; each bias of the layer's output
+            width, or None (OpenFold's q, k, v have none).
+        pair_bias_weight: (num_heads, P); pair_bias_bias: (num_heads,) or None.
+        pair_norm_weight, pair_norm_bias: (P,), a LayerNorm of the pair before its projection (OpenFold's
+            layer_norm_z), fused into the projection's kernel; None for none.
         dropout, training: dropout on the attention weights; in training with dropout > 0 the reference
             runs (with a one-time warning).
         precision, impl: as for `outer_product_mean`.
@@ -183,11 +189,14 @@ def msa_row_attention(
         return _unbatched(msa_row_attention(
             msa_repr, pair_repr, msa_mask, layer_norm_weight, layer_norm_bias, query_weight, query_bias, key_weight,
             key_bias, value_weight, value_bias, gate_weight, gate_bias, out_proj_weight, out_proj_bias,
-            pair_bias_weight, pair_bias_bias, num_heads=num_heads, dropout=dropout, training=training,
-            precision=precision, impl=impl), lead)
+            pair_bias_weight, pair_bias_bias, num_heads=num_heads, pair_norm_weight=pair_norm_weight,
+            pair_norm_bias=pair_norm_bias, dropout=dropout, training=training, precision=precision, impl=impl), lead)
     D = layer_norm_weight.shape[0] if isinstance(layer_norm_weight, torch.Tensor) else -1
-    if not isinstance(num_heads, int) or num_heads < 1 or D % num_heads != 0:
-        raise ValueError(f"num_heads must be a positive integer dividing msa_dim={D}, got {num_heads!r}")
+    H = query_weight.shape[0] if isinstance(query_weight, torch.Tensor) else -1
+    if not isinstance(num_heads, int) or num_heads < 1 or H % num_heads != 0:
+        raise ValueError(f"num_heads must be a positive integer dividing the inner width {H}, got {num_heads!r}")
+    if (pair_norm_weight is None) != (pair_norm_bias is None):
+        raise ValueError("pair_norm_weight and pair_norm_bias must be given together")
     B, S, N = check_msa(msa_repr, D)
     P = pair_bias_weight.shape[-1] if isinstance(pair_bias_weight, torch.Tensor) else -1
     check_pair(pair_repr, B, N, P, msa_repr.device)
@@ -195,20 +204,25 @@ def msa_row_attention(
     params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, query_weight=query_weight,
                   query_bias=query_bias, key_weight=key_weight, key_bias=key_bias, value_weight=value_weight,
                   value_bias=value_bias, gate_weight=gate_weight, gate_bias=gate_bias, out_proj_weight=out_proj_weight,
-                  out_proj_bias=out_proj_bias, pair_bias_weight=pair_bias_weight, pair_bias_bias=pair_bias_bias)
-    check_params(msa_repr.device, params)
-    shapes = {f"{name}_{kind}": (D, D) if kind == "weight" else (D,)
-              for name in ("query", "key", "value", "gate", "out_proj") for kind in ("weight", "bias")}
-    check_param_shapes(params, dict(layer_norm_bias=(D,), **shapes, pair_bias_weight=(num_heads, P),
-                                    pair_bias_bias=(num_heads,)))
+                  out_proj_bias=out_proj_bias, pair_bias_weight=pair_bias_weight, pair_bias_bias=pair_bias_bias,
+                  pair_norm_weight=pair_norm_weight, pair_norm_bias=pair_norm_bias)
+    check_params(msa_repr.device, params, optional=("query_bias", "key_bias", "value_bias", "gate_bias",
+                                                    "out_proj_bias", "pair_bias_bias", "pair_norm_weight",
+                                                    "pair_norm_bias"))
+    shapes = {f"{name}_{kind}": (H, D) if kind == "weight" else (H,)
+              for name in ("query", "key", "value", "gate") for kind in ("weight", "bias")}
+    check_param_shapes(params, dict(layer_norm_bias=(D,), **shapes, out_proj_weight=(D, H), out_proj_bias=(D,),
+                                    pair_bias_weight=(num_heads, P), pair_bias_bias=(num_heads,),
+                                    pair_norm_weight=(P,), pair_norm_bias=(P,)))
 
     dtype = msa_repr.dtype
     pair_repr = pair_repr.to(dtype)
-    weights = [p.to(dtype) for p in params.values()]  # (no copy where they have its dtype)
+    weights = [None if p is None else p.to(dtype) for p in params.values()]  # (no copy where they have its dtype)
 
     def reference():
-        return ref.msa_row_attention_reference(msa_repr, pair_repr, msa_mask, *weights, num_heads=num_heads,
-                                               dropout=dropout, training=training)
+        return ref.msa_row_attention_reference(msa_repr, pair_repr, msa_mask, *weights[:-2], num_heads=num_heads,
+                                               dropout=dropout, training=training, pair_norm_weight=weights[-2],
+                                               pair_norm_bias=weights[-1])
 
     if resolve_impl(impl, msa_repr) == "torch":
         return reference()
@@ -217,11 +231,11 @@ def msa_row_attention(
     if training and dropout > 0:
         warn_once("att-dropout", "evofuse: attention dropout in training mode runs the PyTorch reference")
         return reference()
-    if not fused(D // num_heads, msa_repr.dtype):
-        warn_once(f"att-{D // num_heads}-{msa_repr.dtype}", f"evofuse: no fused row attention for "
-                  f"head_dim={D // num_heads}, dtype={msa_repr.dtype}; running the PyTorch reference")
+    if not fused(H // num_heads, msa_repr.dtype):
+        warn_once(f"att-{H // num_heads}-{msa_repr.dtype}", f"evofuse: no fused row attention for "
+                  f"head_dim={H // num_heads}, dtype={msa_repr.dtype}; running the PyTorch reference")
         return reference()
-    train = torch.is_grad_enabled() and any(t.requires_grad for t in (msa_repr, pair_repr, *weights))
+    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (msa_repr, pair_repr, *weights))
     with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
         return row_attention_op(msa_repr, pair_repr, msa_mask, *weights, num_heads, precision, train)[0]
 

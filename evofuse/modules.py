@@ -66,7 +66,10 @@ class MSARowAttentionWithPairBias(nn.Module):
     """MSA row attention with pair bias and gating: (B, S, N, D) -> (B, S, N, D).
 
     Args:
-        msa_dim, pair_dim, num_heads: D, P and h; head_dim = D // h (D must divide).
+        msa_dim, pair_dim, num_heads: D, P and h.
+        head_dim: d, the width of a head (default D // h, D must divide); the inner width is h * d.
+        qkv_bias: whether query, key and value have biases (OpenFold's have none).
+        pair_layer_norm: a LayerNorm of the pair before `pair_bias` (`pair_norm`, as OpenFold's layer_norm_z).
         dropout: on the attention probabilities in training mode.
         precision, impl: as for OuterProductMean.
 
@@ -75,18 +78,21 @@ class MSARowAttentionWithPairBias(nn.Module):
     """
 
     def __init__(self, msa_dim: int, pair_dim: int, num_heads: int = 4, dropout: float = 0.0,
-                 precision: str = "default", impl: str | None = None):
+                 precision: str = "default", impl: str | None = None, head_dim: int | None = None,
+                 qkv_bias: bool = True, pair_layer_norm: bool = False):
         super().__init__()
-        if num_heads < 1 or msa_dim % num_heads != 0:
+        if head_dim is None and (num_heads < 1 or msa_dim % num_heads != 0):
             raise ValueError(f"msa_dim={msa_dim} must be divisible by num_heads={num_heads}")
         self.num_heads = num_heads
-        self.head_dim = msa_dim // num_heads
+        self.head_dim = msa_dim // num_heads if head_dim is None else head_dim
+        inner = num_heads * self.head_dim
         self.layer_norm = nn.LayerNorm(msa_dim)
-        self.query = nn.Linear(msa_dim, msa_dim)
-        self.key = nn.Linear(msa_dim, msa_dim)
-        self.value = nn.Linear(msa_dim, msa_dim)
-        self.gate = nn.Linear(msa_dim, msa_dim)
-        self.out_proj = nn.Linear(msa_dim, msa_dim)
+        self.query = nn.Linear(msa_dim, inner, bias=qkv_bias)
+        self.key = nn.Linear(msa_dim, inner, bias=qkv_bias)
+        self.value = nn.Linear(msa_dim, inner, bias=qkv_bias)
+        self.gate = nn.Linear(msa_dim, inner)
+        self.out_proj = nn.Linear(inner, msa_dim)
+        self.pair_norm = nn.LayerNorm(pair_dim) if pair_layer_norm else None
         self.pair_bias = nn.Linear(pair_dim, num_heads)
         self.dropout = nn.Dropout(dropout)
         self.precision = precision
@@ -94,10 +100,11 @@ class MSARowAttentionWithPairBias(nn.Module):
 
     def forward(self, msa_repr: torch.Tensor, pair_repr: torch.Tensor, msa_mask: torch.Tensor | None = None,
                 *, impl: str | None = None) -> torch.Tensor:
+        pair_norm = (None, None) if self.pair_norm is None else (self.pair_norm.weight, self.pair_norm.bias)
         return functional.msa_row_attention(
             msa_repr, pair_repr, msa_mask, *_linear_params(self, _ATT_LINEARS), num_heads=self.num_heads,
-            dropout=self.dropout.p, training=self.training, precision=self.precision,
-            impl=impl if impl is not None else self.impl)
+            pair_norm_weight=pair_norm[0], pair_norm_bias=pair_norm[1], dropout=self.dropout.p,
+            training=self.training, precision=self.precision, impl=impl if impl is not None else self.impl)
 
 
 class PairWeightedAveraging(nn.Module):

@@ -107,13 +107,19 @@ def msa_row_attention_reference(
     num_heads: int,
     dropout: float = 0.0,
     training: bool = False,
+    pair_norm_weight: torch.Tensor | None = None,
+    pair_norm_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """MSA row attention with pair bias, written as the definition.
 
-    msa_repr (B, S, N, D); pair_repr (B, N, N, P); msa_mask (B, S, N) or None; the q/k/v/gate/out
-    weights (D, D), pair_bias weight (num_heads, P). Returns (B, S, N, D) in msa_repr's dtype.
-    Materializes the (B, S, h, N, N) logits: use it for reference and small shapes only.
+    msa_repr (B, S, N, D); pair_repr (B, N, N, P); msa_mask (B, S, N) or None; the q/k/v/gate weights
+    (H, D) and out weight (D, H) for an inner width H = num_heads * head_dim, every bias (out width,) or None;
+    pair_bias weight (num_heads, P); pair_norm_weight and pair_norm_bias (P,), when given, a LayerNorm of the
+    pair before its projection. Returns (B, S, N, D) in msa_repr's dtype. Materializes the (B, S, h, N, N)
+    logits: use it for reference and small shapes only.
     """
+    if pair_norm_weight is not None:
+        pair_repr = F.layer_norm(pair_repr, pair_repr.shape[-1:], pair_norm_weight, pair_norm_bias, LAYER_NORM_EPS)
     bias = F.linear(pair_repr, pair_bias_weight, pair_bias_bias).permute(0, 3, 1, 2)  # (B, h, N, N)
     return msa_row_attention_with_bias(msa_repr, bias, msa_mask, layer_norm_weight, layer_norm_bias, query_weight,
                                        query_bias, key_weight, key_bias, value_weight, value_bias, gate_weight,
@@ -127,11 +133,12 @@ def msa_row_attention_with_bias(msa_repr, bias, msa_mask, layer_norm_weight, lay
     of each other given it, so any block of rows s can be evaluated alone."""
     B, S, N, D = msa_repr.shape
     h = num_heads
-    d = D // h
+    H = query_weight.shape[0]  # the inner width num_heads * head_dim
+    d = H // h
     dtype = msa_repr.dtype
     x = F.layer_norm(msa_repr, (D,), layer_norm_weight, layer_norm_bias, LAYER_NORM_EPS)
 
-    def heads(t: torch.Tensor) -> torch.Tensor:  # (B, S, N, D) -> (B, S, h, N, d)
+    def heads(t: torch.Tensor) -> torch.Tensor:  # (B, S, N, H) -> (B, S, h, N, d)
         return t.reshape(B, S, N, h, d).permute(0, 1, 3, 2, 4)
 
     q = heads(F.linear(x, query_weight, query_bias))
@@ -145,7 +152,7 @@ def msa_row_attention_with_bias(msa_repr, bias, msa_mask, layer_norm_weight, lay
         logit = logit.masked_fill(msa_mask[:, :, None, None, :] == 0, fill)
     p = F.dropout(torch.softmax(logit, dim=-1), dropout, training)
     o = g * torch.einsum("bshij,bshjd->bshid", p, v)  # (B, S, h, N, d)
-    o = o.permute(0, 1, 3, 2, 4).reshape(B, S, N, D)
+    o = o.permute(0, 1, 3, 2, 4).reshape(B, S, N, H)
     return F.linear(o, out_proj_weight, out_proj_bias)
 
 

@@ -22,11 +22,17 @@ def _opm_args(train, mask_kind="random", projection_bias=True):
     return (x, None if mask is None else mask.to(DEVICE), *params, "count_ij_after", 1e-3, "default", train)
 
 
-def _att_args(train):
-    mod = att_module(16, 4, 2, seed=3).to(DEVICE)
+def _att_args(train, openfold=False):
+    """The op's arguments; `openfold`: inner width 12 for msa_dim 16, no q/k/v biases, the pair layer-normed."""
+    kw = dict(head_dim=6, qkv_bias=False, pair_layer_norm=True) if openfold else {}
+    mod = att_module(16, 4, 2, seed=3, **kw).to(DEVICE)
     x = torch.randn(1, 2, 5, 16, device=DEVICE, requires_grad=train)
     z = torch.randn(1, 5, 5, 4, device=DEVICE, requires_grad=train)
-    params = [p.detach().requires_grad_(train) for p in mod.parameters()]
+    p = {name: t.detach().requires_grad_(train) for name, t in mod.named_parameters()}
+    names = ["layer_norm.weight", "layer_norm.bias"] + [f"{layer}.{kind}" for layer in (
+        "query", "key", "value", "gate", "out_proj", "pair_bias") for kind in ("weight", "bias")] + [
+        "pair_norm.weight", "pair_norm.bias"]
+    params = [p.get(name) for name in names]
     return (x, z, random_mask(1, 2, 5, "rows", 4).to(DEVICE), *params, 2, "default", train)
 
 
@@ -42,6 +48,7 @@ def test_opcheck_outer_product_mean(train):
 @pytest.mark.parametrize("train", [False, True])
 def test_opcheck_row_attention(train):
     torch.library.opcheck(row_attention_op, _att_args(train))
+    torch.library.opcheck(row_attention_op, _att_args(train, openfold=True))
 
 
 @pytest.mark.no_poison

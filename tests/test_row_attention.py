@@ -80,6 +80,26 @@ def test_gradients(mask_kind, dtype):
     compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_openfold_variant(dtype):
+    """OpenFold's form: an inner width heads x head_dim unlike msa_dim, no q/k/v biases, the pair layer-normed
+    before its projection (fused): output and every gradient, the pair LayerNorm's included."""
+    mod = att_module(20, 6, 3, seed=13, head_dim=8, qkv_bias=False, pair_layer_norm=True)
+    assert mod.query.weight.shape == (24, 20) and mod.query.bias is None and mod.pair_norm is not None
+    x, z, mask = _inputs(2, 3, 11, 20, 6, "rows", 14)
+    _, exact = grads(mod.double(), (x.double(), z.double(), mask.double()), "torch")
+    _, got = grads(mod.to(DEVICE, dtype), (_dev(x, dtype), _dev(z, dtype), _dev(mask)), "triton")
+    assert {"pair_norm.weight", "pair_norm.bias"} <= got.keys() and "query.bias" not in got
+    # the pair LayerNorm's bias shifts every logit of a row alike: the softmax ignores it, its gradient is 0
+    assert got.pop("pair_norm.bias").norm() <= (1e-5 if dtype == torch.float32 else 1e-2) * got["pair_norm.weight"].norm()
+    exact.pop("pair_norm.bias")
+    lowp = None
+    if dtype != torch.float32:
+        _, lowp = grads(mod.cpu(), (x.to(dtype), z.to(dtype), mask), "torch")
+        lowp.pop("pair_norm.bias")
+    compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
+
+
 def test_mask_forms_and_strided_inputs():
     mod = att_module(16, 4, 2, seed=11).to(DEVICE)
     x = torch.randn(2, 9, 3, 32, device=DEVICE)[..., ::2].transpose(1, 2)  # (2, 3, 9, 16), not contiguous
@@ -141,7 +161,7 @@ def test_bad_options():
     with pytest.raises(ValueError, match="divisible by num_heads"):
         MSARowAttentionWithPairBias(10, 3, 4)
     params = [p for _, p in MSARowAttentionWithPairBias(8, 3, 2).named_parameters()]
-    with pytest.raises(ValueError, match="num_heads must be a positive integer dividing msa_dim=8"):
+    with pytest.raises(ValueError, match="num_heads must be a positive integer dividing the inner width 8"):
         evofuse.msa_row_attention(X, Z, M, *params, num_heads=3)
 
 

@@ -2,8 +2,9 @@
 and its backward, registered with `register_autograd`; the backward's attention core is a custom op of its
 own, `evofuse::msa_row_attention_core_backward`, so that torch.compile traces around its Triton kernels.
 
-Forward: LayerNorm and the q, k, v, gate projections in one kernel (`layer_norm_linear`, one (B, S, N, 4D)
-output), the pair bias (B, h, N, N) once per batch element by cuBLAS, the attention core
+Forward: LayerNorm and the q, k, v, gate projections in one kernel (`layer_norm_linear`, one (B, S, N, 4H)
+output for the inner width H = heads x head_dim), the pair bias (B, h, N, N) once per batch element (by
+cuBLAS, or by `layer_norm_linear` where the pair has its own LayerNorm), the attention core
 (`kernels.attention_forward_kernel`), out_proj by cuBLAS. No (S, h, N, N) tensor exists.
 Backward: out_proj's gradients by cuBLAS; the gate's in one pass (`kernels.gate_backward_kernel`), then the
 core's three kernels (dq, dk and dv, the pair bias's gradient summed over the MSA rows in a fixed order);
@@ -22,7 +23,7 @@ from torch import Tensor
 
 from ..._runtime import bucket, cdiv, dot_precision, next_pow2
 from ...reference import MASK_LOGIT
-from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
+from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from . import configs
 from .kernels import (
     attention_dkdv_kernel,
@@ -67,22 +68,32 @@ def _constants(qkvg: Tensor, mask: Tensor | None, num_heads: int, precision: str
 
 @torch.library.custom_op("evofuse::msa_row_attention", mutates_args=())
 def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | None, layer_norm_weight: Tensor,
-                     layer_norm_bias: Tensor, query_weight: Tensor, query_bias: Tensor, key_weight: Tensor,
-                     key_bias: Tensor, value_weight: Tensor, value_bias: Tensor, gate_weight: Tensor, gate_bias: Tensor,
-                     out_proj_weight: Tensor, out_proj_bias: Tensor, pair_bias_weight: Tensor, pair_bias_bias: Tensor,
-                     num_heads: int, precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(out (B, S, N, D), qkvg (B, S, N, 4D), gated (B, S, N, D), lse (2, B, S, N, h) float32, z (B, h, N, N)):
+                     layer_norm_bias: Tensor, query_weight: Tensor, query_bias: Tensor | None, key_weight: Tensor,
+                     key_bias: Tensor | None, value_weight: Tensor, value_bias: Tensor | None, gate_weight: Tensor,
+                     gate_bias: Tensor | None, out_proj_weight: Tensor, out_proj_bias: Tensor | None,
+                     pair_bias_weight: Tensor, pair_bias_bias: Tensor | None, pair_norm_weight: Tensor | None,
+                     pair_norm_bias: Tensor | None, num_heads: int, precision: str,
+                     train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(out (B, S, N, D), qkvg (B, S, N, 4H), gated (B, S, N, H), lse (2, B, S, N, h) float32, z (B, h, N, N)):
     the output, then what the backward takes: the projections, the gated attention output (out_proj's input)
     and the rows' softmax statistics (their largest logit and log2 of their sum, base 2; both empty unless
-    `train`), the pair bias. Every tensor argument has msa_repr's dtype."""
-    B, S, N, D = msa_repr.shape
+    `train`), the pair bias. H = num_heads * head_dim is the inner width; any bias may be None; with
+    pair_norm_weight and pair_norm_bias the pair is layer-normed in the bias projection's kernel. Every tensor
+    argument has msa_repr's dtype."""
+    B, S, N, _ = msa_repr.shape
     h = num_heads
-    d = D // h
-    qkvg = layer_norm_linear(msa_repr, layer_norm_weight, layer_norm_bias,
-                             torch.cat([query_weight, key_weight, value_weight, gate_weight]),
-                             torch.cat([query_bias, key_bias, value_bias, gate_bias]), None, precision)
-    z = F.linear(pair_repr, pair_bias_weight, pair_bias_bias).permute(0, 3, 1, 2).contiguous()  # (B, h, N, N)
-    gated = torch.empty(B, S, N, D, dtype=msa_repr.dtype, device=msa_repr.device)
+    H = query_weight.shape[0]
+    d = H // h
+    weights = [query_weight, key_weight, value_weight, gate_weight]
+    qkvg = layer_norm_linear(msa_repr, layer_norm_weight, layer_norm_bias, torch.cat(weights),
+                             joined_bias([query_bias, key_bias, value_bias, gate_bias], weights), None, precision)
+    if pair_norm_weight is None:
+        z = F.linear(pair_repr, pair_bias_weight, pair_bias_bias)
+    else:
+        z = layer_norm_linear(pair_repr, pair_norm_weight, pair_norm_bias, pair_bias_weight, pair_bias_bias, None,
+                              precision)
+    z = z.permute(0, 3, 1, 2).contiguous()  # (B, h, N, N)
+    gated = torch.empty(B, S, N, H, dtype=msa_repr.dtype, device=msa_repr.device)
     lse = torch.empty(2, B, S, N, h if train else 0, dtype=torch.float32, device=msa_repr.device)
     if gated.numel():
         consts = _constants(qkvg, msa_mask, h, precision)
@@ -92,7 +103,7 @@ def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | Non
 
         stats = (lse, *lse.stride()[1:], lse.stride(0)) if train else (gated, 0, 0, 0, 0, 0)
         _kernels()[0][grid](qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(msa_mask, qkvg), gated,
-                            *gated.stride()[:3], *stats, S, N, h, D, d, math.log2(math.e) / math.sqrt(d), bucket(N),
+                            *gated.stride()[:3], *stats, S, N, h, H, d, math.log2(math.e) / math.sqrt(d), bucket(N),
                             TRAIN=train, **consts)
     out = F.linear(gated, out_proj_weight, out_proj_bias)
     return out, qkvg, gated if train else gated.new_empty(0), lse, z
@@ -102,9 +113,10 @@ def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | Non
 def _(msa_repr, pair_repr, msa_mask, *params_and_options):
     *_, num_heads, precision, train = params_and_options
     B, S, N, D = msa_repr.shape
-    gated = msa_repr.new_empty(B, S, N, D) if train else msa_repr.new_empty(0)
+    H = params_and_options[2].shape[0]  # query_weight's rows: the inner width
+    gated = msa_repr.new_empty(B, S, N, H) if train else msa_repr.new_empty(0)
     lse = msa_repr.new_empty(2, B, S, N, num_heads if train else 0, dtype=torch.float32)
-    return (msa_repr.new_empty(B, S, N, D), msa_repr.new_empty(B, S, N, 4 * D), gated, lse,
+    return (msa_repr.new_empty(B, S, N, D), msa_repr.new_empty(B, S, N, 4 * H), gated, lse,
             msa_repr.new_empty(B, num_heads, N, N))
 
 
@@ -155,33 +167,37 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, grad_out, *_):
-    msa_repr, pair_repr, mask, lnw, lnb, wq, bq, wk, bk, wv, bv, wg, bg, wo, bo, wz, bz, qkvg, gated, lse, z = \
-        ctx.saved_tensors
+    (msa_repr, pair_repr, mask, lnw, lnb, wq, bq, wk, bk, wv, bv, wg, bg, wo, bo, wz, bz, pnw, pnb, qkvg, gated, lse,
+     z) = ctx.saved_tensors
     needs = ctx.needs_input_grad
-    B, S, N, D = msa_repr.shape
+    D = msa_repr.shape[-1]
+    H = wq.shape[0]
     h = ctx.num_heads
     dtype = msa_repr.dtype
     d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs[14] else None
-    if not (needs[0] or needs[1] or any(needs[3:13]) or needs[15] or needs[16]):  # out_proj's alone
-        d_wo = grad_out.reshape(-1, D).t() @ gated.reshape(-1, D) if needs[13] else None
-        return (None,) * 13 + (d_wo, d_bo, None, None, None, None, None)
+    d_wo = grad_out.reshape(-1, D).t() @ gated.reshape(-1, H) if needs[13] else None
+    if not (needs[0] or needs[1] or any(needs[3:13]) or any(needs[15:19])):  # out_proj's alone
+        return (None,) * 13 + (d_wo, d_bo) + (None,) * 7
 
     d_qkvg, dz = core_backward_op(qkvg, z, mask, grad_out @ wo, gated, lse, h, ctx.precision)
-    d_wo = grad_out.reshape(-1, D).t() @ gated.reshape(-1, D) if needs[13] else None
-
     dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(
         msa_repr, lnw, lnb, torch.cat([wq, wk, wv, wg]), d_qkvg,
         (needs[0], needs[3], needs[4], any(needs[5:12:2]), any(needs[6:13:2])))
-    dws = (None,) * 4 if dw is None else dw.split(D)
-    dbs = (None,) * 4 if dbias is None else dbias.split(D)
+    dws = (None,) * 4 if dw is None else dw.split(H)
+    dbs = (None,) * 4 if dbias is None else dbias.split(H)
     projections = [g for pair in zip(dws, dbs) for g in pair]
     projections = [g if need else None for g, need in zip(projections, needs[5:13])]
 
     dz_pairs = dz.permute(0, 2, 3, 1).to(dtype)  # (B, N, N, h)
-    d_pair = dz_pairs @ wz if needs[1] else None
-    d_wz = dz_pairs.reshape(-1, h).t() @ pair_repr.reshape(-1, pair_repr.shape[-1]) if needs[15] else None
+    if pnw is None:
+        d_pair = dz_pairs @ wz if needs[1] else None
+        d_wz = dz_pairs.reshape(-1, h).t() @ pair_repr.reshape(-1, pair_repr.shape[-1]) if needs[15] else None
+        d_pnw = d_pnb = None
+    else:
+        d_pair, d_pnw, d_pnb, d_wz, _ = layer_norm_linear_backward(
+            pair_repr, pnw, pnb, wz, dz_pairs, (needs[1], needs[17], needs[18], needs[15], False))
     d_bz = dz.sum((0, 2, 3)).to(dtype) if needs[16] else None
-    return (dx, d_pair, None, dlnw, dlnb, *projections, d_wo, d_bo, d_wz, d_bz, None, None, None)
+    return (dx, d_pair, None, dlnw, dlnb, *projections, d_wo, d_bo, d_wz, d_bz, d_pnw, d_pnb, None, None, None)
 
 
 row_attention_op.register_autograd(_backward, setup_context=_setup_context)
