@@ -156,6 +156,7 @@ def msa_row_attention(
     num_heads: int,
     pair_norm_weight: torch.Tensor | None = None,
     pair_norm_bias: torch.Tensor | None = None,
+    mask_mode: str = "replace",
     dropout: float = 0.0,
     training: bool = False,
     precision: str = "default",
@@ -175,6 +176,9 @@ def msa_row_attention(
         pair_bias_weight: (num_heads, P); pair_bias_bias: (num_heads,) or None.
         pair_norm_weight, pair_norm_bias: (P,), a LayerNorm of the pair before its projection (OpenFold's
             layer_norm_z), fused into the projection's kernel; None for none.
+        mask_mode: a masked key's logit is -1e9 either way; "replace" (default) gives it no gradient, "add"
+            passes the gradient on as OpenFold's float32 `logit + 1e9 * (mask - 1)` does (a row of masked keys
+            alone then sends gradient to its q, k and pair bias).
         dropout, training: dropout on the attention weights; in training with dropout > 0 the reference
             runs (with a one-time warning).
         precision, impl: as for `outer_product_mean`.
@@ -190,11 +194,14 @@ def msa_row_attention(
             msa_repr, pair_repr, msa_mask, layer_norm_weight, layer_norm_bias, query_weight, query_bias, key_weight,
             key_bias, value_weight, value_bias, gate_weight, gate_bias, out_proj_weight, out_proj_bias,
             pair_bias_weight, pair_bias_bias, num_heads=num_heads, pair_norm_weight=pair_norm_weight,
-            pair_norm_bias=pair_norm_bias, dropout=dropout, training=training, precision=precision, impl=impl), lead)
+            pair_norm_bias=pair_norm_bias, mask_mode=mask_mode, dropout=dropout, training=training, precision=precision,
+            impl=impl), lead)
     D = layer_norm_weight.shape[0] if isinstance(layer_norm_weight, torch.Tensor) else -1
     H = query_weight.shape[0] if isinstance(query_weight, torch.Tensor) else -1
     if not isinstance(num_heads, int) or num_heads < 1 or H % num_heads != 0:
         raise ValueError(f"num_heads must be a positive integer dividing the inner width {H}, got {num_heads!r}")
+    if mask_mode not in ref.MASK_MODES:
+        raise ValueError(f"mask_mode must be one of {ref.MASK_MODES}, got {mask_mode!r}")
     if (pair_norm_weight is None) != (pair_norm_bias is None):
         raise ValueError("pair_norm_weight and pair_norm_bias must be given together")
     B, S, N = check_msa(msa_repr, D)
@@ -222,7 +229,7 @@ def msa_row_attention(
     def reference():
         return ref.msa_row_attention_reference(msa_repr, pair_repr, msa_mask, *weights[:-2], num_heads=num_heads,
                                                dropout=dropout, training=training, pair_norm_weight=weights[-2],
-                                               pair_norm_bias=weights[-1])
+                                               pair_norm_bias=weights[-1], mask_mode=mask_mode)
 
     if resolve_impl(impl, msa_repr) == "torch":
         return reference()
@@ -237,7 +244,8 @@ def msa_row_attention(
         return reference()
     train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (msa_repr, pair_repr, *weights))
     with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
-        return row_attention_op(msa_repr, pair_repr, msa_mask, *weights, num_heads, precision, train)[0]
+        return row_attention_op(msa_repr, pair_repr, msa_mask, *weights, num_heads, mask_mode, precision,
+                                train)[0]
 
 
 def pair_weighted_averaging(

@@ -70,6 +70,8 @@ class MSARowAttentionWithPairBias(nn.Module):
         head_dim: d, the width of a head (default D // h, D must divide); the inner width is h * d.
         qkv_bias: whether query, key and value have biases (OpenFold's have none).
         pair_layer_norm: a LayerNorm of the pair before `pair_bias` (`pair_norm`, as OpenFold's layer_norm_z).
+        mask_mode: "replace" (masked keys' logits -1e9 without gradient) or "add" (OpenFold's additive mask:
+            the same forward, the gradient passed on); see `evofuse.msa_row_attention`.
         dropout: on the attention probabilities in training mode.
         precision, impl: as for OuterProductMean.
 
@@ -79,7 +81,7 @@ class MSARowAttentionWithPairBias(nn.Module):
 
     def __init__(self, msa_dim: int, pair_dim: int, num_heads: int = 4, dropout: float = 0.0,
                  precision: str = "default", impl: str | None = None, head_dim: int | None = None,
-                 qkv_bias: bool = True, pair_layer_norm: bool = False):
+                 qkv_bias: bool = True, pair_layer_norm: bool = False, mask_mode: str = "replace"):
         super().__init__()
         if head_dim is None and (num_heads < 1 or msa_dim % num_heads != 0):
             raise ValueError(f"msa_dim={msa_dim} must be divisible by num_heads={num_heads}")
@@ -94,6 +96,7 @@ class MSARowAttentionWithPairBias(nn.Module):
         self.out_proj = nn.Linear(inner, msa_dim)
         self.pair_norm = nn.LayerNorm(pair_dim) if pair_layer_norm else None
         self.pair_bias = nn.Linear(pair_dim, num_heads)
+        self.mask_mode = mask_mode
         self.dropout = nn.Dropout(dropout)
         self.precision = precision
         self.impl = impl
@@ -103,7 +106,7 @@ class MSARowAttentionWithPairBias(nn.Module):
         pair_norm = (None, None) if self.pair_norm is None else (self.pair_norm.weight, self.pair_norm.bias)
         return functional.msa_row_attention(
             msa_repr, pair_repr, msa_mask, *_linear_params(self, _ATT_LINEARS), num_heads=self.num_heads,
-            pair_norm_weight=pair_norm[0], pair_norm_bias=pair_norm[1], dropout=self.dropout.p,
+            pair_norm_weight=pair_norm[0], pair_norm_bias=pair_norm[1], mask_mode=self.mask_mode, dropout=self.dropout.p,
             training=self.training, precision=self.precision, impl=impl if impl is not None else self.impl)
 
 

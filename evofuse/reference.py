@@ -18,6 +18,7 @@ NORMALIZATIONS = ("count_i", "count_ij_after", "count_ij")
 LAYER_NORM_EPS = 1e-5
 COUNT_EPS = 1e-3
 MASK_LOGIT = -1e9
+MASK_MODES = ("replace", "add")  # row attention: what a masked key's -1e9 logit passes back (see below)
 
 
 def _count_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -109,13 +110,16 @@ def msa_row_attention_reference(
     training: bool = False,
     pair_norm_weight: torch.Tensor | None = None,
     pair_norm_bias: torch.Tensor | None = None,
+    mask_mode: str = "replace",
 ) -> torch.Tensor:
     """MSA row attention with pair bias, written as the definition.
 
     msa_repr (B, S, N, D); pair_repr (B, N, N, P); msa_mask (B, S, N) or None; the q/k/v/gate weights
     (H, D) and out weight (D, H) for an inner width H = num_heads * head_dim, every bias (out width,) or None;
     pair_bias weight (num_heads, P); pair_norm_weight and pair_norm_bias (P,), when given, a LayerNorm of the
-    pair before its projection. Returns (B, S, N, D) in msa_repr's dtype. Materializes the (B, S, h, N, N)
+    pair before its projection. mask_mode: a masked key's logit is -1e9 in the forward either way; "replace"
+    (the seed module) gives it no gradient, "add" passes it on as the models' float32 `logit + inf * (mask - 1)`
+    does (which rounds to -1e9). Returns (B, S, N, D) in msa_repr's dtype. Materializes the (B, S, h, N, N)
     logits: use it for reference and small shapes only.
     """
     if pair_norm_weight is not None:
@@ -123,12 +127,14 @@ def msa_row_attention_reference(
     bias = F.linear(pair_repr, pair_bias_weight, pair_bias_bias).permute(0, 3, 1, 2)  # (B, h, N, N)
     return msa_row_attention_with_bias(msa_repr, bias, msa_mask, layer_norm_weight, layer_norm_bias, query_weight,
                                        query_bias, key_weight, key_bias, value_weight, value_bias, gate_weight,
-                                       gate_bias, out_proj_weight, out_proj_bias, num_heads, dropout, training)
+                                       gate_bias, out_proj_weight, out_proj_bias, num_heads, dropout, training,
+                                       mask_mode)
 
 
 def msa_row_attention_with_bias(msa_repr, bias, msa_mask, layer_norm_weight, layer_norm_bias, query_weight,
                                 query_bias, key_weight, key_bias, value_weight, value_bias, gate_weight, gate_bias,
-                                out_proj_weight, out_proj_bias, num_heads, dropout=0.0, training=False):
+                                out_proj_weight, out_proj_bias, num_heads, dropout=0.0, training=False,
+                                mask_mode="replace"):
     """Row attention given the pair bias (B, h, N, N) already projected: the MSA rows are independent
     of each other given it, so any block of rows s can be evaluated alone."""
     B, S, N, D = msa_repr.shape
@@ -149,7 +155,11 @@ def msa_row_attention_with_bias(msa_repr, bias, msa_mask, layer_norm_weight, lay
     logit = torch.einsum("bshid,bshjd->bshij", q, k) / math.sqrt(d) + bias[:, None]
     if msa_mask is not None:
         fill = max(MASK_LOGIT, torch.finfo(dtype).min)  # -1e9 overflows float16
-        logit = logit.masked_fill(msa_mask[:, :, None, None, :] == 0, fill)
+        masked = msa_mask[:, :, None, None, :] == 0
+        if mask_mode == "add":  # the value -1e9, the gradient of the logit itself
+            logit = torch.where(masked, fill + (logit - logit.detach()), logit)
+        else:
+            logit = logit.masked_fill(masked, fill)
     p = F.dropout(torch.softmax(logit, dim=-1), dropout, training)
     o = g * torch.einsum("bshij,bshjd->bshid", p, v)  # (B, S, h, N, d)
     o = o.permute(0, 1, 3, 2, 4).reshape(B, S, N, H)

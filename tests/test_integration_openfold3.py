@@ -76,6 +76,33 @@ def test_patched_msa_module_block_matches_openfold3(eps):
     assert type(patched.outer_product_mean) is type(original.outer_product_mean)
 
 
+def test_patched_evoformer_block_matches_openfold3():
+    """OpenFold3's AF2-style EvoformerBlock: row attention with pair bias (its q, k, v without biases, the pair's
+    LayerNorm fused) and the Outer Product Mean patched; a fully masked MSA row included."""
+    from openfold3.core.model.latent.evoformer import EvoformerBlock
+
+    from evofuse.integrations import openfold3 as integration
+
+    torch.manual_seed(0)
+    original = randomize(EvoformerBlock(
+        c_m=C_M, c_z=C_Z, c_hidden_msa_att=8, c_hidden_opm=8, c_hidden_mul=8, c_hidden_pair_att=8, no_heads_msa=2,
+        no_heads_pair=2, transition_type="relu", transition_n=2, msa_dropout=0.0, pair_dropout=0.0,
+        no_column_attention=False, opm_first=False, fuse_projection_weights=False, inf=1e9, eps=1e-8), 1).to(DEVICE)
+    patched = copy.deepcopy(original)
+    keys = list(original.state_dict())
+    assert sorted(integration.patch(patched)) == ["msa_att_row", "outer_product_mean"]
+    assert list(patched.state_dict()) == keys
+    m, z, msa_mask, pair_mask = _inputs()
+    msa_mask[:, 1] = 0  # a padding row: OpenFold3's gradient flows through its -1e9 logits
+    expected, got = _step(original, (m, z, msa_mask, pair_mask)), _step(patched, (m, z, msa_mask, pair_mask))
+    for a, b in zip(got[:4], expected[:4]):
+        assert rel_error(a, b) <= 1e-5
+    assert got[4].keys() == expected[4].keys()
+    for name, g in got[4].items():  # (the pair LayerNorms' biases: gradient 0, the softmax ignores a constant)
+        sibling = expected[4][name[:-4] + "weight" if name.endswith("bias") else name].norm()
+        assert rel_error(g, expected[4][name]) <= 1e-5 or g.norm() <= 1e-6 * sibling, name
+
+
 def test_projections_with_biases_are_left_with_a_warning():
     from openfold3.core.model.layers.msa import MSAPairWeightedAveraging
 

@@ -33,7 +33,8 @@ def _att_args(train, openfold=False):
         "query", "key", "value", "gate", "out_proj", "pair_bias") for kind in ("weight", "bias")] + [
         "pair_norm.weight", "pair_norm.bias"]
     params = [p.get(name) for name in names]
-    return (x, z, random_mask(1, 2, 5, "rows", 4).to(DEVICE), *params, 2, "default", train)
+    return (x, z, random_mask(1, 2, 5, "rows", 4).to(DEVICE), *params, 2, "add" if openfold else "replace", "default",
+            train)
 
 
 @pytest.mark.no_poison
@@ -57,7 +58,7 @@ def test_opcheck_row_attention_core_backward():
     with torch.no_grad():
         _, qkvg, gated, lse, z = row_attention_op(*(a.detach() if isinstance(a, torch.Tensor) else a for a in args))
     d_gated = torch.randn_like(gated)
-    torch.library.opcheck(core_backward_op, (qkvg, z, args[2], d_gated, gated, lse, 2, "default"))
+    torch.library.opcheck(core_backward_op, (qkvg, z, args[2], d_gated, gated, lse, 2, "replace", "default"))
 
 
 def test_every_fused_size_has_a_config(monkeypatch):

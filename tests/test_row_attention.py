@@ -83,8 +83,9 @@ def test_gradients(mask_kind, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, LOW])
 def test_openfold_variant(dtype):
     """OpenFold's form: an inner width heads x head_dim unlike msa_dim, no q/k/v biases, the pair layer-normed
-    before its projection (fused): output and every gradient, the pair LayerNorm's included."""
-    mod = att_module(20, 6, 3, seed=13, head_dim=8, qkv_bias=False, pair_layer_norm=True)
+    before its projection (fused), the additive mask (a fully masked MSA row sends gradient to q, k and the pair
+    bias): output and every gradient, the pair LayerNorm's included."""
+    mod = att_module(20, 6, 3, seed=13, head_dim=8, qkv_bias=False, pair_layer_norm=True, mask_mode="add")
     assert mod.query.weight.shape == (24, 20) and mod.query.bias is None and mod.pair_norm is not None
     x, z, mask = _inputs(2, 3, 11, 20, 6, "rows", 14)
     _, exact = grads(mod.double(), (x.double(), z.double(), mask.double()), "torch")

@@ -4,6 +4,11 @@
 which share one definition: submodules `layer_norm`, `linear_1`, `linear_2` (biases optional) and `linear_out`,
 the outer products through linear_out, then divided by eps + the rows where residues i and j both are
 ("count_ij_after"); called as `opm(m, mask=None, chunk_size=None, inplace_safe=False)`.
+
+`FusedOpenFoldRowAttention` stands in for OpenFold's (and OpenFold3's) MSARowAttentionWithPairBias: submodules
+`layer_norm_m`, `layer_norm_z`, `linear_z` and `mha` (an Attention with `linear_q`, `linear_k`, `linear_v`,
+`linear_g`, `linear_o`; inner width no_heads x c_hidden); the MSA mask as an additive `inf * (mask - 1)` on the
+keys; called as `att(m, z, mask, chunk_size, ...)` with the kernel switches as keywords.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import torch
 from torch import nn
 
 from .. import functional
+from ..ops.row_attention.op import MAX_HEAD_DIM
 from ._patching import check_layer_norm, check_outer_product_mean, compute_dtype
 
 
@@ -51,3 +57,49 @@ class FusedOpenFoldOuterProductMean(nn.Module):
         if torch.is_autocast_enabled(m.device.type) or mask is None or not mask.is_floating_point():
             return out
         return out.to(torch.promote_types(out.dtype, mask.dtype))
+
+
+class FusedOpenFoldRowAttention(nn.Module):
+    """An OpenFold-style MSARowAttentionWithPairBias computed by `evofuse.msa_row_attention` (the pair's LayerNorm
+    fused into its projection); holds the original's submodules under their names. The chunking and kernel
+    switches of OpenFold's call (`chunk_size`, `use_memory_efficient_kernel`, `use_deepspeed_evo_attention`,
+    `use_lma`, `use_flash`, ...) are accepted and not needed."""
+
+    # from inf = 1e9, float32 rounds logit - inf to -inf for every |logit| < 32: a fully masked row's weights are
+    # uniform, as with evofuse's replaced -1e9
+    MIN_INF = 1e9
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        self.c_in, self.c_hidden, self.no_heads = original.c_in, original.c_hidden, original.no_heads
+        self.pair_bias, self.c_z, self.inf = original.pair_bias, original.c_z, original.inf
+        for name in ("layer_norm_m", "layer_norm_z", "linear_z", "mha"):
+            setattr(self, name, getattr(original, name))
+
+    @staticmethod
+    def unsupported_reason(module: nn.Module) -> str | None:
+        """Why `module` cannot be replaced (None if it can)."""
+        mha = module.mha
+        if not module.pair_bias or mha.linear_g is None:
+            return "attention without pair bias or gating"
+        if module.inf < FusedOpenFoldRowAttention.MIN_INF:
+            return f"inf {module.inf} (fused: masked keys as -1e9, equal for inf >= 1e9)"
+        linears = (mha.linear_q, mha.linear_k, mha.linear_v, mha.linear_g, mha.linear_o, module.linear_z)
+        if any(getattr(linear, "precision", None) is not None for linear in linears):
+            return "a linear layer with its own fixed precision"
+        if module.c_hidden > MAX_HEAD_DIM:
+            return f"head width {module.c_hidden} (fused: up to {MAX_HEAD_DIM})"
+        return check_layer_norm(module.layer_norm_m) or check_layer_norm(module.layer_norm_z)
+
+    def forward(self, m: torch.Tensor, z: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                chunk_size: int | None = None, **kwargs) -> torch.Tensor:
+        """m (*, S, N, c_m), z (*, N, N, c_z), mask (*, S, N) or None -> (*, S, N, c_m) in the compute dtype."""
+        dtype = compute_dtype(m)
+        mha = self.mha
+        with torch.autocast(m.device.type, enabled=False):
+            return functional.msa_row_attention(
+                m.to(dtype), z.to(dtype), mask, self.layer_norm_m.weight, self.layer_norm_m.bias,
+                mha.linear_q.weight, mha.linear_q.bias, mha.linear_k.weight, mha.linear_k.bias, mha.linear_v.weight,
+                mha.linear_v.bias, mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias,
+                self.linear_z.weight, self.linear_z.bias, num_heads=self.no_heads,
+                pair_norm_weight=self.layer_norm_z.weight, pair_norm_bias=self.layer_norm_z.bias, mask_mode="add")

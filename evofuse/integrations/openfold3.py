@@ -1,7 +1,7 @@
 """OpenFold3 (`openfold3` 0.5.0): `patch(model)` puts evofuse's fused kernels in place of every
-`openfold3.core.model.layers.msa.MSAPairWeightedAveraging` and
-`openfold3.core.model.layers.outer_product_mean.OuterProductMean` inside `model`, in place; `unpatch(model)`
-undoes it.
+`openfold3.core.model.layers.msa.MSAPairWeightedAveraging`, `...msa.MSARowAttentionWithPairBias` (the AF2-style
+blocks) and `openfold3.core.model.layers.outer_product_mean.OuterProductMean` inside `model`, in place;
+`unpatch(model)` undoes it.
 
 The replacements hold the original submodules (the same Parameters under the same names), so checkpoints load
 unchanged, and take OpenFold3's calls (`pwa(m, z, mask, chunk_size, use_softmax_kernel)`,
@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .. import functional
-from ._adapters import FusedOpenFoldOuterProductMean
+from ._adapters import FusedOpenFoldOuterProductMean, FusedOpenFoldRowAttention
 from ._patching import check_layer_norm, check_pair_weighted_averaging, compute_dtype, patch_modules, unpatch_modules
 from ._patching import unsupported as _unsupported
 
@@ -46,9 +46,15 @@ class FusedPairWeightedAveraging(nn.Module):
 
 
 def _replacement(module: nn.Module, name: str) -> nn.Module | None:
-    from openfold3.core.model.layers.msa import MSAPairWeightedAveraging
+    from openfold3.core.model.layers.msa import MSAPairWeightedAveraging, MSARowAttentionWithPairBias
     from openfold3.core.model.layers.outer_product_mean import OuterProductMean
 
+    if type(module) is MSARowAttentionWithPairBias:
+        reason = FusedOpenFoldRowAttention.unsupported_reason(module)
+        if reason:
+            _unsupported(name, "MSARowAttentionWithPairBias", reason)
+            return None
+        return FusedOpenFoldRowAttention(module)
     if type(module) is MSAPairWeightedAveraging:
         linears = (module.linear_z, module.linear_v, module.linear_g, module.linear_o)
         reason = (check_pair_weighted_averaging(module.c_hidden, *linears)
@@ -69,8 +75,8 @@ def _replacement(module: nn.Module, name: str) -> nn.Module | None:
 
 
 def patch(model: nn.Module) -> list[str]:
-    """Replaces, in place, every OpenFold3 pair-weighted averaging and Outer Product Mean among `model`'s
-    descendants by evofuse's; returns the names of the modules replaced."""
+    """Replaces, in place, every OpenFold3 pair-weighted averaging, row attention with pair bias and Outer Product
+    Mean among `model`'s descendants by evofuse's; returns the names of the modules replaced."""
     return patch_modules(model, _replacement)
 
 

@@ -128,14 +128,15 @@ def _log_sum_exp(stat, stride_lt, ok):
 
 @triton.jit
 def _probabilities_grad(q, k, v, do, z, keep, lse, delta, qk_scale, MASKED: tl.constexpr, HAS_MASK: tl.constexpr,
-                        PRECISION: tl.constexpr):
+                        PRECISION: tl.constexpr, ADDITIVE_MASK: tl.constexpr):
     """For a (queries, keys) tile: the probabilities p and the logits' gradient ds = p * (do v^T - delta),
-    zero where a key's logit was replaced by the mask (a constant has no gradient)."""
+    zero where a key's logit was replaced by the mask (a constant has no gradient) unless ADDITIVE_MASK: a logit
+    plus -inf passes its gradient on, which in a row of masked keys alone (p = 1/N) is not zero."""
     logit = _logits(q, k, z, keep, qk_scale, MASKED, HAS_MASK, PRECISION)
     p = tl.math.exp2(logit - lse[0][:, None] - lse[1][:, None])  # [BLOCK_M, BLOCK_N]
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
     ds = p * (dp - delta[:, None])
-    if HAS_MASK:
+    if HAS_MASK and not ADDITIVE_MASK:
         ds = tl.where(keep[None, :], ds, 0.0)
     return p, ds
 
@@ -157,6 +158,7 @@ def attention_dq_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr,
+    ADDITIVE_MASK: tl.constexpr,  # masked keys pass their gradient on (the models' additive -inf mask)
 ):
     """dq for a block of queries, summed over the blocks of keys in order."""
     s, blk, h, b = _program_coords(S, N, H, BLOCK_M)
@@ -177,7 +179,8 @@ def attention_dq_kernel(
     for j0 in range(0, N, BLOCK_N):
         k, v, z, keep = _key_block(row, j0, N, D, HEAD_DIM, stride_xn, z_rows, stride_zj, i_ok, m_row, stride_mn,
                                    HAS_MASK, BLOCK_N, BLOCK_D)
-        _, ds = _probabilities_grad(q, k, v, do, z, keep, lse, delta, qk_scale, MASKED, HAS_MASK, PRECISION)
+        _, ds = _probabilities_grad(q, k, v, do, z, keep, lse, delta, qk_scale, MASKED, HAS_MASK, PRECISION,
+                                    ADDITIVE_MASK)
         ds = tl.where(i_ok[:, None] & (j0 + tl.arange(0, BLOCK_N) < N)[None, :], ds, 0.0)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
     tl.store(dq_ptr + b * stride_db + s * stride_ds + offs_i[:, None].to(tl.int64) * stride_dn + h * HEAD_DIM
@@ -200,6 +203,7 @@ def attention_dkdv_kernel(
     BLOCK_N: tl.constexpr,  # the program's keys
     BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr,
+    ADDITIVE_MASK: tl.constexpr,  # masked keys pass their gradient on (the models' additive -inf mask)
 ):
     """dk and dv for a block of keys, summed over the blocks of queries in order (the probabilities
     recomputed transposed, [keys, queries])."""
@@ -240,7 +244,7 @@ def attention_dkdv_kernel(
         dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         ds_t = p_t * (dp_t - delta[None, :])
-        if HAS_MASK:
+        if HAS_MASK and not ADDITIVE_MASK:
             ds_t = tl.where(keep[:, None], ds_t, 0.0)
         dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=PRECISION)
     out = dkv_ptr + b * stride_db + s * stride_ds + h * HEAD_DIM + offs_j[:, None].to(tl.int64) * stride_dn + offs_e[None, :]
@@ -264,6 +268,7 @@ def attention_dz_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr,
+    ADDITIVE_MASK: tl.constexpr,  # masked keys pass their gradient on (the models' additive -inf mask)
 ):
     """The pair bias's gradient for a (queries, keys) tile of one head: the logits' gradient summed over
     the MSA rows in order."""
@@ -303,7 +308,8 @@ def attention_dz_kernel(
             keep = tl.load(m_ptr + b * stride_mb + s * stride_ms + offs_j * stride_mn, mask=j_ok, other=1) != 0
         else:
             keep = j_ok
-        _, ds = _probabilities_grad(q, k, v, do, z, keep, lse, delta, qk_scale, MASKED, HAS_MASK, PRECISION)
+        _, ds = _probabilities_grad(q, k, v, do, z, keep, lse, delta, qk_scale, MASKED, HAS_MASK, PRECISION,
+                                    ADDITIVE_MASK)
         dz += tl.where(ij_ok, ds, 0.0)
     tl.store(dz_ptr + z_off, dz, mask=ij_ok)
 

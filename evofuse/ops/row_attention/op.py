@@ -72,14 +72,14 @@ def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | Non
                      key_bias: Tensor | None, value_weight: Tensor, value_bias: Tensor | None, gate_weight: Tensor,
                      gate_bias: Tensor | None, out_proj_weight: Tensor, out_proj_bias: Tensor | None,
                      pair_bias_weight: Tensor, pair_bias_bias: Tensor | None, pair_norm_weight: Tensor | None,
-                     pair_norm_bias: Tensor | None, num_heads: int, precision: str,
+                     pair_norm_bias: Tensor | None, num_heads: int, mask_mode: str, precision: str,
                      train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(out (B, S, N, D), qkvg (B, S, N, 4H), gated (B, S, N, H), lse (2, B, S, N, h) float32, z (B, h, N, N)):
     the output, then what the backward takes: the projections, the gated attention output (out_proj's input)
     and the rows' softmax statistics (their largest logit and log2 of their sum, base 2; both empty unless
     `train`), the pair bias. H = num_heads * head_dim is the inner width; any bias may be None; with
-    pair_norm_weight and pair_norm_bias the pair is layer-normed in the bias projection's kernel. Every tensor
-    argument has msa_repr's dtype."""
+    pair_norm_weight and pair_norm_bias the pair is layer-normed in the bias projection's kernel; mask_mode
+    ("replace" or "add") matters to the backward alone. Every tensor argument has msa_repr's dtype."""
     B, S, N, _ = msa_repr.shape
     h = num_heads
     H = query_weight.shape[0]
@@ -111,7 +111,7 @@ def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | Non
 
 @row_attention_op.register_fake
 def _(msa_repr, pair_repr, msa_mask, *params_and_options):
-    *_, num_heads, precision, train = params_and_options
+    *_, num_heads, _mask_mode, _precision, train = params_and_options
     B, S, N, D = msa_repr.shape
     H = params_and_options[2].shape[0]  # query_weight's rows: the inner width
     gated = msa_repr.new_empty(B, S, N, H) if train else msa_repr.new_empty(0)
@@ -122,7 +122,7 @@ def _(msa_repr, pair_repr, msa_mask, *params_and_options):
 
 @torch.library.custom_op("evofuse::msa_row_attention_core_backward", mutates_args=())
 def core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, d_gated: Tensor, gated: Tensor,
-                     lse: Tensor, num_heads: int, precision: str) -> tuple[Tensor, Tensor]:
+                     lse: Tensor, num_heads: int, mask_mode: str, precision: str) -> tuple[Tensor, Tensor]:
     """(d_qkvg (B, S, N, 4D), dz (B, h, N, N) float32): the gradients of the projections and of the pair bias
     for d_gated, the gradient of the gated attention output (B, S, N, D), from the forward's projections, gated
     output and statistics lse (2, B, S, N, h)."""
@@ -139,7 +139,7 @@ def core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, d_gated: 
         d_gated, gated, D, qkvg[..., 3 * D:], d_qkvg[..., 3 * D:], 4 * D, do, delta, h, M, D, d,
         BLOCK_M=rows_per_program, BLOCK_D=max(16, next_pow2(d)))
     dz = torch.empty(z.shape, dtype=torch.float32, device=z.device)
-    consts = _constants(qkvg, msa_mask, h, precision)
+    consts = dict(_constants(qkvg, msa_mask, h, precision), ADDITIVE_MASK=mask_mode == "add")
     common = (qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(msa_mask, qkvg), do, *do.stride()[:3], lse, delta,
               *lse.stride()[1:], lse.stride(0))
     sizes = (S, N, h, D, d, math.log2(math.e) / math.sqrt(d))
@@ -154,15 +154,16 @@ def core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, d_gated: 
 
 
 @core_backward_op.register_fake
-def _(qkvg, z, msa_mask, d_gated, gated, lse, num_heads, precision):
+def _(qkvg, z, msa_mask, d_gated, gated, lse, num_heads, mask_mode, precision):
     return torch.empty_like(qkvg), z.new_empty(z.shape, dtype=torch.float32)
 
 
 def _setup_context(ctx, inputs, output):
-    msa_repr, pair_repr, msa_mask, *params, num_heads, precision, _ = inputs
+    msa_repr, pair_repr, msa_mask, *params, num_heads, mask_mode, precision, _ = inputs
     _, qkvg, gated, lse, z = output
     ctx.save_for_backward(msa_repr, pair_repr, msa_mask, *params, qkvg, gated, lse, z)
     ctx.num_heads = num_heads
+    ctx.mask_mode = mask_mode
     ctx.precision = precision
 
 
@@ -177,9 +178,9 @@ def _backward(ctx, grad_out, *_):
     d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs[14] else None
     d_wo = grad_out.reshape(-1, D).t() @ gated.reshape(-1, H) if needs[13] else None
     if not (needs[0] or needs[1] or any(needs[3:13]) or any(needs[15:19])):  # out_proj's alone
-        return (None,) * 13 + (d_wo, d_bo) + (None,) * 7
+        return (None,) * 13 + (d_wo, d_bo) + (None,) * 8
 
-    d_qkvg, dz = core_backward_op(qkvg, z, mask, grad_out @ wo, gated, lse, h, ctx.precision)
+    d_qkvg, dz = core_backward_op(qkvg, z, mask, grad_out @ wo, gated, lse, h, ctx.mask_mode, ctx.precision)
     dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(
         msa_repr, lnw, lnb, torch.cat([wq, wk, wv, wg]), d_qkvg,
         (needs[0], needs[3], needs[4], any(needs[5:12:2]), any(needs[6:13:2])))
@@ -197,7 +198,7 @@ def _backward(ctx, grad_out, *_):
         d_pair, d_pnw, d_pnb, d_wz, _ = layer_norm_linear_backward(
             pair_repr, pnw, pnb, wz, dz_pairs, (needs[1], needs[17], needs[18], needs[15], False))
     d_bz = dz.sum((0, 2, 3)).to(dtype) if needs[16] else None
-    return (dx, d_pair, None, dlnw, dlnb, *projections, d_wo, d_bo, d_wz, d_bz, d_pnw, d_pnb, None, None, None)
+    return (dx, d_pair, None, dlnw, dlnb, *projections, d_wo, d_bo, d_wz, d_bz, d_pnw, d_pnb, None, None, None, None)
 
 
 row_attention_op.register_autograd(_backward, setup_context=_setup_context)
