@@ -1,0 +1,147 @@
+"""evofuse inside the models, on a CUDA machine: each installed family's MSA block at the model's default sizes,
+and the modules evofuse replaces in it, unpatched against patched, forward and training step, float32 and
+bfloat16 autocast (the models' mixed precision), in one run.
+
+    python benchmarks/models.py [--families boltz,protenix,openfold3] [--msa-rows 1024] [--residues 384]
+
+Median ms of `triton.testing.do_bench` and peak MiB beyond the inputs; a table on stdout and
+<out>/<gpu>/models.csv. The model packages go in without their dependency stacks:
+`pip install -e '.[models]' && pip install --no-deps boltz==2.2.1 protenix==2.0.0 openfold3==0.5.0`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import csv
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from evofuse._timing import measure
+
+
+def _boltz(S, N):
+    from boltz.model.modules.trunkv2 import MSALayer
+
+    block = MSALayer(msa_s=64, token_z=128, msa_dropout=0.0, z_dropout=0.0, pairwise_head_width=32,
+                     pairwise_num_heads=8)
+    m, z = torch.randn(1, S, N, 64), torch.randn(1, N, N, 128)
+    msa_mask, token_mask = (torch.rand(1, S, N) > 0.1).float(), torch.ones(1, N, N)
+
+    def run(b, m, z, msa_mask, token_mask):
+        z_out, m_out = b(z, m, token_mask, msa_mask, chunk_heads_pwa=False, chunk_size_outer_product=None)
+        return z_out, m_out
+
+    modules = {"pair_weighted_averaging": lambda b, m, z, msa_mask, token_mask: b(m, z, token_mask),
+               "outer_product_mean": lambda b, m, z, msa_mask, token_mask: b(m, msa_mask)}
+    return block, (m, z, msa_mask, token_mask), run, modules
+
+
+def _protenix(S, N):
+    os.environ.setdefault("LAYERNORM_TYPE", "torch")
+    from protenix.model.modules.pairformer import MSABlock
+
+    block = MSABlock(c_m=64, c_z=128, c_hidden=32, msa_dropout=0.0, pair_dropout=0.0, msa_chunk_size=S,
+                     msa_max_size=S)
+    m, z, pair_mask = torch.randn(S, N, 64), torch.randn(N, N, 128), torch.ones(N, N)
+    modules = {"msa_stack.msa_pair_weighted_averaging": lambda b, m, z, mask: b(m, z),
+               "outer_product_mean_msa": lambda b, m, z, mask: b(m)}
+    return block, (m, z, pair_mask), lambda b, m, z, mask: b(m.clone(), z, mask), modules
+
+
+def _openfold3(S, N):
+    from openfold3.core.model.latent.msa_module import MSAModuleBlock
+
+    block = MSAModuleBlock(c_m=64, c_z=128, c_hidden_msa_att=8, c_hidden_opm=32, c_hidden_mul=128,
+                           c_hidden_pair_att=32, no_heads_msa=8, no_heads_pair=4, transition_type="swiglu",
+                           transition_n=4, msa_dropout=0.0, pair_dropout=0.0, opm_first=True,
+                           fuse_projection_weights=False, inf=1e9, eps=1e-8)
+    m, z = torch.randn(1, S, N, 64), torch.randn(1, N, N, 128)
+    msa_mask, pair_mask = (torch.rand(1, S, N) > 0.1).float(), torch.ones(1, N, N)
+    modules = {"msa_att_row": lambda b, m, z, msa_mask, pair_mask: b(m, z=z, mask=pair_mask),
+               "outer_product_mean": lambda b, m, z, msa_mask, pair_mask: b(m, mask=msa_mask)}
+    return block, (m, z, msa_mask, pair_mask), lambda b, *x: b(*x), modules
+
+
+FAMILIES = {"boltz": _boltz, "protenix": _protenix, "openfold3": _openfold3}
+
+
+def _scalar(out) -> torch.Tensor:
+    """One number from a module's output(s), for the training step's backward."""
+    outs = out if isinstance(out, tuple) else (out,)
+    return sum(o.float().sum() for o in outs if o is not None)
+
+
+def bench_family(name: str, S: int, N: int) -> list[dict]:
+    integration = importlib.import_module(f"evofuse.integrations.{name}")
+    torch.manual_seed(0)
+    block, inputs, run, modules = FAMILIES[name](S, N)
+    block = block.cuda()
+    patched = copy.deepcopy(block)
+    replaced = integration.patch(patched)
+    inputs = [t.cuda() for t in inputs]
+    floats = inputs[:2]  # m and z
+    rows = []
+    targets = [("block", block, patched, run)] + [
+        (path, block.get_submodule(path), patched.get_submodule(path), call) for path, call in modules.items()
+        if path in replaced]
+    for what, original, fused, call in targets:
+        for precision in ("fp32", "bf16 autocast"):
+            autocast = torch.autocast("cuda", dtype=torch.bfloat16) if precision != "fp32" else contextlib.nullcontext()
+            for train in (False, True):
+                for impl, mod in (("unpatched", original), ("evofuse", fused)):
+                    mod.train(train)  # forward rows as inference runs them (the models' eval paths)
+                    for t in floats:
+                        t.requires_grad_(train)
+                    grad_mode = contextlib.nullcontext() if train else torch.no_grad()
+
+                    def fn(mod=mod, call=call, autocast=autocast, grad_mode=grad_mode):
+                        with autocast, grad_mode:
+                            return _scalar(call(mod, *inputs))
+                    try:
+                        ms, peak = measure(fn, train, floats)
+                        status = "ok"
+                    except torch.OutOfMemoryError as exc:
+                        ms, peak, status = None, None, f"OutOfMemoryError: {str(exc)[:60]}"
+                    row = dict(family=name, what=what, precision=precision, mode="fwd+bwd" if train else "fwd",
+                               impl=impl, ms=ms, peak_mib=peak, status=status)
+                    rows.append(row)
+                    shown = f"{ms:8.3f} ms {peak:9.1f} MiB" if ms is not None else status
+                    print(f"  {name:10s} {what:40s} {precision:14s} {row['mode']:8s} {impl:10s} {shown}", flush=True)
+                    torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--msa-rows", type=int, default=1024)
+    parser.add_argument("--residues", type=int, default=384)
+    parser.add_argument("--out", default="benchmarks/results")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("benchmarks/models.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    rows = []
+    for name in args.families.split(","):
+        try:
+            rows += bench_family(name, args.msa_rows, args.residues)
+        except ImportError as exc:
+            print(f"  {name}: not installed ({exc})")
+    folder = Path(args.out) / torch.cuda.get_device_name().replace(" ", "-")
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "models.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["family"])
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"written to {folder / 'models.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
