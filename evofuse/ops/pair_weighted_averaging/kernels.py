@@ -36,8 +36,9 @@ def weighted_sum_kernel(
     pid = tl.program_id(0).to(tl.int64)
     n_s = tl.cdiv(S, S_BLOCK)
     n_i = tl.cdiv(N, BLOCK_I)
-    blk_s = pid % n_s
-    blk_i = (pid // n_s) % n_i
+    # the blocks of residues i vary fastest: programs launched together read the same rows of v, from L2
+    blk_i = pid % n_i
+    blk_s = (pid // n_i) % n_s
     h = (pid // (n_s * n_i)) % H
     b = pid // (n_s * n_i * H)
     offs_i = blk_i * BLOCK_I + tl.arange(0, BLOCK_I)  # [BLOCK_I]
