@@ -1,4 +1,7 @@
-"""Random modules and inputs for the tests, and the contract assertion."""
+"""Random modules and inputs for the tests, the contract assertion, and the checks of a patched model."""
+
+import copy
+import warnings
 
 import torch
 
@@ -90,3 +93,66 @@ def compare(got, exact, dtype, lowp=None):
             assert g.double().norm() <= limit, f"{name}: norm {g.double().norm():.3e} > {limit:.3e}"
             continue
         assert_contract(g, exact[name], dtype, lowp_ref=None if lowp is None else lowp[name], what=name)
+
+
+def block_step(block, inputs, call=None):
+    """A training step of a model's block: (outputs, gradients of the first two inputs (m and z), gradients of
+    the parameters by name) for the loss sum of the outputs' squares; call(block, *inputs) (default
+    block(*inputs)) gives an output or a tuple of them."""
+    inputs = [t.clone().requires_grad_(k < 2) for k, t in enumerate(inputs)]
+    outs = call(block, *inputs) if call is not None else block(*inputs)
+    outs = [o for o in (outs if isinstance(outs, tuple) else (outs,)) if o is not None]
+    sum(o.square().sum() for o in outs).backward()
+    params = {n: p.grad.clone() for n, p in block.named_parameters() if p.grad is not None}
+    return [o.detach() for o in outs], [t.grad for t in inputs[:2]], params
+
+
+def assert_block_matches(got, expected, limit=1e-5):
+    """`block_step` of a patched block against the original's: every output and gradient within `limit`
+    relative error; a bias whose gradient is 0 in exact arithmetic (a softmax ignores the constant it adds)
+    within 1e-6 of its weight's gradient instead."""
+    for a, b in zip(got[0] + got[1], expected[0] + expected[1]):
+        assert rel_error(a, b) <= limit
+    assert got[2].keys() == expected[2].keys()
+    for name, g in got[2].items():
+        sibling = expected[2][name[:-4] + "weight" if name.endswith("bias") else name].norm()
+        assert rel_error(g, expected[2][name]) <= limit or g.norm() <= 1e-6 * sibling, name
+
+
+def assert_patched_block_matches(integration, original, inputs, names, call=None):
+    """`integration.patch` on a copy of the model's block `original` replaces the submodules `names` (sorted),
+    keeps every state_dict name, computes a training step (`block_step`) as the original does, and `unpatch`
+    puts the originals back."""
+    patched = copy.deepcopy(original)
+    assert sorted(integration.patch(patched)) == names
+    assert list(patched.state_dict()) == list(original.state_dict())  # the checkpoint's names, unchanged
+    assert_block_matches(block_step(patched, inputs, call), block_step(original, inputs, call))
+    assert sorted(integration.unpatch(patched)) == names
+    assert all(type(patched.get_submodule(n)) is type(original.get_submodule(n)) for n in names)
+
+
+def assert_left_unpatched(integration, module, message):
+    """`integration.patch` leaves `module` as it is, with a warning that contains `message`."""
+    holder = torch.nn.Sequential(module)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert integration.patch(holder) == []
+    assert any(message in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert holder[0] is module
+
+
+def assert_autocast_like_original(integration, block, calls, device):
+    """Under autocast (float16 on CPU: the interpreter's bf16 products are not checked) each patched submodule
+    of `block` returns the original's dtype, within the 16-bit contract of the original's own error against
+    float64. calls: {submodule path: its arguments}."""
+    dtype = torch.float16 if device == "cpu" else torch.bfloat16
+    patched = copy.deepcopy(block)
+    integration.patch(patched)
+    for path, args in calls.items():
+        original, fused = block.get_submodule(path), patched.get_submodule(path)
+        with torch.no_grad():
+            exact = copy.deepcopy(original).double()(*(t.double() for t in args))
+            with torch.autocast(device, dtype=dtype):
+                ours, theirs = fused(*args), original(*args)
+        assert ours.dtype == theirs.dtype, path
+        assert rel_error(ours, exact) <= 2 * rel_error(theirs, exact) + 1e-3, path

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -22,11 +21,6 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
     if torch.is_autocast_enabled(x.device.type):
         return torch.get_autocast_dtype(x.device.type)
     return x.dtype
-
-
-def unsupported(name: str, kind: str, reason: str) -> None:
-    """Warns that the module `name` stays as it is."""
-    warnings.warn(f"evofuse: {name} ({kind}) left unpatched: {reason}", RuntimeWarning, stacklevel=5)
 
 
 def check_layer_norm(layer_norm: nn.Module) -> str | None:
@@ -56,18 +50,26 @@ def check_pair_weighted_averaging(head_width: int, *linears: nn.Module) -> str |
     return None
 
 
-def patch_modules(model: nn.Module, replacement: Callable[[nn.Module, str], nn.Module | None]) -> list[str]:
-    """Replaces, in place, each descendant of `model` for which replacement(module, name) gives a module;
-    returns the names replaced."""
+def patch_modules(model: nn.Module, replacements: dict[tuple[str, str], type[nn.Module]]) -> list[str]:
+    """Replaces, in place, each descendant of `model` whose class (its module, its name) is a key of
+    `replacements` by that replacement built from it, unless the replacement's `unsupported_reason(module)`
+    names a reason: then the module stays, with a warning. Returns the names replaced."""
     replaced = []
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
+            fused = replacements.get((type(child).__module__, type(child).__name__))
+            if fused is None:
+                continue
             name = f"{parent_name}.{child_name}" if parent_name else child_name
-            new = replacement(child, name)
-            if new is not None:
-                _ORIGINALS[new] = child
-                setattr(parent, child_name, new)
-                replaced.append(name)
+            reason = fused.unsupported_reason(child)
+            if reason:
+                warnings.warn(f"evofuse: {name} ({type(child).__name__}) left unpatched: {reason}", RuntimeWarning,
+                              stacklevel=3)
+                continue
+            new = fused(child)
+            _ORIGINALS[new] = child
+            setattr(parent, child_name, new)
+            replaced.append(name)
     return replaced
 
 

@@ -16,7 +16,6 @@ from torch import nn
 
 from .. import functional
 from ._patching import check_outer_product_mean, check_pair_weighted_averaging, compute_dtype, patch_modules, unpatch_modules
-from ._patching import unsupported as _unsupported
 
 __all__ = ["patch", "unpatch"]
 
@@ -31,6 +30,10 @@ class FusedPairWeightedAveraging(nn.Module):
         self.num_heads, self.inf = original.num_heads, original.inf
         for name in ("norm_m", "norm_z", "proj_m", "proj_g", "proj_z", "proj_o"):
             setattr(self, name, getattr(original, name))
+
+    @staticmethod
+    def unsupported_reason(module: nn.Module) -> str | None:
+        return check_pair_weighted_averaging(module.c_h)
 
     def forward(self, m: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, chunk_heads: bool = False) -> torch.Tensor:
         dtype = compute_dtype(m)
@@ -51,6 +54,10 @@ class FusedOuterProductMean(nn.Module):
         for name in ("norm", "proj_a", "proj_b", "proj_o"):
             setattr(self, name, getattr(original, name))
 
+    @staticmethod
+    def unsupported_reason(module: nn.Module) -> str | None:
+        return check_outer_product_mean(module.c_hidden)
+
     def forward(self, m: torch.Tensor, mask: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
         dtype = compute_dtype(m)
         with torch.autocast(m.device.type, enabled=False):
@@ -59,29 +66,16 @@ class FusedOuterProductMean(nn.Module):
                 None, self.proj_o.weight, self.proj_o.bias, normalization="count_ij")
 
 
-def _replacement(module: nn.Module, name: str) -> nn.Module | None:
-    from boltz.model.layers.outer_product_mean import OuterProductMean
-    from boltz.model.layers.pair_averaging import PairWeightedAveraging
-
-    if type(module) is PairWeightedAveraging:
-        reason = check_pair_weighted_averaging(module.c_h)
-        if reason:
-            _unsupported(name, "PairWeightedAveraging", reason)
-            return None
-        return FusedPairWeightedAveraging(module)
-    if type(module) is OuterProductMean:
-        reason = check_outer_product_mean(module.c_hidden)
-        if reason:
-            _unsupported(name, "OuterProductMean", reason)
-            return None
-        return FusedOuterProductMean(module)
-    return None
+REPLACEMENTS = {
+    ("boltz.model.layers.pair_averaging", "PairWeightedAveraging"): FusedPairWeightedAveraging,
+    ("boltz.model.layers.outer_product_mean", "OuterProductMean"): FusedOuterProductMean,
+}
 
 
 def patch(model: nn.Module) -> list[str]:
     """Replaces, in place, every Boltz pair-weighted averaging and Outer Product Mean module among `model`'s
     descendants by evofuse's; returns the names of the modules replaced."""
-    return patch_modules(model, _replacement)
+    return patch_modules(model, REPLACEMENTS)
 
 
 def unpatch(model: nn.Module) -> list[str]:

@@ -18,7 +18,6 @@ from torch import nn
 from .. import functional
 from ._adapters import FusedOpenFoldOuterProductMean, FusedOpenFoldRowAttention
 from ._patching import check_layer_norm, check_pair_weighted_averaging, compute_dtype, patch_modules, unpatch_modules
-from ._patching import unsupported as _unsupported
 
 __all__ = ["patch", "unpatch"]
 
@@ -34,6 +33,14 @@ class FusedPairWeightedAveraging(nn.Module):
         for name in ("layer_norm_m", "layer_norm_z", "linear_z", "linear_v", "linear_o", "linear_g"):
             setattr(self, name, getattr(original, name))
 
+    @staticmethod
+    def unsupported_reason(module: nn.Module) -> str | None:
+        linears = (module.linear_z, module.linear_v, module.linear_g, module.linear_o)
+        if any(getattr(linear, "precision", None) is not None for linear in linears):
+            return "a linear layer with its own fixed precision"
+        return (check_pair_weighted_averaging(module.c_hidden, *linears)
+                or check_layer_norm(module.layer_norm_m) or check_layer_norm(module.layer_norm_z))
+
     def forward(self, m: torch.Tensor, z: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 chunk_size: int | None = None, use_softmax_kernel: bool = False, **kwargs) -> torch.Tensor:
         """m (*, S, N, c_in), z (*, N, N, c_z), mask (*, N, N) or None -> (*, S, N, c_in) in the compute dtype."""
@@ -45,39 +52,17 @@ class FusedPairWeightedAveraging(nn.Module):
                 self.linear_z.weight, self.linear_o.weight, num_heads=self.no_heads, inf=self.inf)
 
 
-def _replacement(module: nn.Module, name: str) -> nn.Module | None:
-    from openfold3.core.model.layers.msa import MSAPairWeightedAveraging, MSARowAttentionWithPairBias
-    from openfold3.core.model.layers.outer_product_mean import OuterProductMean
-
-    if type(module) is MSARowAttentionWithPairBias:
-        reason = FusedOpenFoldRowAttention.unsupported_reason(module)
-        if reason:
-            _unsupported(name, "MSARowAttentionWithPairBias", reason)
-            return None
-        return FusedOpenFoldRowAttention(module)
-    if type(module) is MSAPairWeightedAveraging:
-        linears = (module.linear_z, module.linear_v, module.linear_g, module.linear_o)
-        reason = (check_pair_weighted_averaging(module.c_hidden, *linears)
-                  or check_layer_norm(module.layer_norm_m) or check_layer_norm(module.layer_norm_z))
-        if reason is None and any(getattr(linear, "precision", None) is not None for linear in linears):
-            reason = "a linear layer with its own fixed precision"
-        if reason:
-            _unsupported(name, "MSAPairWeightedAveraging", reason)
-            return None
-        return FusedPairWeightedAveraging(module)
-    if type(module) is OuterProductMean:
-        reason = FusedOpenFoldOuterProductMean.unsupported_reason(module)
-        if reason:
-            _unsupported(name, "OuterProductMean", reason)
-            return None
-        return FusedOpenFoldOuterProductMean(module)
-    return None
+REPLACEMENTS = {
+    ("openfold3.core.model.layers.msa", "MSAPairWeightedAveraging"): FusedPairWeightedAveraging,
+    ("openfold3.core.model.layers.msa", "MSARowAttentionWithPairBias"): FusedOpenFoldRowAttention,
+    ("openfold3.core.model.layers.outer_product_mean", "OuterProductMean"): FusedOpenFoldOuterProductMean,
+}
 
 
 def patch(model: nn.Module) -> list[str]:
     """Replaces, in place, every OpenFold3 pair-weighted averaging, row attention with pair bias and Outer Product
     Mean among `model`'s descendants by evofuse's; returns the names of the modules replaced."""
-    return patch_modules(model, _replacement)
+    return patch_modules(model, REPLACEMENTS)
 
 
 def unpatch(model: nn.Module) -> list[str]:

@@ -16,7 +16,6 @@ from torch import nn
 from .. import functional
 from ._adapters import FusedOpenFoldOuterProductMean
 from ._patching import check_layer_norm, check_pair_weighted_averaging, compute_dtype, patch_modules, unpatch_modules
-from ._patching import unsupported as _unsupported
 
 __all__ = ["patch", "unpatch"]
 
@@ -32,6 +31,12 @@ class FusedPairWeightedAveraging(nn.Module):
         for name in ("layernorm_m", "linear_no_bias_mv", "layernorm_z", "linear_no_bias_z", "linear_no_bias_mg",
                      "linear_no_bias_out"):
             setattr(self, name, getattr(original, name))
+
+    @staticmethod
+    def unsupported_reason(module: nn.Module) -> str | None:
+        return (check_pair_weighted_averaging(module.c, module.linear_no_bias_mv, module.linear_no_bias_mg,
+                                              module.linear_no_bias_z, module.linear_no_bias_out)
+                or check_layer_norm(module.layernorm_m) or check_layer_norm(module.layernorm_z))
 
     def forward(self, m: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """m (*, S, N, c_m), z (*, N, N, c_z) -> (*, S, N, c_m) in the compute dtype."""
@@ -54,31 +59,16 @@ class FusedOuterProductMean(FusedOpenFoldOuterProductMean):
         return torch.float32 if is_fp16_enabled() else compute_dtype(m)
 
 
-def _replacement(module: nn.Module, name: str) -> nn.Module | None:
-    from protenix.model.modules.pairformer import MSAPairWeightedAveraging
-    from protenix.model.triangular.layers import OuterProductMean
-
-    if type(module) is MSAPairWeightedAveraging:
-        reason = (check_pair_weighted_averaging(module.c, module.linear_no_bias_mv, module.linear_no_bias_mg,
-                                                module.linear_no_bias_z, module.linear_no_bias_out)
-                  or check_layer_norm(module.layernorm_m) or check_layer_norm(module.layernorm_z))
-        if reason:
-            _unsupported(name, "MSAPairWeightedAveraging", reason)
-            return None
-        return FusedPairWeightedAveraging(module)
-    if type(module) is OuterProductMean:
-        reason = FusedOuterProductMean.unsupported_reason(module)
-        if reason:
-            _unsupported(name, "OuterProductMean", reason)
-            return None
-        return FusedOuterProductMean(module)
-    return None
+REPLACEMENTS = {
+    ("protenix.model.modules.pairformer", "MSAPairWeightedAveraging"): FusedPairWeightedAveraging,
+    ("protenix.model.triangular.layers", "OuterProductMean"): FusedOuterProductMean,
+}
 
 
 def patch(model: nn.Module) -> list[str]:
     """Replaces, in place, every Protenix pair-weighted averaging and Outer Product Mean among `model`'s
     descendants by evofuse's; returns the names of the modules replaced."""
-    return patch_modules(model, _replacement)
+    return patch_modules(model, REPLACEMENTS)
 
 
 def unpatch(model: nn.Module) -> list[str]:
