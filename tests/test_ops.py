@@ -57,8 +57,9 @@ def test_opcheck_row_attention_core_backward():
     args = _att_args(True)
     with torch.no_grad():
         _, qkvg, gated, lse, z = row_attention_op(*(a.detach() if isinstance(a, torch.Tensor) else a for a in args))
-    d_gated = torch.randn_like(gated)
-    torch.library.opcheck(core_backward_op, (qkvg, z, args[2], d_gated, gated, lse, 2, "replace", "default"))
+    grad_out = torch.randn_like(args[0])
+    torch.library.opcheck(core_backward_op, (qkvg, z, args[2], grad_out.detach(), args[13].detach(), gated, lse, 2,
+                                             "replace", "default"))
 
 
 def test_every_fused_size_has_a_config(monkeypatch):

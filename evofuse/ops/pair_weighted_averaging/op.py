@@ -103,20 +103,21 @@ def _(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight,
 
 
 @torch.library.custom_op("evofuse::pair_weighted_averaging_core_backward", mutates_args=())
-def core_backward_op(vg: Tensor, w: Tensor, d_gated: Tensor, gated: Tensor, num_heads: int,
+def core_backward_op(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor, gated: Tensor, num_heads: int,
                      precision: str) -> tuple[Tensor, Tensor]:
-    """(d_vg (B, S, N, 2hC), dw (B, h, N, N) float32): the projections' and the weights' gradients for d_gated,
-    the gradient of the gated sums, from the forward's projections vg, weights w and gated sums."""
+    """(d_vg (B, S, N, 2hC), dw (B, h, N, N) float32): the projections' and the weights' gradients for the
+    output's gradient grad_out (B, S, N, c_m), from proj_o's weight (c_m, hC), the forward's projections vg,
+    weights w and gated sums (B, S, N, hC)."""
     B, S, N, inner2 = vg.shape
     inner = inner2 // 2
     C = inner // num_heads
     M = B * S * N
     d_vg = torch.empty_like(vg)
-    du = torch.empty_like(gated)
+    du = grad_out @ proj_o_weight  # the gated sums' gradient, overwritten in place by the un-gated sums'
     unused = torch.empty(M, num_heads, dtype=torch.float32, device=vg.device)  # the gate kernel's row sums
     rows_per_program = 32
     gate_backward_kernel[(cdiv(M, rows_per_program), num_heads)](
-        d_gated, gated, inner, vg[..., inner:], d_vg[..., inner:], 2 * inner, du, unused, num_heads, M, inner, C,
+        du, gated, inner, vg[..., inner:], d_vg[..., inner:], 2 * inner, du, unused, num_heads, M, inner, C,
         BLOCK_M=rows_per_program, BLOCK_D=max(16, next_pow2(C)))
     w_t = w.to(vg.dtype).transpose(2, 3)  # dv[s, j] = sum_i w[i, j] du[s, i]
     _weighted_sum(w_t, du, None, d_vg[..., :inner], num_heads, C, precision)
@@ -131,7 +132,7 @@ def core_backward_op(vg: Tensor, w: Tensor, d_gated: Tensor, gated: Tensor, num_
 
 
 @core_backward_op.register_fake
-def _(vg, w, d_gated, gated, num_heads, precision):
+def _(vg, w, grad_out, proj_o_weight, gated, num_heads, precision):
     return torch.empty_like(vg), w.new_empty(w.shape, dtype=torch.float32)
 
 
@@ -148,7 +149,7 @@ def _backward(ctx, grad_out, *_):
     needs = ctx.needs_input_grad
     inner = wm.shape[0]
     dtype = msa_repr.dtype
-    d_vg, dw = core_backward_op(vg, w, grad_out @ wo, gated, ctx.num_heads, ctx.precision)
+    d_vg, dw = core_backward_op(vg, w, grad_out, wo, gated, ctx.num_heads, ctx.precision)
     d_wo = grad_out.reshape(-1, grad_out.shape[-1]).t() @ gated.reshape(-1, inner) if needs[10] else None
     # the softmax's backward, then the pair's LayerNorm + projection (the mask term has no gradient)
     d_logits = (w * (dw - (w * dw).sum(-1, keepdim=True))).permute(0, 2, 3, 1).to(dtype)  # (B, N, N, h)

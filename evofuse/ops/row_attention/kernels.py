@@ -318,7 +318,7 @@ def attention_dz_kernel(
 def gate_backward_kernel(
     dgated_ptr, gated_ptr, stride_m,  # the gated output's gradient and the gated output: (M, D) rows, channel stride 1
     g_ptr, dg_ptr, stride_g,  # the gate's pre-activation and, out, its gradient: rows of stride_g
-    do_ptr,  # out: the un-gated output's gradient, (M, D) like the gated output
+    do_ptr,  # out: the un-gated output's gradient, (M, D) like the gated output (may be dgated_ptr: in place)
     delta_ptr, stride_dm,  # out: rowsum(do * o) per head, (M, h) float32
     M, D, HEAD_DIM,
     BLOCK_M: tl.constexpr,

@@ -121,22 +121,23 @@ def _(msa_repr, pair_repr, msa_mask, *params_and_options):
 
 
 @torch.library.custom_op("evofuse::msa_row_attention_core_backward", mutates_args=())
-def core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, d_gated: Tensor, gated: Tensor,
-                     lse: Tensor, num_heads: int, mask_mode: str, precision: str) -> tuple[Tensor, Tensor]:
-    """(d_qkvg (B, S, N, 4D), dz (B, h, N, N) float32): the gradients of the projections and of the pair bias
-    for d_gated, the gradient of the gated attention output (B, S, N, D), from the forward's projections, gated
-    output and statistics lse (2, B, S, N, h)."""
+def core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, grad_out: Tensor, out_proj_weight: Tensor,
+                     gated: Tensor, lse: Tensor, num_heads: int, mask_mode: str,
+                     precision: str) -> tuple[Tensor, Tensor]:
+    """(d_qkvg (B, S, N, 4H), dz (B, h, N, N) float32): the gradients of the projections and of the pair bias for
+    the output's gradient grad_out (B, S, N, D), from out_proj's weight (D, H), the forward's projections, gated
+    output (B, S, N, H) and statistics lse (2, B, S, N, h)."""
     B, S, N, D4 = qkvg.shape
-    D = D4 // 4
+    D = D4 // 4  # the inner width H
     h = num_heads
     d = D // h
     M = B * S * N
     d_qkvg = torch.empty_like(qkvg)
-    do = torch.empty_like(gated)
+    do = grad_out @ out_proj_weight  # the gated output's gradient, overwritten in place by the un-gated one's
     delta = torch.empty(B, S, N, h, dtype=torch.float32, device=gated.device)  # rowsum(do * o) per head
     rows_per_program = 32
     gate_backward_kernel[(cdiv(M, rows_per_program), h)](
-        d_gated, gated, D, qkvg[..., 3 * D:], d_qkvg[..., 3 * D:], 4 * D, do, delta, h, M, D, d,
+        do, gated, D, qkvg[..., 3 * D:], d_qkvg[..., 3 * D:], 4 * D, do, delta, h, M, D, d,
         BLOCK_M=rows_per_program, BLOCK_D=max(16, next_pow2(d)))
     dz = torch.empty(z.shape, dtype=torch.float32, device=z.device)
     consts = dict(_constants(qkvg, msa_mask, h, precision), ADDITIVE_MASK=mask_mode == "add")
@@ -154,7 +155,7 @@ def core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, d_gated: 
 
 
 @core_backward_op.register_fake
-def _(qkvg, z, msa_mask, d_gated, gated, lse, num_heads, mask_mode, precision):
+def _(qkvg, z, msa_mask, grad_out, out_proj_weight, gated, lse, num_heads, mask_mode, precision):
     return torch.empty_like(qkvg), z.new_empty(z.shape, dtype=torch.float32)
 
 
@@ -180,7 +181,7 @@ def _backward(ctx, grad_out, *_):
     if not (needs[0] or needs[1] or any(needs[3:13]) or any(needs[15:19])):  # out_proj's alone
         return (None,) * 13 + (d_wo, d_bo) + (None,) * 8
 
-    d_qkvg, dz = core_backward_op(qkvg, z, mask, grad_out @ wo, gated, lse, h, ctx.mask_mode, ctx.precision)
+    d_qkvg, dz = core_backward_op(qkvg, z, mask, grad_out, wo, gated, lse, h, ctx.mask_mode, ctx.precision)
     dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(
         msa_repr, lnw, lnb, torch.cat([wq, wk, wv, wg]), d_qkvg,
         (needs[0], needs[3], needs[4], any(needs[5:12:2]), any(needs[6:13:2])))
