@@ -15,7 +15,14 @@ import torch
 from torch import nn
 
 from .. import functional
-from ._patching import check_outer_product_mean, check_pair_weighted_averaging, compute_dtype, patch_modules, unpatch_modules
+from ._patching import (
+    check_layer_norm,
+    check_outer_product_mean,
+    check_pair_weighted_averaging,
+    compute_dtype,
+    patch_modules,
+    unpatch_modules,
+)
 
 __all__ = ["patch", "unpatch"]
 
@@ -33,7 +40,8 @@ class FusedPairWeightedAveraging(nn.Module):
 
     @staticmethod
     def unsupported_reason(module: nn.Module) -> str | None:
-        return check_pair_weighted_averaging(module.c_h)
+        return (check_pair_weighted_averaging(module.c_h) or check_layer_norm(module.norm_m)
+                or check_layer_norm(module.norm_z))
 
     def forward(self, m: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, chunk_heads: bool = False) -> torch.Tensor:
         dtype = compute_dtype(m)
@@ -56,7 +64,7 @@ class FusedOuterProductMean(nn.Module):
 
     @staticmethod
     def unsupported_reason(module: nn.Module) -> str | None:
-        return check_outer_product_mean(module.c_hidden)
+        return check_outer_product_mean(module.c_hidden) or check_layer_norm(module.norm)
 
     def forward(self, m: torch.Tensor, mask: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
         dtype = compute_dtype(m)
