@@ -263,6 +263,7 @@ def pair_weighted_averaging(
     *,
     num_heads: int,
     inf: float = ref.PAIR_MASK_INF,
+    mask_mode: str = "relative",
     precision: str = "default",
     impl: str | None = None,
 ) -> torch.Tensor:
@@ -277,19 +278,24 @@ def pair_weighted_averaging(
             masked averages with the unmasked softmax of its logits).
         norm_m_weight, norm_m_bias: (c_m,); norm_z_weight, norm_z_bias: (c_z,).
         proj_m_weight, proj_g_weight: (h*c, c_m); proj_z_weight: (h, c_z); proj_o_weight: (c_m, h*c).
-        num_heads: h (h*c must divide by it); inf: the mask's magnitude (Boltz's default 1e6).
+        num_heads: h (h*c must divide by it); inf: the mask's magnitude (Boltz's default 1e6; OpenFold3 1e9).
+        mask_mode: "relative" (default) evaluates the mask term in exact arithmetic; "add" adds it to the
+            logits in float32 as the models do, which in a row of masked pairs alone rounds the logits to inf's
+            spacing (uniform weights for inf = 1e9, as OpenFold3 and Boltz compute them).
         precision, impl: as for `outer_product_mean`.
     Returns:
         (B, S, N, c_m) in msa_repr's dtype; the parameters and the pair input are cast to it.
     """
     _check_options(precision)
+    if mask_mode not in ref.PAIR_MASK_MODES:
+        raise ValueError(f"mask_mode must be one of {ref.PAIR_MASK_MODES}, got {mask_mode!r}")
     lead = _leading(msa_repr)
     if lead is not None:  # any leading dimensions: folded into one batch dimension
         msa_repr, pair_repr, pair_mask = _batched(lead, msa_repr=msa_repr, pair_repr=pair_repr, pair_mask=pair_mask)
         return _unbatched(pair_weighted_averaging(
             msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight, norm_z_bias, proj_m_weight,
-            proj_g_weight, proj_z_weight, proj_o_weight, num_heads=num_heads, inf=inf, precision=precision,
-            impl=impl), lead)
+            proj_g_weight, proj_z_weight, proj_o_weight, num_heads=num_heads, inf=inf, mask_mode=mask_mode,
+            precision=precision, impl=impl), lead)
     c_m = norm_m_weight.shape[0] if isinstance(norm_m_weight, torch.Tensor) else -1
     B, S, N = check_msa(msa_repr, c_m)
     c_z = norm_z_weight.shape[0] if isinstance(norm_z_weight, torch.Tensor) else -1
@@ -311,7 +317,7 @@ def pair_weighted_averaging(
 
     def reference():
         return ref.pair_weighted_averaging_reference(msa_repr, pair_repr, pair_mask, *weights, num_heads=num_heads,
-                                                     inf=inf)
+                                                     inf=inf, mask_mode=mask_mode)
 
     if resolve_impl(impl, msa_repr) == "torch":
         return reference()
@@ -323,5 +329,5 @@ def pair_weighted_averaging(
         return reference()
     train = torch.is_grad_enabled() and any(t.requires_grad for t in (msa_repr, pair_repr, *weights))
     with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
-        return pair_weighted_averaging_op(msa_repr, pair_repr, pair_mask, *weights, num_heads, float(inf), precision,
-                                          train)[0]
+        return pair_weighted_averaging_op(msa_repr, pair_repr, pair_mask, *weights, num_heads, float(inf), mask_mode,
+                                          precision, train)[0]

@@ -118,6 +118,8 @@ class PairWeightedAveraging(nn.Module):
     Args:
         c_m, c_z, c_h, num_heads: the MSA and pair widths, the width of a head and the heads.
         inf: the pair mask's magnitude (a masked pair's logit gets (1 - mask) * -inf).
+        mask_mode: "relative" (exact arithmetic) or "add" (float32, as the models); see
+            `evofuse.pair_weighted_averaging`.
         precision, impl: as for OuterProductMean.
 
     forward(m (B, S, N, c_m), z (B, N, N, c_z), mask (B, N, N) or None, chunk_heads=False) returns
@@ -126,9 +128,10 @@ class PairWeightedAveraging(nn.Module):
     """
 
     def __init__(self, c_m: int, c_z: int, c_h: int, num_heads: int, inf: float = 1e6, precision: str = "default",
-                 impl: str | None = None):
+                 impl: str | None = None, mask_mode: str = "relative"):
         super().__init__()
         self.c_m, self.c_z, self.c_h, self.num_heads, self.inf = c_m, c_z, c_h, num_heads, inf
+        self.mask_mode = mask_mode
         self.norm_m = nn.LayerNorm(c_m)
         self.norm_z = nn.LayerNorm(c_z)
         self.proj_m = nn.Linear(c_m, c_h * num_heads, bias=False)
@@ -145,4 +148,5 @@ class PairWeightedAveraging(nn.Module):
         return functional.pair_weighted_averaging(
             m, z, mask, self.norm_m.weight, self.norm_m.bias, self.norm_z.weight, self.norm_z.bias,
             self.proj_m.weight, self.proj_g.weight, self.proj_z.weight, self.proj_o.weight, num_heads=self.num_heads,
-            inf=self.inf, precision=self.precision, impl=impl if impl is not None else self.impl)
+            inf=self.inf, mask_mode=self.mask_mode, precision=self.precision,
+            impl=impl if impl is not None else self.impl)

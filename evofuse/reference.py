@@ -166,6 +166,7 @@ def msa_row_attention_with_bias(msa_repr, bias, msa_mask, layer_norm_weight, lay
     return F.linear(o, out_proj_weight, out_proj_bias)
 
 
+PAIR_MASK_MODES = ("relative", "add")  # pair-weighted averaging: how the mask term meets the logits (see below)
 PAIR_MASK_INF = 1e6  # Boltz's `inf`: a masked pair's weight logit gets (1 - mask) * -PAIR_MASK_INF added
 
 
@@ -183,6 +184,7 @@ def pair_weighted_averaging_reference(
     proj_o_weight: torch.Tensor,
     num_heads: int,
     inf: float = PAIR_MASK_INF,
+    mask_mode: str = "relative",
 ) -> torch.Tensor:
     """Pair-weighted averaging (AF3's Algorithm 10 in Boltz's form), written as the definition.
 
@@ -192,8 +194,11 @@ def pair_weighted_averaging_reference(
 
         v = heads(proj_m(LN_m(m))), g = sigmoid(heads(proj_g(LN_m(m))))       (B, S, N, h, c)
         w = softmax_j(proj_z(LN_z(z))[b, i, j, h] + (1 - mask[b, i, j]) * -inf)  (B, h, N, N)
-                  (a row of i whose pairs are all masked: the softmax of its logits, unmasked)
         out = proj_o(merge_heads(g * sum_j w[b, h, i, j] v[b, s, j, h]))
+
+    mask_mode "relative": the sum in exact arithmetic (a row of i whose pairs are all masked: the softmax of its
+    logits); "add": in float32, as the models compute it (such a row: the softmax of the logits rounded to
+    inf's float32 spacing, uniform for inf = 1e9).
     """
     B, S, N, _ = msa_repr.shape
     h = num_heads
@@ -201,12 +206,19 @@ def pair_weighted_averaging_reference(
     z = F.layer_norm(pair_repr, (pair_repr.shape[-1],), norm_z_weight, norm_z_bias, LAYER_NORM_EPS)
     v = F.linear(m, proj_m_weight).reshape(B, S, N, h, -1).permute(0, 3, 1, 2, 4)  # (B, h, S, N, c)
     logits = F.linear(z, proj_z_weight).permute(0, 3, 1, 2)  # (B, h, N, N)
-    if pair_mask is not None:
-        # (1 - mask) * -inf, less what every pair of row i has in common (a constant of the row, which the
-        # softmax ignores): a row whose pairs are all masked keeps its logits' precision
-        masked = 1 - pair_mask.to(logits.dtype)
-        logits = logits - inf * (masked - masked.amin(-1, keepdim=True))[:, None]
-    w = torch.softmax(logits, dim=-1)
+    if pair_mask is not None and mask_mode == "add":  # a masked pair's logit - inf rounded to float32, as the models
+        # compute it (their other logits stay as they are)
+        x = logits.to(torch.promote_types(logits.dtype, torch.float32))  # (16-bit logits: float32, as the models)
+        rounded = (logits.float() - inf).to(x.dtype)
+        added = x + (rounded - x).detach()  # that value, the gradient of the logit itself
+        w = torch.softmax(torch.where((pair_mask == 0)[:, None], added, x), dim=-1).to(logits.dtype)
+    else:
+        if pair_mask is not None:
+            # (1 - mask) * -inf, less what every pair of row i has in common (a constant of the row, which the
+            # softmax ignores): a row whose pairs are all masked keeps its logits' precision
+            masked = 1 - pair_mask.to(logits.dtype)
+            logits = logits - inf * (masked - masked.amin(-1, keepdim=True))[:, None]
+        w = torch.softmax(logits, dim=-1)
     g = torch.sigmoid(F.linear(m, proj_g_weight))
     o = torch.einsum("bhij,bhsjd->bhsid", w, v).permute(0, 2, 3, 1, 4).reshape(B, S, N, -1)
     return F.linear(g * o, proj_o_weight)

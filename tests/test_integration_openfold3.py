@@ -27,13 +27,14 @@ def _block(eps=1e-8):
 
 
 def _inputs():
-    """m, z, the MSA mask and a pair mask with no fully masked row (OpenFold3's additive -1e9 makes such a row
-    uniform in float32; evofuse keeps its logits: docs/NUMERICS.md)."""
+    """m, z, the MSA mask and a pair mask with a padding residue (its pairs all masked: OpenFold3's float32
+    logit - 1e9 weighs every j alike there, and so does evofuse's additive mask mode)."""
     g = torch.Generator().manual_seed(2)
     m, z = torch.randn(1, S, N, C_M, generator=g), torch.randn(1, N, N, C_Z, generator=g)
     msa_mask = (torch.rand(1, S, N, generator=g) > 0.2).float()
     pair_mask = (torch.rand(1, N, N, generator=g) > 0.2).float()
     pair_mask[..., 0] = 1
+    pair_mask[:, N - 1] = 0
     return [t.to(DEVICE) for t in (m, z, msa_mask, pair_mask)]
 
 

@@ -73,7 +73,7 @@ def test_every_fused_size_has_a_config(monkeypatch):
             assert configs.candidates(c, width), (c, width)
 
 
-def _pwa_args(train, mask=True):
+def _pwa_args(train, mask=True, mask_mode="relative"):
     from evofuse import PairWeightedAveraging
 
     from .helpers import randomize
@@ -83,7 +83,7 @@ def _pwa_args(train, mask=True):
     z = torch.randn(1, 5, 5, 8, device=DEVICE, requires_grad=train)
     pair_mask = (torch.rand(1, 5, 5) > 0.3).float().to(DEVICE) if mask else None
     params = [p.detach().requires_grad_(train) for p in mod.parameters()]
-    return (m, z, pair_mask, *params, 2, 1e6, "default", train)
+    return (m, z, pair_mask, *params, 2, 1e6, mask_mode, "default", train)
 
 
 @pytest.mark.no_poison
@@ -93,3 +93,4 @@ def test_opcheck_pair_weighted_averaging(train):
 
     torch.library.opcheck(pair_weighted_averaging_op, _pwa_args(train))
     torch.library.opcheck(pair_weighted_averaging_op, _pwa_args(train, mask=False))
+    torch.library.opcheck(pair_weighted_averaging_op, _pwa_args(train, mask_mode="add"))

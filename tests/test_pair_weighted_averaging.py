@@ -129,6 +129,28 @@ def test_gradients(kind, dtype):
     compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_additive_mask_mode(dtype):
+    """mask_mode="add" with OpenFold3's inf 1e9: a residue whose pairs are all masked weighs every j alike, as the
+    models' float32 logit - 1e9 does, and its weights' gradient flows; output and every gradient."""
+    mod = _module(16, 12, 8, 3, seed=10, inf=1e9, mask_mode="add")
+    m, z, mask = _inputs(2, 3, 11, 16, 12, "rows", 11)
+    with torch.no_grad():
+        relative = _module(16, 12, 8, 3, seed=10, inf=1e9).double()(m.double(), z.double(), mask.double(),
+                                                                  impl="torch")
+        added = mod.double()(m.double(), z.double(), mask.double(), impl="torch")
+    assert (relative - added)[:, :, 11 // 2].abs().max() > 1e-3  # the fully masked residue differs ...
+    torch.testing.assert_close(torch.cat([relative[:, :, :5], relative[:, :, 6:]], 2),
+                               torch.cat([added[:, :, :5], added[:, :, 6:]], 2))  # ... and only it
+    m64 = mask.double()
+    _, exact = grads(mod.double(), (m.double(), z.double(), m64), "torch")
+    _, got = grads(mod.to(DEVICE, dtype), (_dev(m, dtype), _dev(z, dtype), _dev(mask)), "triton")
+    lowp = None
+    if dtype != torch.float32:
+        _, lowp = grads(mod.cpu(), (m.to(dtype), z.to(dtype), mask), "torch")
+    compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
+
+
 def test_mask_forms_strided_inputs_and_determinism():
     mod = _module(16, 8, 8, 2, seed=10).to(DEVICE)
     m = torch.randn(1, 9, 4, 32, device=DEVICE)[..., ::2].transpose(1, 2)  # (1, 4, 9, 16), not contiguous

@@ -49,7 +49,7 @@ class FusedPairWeightedAveraging(nn.Module):
             return functional.pair_weighted_averaging(
                 m.to(dtype), z.to(dtype), mask, self.norm_m.weight, self.norm_m.bias, self.norm_z.weight,
                 self.norm_z.bias, self.proj_m.weight, self.proj_g.weight, self.proj_z.weight, self.proj_o.weight,
-                num_heads=self.num_heads, inf=self.inf)
+                num_heads=self.num_heads, inf=self.inf, mask_mode="add")
 
 
 class FusedOuterProductMean(nn.Module):

@@ -49,7 +49,7 @@ class FusedPairWeightedAveraging(nn.Module):
             return functional.pair_weighted_averaging(
                 m.to(dtype), z.to(dtype), mask, self.layer_norm_m.weight, self.layer_norm_m.bias,
                 self.layer_norm_z.weight, self.layer_norm_z.bias, self.linear_v.weight, self.linear_g.weight,
-                self.linear_z.weight, self.linear_o.weight, num_heads=self.no_heads, inf=self.inf)
+                self.linear_z.weight, self.linear_o.weight, num_heads=self.no_heads, inf=self.inf, mask_mode="add")
 
 
 REPLACEMENTS = {

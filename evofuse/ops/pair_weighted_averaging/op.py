@@ -45,14 +45,16 @@ def _kernels():
     return _autotuned(weighted_sum_kernel), _autotuned(weight_grad_kernel)
 
 
-def _weights(logits: Tensor, pair_mask: Tensor | None, inf: float) -> Tensor:
-    """softmax_j(logits + (1 - mask) * -inf) as (B, h, N, N) in float32, from logits (B, N, N, h); the mask term
-    is taken relative to the row's smallest (a constant of the row: the same softmax, and a row whose pairs are
-    all masked keeps its logits' precision)."""
+def _weights(logits: Tensor, pair_mask: Tensor | None, inf: float, mask_mode: str) -> Tensor:
+    """softmax_j(logits + (1 - mask) * -inf) as (B, h, N, N) in float32, from logits (B, N, N, h); "relative":
+    the mask term taken relative to the row's smallest (a constant of the row: the same softmax, and a row whose
+    pairs are all masked keeps its logits' precision); "add": added in float32 as the models do."""
     x = logits.float().permute(0, 3, 1, 2)
     if pair_mask is not None:
         masked = 1 - pair_mask.float()
-        x = x - inf * (masked - masked.amin(-1, keepdim=True))[:, None]
+        if mask_mode == "relative":
+            masked = masked - masked.amin(-1, keepdim=True)
+        x = x - inf * masked[:, None]
     return torch.softmax(x, dim=-1)
 
 
@@ -74,7 +76,7 @@ def _weighted_sum(w: Tensor, v: Tensor, g: Tensor | None, out: Tensor, num_heads
 def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: Tensor | None, norm_m_weight: Tensor,
                                norm_m_bias: Tensor, norm_z_weight: Tensor, norm_z_bias: Tensor, proj_m_weight: Tensor,
                                proj_g_weight: Tensor, proj_z_weight: Tensor, proj_o_weight: Tensor, num_heads: int,
-                               inf: float, precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                               inf: float, mask_mode: str, precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(out (B, S, N, c_m), vg (B, S, N, 2hC), gated (B, S, N, hC), w (B, h, N, N) float32): the output, then what
     the backward takes: the projections, the gated sums (proj_o's input; empty unless `train`) and the weights. Every tensor
     argument has msa_repr's dtype."""
@@ -85,7 +87,7 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
                            None, None, precision)
     logits = layer_norm_linear(pair_repr, norm_z_weight, norm_z_bias, proj_z_weight, None,
                                None, precision)  # (B, N, N, h)
-    w = _weights(logits, pair_mask, inf)
+    w = _weights(logits, pair_mask, inf, mask_mode)
     gated = torch.empty(B, S, N, inner, dtype=msa_repr.dtype, device=msa_repr.device)
     if gated.numel():
         _weighted_sum(w.to(msa_repr.dtype), vg[..., :inner], vg[..., inner:], gated, num_heads, C, precision)
@@ -94,7 +96,7 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
 
 @pair_weighted_averaging_op.register_fake
 def _(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight, norm_z_bias, proj_m_weight,
-      proj_g_weight, proj_z_weight, proj_o_weight, num_heads, inf, precision, train):
+      proj_g_weight, proj_z_weight, proj_o_weight, num_heads, inf, mask_mode, precision, train):
     B, S, N, c_m = msa_repr.shape
     inner = proj_m_weight.shape[0]
     gated = msa_repr.new_empty(B, S, N, inner) if train else msa_repr.new_empty(0)
@@ -137,7 +139,7 @@ def _(vg, w, grad_out, proj_o_weight, gated, num_heads, precision):
 
 
 def _setup_context(ctx, inputs, output):
-    msa_repr, pair_repr, pair_mask, *params, num_heads, inf, precision, _ = inputs
+    msa_repr, pair_repr, pair_mask, *params, num_heads, inf, mask_mode, precision, _ = inputs
     _, vg, gated, w = output
     ctx.save_for_backward(msa_repr, pair_repr, *params, vg, gated, w)
     ctx.num_heads = num_heads
@@ -159,7 +161,7 @@ def _backward(ctx, grad_out, *_):
                                                           (needs[0], needs[3], needs[4], needs[7] or needs[8], False))
     dwm, dwg = (None, None) if dw_mg is None else dw_mg.split(inner)
     return (dm, dz, None, dnmw, dnmb, dnzw, dnzb, dwm if needs[7] else None, dwg if needs[8] else None, dwz, d_wo,
-            None, None, None, None)
+            None, None, None, None, None)
 
 
 pair_weighted_averaging_op.register_autograd(_backward, setup_context=_setup_context)
