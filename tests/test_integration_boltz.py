@@ -26,6 +26,7 @@ def _inputs():
     g = torch.Generator().manual_seed(2)
     z, m = torch.randn(1, 7, 7, 16, generator=g), torch.randn(1, 3, 7, 16, generator=g)
     token_mask = (torch.rand(1, 7, 7, generator=g) > 0.2).float()
+    token_mask[:, 6] = 0  # a padding token: Boltz's float32 logit - 1e6 rounds its logits to 1/16
     msa_mask = (torch.rand(1, 3, 7, generator=g) > 0.2).float()
     return [t.to(DEVICE) for t in (z, m, token_mask, msa_mask)]
 
