@@ -78,7 +78,8 @@ def grads(mod, inputs, impl, seed=0):
 
 # softmax is shift-invariant per row, so key.bias, pair_bias.bias and (pair-weighted averaging) norm_z.bias
 # have exact gradient 0: those are judged on the scale of their weights' gradients
-ZERO_GRADS = {"key.bias": "key.weight", "pair_bias.bias": "pair_bias.weight", "norm_z.bias": "norm_z.weight"}
+ZERO_GRADS = {"key.bias": "key.weight", "pair_bias.bias": "pair_bias.weight", "norm_z.bias": "norm_z.weight",
+              "pair_norm.bias": "pair_norm.weight"}
 
 
 def compare(got, exact, dtype, lowp=None):
@@ -93,6 +94,23 @@ def compare(got, exact, dtype, lowp=None):
             assert g.double().norm() <= limit, f"{name}: norm {g.double().norm():.3e} > {limit:.3e}"
             continue
         assert_contract(g, exact[name], dtype, lowp_ref=None if lowp is None else lowp[name], what=name)
+
+
+def check_gradients(mod, inputs, dtype, device):
+    """The fused path's gradients of `mod` (every input's and parameter's) against float64 under the contract;
+    inputs are CPU tensors or None: the 4-D floating ones (activations, pair) go in `dtype`, masks as they are.
+    16-bit: against twice the error of PyTorch's own path in that dtype. Returns the fused path's gradients."""
+    _, exact = grads(mod.double(), tuple(None if t is None else t.double() for t in inputs), "torch")
+    on = [None if t is None else t.to(device, dtype) if t.is_floating_point() and t.dim() == 4 else t.to(device)
+          for t in inputs]
+    _, got = grads(mod.to(device, dtype), on, "triton")
+    got = {k: v.cpu() for k, v in got.items()}
+    lowp = None
+    if dtype != torch.float32:
+        _, lowp = grads(mod, on, "torch")
+        lowp = {k: v.cpu() for k, v in lowp.items()}
+    compare(got, exact, dtype, lowp)
+    return got
 
 
 def block_step(block, inputs, call=None):

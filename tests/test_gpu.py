@@ -15,7 +15,7 @@ from evofuse.ops.row_attention import configs as att_configs
 from evofuse.ops.row_attention import op as att_op
 from evofuse.suite import SUITE, make_inputs, make_module
 
-from .helpers import att_module, compare, grads, opm_module, random_mask
+from .helpers import att_module, check_gradients, compare, grads, opm_module, random_mask
 
 pytestmark = pytest.mark.gpu
 DTYPES = [torch.float32, torch.bfloat16]
@@ -59,18 +59,6 @@ def _opm_check(dtype, c=32, N=97, S=37, normalization="count_i"):
             None if lowp is None else {k: v.cpu() for k, v in lowp.items()})
 
 
-def _check_gradients(mod, inputs, dtype):
-    """The fused path's output gradients against float64 (CPU inputs: the activations, the pair, the mask)."""
-    floats = [t.cuda().to(dtype) if t.dim() == 4 else t.cuda() for t in inputs]
-    _, exact = grads(mod.double(), tuple(t.double() for t in inputs), "torch")
-    _, got = grads(mod.cuda().to(dtype), floats, "triton")
-    lowp = None
-    if dtype != torch.float32:
-        _, lowp = grads(mod, floats, "torch")
-        lowp = {k: v.cpu() for k, v in lowp.items()}
-    compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
-
-
 @pytest.mark.parametrize("dtype, index", [(dtype, index) for dtype in DTYPES
                                           for index in range(len(opm_configs.CONFIGS[dtype.itemsize]))])
 @pytest.mark.parametrize("c", [16, 32, 64])
@@ -102,7 +90,7 @@ def test_every_attention_config(index, dtype, d, one_config):
     mod = att_module(h * d, 12, h, seed=3)
     x, z = torch.randn(2, 5, 97, h * d), torch.randn(2, 97, 97, 12)
     mask = random_mask(2, 5, 97, "rows", 4)
-    _check_gradients(mod, (x, z, mask), dtype)
+    check_gradients(mod, (x, z, mask), dtype, "cuda")
 
 
 @pytest.mark.parametrize("index", range(len(pwa_configs.CONFIGS)))
@@ -121,7 +109,7 @@ def test_every_pair_weighted_averaging_config(index, dtype, c, one_config):
     m, z = torch.randn(2, 37, 97, 32), torch.randn(2, 97, 97, 16)
     mask = (torch.rand(2, 97, 97) > 0.2).float()
     mask[:, 48] = 0
-    _check_gradients(mod, (m, z, mask), dtype)
+    check_gradients(mod, (m, z, mask), dtype, "cuda")
 
 
 @pytest.mark.parametrize("index", range(len(layer_norm_linear.CONFIGS)))

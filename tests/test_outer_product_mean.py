@@ -11,7 +11,7 @@ from evofuse import OuterProductMean
 from evofuse.numerics import FP32_FAST_BOUND, rel_error
 
 from .conftest import DEVICE
-from .helpers import assert_contract, compare, grads, opm_module, random_mask
+from .helpers import assert_contract, check_gradients, grads, opm_module, random_mask
 
 LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16  # the interpreter's bf16 products are not checked
 
@@ -57,12 +57,7 @@ def test_gradients(normalization, dtype):
     mod = opm_module(16, 6, 8, seed=3, normalization=normalization)
     x = torch.randn(2, 5, 9, 16)
     mask = random_mask(2, 5, 9, "rows", 4)
-    _, exact = grads(mod.double(), (x.double(), mask.double()), "torch")
-    _, got = grads(mod.to(DEVICE, dtype), (x.to(DEVICE, dtype), mask.to(DEVICE)), "triton")
-    lowp = None
-    if dtype != torch.float32:
-        _, lowp = grads(mod.cpu().to(dtype), (x.to(dtype), mask), "torch")
-    compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
+    check_gradients(mod, (x, mask), dtype, DEVICE)
 
 
 def test_count_eps():
@@ -77,10 +72,7 @@ def test_projections_without_bias():
     assert mod.proj_a.bias is None and mod.proj_b.bias is None
     x = torch.randn(2, 5, 9, 16)
     mask = random_mask(2, 5, 9, "rows", 5)
-    _, exact = grads(mod.double(), (x.double(), mask.double()), "torch")
-    _, got = grads(mod.to(DEVICE, torch.float32), (x.to(DEVICE), mask.to(DEVICE)), "triton")
-    assert "proj_a.bias" not in got
-    compare({k: v.cpu() for k, v in got.items()}, exact, torch.float32)
+    assert "proj_a.bias" not in check_gradients(mod, (x, mask), torch.float32, DEVICE)
 
 
 def test_gradients_of_weights_only_and_of_input_only():

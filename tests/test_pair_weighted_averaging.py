@@ -10,7 +10,7 @@ import evofuse
 from evofuse import PairWeightedAveraging
 
 from .conftest import DEVICE
-from .helpers import assert_contract, compare, grads, randomize
+from .helpers import assert_contract, check_gradients, grads, randomize
 
 LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16  # the interpreter's bf16 products are not checked
 
@@ -120,13 +120,7 @@ def test_forward_shapes(B, S, N, c_m, c_z, c, h, dtype):
 def test_gradients(kind, dtype):
     mod = _module(16, 12, 8, 3, seed=8)
     m, z, mask = _inputs(2, 3, 11, 16, 12, kind, 9)
-    m64 = None if mask is None else mask.double()
-    _, exact = grads(mod.double(), (m.double(), z.double(), m64), "torch")
-    _, got = grads(mod.to(DEVICE, dtype), (_dev(m, dtype), _dev(z, dtype), _dev(mask)), "triton")
-    lowp = None
-    if dtype != torch.float32:
-        _, lowp = grads(mod.cpu(), (m.to(dtype), z.to(dtype), mask), "torch")
-    compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
+    check_gradients(mod, (m, z, mask), dtype, DEVICE)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, LOW])
@@ -142,13 +136,7 @@ def test_additive_mask_mode(dtype):
     assert (relative - added)[:, :, 11 // 2].abs().max() > 1e-3  # the fully masked residue differs ...
     torch.testing.assert_close(torch.cat([relative[:, :, :5], relative[:, :, 6:]], 2),
                                torch.cat([added[:, :, :5], added[:, :, 6:]], 2))  # ... and only it
-    m64 = mask.double()
-    _, exact = grads(mod.double(), (m.double(), z.double(), m64), "torch")
-    _, got = grads(mod.to(DEVICE, dtype), (_dev(m, dtype), _dev(z, dtype), _dev(mask)), "triton")
-    lowp = None
-    if dtype != torch.float32:
-        _, lowp = grads(mod.cpu(), (m.to(dtype), z.to(dtype), mask), "torch")
-    compare({k: v.cpu() for k, v in got.items()}, exact, dtype, lowp)
+    check_gradients(mod, (m, z, mask), dtype, DEVICE)
 
 
 def test_mask_forms_strided_inputs_and_determinism():
