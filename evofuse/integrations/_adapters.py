@@ -18,7 +18,7 @@ from torch import nn
 
 from .. import functional
 from ..ops.row_attention.op import MAX_HEAD_DIM
-from ._patching import check_layer_norm, check_outer_product_mean, compute_dtype
+from ._patching import check_layer_norm, check_linears, check_outer_product_mean, compute_dtype
 
 
 class FusedOpenFoldOuterProductMean(nn.Module):
@@ -35,9 +35,9 @@ class FusedOpenFoldOuterProductMean(nn.Module):
     @staticmethod
     def unsupported_reason(module: nn.Module) -> str | None:
         """Why `module` cannot be replaced (None if it can)."""
-        if any(getattr(getattr(module, n), "precision", None) is not None for n in ("linear_1", "linear_2",
-                                                                                   "linear_out")):
-            return "a linear layer with its own fixed precision"
+        reason = check_linears(module.linear_1, module.linear_2, module.linear_out)
+        if reason:
+            return reason
         return check_outer_product_mean(module.c_hidden, module.eps) or check_layer_norm(module.layer_norm)
 
     def compute_dtype(self, m: torch.Tensor) -> torch.dtype:
@@ -84,9 +84,9 @@ class FusedOpenFoldRowAttention(nn.Module):
             return "attention without pair bias or gating"
         if module.inf < FusedOpenFoldRowAttention.MIN_INF:
             return f"inf {module.inf} (fused: masked keys as -1e9, equal for inf >= 1e9)"
-        linears = (mha.linear_q, mha.linear_k, mha.linear_v, mha.linear_g, mha.linear_o, module.linear_z)
-        if any(getattr(linear, "precision", None) is not None for linear in linears):
-            return "a linear layer with its own fixed precision"
+        reason = check_linears(mha.linear_q, mha.linear_k, mha.linear_v, mha.linear_g, mha.linear_o, module.linear_z)
+        if reason:
+            return reason
         if module.c_hidden > MAX_HEAD_DIM:
             return f"head width {module.c_hidden} (fused: up to {MAX_HEAD_DIM})"
         return check_layer_norm(module.layer_norm_m) or check_layer_norm(module.layer_norm_z)

@@ -32,6 +32,14 @@ def check_layer_norm(layer_norm: nn.Module) -> str | None:
     return None
 
 
+def check_linears(*linears: nn.Module) -> str | None:
+    """Why a model's linear layers cannot be fused (None if they can): one that fixes its own compute precision
+    (OpenFold3's `Linear(precision=...)`) would not compute in the dtype evofuse takes."""
+    if any(getattr(linear, "precision", None) is not None for linear in linears):
+        return "a linear layer with its own fixed precision"
+    return None
+
+
 def check_outer_product_mean(c_hidden: int, eps: float | None = None) -> str | None:
     """Why an Outer Product Mean cannot be fused (None if it can)."""
     if c_hidden not in FUSED_HIDDEN_DIMS:

@@ -17,7 +17,14 @@ from torch import nn
 
 from .. import functional
 from ._adapters import FusedOpenFoldOuterProductMean, FusedOpenFoldRowAttention
-from ._patching import check_layer_norm, check_pair_weighted_averaging, compute_dtype, patch_modules, unpatch_modules
+from ._patching import (
+    check_layer_norm,
+    check_linears,
+    check_pair_weighted_averaging,
+    compute_dtype,
+    patch_modules,
+    unpatch_modules,
+)
 
 __all__ = ["patch", "unpatch"]
 
@@ -36,9 +43,7 @@ class FusedPairWeightedAveraging(nn.Module):
     @staticmethod
     def unsupported_reason(module: nn.Module) -> str | None:
         linears = (module.linear_z, module.linear_v, module.linear_g, module.linear_o)
-        if any(getattr(linear, "precision", None) is not None for linear in linears):
-            return "a linear layer with its own fixed precision"
-        return (check_pair_weighted_averaging(module.c_hidden, *linears)
+        return (check_linears(*linears) or check_pair_weighted_averaging(module.c_hidden, *linears)
                 or check_layer_norm(module.layer_norm_m) or check_layer_norm(module.layer_norm_z))
 
     def forward(self, m: torch.Tensor, z: torch.Tensor | None = None, mask: torch.Tensor | None = None,
