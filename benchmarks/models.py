@@ -2,7 +2,7 @@
 and the modules evofuse replaces in it, unpatched against patched, forward and training step, float32 and
 bfloat16 autocast (the models' mixed precision), in one run.
 
-    python benchmarks/models.py [--families boltz,protenix,openfold3] [--msa-rows 1024] [--residues 384]
+    python benchmarks/models.py [--families boltz,protenix,openfold3,openfold] [--msa-rows 1024] [--residues 384]
 
 Median ms of `triton.testing.do_bench` and peak MiB beyond the inputs; a table on stdout and
 <out>/<gpu>/models.csv. The model packages go in without their dependency stacks:
@@ -68,7 +68,31 @@ def _openfold3(S, N):
     return block, (m, z, msa_mask, pair_mask), lambda b, *x: b(*x), modules
 
 
-FAMILIES = {"boltz": _boltz, "protenix": _protenix, "openfold3": _openfold3}
+def _openfold(S, N):
+    """OpenFold (AlphaFold 2) is not on the package index in a usable form: its modules come from the small
+    `openfold` package of the tests, which follows OpenFold's public module code; AF2's Evoformer sizes."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "openfold_modules"))
+    from openfold.model.msa import MSARowAttentionWithPairBias
+    from openfold.model.outer_product_mean import OuterProductMean
+
+    class EvoformerMSAPart(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.msa_att_row = MSARowAttentionWithPairBias(256, 128, c_hidden=32, no_heads=8)
+            self.outer_product_mean = OuterProductMean(256, 128, c_hidden=32)
+
+        def forward(self, m, z, msa_mask):
+            m = m + self.msa_att_row(m, z=z, mask=msa_mask)
+            return m, z + self.outer_product_mean(m, mask=msa_mask)
+
+    m, z = torch.randn(1, S, N, 256), torch.randn(1, N, N, 128)
+    msa_mask = (torch.rand(1, S, N) > 0.1).float()
+    modules = {"msa_att_row": lambda b, m, z, msa_mask: b(m, z=z, mask=msa_mask),
+               "outer_product_mean": lambda b, m, z, msa_mask: b(m, mask=msa_mask)}
+    return EvoformerMSAPart(), (m, z, msa_mask), lambda b, *x: b(*x), modules
+
+
+FAMILIES = {"boltz": _boltz, "protenix": _protenix, "openfold3": _openfold3, "openfold": _openfold}
 
 
 def _scalar(out) -> torch.Tensor:
