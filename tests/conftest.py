@@ -32,7 +32,8 @@ _EMPTY_LIKE = torch.empty_like
 
 def _poisoned(t):
     if t.is_floating_point():
-        t.fill_(float("nan"))
+        with torch.no_grad():  # also a leaf made with requires_grad=True (Protenix's CUDA path makes one)
+            t.fill_(float("nan"))
     return t
 
 
