@@ -4,6 +4,7 @@ AOT dispatch (torch.library.opcheck), on small inputs."""
 import pytest
 import torch
 
+from evofuse.ops.layer_norm_linear import layer_norm_backward_op
 from evofuse.ops.outer_product_mean import outer_product_mean_op
 from evofuse.ops.row_attention import row_attention_op
 from evofuse.ops.row_attention.op import core_backward_op
@@ -35,6 +36,15 @@ def _att_args(train, openfold=False):
     params = [p.get(name) for name in names]
     return (x, z, random_mask(1, 2, 5, "rows", 4).to(DEVICE), *params, 2, "add" if openfold else "replace", "default",
             train)
+
+
+@pytest.mark.no_poison
+@pytest.mark.parametrize("store_xn, with_grad, store_dx", [(True, True, True), (False, True, False),
+                                                           (True, False, False)])
+def test_opcheck_layer_norm_backward(store_xn, with_grad, store_dx):
+    x, dxn = torch.randn(7, 24, device=DEVICE), torch.randn(7, 24, device=DEVICE) if with_grad else None
+    torch.library.opcheck(layer_norm_backward_op, (x, torch.randn(24, device=DEVICE), torch.randn(24, device=DEVICE),
+                                                   dxn, store_xn, store_dx))
 
 
 @pytest.mark.no_poison

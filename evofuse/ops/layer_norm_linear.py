@@ -1,8 +1,9 @@
 """LayerNorm followed by a linear layer, and an optional row mask, in one pass: the first stage of every
 operation. y = (LayerNorm(x) @ W^T + bias) * mask, with the normalized rows made on chip, never in memory.
 
-`layer_norm_linear` runs the Triton kernel; `layer_norm_linear_backward` gives its gradients with PyTorch's
-own LayerNorm backward and cuBLAS products (it is called from the operations' registered backwards).
+`layer_norm_linear` runs the forward kernel; `layer_norm_linear_backward` gives its gradients (it is called
+from the operations' registered backwards): cuBLAS products for the linear layer, and a second kernel that
+recomputes the normalized rows for the weight's gradient and takes the LayerNorm's backward in the same pass.
 """
 
 from __future__ import annotations
@@ -186,6 +187,101 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
     return y.view(*lead, K)
 
 
+@triton.jit
+def _layer_norm_backward_kernel(
+    x_ptr, stride_xm, stride_xd,  # x: (M, D)
+    lnw_ptr, lnb_ptr,  # LayerNorm weight and bias: (D,)
+    dxn_ptr, stride_gm, stride_gd,  # HAS_GRAD: the gradient of LayerNorm(x), (M, D)
+    xn_ptr, stride_nm, stride_nd,  # STORE_XN: LayerNorm(x) out, (M, D)
+    dx_ptr, stride_dm, stride_dd,  # STORE_DX: (M, D)
+    dlnw_ptr, dlnb_ptr,  # HAS_GRAD: each program's partial sums, (programs, D) float32
+    M, D, eps, blocks_per_program,
+    HAS_GRAD: tl.constexpr,
+    STORE_XN: tl.constexpr,
+    STORE_DX: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,  # the whole row
+):
+    """blocks_per_program blocks of BLOCK_M rows: their moments again in float32, the normalized rows out for the
+    linear weight's gradient, and the LayerNorm's backward; the weight's and bias's gradients summed over this
+    program's rows, to be summed over the programs in a fixed order afterwards (deterministic)."""
+    pid = tl.program_id(0)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    dlnw = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    dlnb = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for block in range(blocks_per_program):
+        offs_m = (pid * blocks_per_program + block) * BLOCK_M + tl.arange(0, BLOCK_M)
+        ok = (offs_m < M)[:, None] & d_ok[None, :]  # [BLOCK_M, BLOCK_D]
+        rows = offs_m.to(tl.int64)[:, None]
+        x = tl.load(x_ptr + rows * stride_xm + offs_d[None, :] * stride_xd, mask=ok, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=1) / D
+        xc = tl.where(ok, x - mean[:, None], 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
+        xhat = xc * rstd[:, None]  # [BLOCK_M, BLOCK_D]
+        if STORE_XN:
+            tl.store(xn_ptr + rows * stride_nm + offs_d[None, :] * stride_nd,
+                     (xhat * lnw[None, :] + lnb[None, :]).to(xn_ptr.dtype.element_ty), mask=ok)
+        if HAS_GRAD:
+            g = tl.load(dxn_ptr + rows * stride_gm + offs_d[None, :] * stride_gd, mask=ok, other=0.0).to(tl.float32)
+            dlnw += tl.sum(g * xhat, axis=0)
+            dlnb += tl.sum(g, axis=0)
+            if STORE_DX:
+                gw = g * lnw[None, :]  # the gradient of xhat, [BLOCK_M, BLOCK_D]
+                mean_gw = tl.sum(gw, axis=1) / D
+                mean_gw_xhat = tl.sum(gw * xhat, axis=1) / D
+                dx = (gw - mean_gw[:, None] - xhat * mean_gw_xhat[:, None]) * rstd[:, None]
+                tl.store(dx_ptr + rows * stride_dm + offs_d[None, :] * stride_dd, dx.to(dx_ptr.dtype.element_ty),
+                         mask=ok)
+    if HAS_GRAD:
+        tl.store(dlnw_ptr + pid * D + offs_d, dlnw, mask=d_ok)
+        tl.store(dlnb_ptr + pid * D + offs_d, dlnb, mask=d_ok)
+
+
+BACKWARD_TILE = 4096  # elements of x a program holds a step: BLOCK_M rows of the whole (padded) row
+BACKWARD_PROGRAMS = 1024  # at most, each taking consecutive blocks of rows; their partial sums are then added
+
+
+@torch.library.custom_op("evofuse::layer_norm_backward", mutates_args=())
+def layer_norm_backward_op(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.Tensor, dxn: torch.Tensor | None,
+                           store_xn: bool, store_dx: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The LayerNorm's rows again and its backward, in one pass over x (M, D) (an op of its own, so that
+    torch.compile traces the operations' backwards around it).
+
+    dxn (M, D), the gradient of LayerNorm(x), or None. Returns (xn, dx, d_ln): xn = LayerNorm(x) in x's dtype,
+    (M, D) where store_xn, else empty; dx in x's dtype, (M, D) where store_dx and dxn is given, else empty;
+    d_ln (2, D), the LayerNorm weight's and bias's gradients in float32, (2, 0) without dxn."""
+    M, D = x.shape
+    has_grad = dxn is not None
+    store_dx = store_dx and has_grad
+    xn = x.new_empty((M, D) if store_xn else (0,))
+    dx = x.new_empty((M, D) if store_dx else (0,))
+    block_d = max(16, next_pow2(D))
+    block_m = max(1, BACKWARD_TILE // block_d)
+    blocks = cdiv(M, block_m)
+    per_program = max(1, cdiv(blocks, BACKWARD_PROGRAMS))
+    programs = cdiv(blocks, per_program) if has_grad or store_xn else 0
+    partial = torch.empty(2, programs if has_grad else 0, D, dtype=torch.float32, device=x.device)
+    if programs:
+        unused = (x, 0, 0)  # the pointer and strides of an output not asked for
+        _layer_norm_backward_kernel[(programs,)](
+            x, *x.stride(), ln_weight, ln_bias, *((dxn, *dxn.stride()) if has_grad else unused),
+            *((xn, *xn.stride()) if store_xn else unused), *((dx, *dx.stride()) if store_dx else unused),
+            partial[0], partial[1], M, D, LAYER_NORM_EPS, per_program,
+            HAS_GRAD=has_grad, STORE_XN=store_xn, STORE_DX=store_dx, BLOCK_M=block_m, BLOCK_D=block_d,
+            num_warps=4 if block_m * block_d <= BACKWARD_TILE else 8)
+    return xn, dx, partial.sum(1) if has_grad else partial.new_empty(2, 0)
+
+
+@layer_norm_backward_op.register_fake
+def _(x, ln_weight, ln_bias, dxn, store_xn, store_dx):
+    M, D = x.shape
+    return (x.new_empty((M, D) if store_xn else (0,)), x.new_empty((M, D) if store_dx and dxn is not None else (0,)),
+            x.new_empty((2, D) if dxn is not None else (2, 0), dtype=torch.float32))
+
+
 def layer_norm_linear_backward(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.Tensor, weight: torch.Tensor,
                                dy: torch.Tensor, needs: tuple[bool, bool, bool, bool, bool]):
     """Gradients of y = LayerNorm(x) @ weight^T + bias for the output gradient dy (..., K) (any mask
@@ -197,14 +293,10 @@ def layer_norm_linear_backward(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias
     D = x.shape[-1]
     rows = x.reshape(-1, D)
     dy = dy.reshape(-1, dy.shape[-1])
-    xn, mean, rstd = torch.ops.aten.native_layer_norm(rows, [D], ln_weight, ln_bias, LAYER_NORM_EPS)
+    dxn = dy @ weight if any(needs[:3]) else None
+    xn, dx, d_ln = layer_norm_backward_op(rows, ln_weight, ln_bias, dxn, needs[3], needs[0])
     d_weight = dy.t() @ xn if needs[3] else None
     d_bias = dy.sum(0) if needs[4] else None
-    dx = d_ln_weight = d_ln_bias = None
-    if any(needs[:3]):
-        dxn = dy @ weight
-        dx, d_ln_weight, d_ln_bias = torch.ops.aten.native_layer_norm_backward(
-            dxn, rows, [D], mean, rstd, ln_weight, ln_bias, list(needs[:3]))
-        if dx is not None:
-            dx = dx.view(x.shape)
-    return dx, d_ln_weight, d_ln_bias, d_weight, d_bias
+    d_ln_weight, d_ln_bias = d_ln.to(ln_weight.dtype)
+    return (dx.view(x.shape) if needs[0] else None, d_ln_weight if needs[1] else None,
+            d_ln_bias if needs[2] else None, d_weight, d_bias)
