@@ -39,12 +39,15 @@ def _att_args(train, openfold=False):
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("store_xn, with_grad, store_dx", [(True, True, True), (False, True, False),
-                                                           (True, False, False)])
-def test_opcheck_layer_norm_backward(store_xn, with_grad, store_dx):
-    x, dxn = torch.randn(7, 24, device=DEVICE), torch.randn(7, 24, device=DEVICE) if with_grad else None
+@pytest.mark.parametrize("store_xn, grad_width, store_dx", [(True, 24, True), (False, 24, False), (True, 0, False),
+                                                            (False, 5, True)])
+def test_opcheck_layer_norm_backward(store_xn, grad_width, store_dx):
+    """grad_width 24: the gradient of LayerNorm(x); 5: a linear's output gradient with its weight; 0: none."""
+    x = torch.randn(7, 24, device=DEVICE)
+    grad = torch.randn(7, grad_width, device=DEVICE) if grad_width else None
+    weight = torch.randn(5, 24, device=DEVICE) if grad_width == 5 else None
     torch.library.opcheck(layer_norm_backward_op, (x, torch.randn(24, device=DEVICE), torch.randn(24, device=DEVICE),
-                                                   dxn, store_xn, store_dx))
+                                                   grad, weight, store_xn, store_dx, "default"))
 
 
 @pytest.mark.no_poison

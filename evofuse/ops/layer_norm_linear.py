@@ -13,6 +13,7 @@ import functools
 import torch
 import triton
 import triton.language as tl
+from torch import Tensor
 
 from .._runtime import autotune_enabled, bucket, cdiv, dot_precision, interpreting, next_pow2
 from ..reference import LAYER_NORM_EPS
@@ -191,20 +192,25 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
 def _layer_norm_backward_kernel(
     x_ptr, stride_xm, stride_xd,  # x: (M, D)
     lnw_ptr, lnb_ptr,  # LayerNorm weight and bias: (D,)
-    dxn_ptr, stride_gm, stride_gd,  # HAS_GRAD: the gradient of LayerNorm(x), (M, D)
+    g_ptr, stride_gm, stride_gd,  # HAS_GRAD: the gradient of LayerNorm(x) (M, D), or with PROJECT the linear's (M, K)
+    w_ptr, stride_wk, stride_wd,  # PROJECT: the linear's weight (K, D)
     xn_ptr, stride_nm, stride_nd,  # STORE_XN: LayerNorm(x) out, (M, D)
     dx_ptr, stride_dm, stride_dd,  # STORE_DX: (M, D)
-    dlnw_ptr, dlnb_ptr,  # HAS_GRAD: each program's partial sums, (programs, D) float32
-    M, D, eps, blocks_per_program,
+    dln_ptr,  # HAS_GRAD: each program's partial sums for the LayerNorm weight and bias, (2, programs, D) float32
+    dw_ptr,  # PROJECT: each program's partial sums for the linear's weight, (programs, K, D) float32
+    M, D, K, eps, programs, blocks_per_program,
     HAS_GRAD: tl.constexpr,
+    PROJECT: tl.constexpr,  # the gradient of LayerNorm(x) made on chip from the linear's, and the weight's gradient
     STORE_XN: tl.constexpr,
     STORE_DX: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr,  # the whole row
+    BLOCK_K: tl.constexpr,  # PROJECT: the linear's outputs, padded
+    PRECISION: tl.constexpr,
 ):
-    """blocks_per_program blocks of BLOCK_M rows: their moments again in float32, the normalized rows out for the
-    linear weight's gradient, and the LayerNorm's backward; the weight's and bias's gradients summed over this
-    program's rows, to be summed over the programs in a fixed order afterwards (deterministic)."""
+    """blocks_per_program blocks of BLOCK_M rows: their moments again in float32, the normalized rows (out for
+    the linear weight's gradient, or with PROJECT taken on chip), and the LayerNorm's backward; the parameters'
+    gradients summed over this program's rows, to be summed over the programs in a fixed order afterwards."""
     pid = tl.program_id(0)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < D
@@ -212,9 +218,16 @@ def _layer_norm_backward_kernel(
     lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
     dlnw = tl.zeros((BLOCK_D,), dtype=tl.float32)
     dlnb = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    if PROJECT:
+        offs_k = tl.arange(0, BLOCK_K)
+        k_ok = offs_k < K
+        w = tl.load(w_ptr + offs_k[:, None] * stride_wk + offs_d[None, :] * stride_wd,
+                    mask=k_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_K, BLOCK_D]
+        dw = tl.zeros((BLOCK_K, BLOCK_D), dtype=tl.float32)
     for block in range(blocks_per_program):
         offs_m = (pid * blocks_per_program + block) * BLOCK_M + tl.arange(0, BLOCK_M)
-        ok = (offs_m < M)[:, None] & d_ok[None, :]  # [BLOCK_M, BLOCK_D]
+        m_ok = offs_m < M
+        ok = m_ok[:, None] & d_ok[None, :]  # [BLOCK_M, BLOCK_D]
         rows = offs_m.to(tl.int64)[:, None]
         x = tl.load(x_ptr + rows * stride_xm + offs_d[None, :] * stride_xd, mask=ok, other=0.0).to(tl.float32)
         mean = tl.sum(x, axis=1) / D
@@ -225,7 +238,14 @@ def _layer_norm_backward_kernel(
             tl.store(xn_ptr + rows * stride_nm + offs_d[None, :] * stride_nd,
                      (xhat * lnw[None, :] + lnb[None, :]).to(xn_ptr.dtype.element_ty), mask=ok)
         if HAS_GRAD:
-            g = tl.load(dxn_ptr + rows * stride_gm + offs_d[None, :] * stride_gd, mask=ok, other=0.0).to(tl.float32)
+            if PROJECT:
+                dy = tl.load(g_ptr + rows * stride_gm + offs_k[None, :] * stride_gd, mask=m_ok[:, None] & k_ok[None, :],
+                             other=0.0)  # [BLOCK_M, BLOCK_K]
+                g = tl.dot(dy, w, input_precision=PRECISION)  # [BLOCK_M, BLOCK_D]
+                xn = tl.where(ok, xhat * lnw[None, :] + lnb[None, :], 0.0).to(dy.dtype)
+                dw = tl.dot(tl.trans(dy), xn, dw, input_precision=PRECISION)  # [BLOCK_K, BLOCK_D]
+            else:
+                g = tl.load(g_ptr + rows * stride_gm + offs_d[None, :] * stride_gd, mask=ok, other=0.0).to(tl.float32)
             dlnw += tl.sum(g * xhat, axis=0)
             dlnb += tl.sum(g, axis=0)
             if STORE_DX:
@@ -236,67 +256,87 @@ def _layer_norm_backward_kernel(
                 tl.store(dx_ptr + rows * stride_dm + offs_d[None, :] * stride_dd, dx.to(dx_ptr.dtype.element_ty),
                          mask=ok)
     if HAS_GRAD:
-        tl.store(dlnw_ptr + pid * D + offs_d, dlnw, mask=d_ok)
-        tl.store(dlnb_ptr + pid * D + offs_d, dlnb, mask=d_ok)
+        tl.store(dln_ptr + pid * D + offs_d, dlnw, mask=d_ok)
+        tl.store(dln_ptr + (programs + pid) * D + offs_d, dlnb, mask=d_ok)
+        if PROJECT:
+            tl.store(dw_ptr + (pid * K + offs_k[:, None]) * D + offs_d[None, :], dw, mask=k_ok[:, None] & d_ok[None, :])
 
 
 BACKWARD_TILE = 4096  # elements of x a program holds a step: BLOCK_M rows of the whole (padded) row
 BACKWARD_PROGRAMS = 1024  # at most, each taking consecutive blocks of rows; their partial sums are then added
+PROJECTED_MAX_K = 32  # linears this narrow (the pair's head projections) take their backward on chip
 
 
 @torch.library.custom_op("evofuse::layer_norm_backward", mutates_args=())
-def layer_norm_backward_op(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.Tensor, dxn: torch.Tensor | None,
-                           store_xn: bool, store_dx: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def layer_norm_backward_op(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: Tensor | None,
+                           weight: Tensor | None, store_xn: bool, store_dx: bool,
+                           precision: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The LayerNorm's rows again and its backward, in one pass over x (M, D) (an op of its own, so that
     torch.compile traces the operations' backwards around it).
 
-    dxn (M, D), the gradient of LayerNorm(x), or None. Returns (xn, dx, d_ln): xn = LayerNorm(x) in x's dtype,
-    (M, D) where store_xn, else empty; dx in x's dtype, (M, D) where store_dx and dxn is given, else empty;
-    d_ln (2, D), the LayerNorm weight's and bias's gradients in float32, (2, 0) without dxn."""
+    grad: the gradient of LayerNorm(x) (M, D); or, with the linear's weight (K, D), the linear's output gradient
+    (M, K), whose product with the weight is then taken on chip, with the weight's gradient. Returns
+    (xn, dx, d_ln, d_weight): xn = LayerNorm(x) in x's dtype, (M, D) where store_xn (without weight), else empty;
+    dx in x's dtype, (M, D) where store_dx and grad is given, else empty; d_ln (2, D) float32, the LayerNorm
+    weight's and bias's gradients, (2, 0) without grad; d_weight (K, D) float32 with weight and grad, else empty."""
     M, D = x.shape
-    has_grad = dxn is not None
+    has_grad = grad is not None
+    project = has_grad and weight is not None
+    store_xn = store_xn and not project
     store_dx = store_dx and has_grad
+    K = weight.shape[0] if project else 0
     xn = x.new_empty((M, D) if store_xn else (0,))
     dx = x.new_empty((M, D) if store_dx else (0,))
     block_d = max(16, next_pow2(D))
-    block_m = max(1, BACKWARD_TILE // block_d)
+    block_m = max(16 if project else 1, BACKWARD_TILE // block_d)
     blocks = cdiv(M, block_m)
     per_program = max(1, cdiv(blocks, BACKWARD_PROGRAMS))
     programs = cdiv(blocks, per_program) if has_grad or store_xn else 0
-    partial = torch.empty(2, programs if has_grad else 0, D, dtype=torch.float32, device=x.device)
+    d_ln = torch.empty(2, programs if has_grad else 0, D, dtype=torch.float32, device=x.device)
+    d_w = torch.empty(programs if project else 0, K, D, dtype=torch.float32, device=x.device)
     if programs:
         unused = (x, 0, 0)  # the pointer and strides of an output not asked for
         _layer_norm_backward_kernel[(programs,)](
-            x, *x.stride(), ln_weight, ln_bias, *((dxn, *dxn.stride()) if has_grad else unused),
-            *((xn, *xn.stride()) if store_xn else unused), *((dx, *dx.stride()) if store_dx else unused),
-            partial[0], partial[1], M, D, LAYER_NORM_EPS, per_program,
-            HAS_GRAD=has_grad, STORE_XN=store_xn, STORE_DX=store_dx, BLOCK_M=block_m, BLOCK_D=block_d,
+            x, *x.stride(), ln_weight, ln_bias, *((grad, *grad.stride()) if has_grad else unused),
+            *((weight, *weight.stride()) if project else unused), *((xn, *xn.stride()) if store_xn else unused),
+            *((dx, *dx.stride()) if store_dx else unused), d_ln, d_w, M, D, K, LAYER_NORM_EPS, programs, per_program,
+            HAS_GRAD=has_grad, PROJECT=project, STORE_XN=store_xn, STORE_DX=store_dx, BLOCK_M=block_m,
+            BLOCK_D=block_d, BLOCK_K=max(16, next_pow2(K)), PRECISION=dot_precision(x.dtype, precision),
             num_warps=4 if block_m * block_d <= BACKWARD_TILE else 8)
-    return xn, dx, partial.sum(1) if has_grad else partial.new_empty(2, 0)
+    return xn, dx, d_ln.sum(1) if has_grad else d_ln.new_empty(2, 0), d_w.sum(0) if project else d_w.new_empty(0)
 
 
 @layer_norm_backward_op.register_fake
-def _(x, ln_weight, ln_bias, dxn, store_xn, store_dx):
+def _(x, ln_weight, ln_bias, grad, weight, store_xn, store_dx, precision):
     M, D = x.shape
-    return (x.new_empty((M, D) if store_xn else (0,)), x.new_empty((M, D) if store_dx and dxn is not None else (0,)),
-            x.new_empty((2, D) if dxn is not None else (2, 0), dtype=torch.float32))
+    project = grad is not None and weight is not None
+    return (x.new_empty((M, D) if store_xn and not project else (0,)),
+            x.new_empty((M, D) if store_dx and grad is not None else (0,)),
+            x.new_empty((2, D) if grad is not None else (2, 0), dtype=torch.float32),
+            x.new_empty((weight.shape[0], D) if project else (0,), dtype=torch.float32))
 
 
-def layer_norm_linear_backward(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.Tensor, weight: torch.Tensor,
-                               dy: torch.Tensor, needs: tuple[bool, bool, bool, bool, bool]):
+def layer_norm_linear_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor, dy: Tensor,
+                               needs: tuple[bool, bool, bool, bool, bool], precision: str = "default"):
     """Gradients of y = LayerNorm(x) @ weight^T + bias for the output gradient dy (..., K) (any mask
     already applied to dy). `needs` says which of (x, ln_weight, ln_bias, weight, bias) want one.
 
     Returns (dx, d_ln_weight, d_ln_bias, d_weight, d_bias), None where not needed; each in its tensor's
     dtype. 16-bit inputs recompute the normalized rows in their dtype (as the reference does), and every
-    product accumulates in float32."""
+    product accumulates in float32. A linear of at most PROJECTED_MAX_K outputs (a pair's head projection)
+    takes its products on chip, in one pass over x with nothing of x's size but dx written."""
     D = x.shape[-1]
+    K = weight.shape[0]
     rows = x.reshape(-1, D)
-    dy = dy.reshape(-1, dy.shape[-1])
-    dxn = dy @ weight if any(needs[:3]) else None
-    xn, dx, d_ln = layer_norm_backward_op(rows, ln_weight, ln_bias, dxn, needs[3], needs[0])
-    d_weight = dy.t() @ xn if needs[3] else None
+    dy = dy.reshape(-1, K)
     d_bias = dy.sum(0) if needs[4] else None
+    if K <= PROJECTED_MAX_K and any(needs[:4]):
+        _, dx, d_ln, d_weight = layer_norm_backward_op(rows, ln_weight, ln_bias, dy, weight, False, needs[0], precision)
+        d_weight = d_weight.to(weight.dtype) if needs[3] else None
+    else:
+        dxn = dy @ weight if any(needs[:3]) else None
+        xn, dx, d_ln, _ = layer_norm_backward_op(rows, ln_weight, ln_bias, dxn, None, needs[3], needs[0], precision)
+        d_weight = dy.t() @ xn if needs[3] else None
     d_ln_weight, d_ln_bias = d_ln.to(ln_weight.dtype)
     return (dx.view(x.shape) if needs[0] else None, d_ln_weight if needs[1] else None,
             d_ln_bias if needs[2] else None, d_weight, d_bias)

@@ -246,7 +246,7 @@ def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab
         dy = dy * mask.to(dtype)[..., None]
     dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(
         msa_repr, lnw, lnb, torch.cat([wa, wb]), dy,
-        (needs[0], needs[2], needs[3], needs[4] or needs[6], needs[5] or needs[7]))
+        (needs[0], needs[2], needs[3], needs[4] or needs[6], needs[5] or needs[7]), precision)
     dwa, dwb = (None, None) if dw is None else dw.split(c)
     dba, dbb = (None, None) if dbias is None else dbias.split(c)
     return (dx, None, dlnw, dlnb, dwa if needs[4] else None, dba if needs[5] else None, dwb if needs[6] else None,

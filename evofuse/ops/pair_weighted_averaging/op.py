@@ -8,7 +8,8 @@ softmax over j once per (b, i, h), (B, h, N, N); `kernels.weighted_sum_kernel` f
 epilogue; proj_o by cuBLAS. No float32 (B, S, N, h, C) tensor and no (B, h, S, N, N) tensor exists.
 Backward: d(gated) = grad_out W_o by cuBLAS; the gate's gradient and du from the saved gated sums (row
 attention's gate kernel); dv = w^T du (`weighted_sum_kernel` on w transposed) and dw = du v^T summed over the
-MSA rows in order (`weight_grad_kernel`); the softmax's and both LayerNorm + projections' gradients by PyTorch.
+MSA rows in order (`weight_grad_kernel`); the softmax's gradient by PyTorch, both LayerNorm + projections' by
+`layer_norm_linear_backward` (the pair's head projection on chip: nothing of the pair's size but dz is made).
 """
 
 from __future__ import annotations
@@ -156,9 +157,10 @@ def _backward(ctx, grad_out, *_):
     # the softmax's backward, then the pair's LayerNorm + projection (the mask term has no gradient)
     d_logits = (w * (dw - (w * dw).sum(-1, keepdim=True))).permute(0, 2, 3, 1).to(dtype)  # (B, N, N, h)
     dz, dnzw, dnzb, dwz, _ = layer_norm_linear_backward(pair_repr, nzw, nzb, wz, d_logits,
-                                                        (needs[1], needs[5], needs[6], needs[9], False))
+                                                        (needs[1], needs[5], needs[6], needs[9], False), ctx.precision)
     dm, dnmw, dnmb, dw_mg, _ = layer_norm_linear_backward(msa_repr, nmw, nmb, torch.cat([wm, wg]), d_vg,
-                                                          (needs[0], needs[3], needs[4], needs[7] or needs[8], False))
+                                                          (needs[0], needs[3], needs[4], needs[7] or needs[8], False),
+                                                          ctx.precision)
     dwm, dwg = (None, None) if dw_mg is None else dw_mg.split(inner)
     return (dm, dz, None, dnmw, dnmb, dnzw, dnzb, dwm if needs[7] else None, dwg if needs[8] else None, dwz, d_wo,
             None, None, None, None, None)

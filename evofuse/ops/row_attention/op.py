@@ -184,7 +184,7 @@ def _backward(ctx, grad_out, *_):
     d_qkvg, dz = core_backward_op(qkvg, z, mask, grad_out, wo, gated, lse, h, ctx.mask_mode, ctx.precision)
     dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(
         msa_repr, lnw, lnb, torch.cat([wq, wk, wv, wg]), d_qkvg,
-        (needs[0], needs[3], needs[4], any(needs[5:12:2]), any(needs[6:13:2])))
+        (needs[0], needs[3], needs[4], any(needs[5:12:2]), any(needs[6:13:2])), ctx.precision)
     dws = (None,) * 4 if dw is None else dw.split(H)
     dbs = (None,) * 4 if dbias is None else dbias.split(H)
     projections = [g for pair in zip(dws, dbs) for g in pair]
@@ -197,7 +197,7 @@ def _backward(ctx, grad_out, *_):
         d_pnw = d_pnb = None
     else:
         d_pair, d_pnw, d_pnb, d_wz, _ = layer_norm_linear_backward(
-            pair_repr, pnw, pnb, wz, dz_pairs, (needs[1], needs[17], needs[18], needs[15], False))
+            pair_repr, pnw, pnb, wz, dz_pairs, (needs[1], needs[17], needs[18], needs[15], False), ctx.precision)
     d_bz = dz.sum((0, 2, 3)).to(dtype) if needs[16] else None
     return (dx, d_pair, None, dlnw, dlnb, *projections, d_wo, d_bo, d_wz, d_bz, d_pnw, d_pnb, None, None, None, None)
 
