@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import triton
 
-from ..._runtime import autotune_enabled, interpreting
+from ..._runtime import autotune_enabled, interpreting, next_pow2
 
 FORWARD_CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages)
@@ -43,3 +43,12 @@ def candidates(configs: list[triton.Config], BLOCK_D: int, N: int, element_size:
 
 def prune(configs, named_args, **kwargs):
     return candidates(configs, kwargs["BLOCK_D"], named_args["N"], named_args["qkvg_ptr"].element_size())
+
+
+# The gate's backward is memory bound: one program takes whole rows (every head), about GATE_TILE elements.
+GATE_TILE = 8192  # elements of a row block the gate kernel takes a program
+
+
+def gate_rows_per_program(num_heads: int, head_dim: int) -> int:
+    """BLOCK_M of gate_backward_kernel: whole rows, about GATE_TILE elements."""
+    return max(1, GATE_TILE // (next_pow2(num_heads) * max(16, next_pow2(head_dim))))
