@@ -107,3 +107,20 @@ def test_opcheck_pair_weighted_averaging(train):
     torch.library.opcheck(pair_weighted_averaging_op, _pwa_args(train))
     torch.library.opcheck(pair_weighted_averaging_op, _pwa_args(train, mask=False))
     torch.library.opcheck(pair_weighted_averaging_op, _pwa_args(train, mask_mode="add"))
+
+
+@pytest.mark.no_poison
+@pytest.mark.parametrize("op", ["opm", "att", "pwa"])
+def test_backward_makes_no_zero_gradients_for_the_kept_outputs(op):
+    """The outputs an op keeps for its backward (projections, gated sums, weights) get no gradient: autograd
+    must not fill zeros of their size (at pwa-long ~0.9 GiB and a pass over memory each step)."""
+    from evofuse.ops.pair_weighted_averaging import pair_weighted_averaging_op
+
+    fn, args = {"opm": (outer_product_mean_op, _opm_args(True)), "att": (row_attention_op, _att_args(True)),
+                "pwa": (pair_weighted_averaging_op, _pwa_args(True))}[op]
+    outputs = fn(*args)
+    kept = {tuple(t.shape) for t in outputs[1:] if t.numel()}
+    with torch.profiler.profile(record_shapes=True) as prof:
+        outputs[0].sum().backward()
+    zeroed = {tuple(e.input_shapes[0]) for e in prof.events() if e.name == "aten::zero_" and e.input_shapes}
+    assert kept and not kept & zeroed, kept & zeroed

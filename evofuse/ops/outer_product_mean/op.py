@@ -186,6 +186,7 @@ def _(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, pro
 def _setup_context(ctx, inputs, output):
     msa_repr, msa_mask, *params, normalization, count_eps, precision, _ = inputs
     ctx.save_for_backward(msa_repr, msa_mask, *params, output[1])
+    ctx.set_materialize_grads(False)  # the outputs kept for the backward get no zero-filled gradients
     ctx.normalization = normalization
     ctx.count_eps = count_eps
     ctx.precision = precision

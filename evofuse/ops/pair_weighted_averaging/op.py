@@ -144,6 +144,7 @@ def _setup_context(ctx, inputs, output):
     msa_repr, pair_repr, pair_mask, *params, num_heads, inf, mask_mode, precision, _ = inputs
     _, vg, gated, w = output
     ctx.save_for_backward(msa_repr, pair_repr, *params, vg, gated, w)
+    ctx.set_materialize_grads(False)  # the outputs kept for the backward get no zero-filled gradients
     ctx.num_heads = num_heads
     ctx.precision = precision
 

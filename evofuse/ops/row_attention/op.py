@@ -163,6 +163,7 @@ def _setup_context(ctx, inputs, output):
     msa_repr, pair_repr, msa_mask, *params, num_heads, mask_mode, precision, _ = inputs
     _, qkvg, gated, lse, z = output
     ctx.save_for_backward(msa_repr, pair_repr, msa_mask, *params, qkvg, gated, lse, z)
+    ctx.set_materialize_grads(False)  # the outputs kept for the backward get no zero-filled gradients
     ctx.num_heads = num_heads
     ctx.mask_mode = mask_mode
     ctx.precision = precision
