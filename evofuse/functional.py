@@ -58,6 +58,12 @@ def _on_device(t: torch.Tensor):
     return contextlib.nullcontext()
 
 
+def _cast(tensors, dtype: torch.dtype) -> list:
+    """The tensors in dtype (None stays None); one that has it already is passed as it is, without the
+    dispatcher call of a no-op `.to` (a call's host time counts at small sizes)."""
+    return [t if t is None or t.dtype == dtype else t.to(dtype) for t in tensors]
+
+
 def outer_product_mean(
     msa_repr: torch.Tensor,
     msa_mask: torch.Tensor | None,
@@ -118,8 +124,7 @@ def outer_product_mean(
     check_param_shapes(params, dict(layer_norm_bias=(D,), proj_a_weight=(c, D), proj_a_bias=(c,),
                                     proj_b_weight=(c, D), proj_b_bias=(c,), out_proj_weight=(R, c * c),
                                     out_proj_bias=(R,)))
-    weights = [None if p is None else p.to(msa_repr.dtype) for p in params.values()]  # (no copy where they have
-    # its dtype)
+    weights = _cast(params.values(), msa_repr.dtype)
     if resolve_impl(impl, msa_repr) == "torch":
         return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization, count_eps)
     from .ops.outer_product_mean import fused, outer_product_mean_op
@@ -223,8 +228,7 @@ def msa_row_attention(
                                     pair_norm_weight=(P,), pair_norm_bias=(P,)))
 
     dtype = msa_repr.dtype
-    pair_repr = pair_repr.to(dtype)
-    weights = [None if p is None else p.to(dtype) for p in params.values()]  # (no copy where they have its dtype)
+    pair_repr, *weights = _cast([pair_repr, *params.values()], dtype)
 
     def reference():
         return ref.msa_row_attention_reference(msa_repr, pair_repr, msa_mask, *weights[:-2], num_heads=num_heads,
@@ -312,8 +316,7 @@ def pair_weighted_averaging(
                                     proj_g_weight=(inner, c_m), proj_z_weight=(num_heads, c_z),
                                     proj_o_weight=(c_m, inner)))
     dtype = msa_repr.dtype
-    pair_repr = pair_repr.to(dtype)
-    weights = [p.to(dtype) for p in params.values()]  # (no copy where they have its dtype)
+    pair_repr, *weights = _cast([pair_repr, *params.values()], dtype)
 
     def reference():
         return ref.pair_weighted_averaging_reference(msa_repr, pair_repr, pair_mask, *weights, num_heads=num_heads,
