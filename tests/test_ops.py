@@ -59,6 +59,16 @@ def test_opcheck_outer_product_mean(train):
 
 
 @pytest.mark.no_poison
+@pytest.mark.parametrize("need_ab, need_weight", [(True, True), (True, False), (False, True)])
+def test_opcheck_outer_product_mean_core_backward(need_ab, need_weight):
+    from evofuse.ops.outer_product_mean.op import core_backward_op
+
+    ab, gs, weight = torch.randn(2, 3, 5, 16), torch.randn(2, 5, 5, 6), torch.randn(6, 64)
+    torch.library.opcheck(core_backward_op, tuple(t.to(DEVICE) for t in (ab, gs, weight)) + (need_ab, need_weight,
+                                                                                            "default"))
+
+
+@pytest.mark.no_poison
 @pytest.mark.parametrize("train", [False, True])
 def test_opcheck_row_attention(train):
     torch.library.opcheck(row_attention_op, _att_args(train))

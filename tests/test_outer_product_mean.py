@@ -60,6 +60,17 @@ def test_gradients(normalization, dtype):
     check_gradients(mod, (x, mask), dtype, DEVICE)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_gradients_over_several_row_blocks(monkeypatch, dtype):
+    """The backward takes blocks of output rows i when N*N*c*c passes BLOCK_BYTES: here blocks of 4 rows of
+    N = 9 (the last one short), every gradient against float64."""
+    from evofuse.ops.outer_product_mean import op
+
+    monkeypatch.setattr(op, "BLOCK_BYTES", 2 * 9 * 8 * 8 * 4 * (4 if dtype == torch.float32 else 2))
+    mod = opm_module(16, 6, 8, seed=4, normalization="count_ij_after")
+    check_gradients(mod, (torch.randn(2, 5, 9, 16), random_mask(2, 5, 9, "rows", 5)), dtype, DEVICE)
+
+
 def test_count_eps():
     """"count_ij_after" with OpenFold3's eps (1e-8): a pair no row covers divides by eps alone."""
     out, exact, _, ref32 = _run(2, 6, 11, 16, 8, 10, torch.float32, "count_ij_after", "rows", count_eps=1e-8)

@@ -6,12 +6,12 @@ contraction (`kernels.opm_forward_kernel`) on 16-bit operands: 16-bit inputs as 
 float16 halves after power-of-two scales (the float32 contract from three float16 products). When training,
 the op also returns the masked projections ab, which the backward takes instead of recomputing them.
 
-Backward, for blocks of output rows i (each block's N*N*c*c products at most BLOCK_BYTES, so that the
-whole never exists): with Gs the output gradient times the per-pair factor, the outer products' gradient
-dX = Gs W comes from `kernels.opm_dx_kernel` already in the layout [(i p), (j q)] and gives da = b dX^T and
-db = a dX as batched cuBLAS products; out_proj's weight gradient sums Gs^T X over the blocks in float32, X
-recomputed from a and b. The projections' and the LayerNorm's gradients come from
-`layer_norm_linear_backward`.
+Backward: the op `evofuse::outer_product_mean_core_backward`, for blocks of output rows i (each block's
+N*N*c*c products at most BLOCK_BYTES, so that the whole never exists): with Gs the output gradient times the
+per-pair factor, the outer products' gradient dX = Gs W comes from `kernels.opm_dx_kernel` already in the
+layout [(i p), (j q)] and gives da = b dX^T and db = a dX as batched cuBLAS products; out_proj's weight
+gradient sums Gs^T X over the blocks in float32, X recomputed from a and b. The projections' and the
+LayerNorm's gradients come from `layer_norm_linear_backward`.
 """
 
 from __future__ import annotations
@@ -152,10 +152,8 @@ def _tuned_dx():
                            prune_configs_by={"early_config_prune": configs.dx_prune})(opm_dx_kernel)
 
 
-@torch.library.custom_op("evofuse::outer_products_grad", mutates_args=())
-def outer_products_grad_op(gs: Tensor, weight: Tensor, c: int, precision: str) -> Tensor:
-    """dX[b, (i p), (j q)] = sum_r gs[b, i, j, r] weight[r, p*c + q]: (B, n*c, N*c) in gs's dtype (the
-    backward's Triton part: an op of its own, so that torch.compile traces the backward around it)."""
+def _outer_products_grad(gs: Tensor, weight: Tensor, c: int, precision: str) -> Tensor:
+    """dX[b, (i p), (j q)] = sum_r gs[b, i, j, r] weight[r, p*c + q]: (B, n*c, N*c) in gs's dtype."""
     B, n, N, R = gs.shape
     dx = torch.empty(B, n * c, N * c, dtype=gs.dtype, device=gs.device)
 
@@ -167,10 +165,46 @@ def outer_products_grad_op(gs: Tensor, weight: Tensor, c: int, precision: str) -
     return dx
 
 
-@outer_products_grad_op.register_fake
-def _(gs, weight, c, precision):
-    B, n, N, _ = gs.shape
-    return gs.new_empty(B, n * c, N * c)
+@torch.library.custom_op("evofuse::outer_product_mean_core_backward", mutates_args=())
+def core_backward_op(ab: Tensor, gs: Tensor, weight: Tensor, need_ab: bool, need_weight: bool,
+                     precision: str) -> tuple[Tensor, Tensor]:
+    """(d_ab (B, S, N, 2c) in ab's dtype, d_weight (R, c*c) float32): the gradients of the masked projections
+    ab = [a | b] and of out_proj's weight (R, c*c) for gs (B, N, N, R), the output's gradient times the
+    per-pair factor; each empty where not needed. For blocks of rows i, so that no block's N*N*c*c tensors pass
+    BLOCK_BYTES (the backward's contraction as one op, so that torch.compile traces the backward around it)."""
+    B, S, N, c2 = ab.shape
+    c = c2 // 2
+    R = weight.shape[0]
+    a = ab[..., :c].contiguous()
+    b = ab[..., c:].contiguous()
+    b_flat = b.view(B, S, N * c)
+    d_weight = torch.zeros(R, c * c if need_weight else 0, dtype=torch.float32, device=ab.device)
+    da = torch.empty_like(a) if need_ab else a.new_empty(0)
+    db = torch.zeros(B, S, N * c, dtype=torch.float32, device=ab.device) if need_ab else None
+    rows = max(1, min(N, BLOCK_BYTES // max(1, B * N * c * c * ab.element_size())))
+    for i0 in range(0, N, rows):
+        n = min(rows, N - i0)
+        g = gs[:, i0:i0 + n]  # (B, n, N, R)
+        a_rows = a[:, :, i0:i0 + n].reshape(B, S, n * c)  # [s, (i p)]
+        if need_ab:
+            dx = _outer_products_grad(g, weight, c, precision)  # [(i p), (j q)]
+            da[:, :, i0:i0 + n] = torch.bmm(b_flat, dx.transpose(1, 2)).view(B, S, n, c)
+            db += torch.bmm(a_rows, dx)
+            del dx
+        if need_weight:
+            x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, n*c, N*c): [(i p), (j q)]
+            x = x.view(B, n, c, N, c).permute(0, 1, 3, 2, 4).reshape(B * n * N, c * c)  # [(i j), (p q)]
+            d_weight.add_(g.reshape(-1, R).t() @ x)
+    d_ab = torch.cat([da, db.view(B, S, N, c).to(ab.dtype)], dim=-1) if need_ab else ab.new_empty(0)
+    return d_ab, d_weight
+
+
+@core_backward_op.register_fake
+def _(ab, gs, weight, need_ab, need_weight, precision):
+    B, S, N, c2 = ab.shape
+    R = weight.shape[0]
+    return (ab.new_empty((B, S, N, c2) if need_ab else (0,)),
+            ab.new_empty((R, (c2 // 2) ** 2 if need_weight else 0), dtype=torch.float32))
 
 
 @outer_product_mean_op.register_fake
@@ -207,7 +241,6 @@ def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab
     always). ab (B, S, N, 2c) are the forward's masked projections; grad_out (B, N, N, R)."""
     B, S, N, _ = msa_repr.shape
     c = wa.shape[0]
-    R = wo.shape[0]
     dtype = msa_repr.dtype
     scale = _pair_scale(mask, normalization, count_eps, B, S, N, msa_repr.device)  # (B, N, N) float32
     # every normalization's dX and dW take grad_out times the per-pair factor: "count_ij_after" scales the linear's
@@ -219,30 +252,12 @@ def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab
     if not (need_ab or needs[8]):
         return (None,) * 9 + (d_bo,)
 
-    a = ab[..., :c].contiguous()
-    b = ab[..., c:].contiguous()
-    b_flat = b.view(B, S, N * c)
-    d_wo = torch.zeros(R, c * c, dtype=torch.float32, device=msa_repr.device) if needs[8] else None
-    da = torch.empty_like(a) if need_ab else None
-    db = torch.zeros(B, S, N * c, dtype=torch.float32, device=msa_repr.device) if need_ab else None
-    rows = max(1, min(N, BLOCK_BYTES // max(1, B * N * c * c * msa_repr.element_size())))
-    for i0 in range(0, N, rows):
-        n = min(rows, N - i0)
-        g = gs[:, i0:i0 + n]  # (B, n, N, R)
-        a_rows = a[:, :, i0:i0 + n].reshape(B, S, n * c)  # [s, (i p)]
-        if need_ab:
-            dx = outer_products_grad_op(g, wo, c, precision)  # [(i p), (j q)]
-            da[:, :, i0:i0 + n] = torch.bmm(b_flat, dx.transpose(1, 2)).view(B, S, n, c)
-            db += torch.bmm(a_rows, dx)
-        if needs[8]:
-            x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, n*c, N*c): [(i p), (j q)]
-            x = x.view(B, n, c, N, c).permute(0, 1, 3, 2, 4).reshape(B * n * N, c * c)  # [(i j), (p q)]
-            d_wo += (g.reshape(-1, R).t() @ x).float()
+    d_ab, d_wo = core_backward_op(ab, gs, wo, need_ab, needs[8], precision)
     d_wo = d_wo.to(dtype) if needs[8] else None
     if not need_ab:
         return (None,) * 8 + (d_wo, d_bo)
 
-    dy = torch.cat([da, db.view(B, S, N, c).to(dtype)], dim=-1)  # the gradient of [a | b] before the mask
+    dy = d_ab  # the gradient of [a | b] before the mask
     if mask is not None:
         dy = dy * mask.to(dtype)[..., None]
     dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(
