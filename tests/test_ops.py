@@ -86,14 +86,14 @@ def test_opcheck_row_attention_core_backward():
 
 
 def test_every_fused_size_has_a_config(monkeypatch):
-    """The config tables hold a tile that fits each hidden_dim and input width the fused path takes."""
+    """The config tables hold a tile that fits each hidden_dim and form of operands the fused path takes."""
     from evofuse.ops.outer_product_mean import configs
     from evofuse.ops.outer_product_mean.op import FUSED_HIDDEN_DIMS
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     for c in FUSED_HIDDEN_DIMS:
-        for width in (2, 4):
-            assert configs.candidates(c, width), (c, width)
+        for terms in (1, 3):
+            assert configs.candidates(c, terms), (c, terms)
 
 
 def _pwa_args(train, mask=True, mask_mode="relative"):

@@ -1,9 +1,10 @@
 """The Outer Product Mean kernel's tiles, as data, and the predicate that keeps those that fit a call.
 
 A config names PASSES (passes over the channels p), BLOCK_I x BLOCK_J residues a tile, BLOCK_S MSA rows
-a step and BLOCK_R of out_proj's rows an epilogue step. The predicate keeps a config when its products
-are legal tensor-core shapes (each side >= 16), its float32 accumulator of (BLOCK_I * C / PASSES) x
-(BLOCK_J * C) fits its warps' registers, and its operand tiles fit shared memory for the operand width.
+a step, BLOCK_R of out_proj's rows an epilogue step and W_STAGES, the epilogue loop's pipeline depth. The
+predicate keeps a config when its products are legal tensor-core shapes (each side >= 16), its float32
+accumulator of (BLOCK_I * C / PASSES) x (BLOCK_J * C) fits its warps' registers, and its shared memory, as
+the sm_90 compiler lays it out, fits the multiprocessor.
 """
 
 from __future__ import annotations
@@ -17,23 +18,26 @@ from ..._runtime import autotune_enabled, interpreting
 
 def _configs(tiles) -> list[triton.Config]:
     return [triton.Config({"PASSES_PER_32": passes, "BLOCK_I": bi, "BLOCK_J": bj, "BLOCK_S": bs, "BLOCK_R": br,
-                           "GROUP_I": 8}, num_warps=warps, num_stages=stages)
-            for passes, bi, bj, bs, br, warps, stages in tiles]
+                           "W_STAGES": w_stages, "GROUP_I": 8}, num_warps=warps, num_stages=stages)
+            for passes, bi, bj, bs, br, w_stages, warps, stages in tiles]
 
 
-# By operand width in bytes: (PASSES per 32 channels p, BLOCK_I, BLOCK_J, BLOCK_S, BLOCK_R, num_warps,
+# By products a contraction takes (TERMS: 1 for 16-bit operands, 3 for float32's float16 halves at the default
+# precision): (PASSES per 32 channels p, BLOCK_I, BLOCK_J, BLOCK_S, BLOCK_R, W_STAGES, num_warps,
 # num_stages). PASSES is given per 32 channels: the kernel scales it to the call's C, rounding up.
 CONFIGS = {
-    2: _configs(((2, 8, 8, 64, 64, 8, 2), (4, 16, 8, 32, 64, 8, 3), (4, 8, 8, 32, 32, 8, 3),
-                 (1, 4, 8, 32, 32, 8, 2), (1, 8, 16, 32, 32, 8, 2), (1, 16, 32, 32, 32, 8, 2), (8, 16, 4, 32, 32, 8, 2))),
-    # float32 inputs: float16 halves, three products for each of the two contractions
-    4: _configs(((4, 8, 8, 16, 32, 8, 2), (2, 8, 4, 16, 32, 4, 2), (8, 16, 4, 16, 32, 8, 2), (1, 8, 8, 16, 32, 4, 2))),
+    1: _configs(((2, 8, 8, 64, 64, 1, 8, 3), (2, 8, 8, 64, 64, 2, 8, 2), (4, 16, 8, 64, 64, 1, 8, 3),
+                 (2, 8, 8, 32, 64, 1, 8, 4), (4, 8, 8, 32, 32, 1, 8, 3), (1, 4, 8, 32, 32, 1, 8, 2),
+                 (1, 8, 16, 32, 32, 1, 8, 2), (8, 16, 4, 32, 32, 1, 8, 2))),
+    3: _configs(((4, 16, 8, 32, 64, 1, 8, 3), (4, 8, 8, 64, 64, 1, 8, 3), (4, 8, 8, 32, 64, 1, 8, 3),
+                 (4, 8, 8, 32, 64, 1, 4, 3), (8, 16, 4, 32, 64, 1, 8, 3), (1, 8, 8, 32, 32, 1, 4, 2))),
 }
 INTERPRETER_CONFIG = triton.Config({"PASSES_PER_32": 2, "BLOCK_I": 4, "BLOCK_J": 4, "BLOCK_S": 16, "BLOCK_R": 16,
-                                    "GROUP_I": 2}, num_warps=1, num_stages=1)
+                                    "W_STAGES": 1, "GROUP_I": 2}, num_warps=1, num_stages=1)
 
 ACCUMULATOR_PER_THREAD = 128  # float32 registers of the first product's accumulator a thread holds (no spills)
-SHARED_LIMIT = 220 * 1024  # bytes of shared memory a program may take (sm_90 allows 227 KB; a margin)
+SHARED_LIMIT = 227 * 1024  # bytes of shared memory a program may take on sm_90
+SHARED_MARGIN = 24 * 1024  # the most the compiler took beyond the model below (the tables' configs, c = 16, 32, 64)
 
 
 def passes(config: triton.Config, C: int) -> int:
@@ -41,7 +45,21 @@ def passes(config: triton.Config, C: int) -> int:
     return -(-config.kwargs["PASSES_PER_32"] * C // 32)
 
 
-def fits(config: triton.Config, C: int, element_size: int) -> bool:
+def shared_bytes(config: triton.Config, C: int, terms: int) -> int:
+    """Shared memory of the kernel at `config`, as the sm_90 compiler lays it out (Triton 3.6, checked against
+    its compilations to within SHARED_MARGIN): the largest of the main loop's operand stages, the float32
+    accumulator's rearrangement and the epilogue's operands (x's halves, out_proj's blocks in W_STAGES
+    stages), which are not live together."""
+    kw = config.kwargs
+    p = passes(config, C)
+    rows, cols, pairs = kw["BLOCK_I"] * C // p, kw["BLOCK_J"] * C, kw["BLOCK_I"] * kw["BLOCK_J"]
+    halves = 2 if terms == 3 else 1
+    main = (rows + cols) * kw["BLOCK_S"] * 2 * max(1, config.num_stages)
+    epilogue = halves * (pairs + kw["W_STAGES"] * kw["BLOCK_R"]) * (C * C // p) * 2
+    return max(main, rows * cols * 4, epilogue)
+
+
+def fits(config: triton.Config, C: int, terms: int) -> bool:
     kw = config.kwargs
     p = passes(config, C)
     if C % p:
@@ -52,41 +70,34 @@ def fits(config: triton.Config, C: int, element_size: int) -> bool:
         return False
     if rows * cols > ACCUMULATOR_PER_THREAD * 32 * config.num_warps:
         return False
-    # the main loop's 16-bit operand stages and the float32 accumulator's rearrangement: a lower bound of what
-    # the compiler asks for on sm_90, so the table holds only configs that compiled there (a config this passes
-    # and the compiler refuses is skipped by the autotuner, not by the first-config path)
-    stages = (rows + cols) * kw["BLOCK_S"] * 2 * max(1, config.num_stages)
-    shared = stages + rows * cols * 4
-    return shared <= SHARED_LIMIT
+    return shared_bytes(config, C, terms) + SHARED_MARGIN <= SHARED_LIMIT
 
 
-def candidates(C: int, element_size: int) -> list[triton.Config]:
-    """The configs tried for hidden_dim C and inputs of element_size bytes (the first where autotuning is
+def candidates(C: int, terms: int) -> list[triton.Config]:
+    """The configs tried for hidden_dim C and `terms` products a contraction (the first where autotuning is
     off; the interpreter's alone under Triton's interpreter)."""
     if interpreting():
         return [INTERPRETER_CONFIG]
-    if element_size not in CONFIGS:
-        return []
-    kept = [cfg for cfg in CONFIGS[element_size] if fits(cfg, C, element_size)]
+    kept = [cfg for cfg in CONFIGS[terms] if fits(cfg, C, terms)]
     return kept if autotune_enabled() else kept[:1]
 
 
 def prune(configs, named_args, **kwargs):
-    return candidates(kwargs["C"], 4 if kwargs["SCALED"] else 2)  # the table of the inputs' width
+    return candidates(kwargs["C"], kwargs["TERMS"])
 
 
 ALL_CONFIGS = [cfg for table in CONFIGS.values() for cfg in table]  # what the autotuner is built with
 
 
-def workspace_slot(R: int, C: int, element_size: int) -> int:
+def workspace_slot(R: int, C: int, terms: int) -> int:
     """float32 elements of a program's workspace: the most that any candidate config needs."""
-    return _workspace_slot(R, C, element_size, interpreting(), autotune_enabled())
+    return _workspace_slot(R, C, terms, interpreting(), autotune_enabled())
 
 
 @functools.lru_cache(maxsize=256)
-def _workspace_slot(R: int, C: int, element_size: int, *environment) -> int:
+def _workspace_slot(R: int, C: int, terms: int, *environment) -> int:
     slots = [-(-R // cfg.kwargs["BLOCK_R"]) * cfg.kwargs["BLOCK_R"] * cfg.kwargs["BLOCK_I"] * cfg.kwargs["BLOCK_J"]
-             for cfg in candidates(C, element_size) if passes(cfg, C) > 1]
+             for cfg in candidates(C, terms) if passes(cfg, C) > 1]
     return max(slots, default=0)
 
 

@@ -6,9 +6,10 @@ accumulator. The tile is rearranged to X[(i j), (p q)], scaled by the normalizat
 out_proj's weight in the epilogue: only the (B, N, N, R) output reaches memory, never an N*N*c*c tensor.
 
 The accumulator holds C // PASSES of the channels p at a time: the tile is taken in PASSES passes over the
-channels p, and each pass adds its share of the output, W[:, (p q)] @ X_pass^T, to a float32 workspace of
-the program's own (out_proj's rows r are the M of that product). Programs are persistent, one workspace
-each, and walk the tiles in a grouped order so that tiles running together share rows of a and b in L2.
+channels p, and each pass adds its share of the output, X_pass @ W[:, (p q)]^T, to a float32 workspace of
+the program's own (the tile's pairs are the M of that product, out_proj's weight its operand in shared memory,
+BLOCK_R rows of it a step). Programs are persistent, one workspace each, and walk the tiles in a grouped order
+so that tiles running together share rows of a and b in L2.
 
 Every operand is 16-bit. float32 inputs arrive as float16 after a power-of-two scale into float16's range
 (SCALED): at the default precision as high and low halves (TERMS = 3: the products hi*hi + hi*lo + lo*hi,
@@ -46,6 +47,7 @@ def opm_forward_kernel(
     BLOCK_S: tl.constexpr,
     BLOCK_R: tl.constexpr,
     GROUP_I: tl.constexpr,
+    W_STAGES: tl.constexpr,  # pipeline depth of the epilogue's loop over out_proj's row blocks
 ):
     PASSES: tl.constexpr = (PASSES_PER_32 * C + 31) // 32
     CP: tl.constexpr = C // PASSES  # channels p a pass
@@ -73,39 +75,33 @@ def opm_forward_kernel(
 
         for part in tl.static_range(PASSES):
             acc = tl.zeros((BLOCK_I * CP, BLOCK_J * C), dtype=tl.float32)
-            if TERMS == 3:  # the small terms first
-                acc = _outer_products(acc, a_rows + part * CP, row_i < N, b_cols + stride_xh, col_j < N, S,
-                                      stride_xs, BLOCK_S)
-                acc = _outer_products(acc, a_rows + part * CP + stride_xh, row_i < N, b_cols, col_j < N, S,
-                                      stride_xs, BLOCK_S)
-            acc = _outer_products(acc, a_rows + part * CP, row_i < N, b_cols, col_j < N, S, stride_xs,
-                                  BLOCK_S)  # [(i p), (j q)]
+            acc = _outer_products(acc, a_rows + part * CP, row_i < N, b_cols, col_j < N, S, stride_xs, stride_xh,
+                                  TERMS, BLOCK_S)  # [(i p), (j q)]
             x = _by_pairs(acc, BLOCK_I, CP, BLOCK_J, C) * scale[:, None]  # [(i j), (p q)] float32
             x_hi = x.to(w_ptr.dtype.element_ty)
-            x_hi_t = tl.trans(x_hi)  # [(p q), (i j)]
             if TERMS == 3:
-                x_lo_t = tl.trans((x - x_hi.to(tl.float32)).to(w_ptr.dtype.element_ty))
+                x_lo = (x - x_hi.to(tl.float32)).to(w_ptr.dtype.element_ty)
             offs_k = part * CP * C + tl.arange(0, CP * C)  # out_proj's columns (p q) of this pass
             tl.debug_barrier()  # the workspace: every thread's reads and writes of the last pass are done
-            for r0 in range(0, R, BLOCK_R):
+            for r0 in tl.range(0, R, BLOCK_R, num_stages=W_STAGES):
                 offs_r = r0 + tl.arange(0, BLOCK_R)
                 r_ok = offs_r < R
-                w_tile = w_ptr + offs_r[:, None] * stride_wr + offs_k[None, :] * stride_wk  # [BLOCK_R, CP*C]
-                w = tl.load(w_tile, mask=r_ok[:, None], other=0.0)
-                ws_r = ws + offs_r[:, None] * PAIRS + pair[None, :]  # [BLOCK_R, PAIRS]
+                w_tile = w_ptr + offs_k[:, None] * stride_wk + offs_r[None, :] * stride_wr  # [CP*C, BLOCK_R]
+                w = tl.load(w_tile, mask=r_ok[None, :], other=0.0)
+                ws_r = ws + r0 * PAIRS + pair[:, None] * BLOCK_R + tl.arange(0, BLOCK_R)[None, :]  # [PAIRS, BLOCK_R]
                 if TERMS == 3:  # each pass's products start from zero and join the running sums in a rounded
                     # float32 add: the tensor cores' own accumulation truncates, and chained over all C*C columns
                     # of the three products it reached 1.3e-5 relative on the H200 (c = 64)
-                    sums = tl.dot(tl.load(w_tile + stride_wh, mask=r_ok[:, None], other=0.0), x_hi_t,
-                                  tl.zeros((BLOCK_R, PAIRS), dtype=tl.float32))
-                    sums = tl.dot(w, x_lo_t, sums)
-                    sums += tl.dot(w, x_hi_t, tl.zeros((BLOCK_R, PAIRS), dtype=tl.float32))  # [BLOCK_R, PAIRS]
+                    sums = tl.dot(x_hi, tl.load(w_tile + stride_wh, mask=r_ok[None, :], other=0.0),
+                                  tl.zeros((PAIRS, BLOCK_R), dtype=tl.float32))
+                    sums = tl.dot(x_lo, w, sums)
+                    sums += tl.dot(x_hi, w, tl.zeros((PAIRS, BLOCK_R), dtype=tl.float32))  # [PAIRS, BLOCK_R]
                     if part > 0:
                         sums += tl.load(ws_r)
                 elif part == 0:
-                    sums = tl.dot(w, x_hi_t, tl.zeros((BLOCK_R, PAIRS), dtype=tl.float32))  # [BLOCK_R, PAIRS]
+                    sums = tl.dot(x_hi, w, tl.zeros((PAIRS, BLOCK_R), dtype=tl.float32))  # [PAIRS, BLOCK_R]
                 else:
-                    sums = tl.dot(w, x_hi_t, tl.load(ws_r))
+                    sums = tl.dot(x_hi, w, tl.load(ws_r))
                 if part < PASSES - 1:
                     tl.store(ws_r, sums)
                 else:
@@ -113,23 +109,30 @@ def opm_forward_kernel(
                         sums = sums * tl.load(inv_ptr)
                     bias = tl.load(wb_ptr + offs_r, mask=r_ok, other=0.0).to(tl.float32)  # [BLOCK_R]
                     if DIVIDE_BIAS:
-                        sums += bias[:, None] * scale[None, :]
+                        sums += scale[:, None] * bias[None, :]
                     else:
-                        sums += bias[:, None]
-                    tl.store(o_pairs[None, :] + offs_r[:, None] * stride_or, sums.to(o_ptr.dtype.element_ty),
-                             mask=r_ok[:, None] & pair_ok[None, :])
+                        sums += bias[None, :]
+                    tl.store(o_pairs[:, None] + offs_r[None, :] * stride_or, sums.to(o_ptr.dtype.element_ty),
+                             mask=pair_ok[:, None] & r_ok[None, :])
 
 
 @triton.jit
-def _outer_products(acc, a_rows, row_ok, b_cols, col_ok, S, stride_s, BLOCK_S: tl.constexpr):
+def _outer_products(acc, a_rows, row_ok, b_cols, col_ok, S, stride_s, stride_h, TERMS: tl.constexpr,
+                    BLOCK_S: tl.constexpr):
     """acc [rows, cols] += sum over the MSA rows s < S of a[s, rows]^T b[s, cols] (16-bit operands); a_rows
-    [rows] and b_cols [cols] point at row s = 0."""
-    for s0 in range(0, S, BLOCK_S):
-        s = s0 + tl.arange(0, BLOCK_S)
+    [rows] and b_cols [cols] point at row s = 0. TERMS == 3: the operands' low halves lie stride_h further on, and
+    the products a_hi b_lo, a_lo b_hi, a_hi b_hi (small terms first) are one loop over the rows taken three times,
+    in whole steps of BLOCK_S rows each (one pipelined loop, one set of pointers)."""
+    steps = tl.cdiv(S, BLOCK_S) * BLOCK_S  # the rows a term takes, S rounded up to whole steps
+    for t0 in range(0, TERMS * steps, BLOCK_S):
+        term = t0 // steps  # TERMS == 3: 0 (a_hi, b_lo), 1 (a_lo, b_hi), 2 (a_hi, b_hi)
+        s = t0 - term * steps + tl.arange(0, BLOCK_S)
         s_ok = s < S
         s_off = s.to(tl.int64) * stride_s
-        a = tl.load(a_rows[:, None] + s_off[None, :], mask=row_ok[:, None] & s_ok[None, :], other=0.0)  # [rows, BLOCK_S]
-        b = tl.load(b_cols[None, :] + s_off[:, None], mask=s_ok[:, None] & col_ok[None, :], other=0.0)  # [BLOCK_S, cols]
+        a_off = s_off + (term == 1).to(tl.int64) * stride_h if TERMS == 3 else s_off
+        b_off = s_off + (term == 0).to(tl.int64) * stride_h if TERMS == 3 else s_off
+        a = tl.load(a_rows[:, None] + a_off[None, :], mask=row_ok[:, None] & s_ok[None, :], other=0.0)  # [rows, BLOCK_S]
+        b = tl.load(b_cols[None, :] + b_off[:, None], mask=s_ok[:, None] & col_ok[None, :], other=0.0)  # [BLOCK_S, cols]
         acc = tl.dot(a, b, acc)
     return acc
 

@@ -91,9 +91,8 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
     out = torch.empty(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device)
     counts = _counts(msa_mask, normalization)
     count_args = (out, 0, 0, 0) if counts is None else (counts, *counts.stride())
-    element_size = msa_repr.element_size()
     programs = multiprocessors(msa_repr.device)
-    slot = configs.workspace_slot(R, c, element_size)
+    slot = configs.workspace_slot(R, c, terms)
     workspace = torch.empty(programs * slot, dtype=torch.float32, device=msa_repr.device)
 
     def grid(meta):
