@@ -37,7 +37,8 @@ def one_config(monkeypatch):
             monkeypatch.setattr(opm_configs, "CONFIGS", {terms: [config]})
             monkeypatch.setattr(opm_configs, "ALL_CONFIGS", [config])
         for module, name, config in ((att_configs, "FORWARD_CONFIGS", forward), (att_configs, "BACKWARD_CONFIGS", backward),
-                                     (layer_norm_linear, "CONFIGS", linear), (opm_configs, "DX_CONFIGS", dx),
+                                     (layer_norm_linear, "CONFIGS", linear),
+                                     (layer_norm_linear, "FLOAT32_CONFIGS", linear), (opm_configs, "DX_CONFIGS", dx),
                                      (pwa_configs, "CONFIGS", pwa)):
             if config is not None:
                 monkeypatch.setattr(module, name, [config])
@@ -116,12 +117,15 @@ def test_every_pair_weighted_averaging_config(index, dtype, c, one_config):
     check_gradients(mod, (m, z, mask), dtype, "cuda")
 
 
-@pytest.mark.parametrize("index", range(len(layer_norm_linear.CONFIGS)))
-def test_every_layer_norm_linear_config(index, one_config):
-    if not layer_norm_linear._keep(layer_norm_linear.CONFIGS[index], 64, 64, 2):
+@pytest.mark.parametrize("dtype, index", [(torch.bfloat16, i) for i in range(len(layer_norm_linear.CONFIGS))]
+                         + [(torch.float32, i) for i in range(len(layer_norm_linear.FLOAT32_CONFIGS))])
+def test_every_layer_norm_linear_config(dtype, index, one_config):
+    terms = 0 if dtype == torch.bfloat16 else 3
+    cfg = (layer_norm_linear.CONFIGS if terms == 0 else layer_norm_linear.FLOAT32_CONFIGS)[index]
+    if not layer_norm_linear._keep(cfg, 64, 64, terms):
         pytest.skip("the predicate drops this config here")
-    one_config(linear=layer_norm_linear.CONFIGS[index])
-    _opm_check(torch.bfloat16, 32, N=33, S=9)
+    one_config(linear=cfg)
+    _opm_check(dtype, 32, N=33, S=9)
 
 
 @pytest.mark.parametrize("case", [c for c in SUITE if not c.name.endswith("-seed")], ids=lambda c: c.name)

@@ -31,7 +31,7 @@ LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, LOW])
 def test_matches_pytorch(M, D, K, masked, dtype):
-    """Rows held whole (D <= 256 in 16 bits, 128 in float32) and rows read in chunks."""
+    """Rows held whole (D <= 256) and rows read in chunks."""
     g = torch.Generator().manual_seed(M + D + K)
     x = 3 + torch.randn(M, D, generator=g)  # a large mean: the variance is taken about it
     lnw, lnb = 1 + torch.randn(D, generator=g), torch.randn(D, generator=g)
@@ -45,6 +45,24 @@ def test_matches_pytorch(M, D, K, masked, dtype):
     else:
         lowp = _reference(*(t.to(dtype) for t in (x, lnw, lnb, w, b)), mask)
         assert rel_error(y.cpu(), exact) <= 2 * rel_error(lowp, exact) + 1e-3
+
+
+@pytest.mark.parametrize("precision, bound", [("default", 1e-6), ("fast", 5e-3)])
+def test_float32_weights_of_any_scale(precision, bound):
+    """float32 rows on float16 tensor cores: each output column's weights scaled into float16's range on chip,
+    whatever their magnitude (here 1e-30 to 1e30, one column all zeros, a large LayerNorm weight); rows held
+    whole and read in chunks."""
+    g = torch.Generator().manual_seed(11)
+    for D in (40, 300):
+        x = torch.randn(23, D, generator=g)
+        lnw, lnb = 1 + torch.randn(D, generator=g), torch.randn(D, generator=g)
+        lnw[3] = 5e3
+        w = torch.randn(6, D, generator=g) * torch.tensor([1e-30, 1e-6, 1.0, 1e4, 1e30, 0.0])[:, None]
+        b = torch.randn(6, generator=g)
+        exact = _reference(*(t.double() for t in (x, lnw, lnb, w, b)), None)
+        y = layer_norm_linear(*(t.to(DEVICE) for t in (x, lnw, lnb, w, b)), None, precision)
+        for k in range(6):  # column by column: their magnitudes are 60 orders apart
+            assert rel_error(y[:, k].cpu(), exact[:, k]) <= bound, (D, k)
 
 
 # bfloat16 products are checked on the GPU: Triton's interpreter gets bfloat16 tl.dot wrong

@@ -32,15 +32,16 @@ def _layer_norm_linear_kernel(
     HAS_BIAS: tl.constexpr,
     HAS_MASK: tl.constexpr,
     WHOLE_ROW: tl.constexpr,  # BLOCK_D >= D: the rows normalized once, every output column by this program
+    TERMS: tl.constexpr,  # float32 x: float16 products a chunk (3: high and low halves, 1: high halves); else 0
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BLOCK_D: tl.constexpr,  # the row, or a chunk of it
-    PRECISION: tl.constexpr,
 ):
     """BLOCK_M rows: their mean and variance in float32, then the product of the normalized rows with W. A row
     that fits one chunk is loaded and normalized once and multiplied by all of W, BLOCK_K columns a step;
     a longer one is read in chunks, twice for its moments and once more for the product, by each program
-    of a BLOCK_K block of columns."""
+    of a BLOCK_K block of columns. 16-bit rows are normalized, rounded to their dtype and multiplied as the
+    reference does; float32 rows go through `_float16_product`."""
     pid_m = tl.program_id(0)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
     m_ok = offs_m < M
@@ -53,12 +54,18 @@ def _layer_norm_linear_kernel(
         mean = tl.sum(x, axis=1) / D
         xc = tl.where(ok, x - mean[:, None], 0.0)
         rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
-        xn = _affine(xc * rstd[:, None], lnw_ptr, lnb_ptr, offs_d, d_ok).to(w_ptr.dtype.element_ty)
+        xhat = xc * rstd[:, None]
+        if TERMS == 0:
+            xn = _affine(xhat, lnw_ptr, lnb_ptr, offs_d, d_ok).to(w_ptr.dtype.element_ty)
         for k0 in range(0, K, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             w = tl.load(w_ptr + offs_k[None, :] * stride_wk + offs_d[:, None] * stride_wd,
                         mask=(offs_k < K)[None, :] & d_ok[:, None], other=0.0)  # [BLOCK_D, BLOCK_K]
-            acc = tl.dot(xn, w, input_precision=PRECISION)  # [BLOCK_M, BLOCK_K]
+            if TERMS == 0:
+                acc = tl.dot(xn, w)  # [BLOCK_M, BLOCK_K]
+            else:
+                acc, folded_bias = _float16_product(xhat, w, lnw_ptr, lnb_ptr, offs_d, d_ok, TERMS)
+                acc += folded_bias[None, :]
             _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_ym, stride_yk, HAS_BIAS,
                    HAS_MASK)
     else:
@@ -69,12 +76,42 @@ def _layer_norm_linear_kernel(
             offs_d = d0 + tl.arange(0, BLOCK_D)
             d_ok = offs_d < D
             x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
-            xn = _affine((x.to(tl.float32) - mean[:, None]) * rstd[:, None], lnw_ptr, lnb_ptr, offs_d, d_ok)
+            xhat = tl.where(d_ok[None, :], (x.to(tl.float32) - mean[:, None]) * rstd[:, None], 0.0)
             w = tl.load(w_ptr + offs_k[None, :] * stride_wk + offs_d[:, None] * stride_wd,
                         mask=(offs_k < K)[None, :] & d_ok[:, None], other=0.0)  # [BLOCK_D, BLOCK_K]
-            acc = tl.dot(xn.to(w.dtype), w, acc, input_precision=PRECISION)  # [BLOCK_M, BLOCK_K]
+            if TERMS == 0:
+                xn = _affine(xhat, lnw_ptr, lnb_ptr, offs_d, d_ok)
+                acc = tl.dot(xn.to(w.dtype), w, acc)  # [BLOCK_M, BLOCK_K]
+            else:
+                part, folded_bias = _float16_product(xhat, w, lnw_ptr, lnb_ptr, offs_d, d_ok, TERMS)
+                acc += part + folded_bias[None, :]
         _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_ym, stride_yk, HAS_BIAS,
-                   HAS_MASK)
+               HAS_MASK)
+
+
+@triton.jit
+def _float16_product(xhat, w, lnw_ptr, lnb_ptr, offs_d, d_ok, TERMS: tl.constexpr):
+    """(LayerNorm's affine of xhat [rows, chunk]) @ w [chunk, columns] for float32 operands on float16 tensor
+    cores, as (xhat @ w', lnb @ w) with w' = lnw[:, None] * w: |xhat| <= sqrt(D), so its float16 halves hold it
+    to ~2**-22; each column of w' is scaled by a power of two near 2**7 / its largest magnitude before its
+    halves are taken, and the product unscaled after. TERMS 3: hi*hi + hi*lo + lo*hi, each from zero and added
+    in float32; 1: hi*hi. Returns float32 [rows, columns] and [columns]."""
+    lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    w = w.to(tl.float32)
+    folded_bias = tl.sum(w * lnb[:, None], axis=0)  # [columns]
+    w = w * lnw[:, None]
+    largest = tl.max(tl.abs(w), axis=0)  # [columns]
+    scale = tl.exp2(7.0 - tl.ceil(tl.log2(tl.where(largest > 0, largest, 1.0))))
+    w = w * scale[None, :]
+    w_hi = w.to(tl.float16)
+    x_hi = xhat.to(tl.float16)
+    acc = tl.dot(x_hi, w_hi)
+    if TERMS == 3:
+        small = tl.dot(x_hi, (w - w_hi.to(tl.float32)).to(tl.float16))
+        small = tl.dot((xhat - x_hi.to(tl.float32)).to(tl.float16), w_hi, small)
+        acc += small
+    return acc / scale[None, :], folded_bias
 
 
 @triton.jit
@@ -119,33 +156,45 @@ def _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_
              acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & k_ok[None, :])
 
 
-# Candidate tiles, (BLOCK_M, BLOCK_K, num_warps, num_stages); the first that passes the predicate is the
-# default where autotuning is off.
-CONFIGS = [
-    triton.Config({"BLOCK_M": bm, "BLOCK_K": bk}, num_warps=warps, num_stages=stages)
-    for bm, bk, warps, stages in ((64, 64, 4, 2), (128, 64, 8, 2), (64, 128, 4, 2), (128, 128, 8, 2), (32, 64, 4, 2))
-]
+def _configs(tiles) -> list[triton.Config]:
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_K": bk}, num_warps=warps, num_stages=stages)
+            for bm, bk, warps, stages in tiles]
+
+
+# Candidate tiles, (BLOCK_M, BLOCK_K, num_warps, num_stages), for 16-bit rows and for float32 rows (whose float32
+# weight tiles are split into float16 halves on chip); the first that passes the predicate is the default where
+# autotuning is off.
+CONFIGS = _configs(((64, 64, 4, 2), (128, 64, 8, 2), (64, 128, 4, 2), (128, 128, 8, 2), (32, 64, 4, 2)))
+FLOAT32_CONFIGS = _configs(((64, 32, 8, 2), (64, 64, 8, 1), (128, 32, 8, 2), (32, 32, 4, 2)))
 INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 16, "BLOCK_K": 16}, num_warps=1, num_stages=1)
-MAX_BLOCK_D = 256  # the longest 16-bit row a program holds whole (float32: half)
+MAX_BLOCK_D = 256  # the longest row a program holds whole
+SHARED_LIMIT = 200 * 1024  # bytes of shared memory a config may take, as modelled below (sm_90 has 227 KB)
 
 
-def _keep(config: triton.Config, K: int, BLOCK_D: int, element_size: int) -> bool:
-    """A tile is worth trying when it is no wider than the output and its operands fit in ~96 KB."""
+def _keep(config: triton.Config, K: int, BLOCK_D: int, terms: int) -> bool:
+    """A tile is worth trying when it is no wider than the output and fits shared memory: 16-bit operand tiles
+    within ~96 KB; float32 ones (checked against sm_90 compiles with Triton 3.6) hold the weight's float32 tile
+    in each stage and the row tile once."""
     bm, bk = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_K"]
-    return bk <= max(16, next_pow2(K)) and (bm + bk) * BLOCK_D * element_size <= 96 * 1024
+    if bk > max(16, next_pow2(K)):
+        return False
+    if terms == 0:
+        return (bm + bk) * BLOCK_D * 2 <= 96 * 1024
+    return (bk * max(1, config.num_stages) + bm) * BLOCK_D * 4 <= SHARED_LIMIT
 
 
 def _prune(configs, named_args, **kwargs):
     if interpreting():
         return [INTERPRETER_CONFIG]
-    element_size = named_args["w_ptr"].element_size()
-    kept = [c for c in configs if _keep(c, named_args["K"], kwargs["BLOCK_D"], element_size)] or configs[:1]
+    table = CONFIGS if kwargs["TERMS"] == 0 else FLOAT32_CONFIGS
+    kept = [c for c in table if _keep(c, named_args["K"], kwargs["BLOCK_D"], kwargs["TERMS"])] or table[-1:]
     return kept if autotune_enabled() else kept[:1]
 
 
 @functools.cache
 def _tuned():
-    return triton.autotune(CONFIGS, key=["K_BUCKET", "D", "HAS_BIAS", "HAS_MASK", "WHOLE_ROW", "PRECISION"],
+    return triton.autotune(CONFIGS + FLOAT32_CONFIGS, key=["K_BUCKET", "D", "HAS_BIAS", "HAS_MASK", "WHOLE_ROW",
+                                                        "TERMS"],
                            prune_configs_by={"early_config_prune": _prune})(_layer_norm_linear_kernel)
 
 
@@ -174,7 +223,8 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
     if M == 0 or K == 0:
         return y.view(*lead, K)
     mask_rows = rows if mask is None else mask.reshape(-1)
-    block_d = max(16, min(next_pow2(D), MAX_BLOCK_D // x.element_size() * 2))
+    terms = 0 if x.element_size() == 2 else 3 if precision == "default" else 1
+    block_d = max(16, min(next_pow2(D), MAX_BLOCK_D))
     whole_row = block_d >= D
 
     def grid(meta):
@@ -183,8 +233,8 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
     _tuned()[grid](rows, *rows.stride(), ln_weight, ln_bias, weight, *weight.stride(),
                    weight if bias is None else bias, mask_rows, 0 if mask is None else mask_rows.stride(0), y,
                    *y.stride(), M, D, K, LAYER_NORM_EPS, bucket(K),
-                   HAS_BIAS=bias is not None, HAS_MASK=mask is not None, WHOLE_ROW=whole_row, BLOCK_D=block_d,
-                   PRECISION=dot_precision(x.dtype, precision))
+                   HAS_BIAS=bias is not None, HAS_MASK=mask is not None, WHOLE_ROW=whole_row, TERMS=terms,
+                   BLOCK_D=block_d)
     return y.view(*lead, K)
 
 
