@@ -122,7 +122,7 @@ def test_every_pair_weighted_averaging_config(index, dtype, c, one_config):
 def test_every_layer_norm_linear_config(dtype, index, one_config):
     terms = 0 if dtype == torch.bfloat16 else 3
     cfg = (layer_norm_linear.CONFIGS if terms == 0 else layer_norm_linear.FLOAT32_CONFIGS)[index]
-    if not layer_norm_linear._keep(cfg, 64, 64, terms):
+    if not layer_norm_linear._keep(cfg, 64, 64, terms, True):
         pytest.skip("the predicate drops this config here")
     one_config(linear=cfg)
     _opm_check(dtype, 32, N=33, S=9)

@@ -22,9 +22,11 @@ from ..reference import LAYER_NORM_EPS
 @triton.jit
 def _layer_norm_linear_kernel(
     x_ptr, stride_xm, stride_xd,  # x: (M, D)
-    lnw_ptr, lnb_ptr,  # LayerNorm weight and bias: (D,)
-    w_ptr, stride_wk, stride_wd,  # W: (K, D)
+    lnw_ptr, lnb_ptr,  # LayerNorm weight and bias: (D,); TERMS > 0: unused (folded into W and the bias)
+    w_ptr, stride_wk, stride_wd, stride_wh,  # W: (K, D) in x's dtype; TERMS > 0: float16 halves of the folded W
+    # (`_weight_halves_kernel`), the low half stride_wh after the high
     bias_ptr,  # HAS_BIAS: (K,)
+    inv_ptr,  # TERMS > 0: (K,) float32, 1 / each column's power-of-two scale
     m_ptr, stride_mm,  # HAS_MASK: the row mask (M,), 0/1 of any dtype
     y_ptr, stride_ym, stride_yk,  # y: (M, K)
     M, D, K, eps,
@@ -32,7 +34,7 @@ def _layer_norm_linear_kernel(
     HAS_BIAS: tl.constexpr,
     HAS_MASK: tl.constexpr,
     WHOLE_ROW: tl.constexpr,  # BLOCK_D >= D: the rows normalized once, every output column by this program
-    TERMS: tl.constexpr,  # float32 x: float16 products a chunk (3: high and low halves, 1: high halves); else 0
+    TERMS: tl.constexpr,  # float32 x: float16 products a chunk (3: hi*hi + hi*lo + lo*hi, 1: hi*hi); 16-bit x: 0
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BLOCK_D: tl.constexpr,  # the row, or a chunk of it
@@ -41,7 +43,8 @@ def _layer_norm_linear_kernel(
     that fits one chunk is loaded and normalized once and multiplied by all of W, BLOCK_K columns a step;
     a longer one is read in chunks, twice for its moments and once more for the product, by each program
     of a BLOCK_K block of columns. 16-bit rows are normalized, rounded to their dtype and multiplied as the
-    reference does; float32 rows go through `_float16_product`."""
+    reference does. float32 rows take float16 tensor cores: xhat (|xhat| <= sqrt(D)) as high and low float16
+    halves against the folded weight's halves (`_split_dot`)."""
     pid_m = tl.program_id(0)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
     m_ok = offs_m < M
@@ -54,18 +57,21 @@ def _layer_norm_linear_kernel(
         mean = tl.sum(x, axis=1) / D
         xc = tl.where(ok, x - mean[:, None], 0.0)
         rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
-        xhat = xc * rstd[:, None]
         if TERMS == 0:
-            xn = _affine(xhat, lnw_ptr, lnb_ptr, offs_d, d_ok).to(w_ptr.dtype.element_ty)
+            xn = _affine(xc * rstd[:, None], lnw_ptr, lnb_ptr, offs_d, d_ok).to(w_ptr.dtype.element_ty)
+        else:
+            xhat = xc * rstd[:, None]
+            x_hi = xhat.to(tl.float16)
+            x_lo = (xhat - x_hi.to(tl.float32)).to(tl.float16)
         for k0 in range(0, K, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
-            w = tl.load(w_ptr + offs_k[None, :] * stride_wk + offs_d[:, None] * stride_wd,
-                        mask=(offs_k < K)[None, :] & d_ok[:, None], other=0.0)  # [BLOCK_D, BLOCK_K]
+            w_tile = w_ptr + offs_k[None, :] * stride_wk + offs_d[:, None] * stride_wd  # [BLOCK_D, BLOCK_K]
+            w_ok = (offs_k < K)[None, :] & d_ok[:, None]
             if TERMS == 0:
-                acc = tl.dot(xn, w)  # [BLOCK_M, BLOCK_K]
+                acc = tl.dot(xn, tl.load(w_tile, mask=w_ok, other=0.0))  # [BLOCK_M, BLOCK_K]
             else:
-                acc, folded_bias = _float16_product(xhat, w, lnw_ptr, lnb_ptr, offs_d, d_ok, TERMS)
-                acc += folded_bias[None, :]
+                acc = _split_dot(x_hi, x_lo, w_tile, stride_wh, w_ok, TERMS)
+                acc *= tl.load(inv_ptr + offs_k, mask=offs_k < K, other=0.0)[None, :]
             _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_ym, stride_yk, HAS_BIAS,
                    HAS_MASK)
     else:
@@ -77,41 +83,78 @@ def _layer_norm_linear_kernel(
             d_ok = offs_d < D
             x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
             xhat = tl.where(d_ok[None, :], (x.to(tl.float32) - mean[:, None]) * rstd[:, None], 0.0)
-            w = tl.load(w_ptr + offs_k[None, :] * stride_wk + offs_d[:, None] * stride_wd,
-                        mask=(offs_k < K)[None, :] & d_ok[:, None], other=0.0)  # [BLOCK_D, BLOCK_K]
+            w_tile = w_ptr + offs_k[None, :] * stride_wk + offs_d[:, None] * stride_wd  # [BLOCK_D, BLOCK_K]
+            w_ok = (offs_k < K)[None, :] & d_ok[:, None]
             if TERMS == 0:
                 xn = _affine(xhat, lnw_ptr, lnb_ptr, offs_d, d_ok)
+                w = tl.load(w_tile, mask=w_ok, other=0.0)
                 acc = tl.dot(xn.to(w.dtype), w, acc)  # [BLOCK_M, BLOCK_K]
             else:
-                part, folded_bias = _float16_product(xhat, w, lnw_ptr, lnb_ptr, offs_d, d_ok, TERMS)
-                acc += part + folded_bias[None, :]
+                x_hi = xhat.to(tl.float16)
+                acc += _split_dot(x_hi, (xhat - x_hi.to(tl.float32)).to(tl.float16), w_tile, stride_wh, w_ok, TERMS)
+        if TERMS > 0:
+            acc *= tl.load(inv_ptr + offs_k, mask=offs_k < K, other=0.0)[None, :]
         _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_ym, stride_yk, HAS_BIAS,
                HAS_MASK)
 
 
 @triton.jit
-def _float16_product(xhat, w, lnw_ptr, lnb_ptr, offs_d, d_ok, TERMS: tl.constexpr):
-    """(LayerNorm's affine of xhat [rows, chunk]) @ w [chunk, columns] for float32 operands on float16 tensor
-    cores, as (xhat @ w', lnb @ w) with w' = lnw[:, None] * w: |xhat| <= sqrt(D), so its float16 halves hold it
-    to ~2**-22; each column of w' is scaled by a power of two near 2**7 / its largest magnitude before its
-    halves are taken, and the product unscaled after. TERMS 3: hi*hi + hi*lo + lo*hi, each from zero and added
-    in float32; 1: hi*hi. Returns float32 [rows, columns] and [columns]."""
-    lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-    lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-    w = w.to(tl.float32)
-    folded_bias = tl.sum(w * lnb[:, None], axis=0)  # [columns]
-    w = w * lnw[:, None]
-    largest = tl.max(tl.abs(w), axis=0)  # [columns]
-    scale = tl.exp2(7.0 - tl.ceil(tl.log2(tl.where(largest > 0, largest, 1.0))))
-    w = w * scale[None, :]
-    w_hi = w.to(tl.float16)
-    x_hi = xhat.to(tl.float16)
+def _split_dot(x_hi, x_lo, w_tile, stride_wh, w_ok, TERMS: tl.constexpr):
+    """x @ w from float16 halves: x_hi, x_lo [rows, chunk]; the weight's high half at the pointers w_tile
+    [chunk, columns], its low half stride_wh on. TERMS 3: hi*hi + (hi*lo + lo*hi), each from zero, added in
+    float32; 1: hi*hi. Returns float32 [rows, columns]."""
+    w_hi = tl.load(w_tile, mask=w_ok, other=0.0)
     acc = tl.dot(x_hi, w_hi)
     if TERMS == 3:
-        small = tl.dot(x_hi, (w - w_hi.to(tl.float32)).to(tl.float16))
-        small = tl.dot((xhat - x_hi.to(tl.float32)).to(tl.float16), w_hi, small)
-        acc += small
-    return acc / scale[None, :], folded_bias
+        small = tl.dot(x_hi, tl.load(w_tile + stride_wh, mask=w_ok, other=0.0))
+        acc += tl.dot(x_lo, w_hi, small)
+    return acc
+
+
+@triton.jit
+def _weight_halves_kernel(
+    w_ptr, stride_wk, stride_wd,  # W: (K, D) float32
+    lnw_ptr, lnb_ptr,  # LayerNorm weight and bias: (D,)
+    bias_ptr,  # HAS_BIAS: (K,)
+    halves_ptr, stride_hh, stride_hk,  # out: (TERMS == 3 ? 2 : 1, K, D) float16, channel stride 1
+    inv_ptr, folded_bias_ptr,  # out: (K,) float32 each
+    K, D,
+    HAS_BIAS: tl.constexpr,
+    TERMS: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """LayerNorm(x) @ W^T + bias = xhat @ (W * lnw)^T + (W @ lnb + bias): for BLOCK_K rows of W, the folded
+    weight's float16 halves after a power-of-two scale that puts each row's largest magnitude near 2**7 (its
+    low half then stays in float16's normal range), the inverse scale and the folded bias."""
+    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    k_ok = offs_k < K
+    rows = w_ptr + offs_k.to(tl.int64)[:, None] * stride_wk  # [BLOCK_K, 1]
+    largest = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    folded_bias = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    for d0 in range(0, D, BLOCK_D):
+        offs_d = d0 + tl.arange(0, BLOCK_D)
+        d_ok = offs_d < D
+        w = tl.load(rows + offs_d[None, :] * stride_wd, mask=k_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_K, BLOCK_D]
+        lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0)
+        folded_bias += tl.sum(w * tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0)[None, :], axis=1)
+        largest = tl.maximum(largest, tl.max(tl.abs(w * lnw[None, :]), axis=1))
+    scale = tl.exp2(7.0 - tl.ceil(tl.log2(tl.where(largest > 0, largest, 1.0))))  # [BLOCK_K]
+    for d0 in range(0, D, BLOCK_D):
+        offs_d = d0 + tl.arange(0, BLOCK_D)
+        d_ok = offs_d < D
+        ok = k_ok[:, None] & d_ok[None, :]
+        w = tl.load(rows + offs_d[None, :] * stride_wd, mask=ok, other=0.0)
+        w = w * tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0)[None, :] * scale[:, None]  # [BLOCK_K, BLOCK_D]
+        w_hi = w.to(tl.float16)
+        out = halves_ptr + offs_k.to(tl.int64)[:, None] * stride_hk + offs_d[None, :]
+        tl.store(out, w_hi, mask=ok)
+        if TERMS == 3:
+            tl.store(out + stride_hh, (w - w_hi.to(tl.float32)).to(tl.float16), mask=ok)
+    if HAS_BIAS:
+        folded_bias += tl.load(bias_ptr + offs_k, mask=k_ok, other=0.0)
+    tl.store(inv_ptr + offs_k, 1.0 / scale, mask=k_ok)
+    tl.store(folded_bias_ptr + offs_k, folded_bias, mask=k_ok)
 
 
 @triton.jit
@@ -161,33 +204,40 @@ def _configs(tiles) -> list[triton.Config]:
             for bm, bk, warps, stages in tiles]
 
 
-# Candidate tiles, (BLOCK_M, BLOCK_K, num_warps, num_stages), for 16-bit rows and for float32 rows (whose float32
-# weight tiles are split into float16 halves on chip); the first that passes the predicate is the default where
-# autotuning is off.
+# Candidate tiles, (BLOCK_M, BLOCK_K, num_warps, num_stages), for 16-bit rows and for float32 rows (on float16
+# halves); the first that passes the predicate is the default where autotuning is off.
 CONFIGS = _configs(((64, 64, 4, 2), (128, 64, 8, 2), (64, 128, 4, 2), (128, 128, 8, 2), (32, 64, 4, 2)))
-FLOAT32_CONFIGS = _configs(((64, 32, 8, 2), (64, 64, 8, 1), (128, 32, 8, 2), (32, 32, 4, 2)))
+FLOAT32_CONFIGS = _configs(((64, 64, 4, 2), (64, 64, 8, 2), (128, 64, 8, 2), (64, 32, 4, 2), (32, 32, 4, 2)))
 INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 16, "BLOCK_K": 16}, num_warps=1, num_stages=1)
 MAX_BLOCK_D = 256  # the longest row a program holds whole
-SHARED_LIMIT = 200 * 1024  # bytes of shared memory a config may take, as modelled below (sm_90 has 227 KB)
+SPLIT_BLOCK_K = 16  # rows of the weight a program of `_weight_halves_kernel` takes
+SHARED_LIMIT = 200 * 1024  # bytes of shared memory a float32 config may take as modelled (sm_90: 227 KB)
 
 
-def _keep(config: triton.Config, K: int, BLOCK_D: int, terms: int) -> bool:
+def _keep(config: triton.Config, K: int, BLOCK_D: int, terms: int, whole_row: bool) -> bool:
     """A tile is worth trying when it is no wider than the output and fits shared memory: 16-bit operand tiles
-    within ~96 KB; float32 ones (checked against sm_90 compiles with Triton 3.6) hold the weight's float32 tile
-    in each stage and the row tile once."""
+    within ~96 KB; for float32 rows the shared memory that sm_90 compiles took (Triton 3.6, within 16 KB): the
+    weight's halves in each stage and the rows' halves, or where rows come in chunks, their float32 chunks in
+    each stage."""
     bm, bk = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_K"]
     if bk > max(16, next_pow2(K)):
         return False
     if terms == 0:
         return (bm + bk) * BLOCK_D * 2 <= 96 * 1024
-    return (bk * max(1, config.num_stages) + bm) * BLOCK_D * 4 <= SHARED_LIMIT
+    halves, stages = (2 if terms == 3 else 1), max(1, config.num_stages)
+    if whole_row:
+        shared = halves * (bk * stages + bm) * BLOCK_D * 2
+    else:
+        shared = (halves * bk * 2 + bm * 4) * BLOCK_D * stages
+    return shared <= SHARED_LIMIT
 
 
 def _prune(configs, named_args, **kwargs):
     if interpreting():
         return [INTERPRETER_CONFIG]
     table = CONFIGS if kwargs["TERMS"] == 0 else FLOAT32_CONFIGS
-    kept = [c for c in table if _keep(c, named_args["K"], kwargs["BLOCK_D"], kwargs["TERMS"])] or table[-1:]
+    kept = [c for c in table if _keep(c, named_args["K"], kwargs["BLOCK_D"], kwargs["TERMS"], kwargs["WHOLE_ROW"])]
+    kept = kept or table[-1:]
     return kept if autotune_enabled() else kept[:1]
 
 
@@ -223,15 +273,24 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
     if M == 0 or K == 0:
         return y.view(*lead, K)
     mask_rows = rows if mask is None else mask.reshape(-1)
-    terms = 0 if x.element_size() == 2 else 3 if precision == "default" else 1
     block_d = max(16, min(next_pow2(D), MAX_BLOCK_D))
     whole_row = block_d >= D
+    terms = 0 if x.element_size() == 2 else 3 if precision == "default" else 1
+    w_stride_h, inverse = 0, y  # (unused with 16-bit rows)
+    if terms:  # float32: the folded weight's float16 halves, its inverse column scales and the folded bias
+        halves = torch.empty(2 if terms == 3 else 1, K, D, dtype=torch.float16, device=x.device)
+        inverse, folded_bias = torch.empty(2, K, dtype=torch.float32, device=x.device)
+        _weight_halves_kernel[(cdiv(K, SPLIT_BLOCK_K),)](
+            weight, *weight.stride(), ln_weight, ln_bias, weight if bias is None else bias, halves, halves.stride(0),
+            halves.stride(1), inverse, folded_bias, K, D, HAS_BIAS=bias is not None, TERMS=terms,
+            BLOCK_K=SPLIT_BLOCK_K, BLOCK_D=block_d)
+        weight, w_stride_h, bias = halves[0], halves.stride(0), folded_bias
 
     def grid(meta):
         return cdiv(M, meta["BLOCK_M"]), 1 if whole_row else cdiv(K, meta["BLOCK_K"])
 
-    _tuned()[grid](rows, *rows.stride(), ln_weight, ln_bias, weight, *weight.stride(),
-                   weight if bias is None else bias, mask_rows, 0 if mask is None else mask_rows.stride(0), y,
+    _tuned()[grid](rows, *rows.stride(), ln_weight, ln_bias, weight, *weight.stride(), w_stride_h,
+                   weight if bias is None else bias, inverse, mask_rows, 0 if mask is None else mask_rows.stride(0), y,
                    *y.stride(), M, D, K, LAYER_NORM_EPS, bucket(K),
                    HAS_BIAS=bias is not None, HAS_MASK=mask is not None, WHOLE_ROW=whole_row, TERMS=terms,
                    BLOCK_D=block_d)
