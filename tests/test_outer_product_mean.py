@@ -71,6 +71,27 @@ def test_gradients_over_several_row_blocks(monkeypatch, dtype):
     check_gradients(mod, (torch.randn(2, 5, 9, 16), random_mask(2, 5, 9, "rows", 5)), dtype, DEVICE)
 
 
+@pytest.mark.parametrize("magnitudes", [(1e-20, 1e15, 1e-6), (1e12, 1e-12, 1e25), (1.0, 0.0, 1.0)])
+def test_float32_operands_of_any_magnitude(monkeypatch, magnitudes):
+    """float32's float16 operands: a, b and out_proj's weight each scaled by a power of two from its largest
+    magnitude, found over many programs (here row blocks of 4 and 3 programs for a and b, 64-element blocks of
+    the weight), whatever that magnitude; one operand all zeros too."""
+    from evofuse.ops.outer_product_mean import op
+
+    monkeypatch.setattr(op, "OPERAND_TILE", 64)
+    monkeypatch.setattr(op, "OPERAND_PROGRAMS", 3)
+    mod = opm_module(16, 12, 8, seed=6, normalization="count_ij_after")
+    with torch.no_grad():
+        for layer, scale in zip((mod.proj_a, mod.proj_b, mod.out_proj), magnitudes):
+            layer.weight.mul_(scale)
+            layer.bias.mul_(scale)
+    x = torch.randn(2, 7, 13, 16, generator=torch.Generator().manual_seed(7))
+    mask = random_mask(2, 7, 13, "random", 8)
+    exact = mod.double()(x.double(), mask.double(), impl="torch")
+    out = mod.float().to(DEVICE)(x.to(DEVICE), mask.to(DEVICE), impl="triton")
+    assert rel_error(out.cpu(), exact) <= 1e-5
+
+
 def test_count_eps():
     """"count_ij_after" with OpenFold3's eps (1e-8): a pair no row covers divides by eps alone."""
     out, exact, _, ref32 = _run(2, 6, 11, 16, 8, 10, torch.float32, "count_ij_after", "rows", count_eps=1e-8)

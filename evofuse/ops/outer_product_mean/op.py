@@ -25,7 +25,7 @@ from torch import Tensor
 from ..._runtime import bucket, cdiv, dot_precision, multiprocessors
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from . import configs
-from .kernels import opm_dx_kernel, opm_forward_kernel
+from .kernels import float16_operands_kernel, operand_maxima_kernel, opm_dx_kernel, opm_forward_kernel
 
 FUSED_HIDDEN_DIMS = (8, 16, 32, 64)
 BLOCK_BYTES = 64 << 20  # the backward's outer products and their gradient, a block of rows i at a time
@@ -75,15 +75,8 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
         return torch.zeros(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device), ab
     terms, scaled = (3 if precision == "default" else 1, True) if msa_repr.dtype == torch.float32 else (1, False)
     if scaled:  # float32: float16 halves of the operands scaled by powers of two
-        pairs = ab.view(B, S, N, 2, c)
-        scales = _power_of_two_scales(torch.cat([_finite_abs_max(pairs, (0, 1, 2, 4)),
-                                                 _finite_abs_max(out_proj_weight, (0, 1))[None]]))  # a, b, w
-        # without training, ab's own memory takes the scaled values: the halves are the only copy made
-        ab_h = _float16_halves(pairs.mul_(scales[:2, None]) if not train else pairs * scales[:2, None], terms)
+        ab_h, w_h, inverse = _float16_operands(ab, out_proj_weight, terms)
         ab_h = ab_h.view(-1, B, S, N, 2 * c)
-        w_h = _float16_halves(out_proj_weight * scales[2], terms)
-        inverse = 1 / scales.prod()
-        del pairs
     else:
         ab_h, w_h, inverse = ab[None], out_proj_weight[None], ab
     if not train:  # (float32: its memory free before the output's is taken)
@@ -107,33 +100,33 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
     return out, ab
 
 
-# float32 operands are scaled by 2**(SCALE_TOP - ceil(log2(max |t|))) before their float16 halves: the largest
-# magnitude lands at <= 2**7, so that the tile's sums over the rows divided by their counts stay <= 2**14,
-# within float16's range, in the epilogue; values far below the largest keep ~2**-24 absolute precision
-SCALE_TOP = 7
+OPERAND_TILE = 4096  # float32 elements a program of the operand kernels takes a step
+OPERAND_PROGRAMS = 512  # at most, for a and b (each over consecutive blocks of rows)
 
 
-def _finite_abs_max(t: Tensor, dims: tuple[int, ...]) -> Tensor:
-    """max |t| over dims, Inf and NaN counted as 0."""
-    return t.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0).amax(dims)
-
-
-def _power_of_two_scales(largest: Tensor) -> Tensor:
-    """2**(SCALE_TOP - ceil(log2(largest))) for each entry (2**SCALE_TOP where largest is 0), float32, on the
-    device (no synchronization). Multiplying by them is exact."""
-    e = torch.ceil(torch.log2(largest.float())).nan_to_num(0.0, posinf=0.0, neginf=0.0).clamp(-100, 100)
-    return torch.exp2(SCALE_TOP - e)
-
-
-def _float16_halves(t: Tensor, terms: int) -> Tensor:
-    """(1 or 2, *t.shape) float16: t's high half, and with terms 3 its low half t - high (t to ~2**-22). t (float32)
-    is overwritten with its remainder."""
-    halves = torch.empty((1 if terms == 1 else 2, *t.shape), dtype=torch.float16, device=t.device)
-    halves[0].copy_(t)
-    if terms == 3:
-        halves[1].copy_(t.sub_(halves[0]))
-    return halves
-
+def _float16_operands(ab: Tensor, weight: Tensor, terms: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(ab_h (halves, M, 2c), w_h (halves, R, c*c), inverse (1,)): float16 halves (2 with terms 3, else 1) of a,
+    b and out_proj's weight, each scaled by a power of two into float16's range (kernels.SCALE_TOP), and
+    1 / the product of the three scales, all on the device (no synchronization), in two launches."""
+    two_c = ab.shape[-1]
+    rows = ab.reshape(-1, two_c)
+    w = weight.reshape(-1)
+    halves = 2 if terms == 3 else 1
+    ab_h = torch.empty(halves, *rows.shape, dtype=torch.float16, device=ab.device)
+    w_h = torch.empty(halves, *weight.shape, dtype=torch.float16, device=ab.device)
+    block_m = OPERAND_TILE // two_c
+    blocks = cdiv(rows.shape[0], block_m)
+    per_program = max(1, cdiv(blocks, OPERAND_PROGRAMS))
+    ab_programs = max(1, cdiv(blocks, per_program))
+    programs = ab_programs + cdiv(w.numel(), OPERAND_TILE)
+    partial = torch.empty(programs, 4, dtype=torch.float32, device=ab.device)
+    inverse = torch.empty(1, dtype=torch.float32, device=ab.device)
+    shape = dict(C=two_c // 2, BLOCK_M=block_m, BLOCK_W=OPERAND_TILE)
+    operand_maxima_kernel[(programs,)](rows, rows.shape[0], w, w.numel(), partial, ab_programs, per_program, **shape)
+    float16_operands_kernel[(programs,)](rows, rows.shape[0], w, w.numel(), partial, programs, ab_h, ab_h.stride(0),
+                                         w_h, w_h.stride(0), inverse, ab_programs, per_program, TERMS=terms,
+                                         BLOCK_P=256, **shape)
+    return ab_h, w_h, inverse
 
 
 @functools.cache

@@ -1,0 +1,129 @@
+"""Every Triton kernel compiled for sm_90 (the H100 and H200) on a machine without a GPU, at each operation's
+default tile, in bfloat16 and float32: what Triton's interpreter does not check (globals that are not
+constexpr, layouts the compiler refuses, shared memory beyond the multiprocessor's 227 KB) fails here, before
+a GPU run. The kernels must not be built under the interpreter, so the compiles run in a process of their
+own (this file run as a script)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+SHARED_LIMIT = 227 * 1024  # bytes of shared memory a block may take on sm_90
+FLOATS = ("eps", "qk_scale", "sm_scale")
+FLOAT32_POINTERS = ("m_ptr", "lse_ptr", "delta_ptr", "dz_ptr", "dw_ptr", "cnt_ptr", "inv_ptr", "ws_ptr",
+                    "partial_ptr", "dln_ptr", "folded_bias_ptr")
+
+
+@pytest.mark.full
+def test_every_kernel_compiles_for_sm90():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"EVOFUSE_AUTOTUNE": "0"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    run = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=1500)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    assert "compiled" in run.stdout
+
+
+def _compile(kernel, dtype, consts, num_warps, num_stages, pointers=None):
+    """Shared memory (bytes) of `kernel` compiled for sm_90: pointers typed `dtype` unless named in
+    FLOAT32_POINTERS or `pointers`, integers 32-bit, pointers 16-byte aligned as PyTorch's allocations are."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    pointers = pointers or {}
+    sig = {}
+    for name in kernel.arg_names:
+        if name in consts:
+            sig[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            sig[name] = pointers.get(name, "*fp32" if name in FLOAT32_POINTERS else f"*{dtype}")
+        else:
+            sig[name] = "fp32" if name in FLOATS else "i32"
+    attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in kernel.arg_names if n.endswith("_ptr")}
+    source = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 128),
+                          options={"num_warps": num_warps, "num_stages": num_stages}).metadata.shared
+
+
+def _launches():
+    """(name, kernel, dtype, constexprs, num_warps, num_stages, pointer overrides) of the default launches."""
+    from evofuse._runtime import next_pow2
+    from evofuse.ops import layer_norm_linear as lnl
+    from evofuse.ops.outer_product_mean import configs as opm_configs
+    from evofuse.ops.outer_product_mean import kernels as opm
+    from evofuse.ops.pair_weighted_averaging import configs as pwa_configs
+    from evofuse.ops.pair_weighted_averaging import kernels as pwa
+    from evofuse.ops.row_attention import configs as att_configs
+    from evofuse.ops.row_attention import kernels as att
+
+    def cfg(config):
+        return config.kwargs, config.num_warps, config.num_stages
+
+    for dtype, terms, precision in (("bf16", 1, "tf32"), ("fp32", 3, "tf32x3")):
+        operand = "fp16" if dtype == "fp32" else dtype
+        for c in (16, 32, 64):
+            kw, warps, stages = cfg(opm_configs.candidates(c, terms)[0])
+            yield (f"opm forward {dtype} c={c}", opm.opm_forward_kernel, dtype,
+                   dict(C=c, DIVIDE_BIAS=False, EPS=0.0, HAS_COUNTS=True, TERMS=terms, SCALED=dtype == "fp32", **kw),
+                   warps, stages, {n: f"*{operand}" for n in ("a_ptr", "b_ptr", "w_ptr")})
+        kw, warps, stages = cfg(opm_configs.dx_candidates(32)[0])
+        yield f"opm dX {dtype}", opm.opm_dx_kernel, dtype, dict(C=32, PRECISION=precision, **kw), warps, stages, {}
+        for D, K in ((256, 1024), (512, 256)):
+            block_d = min(next_pow2(D), lnl.MAX_BLOCK_D)
+            lnl_terms = 0 if dtype == "bf16" else 3
+            table = lnl.CONFIGS if lnl_terms == 0 else lnl.FLOAT32_CONFIGS
+            kw, warps, stages = cfg([c for c in table if lnl._keep(c, K, block_d, lnl_terms, block_d >= D)][0])
+            yield (f"layer_norm_linear {dtype} D={D} K={K}", lnl._layer_norm_linear_kernel, dtype,
+                   dict(HAS_BIAS=True, HAS_MASK=True, WHOLE_ROW=block_d >= D, TERMS=lnl_terms, BLOCK_D=block_d, **kw),
+                   warps, stages, {"w_ptr": "*fp16"} if lnl_terms else {})
+        for project, D, K in ((False, 256, 0), (True, 128, 8)):
+            block_m = max(16 if project else 1, lnl.BACKWARD_TILE // D)
+            yield (f"layer_norm backward {dtype} project={project}", lnl._layer_norm_backward_kernel, dtype,
+                   dict(HAS_GRAD=True, PROJECT=project, STORE_XN=not project, STORE_DX=True, BLOCK_M=block_m,
+                        BLOCK_D=D, BLOCK_K=16, PRECISION=precision),
+                   4 if block_m * D <= lnl.BACKWARD_TILE else 8, 3, {"dw_ptr": "*fp32"})
+        attention = dict(MASKED=-1e9, HAS_MASK=True, BLOCK_D=32, PRECISION=precision)
+        kw, warps, stages = cfg(att_configs.FORWARD_CONFIGS[0])
+        yield (f"attention forward {dtype}", att.attention_forward_kernel, dtype, dict(TRAIN=True, **attention, **kw),
+               warps, stages, {})
+        kw, warps, stages = cfg(att_configs.BACKWARD_CONFIGS[0])
+        for kernel in (att.attention_dq_kernel, att.attention_dkdv_kernel, att.attention_dz_kernel):
+            yield (f"{kernel.__name__} {dtype}", kernel, dtype, dict(ADDITIVE_MASK=False, **attention, **kw), warps,
+                   stages, {})
+        yield (f"gate backward {dtype}", att.gate_backward_kernel, dtype,
+               dict(BLOCK_M=att_configs.gate_rows_per_program(8, 32), BLOCK_H=8, BLOCK_D=32), 4, 2, {})
+        kw, warps, stages = cfg(pwa_configs.candidates(32, 2 if dtype == "bf16" else 4)[0])
+        yield (f"weighted sum {dtype}", pwa.weighted_sum_kernel, dtype,
+               dict(GATE=True, BLOCK_C=32, PRECISION=precision, **kw), warps, stages, {})
+        yield (f"weight gradient {dtype}", pwa.weight_grad_kernel, dtype, dict(BLOCK_C=32, PRECISION=precision, **kw),
+               warps, stages, {})
+    yield ("weight halves", lnl._weight_halves_kernel, "fp32",
+           dict(HAS_BIAS=True, TERMS=3, BLOCK_K=lnl.SPLIT_BLOCK_K, BLOCK_D=256), 4, 2, {"halves_ptr": "*fp16"})
+    for c in (8, 64):
+        shape = dict(C=c, BLOCK_M=4096 // (2 * c), BLOCK_W=4096)
+        yield f"operand maxima c={c}", opm.operand_maxima_kernel, "fp32", shape, 4, 2, {}
+        yield (f"float16 operands c={c}", opm.float16_operands_kernel, "fp32", dict(TERMS=3, BLOCK_P=256, **shape), 4,
+               2, {"ab_h_ptr": "*fp16", "w_h_ptr": "*fp16"})
+
+
+def main() -> int:
+    failed = 0
+    launches = list(_launches())
+    for name, kernel, dtype, consts, warps, stages, pointers in launches:
+        try:
+            shared = _compile(kernel, dtype, consts, warps, stages, pointers)
+        except Exception as err:  # every launch is tried; the failures are reported together
+            failed += 1
+            print(f"FAIL {name}: {type(err).__name__}: {str(err)[-600:]}", flush=True)
+            continue
+        over = shared > SHARED_LIMIT
+        failed += over
+        print(f"{'FAIL' if over else 'ok  '} {name}: {shared / 1024:.0f} KiB shared", flush=True)
+    print(f"{len(launches) - failed} of {len(launches)} compiled")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
