@@ -26,13 +26,33 @@ def test_every_kernel_compiles_for_sm90():
     assert "compiled" in run.stdout
 
 
+# The strides that are 1 in the launches at the suite's shapes (Triton specializes an integer argument of value
+# 1 as a constant), by kernel; every other integer is marked divisible by 16, as a launch at those shapes marks
+# it (the loads then vectorize and pipeline: the most shared memory a kernel takes).
+UNIT_STRIDES = {
+    "opm_forward_kernel": ("stride_wk", "stride_or"),
+    "opm_dx_kernel": ("stride_gr", "stride_wk", "stride_dc"),
+    "_layer_norm_linear_kernel": ("stride_xd", "stride_wd", "stride_yk", "stride_mm"),
+    "_layer_norm_backward_kernel": ("stride_xd", "stride_gd", "stride_wd", "stride_nd", "stride_dd"),
+    "_weight_halves_kernel": ("stride_wd",),
+    "attention_forward_kernel": ("stride_zj", "stride_mn", "stride_lt"),
+    "attention_dq_kernel": ("stride_zj", "stride_mn", "stride_lt"),
+    "attention_dkdv_kernel": ("stride_zj", "stride_mn", "stride_lt"),
+    "attention_dz_kernel": ("stride_zj", "stride_mn", "stride_lt"),
+    "weighted_sum_kernel": ("stride_wj",),
+    "weight_grad_kernel": ("stride_wj",),
+}
+
+
 def _compile(kernel, dtype, consts, num_warps, num_stages, pointers=None):
-    """Shared memory (bytes) of `kernel` compiled for sm_90: pointers typed `dtype` unless named in
-    FLOAT32_POINTERS or `pointers`, integers 32-bit, pointers 16-byte aligned as PyTorch's allocations are."""
+    """Shared memory (bytes) of `kernel` compiled for sm_90 as a launch at the suite's shapes specializes it:
+    pointers typed `dtype` unless named in FLOAT32_POINTERS or `pointers`, the strides of UNIT_STRIDES constant
+    1, pointers and the other integers (32-bit) divisible by 16."""
     import triton
     from triton.backends.compiler import GPUTarget
 
     pointers = pointers or {}
+    consts = dict(consts) | {n: 1 for n in UNIT_STRIDES.get(kernel.__name__, ())}
     sig = {}
     for name in kernel.arg_names:
         if name in consts:
@@ -41,7 +61,8 @@ def _compile(kernel, dtype, consts, num_warps, num_stages, pointers=None):
             sig[name] = pointers.get(name, "*fp32" if name in FLOAT32_POINTERS else f"*{dtype}")
         else:
             sig[name] = "fp32" if name in FLOATS else "i32"
-    attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in kernel.arg_names if n.endswith("_ptr")}
+    attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in kernel.arg_names
+             if n not in consts and n not in FLOATS}
     source = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 128),
                           options={"num_warps": num_warps, "num_stages": num_stages}).metadata.shared
