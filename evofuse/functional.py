@@ -96,7 +96,7 @@ def outer_product_mean(
             1e-3 + sum_s mask[s, i] mask[s, j] (AF2, OpenFold, AF3, Protenix); "count_ij" by
             max(sum_s mask[s, i] mask[s, j], 1) before out_proj (Boltz).
         count_eps: what "count_ij_after" adds to the counts (> 0; AF2 1e-3, OpenFold3's model 1e-8).
-        precision: "default" (float32 meets rel <= 1e-5) or "fast" (TF32 products, rel <= 5e-3).
+        precision: "default" (float32 meets rel <= 1e-5) or "fast" (one float16 or TF32 product, rel <= 5e-3).
         impl: "auto", "triton" or "torch"; None follows EVOFUSE_IMPL (default "auto").
     Returns:
         (B, N, N, pair_dim) in msa_repr's dtype; the parameters are cast to it, and 16-bit inputs

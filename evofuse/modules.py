@@ -32,7 +32,7 @@ class OuterProductMean(nn.Module):
             both are) or "count_ij" (Boltz: divide by the rows where i and j both are, before out_proj).
         count_eps: what "count_ij_after" adds to the counts (AF2 1e-3; OpenFold3's model 1e-8).
         projection_bias: whether proj_a and proj_b have biases (OpenFold, AF3, Protenix, Boltz: none).
-        precision: "default" (float32 inputs meet rel <= 1e-5) or "fast" (TF32 dots, rel <= 5e-3).
+        precision: "default" (float32 inputs meet rel <= 1e-5) or "fast" (one float16 or TF32 product, rel <= 5e-3).
         impl: "auto", "triton" or "torch"; None follows EVOFUSE_IMPL (default auto).
 
     forward(msa_repr (B, S, N, D) float, msa_mask (B, S, N) 0/1 or None) returns

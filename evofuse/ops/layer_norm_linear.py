@@ -262,7 +262,9 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
 
     x (..., D) float16, bfloat16 or float32 (any strides); ln_weight, ln_bias (D,); weight (K, D) and bias
     (K,) or None in x's dtype; mask of x's leading shape, 0/1 of any real dtype, or None. Returns (..., K) in
-    x's dtype, contiguous; the statistics and the products accumulate in float32.
+    x's dtype, contiguous; the statistics and the products accumulate in float32. float32 rows take float16
+    tensor cores: the normalized rows' and the (LayerNorm-folded, column-scaled) weight's high and low halves,
+    three products at the "default" precision (~1e-7 relative), the high halves alone at "fast".
     """
     D = x.shape[-1]
     K = weight.shape[0]
