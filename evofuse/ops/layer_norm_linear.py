@@ -17,6 +17,7 @@ from torch import Tensor
 
 from .._runtime import autotune_enabled, bucket, cdiv, dot_precision, interpreting, next_pow2
 from ..reference import LAYER_NORM_EPS
+from .float16_halves import finite_abs, power_of_two_scales, store_halves
 
 
 @triton.jit
@@ -125,8 +126,8 @@ def _weight_halves_kernel(
     BLOCK_D: tl.constexpr,
 ):
     """LayerNorm(x) @ W^T + bias = xhat @ (W * lnw)^T + (W @ lnb + bias): for BLOCK_K rows of W, the folded
-    weight's float16 halves after a power-of-two scale that puts each row's largest magnitude near 2**7 (its
-    low half then stays in float16's normal range), the inverse scale and the folded bias."""
+    weight's float16 halves after each row's power-of-two scale (`float16_halves`), the inverse scales and the
+    folded bias."""
     offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     k_ok = offs_k < K
     rows = w_ptr + offs_k.to(tl.int64)[:, None] * stride_wk  # [BLOCK_K, 1]
@@ -138,19 +139,15 @@ def _weight_halves_kernel(
         w = tl.load(rows + offs_d[None, :] * stride_wd, mask=k_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_K, BLOCK_D]
         lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0)
         folded_bias += tl.sum(w * tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0)[None, :], axis=1)
-        largest = tl.maximum(largest, tl.max(tl.abs(w * lnw[None, :]), axis=1))
-    scale = tl.exp2(7.0 - tl.ceil(tl.log2(tl.where(largest > 0, largest, 1.0))))  # [BLOCK_K]
+        largest = tl.maximum(largest, tl.max(finite_abs(w * lnw[None, :]), axis=1))
+    scale = power_of_two_scales(largest)  # [BLOCK_K]
     for d0 in range(0, D, BLOCK_D):
         offs_d = d0 + tl.arange(0, BLOCK_D)
         d_ok = offs_d < D
         ok = k_ok[:, None] & d_ok[None, :]
         w = tl.load(rows + offs_d[None, :] * stride_wd, mask=ok, other=0.0)
         w = w * tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0)[None, :] * scale[:, None]  # [BLOCK_K, BLOCK_D]
-        w_hi = w.to(tl.float16)
-        out = halves_ptr + offs_k.to(tl.int64)[:, None] * stride_hk + offs_d[None, :]
-        tl.store(out, w_hi, mask=ok)
-        if TERMS == 3:
-            tl.store(out + stride_hh, (w - w_hi.to(tl.float32)).to(tl.float16), mask=ok)
+        store_halves(halves_ptr + offs_k.to(tl.int64)[:, None] * stride_hk + offs_d[None, :], stride_hh, w, ok, TERMS)
     if HAS_BIAS:
         folded_bias += tl.load(bias_ptr + offs_k, mask=k_ok, other=0.0)
     tl.store(inv_ptr + offs_k, 1.0 / scale, mask=k_ok)

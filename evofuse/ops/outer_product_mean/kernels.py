@@ -21,6 +21,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..float16_halves import finite_abs, power_of_two_scales, store_halves
+
 
 @triton.jit
 def opm_forward_kernel(
@@ -209,12 +211,8 @@ def opm_dx_kernel(
              mask=pair_ok[:, None])
 
 
-# float32 inputs: the contraction's operands as float16 halves. Each of a, b and out_proj's weight is scaled by
-# 2**(SCALE_TOP - e), with 2**e the power of two just above its largest finite magnitude (or 2**(e-1) == it),
-# so that its largest magnitude lands in [2**(SCALE_TOP-1), 2**SCALE_TOP): the tile's sums over the rows divided
-# by their counts then stay below 2**14, within float16's range, in the epilogue, and values far below the
-# largest keep ~2**-24 absolute precision. Two launches: every program's maxima, then the halves.
-SCALE_TOP = tl.constexpr(7)
+# float32 inputs: the contraction's operands as float16 halves, each of a, b and out_proj's weight with its own
+# power-of-two scale (`float16_halves`). Two launches: every program's maxima, then the halves.
 
 
 @triton.jit
@@ -236,14 +234,14 @@ def operand_maxima_kernel(
             rows = (pid * blocks_per_program + block) * BLOCK_M + tl.arange(0, BLOCK_M)
             x = tl.load(ab_ptr + rows.to(tl.int64)[:, None] * (2 * C) + cols[None, :], mask=(rows < M)[:, None],
                         other=0.0)  # [BLOCK_M, 2C]
-            largest = tl.maximum(largest, tl.max(_finite_abs(x), axis=0))
+            largest = tl.maximum(largest, tl.max(finite_abs(x), axis=0))
         a_max = tl.max(tl.where(cols < C, largest, 0.0), axis=0)
         b_max = tl.max(tl.where(cols >= C, largest, 0.0), axis=0)
         maxima = tl.where(slot == 0, a_max, tl.where(slot == 1, b_max, 0.0))  # [4]
     else:
         offs = (pid - AB_PROGRAMS).to(tl.int64) * BLOCK_W + tl.arange(0, BLOCK_W)
         w = tl.load(w_ptr + offs, mask=offs < W_SIZE, other=0.0)  # [BLOCK_W]
-        maxima = tl.where(slot == 2, tl.max(_finite_abs(w), axis=0), 0.0)
+        maxima = tl.where(slot == 2, tl.max(finite_abs(w), axis=0), 0.0)
     tl.store(partial_ptr + pid * 4 + slot, maxima)
 
 
@@ -269,7 +267,7 @@ def float16_operands_kernel(
         p = p0 + tl.arange(0, BLOCK_P)
         part = tl.load(partial_ptr + p[:, None] * 4 + slot[None, :], mask=(p < PARTIALS)[:, None], other=0.0)  # [BLOCK_P, 4]
         maxima = tl.maximum(maxima, tl.max(part, axis=0))
-    scales = _power_of_two_scales(maxima)  # [4]: a, b, w, (unused)
+    scales = power_of_two_scales(maxima)  # [4]: a, b, w, (unused)
     s_a = tl.sum(tl.where(slot == 0, scales, 0.0), axis=0)
     s_b = tl.sum(tl.where(slot == 1, scales, 0.0), axis=0)
     s_w = tl.sum(tl.where(slot == 2, scales, 0.0), axis=0)
@@ -283,33 +281,8 @@ def float16_operands_kernel(
             offs = rows.to(tl.int64)[:, None] * (2 * C) + cols[None, :]  # [BLOCK_M, 2C]
             ok = (rows < M)[:, None]
             x = tl.load(ab_ptr + offs, mask=ok, other=0.0) * col_scale[None, :]
-            _store_halves(ab_h_ptr + offs, stride_abh, x, ok, TERMS)
+            store_halves(ab_h_ptr + offs, stride_abh, x, ok, TERMS)
     else:
         offs = (pid - AB_PROGRAMS).to(tl.int64) * BLOCK_W + tl.arange(0, BLOCK_W)
         ok = offs < W_SIZE
-        _store_halves(w_h_ptr + offs, stride_wh, tl.load(w_ptr + offs, mask=ok, other=0.0) * s_w, ok, TERMS)
-
-
-@triton.jit
-def _finite_abs(x):
-    """|x|, with Inf and NaN as 0 (NaN < Inf is false)."""
-    return tl.where(tl.abs(x) < float("inf"), tl.abs(x), 0.0)
-
-
-@triton.jit
-def _power_of_two_scales(largest):
-    """2**(SCALE_TOP - e) for each largest magnitude (any shape, float32), 2**e the power of two above it read
-    from its exponent bits (e clamped to [-100, 100]; 2**SCALE_TOP where it is 0): exact powers of two."""
-    exponent = ((largest.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126
-    exponent = tl.minimum(tl.maximum(tl.where(largest > 0, exponent, 0), -100), 100)
-    biased = (127 - exponent) + SCALE_TOP  # the float32 exponent field of the scale
-    return (biased << 23).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _store_halves(ptr, stride_h, x, ok, TERMS: tl.constexpr):
-    """x (float32) as its float16 high half at ptr and, with TERMS 3, its low half x - high stride_h on."""
-    x_hi = x.to(tl.float16)
-    tl.store(ptr, x_hi, mask=ok)
-    if TERMS == 3:
-        tl.store(ptr + stride_h, (x - x_hi.to(tl.float32)).to(tl.float16), mask=ok)
+        store_halves(w_h_ptr + offs, stride_wh, tl.load(w_ptr + offs, mask=ok, other=0.0) * s_w, ok, TERMS)
