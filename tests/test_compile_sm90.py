@@ -13,7 +13,7 @@ import pytest
 SHARED_LIMIT = 227 * 1024  # bytes of shared memory a block may take on sm_90
 FLOATS = ("eps", "qk_scale", "sm_scale")
 FLOAT32_POINTERS = ("m_ptr", "lse_ptr", "delta_ptr", "dz_ptr", "dw_ptr", "cnt_ptr", "inv_ptr", "ws_ptr",
-                    "partial_ptr", "dln_ptr", "folded_bias_ptr")
+                    "partial_ptr", "dln_ptr", "folded_bias_ptr", "sum_ptr")
 
 
 @pytest.mark.full
@@ -32,6 +32,8 @@ def test_every_kernel_compiles_for_sm90():
 UNIT_STRIDES = {
     "opm_forward_kernel": ("stride_wk", "stride_or"),
     "opm_dx_kernel": ("stride_gr", "stride_wk", "stride_dc"),
+    "opm_grad_scale_kernel": ("stride_gr", "stride_cj"),
+    "opm_dw_kernel": ("stride_gr", "stride_xc"),
     "_layer_norm_linear_kernel": ("stride_xd", "stride_wd", "stride_yk", "stride_mm"),
     "_layer_norm_backward_kernel": ("stride_xd", "stride_gd", "stride_wd", "stride_nd", "stride_dd"),
     "_weight_halves_kernel": ("stride_wd",),
@@ -91,6 +93,11 @@ def _launches():
                    warps, stages, {n: f"*{operand}" for n in ("a_ptr", "b_ptr", "w_ptr")})
         kw, warps, stages = cfg(opm_configs.dx_candidates(32)[0])
         yield f"opm dX {dtype}", opm.opm_dx_kernel, dtype, dict(C=32, PRECISION=precision, **kw), warps, stages, {}
+        kw, warps, stages = cfg(opm_configs.dw_candidates(32, 2 if dtype == "bf16" else 4)[0])
+        yield (f"opm dW {dtype}", opm.opm_dw_kernel, dtype, dict(C=32, ACCUMULATE=True, PRECISION=precision, **kw),
+               warps, stages, {})
+        yield (f"opm Gs {dtype}", opm.opm_grad_scale_kernel, dtype,
+               dict(DIVIDE_BIAS=True, EPS=1e-3, HAS_COUNTS=True, BLOCK_P=128, BLOCK_R=64), 4, 3, {})
         for D, K in ((256, 1024), (512, 256)):
             block_d = min(next_pow2(D), lnl.MAX_BLOCK_D)
             lnl_terms = 0 if dtype == "bf16" else 3
@@ -99,12 +106,12 @@ def _launches():
             yield (f"layer_norm_linear {dtype} D={D} K={K}", lnl._layer_norm_linear_kernel, dtype,
                    dict(HAS_BIAS=True, HAS_MASK=True, WHOLE_ROW=block_d >= D, TERMS=lnl_terms, BLOCK_D=block_d, **kw),
                    warps, stages, {"w_ptr": "*fp16"} if lnl_terms else {})
-        for project, D, K in ((False, 256, 0), (True, 128, 8)):
-            block_m = max(16 if project else 1, lnl.BACKWARD_TILE // D)
-            yield (f"layer_norm backward {dtype} project={project}", lnl._layer_norm_backward_kernel, dtype,
+        for project, D, K in ((False, 256, 0), (True, 128, 8)) + (((True, 256, 64),) if dtype == "bf16" else ()):
+            block_m, block_k = max(16 if project else 1, lnl.BACKWARD_TILE // D), max(16, K)
+            yield (f"layer_norm backward {dtype} D={D} K={K}", lnl._layer_norm_backward_kernel, dtype,
                    dict(HAS_GRAD=True, PROJECT=project, STORE_XN=not project, STORE_DX=True, BLOCK_M=block_m,
-                        BLOCK_D=D, BLOCK_K=16, PRECISION=precision),
-                   4 if block_m * D <= lnl.BACKWARD_TILE else 8, 3, {"dw_ptr": "*fp32"})
+                        BLOCK_D=D, BLOCK_K=block_k, PRECISION=precision),
+                   8 if block_m * D > lnl.BACKWARD_TILE or project and block_k * D > 4096 else 4, 3, {"dw_ptr": "*fp32"})
         attention = dict(MASKED=-1e9, HAS_MASK=True, BLOCK_D=32, PRECISION=precision)
         kw, warps, stages = cfg(att_configs.FORWARD_CONFIGS[0])
         yield (f"attention forward {dtype}", att.attention_forward_kernel, dtype, dict(TRAIN=True, **attention, **kw),

@@ -63,9 +63,11 @@ def test_opcheck_outer_product_mean(train):
 def test_opcheck_outer_product_mean_core_backward(need_ab, need_weight):
     from evofuse.ops.outer_product_mean.op import core_backward_op
 
-    ab, gs, weight = torch.randn(2, 3, 5, 16), torch.randn(2, 5, 5, 6), torch.randn(6, 64)
-    torch.library.opcheck(core_backward_op, tuple(t.to(DEVICE) for t in (ab, gs, weight)) + (need_ab, need_weight,
-                                                                                            "default"))
+    ab, grad, weight = (t.to(DEVICE) for t in (torch.randn(2, 3, 5, 16), torch.randn(2, 5, 5, 6), torch.randn(6, 64)))
+    counts = torch.randint(0, 4, (2, 5, 5), dtype=torch.float32).to(DEVICE)
+    for counts, normalization in ((None, "count_i"), (counts, "count_ij"), (counts, "count_ij_after")):
+        torch.library.opcheck(core_backward_op, (ab, grad, counts, weight, normalization, 1e-3, need_ab, need_weight,
+                                                 "default"))
 
 
 @pytest.mark.no_poison

@@ -372,7 +372,8 @@ def _layer_norm_backward_kernel(
 
 BACKWARD_TILE = 4096  # elements of x a program holds a step: BLOCK_M rows of the whole (padded) row
 BACKWARD_PROGRAMS = 1024  # at most, each taking consecutive blocks of rows; their partial sums are then added
-PROJECTED_MAX_K = 32  # linears this narrow (the pair's head projections) take their backward on chip
+PROJECTED_MAX_BYTES = 32 << 10  # a linear whose (padded) weight is this small takes its backward on chip (the pair's
+# head projections; the Outer Product Mean's [a | b] projection in 16 bits at D <= 256, c <= 32)
 
 
 @torch.library.custom_op("evofuse::layer_norm_backward", mutates_args=())
@@ -396,6 +397,7 @@ def layer_norm_backward_op(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: 
     xn = x.new_empty((M, D) if store_xn else (0,))
     dx = x.new_empty((M, D) if store_dx else (0,))
     block_d = max(16, next_pow2(D))
+    block_k = max(16, next_pow2(K))
     block_m = max(16 if project else 1, BACKWARD_TILE // block_d)
     blocks = cdiv(M, block_m)
     per_program = max(1, cdiv(blocks, BACKWARD_PROGRAMS))
@@ -409,8 +411,8 @@ def layer_norm_backward_op(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: 
             *((weight, *weight.stride()) if project else unused), *((xn, *xn.stride()) if store_xn else unused),
             *((dx, *dx.stride()) if store_dx else unused), d_ln, d_w, M, D, K, LAYER_NORM_EPS, programs, per_program,
             HAS_GRAD=has_grad, PROJECT=project, STORE_XN=store_xn, STORE_DX=store_dx, BLOCK_M=block_m,
-            BLOCK_D=block_d, BLOCK_K=max(16, next_pow2(K)), PRECISION=dot_precision(x.dtype, precision),
-            num_warps=4 if block_m * block_d <= BACKWARD_TILE else 8)
+            BLOCK_D=block_d, BLOCK_K=block_k, PRECISION=dot_precision(x.dtype, precision),
+            num_warps=8 if block_m * block_d > BACKWARD_TILE or project and block_k * block_d > 4096 else 4)
     return xn, dx, d_ln.sum(1) if has_grad else d_ln.new_empty(2, 0), d_w.sum(0) if project else d_w.new_empty(0)
 
 
@@ -431,14 +433,14 @@ def layer_norm_linear_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, we
 
     Returns (dx, d_ln_weight, d_ln_bias, d_weight, d_bias), None where not needed; each in its tensor's
     dtype. 16-bit inputs recompute the normalized rows in their dtype (as the reference does), and every
-    product accumulates in float32. A linear of at most PROJECTED_MAX_K outputs (a pair's head projection)
-    takes its products on chip, in one pass over x with nothing of x's size but dx written."""
+    product accumulates in float32. A linear whose padded weight takes at most PROJECTED_MAX_BYTES (a pair's
+    head projection) takes its products on chip, in one pass over x with nothing of x's size but dx written."""
     D = x.shape[-1]
     K = weight.shape[0]
     rows = x.reshape(-1, D)
     dy = dy.reshape(-1, K)
     d_bias = dy.sum(0) if needs[4] else None
-    if K <= PROJECTED_MAX_K and any(needs[:4]):
+    if max(16, next_pow2(K)) * max(16, next_pow2(D)) * x.element_size() <= PROJECTED_MAX_BYTES and any(needs[:4]):
         _, dx, d_ln, d_weight = layer_norm_backward_op(rows, ln_weight, ln_bias, dy, weight, False, needs[0], precision)
         d_weight = d_weight.to(weight.dtype) if needs[3] else None
     else:

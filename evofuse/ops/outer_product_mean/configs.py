@@ -120,3 +120,31 @@ def dx_candidates(C: int) -> list[triton.Config]:
 
 def dx_prune(configs, named_args, **kwargs):
     return dx_candidates(kwargs["C"])
+
+
+# The backward's dW kernel: (BLOCK_R, BLOCK_K, BLOCK_P, num_warps, num_stages)
+DW_CONFIGS = [triton.Config({"BLOCK_R": br, "BLOCK_K": bk, "BLOCK_P": bp}, num_warps=warps, num_stages=stages)
+              for br, bk, bp, warps, stages in ((128, 128, 64, 8, 3), (64, 128, 64, 4, 3), (128, 64, 64, 4, 3),
+                                                (128, 128, 32, 8, 4), (64, 64, 64, 4, 3), (32, 32, 32, 4, 2))]
+DW_INTERPRETER_CONFIG = triton.Config({"BLOCK_R": 16, "BLOCK_K": 16, "BLOCK_P": 16}, num_warps=1, num_stages=1)
+
+
+def dw_candidates(C: int, element_bytes: int) -> list[triton.Config]:
+    """The dW kernel's configs for hidden_dim C and operands of `element_bytes`: a block of (p q) no wider than
+    C*C, the [BLOCK_K, BLOCK_R] float32 accumulator within ACCUMULATOR_PER_THREAD registers a thread, and the
+    pipelined operand tiles within shared memory."""
+    if interpreting():
+        return [DW_INTERPRETER_CONFIG]
+
+    def fit(cfg):
+        kw = cfg.kwargs
+        operands = cfg.num_stages * kw["BLOCK_P"] * (kw["BLOCK_K"] + kw["BLOCK_R"]) * element_bytes
+        return (kw["BLOCK_K"] <= C * C and kw["BLOCK_K"] * kw["BLOCK_R"] <= ACCUMULATOR_PER_THREAD * 32 * cfg.num_warps
+                and operands + SHARED_MARGIN <= SHARED_LIMIT)
+
+    kept = [cfg for cfg in DW_CONFIGS if fit(cfg)] or DW_CONFIGS[-1:]
+    return kept if autotune_enabled() else kept[:1]
+
+
+def dw_prune(configs, named_args, **kwargs):
+    return dw_candidates(kwargs["C"], named_args["x_ptr"].element_size())

@@ -6,11 +6,12 @@ contraction (`kernels.opm_forward_kernel`) on 16-bit operands: 16-bit inputs as 
 float16 halves after power-of-two scales (the float32 contract from three float16 products). When training,
 the op also returns the masked projections ab, which the backward takes instead of recomputing them.
 
-Backward: the op `evofuse::outer_product_mean_core_backward`, for blocks of output rows i (each block's
-N*N*c*c products at most BLOCK_BYTES, so that the whole never exists): with Gs the output gradient times the
-per-pair factor, the outer products' gradient dX = Gs W comes from `kernels.opm_dx_kernel` already in the
-layout [(i p), (j q)] and gives da = b dX^T and db = a dX as batched cuBLAS products; out_proj's weight
-gradient sums Gs^T X over the blocks in float32, X recomputed from a and b. The projections' and the
+Backward: the op `evofuse::outer_product_mean_core_backward`. Gs, the output's gradient times the per-pair
+factor, and out_proj's bias gradient come from `kernels.opm_grad_scale_kernel`; then, for blocks of output
+rows i (each block's N*N*c*c products at most BLOCK_BYTES, so that the whole need not exist at long
+sequences), the outer products' gradient dX = Gs W from `kernels.opm_dx_kernel`, already in the layout
+[(i p), (j q)], gives da = b dX^T and db = a dX as batched cuBLAS products, and out_proj's weight gradient
+Gs^T X comes from `kernels.opm_dw_kernel` on X = a^T b recomputed by cuBLAS. The projections' and the
 LayerNorm's gradients come from `layer_norm_linear_backward`.
 """
 
@@ -24,11 +25,12 @@ from torch import Tensor
 
 from ..._runtime import bucket, cdiv, dot_precision, multiprocessors
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
-from . import configs
-from .kernels import float16_operands_kernel, operand_maxima_kernel, opm_dx_kernel, opm_forward_kernel
+from . import configs, kernels
+from .kernels import float16_operands_kernel, operand_maxima_kernel, opm_forward_kernel
 
 FUSED_HIDDEN_DIMS = (8, 16, 32, 64)
-BLOCK_BYTES = 64 << 20  # the backward's outer products and their gradient, a block of rows i at a time
+BLOCK_BYTES = 320 << 20  # the backward's outer products and their gradient, a block of rows i at a time (one
+# block at opm-af2-main in 16 bits: every block costs its launches' host time)
 
 
 def fused(hidden_dim: int, dtype: torch.dtype) -> bool:
@@ -47,14 +49,6 @@ def _counts(mask: Tensor | None, normalization: str) -> Tensor | None:
         rows = m.sum(1)  # (B, N)
         return rows[:, :, None].expand(-1, -1, rows.shape[1])
     return torch.bmm(m.transpose(1, 2), m)
-
-
-def _pair_scale(mask: Tensor | None, normalization: str, count_eps: float, B: int, S: int, N: int, device) -> Tensor:
-    """The per-pair factor of the normalization, (B, N, N) float32."""
-    counts = _counts(mask, normalization)
-    if counts is None:
-        counts = torch.full((B, N, N), float(S), device=device)
-    return 1 / (count_eps + counts) if normalization == "count_ij_after" else 1 / counts.clamp(min=1)
 
 
 @torch.library.custom_op("evofuse::outer_product_mean", mutates_args=())
@@ -138,10 +132,18 @@ def _tuned():
 
 
 @functools.cache
+def _tuned_dw():
+    """The backward's dW kernel under Triton's autotuner (built on first use; its partial sums restored after
+    each timing run, since it may add to them)."""
+    return triton.autotune(configs.DW_CONFIGS, key=["C", "R", "N_BUCKET", "PRECISION"], restore_value=["ws_ptr"],
+                           prune_configs_by={"early_config_prune": configs.dw_prune})(kernels.opm_dw_kernel)
+
+
+@functools.cache
 def _tuned_dx():
     """The backward's dX kernel under Triton's autotuner (built on first use)."""
     return triton.autotune(configs.DX_CONFIGS, key=["C", "R", "N_BUCKET", "PRECISION"],
-                           prune_configs_by={"early_config_prune": configs.dx_prune})(opm_dx_kernel)
+                           prune_configs_by={"early_config_prune": configs.dx_prune})(kernels.opm_dx_kernel)
 
 
 def _outer_products_grad(gs: Tensor, weight: Tensor, c: int, precision: str) -> Tensor:
@@ -157,46 +159,90 @@ def _outer_products_grad(gs: Tensor, weight: Tensor, c: int, precision: str) -> 
     return dx
 
 
+def _add_weight_grad(gs: Tensor, x: Tensor, partial: Tensor, accumulate: bool, precision: str) -> None:
+    """partial[k] (+)= the k-th split of sum over the pairs of gs[b, i, j, :]^T x[b, (i p), (j q)] (float32;
+    partial (splits, R, c*c)): the weight gradient's share of a block of rows i, gs (B, n, N, R)."""
+    B, n, N, R = gs.shape
+    c = x.shape[1] // n
+
+    def grid(meta):
+        return cdiv(R, meta["BLOCK_R"]) * (c * c // meta["BLOCK_K"]), partial.shape[0]
+
+    _tuned_dw()[grid](gs, *gs.stride(), x, *x.stride(), partial, partial.stride(0), n, N, R, B * n * N, bucket(N),
+                      C=c, ACCUMULATE=accumulate, PRECISION=dot_precision(x.dtype, precision))
+
+
+GRAD_SCALE_PAIRS = 128  # pairs (b, i, j) a program of the Gs kernel
+
+
 @torch.library.custom_op("evofuse::outer_product_mean_core_backward", mutates_args=())
-def core_backward_op(ab: Tensor, gs: Tensor, weight: Tensor, need_ab: bool, need_weight: bool,
-                     precision: str) -> tuple[Tensor, Tensor]:
-    """(d_ab (B, S, N, 2c) in ab's dtype, d_weight (R, c*c) float32): the gradients of the masked projections
-    ab = [a | b] and of out_proj's weight (R, c*c) for gs (B, N, N, R), the output's gradient times the
-    per-pair factor; each empty where not needed. For blocks of rows i, so that no block's N*N*c*c tensors pass
-    BLOCK_BYTES (the backward's contraction as one op, so that torch.compile traces the backward around it)."""
+def core_backward_op(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight: Tensor, normalization: str,
+                     count_eps: float, need_ab: bool, need_weight: bool,
+                     precision: str) -> tuple[Tensor, Tensor, Tensor]:
+    """(d_ab (B, S, N, 2c) in ab's dtype, d_weight (R, c*c) float32, d_bias (R,) float32): the gradients of the
+    masked projections ab = [a | b], of out_proj's weight and of its bias for the output's gradient grad_out
+    (B, N, N, R, any strides), counts (B, N, N) float32 as the forward took them (None without a mask); d_ab and
+    d_weight are empty where not needed. The backward's contraction is one op so that torch.compile traces
+    around it.
+
+    Gs, the gradient times the normalization's factor, comes from `opm_grad_scale_kernel` with the bias's
+    gradient. Then for blocks of rows i, so that no block's N*N*c*c tensors pass BLOCK_BYTES (one block up
+    to opm-af2-main's size in 16 bits): dX = Gs W from `opm_dx_kernel`, already in the layout [(i p), (j q)],
+    gives da = b dX^T and db = a dX as batched cuBLAS products; the outer products X = a^T b recomputed by
+    cuBLAS give out_proj's weight gradient Gs^T X through `opm_dw_kernel`, in float32 partial sums."""
     B, S, N, c2 = ab.shape
     c = c2 // 2
     R = weight.shape[0]
+    device = ab.device
+    divide_bias = normalization == "count_ij_after"
+    pairs = B * N * N
+    gs = torch.empty(B, N, N, R, dtype=grad_out.dtype, device=device)
+    programs = cdiv(pairs, GRAD_SCALE_PAIRS)
+    sums = torch.zeros(max(programs, 1), R, dtype=torch.float32, device=device)
+    if programs and R:
+        count_args = (grad_out, 0, 0, 0) if counts is None else (counts, *counts.stride())
+        kernels.opm_grad_scale_kernel[(programs,)](
+            grad_out, *grad_out.stride(), *count_args, gs, sums, N, R, S, pairs, DIVIDE_BIAS=divide_bias,
+            EPS=count_eps if divide_bias else 0.0, HAS_COUNTS=counts is not None, BLOCK_P=GRAD_SCALE_PAIRS,
+            BLOCK_R=min(64, max(16, triton.next_power_of_2(R))))
+    d_bias = sums.sum(0)
+    d_weight = torch.zeros(R, c * c if need_weight else 0, dtype=torch.float32, device=device)
+    if not need_ab and not need_weight or pairs == 0:
+        return ab.new_zeros((B, S, N, c2) if need_ab else (0,)), d_weight, d_bias
     a = ab[..., :c].contiguous()
-    b = ab[..., c:].contiguous()
-    b_flat = b.view(B, S, N * c)
-    d_weight = torch.zeros(R, c * c if need_weight else 0, dtype=torch.float32, device=ab.device)
-    da = torch.empty_like(a) if need_ab else a.new_empty(0)
-    db = torch.zeros(B, S, N * c, dtype=torch.float32, device=ab.device) if need_ab else None
+    b_flat = ab[..., c:].contiguous().view(B, S, N * c)
     rows = max(1, min(N, BLOCK_BYTES // max(1, B * N * c * c * ab.element_size())))
+    if need_weight:
+        splits = max(1, min(cdiv(B * rows * N, 256), cdiv(2 * multiprocessors(device), cdiv(R, 128) * cdiv(c * c, 128))))
+        partial = torch.empty(splits, R, c * c, dtype=torch.float32, device=device)
+    da_blocks, db = [], None
     for i0 in range(0, N, rows):
         n = min(rows, N - i0)
         g = gs[:, i0:i0 + n]  # (B, n, N, R)
         a_rows = a[:, :, i0:i0 + n].reshape(B, S, n * c)  # [s, (i p)]
         if need_ab:
             dx = _outer_products_grad(g, weight, c, precision)  # [(i p), (j q)]
-            da[:, :, i0:i0 + n] = torch.bmm(b_flat, dx.transpose(1, 2)).view(B, S, n, c)
-            db += torch.bmm(a_rows, dx)
+            da_blocks.append(torch.bmm(b_flat, dx.mT).view(B, S, n, c))
+            db_block = torch.bmm(a_rows, dx)  # one block: db itself; else summed over the blocks in float32
+            db = db_block if rows == N else db_block.float() if db is None else db.add_(db_block)
             del dx
         if need_weight:
-            x = torch.bmm(a_rows.transpose(1, 2), b_flat)  # (B, n*c, N*c): [(i p), (j q)]
-            x = x.view(B, n, c, N, c).permute(0, 1, 3, 2, 4).reshape(B * n * N, c * c)  # [(i j), (p q)]
-            d_weight.add_(g.reshape(-1, R).t() @ x)
-    d_ab = torch.cat([da, db.view(B, S, N, c).to(ab.dtype)], dim=-1) if need_ab else ab.new_empty(0)
-    return d_ab, d_weight
+            _add_weight_grad(g, torch.bmm(a_rows.mT, b_flat), partial, i0 > 0, precision)
+    if need_weight:
+        d_weight = partial.sum(0)
+    if not need_ab:
+        return ab.new_empty(0), d_weight, d_bias
+    da = da_blocks[0] if rows == N else torch.cat(da_blocks, dim=2)
+    return torch.cat([da, db.view(B, S, N, c).to(ab.dtype)], dim=-1), d_weight, d_bias
 
 
 @core_backward_op.register_fake
-def _(ab, gs, weight, need_ab, need_weight, precision):
+def _(ab, grad_out, counts, weight, normalization, count_eps, need_ab, need_weight, precision):
     B, S, N, c2 = ab.shape
     R = weight.shape[0]
     return (ab.new_empty((B, S, N, c2) if need_ab else (0,)),
-            ab.new_empty((R, (c2 // 2) ** 2 if need_weight else 0), dtype=torch.float32))
+            ab.new_empty((R, (c2 // 2) ** 2 if need_weight else 0), dtype=torch.float32),
+            ab.new_empty((R,), dtype=torch.float32))
 
 
 @outer_product_mean_op.register_fake
@@ -231,21 +277,15 @@ def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab
     """Gradients for (msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
     proj_b_weight, proj_b_bias, out_proj_weight, out_proj_bias), None where `needs` is False (the mask's
     always). ab (B, S, N, 2c) are the forward's masked projections; grad_out (B, N, N, R)."""
-    B, S, N, _ = msa_repr.shape
     c = wa.shape[0]
     dtype = msa_repr.dtype
-    scale = _pair_scale(mask, normalization, count_eps, B, S, N, msa_repr.device)  # (B, N, N) float32
-    # every normalization's dX and dW take grad_out times the per-pair factor: "count_ij_after" scales the linear's
-    # output, the others its input; only the bias's gradient differs
-    gs = grad_out * scale[..., None].to(dtype)
-    d_bo = (gs if normalization == "count_ij_after" else grad_out).sum((0, 1, 2), dtype=torch.float32).to(dtype) \
-        if needs[9] else None
     need_ab = needs[0] or any(needs[2:8])
-    if not (need_ab or needs[8]):
-        return (None,) * 9 + (d_bo,)
-
-    d_ab, d_wo = core_backward_op(ab, gs, wo, need_ab, needs[8], precision)
+    if not (need_ab or needs[8] or needs[9]):
+        return (None,) * 10
+    d_ab, d_wo, d_bo = core_backward_op(ab, grad_out, _counts(mask, normalization), wo, normalization, count_eps,
+                                        need_ab, needs[8], precision)
     d_wo = d_wo.to(dtype) if needs[8] else None
+    d_bo = d_bo.to(dtype) if needs[9] else None
     if not need_ab:
         return (None,) * 8 + (d_wo, d_bo)
 
