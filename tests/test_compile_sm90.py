@@ -106,12 +106,14 @@ def _launches():
             yield (f"layer_norm_linear {dtype} D={D} K={K}", lnl._layer_norm_linear_kernel, dtype,
                    dict(HAS_BIAS=True, HAS_MASK=True, WHOLE_ROW=block_d >= D, TERMS=lnl_terms, BLOCK_D=block_d, **kw),
                    warps, stages, {"w_ptr": "*fp16"} if lnl_terms else {})
-        for project, D, K in ((False, 256, 0), (True, 128, 8)) + (((True, 256, 64),) if dtype == "bf16" else ()):
-            block_m, block_k = max(16 if project else 1, lnl.BACKWARD_TILE // D), max(16, K)
-            yield (f"layer_norm backward {dtype} D={D} K={K}", lnl._layer_norm_backward_kernel, dtype,
-                   dict(HAS_GRAD=True, PROJECT=project, STORE_XN=not project, STORE_DX=True, BLOCK_M=block_m,
-                        BLOCK_D=D, BLOCK_K=block_k, PRECISION=precision),
-                   8 if block_m * D > lnl.BACKWARD_TILE or project and block_k * D > 4096 else 4, 3, {"dw_ptr": "*fp32"})
+        for D in (16, 64, 128, 256, 512):  # every linear narrow enough for the pass, and the widest rows
+            for K in (0, 8, 64):
+                if K and not lnl.projects_on_chip(D, K, 2 if dtype == "bf16" else 4):
+                    continue
+                block_d, block_k, block_m, warps = lnl.backward_tiles(D, K, K > 0)
+                yield (f"layer_norm backward {dtype} D={D} K={K}", lnl._layer_norm_backward_kernel, dtype,
+                       dict(HAS_GRAD=True, PROJECT=K > 0, STORE_XN=K == 0, STORE_DX=True, BLOCK_M=block_m,
+                            BLOCK_D=block_d, BLOCK_K=block_k, PRECISION=precision), warps, 3, {"dw_ptr": "*fp32"})
         attention = dict(MASKED=-1e9, HAS_MASK=True, BLOCK_D=32, PRECISION=precision)
         kw, warps, stages = cfg(att_configs.FORWARD_CONFIGS[0])
         yield (f"attention forward {dtype}", att.attention_forward_kernel, dtype, dict(TRAIN=True, **attention, **kw),

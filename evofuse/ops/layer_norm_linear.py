@@ -372,8 +372,25 @@ def _layer_norm_backward_kernel(
 
 BACKWARD_TILE = 4096  # elements of x a program holds a step: BLOCK_M rows of the whole (padded) row
 BACKWARD_PROGRAMS = 1024  # at most, each taking consecutive blocks of rows; their partial sums are then added
-PROJECTED_MAX_BYTES = 32 << 10  # a linear whose (padded) weight is this small takes its backward on chip (the pair's
-# head projections; the Outer Product Mean's [a | b] projection in 16 bits at D <= 256, c <= 32)
+# A linear with at most PROJECTED_MAX_K outputs whose (padded) weight takes at most PROJECTED_MAX_BYTES takes its
+# backward on chip (the pair's head projections; the Outer Product Mean's [a | b] projection, c <= 32, in 16 bits
+# at D <= 256, in float32 at D <= 128); wider ones need more registers and shared memory than a multiprocessor has
+PROJECTED_MAX_K = 64
+PROJECTED_MAX_BYTES = 32 << 10
+
+
+def projects_on_chip(D: int, K: int, element_size: int) -> bool:
+    """Whether a linear (K, D) on elements of element_size bytes takes its backward in the LayerNorm's pass."""
+    return K <= PROJECTED_MAX_K and max(16, next_pow2(K)) * max(16, next_pow2(D)) * element_size <= PROJECTED_MAX_BYTES
+
+
+def backward_tiles(D: int, K: int, project: bool) -> tuple[int, int, int, int]:
+    """(BLOCK_D, BLOCK_K, BLOCK_M, num_warps) of `_layer_norm_backward_kernel`: BLOCK_M rows a step, BACKWARD_TILE
+    elements of x and, with PROJECT, of the linear's gradient too."""
+    block_d, block_k = max(16, next_pow2(D)), max(16, next_pow2(K))
+    block_m = max(16, BACKWARD_TILE // max(block_d, block_k)) if project else max(1, BACKWARD_TILE // block_d)
+    warps = 8 if block_m * block_d > BACKWARD_TILE or project and block_k * block_d > 4096 else 4
+    return block_d, block_k, block_m, warps
 
 
 @torch.library.custom_op("evofuse::layer_norm_backward", mutates_args=())
@@ -396,9 +413,7 @@ def layer_norm_backward_op(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: 
     K = weight.shape[0] if project else 0
     xn = x.new_empty((M, D) if store_xn else (0,))
     dx = x.new_empty((M, D) if store_dx else (0,))
-    block_d = max(16, next_pow2(D))
-    block_k = max(16, next_pow2(K))
-    block_m = max(16 if project else 1, BACKWARD_TILE // block_d)
+    block_d, block_k, block_m, warps = backward_tiles(D, K, project)
     blocks = cdiv(M, block_m)
     per_program = max(1, cdiv(blocks, BACKWARD_PROGRAMS))
     programs = cdiv(blocks, per_program) if has_grad or store_xn else 0
@@ -412,7 +427,7 @@ def layer_norm_backward_op(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: 
             *((dx, *dx.stride()) if store_dx else unused), d_ln, d_w, M, D, K, LAYER_NORM_EPS, programs, per_program,
             HAS_GRAD=has_grad, PROJECT=project, STORE_XN=store_xn, STORE_DX=store_dx, BLOCK_M=block_m,
             BLOCK_D=block_d, BLOCK_K=block_k, PRECISION=dot_precision(x.dtype, precision),
-            num_warps=8 if block_m * block_d > BACKWARD_TILE or project and block_k * block_d > 4096 else 4)
+            num_warps=warps)
     return xn, dx, d_ln.sum(1) if has_grad else d_ln.new_empty(2, 0), d_w.sum(0) if project else d_w.new_empty(0)
 
 
@@ -433,14 +448,14 @@ def layer_norm_linear_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, we
 
     Returns (dx, d_ln_weight, d_ln_bias, d_weight, d_bias), None where not needed; each in its tensor's
     dtype. 16-bit inputs recompute the normalized rows in their dtype (as the reference does), and every
-    product accumulates in float32. A linear whose padded weight takes at most PROJECTED_MAX_BYTES (a pair's
-    head projection) takes its products on chip, in one pass over x with nothing of x's size but dx written."""
+    product accumulates in float32. A narrow linear (PROJECTED_MAX_K, PROJECTED_MAX_BYTES: a pair's head
+    projection) takes its products on chip, in one pass over x with nothing of x's size but dx written."""
     D = x.shape[-1]
     K = weight.shape[0]
     rows = x.reshape(-1, D)
     dy = dy.reshape(-1, K)
     d_bias = dy.sum(0) if needs[4] else None
-    if max(16, next_pow2(K)) * max(16, next_pow2(D)) * x.element_size() <= PROJECTED_MAX_BYTES and any(needs[:4]):
+    if projects_on_chip(D, K, x.element_size()) and any(needs[:4]):
         _, dx, d_ln, d_weight = layer_norm_backward_op(rows, ln_weight, ln_bias, dy, weight, False, needs[0], precision)
         d_weight = d_weight.to(weight.dtype) if needs[3] else None
     else:
