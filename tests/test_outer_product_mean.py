@@ -60,6 +60,28 @@ def test_gradients(normalization, dtype):
     check_gradients(mod, (x, mask), dtype, DEVICE)
 
 
+@pytest.mark.parametrize("loss", ["sum", "transposed"])
+def test_gradients_for_strided_output_gradients(loss):
+    """An output gradient of any strides, as autograd hands it over: out.sum() gives a broadcast one (every
+    stride 0), a loss over out.transpose(1, 2) a transposed one; every gradient against float64."""
+    mod = opm_module(16, 6, 8, seed=6, normalization="count_ij")
+    x, mask = torch.randn(2, 5, 9, 16), random_mask(2, 5, 9, "rows", 7)
+    weight = torch.randn(2, 9, 9, 6, generator=torch.Generator().manual_seed(8))
+
+    def step(module, inputs, impl):
+        leaf = inputs[0].detach().clone().requires_grad_(True)
+        out = module(leaf, inputs[1], impl=impl)
+        (out.sum() if loss == "sum" else (out.transpose(1, 2) * weight.to(out)).sum()).backward()
+        return {"input0": leaf.grad, **{n: p.grad.clone() for n, p in module.named_parameters()}}
+
+    exact = step(mod.double(), (x.double(), mask.double()), "torch")
+    for p in mod.parameters():
+        p.grad = None
+    got = step(mod.to(DEVICE, torch.float32), (x.to(DEVICE), mask.to(DEVICE)), "triton")
+    for name, g in got.items():
+        assert_contract(g.cpu(), exact[name], torch.float32, what=name)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, LOW])
 def test_gradients_over_several_row_blocks(monkeypatch, dtype):
     """The backward takes blocks of output rows i when N*N*c*c passes BLOCK_BYTES: here blocks of 4 rows of
