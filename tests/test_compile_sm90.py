@@ -35,7 +35,7 @@ UNIT_STRIDES = {
     "opm_grad_scale_kernel": ("stride_gr", "stride_cj"),
     "opm_dw_kernel": ("stride_gr", "stride_xc"),
     "_layer_norm_linear_kernel": ("stride_xd", "stride_wd", "stride_yk", "stride_mm"),
-    "_layer_norm_backward_kernel": ("stride_xd", "stride_gd", "stride_wd", "stride_nd", "stride_dd"),
+    "_layer_norm_backward_kernel": ("stride_xd", "stride_gd", "stride_mm", "stride_wd", "stride_nd", "stride_dd"),
     "_weight_halves_kernel": ("stride_wd",),
     "attention_forward_kernel": ("stride_zj", "stride_mn", "stride_lt"),
     "attention_dq_kernel": ("stride_zj", "stride_mn", "stride_lt"),
@@ -112,7 +112,7 @@ def _launches():
                     continue
                 block_d, block_k, block_m, warps = lnl.backward_tiles(D, K, K > 0)
                 yield (f"layer_norm backward {dtype} D={D} K={K}", lnl._layer_norm_backward_kernel, dtype,
-                       dict(HAS_GRAD=True, PROJECT=K > 0, STORE_XN=K == 0, STORE_DX=True, BLOCK_M=block_m,
+                       dict(HAS_GRAD=True, PROJECT=K > 0, HAS_MASK=K > 0, STORE_XN=K == 0, STORE_DX=True, BLOCK_M=block_m,
                             BLOCK_D=block_d, BLOCK_K=block_k, PRECISION=precision), warps, 3, {"dw_ptr": "*fp32"})
         attention = dict(MASKED=-1e9, HAS_MASK=True, BLOCK_D=32, PRECISION=precision)
         kw, warps, stages = cfg(att_configs.FORWARD_CONFIGS[0])

@@ -39,15 +39,18 @@ def _att_args(train, openfold=False):
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("store_xn, grad_width, store_dx", [(True, 24, True), (False, 24, False), (True, 0, False),
-                                                            (False, 5, True)])
-def test_opcheck_layer_norm_backward(store_xn, grad_width, store_dx):
-    """grad_width 24: the gradient of LayerNorm(x); 5: a linear's output gradient with its weight; 0: none."""
+@pytest.mark.parametrize("store_xn, grad_width, store_dx, masked", [
+    (True, 24, True, False), (False, 24, False, False), (True, 0, False, False), (False, 5, True, False),
+    (False, 5, True, True)])
+def test_opcheck_layer_norm_backward(store_xn, grad_width, store_dx, masked):
+    """grad_width 24: the gradient of LayerNorm(x); 5: a linear's output gradient with its weight (and a row mask
+    where masked); 0: none."""
     x = torch.randn(7, 24, device=DEVICE)
     grad = torch.randn(7, grad_width, device=DEVICE) if grad_width else None
     weight = torch.randn(5, 24, device=DEVICE) if grad_width == 5 else None
+    mask = (torch.rand(7) > 0.3).to(DEVICE) if masked else None
     torch.library.opcheck(layer_norm_backward_op, (x, torch.randn(24, device=DEVICE), torch.randn(24, device=DEVICE),
-                                                   grad, weight, store_xn, store_dx, "default"))
+                                                   grad, weight, mask, store_xn, store_dx, "default"))
 
 
 @pytest.mark.no_poison

@@ -301,14 +301,18 @@ def _layer_norm_backward_kernel(
     x_ptr, stride_xm, stride_xd,  # x: (M, D)
     lnw_ptr, lnb_ptr,  # LayerNorm weight and bias: (D,)
     g_ptr, stride_gm, stride_gd,  # HAS_GRAD: the gradient of LayerNorm(x) (M, D), or with PROJECT the linear's (M, K)
+    m_ptr, stride_mm,  # HAS_MASK (with PROJECT): the row mask (M,), 0/1 of any dtype, that multiplied the linear's output
     w_ptr, stride_wk, stride_wd,  # PROJECT: the linear's weight (K, D)
     xn_ptr, stride_nm, stride_nd,  # STORE_XN: LayerNorm(x) out, (M, D)
     dx_ptr, stride_dm, stride_dd,  # STORE_DX: (M, D)
     dln_ptr,  # HAS_GRAD: each program's partial sums for the LayerNorm weight and bias, (2, programs, D) float32
     dw_ptr,  # PROJECT: each program's partial sums for the linear's weight, (programs, K, D) float32
+    db_ptr,  # PROJECT: each program's partial sums for the linear's bias, (programs, K) float32
     M, D, K, eps, programs, blocks_per_program,
     HAS_GRAD: tl.constexpr,
-    PROJECT: tl.constexpr,  # the gradient of LayerNorm(x) made on chip from the linear's, and the weight's gradient
+    PROJECT: tl.constexpr,  # the gradient of LayerNorm(x) made on chip from the linear's, and the weight's and
+    # bias's gradients
+    HAS_MASK: tl.constexpr,
     STORE_XN: tl.constexpr,
     STORE_DX: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -332,6 +336,7 @@ def _layer_norm_backward_kernel(
         w = tl.load(w_ptr + offs_k[:, None] * stride_wk + offs_d[None, :] * stride_wd,
                     mask=k_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_K, BLOCK_D]
         dw = tl.zeros((BLOCK_K, BLOCK_D), dtype=tl.float32)
+        dbias = tl.zeros((BLOCK_K,), dtype=tl.float32)
     for block in range(blocks_per_program):
         offs_m = (pid * blocks_per_program + block) * BLOCK_M + tl.arange(0, BLOCK_M)
         m_ok = offs_m < M
@@ -349,6 +354,9 @@ def _layer_norm_backward_kernel(
             if PROJECT:
                 dy = tl.load(g_ptr + rows * stride_gm + offs_k[None, :] * stride_gd, mask=m_ok[:, None] & k_ok[None, :],
                              other=0.0)  # [BLOCK_M, BLOCK_K]
+                if HAS_MASK:  # the gradient of the output before the mask
+                    dy = dy * tl.load(m_ptr + offs_m.to(tl.int64) * stride_mm, mask=m_ok, other=0).to(dy.dtype)[:, None]
+                dbias += tl.sum(dy.to(tl.float32), axis=0)
                 g = tl.dot(dy, w, input_precision=PRECISION)  # [BLOCK_M, BLOCK_D]
                 xn = tl.where(ok, xhat * lnw[None, :] + lnb[None, :], 0.0).to(dy.dtype)
                 dw = tl.dot(tl.trans(dy), xn, dw, input_precision=PRECISION)  # [BLOCK_K, BLOCK_D]
@@ -368,6 +376,7 @@ def _layer_norm_backward_kernel(
         tl.store(dln_ptr + (programs + pid) * D + offs_d, dlnb, mask=d_ok)
         if PROJECT:
             tl.store(dw_ptr + (pid * K + offs_k[:, None]) * D + offs_d[None, :], dw, mask=k_ok[:, None] & d_ok[None, :])
+            tl.store(db_ptr + pid * K + offs_k, dbias, mask=k_ok)
 
 
 BACKWARD_TILE = 4096  # elements of x a program holds a step: BLOCK_M rows of the whole (padded) row
@@ -395,16 +404,18 @@ def backward_tiles(D: int, K: int, project: bool) -> tuple[int, int, int, int]:
 
 @torch.library.custom_op("evofuse::layer_norm_backward", mutates_args=())
 def layer_norm_backward_op(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: Tensor | None,
-                           weight: Tensor | None, store_xn: bool, store_dx: bool,
-                           precision: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                           weight: Tensor | None, row_mask: Tensor | None, store_xn: bool, store_dx: bool,
+                           precision: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The LayerNorm's rows again and its backward, in one pass over x (M, D) (an op of its own, so that
     torch.compile traces the operations' backwards around it).
 
     grad: the gradient of LayerNorm(x) (M, D); or, with the linear's weight (K, D), the linear's output gradient
-    (M, K), whose product with the weight is then taken on chip, with the weight's gradient. Returns
-    (xn, dx, d_ln, d_weight): xn = LayerNorm(x) in x's dtype, (M, D) where store_xn (without weight), else empty;
-    dx in x's dtype, (M, D) where store_dx and grad is given, else empty; d_ln (2, D) float32, the LayerNorm
-    weight's and bias's gradients, (2, 0) without grad; d_weight (K, D) float32 with weight and grad, else empty."""
+    (M, K), whose product with the weight is then taken on chip, with the weight's and bias's gradients; row_mask
+    (M,) (0/1 of any dtype, with weight) multiplied the linear's output, so it multiplies that gradient first.
+    Returns (xn, dx, d_ln, d_weight, d_bias): xn = LayerNorm(x) in x's dtype, (M, D) where store_xn (without
+    weight), else empty; dx in x's dtype, (M, D) where store_dx and grad is given, else empty; d_ln (2, D) float32,
+    the LayerNorm weight's and bias's gradients, (2, 0) without grad; d_weight (K, D) and d_bias (K,) float32 with
+    weight and grad, else empty."""
     M, D = x.shape
     has_grad = grad is not None
     project = has_grad and weight is not None
@@ -419,48 +430,62 @@ def layer_norm_backward_op(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: 
     programs = cdiv(blocks, per_program) if has_grad or store_xn else 0
     d_ln = torch.empty(2, programs if has_grad else 0, D, dtype=torch.float32, device=x.device)
     d_w = torch.empty(programs if project else 0, K, D, dtype=torch.float32, device=x.device)
+    d_b = torch.empty(programs if project else 0, K, dtype=torch.float32, device=x.device)
+    has_mask = project and row_mask is not None
     if programs:
         unused = (x, 0, 0)  # the pointer and strides of an output not asked for
         _layer_norm_backward_kernel[(programs,)](
             x, *x.stride(), ln_weight, ln_bias, *((grad, *grad.stride()) if has_grad else unused),
+            *((row_mask, row_mask.stride(0)) if has_mask else unused[:2]),
             *((weight, *weight.stride()) if project else unused), *((xn, *xn.stride()) if store_xn else unused),
-            *((dx, *dx.stride()) if store_dx else unused), d_ln, d_w, M, D, K, LAYER_NORM_EPS, programs, per_program,
-            HAS_GRAD=has_grad, PROJECT=project, STORE_XN=store_xn, STORE_DX=store_dx, BLOCK_M=block_m,
-            BLOCK_D=block_d, BLOCK_K=block_k, PRECISION=dot_precision(x.dtype, precision),
-            num_warps=warps)
-    return xn, dx, d_ln.sum(1) if has_grad else d_ln.new_empty(2, 0), d_w.sum(0) if project else d_w.new_empty(0)
+            *((dx, *dx.stride()) if store_dx else unused), d_ln, d_w, d_b, M, D, K, LAYER_NORM_EPS, programs,
+            per_program, HAS_GRAD=has_grad, PROJECT=project, HAS_MASK=has_mask, STORE_XN=store_xn,
+            STORE_DX=store_dx, BLOCK_M=block_m, BLOCK_D=block_d, BLOCK_K=block_k,
+            PRECISION=dot_precision(x.dtype, precision), num_warps=warps)
+    return (xn, dx, d_ln.sum(1) if has_grad else d_ln.new_empty(2, 0), d_w.sum(0) if project else d_w.new_empty(0),
+            d_b.sum(0) if project else d_b.new_empty(0))
 
 
 @layer_norm_backward_op.register_fake
-def _(x, ln_weight, ln_bias, grad, weight, store_xn, store_dx, precision):
+def _(x, ln_weight, ln_bias, grad, weight, row_mask, store_xn, store_dx, precision):
     M, D = x.shape
     project = grad is not None and weight is not None
     return (x.new_empty((M, D) if store_xn and not project else (0,)),
             x.new_empty((M, D) if store_dx and grad is not None else (0,)),
             x.new_empty((2, D) if grad is not None else (2, 0), dtype=torch.float32),
-            x.new_empty((weight.shape[0], D) if project else (0,), dtype=torch.float32))
+            x.new_empty((weight.shape[0], D) if project else (0,), dtype=torch.float32),
+            x.new_empty((weight.shape[0],) if project else (0,), dtype=torch.float32))
 
 
 def layer_norm_linear_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor, dy: Tensor,
-                               needs: tuple[bool, bool, bool, bool, bool], precision: str = "default"):
-    """Gradients of y = LayerNorm(x) @ weight^T + bias for the output gradient dy (..., K) (any mask
-    already applied to dy). `needs` says which of (x, ln_weight, ln_bias, weight, bias) want one.
+                               needs: tuple[bool, bool, bool, bool, bool], precision: str = "default",
+                               mask: Tensor | None = None):
+    """Gradients of y = (LayerNorm(x) @ weight^T + bias) * mask[..., None] for the output gradient dy (..., K);
+    mask of x's leading shape, 0/1 of any dtype, or None. `needs` says which of (x, ln_weight, ln_bias, weight,
+    bias) want one.
 
     Returns (dx, d_ln_weight, d_ln_bias, d_weight, d_bias), None where not needed; each in its tensor's
     dtype. 16-bit inputs recompute the normalized rows in their dtype (as the reference does), and every
-    product accumulates in float32. A narrow linear (PROJECTED_MAX_K, PROJECTED_MAX_BYTES: a pair's head
-    projection) takes its products on chip, in one pass over x with nothing of x's size but dx written."""
+    product accumulates in float32. A narrow linear (`projects_on_chip`: a pair's head projection, the Outer
+    Product Mean's) takes the mask and its products on chip, in one pass over x with nothing of x's size but dx
+    written; a wider one takes cuBLAS products around the pass."""
     D = x.shape[-1]
     K = weight.shape[0]
     rows = x.reshape(-1, D)
     dy = dy.reshape(-1, K)
-    d_bias = dy.sum(0) if needs[4] else None
+    mask_rows = None if mask is None else mask.reshape(-1)
     if projects_on_chip(D, K, x.element_size()) and any(needs[:4]):
-        _, dx, d_ln, d_weight = layer_norm_backward_op(rows, ln_weight, ln_bias, dy, weight, False, needs[0], precision)
+        _, dx, d_ln, d_weight, d_bias = layer_norm_backward_op(rows, ln_weight, ln_bias, dy, weight, mask_rows, False,
+                                                               needs[0], precision)
         d_weight = d_weight.to(weight.dtype) if needs[3] else None
+        d_bias = d_bias.to(weight.dtype) if needs[4] else None
     else:
+        if mask_rows is not None:
+            dy = dy * mask_rows.to(dy.dtype)[:, None]
+        d_bias = dy.sum(0) if needs[4] else None
         dxn = dy @ weight if any(needs[:3]) else None
-        xn, dx, d_ln, _ = layer_norm_backward_op(rows, ln_weight, ln_bias, dxn, None, needs[3], needs[0], precision)
+        xn, dx, d_ln, _, _ = layer_norm_backward_op(rows, ln_weight, ln_bias, dxn, None, None, needs[3], needs[0],
+                                                    precision)
         d_weight = dy.t() @ xn if needs[3] else None
     d_ln_weight, d_ln_bias = d_ln.to(ln_weight.dtype)
     return (dx.view(x.shape) if needs[0] else None, d_ln_weight if needs[1] else None,

@@ -289,12 +289,9 @@ def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab
     if not need_ab:
         return (None,) * 8 + (d_wo, d_bo)
 
-    dy = d_ab  # the gradient of [a | b] before the mask
-    if mask is not None:
-        dy = dy * mask.to(dtype)[..., None]
     dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(
-        msa_repr, lnw, lnb, torch.cat([wa, wb]), dy,
-        (needs[0], needs[2], needs[3], needs[4] or needs[6], needs[5] or needs[7]), precision)
+        msa_repr, lnw, lnb, torch.cat([wa, wb]), d_ab,
+        (needs[0], needs[2], needs[3], needs[4] or needs[6], needs[5] or needs[7]), precision, mask)
     dwa, dwb = (None, None) if dw is None else dw.split(c)
     dba, dbb = (None, None) if dbias is None else dbias.split(c)
     return (dx, None, dlnw, dlnb, dwa if needs[4] else None, dba if needs[5] else None, dwb if needs[6] else None,
