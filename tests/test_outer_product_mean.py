@@ -60,6 +60,16 @@ def test_gradients(normalization, dtype):
     check_gradients(mod, (x, mask), dtype, DEVICE)
 
 
+@pytest.mark.parametrize("shape", [(1, 0, 4, 16), (1, 3, 0, 16), (0, 3, 4, 16)])
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_empty_dimensions(shape, dtype):
+    """No MSA rows (the output is the bias divided as the normalization says), no residues, no batch: output
+    and every gradient as the reference's in float64."""
+    mod = opm_module(16, 6, 8, seed=9, normalization="count_ij_after")
+    got = check_gradients(mod, (torch.randn(shape), None), dtype, DEVICE)
+    assert got["input0"].shape == shape
+
+
 @pytest.mark.parametrize("loss", ["sum", "transposed"])
 def test_gradients_for_strided_output_gradients(loss):
     """An output gradient of any strides, as autograd hands it over: out.sum() gives a broadcast one (every

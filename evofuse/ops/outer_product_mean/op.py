@@ -70,7 +70,7 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
     terms, scaled = (3 if precision == "default" else 1, True) if msa_repr.dtype == torch.float32 else (1, False)
     if scaled:  # float32: float16 halves of the operands scaled by powers of two
         ab_h, w_h, inverse = _float16_operands(ab, out_proj_weight, terms)
-        ab_h = ab_h.view(-1, B, S, N, 2 * c)
+        ab_h = ab_h.view(ab_h.shape[0], B, S, N, 2 * c)
     else:
         ab_h, w_h, inverse = ab[None], out_proj_weight[None], ab
     if not train:  # (float32: its memory free before the output's is taken)
@@ -206,7 +206,7 @@ def core_backward_op(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight
             EPS=count_eps if divide_bias else 0.0, HAS_COUNTS=counts is not None, BLOCK_P=GRAD_SCALE_PAIRS,
             BLOCK_R=min(64, max(16, triton.next_power_of_2(R))))
     d_bias = sums.sum(0)
-    d_weight = torch.zeros(R, c * c if need_weight else 0, dtype=torch.float32, device=device)
+    d_weight = torch.zeros(R, c * c if need_weight and pairs == 0 else 0, dtype=torch.float32, device=device)
     if not need_ab and not need_weight or pairs == 0:
         return ab.new_zeros((B, S, N, c2) if need_ab else (0,)), d_weight, d_bias
     a = ab[..., :c].contiguous()
