@@ -167,6 +167,11 @@ def test_mask_forms_and_strided_inputs():
     row = random_mask(2, 1, 7, "random", 8).to(DEVICE).expand(2, 5, 7)
     exact = mod(x.double(), row.double(), impl="torch")
     assert_contract(mod.float()(x, row, impl="triton"), exact, torch.float32)
+    # the backward takes the mask too (in the LayerNorm pass): the same gradients from every form
+    named = [grads(mod, (x, m), "triton")[1] for m in (mask, mask.bool(), mask.to(torch.int32), row.contiguous(), row)]
+    for other in named[1:3]:
+        assert all(torch.equal(other[k], named[0][k]) for k in named[0])
+    assert all(torch.equal(named[4][k], named[3][k]) for k in named[3])
 
 
 def test_deterministic():
