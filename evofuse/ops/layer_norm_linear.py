@@ -2,8 +2,9 @@
 operation. y = (LayerNorm(x) @ W^T + bias) * mask, with the normalized rows made on chip, never in memory.
 
 `layer_norm_linear` runs the forward kernel; `layer_norm_linear_backward` gives its gradients (it is called
-from the operations' registered backwards): cuBLAS products for the linear layer, and a second kernel that
-recomputes the normalized rows for the weight's gradient and takes the LayerNorm's backward in the same pass.
+from the operations' registered backwards): a second kernel recomputes the normalized rows and takes the
+LayerNorm's backward in one pass; a narrow linear (`projects_on_chip`) has its mask, products and weight and
+bias gradients taken in that pass too, a wider one cuBLAS products around it.
 """
 
 from __future__ import annotations
@@ -390,7 +391,8 @@ PROJECTED_MAX_BYTES = 32 << 10
 
 def projects_on_chip(D: int, K: int, element_size: int) -> bool:
     """Whether a linear (K, D) on elements of element_size bytes takes its backward in the LayerNorm's pass."""
-    return K <= PROJECTED_MAX_K and max(16, next_pow2(K)) * max(16, next_pow2(D)) * element_size <= PROJECTED_MAX_BYTES
+    block_d, block_k, _, _ = backward_tiles(D, K, True)
+    return K <= PROJECTED_MAX_K and block_k * block_d * element_size <= PROJECTED_MAX_BYTES
 
 
 def backward_tiles(D: int, K: int, project: bool) -> tuple[int, int, int, int]:

@@ -198,7 +198,7 @@ def core_backward_op(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight
     pairs = B * N * N
     gs = torch.empty(B, N, N, R, dtype=grad_out.dtype, device=device)
     programs = cdiv(pairs, GRAD_SCALE_PAIRS)
-    sums = torch.zeros(max(programs, 1), R, dtype=torch.float32, device=device)
+    sums = torch.empty(programs, R, dtype=torch.float32, device=device)  # (no programs: the sums are zeros)
     if programs and R:
         count_args = (grad_out, 0, 0, 0) if counts is None else (counts, *counts.stride())
         kernels.opm_grad_scale_kernel[(programs,)](
@@ -206,8 +206,8 @@ def core_backward_op(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight
             EPS=count_eps if divide_bias else 0.0, HAS_COUNTS=counts is not None, BLOCK_P=GRAD_SCALE_PAIRS,
             BLOCK_R=min(64, max(16, triton.next_power_of_2(R))))
     d_bias = sums.sum(0)
-    d_weight = torch.zeros(R, c * c if need_weight and pairs == 0 else 0, dtype=torch.float32, device=device)
     if not need_ab and not need_weight or pairs == 0:
+        d_weight = torch.zeros(R, c * c if need_weight else 0, dtype=torch.float32, device=device)
         return ab.new_zeros((B, S, N, c2) if need_ab else (0,)), d_weight, d_bias
     a = ab[..., :c].contiguous()
     b_flat = ab[..., c:].contiguous().view(B, S, N * c)
@@ -228,8 +228,7 @@ def core_backward_op(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight
             del dx
         if need_weight:
             _add_weight_grad(g, torch.bmm(a_rows.mT, b_flat), partial, i0 > 0, precision)
-    if need_weight:
-        d_weight = partial.sum(0)
+    d_weight = partial.sum(0) if need_weight else d_bias.new_empty(R, 0)
     if not need_ab:
         return ab.new_empty(0), d_weight, d_bias
     da = da_blocks[0] if rows == N else torch.cat(da_blocks, dim=2)
