@@ -246,12 +246,6 @@ def _tuned():
                            prune_configs_by={"early_config_prune": _prune})(_layer_norm_linear_kernel)
 
 
-def _mask_rows(mask: Tensor) -> Tensor:
-    """The row mask flat, a bool one read as bytes: every mask dtype then takes the same code (on the H200 a bool
-    pointer's specialization summed the weight's gradient in another order)."""
-    return (mask.view(torch.uint8) if mask.dtype == torch.bool else mask).reshape(-1)
-
-
 def joined_bias(biases: list[torch.Tensor | None], weights: list[torch.Tensor]) -> torch.Tensor | None:
     """The biases of projections whose weights are stacked into one, as one bias: None where every one is None,
     else each None as zeros of its weight's output width."""
@@ -278,7 +272,7 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
     y = torch.empty(M, K, dtype=x.dtype, device=x.device)
     if M == 0 or K == 0:
         return y.view(*lead, K)
-    mask_rows = rows if mask is None else _mask_rows(mask)
+    mask_rows = rows if mask is None else mask.reshape(-1)
     block_d = max(16, min(next_pow2(D), MAX_BLOCK_D))
     whole_row = block_d >= D
     terms = 0 if x.element_size() == 2 else 3 if precision == "default" else 1
@@ -481,7 +475,7 @@ def layer_norm_linear_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, we
     K = weight.shape[0]
     rows = x.reshape(-1, D)
     dy = dy.reshape(-1, K)
-    mask_rows = None if mask is None else _mask_rows(mask)
+    mask_rows = None if mask is None else mask.reshape(-1)
     if projects_on_chip(D, K, x.element_size()) and any(needs[:4]):
         _, dx, d_ln, d_weight, d_bias = layer_norm_backward_op(rows, ln_weight, ln_bias, dy, weight, mask_rows, False,
                                                                needs[0], precision)
