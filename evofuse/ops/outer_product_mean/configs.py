@@ -1,11 +1,10 @@
 """The Outer Product Mean kernel's tiles, as data, and the predicate that keeps those that fit a call.
 
 A config names PASSES (passes over the channels p), BLOCK_I x BLOCK_J residues a tile, BLOCK_S MSA rows
-a step, BLOCK_R of out_proj's rows an epilogue step, W_STAGES, the epilogue loop's pipeline depth, and
-PROGRAMS_PER_SM, the persistent programs launched a multiprocessor. The predicate keeps a config when its
-products are legal tensor-core shapes (each side >= 16), its float32
+a step, BLOCK_R of out_proj's rows an epilogue step and W_STAGES, the epilogue loop's pipeline depth. The
+predicate keeps a config when its products are legal tensor-core shapes (each side >= 16), its float32
 accumulator of (BLOCK_I * C / PASSES) x (BLOCK_J * C) fits its warps' registers, and its shared memory, as
-the sm_90 compiler lays it out, fits the multiprocessor with its PROGRAMS_PER_SM.
+the sm_90 compiler lays it out, fits the multiprocessor.
 """
 
 from __future__ import annotations
@@ -19,26 +18,22 @@ from ..._runtime import autotune_enabled, interpreting
 
 def _configs(tiles) -> list[triton.Config]:
     return [triton.Config({"PASSES_PER_32": passes, "BLOCK_I": bi, "BLOCK_J": bj, "BLOCK_S": bs, "BLOCK_R": br,
-                           "W_STAGES": w_stages, "GROUP_I": 8, "PROGRAMS_PER_SM": per_sm[0] if per_sm else 1},
-                          num_warps=warps, num_stages=stages)
-            for passes, bi, bj, bs, br, w_stages, warps, stages, *per_sm in tiles]
+                           "W_STAGES": w_stages, "GROUP_I": 8}, num_warps=warps, num_stages=stages)
+            for passes, bi, bj, bs, br, w_stages, warps, stages in tiles]
 
 
 # By products a contraction takes (TERMS: 1 for 16-bit operands, 3 for float32's float16 halves at the default
 # precision): (PASSES per 32 channels p, BLOCK_I, BLOCK_J, BLOCK_S, BLOCK_R, W_STAGES, num_warps,
-# num_stages[, PROGRAMS_PER_SM]). PASSES is given per 32 channels: the kernel scales it to the call's C,
-# rounding up. PROGRAMS_PER_SM (default 1) persistent programs share a multiprocessor, so that one's
-# epilogue can overlap another's main loop (the 4-warp tiles: ~234 registers, 72 KB of shared memory each).
+# num_stages). PASSES is given per 32 channels: the kernel scales it to the call's C, rounding up.
 CONFIGS = {
     1: _configs(((2, 8, 8, 64, 64, 1, 8, 3), (2, 8, 8, 64, 64, 2, 8, 2), (4, 16, 8, 64, 64, 1, 8, 3),
                  (2, 8, 8, 32, 64, 1, 8, 4), (4, 8, 8, 32, 32, 1, 8, 3), (1, 4, 8, 32, 32, 1, 8, 2),
-                 (1, 8, 16, 32, 32, 1, 8, 2), (8, 16, 4, 32, 32, 1, 8, 2), (4, 8, 8, 32, 64, 1, 4, 3, 2),
-                 (4, 8, 8, 32, 64, 1, 4, 2, 2))),
+                 (1, 8, 16, 32, 32, 1, 8, 2), (8, 16, 4, 32, 32, 1, 8, 2))),
     3: _configs(((4, 16, 8, 32, 64, 1, 8, 3), (4, 8, 8, 64, 64, 1, 8, 3), (4, 8, 8, 32, 64, 1, 8, 3),
                  (4, 8, 8, 32, 64, 1, 4, 3), (8, 16, 4, 32, 64, 1, 8, 3), (1, 8, 8, 32, 32, 1, 4, 2))),
 }
 INTERPRETER_CONFIG = triton.Config({"PASSES_PER_32": 2, "BLOCK_I": 4, "BLOCK_J": 4, "BLOCK_S": 16, "BLOCK_R": 16,
-                                    "W_STAGES": 1, "GROUP_I": 2, "PROGRAMS_PER_SM": 2}, num_warps=1, num_stages=1)
+                                    "W_STAGES": 1, "GROUP_I": 2}, num_warps=1, num_stages=1)
 
 ACCUMULATOR_PER_THREAD = 128  # float32 registers of the first product's accumulator a thread holds (no spills)
 SHARED_LIMIT = 227 * 1024  # bytes of shared memory a program may take on sm_90
@@ -75,7 +70,7 @@ def fits(config: triton.Config, C: int, terms: int) -> bool:
         return False
     if rows * cols > ACCUMULATOR_PER_THREAD * 32 * config.num_warps:
         return False
-    return (shared_bytes(config, C, terms) + SHARED_MARGIN) * kw["PROGRAMS_PER_SM"] <= SHARED_LIMIT
+    return shared_bytes(config, C, terms) + SHARED_MARGIN <= SHARED_LIMIT
 
 
 def candidates(C: int, terms: int) -> list[triton.Config]:
@@ -94,18 +89,16 @@ def prune(configs, named_args, **kwargs):
 ALL_CONFIGS = [cfg for table in CONFIGS.values() for cfg in table]  # what the autotuner is built with
 
 
-def workspace_slot(R: int, C: int, terms: int) -> tuple[int, int]:
-    """(float32 elements of a program's workspace, programs a multiprocessor): the most that any candidate
-    config needs of each."""
+def workspace_slot(R: int, C: int, terms: int) -> int:
+    """float32 elements of a program's workspace: the most that any candidate config needs."""
     return _workspace_slot(R, C, terms, interpreting(), autotune_enabled())
 
 
 @functools.lru_cache(maxsize=256)
-def _workspace_slot(R: int, C: int, terms: int, *environment) -> tuple[int, int]:
-    kept = candidates(C, terms)
+def _workspace_slot(R: int, C: int, terms: int, *environment) -> int:
     slots = [-(-R // cfg.kwargs["BLOCK_R"]) * cfg.kwargs["BLOCK_R"] * cfg.kwargs["BLOCK_I"] * cfg.kwargs["BLOCK_J"]
-             for cfg in kept if passes(cfg, C) > 1]
-    return max(slots, default=0), max(cfg.kwargs["PROGRAMS_PER_SM"] for cfg in kept)
+             for cfg in candidates(C, terms) if passes(cfg, C) > 1]
+    return max(slots, default=0)
 
 
 # The backward's dX kernel: (BLOCK_I, BLOCK_J, BLOCK_K, BLOCK_R, num_warps, num_stages)

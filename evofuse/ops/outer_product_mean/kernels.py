@@ -50,7 +50,6 @@ def opm_forward_kernel(
     BLOCK_R: tl.constexpr,
     GROUP_I: tl.constexpr,
     W_STAGES: tl.constexpr,  # pipeline depth of the epilogue's loop over out_proj's row blocks
-    PROGRAMS_PER_SM: tl.constexpr,  # the launch's: persistent programs a multiprocessor (the grid)
 ):
     PASSES: tl.constexpr = (PASSES_PER_32 * C + 31) // 32
     CP: tl.constexpr = C // PASSES  # channels p a pass

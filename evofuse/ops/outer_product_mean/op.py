@@ -78,12 +78,12 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
     out = torch.empty(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device)
     counts = _counts(msa_mask, normalization)
     count_args = (out, 0, 0, 0) if counts is None else (counts, *counts.stride())
-    sms = multiprocessors(msa_repr.device)
-    slot, per_sm = configs.workspace_slot(R, c, terms)
-    workspace = torch.empty(sms * per_sm * slot, dtype=torch.float32, device=msa_repr.device)
+    programs = multiprocessors(msa_repr.device)
+    slot = configs.workspace_slot(R, c, terms)
+    workspace = torch.empty(programs * slot, dtype=torch.float32, device=msa_repr.device)
 
     def grid(meta):
-        return min(sms * meta["PROGRAMS_PER_SM"], B * cdiv(N, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"])),
+        return min(programs, B * cdiv(N, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"])),
 
     a, b = ab_h[0, ..., :c], ab_h[0, ..., c:]
     _tuned()[grid](
