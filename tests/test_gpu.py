@@ -1,5 +1,6 @@
 """What needs a real GPU: every kernel config, the suite's shapes against float64, memory, CUDA graphs and
-torch.compile. Run on the H200 (`pytest -m gpu`); skipped elsewhere."""
+torch.compile; skipped elsewhere. The sweeps over every config and the suite's shapes are in the full tier
+(EVOFUSE_FULL_TESTS=1, as benchmarks/gpu_run.sh runs them): each compiles its own kernels."""
 
 import pytest
 import torch
@@ -64,6 +65,7 @@ def _opm_terms(dtype):
     return 3 if dtype == torch.float32 else 1  # products a contraction at the default precision
 
 
+@pytest.mark.full  # a sweep: compiles a kernel for each config (or autotunes at the suite's shapes)
 @pytest.mark.parametrize("dtype, index", [(dtype, index) for dtype in DTYPES
                                           for index in range(len(opm_configs.CONFIGS[_opm_terms(dtype)]))])
 @pytest.mark.parametrize("c", [16, 32, 64])
@@ -75,6 +77,7 @@ def test_every_opm_config(dtype, index, c, one_config):
     _opm_check(dtype, c)
 
 
+@pytest.mark.full  # a sweep: compiles a kernel for each config (or autotunes at the suite's shapes)
 @pytest.mark.parametrize("index", range(len(opm_configs.DX_CONFIGS)))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_opm_backward_config(index, dtype, one_config):
@@ -82,6 +85,7 @@ def test_every_opm_backward_config(index, dtype, one_config):
     _opm_check(dtype, 16)
 
 
+@pytest.mark.full  # a sweep: compiles a kernel for each config (or autotunes at the suite's shapes)
 @pytest.mark.parametrize("index", range(len(att_configs.FORWARD_CONFIGS)))
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("d", [8, 32, 64])
@@ -98,6 +102,7 @@ def test_every_attention_config(index, dtype, d, one_config):
     check_gradients(mod, (x, z, mask), dtype, "cuda")
 
 
+@pytest.mark.full  # a sweep: compiles a kernel for each config (or autotunes at the suite's shapes)
 @pytest.mark.parametrize("index", range(len(pwa_configs.CONFIGS)))
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("c", [8, 32])
@@ -117,6 +122,7 @@ def test_every_pair_weighted_averaging_config(index, dtype, c, one_config):
     check_gradients(mod, (m, z, mask), dtype, "cuda")
 
 
+@pytest.mark.full  # a sweep: compiles a kernel for each config (or autotunes at the suite's shapes)
 @pytest.mark.parametrize("dtype, index", [(torch.bfloat16, i) for i in range(len(layer_norm_linear.CONFIGS))]
                          + [(torch.float32, i) for i in range(len(layer_norm_linear.FLOAT32_CONFIGS))])
 def test_every_layer_norm_linear_config(dtype, index, one_config):
@@ -128,6 +134,7 @@ def test_every_layer_norm_linear_config(dtype, index, one_config):
     _opm_check(dtype, 32, N=33, S=9)
 
 
+@pytest.mark.full  # a sweep: compiles a kernel for each config (or autotunes at the suite's shapes)
 @pytest.mark.parametrize("case", [c for c in SUITE if not c.name.endswith("-seed")], ids=lambda c: c.name)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_suite_shapes_forward(case, dtype, monkeypatch):
