@@ -323,7 +323,9 @@ def _layer_norm_backward_kernel(
 ):
     """blocks_per_program blocks of BLOCK_M rows: their moments again in float32, the normalized rows (out for
     the linear weight's gradient, or with PROJECT taken on chip), and the LayerNorm's backward; the parameters'
-    gradients summed over this program's rows, to be summed over the programs in a fixed order afterwards."""
+    gradients summed over this program's rows, to be summed over the programs in a fixed order afterwards. The
+    next block's rows (x and, with PROJECT, the linear's gradient) are loaded before this block's are taken, so
+    that their latency hides behind its work."""
     pid = tl.program_id(0)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < D
@@ -338,12 +340,20 @@ def _layer_norm_backward_kernel(
                     mask=k_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_K, BLOCK_D]
         dw = tl.zeros((BLOCK_K, BLOCK_D), dtype=tl.float32)
         dbias = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    first = pid * blocks_per_program * BLOCK_M
+    x_next, dy_next = _load_block(x_ptr, stride_xm, stride_xd, g_ptr, stride_gm, stride_gd, first, M, D, K,
+                                  BLOCK_M, BLOCK_D, BLOCK_K, HAS_GRAD and PROJECT)
     for block in range(blocks_per_program):
         offs_m = (pid * blocks_per_program + block) * BLOCK_M + tl.arange(0, BLOCK_M)
         m_ok = offs_m < M
         ok = m_ok[:, None] & d_ok[None, :]  # [BLOCK_M, BLOCK_D]
         rows = offs_m.to(tl.int64)[:, None]
-        x = tl.load(x_ptr + rows * stride_xm + offs_d[None, :] * stride_xd, mask=ok, other=0.0).to(tl.float32)
+        x = x_next.to(tl.float32)  # [BLOCK_M, BLOCK_D]
+        dy_block = dy_next  # [BLOCK_M, BLOCK_K]
+        x_next, dy_next = _load_block(x_ptr, stride_xm, stride_xd, g_ptr, stride_gm, stride_gd,
+                                      first + (block + 1) * BLOCK_M,
+                                      tl.minimum(M, (pid + 1) * blocks_per_program * BLOCK_M), D, K,
+                                      BLOCK_M, BLOCK_D, BLOCK_K, HAS_GRAD and PROJECT)
         mean = tl.sum(x, axis=1) / D
         xc = tl.where(ok, x - mean[:, None], 0.0)
         rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
@@ -353,8 +363,7 @@ def _layer_norm_backward_kernel(
                      (xhat * lnw[None, :] + lnb[None, :]).to(xn_ptr.dtype.element_ty), mask=ok)
         if HAS_GRAD:
             if PROJECT:
-                dy = tl.load(g_ptr + rows * stride_gm + offs_k[None, :] * stride_gd, mask=m_ok[:, None] & k_ok[None, :],
-                             other=0.0)  # [BLOCK_M, BLOCK_K]
+                dy = dy_block
                 if HAS_MASK:  # the gradient of the output before the mask
                     dy = dy * tl.load(m_ptr + offs_m.to(tl.int64) * stride_mm, mask=m_ok, other=0).to(dy.dtype)[:, None]
                 dbias += tl.sum(dy.to(tl.float32), axis=0)
@@ -378,6 +387,26 @@ def _layer_norm_backward_kernel(
         if PROJECT:
             tl.store(dw_ptr + (pid * K + offs_k[:, None]) * D + offs_d[None, :], dw, mask=k_ok[:, None] & d_ok[None, :])
             tl.store(db_ptr + pid * K + offs_k, dbias, mask=k_ok)
+
+
+@triton.jit
+def _load_block(x_ptr, stride_xm, stride_xd, g_ptr, stride_gm, stride_gd, start, end, D, K, BLOCK_M: tl.constexpr,
+                BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr, WITH_GRAD: tl.constexpr):
+    """(x [BLOCK_M, BLOCK_D], dy [BLOCK_M, BLOCK_K]) of the rows start .. start + BLOCK_M, in their dtype, zero
+    from row `end` on; dy (the linear's output gradient) only WITH_GRAD, else x again."""
+    offs_m = start + tl.arange(0, BLOCK_M)
+    m_ok = offs_m < end
+    rows = offs_m.to(tl.int64)[:, None]
+    offs_d = tl.arange(0, BLOCK_D)
+    x = tl.load(x_ptr + rows * stride_xm + offs_d[None, :] * stride_xd, mask=m_ok[:, None] & (offs_d < D)[None, :],
+                other=0.0)
+    if WITH_GRAD:
+        offs_k = tl.arange(0, BLOCK_K)
+        dy = tl.load(g_ptr + rows * stride_gm + offs_k[None, :] * stride_gd, mask=m_ok[:, None] & (offs_k < K)[None, :],
+                     other=0.0)
+    else:
+        dy = x
+    return x, dy
 
 
 BACKWARD_TILE = 4096  # elements of x a program holds a step: BLOCK_M rows of the whole (padded) row
