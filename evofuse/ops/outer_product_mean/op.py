@@ -100,7 +100,7 @@ OPERAND_PROGRAMS = 512  # at most, for a and b (each over consecutive blocks of 
 
 def _float16_operands(ab: Tensor, weight: Tensor, terms: int) -> tuple[Tensor, Tensor, Tensor]:
     """(ab_h (halves, M, 2c), w_h (halves, R, c*c), inverse (1,)): float16 halves (2 with terms 3, else 1) of a,
-    b and out_proj's weight, each scaled by a power of two into float16's range (kernels.SCALE_TOP), and
+    b and out_proj's weight, each scaled by a power of two into float16's range (float16_halves.SCALE_TOP), and
     1 / the product of the three scales, all on the device (no synchronization), in two launches."""
     two_c = ab.shape[-1]
     rows = ab.reshape(-1, two_c)
