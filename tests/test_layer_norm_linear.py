@@ -109,11 +109,11 @@ def test_backward_gives_only_what_is_needed(needs):
 
 @pytest.mark.parametrize("K", [9, 3])  # the gradient of LayerNorm(x) given, or the narrow projection on chip
 def test_backward_with_several_blocks_a_program(monkeypatch, K):
-    """At most BACKWARD_PROGRAMS programs, each over consecutive blocks of rows, the last one short; their
+    """At most `backward_programs` programs, each over consecutive blocks of rows, the last one short; their
     partial sums added afterwards: here 3 programs over 97 rows of 64 channels."""
     from evofuse.ops import layer_norm_linear as module
 
-    monkeypatch.setattr(module, "BACKWARD_PROGRAMS", 3)
+    monkeypatch.setattr(module, "backward_programs", lambda device, warps: 3)
     monkeypatch.setattr(module, "BACKWARD_TILE", 64 * 4)  # blocks of 4 rows (16 with the projection on chip)
     g = torch.Generator().manual_seed(5)
     x, lnw, lnb = torch.randn(97, 64, generator=g), 1 + torch.randn(64, generator=g) / 4, torch.randn(64, generator=g)

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._runtime import autotune_enabled, bucket, cdiv, dot_precision, interpreting, next_pow2
+from .._runtime import autotune_enabled, bucket, cdiv, dot_precision, interpreting, multiprocessors, next_pow2
 from ..reference import LAYER_NORM_EPS
 from .float16_halves import finite_abs, power_of_two_scales, store_halves
 
@@ -410,7 +410,8 @@ def _load_block(x_ptr, stride_xm, stride_xd, g_ptr, stride_gm, stride_gd, start,
 
 
 BACKWARD_TILE = 4096  # elements of x a program holds a step: BLOCK_M rows of the whole (padded) row
-BACKWARD_PROGRAMS = 1024  # at most, each taking consecutive blocks of rows; their partial sums are then added
+BACKWARD_WARPS_PER_SM = 8  # the backward's programs fill every multiprocessor once with this many warps, each
+# program taking consecutive blocks of rows; their partial sums are then added
 # A linear with at most PROJECTED_MAX_K outputs whose (padded) weight takes at most PROJECTED_MAX_BYTES takes its
 # backward on chip (the pair's head projections; the Outer Product Mean's [a | b] projection, c <= 32, in 16 bits
 # at D <= 256, in float32 at D <= 128); wider ones need more registers and shared memory than a multiprocessor has
@@ -422,6 +423,13 @@ def projects_on_chip(D: int, K: int, element_size: int) -> bool:
     """Whether a linear (K, D) on elements of element_size bytes takes its backward in the LayerNorm's pass."""
     block_d, block_k, _, _ = backward_tiles(D, K, True)
     return K <= PROJECTED_MAX_K and block_k * block_d * element_size <= PROJECTED_MAX_BYTES
+
+
+def backward_programs(device: torch.device, warps: int) -> int:
+    """The most programs of `_layer_norm_backward_kernel`: one wave of BACKWARD_WARPS_PER_SM warps a
+    multiprocessor (at opm-af2-main's shape one wave of 132 programs took 0.31 ms on an H200, 1024 programs
+    0.38: no tail wave, and fewer partial sums to add)."""
+    return multiprocessors(device) * max(1, BACKWARD_WARPS_PER_SM // warps)
 
 
 def backward_tiles(D: int, K: int, project: bool) -> tuple[int, int, int, int]:
@@ -457,7 +465,7 @@ def layer_norm_backward_op(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: 
     dx = x.new_empty((M, D) if store_dx else (0,))
     block_d, block_k, block_m, warps = backward_tiles(D, K, project)
     blocks = cdiv(M, block_m)
-    per_program = max(1, cdiv(blocks, BACKWARD_PROGRAMS))
+    per_program = max(1, cdiv(blocks, backward_programs(x.device, warps)))
     programs = cdiv(blocks, per_program) if has_grad or store_xn else 0
     d_ln = torch.empty(2, programs if has_grad else 0, D, dtype=torch.float32, device=x.device)
     d_w = torch.empty(programs if project else 0, K, D, dtype=torch.float32, device=x.device)

@@ -185,16 +185,19 @@ def opm_dx_kernel(
     PRECISION: tl.constexpr,
 ):
     """The backward's dX[(i p), (j q)] = sum_r Gs[i, j, r] W[r, (p q)] for a tile of (i, j) pairs and a block of
-    (p q), stored straight into the layout of the products with a and b that take it (no rearranging copy)."""
+    (p q), stored straight into the layout of the products with a and b that take it (no rearranging copy). A
+    tile's blocks of (p q) are consecutive programs, so that all but the first find its rows of Gs in L2."""
+    k_blocks = tl.cdiv(C * C, BLOCK_K)
     n_j = tl.cdiv(N, BLOCK_J)
     tiles = tl.cdiv(n, BLOCK_I) * n_j
-    bb = (tl.program_id(0) // tiles).to(tl.int64)
-    tile = tl.program_id(0) % tiles
+    pid = tl.program_id(0) // k_blocks
+    bb = (pid // tiles).to(tl.int64)
+    tile = pid % tiles
     pair = tl.arange(0, BLOCK_I * BLOCK_J)
     i = (tile // n_j) * BLOCK_I + pair // BLOCK_J  # [PAIRS]
     j = (tile % n_j) * BLOCK_J + pair % BLOCK_J
     pair_ok = (i < n) & (j < N)
-    offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]: (p q)
+    offs_k = tl.program_id(0) % k_blocks * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]: (p q)
     g_rows = gs_ptr + bb * stride_gb + i.to(tl.int64) * stride_gi + j.to(tl.int64) * stride_gj  # [PAIRS]
     acc = tl.zeros((BLOCK_I * BLOCK_J, BLOCK_K), dtype=tl.float32)
     for r0 in range(0, R, BLOCK_R):

@@ -152,7 +152,7 @@ def _outer_products_grad(gs: Tensor, weight: Tensor, c: int, precision: str) -> 
     dx = torch.empty(B, n * c, N * c, dtype=gs.dtype, device=gs.device)
 
     def grid(meta):
-        return B * cdiv(n, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"]), cdiv(c * c, meta["BLOCK_K"])
+        return B * cdiv(n, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"]) * cdiv(c * c, meta["BLOCK_K"]),
 
     _tuned_dx()[grid](gs, *gs.stride(), weight, *weight.stride(), dx, *dx.stride(), n, N, R, bucket(N), C=c,
                       PRECISION=dot_precision(gs.dtype, precision))
