@@ -11,7 +11,7 @@ import sys
 import pytest
 
 SHARED_LIMIT = 227 * 1024  # bytes of shared memory a block may take on sm_90
-FLOATS = ("eps", "qk_scale", "sm_scale")
+FLOATS = ("eps", "qk_scale", "sm_scale", "inf")
 FLOAT32_POINTERS = ("m_ptr", "lse_ptr", "delta_ptr", "dz_ptr", "dw_ptr", "cnt_ptr", "inv_ptr", "ws_ptr",
                     "partial_ptr", "dln_ptr", "folded_bias_ptr", "sum_ptr")
 
@@ -43,6 +43,8 @@ UNIT_STRIDES = {
     "attention_dz_kernel": ("stride_zj", "stride_mn", "stride_lt"),
     "weighted_sum_kernel": ("stride_wj",),
     "weight_grad_kernel": ("stride_wj",),
+    "masked_softmax_kernel": ("stride_xh", "stride_mj", "stride_wj"),
+    "masked_softmax_backward_kernel": ("stride_wj", "stride_gj", "stride_dh"),
 }
 
 
@@ -78,6 +80,7 @@ def _launches():
     from evofuse.ops.outer_product_mean import kernels as opm
     from evofuse.ops.pair_weighted_averaging import configs as pwa_configs
     from evofuse.ops.pair_weighted_averaging import kernels as pwa
+    from evofuse.ops.pair_weighted_averaging import op as pwa_op
     from evofuse.ops.row_attention import configs as att_configs
     from evofuse.ops.row_attention import kernels as att
 
@@ -129,6 +132,12 @@ def _launches():
                dict(GATE=True, BLOCK_C=32, PRECISION=precision, **kw), warps, stages, {})
         yield (f"weight gradient {dtype}", pwa.weight_grad_kernel, dtype, dict(BLOCK_C=32, PRECISION=precision, **kw),
                warps, stages, {})
+        tiles = pwa_op._softmax_tiles(384, 8)
+        yield (f"masked softmax {dtype}", pwa.masked_softmax_kernel, dtype,
+               dict(HAS_MASK=True, RELATIVE=True, STORE_LOW=dtype == "bf16", **tiles), 4, 3,
+               {"x_ptr": f"*{dtype}", "w_ptr": "*fp32"})
+        yield (f"masked softmax backward {dtype}", pwa.masked_softmax_backward_kernel, dtype, tiles, 4, 3,
+               {"w_ptr": "*fp32", "g_ptr": "*fp32"})
     yield ("weight halves", lnl._weight_halves_kernel, "fp32",
            dict(HAS_BIAS=True, TERMS=3, BLOCK_K=lnl.SPLIT_BLOCK_K, BLOCK_D=256), 4, 2, {"halves_ptr": "*fp16"})
     for c in (8, 64):

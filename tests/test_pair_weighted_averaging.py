@@ -139,6 +139,24 @@ def test_additive_mask_mode(dtype):
     check_gradients(mod, (m, z, mask), dtype, DEVICE)
 
 
+@pytest.mark.parametrize("mask_mode", ["relative", "add"])
+def test_softmax_over_several_blocks_of_residues(monkeypatch, mask_mode):
+    """The softmax kernels take a row of residues j in blocks (a running maximum and sum across them): here
+    blocks of 16 over 37 residues, the last one short, with a residue whose pairs are all masked and padding
+    heads (3 of 4); output and every gradient against the float64 reference."""
+    from evofuse.ops.pair_weighted_averaging import op
+
+    monkeypatch.setattr(op, "SOFTMAX_TILE", 64)
+    assert op._softmax_tiles(37, 3) == dict(BLOCK_J=16, BLOCK_H=4)
+    mod = _module(16, 12, 8, 3, seed=14, inf=1e6, mask_mode=mask_mode)
+    m, z, mask = _inputs(1, 2, 37, 16, 12, "rows", 15)
+    exact = mod.double()(m.double(), z.double(), mask.double(), impl="torch")
+    ref32 = mod.float()(m, z, mask, impl="torch")
+    out = mod.to(DEVICE)(_dev(m), _dev(z), _dev(mask), impl="triton").cpu()
+    assert_contract(out, exact, torch.float32, ref_fp32=ref32)
+    check_gradients(mod, (m, z, mask), torch.float32, DEVICE)
+
+
 def test_mask_forms_strided_inputs_and_determinism():
     mod = _module(16, 8, 8, 2, seed=10).to(DEVICE)
     m = torch.randn(1, 9, 4, 32, device=DEVICE)[..., ::2].transpose(1, 2)  # (1, 4, 9, 16), not contiguous

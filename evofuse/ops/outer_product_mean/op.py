@@ -44,10 +44,10 @@ def _counts(mask: Tensor | None, normalization: str) -> Tensor | None:
     count depends on i alone), or None without a mask (every count is S). Exact for 0/1 masks."""
     if mask is None:
         return None
-    m = mask.to(torch.float32)
     if normalization == "count_i":
-        rows = m.sum(1)  # (B, N)
+        rows = mask.sum(1, dtype=torch.float32)  # (B, N)
         return rows[:, :, None].expand(-1, -1, rows.shape[1])
+    m = mask.to(torch.float32)
     return torch.bmm(m.transpose(1, 2), m)
 
 
@@ -70,9 +70,10 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
     terms, scaled = (3 if precision == "default" else 1, True) if msa_repr.dtype == torch.float32 else (1, False)
     if scaled:  # float32: float16 halves of the operands scaled by powers of two
         ab_h, w_h, inverse = _float16_operands(ab, out_proj_weight, terms)
-        ab_h = ab_h.view(ab_h.shape[0], B, S, N, 2 * c)
-    else:
-        ab_h, w_h, inverse = ab[None], out_proj_weight[None], ab
+        operands, weight, halves_stride, w_halves_stride = ab_h[0].view(B, S, N, 2 * c), w_h[0], ab_h.stride(0), \
+            w_h.stride(0)
+    else:  # 16-bit: the projections and the weight as they are (one term: the halves' strides unused)
+        operands, weight, halves_stride, w_halves_stride, inverse = ab, out_proj_weight, 0, 0, ab
     if not train:  # (float32: its memory free before the output's is taken)
         ab = ab.new_empty(0)
     out = torch.empty(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device)
@@ -85,9 +86,9 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
     def grid(meta):
         return min(programs, B * cdiv(N, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"])),
 
-    a, b = ab_h[0, ..., :c], ab_h[0, ..., c:]
+    a, b = operands[..., :c], operands[..., c:]
     _tuned()[grid](
-        a, b, *a.stride()[:3], ab_h.stride(0), *count_args, w_h[0], *w_h[0].stride(), w_h.stride(0), out_proj_bias,
+        a, b, *a.stride()[:3], halves_stride, *count_args, weight, *weight.stride(), w_halves_stride, out_proj_bias,
         inverse, workspace, slot, out, *out.stride(), B, S, N, R, bucket(S), bucket(N), C=c,
         DIVIDE_BIAS=normalization == "count_ij_after", EPS=count_eps if normalization == "count_ij_after" else 0.0,
         HAS_COUNTS=counts is not None, TERMS=terms, SCALED=scaled)

@@ -4,6 +4,8 @@ v and the gate g are column blocks of one (B, S, N, 2*h*C) tensor (the LayerNorm
 h at channels h*C .. h*C + C - 1 of each; w (B, h, N, N) are the weights, one softmax per (b, h, i) shared by
 every MSA row.
 
+`masked_softmax_kernel`: the weights from the pair's head logits, one program a pair row (b, i) and all its heads;
+`masked_softmax_backward_kernel` the logits' gradient from theirs.
 `weighted_sum_kernel`: for a block of residues i, a head and a block of MSA rows s, u[s, i] = sum_j w[i, j] v[s, j]
 as one product whose columns are the block's (s, channel) pairs, so that each tile of w is read once for
 S_BLOCK rows; the gate sigmoid(g) in the epilogue. With w's strides swapped it is the backward's
@@ -15,6 +17,109 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def masked_softmax_kernel(
+    x_ptr, stride_xb, stride_xi, stride_xj, stride_xh,  # the head logits: (B, N, N, h), any float dtype
+    m_ptr, stride_mb, stride_mi, stride_mj,  # HAS_MASK: the pair mask (B, N, N), 0/1 of any dtype
+    w_ptr, stride_wb, stride_wh, stride_wi, stride_wj,  # out: the weights (B, h, N, N) float32
+    lw_ptr,  # STORE_LOW: out: the weights again in the logits' dtype, laid out as w
+    N, H, inf,
+    HAS_MASK: tl.constexpr,
+    RELATIVE: tl.constexpr,  # the mask term less its smallest over the row
+    STORE_LOW: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_H: tl.constexpr,  # the heads, padded
+):
+    """w[b, h, i, j] = softmax_j(x[b, i, j, h] - inf * t[b, i, j]) in float32 for one pair row (b, i), every head,
+    with t = 1 - mask (less its smallest over the row when RELATIVE, so that a row whose pairs are all masked
+    keeps its logits' precision), as the reference computes it in float32. Passes over j: the smallest mask term,
+    the running maximum and sum of each head, the weights."""
+    pid = tl.program_id(0).to(tl.int64)
+    b = pid // N
+    i = pid % N
+    offs_h = tl.arange(0, BLOCK_H)  # [BLOCK_H]
+    h_ok = offs_h < H
+    x_row = x_ptr + b * stride_xb + i * stride_xi
+    m_row = m_ptr + b * stride_mb + i * stride_mi
+    shift = 0.0
+    if HAS_MASK and RELATIVE:
+        smallest = tl.full((BLOCK_J,), float("inf"), dtype=tl.float32)
+        for j0 in range(0, N, BLOCK_J):
+            offs_j = j0 + tl.arange(0, BLOCK_J)
+            m = tl.load(m_row + offs_j * stride_mj, mask=offs_j < N, other=0).to(tl.float32)
+            smallest = tl.minimum(smallest, tl.where(offs_j < N, 1.0 - m, float("inf")))
+        shift = tl.min(smallest, axis=0)
+    row_max = tl.full((BLOCK_H,), float("-inf"), dtype=tl.float32)
+    row_sum = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    for j0 in range(0, N, BLOCK_J):
+        t = _masked_logits(x_row, stride_xj, stride_xh, m_row, stride_mj, j0, N, offs_h, h_ok, inf, shift, HAS_MASK,
+                           BLOCK_J)  # [BLOCK_J, BLOCK_H]
+        new_max = tl.maximum(row_max, tl.max(t, axis=0))
+        row_sum = row_sum * tl.exp(row_max - new_max) + tl.sum(tl.exp(t - new_max[None, :]), axis=0)
+        row_max = new_max
+    w_row = b * stride_wb + i * stride_wi + offs_h[None, :] * stride_wh  # [1, BLOCK_H]
+    for j0 in range(0, N, BLOCK_J):
+        offs_j = j0 + tl.arange(0, BLOCK_J)
+        t = _masked_logits(x_row, stride_xj, stride_xh, m_row, stride_mj, j0, N, offs_h, h_ok, inf, shift, HAS_MASK,
+                           BLOCK_J)
+        w = tl.exp(t - row_max[None, :]) / row_sum[None, :]  # [BLOCK_J, BLOCK_H]
+        out = w_row + offs_j[:, None] * stride_wj
+        ok = (offs_j < N)[:, None] & h_ok[None, :]
+        tl.store(w_ptr + out, w, mask=ok)
+        if STORE_LOW:
+            tl.store(lw_ptr + out, w.to(lw_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _masked_logits(x_row, stride_xj, stride_xh, m_row, stride_mj, j0, N, offs_h, h_ok, inf, shift,
+                   HAS_MASK: tl.constexpr, BLOCK_J: tl.constexpr):
+    """x - inf * (1 - mask - shift) in float32 for the residues j0 .. j0 + BLOCK_J of a row, [BLOCK_J, BLOCK_H];
+    -inf where j is past the end (no weight), 0 for the padding heads (never stored; finite, so no NaN)."""
+    offs_j = j0 + tl.arange(0, BLOCK_J)
+    j_ok = offs_j < N
+    ok = j_ok[:, None] & h_ok[None, :]
+    t = tl.load(x_row + offs_j[:, None] * stride_xj + offs_h[None, :] * stride_xh, mask=ok, other=0.0).to(tl.float32)
+    if HAS_MASK:
+        m = tl.load(m_row + offs_j * stride_mj, mask=j_ok, other=0).to(tl.float32)
+        t = t - inf * ((1.0 - m) - shift)[:, None]
+    return tl.where(h_ok[None, :], tl.where(j_ok[:, None], t, float("-inf")), 0.0)
+
+
+@triton.jit
+def masked_softmax_backward_kernel(
+    w_ptr, stride_wb, stride_wh, stride_wi, stride_wj,  # the weights: (B, h, N, N) float32
+    g_ptr, stride_gb, stride_gh, stride_gi, stride_gj,  # their gradient: (B, h, N, N) float32
+    dx_ptr, stride_db, stride_di, stride_dj, stride_dh,  # out: the logits' gradient (B, N, N, h) in its dtype
+    N, H,
+    BLOCK_J: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    """dx[b, i, j, h] = w (g - sum_j w g) for one pair row (b, i), every head, in float32 (the mask term has no
+    gradient); two passes over j."""
+    pid = tl.program_id(0).to(tl.int64)
+    b = pid // N
+    i = pid % N
+    offs_h = tl.arange(0, BLOCK_H)
+    h_ok = offs_h < H
+    w_row = w_ptr + b * stride_wb + i * stride_wi + offs_h[None, :] * stride_wh  # [1, BLOCK_H]
+    g_row = g_ptr + b * stride_gb + i * stride_gi + offs_h[None, :] * stride_gh
+    dot = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    for j0 in range(0, N, BLOCK_J):
+        offs_j = j0 + tl.arange(0, BLOCK_J)
+        ok = (offs_j < N)[:, None] & h_ok[None, :]
+        w = tl.load(w_row + offs_j[:, None] * stride_wj, mask=ok, other=0.0)  # [BLOCK_J, BLOCK_H]
+        g = tl.load(g_row + offs_j[:, None] * stride_gj, mask=ok, other=0.0)
+        dot += tl.sum(w * g, axis=0)
+    dx_row = dx_ptr + b * stride_db + i * stride_di + offs_h[None, :] * stride_dh
+    for j0 in range(0, N, BLOCK_J):
+        offs_j = j0 + tl.arange(0, BLOCK_J)
+        ok = (offs_j < N)[:, None] & h_ok[None, :]
+        w = tl.load(w_row + offs_j[:, None] * stride_wj, mask=ok, other=0.0)
+        g = tl.load(g_row + offs_j[:, None] * stride_gj, mask=ok, other=0.0)
+        tl.store(dx_row + offs_j[:, None] * stride_dj, (w * (g - dot[None, :])).to(dx_ptr.dtype.element_ty),
+                 mask=ok)
 
 
 @triton.jit

@@ -4,12 +4,14 @@ backward, registered with `register_autograd`; the backward's Triton part is a c
 
 Forward: LayerNorm + the v and g projections of the MSA in one kernel (`layer_norm_linear`, (B, S, N, 2hC) in
 the input's dtype); LayerNorm + the head projection of the pair (the same kernel); the mask term and the
-softmax over j once per (b, i, h), (B, h, N, N); `kernels.weighted_sum_kernel` for u = w v, gated in its
+softmax over j once per (b, i, h), (B, h, N, N) (`kernels.masked_softmax_kernel`, float32 for the backward and
+a copy in the input's dtype for the sums); `kernels.weighted_sum_kernel` for u = w v, gated in its
 epilogue; proj_o by cuBLAS. No float32 (B, S, N, h, C) tensor and no (B, h, S, N, N) tensor exists.
 Backward: d(gated) = grad_out W_o by cuBLAS; the gate's gradient and du from the saved gated sums (row
 attention's gate kernel); dv = w^T du (`weighted_sum_kernel` on w transposed) and dw = du v^T summed over the
-MSA rows in order (`weight_grad_kernel`); the softmax's gradient by PyTorch, both LayerNorm + projections' by
-`layer_norm_linear_backward` (the pair's head projection on chip: nothing of the pair's size but dz is made).
+MSA rows in order (`weight_grad_kernel`); the softmax's gradient (`masked_softmax_backward_kernel`), both
+LayerNorm + projections' by `layer_norm_linear_backward` (the pair's head projection on chip: nothing of the
+pair's size but dz is made).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
 from ..row_attention.configs import gate_rows_per_program
 from ..row_attention.kernels import gate_backward_kernel
 from . import configs
-from .kernels import weight_grad_kernel, weighted_sum_kernel
+from .kernels import masked_softmax_backward_kernel, masked_softmax_kernel, weight_grad_kernel, weighted_sum_kernel
 
 MAX_HEAD_WIDTH = 128
 
@@ -47,17 +49,39 @@ def _kernels():
     return _autotuned(weighted_sum_kernel), _autotuned(weight_grad_kernel)
 
 
-def _weights(logits: Tensor, pair_mask: Tensor | None, inf: float, mask_mode: str) -> Tensor:
-    """softmax_j(logits + (1 - mask) * -inf) as (B, h, N, N) in float32, from logits (B, N, N, h); "relative":
-    the mask term taken relative to the row's smallest (a constant of the row: the same softmax, and a row whose
-    pairs are all masked keeps its logits' precision); "add": added in float32 as the models do."""
-    x = logits.float().permute(0, 3, 1, 2)
-    if pair_mask is not None:
-        masked = 1 - pair_mask.float()
-        if mask_mode == "relative":
-            masked = masked - masked.amin(-1, keepdim=True)
-        x = x - inf * masked[:, None]
-    return torch.softmax(x, dim=-1)
+SOFTMAX_TILE = 2048  # elements (residues j x heads) a step of the softmax kernels
+
+
+def _softmax_tiles(N: int, num_heads: int) -> dict:
+    block_h = next_pow2(num_heads)
+    return dict(BLOCK_J=max(16, min(next_pow2(N), SOFTMAX_TILE // block_h)), BLOCK_H=block_h)
+
+
+def _weights(logits: Tensor, pair_mask: Tensor | None, inf: float, mask_mode: str) -> tuple[Tensor, Tensor]:
+    """(w, w in the logits' dtype): w = softmax_j(logits + (1 - mask) * -inf), (B, h, N, N) float32, from the
+    head logits (B, N, N, h) (`kernels.masked_softmax_kernel`); "relative": the mask term taken relative to the
+    row's smallest (a constant of the row: the same softmax, and a row whose pairs are all masked keeps its
+    logits' precision); "add": added in float32 as the models do. The second is w itself for float32 logits."""
+    B, N, _, h = logits.shape
+    w = torch.empty(B, h, N, N, dtype=torch.float32, device=logits.device)
+    low = w if logits.dtype == torch.float32 else torch.empty(w.shape, dtype=logits.dtype, device=w.device)
+    if w.numel():
+        mask_args = (logits, 0, 0, 0) if pair_mask is None else (pair_mask, *pair_mask.stride())
+        masked_softmax_kernel[(B * N,)](logits, *logits.stride(), *mask_args, w, *w.stride(), low, N, h, inf,
+                                        HAS_MASK=pair_mask is not None, RELATIVE=mask_mode == "relative",
+                                        STORE_LOW=low is not w, **_softmax_tiles(N, h))
+    return w, low
+
+
+def _weights_backward(w: Tensor, dw: Tensor, dtype: torch.dtype) -> Tensor:
+    """The head logits' gradient (B, N, N, h) in `dtype`, contiguous, for the weights w and their gradient dw,
+    (B, h, N, N) float32 (`kernels.masked_softmax_backward_kernel`)."""
+    B, h, N, _ = w.shape
+    d_logits = torch.empty(B, N, N, h, dtype=dtype, device=w.device)
+    if w.numel():
+        masked_softmax_backward_kernel[(B * N,)](w, *w.stride(), dw, *dw.stride(), d_logits, *d_logits.stride(), N, h,
+                                                 **_softmax_tiles(N, h))
+    return d_logits
 
 
 def _weighted_sum(w: Tensor, v: Tensor, g: Tensor | None, out: Tensor, num_heads: int, C: int, precision: str) -> None:
@@ -89,10 +113,10 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
                            None, None, precision)
     logits = layer_norm_linear(pair_repr, norm_z_weight, norm_z_bias, proj_z_weight, None,
                                None, precision)  # (B, N, N, h)
-    w = _weights(logits, pair_mask, inf, mask_mode)
+    w, w_low = _weights(logits, pair_mask, inf, mask_mode)
     gated = torch.empty(B, S, N, inner, dtype=msa_repr.dtype, device=msa_repr.device)
     if gated.numel():
-        _weighted_sum(w.to(msa_repr.dtype), vg[..., :inner], vg[..., inner:], gated, num_heads, C, precision)
+        _weighted_sum(w_low, vg[..., :inner], vg[..., inner:], gated, num_heads, C, precision)
     return F.linear(gated, proj_o_weight), vg, gated if train else gated.new_empty(0), w
 
 
@@ -109,9 +133,9 @@ def _(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight,
 @torch.library.custom_op("evofuse::pair_weighted_averaging_core_backward", mutates_args=())
 def core_backward_op(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor, gated: Tensor, num_heads: int,
                      precision: str) -> tuple[Tensor, Tensor]:
-    """(d_vg (B, S, N, 2hC), dw (B, h, N, N) float32): the projections' and the weights' gradients for the
-    output's gradient grad_out (B, S, N, c_m), from proj_o's weight (c_m, hC), the forward's projections vg,
-    weights w and gated sums (B, S, N, hC)."""
+    """(d_vg (B, S, N, 2hC), d_logits (B, N, N, h), both in vg's dtype): the projections' and the head logits'
+    gradients for the output's gradient grad_out (B, S, N, c_m), from proj_o's weight (c_m, hC), the forward's
+    projections vg, weights w (B, h, N, N) float32 and gated sums (B, S, N, hC)."""
     B, S, N, inner2 = vg.shape
     inner = inner2 // 2
     C = inner // num_heads
@@ -132,12 +156,13 @@ def core_backward_op(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Ten
 
     _kernels()[1][grid](du, *du.stride()[:3], vg, *vg.stride()[:3], dw, *dw.stride(), S, N, num_heads, C, bucket(N),
                         BLOCK_C=max(16, next_pow2(C)), PRECISION=dot_precision(vg.dtype, precision))
-    return d_vg, dw
+    return d_vg, _weights_backward(w, dw, vg.dtype)
 
 
 @core_backward_op.register_fake
 def _(vg, w, grad_out, proj_o_weight, gated, num_heads, precision):
-    return torch.empty_like(vg), w.new_empty(w.shape, dtype=torch.float32)
+    B, h, N, _ = w.shape
+    return torch.empty_like(vg), vg.new_empty(B, N, N, h)
 
 
 def _setup_context(ctx, inputs, output):
@@ -153,11 +178,9 @@ def _backward(ctx, grad_out, *_):
     msa_repr, pair_repr, nmw, nmb, nzw, nzb, wm, wg, wz, wo, vg, gated, w = ctx.saved_tensors
     needs = ctx.needs_input_grad
     inner = wm.shape[0]
-    dtype = msa_repr.dtype
-    d_vg, dw = core_backward_op(vg, w, grad_out, wo, gated, ctx.num_heads, ctx.precision)
+    d_vg, d_logits = core_backward_op(vg, w, grad_out, wo, gated, ctx.num_heads, ctx.precision)
     d_wo = grad_out.reshape(-1, grad_out.shape[-1]).t() @ gated.reshape(-1, inner) if needs[10] else None
-    # the softmax's backward, then the pair's LayerNorm + projection (the mask term has no gradient)
-    d_logits = (w * (dw - (w * dw).sum(-1, keepdim=True))).permute(0, 2, 3, 1).to(dtype)  # (B, N, N, h)
+    # the pair's LayerNorm + projection (the mask term has no gradient)
     dz, dnzw, dnzb, dwz, _ = layer_norm_linear_backward(pair_repr, nzw, nzb, wz, d_logits,
                                                         (needs[1], needs[5], needs[6], needs[9], False), ctx.precision)
     dm, dnmw, dnmb, dw_mg, _ = layer_norm_linear_backward(msa_repr, nmw, nmb, torch.cat([wm, wg]), d_vg,
