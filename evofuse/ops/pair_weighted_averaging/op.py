@@ -114,9 +114,11 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
     logits = layer_norm_linear(pair_repr, norm_z_weight, norm_z_bias, proj_z_weight, None,
                                None, precision)  # (B, N, N, h)
     w, w_low = _weights(logits, pair_mask, inf, mask_mode)
+    del logits  # (the peak: the projections, w, its copy and the gated sums; then the output instead of the copy)
     gated = torch.empty(B, S, N, inner, dtype=msa_repr.dtype, device=msa_repr.device)
     if gated.numel():
         _weighted_sum(w_low, vg[..., :inner], vg[..., inner:], gated, num_heads, C, precision)
+    del w_low
     return F.linear(gated, proj_o_weight), vg, gated if train else gated.new_empty(0), w
 
 
