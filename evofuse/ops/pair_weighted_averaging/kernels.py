@@ -59,7 +59,7 @@ def masked_softmax_kernel(
         new_max = tl.maximum(row_max, tl.max(t, axis=0))
         row_sum = row_sum * tl.exp(row_max - new_max) + tl.sum(tl.exp(t - new_max[None, :]), axis=0)
         row_max = new_max
-    w_row = b * stride_wb + i * stride_wi + offs_h[None, :] * stride_wh  # [1, BLOCK_H]
+    w_row = b * stride_wb + i * stride_wi + offs_h.to(tl.int64)[None, :] * stride_wh  # [1, BLOCK_H]
     for j0 in range(0, N, BLOCK_J):
         offs_j = j0 + tl.arange(0, BLOCK_J)
         t = _masked_logits(x_row, stride_xj, stride_xh, m_row, stride_mj, j0, N, offs_h, h_ok, inf, shift, HAS_MASK,
@@ -103,8 +103,8 @@ def masked_softmax_backward_kernel(
     i = pid % N
     offs_h = tl.arange(0, BLOCK_H)
     h_ok = offs_h < H
-    w_row = w_ptr + b * stride_wb + i * stride_wi + offs_h[None, :] * stride_wh  # [1, BLOCK_H]
-    g_row = g_ptr + b * stride_gb + i * stride_gi + offs_h[None, :] * stride_gh
+    w_row = w_ptr + b * stride_wb + i * stride_wi + offs_h.to(tl.int64)[None, :] * stride_wh  # [1, BLOCK_H]
+    g_row = g_ptr + b * stride_gb + i * stride_gi + offs_h.to(tl.int64)[None, :] * stride_gh
     dot = tl.zeros((BLOCK_H,), dtype=tl.float32)
     for j0 in range(0, N, BLOCK_J):
         offs_j = j0 + tl.arange(0, BLOCK_J)
