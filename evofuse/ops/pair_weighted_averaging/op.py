@@ -53,6 +53,7 @@ SOFTMAX_TILE = 2048  # elements (residues j x heads) a step of the softmax kerne
 
 
 def _softmax_tiles(N: int, num_heads: int) -> dict:
+    """BLOCK_J and BLOCK_H of the softmax kernels: every head of a row at once, SOFTMAX_TILE elements a step."""
     block_h = next_pow2(num_heads)
     return dict(BLOCK_J=max(16, min(next_pow2(N), SOFTMAX_TILE // block_h)), BLOCK_H=block_h)
 
