@@ -157,6 +157,21 @@ def test_softmax_over_several_blocks_of_residues(monkeypatch, mask_mode):
     check_gradients(mod.cpu(), (m, z, mask), torch.float32, DEVICE)
 
 
+@pytest.mark.parametrize("where", ["pair", "msa"])
+def test_nan_shows_as_in_the_reference(where):
+    """A NaN in the pair makes its residue i's softmax NaN (every row s of that residue); one in the MSA makes
+    its row s NaN: the same outputs as the reference's, with a masked pair beside it."""
+    mod = _module(16, 12, 8, 3, seed=16).to(DEVICE)
+    m, z, mask = (t.to(DEVICE) for t in _inputs(1, 3, 7, 16, 12, "random", 17))
+    if where == "pair":
+        z[0, 2, 4, 1] = float("nan")
+    else:
+        m[0, 1, 5, 0] = float("nan")
+    out = mod(m, z, mask, impl="triton")
+    ref = mod(m, z, mask, impl="torch")
+    assert torch.equal(out.isnan(), ref.isnan()) and out.isnan().any() and not out.isnan().all()
+
+
 def test_mask_forms_strided_inputs_and_determinism():
     mod = _module(16, 8, 8, 2, seed=10).to(DEVICE)
     m = torch.randn(1, 9, 4, 32, device=DEVICE)[..., ::2].transpose(1, 2)  # (1, 4, 9, 16), not contiguous
