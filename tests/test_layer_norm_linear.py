@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from evofuse.numerics import rel_error
-from evofuse.ops.layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
+from evofuse.ops.layer_norm_linear import layer_norm_linear, layer_norm_linear_backward, normalizes_first
 
 from .conftest import DEVICE
 
@@ -17,6 +17,25 @@ def test_without_bias():
     exact = _reference(x.double(), lnw.double(), lnb.double(), w.double(), None, None)
     y = layer_norm_linear(*(t.to(DEVICE) for t in (x, lnw, lnb, w)), None, None)
     assert rel_error(y.cpu(), exact) <= 1e-6
+
+
+@pytest.mark.parametrize("with_bias, masked", [(True, True), (False, False)])
+def test_wide_linear_through_cublas(with_bias, masked):
+    """A wide 16-bit linear over many rows: the normalized rows written, then a cuBLAS product (with the bias or
+    without, the mask after it)."""
+    M, D, K = 16401, 160, 1030
+    assert normalizes_first(M, D, K, LOW) and not normalizes_first(M - 100, D, K, LOW)
+    g = torch.Generator().manual_seed(5)
+    x = 3 + torch.randn(M, D, generator=g)
+    lnw, lnb = 1 + torch.randn(D, generator=g), torch.randn(D, generator=g)
+    w, b = torch.randn(K, D, generator=g) / D ** 0.5, torch.randn(K, generator=g) if with_bias else None
+    mask = (torch.rand(M, generator=g) > 0.3) if masked else None
+    exact = _reference(*(t.double() for t in (x, lnw, lnb, w)), None if b is None else b.double(), mask)
+    y = layer_norm_linear(*(t.to(DEVICE, LOW) for t in (x, lnw, lnb, w)), None if b is None else b.to(DEVICE, LOW),
+                          None if mask is None else mask.to(DEVICE))
+    assert y.shape == (M, K) and y.dtype == LOW
+    lowp = _reference(*(t.to(LOW) for t in (x, lnw, lnb, w)), None if b is None else b.to(LOW), mask)
+    assert rel_error(y.cpu(), exact) <= 2 * rel_error(lowp, exact) + 1e-3
 
 
 def _reference(x, lnw, lnb, w, b, mask):

@@ -1,5 +1,6 @@
-"""LayerNorm followed by a linear layer, and an optional row mask, in one pass: the first stage of every
-operation. y = (LayerNorm(x) @ W^T + bias) * mask, with the normalized rows made on chip, never in memory.
+"""LayerNorm followed by a linear layer, and an optional row mask: the first stage of every operation.
+y = (LayerNorm(x) @ W^T + bias) * mask, in one pass with the normalized rows made on chip, never in memory;
+wide 16-bit linears (`normalizes_first`) instead write the normalized rows for a cuBLAS product.
 
 `layer_norm_linear` runs the forward kernel; `layer_norm_linear_backward` gives its gradients (it is called
 from the operations' registered backwards): a second kernel recomputes the normalized rows and takes the
@@ -246,6 +247,23 @@ def _tuned():
                            prune_configs_by={"early_config_prune": _prune})(_layer_norm_linear_kernel)
 
 
+# 16-bit linears with at least CUBLAS_MIN_ROWS rows, CUBLAS_MIN_D input channels and D * K >= CUBLAS_MIN_WORK take
+# the normalized rows from memory into a cuBLAS product (`layer_norm_pass`, then addmm). On an H200, M = 196608
+# bf16 rows: (D, K) = (256, 1024) 0.496 ms fused, 0.261 through cuBLAS; (256, 512) 0.220, 0.174; (128, 1024) 0.248,
+# 0.172; (256, 256) 0.142, 0.141; (128, 512) 0.120, 0.159 (the fused kernel re-reads W for every block of rows,
+# which costs where W is large); 4096 rows of (256, 1024): 0.029 fused, 0.083 (two launches)
+CUBLAS_MIN_ROWS = 16384
+CUBLAS_MIN_D = 128
+CUBLAS_MIN_WORK = 1 << 17
+
+
+def normalizes_first(M: int, D: int, K: int, dtype: torch.dtype) -> bool:
+    """Whether `layer_norm_linear` writes LayerNorm(x) and hands it to cuBLAS for M rows of a linear (K, D) on
+    `dtype`."""
+    return (dtype in (torch.float16, torch.bfloat16) and M >= CUBLAS_MIN_ROWS and D >= CUBLAS_MIN_D
+            and D * K >= CUBLAS_MIN_WORK)
+
+
 def joined_bias(biases: list[torch.Tensor | None], weights: list[torch.Tensor]) -> torch.Tensor | None:
     """The biases of projections whose weights are stacked into one, as one bias: None where every one is None,
     else each None as zeros of its weight's output width."""
@@ -260,9 +278,11 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
 
     x (..., D) float16, bfloat16 or float32 (any strides); ln_weight, ln_bias (D,); weight (K, D) and bias
     (K,) or None in x's dtype; mask of x's leading shape, 0/1 of any real dtype, or None. Returns (..., K) in
-    x's dtype, contiguous; the statistics and the products accumulate in float32. float32 rows take float16
-    tensor cores: the normalized rows' and the (LayerNorm-folded, column-scaled) weight's high and low halves,
-    three products at the "default" precision (~1e-7 relative), the high halves alone at "fast".
+    x's dtype, contiguous; the statistics and the products accumulate in float32. Wide 16-bit linears
+    (`normalizes_first`) write LayerNorm(x) (M, D) for a cuBLAS product, rounded to x's dtype as the reference
+    does; narrower ones keep the normalized rows on chip. float32 rows take float16 tensor cores: the normalized
+    rows' and the (LayerNorm-folded, column-scaled) weight's high and low halves, three products at the "default"
+    precision (~1e-7 relative), the high halves alone at "fast".
     """
     D = x.shape[-1]
     K = weight.shape[0]
@@ -273,6 +293,12 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
     if M == 0 or K == 0:
         return y.view(*lead, K)
     mask_rows = rows if mask is None else mask.reshape(-1)
+    if normalizes_first(M, D, K, x.dtype):  # (the normalized rows are freed on return)
+        xn = layer_norm_pass(rows, ln_weight, ln_bias, None, None, None, True, False, precision)[0]
+        torch.addmm(bias, xn, weight.t(), out=y) if bias is not None else torch.mm(xn, weight.t(), out=y)
+        if mask is not None:
+            y *= mask_rows.to(y.dtype)[:, None]
+        return y.view(*lead, K)
     block_d = max(16, min(next_pow2(D), MAX_BLOCK_D))
     whole_row = block_d >= D
     terms = 0 if x.element_size() == 2 else 3 if precision == "default" else 1
@@ -445,8 +471,16 @@ def backward_tiles(D: int, K: int, project: bool) -> tuple[int, int, int, int]:
 def layer_norm_backward_op(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: Tensor | None,
                            weight: Tensor | None, row_mask: Tensor | None, store_xn: bool, store_dx: bool,
                            precision: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The LayerNorm's rows again and its backward, in one pass over x (M, D) (an op of its own, so that
-    torch.compile traces the operations' backwards around it).
+    """The LayerNorm's rows again and its backward, in one pass over x (M, D) (`layer_norm_pass` as an op of its
+    own, so that torch.compile traces the operations' backwards around it)."""
+    return layer_norm_pass(x, ln_weight, ln_bias, grad, weight, row_mask, store_xn, store_dx, precision)
+
+
+def layer_norm_pass(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: Tensor | None, weight: Tensor | None,
+                    row_mask: Tensor | None, store_xn: bool, store_dx: bool,
+                    precision: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The LayerNorm's rows and, given a gradient, its backward, in one pass over x (M, D)
+    (`_layer_norm_backward_kernel`).
 
     grad: the gradient of LayerNorm(x) (M, D); or, with the linear's weight (K, D), the linear's output gradient
     (M, K), whose product with the weight is then taken on chip, with the weight's and bias's gradients; row_mask

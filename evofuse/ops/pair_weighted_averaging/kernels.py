@@ -23,11 +23,12 @@ import triton.language as tl
 def masked_softmax_kernel(
     x_ptr, stride_xb, stride_xi, stride_xj, stride_xh,  # the head logits: (B, N, N, h), any float dtype
     m_ptr, stride_mb, stride_mi, stride_mj,  # HAS_MASK: the pair mask (B, N, N), 0/1 of any dtype
-    w_ptr, stride_wb, stride_wh, stride_wi, stride_wj,  # out: the weights (B, h, N, N) float32
-    lw_ptr,  # STORE_LOW: out: the weights again in the logits' dtype, laid out as w
+    w_ptr, stride_wb, stride_wh, stride_wi, stride_wj,  # STORE_W: out: the weights (B, h, N, N) float32
+    lw_ptr,  # STORE_LOW: out: the weights again in the logits' dtype, laid out as w (w's strides)
     N, H, inf,
     HAS_MASK: tl.constexpr,
     RELATIVE: tl.constexpr,  # the mask term less its smallest over the row
+    STORE_W: tl.constexpr,
     STORE_LOW: tl.constexpr,
     BLOCK_J: tl.constexpr,
     BLOCK_H: tl.constexpr,  # the heads, padded
@@ -67,7 +68,8 @@ def masked_softmax_kernel(
         w = tl.exp(t - row_max[None, :]) / row_sum[None, :]  # [BLOCK_J, BLOCK_H]
         out = w_row + offs_j[:, None] * stride_wj
         ok = (offs_j < N)[:, None] & h_ok[None, :]
-        tl.store(w_ptr + out, w, mask=ok)
+        if STORE_W:
+            tl.store(w_ptr + out, w, mask=ok)
         if STORE_LOW:
             tl.store(lw_ptr + out, w.to(lw_ptr.dtype.element_ty), mask=ok)
 

@@ -58,19 +58,24 @@ def _softmax_tiles(N: int, num_heads: int) -> dict:
     return dict(BLOCK_J=max(16, min(next_pow2(N), SOFTMAX_TILE // block_h)), BLOCK_H=block_h)
 
 
-def _weights(logits: Tensor, pair_mask: Tensor | None, inf: float, mask_mode: str) -> tuple[Tensor, Tensor]:
+def _weights(logits: Tensor, pair_mask: Tensor | None, inf: float, mask_mode: str, keep: bool) -> tuple[Tensor, Tensor]:
     """(w, w in the logits' dtype): w = softmax_j(logits + (1 - mask) * -inf), (B, h, N, N) float32, from the
     head logits (B, N, N, h) (`kernels.masked_softmax_kernel`); "relative": the mask term taken relative to the
     row's smallest (a constant of the row: the same softmax, and a row whose pairs are all masked keeps its
-    logits' precision); "add": added in float32 as the models do. The second is w itself for float32 logits."""
+    logits' precision); "add": added in float32 as the models do. The second is w itself for float32 logits.
+    Without `keep` (inference) 16-bit logits give only the second, and the first is empty."""
     B, N, _, h = logits.shape
-    w = torch.empty(B, h, N, N, dtype=torch.float32, device=logits.device)
-    low = w if logits.dtype == torch.float32 else torch.empty(w.shape, dtype=logits.dtype, device=w.device)
-    if w.numel():
+    shape = (B, h, N, N)
+    low = torch.empty(shape, dtype=logits.dtype, device=logits.device)
+    w = low if logits.dtype == torch.float32 else torch.empty(shape if keep else (0,), dtype=torch.float32,
+                                                              device=logits.device)
+    if low.numel():
         mask_args = (logits, 0, 0, 0) if pair_mask is None else (pair_mask, *pair_mask.stride())
-        masked_softmax_kernel[(B * N,)](logits, *logits.stride(), *mask_args, w, *w.stride(), low, N, h, inf,
-                                        HAS_MASK=pair_mask is not None, RELATIVE=mask_mode == "relative",
-                                        STORE_LOW=low is not w, **_softmax_tiles(N, h))
+        store_w = w.numel() > 0
+        masked_softmax_kernel[(B * N,)](logits, *logits.stride(), *mask_args, w if store_w else low, *low.stride(),
+                                        low, N, h, inf, HAS_MASK=pair_mask is not None,
+                                        RELATIVE=mask_mode == "relative", STORE_W=store_w, STORE_LOW=low is not w,
+                                        **_softmax_tiles(N, h))
     return w, low
 
 
@@ -105,8 +110,8 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
                                proj_g_weight: Tensor, proj_z_weight: Tensor, proj_o_weight: Tensor, num_heads: int,
                                inf: float, mask_mode: str, precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(out (B, S, N, c_m), vg (B, S, N, 2hC), gated (B, S, N, hC), w (B, h, N, N) float32): the output, then what
-    the backward takes: the projections, the gated sums (proj_o's input; empty unless `train`) and the weights. Every tensor
-    argument has msa_repr's dtype."""
+    the backward takes: the projections, the gated sums (proj_o's input) and the weights; the last two empty unless
+    `train`. Every tensor argument has msa_repr's dtype."""
     B, S, N, _ = msa_repr.shape
     inner = proj_m_weight.shape[0]
     C = inner // num_heads
@@ -114,13 +119,14 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
                            None, None, precision)
     logits = layer_norm_linear(pair_repr, norm_z_weight, norm_z_bias, proj_z_weight, None,
                                None, precision)  # (B, N, N, h)
-    w, w_low = _weights(logits, pair_mask, inf, mask_mode)
+    w, w_low = _weights(logits, pair_mask, inf, mask_mode, train)
     del logits  # (the peak: the projections, w, its copy and the gated sums; then the output instead of the copy)
     gated = torch.empty(B, S, N, inner, dtype=msa_repr.dtype, device=msa_repr.device)
     if gated.numel():
         _weighted_sum(w_low, vg[..., :inner], vg[..., inner:], gated, num_heads, C, precision)
     del w_low
-    return F.linear(gated, proj_o_weight), vg, gated if train else gated.new_empty(0), w
+    empty = gated.new_empty(0)
+    return F.linear(gated, proj_o_weight), vg, gated if train else empty, w if train else w.new_empty(0)
 
 
 @pair_weighted_averaging_op.register_fake
@@ -130,7 +136,7 @@ def _(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight,
     inner = proj_m_weight.shape[0]
     gated = msa_repr.new_empty(B, S, N, inner) if train else msa_repr.new_empty(0)
     return (msa_repr.new_empty(B, S, N, c_m), msa_repr.new_empty(B, S, N, 2 * inner), gated,
-            msa_repr.new_empty(B, num_heads, N, N, dtype=torch.float32))
+            msa_repr.new_empty((B, num_heads, N, N) if train else (0,), dtype=torch.float32))
 
 
 @torch.library.custom_op("evofuse::pair_weighted_averaging_core_backward", mutates_args=())
