@@ -101,7 +101,8 @@ def _dev(t, dtype=None):
 
 
 @pytest.mark.parametrize("B, S, N, c_m, c_z, c, h", [
-    (1, 1, 1, 8, 4, 8, 1), (2, 3, 17, 16, 12, 8, 3), (1, 33, 9, 32, 8, 32, 2),
+    (1, 1, 1, 8, 4, 8, 1), (2, 3, 17, 16, 12, 8, 3), (1, 33, 9, 32, 8, 32, 2), (1, 3, 9, 16, 8, 64, 2),
+    (1, 4, 6, 8, 4, 3, 2),
     pytest.param(1, 5, 97, 16, 8, 8, 8, marks=pytest.mark.full),
 ])
 @pytest.mark.parametrize("dtype", [torch.float32, LOW])
@@ -120,6 +121,16 @@ def test_forward_shapes(B, S, N, c_m, c_z, c, h, dtype):
 def test_gradients(kind, dtype):
     mod = _module(16, 12, 8, 3, seed=8)
     m, z, mask = _inputs(2, 3, 11, 16, 12, kind, 9)
+    check_gradients(mod, (m, z, mask), dtype, DEVICE)
+
+
+@pytest.mark.parametrize("c, h", [(3, 2), (64, 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_gradients_head_widths(c, h, dtype):
+    """Heads of 3 and 64 channels: the kernels' (row s, channel) columns hold whole heads, padded to a power
+    of two."""
+    mod = _module(16, 12, c, h, seed=12)
+    m, z, mask = _inputs(1, 5, 10, 16, 12, "random", 13)
     check_gradients(mod, (m, z, mask), dtype, DEVICE)
 
 

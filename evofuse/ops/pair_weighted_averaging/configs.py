@@ -1,7 +1,8 @@
 """Pair-weighted averaging's kernel tiles, as data, and the predicate that keeps those that fit a call.
 
 BLOCK_I residues i and BLOCK_J residues j a tile; COLS (MSA row, channel) columns, COLS // BLOCK_C rows s of
-BLOCK_C channels (the head width rounded up to a power of two, >= 16, set by the launcher).
+BLOCK_C channels (the head width rounded up to a power of two, set by the launcher: no padding columns for
+heads of 8 channels, as AF3's).
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ def fits(config: triton.Config, BLOCK_C: int, element_size: int) -> bool:
 def candidates(BLOCK_C: int, element_size: int) -> list[triton.Config]:
     """The configs tried for a call (the first fitting where autotuning is off; the interpreter's alone under
     Triton's interpreter)."""
-    if interpreting():
-        return [INTERPRETER_CONFIG]
+    if interpreting():  # (columns for one row s of the widest heads too)
+        cols = max(INTERPRETER_CONFIG.kwargs["COLS"], BLOCK_C)
+        return [triton.Config({**INTERPRETER_CONFIG.kwargs, "COLS": cols}, num_warps=1, num_stages=1)]
     kept = [cfg for cfg in CONFIGS if fits(cfg, BLOCK_C, element_size)] or CONFIGS[-1:]
     return kept if autotune_enabled() else kept[:1]
 

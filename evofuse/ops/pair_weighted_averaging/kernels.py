@@ -136,7 +136,7 @@ def weighted_sum_kernel(
     BLOCK_I: tl.constexpr,
     BLOCK_J: tl.constexpr,
     COLS: tl.constexpr,  # (s, channel) columns a program: S_BLOCK rows of BLOCK_C channels
-    BLOCK_C: tl.constexpr,  # C rounded up to a power of two (>= 16)
+    BLOCK_C: tl.constexpr,  # C rounded up to a power of two
     PRECISION: tl.constexpr,
 ):
     S_BLOCK: tl.constexpr = COLS // BLOCK_C

@@ -96,11 +96,11 @@ def _weighted_sum(w: Tensor, v: Tensor, g: Tensor | None, out: Tensor, num_heads
     B, S, N = v.shape[:3]
 
     def grid(meta):
-        return B * num_heads * cdiv(N, meta["BLOCK_I"]) * cdiv(S, meta["COLS"] // max(16, next_pow2(C))),
+        return B * num_heads * cdiv(N, meta["BLOCK_I"]) * cdiv(S, meta["COLS"] // next_pow2(C)),
 
     gate = v if g is None else g
     _kernels()[0][grid](w, *w.stride(), v, *v.stride()[:3], gate, *gate.stride()[:3], out, *out.stride()[:3],
-                        S, N, num_heads, C, bucket(N), GATE=g is not None, BLOCK_C=max(16, next_pow2(C)),
+                        S, N, num_heads, C, bucket(N), GATE=g is not None, BLOCK_C=next_pow2(C),
                         PRECISION=dot_precision(v.dtype, precision))
 
 
@@ -164,7 +164,7 @@ def core_backward_op(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Ten
         return B * num_heads * cdiv(N, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"]),
 
     _kernels()[1][grid](du, *du.stride()[:3], vg, *vg.stride()[:3], dw, *dw.stride(), S, N, num_heads, C, bucket(N),
-                        BLOCK_C=max(16, next_pow2(C)), PRECISION=dot_precision(vg.dtype, precision))
+                        BLOCK_C=next_pow2(C), PRECISION=dot_precision(vg.dtype, precision))
     return d_vg, _weights_backward(w, dw, vg.dtype)
 
 
