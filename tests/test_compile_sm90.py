@@ -117,7 +117,7 @@ def _launches():
                 yield (f"layer_norm backward {dtype} D={D} K={K}", lnl._layer_norm_backward_kernel, dtype,
                        dict(HAS_GRAD=True, PROJECT=K > 0, HAS_MASK=K > 0, STORE_XN=K == 0, STORE_DX=True, BLOCK_M=block_m,
                             BLOCK_D=block_d, BLOCK_K=block_k, PRECISION=precision), warps, 3, {"dw_ptr": "*fp32"})
-        attention = dict(MASKED=-1e9, HAS_MASK=True, BLOCK_D=32, PRECISION=precision)
+        attention = dict(MASKED=-1e9, HAS_MASK=True, HEAD_DIM=32, BLOCK_D=32, PRECISION=precision)
         kw, warps, stages = cfg(att_configs.FORWARD_CONFIGS[0])
         yield (f"attention forward {dtype}", att.attention_forward_kernel, dtype, dict(TRAIN=True, **attention, **kw),
                warps, stages, {})
@@ -125,16 +125,19 @@ def _launches():
         for kernel in (att.attention_dq_kernel, att.attention_dkdv_kernel, att.attention_dz_kernel):
             yield (f"{kernel.__name__} {dtype}", kernel, dtype, dict(ADDITIVE_MASK=False, **attention, **kw), warps,
                    stages, {})
-        yield (f"gate backward {dtype}", att.gate_backward_kernel, dtype,
-               dict(BLOCK_M=att_configs.gate_rows_per_program(8, 32), BLOCK_H=8, BLOCK_D=32), 4, 2, {})
-        kw, warps, stages = cfg(pwa_configs.candidates(32, 2 if dtype == "bf16" else 4)[0])
-        yield (f"weighted sum {dtype}", pwa.weighted_sum_kernel, dtype,
-               dict(GATE=True, BLOCK_C=32, PRECISION=precision, **kw), warps, stages, {})
-        yield (f"weight gradient {dtype}", pwa.weight_grad_kernel, dtype, dict(BLOCK_C=32, PRECISION=precision, **kw),
-               warps, stages, {})
+        for head_dim in (32, 8):
+            gate = att_configs.gate_launch(8, head_dim)
+            warps = gate.pop("num_warps")
+            yield (f"gate backward {dtype} head_dim {head_dim}", att.gate_backward_kernel, dtype, gate, warps, 2, {})
+        for C in (32, 8):  # Boltz's heads, AF3's
+            kw, warps, stages = cfg(pwa_configs.candidates(C, 2 if dtype == "bf16" else 4)[0])
+            yield (f"weighted sum {dtype} C {C}", pwa.weighted_sum_kernel, dtype,
+                   dict(GATE=True, C=C, BLOCK_C=C, PRECISION=precision, **kw), warps, stages, {})
+            yield (f"weight gradient {dtype} C {C}", pwa.weight_grad_kernel, dtype,
+                   dict(C=C, BLOCK_C=C, PRECISION=precision, **kw), warps, stages, {})
         tiles = pwa_op._softmax_tiles(384, 8)
         yield (f"masked softmax {dtype}", pwa.masked_softmax_kernel, dtype,
-               dict(HAS_MASK=True, RELATIVE=True, STORE_LOW=dtype == "bf16", **tiles), 4, 3,
+               dict(HAS_MASK=True, RELATIVE=True, STORE_W=True, STORE_LOW=dtype == "bf16", **tiles), 4, 3,
                {"x_ptr": f"*{dtype}", "w_ptr": "*fp32"})
         yield (f"masked softmax backward {dtype}", pwa.masked_softmax_backward_kernel, dtype, tiles, 4, 3,
                {"w_ptr": "*fp32", "g_ptr": "*fp32"})

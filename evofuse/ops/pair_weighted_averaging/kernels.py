@@ -130,7 +130,8 @@ def weighted_sum_kernel(
     v_ptr, stride_vb, stride_vs, stride_vn,  # values: (B, S, N, .) head h at channel h*C, channel stride 1
     g_ptr, stride_gb, stride_gs, stride_gn,  # GATE: the gate's pre-activation, laid out as v
     o_ptr, stride_ob, stride_os, stride_on,  # out: (B, S, N, .) laid out as v
-    S, N, H, C,
+    S, N, H,
+    C: tl.constexpr,  # the head width (a constant: the compiler sees a head's channels as one aligned run)
     N_BUCKET,  # autotuning key only
     GATE: tl.constexpr,
     BLOCK_I: tl.constexpr,
@@ -179,7 +180,8 @@ def weight_grad_kernel(
     du_ptr, stride_db, stride_ds, stride_dn,  # the un-gated sums' gradient: (B, S, N, .) laid out as v
     v_ptr, stride_vb, stride_vs, stride_vn,  # values
     dw_ptr, stride_wb, stride_wh, stride_wi, stride_wj,  # out: dw (B, h, N, N) float32
-    S, N, H, C,
+    S, N, H,
+    C: tl.constexpr,  # the head width (a constant: the compiler sees a head's channels as one aligned run)
     N_BUCKET,  # autotuning key only
     BLOCK_I: tl.constexpr,
     BLOCK_J: tl.constexpr,

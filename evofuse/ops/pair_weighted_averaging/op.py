@@ -25,7 +25,7 @@ from torch import Tensor
 
 from ..._runtime import bucket, cdiv, dot_precision, next_pow2
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
-from ..row_attention.configs import gate_rows_per_program
+from ..row_attention.configs import gate_launch
 from ..row_attention.kernels import gate_backward_kernel
 from . import configs
 from .kernels import masked_softmax_backward_kernel, masked_softmax_kernel, weight_grad_kernel, weighted_sum_kernel
@@ -152,10 +152,9 @@ def core_backward_op(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Ten
     d_vg = torch.empty_like(vg)
     du = grad_out @ proj_o_weight  # the gated sums' gradient, overwritten in place by the un-gated sums'
     unused = torch.empty(M, num_heads, dtype=torch.float32, device=vg.device)  # the gate kernel's row sums
-    rows_per_program = gate_rows_per_program(num_heads, C)
-    gate_backward_kernel[(cdiv(M, rows_per_program),)](
-        du, gated, inner, vg[..., inner:], d_vg[..., inner:], 2 * inner, du, unused, num_heads, M, num_heads, C,
-        BLOCK_M=rows_per_program, BLOCK_H=next_pow2(num_heads), BLOCK_D=max(16, next_pow2(C)))
+    gate = gate_launch(num_heads, C)
+    gate_backward_kernel[(cdiv(M, gate["BLOCK_M"]),)](
+        du, gated, inner, vg[..., inner:], d_vg[..., inner:], 2 * inner, du, unused, num_heads, M, num_heads, **gate)
     w_t = w.to(vg.dtype).transpose(2, 3)  # dv[s, j] = sum_i w[i, j] du[s, i]
     _weighted_sum(w_t, du, None, d_vg[..., :inner], num_heads, C, precision)
     dw = torch.empty(w.shape, dtype=torch.float32, device=w.device)

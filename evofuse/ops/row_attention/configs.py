@@ -45,10 +45,15 @@ def prune(configs, named_args, **kwargs):
     return candidates(configs, kwargs["BLOCK_D"], named_args["N"], named_args["qkvg_ptr"].element_size())
 
 
-# The gate's backward is memory bound: one program takes whole rows (every head), about GATE_TILE elements.
+# The gate's backward is memory bound: one program takes whole rows (every head), about GATE_TILE elements,
+# with GATE_WARPS warps.
 GATE_TILE = 8192  # elements of a row block the gate kernel takes a program
+GATE_WARPS = 4
 
 
-def gate_rows_per_program(num_heads: int, head_dim: int) -> int:
-    """BLOCK_M of gate_backward_kernel: whole rows, about GATE_TILE elements."""
-    return max(1, GATE_TILE // (next_pow2(num_heads) * max(16, next_pow2(head_dim))))
+def gate_launch(num_heads: int, head_dim: int) -> dict:
+    """The gate kernel's tile and warps: whole rows, about GATE_TILE elements (BLOCK_M rows of BLOCK_H padded
+    heads of BLOCK_D padded channels)."""
+    block_h, block_d = next_pow2(num_heads), next_pow2(head_dim)
+    return dict(BLOCK_M=max(1, GATE_TILE // (block_h * block_d)), BLOCK_H=block_h, BLOCK_D=block_d,
+                HEAD_DIM=head_dim, num_warps=GATE_WARPS)

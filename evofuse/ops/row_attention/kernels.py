@@ -74,7 +74,9 @@ def attention_forward_kernel(
     lse_ptr, stride_lb, stride_ls, stride_ln, stride_lh, stride_lt,  # TRAIN: (2, B, S, N, h) float32: the rows'
     # largest logit and log2 of their sum of exp2(logit - largest), base 2 (one sum would lose the second
     # against the first when every key is masked)
-    S, N, H, D, HEAD_DIM, qk_scale,
+    S, N, H, D,
+    HEAD_DIM: tl.constexpr,  # (a constant: the compiler sees a head's channels as one aligned run)
+    qk_scale,
     N_BUCKET,  # autotuning key only
     MASKED: tl.constexpr,
     HAS_MASK: tl.constexpr,
@@ -150,7 +152,9 @@ def attention_dq_kernel(
     lse_ptr, delta_ptr, stride_lb, stride_ls, stride_ln, stride_lh, stride_lt,  # the forward's statistics
     # (2, B, S, N, h) and delta = rowsum(do * o) (B, S, N, h), float32, with the strides of one plane
     dq_ptr, stride_db, stride_ds, stride_dn,  # out: dq (B, S, N, D)
-    S, N, H, D, HEAD_DIM, qk_scale, sm_scale,
+    S, N, H, D,
+    HEAD_DIM: tl.constexpr,  # (a constant: the compiler sees a head's channels as one aligned run)
+    qk_scale, sm_scale,
     N_BUCKET,
     MASKED: tl.constexpr,
     HAS_MASK: tl.constexpr,
@@ -195,7 +199,9 @@ def attention_dkdv_kernel(
     do_ptr, stride_ob, stride_os, stride_on,
     lse_ptr, delta_ptr, stride_lb, stride_ls, stride_ln, stride_lh, stride_lt,
     dkv_ptr, stride_db, stride_ds, stride_dn,  # out: dk at channel 0, dv at channel D of (B, S, N, 2D)
-    S, N, H, D, HEAD_DIM, qk_scale, sm_scale,
+    S, N, H, D,
+    HEAD_DIM: tl.constexpr,  # (a constant: the compiler sees a head's channels as one aligned run)
+    qk_scale, sm_scale,
     N_BUCKET,
     MASKED: tl.constexpr,
     HAS_MASK: tl.constexpr,
@@ -260,7 +266,9 @@ def attention_dz_kernel(
     do_ptr, stride_ob, stride_os, stride_on,
     lse_ptr, delta_ptr, stride_lb, stride_ls, stride_ln, stride_lh, stride_lt,
     dz_ptr,  # out: the pair bias's gradient (B, h, N, N) float32, z's strides
-    S, N, H, D, HEAD_DIM, qk_scale,
+    S, N, H, D,
+    HEAD_DIM: tl.constexpr,  # (a constant: the compiler sees a head's channels as one aligned run)
+    qk_scale,
     N_BUCKET,
     MASKED: tl.constexpr,
     HAS_MASK: tl.constexpr,
@@ -320,7 +328,8 @@ def gate_backward_kernel(
     g_ptr, dg_ptr, stride_g,  # the gate's pre-activation and, out, its gradient: rows of stride_g
     do_ptr,  # out: the un-gated output's gradient, (M, D) like the gated output (may be dgated_ptr: in place)
     delta_ptr, stride_dm,  # out: rowsum(do * o) per head, (M, h) float32
-    M, H, HEAD_DIM,
+    M, H,
+    HEAD_DIM: tl.constexpr,  # (a constant: the compiler sees a head's channels as one aligned run)
     BLOCK_M: tl.constexpr,
     BLOCK_H: tl.constexpr,  # the heads rounded up to a power of two
     BLOCK_D: tl.constexpr,  # the head dimension rounded up to a power of two

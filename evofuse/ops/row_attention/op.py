@@ -135,10 +135,9 @@ def core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, grad_out:
     d_qkvg = torch.empty_like(qkvg)
     do = grad_out @ out_proj_weight  # the gated output's gradient, overwritten in place by the un-gated one's
     delta = torch.empty(B, S, N, h, dtype=torch.float32, device=gated.device)  # rowsum(do * o) per head
-    rows_per_program = configs.gate_rows_per_program(h, d)
-    gate_backward_kernel[(cdiv(M, rows_per_program),)](
-        do, gated, D, qkvg[..., 3 * D:], d_qkvg[..., 3 * D:], 4 * D, do, delta, h, M, h, d,
-        BLOCK_M=rows_per_program, BLOCK_H=next_pow2(h), BLOCK_D=max(16, next_pow2(d)))
+    gate = configs.gate_launch(h, d)
+    gate_backward_kernel[(cdiv(M, gate["BLOCK_M"]),)](
+        do, gated, D, qkvg[..., 3 * D:], d_qkvg[..., 3 * D:], 4 * D, do, delta, h, M, h, **gate)
     dz = torch.empty(z.shape, dtype=torch.float32, device=z.device)
     consts = dict(_constants(qkvg, msa_mask, h, precision), ADDITIVE_MASK=mask_mode == "add")
     common = (qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(msa_mask, qkvg), do, *do.stride()[:3], lse, delta,
