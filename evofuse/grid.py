@@ -1,4 +1,5 @@
-"""`evofuse bench --grid`: awkward shapes (B 1-3, S 1-2048, N 1-4096, c 8-32, heads 1-8, head_dim 3-64), each
+"""`evofuse bench --grid`: awkward shapes (B 1-3, S 1-2048, N 1-4096, c 8-32, heads 1-8, head_dim 3-64) of the
+three operations, each
 timed forward and forward + backward for evofuse and for eager PyTorch in the same dtype (float32 and
 bfloat16). A ratio is evofuse's median time over the other's: evofuse against eager in its dtype, and evofuse
 bfloat16 against evofuse float32; the worst of each is printed last and written to grid.csv."""
@@ -12,19 +13,21 @@ from pathlib import Path
 import torch
 
 from . import reference as ref
-from ._timing import att_params, measure, opm_params
+from ._timing import att_params, measure, opm_params, pwa_params
 from .suite import Case, make_inputs, make_module
 
-# (B, S, N, D, pair_dim, c) and (B, S, N, D, pair_dim, heads)
+# (B, S, N, D, pair_dim, c), (B, S, N, D, pair_dim, heads) and (B, S, N, D, pair_dim, heads, head_width)
 OPM_GRID = ((1, 1, 129, 256, 128, 32), (2, 300, 61, 64, 32, 8), (3, 17, 97, 48, 16, 16), (1, 2048, 64, 64, 64, 32),
             (1, 8, 1024, 128, 128, 32), (2, 1, 1, 16, 8, 8), (1, 64, 300, 96, 128, 32), (1, 4, 2048, 32, 32, 16))
 ATT_GRID = ((1, 33, 129, 256, 128, 8), (3, 5, 97, 96, 24, 3), (1, 16, 200, 256, 64, 4), (1, 4, 4096, 64, 32, 4),
             (2, 1, 1, 16, 8, 1), (1, 128, 64, 24, 16, 8), (1, 2048, 32, 64, 16, 8), (2, 64, 256, 128, 64, 2))
+PWA_GRID = ((1, 1, 129, 64, 128, 8, 8), (2, 300, 61, 32, 16, 3, 8), (3, 17, 97, 48, 16, 4, 3), (1, 2048, 64, 64, 64, 8, 32),
+            (1, 16, 1024, 64, 128, 8, 32), (2, 1, 1, 16, 8, 1, 8), (1, 4, 2048, 64, 128, 8, 8))
 
 
 def _cases() -> list[Case]:
-    return ([Case("opm-" + "x".join(map(str, s)), "opm", *s) for s in OPM_GRID]
-            + [Case("att-" + "x".join(map(str, s)), "att", *s) for s in ATT_GRID])
+    return [Case(f"{op}-" + "x".join(map(str, s)), op, *s)
+            for op, grid in (("opm", OPM_GRID), ("att", ATT_GRID), ("pwa", PWA_GRID)) for s in grid]
 
 
 def _time(case: Case, dtype: torch.dtype, impl: str, train: bool) -> float:
@@ -38,8 +41,10 @@ def _time(case: Case, dtype: torch.dtype, impl: str, train: bool) -> float:
         fn = partial(mod, *inputs)
     elif case.op == "opm":
         fn = partial(ref.outer_product_mean_reference, *inputs, *opm_params(mod))
-    else:
+    elif case.op == "att":
         fn = partial(ref.msa_row_attention_reference, *inputs, *att_params(mod), num_heads=case.width)
+    else:
+        fn = partial(ref.pair_weighted_averaging_reference, *inputs, *pwa_params(mod), num_heads=case.width)
     with torch.set_grad_enabled(train):
         ms, _ = measure(fn, train, tensors)
     return ms

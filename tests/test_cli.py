@@ -72,7 +72,7 @@ def test_grid_report(tmp_path, monkeypatch, capsys):
              ("eager", "bfloat16"): 1.0}
     monkeypatch.setattr(grid, "_time", lambda case, dtype, impl, train: times[impl, str(dtype)[6:]])
     rows = grid.run_grid(tmp_path)
-    assert len(rows) == 2 * (len(grid.OPM_GRID) + len(grid.ATT_GRID))
+    assert len(rows) == 2 * (len(grid.OPM_GRID) + len(grid.ATT_GRID) + len(grid.PWA_GRID))
     assert all(r["fp32 ratio"] == 2.0 and r["bf16 ratio"] == 0.5 and r["bf16/fp32"] == 0.25 for r in rows)
     out = capsys.readouterr().out
     assert "worst fp32 ratio: 2.00" in out and "worst bf16/fp32: 0.25" in out
