@@ -124,6 +124,21 @@ def test_opcheck_pair_weighted_averaging(train):
     torch.library.opcheck(pair_weighted_averaging_op, _pwa_args(train, mask_mode="add"))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_pair_weighted_averaging_keeps_nothing_for_inference(dtype):
+    """Without a backward the op returns no gated sums and no float32 weights (the softmax writes only the
+    weights the sums take), and the same output as with them."""
+    from evofuse.ops.pair_weighted_averaging import pair_weighted_averaging_op
+
+    args = [a.detach().to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+            for a in _pwa_args(False)[:-1]]
+    out, _, gated, w = pair_weighted_averaging_op(*args, False)
+    out_train, _, gated_train, w_train = pair_weighted_averaging_op(*args, True)
+    assert gated.numel() == 0 and w.numel() == 0
+    assert gated_train.numel() and w_train.shape == (1, 2, 5, 5) and w_train.dtype == torch.float32
+    torch.testing.assert_close(out, out_train, rtol=0, atol=0)
+
+
 @pytest.mark.no_poison
 @pytest.mark.parametrize("op", ["opm", "att", "pwa"])
 def test_backward_makes_no_zero_gradients_for_the_kept_outputs(op):
