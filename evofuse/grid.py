@@ -1,7 +1,7 @@
 """`evofuse bench --grid`: awkward shapes of the three operations (B 1-3, S 1-2048, N 1-4096, c 8-32, heads
 1-8, head_dim 3-64), each timed forward and forward + backward for evofuse and for eager PyTorch in the same
-dtype (float32 and bfloat16). A ratio is evofuse's median time over the other's: evofuse against eager in its dtype, and evofuse
-bfloat16 against evofuse float32; the worst of each is printed last and written to grid.csv."""
+dtype (float32 and bfloat16). A ratio is evofuse's median time over the other's: evofuse against eager in its
+dtype, and evofuse bfloat16 against evofuse float32; the worst of each is printed last and written to grid.csv."""
 
 from __future__ import annotations
 
