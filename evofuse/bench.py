@@ -303,9 +303,9 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers: str, grid: bool = False) -> int:
-    """Times the suite's cases (see the module's docstring), then with `grid` the awkward shapes of
-    `evofuse.grid` against eager PyTorch in the same dtype."""
+def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers: str, grid: str | None = None) -> int:
+    """Times the suite's cases (see the module's docstring), then with `grid` ('all' or comma-separated
+    operations) the awkward shapes of `evofuse.grid` against eager PyTorch in the same dtype."""
     if not torch.cuda.is_available():
         print("evofuse bench: no CUDA device here; the benchmark times the fused kernels on a GPU "
               "(`evofuse check` runs on a CPU)")
@@ -331,7 +331,7 @@ def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers
     if grid:
         from .grid import run_grid
 
-        run_grid(folder)
+        run_grid(folder, grid)
     print(f"written to {folder}")
     return 0
 

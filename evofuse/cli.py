@@ -27,8 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--out", default="benchmarks/results", help="results folder (a subfolder per GPU)")
     bench.add_argument("--peers", default="all",
                        help="'all', 'none' (evofuse and eager bf16, the baseline, alone) or comma-separated peer names")
-    bench.add_argument("--grid", action="store_true",
-                       help="also time a grid of awkward shapes against eager PyTorch in the same dtype (worst ratio)")
+    bench.add_argument("--grid", nargs="?", const="all", default=None, metavar="OPS",
+                       help="also time a grid of awkward shapes against eager PyTorch in the same dtype (worst ratio):"
+                            " 'all' (the default) or comma-separated operations (opm, att, pwa)")
 
     args = parser.parse_args(argv)
     if args.command == "check":

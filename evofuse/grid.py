@@ -24,9 +24,16 @@ PWA_GRID = ((1, 1, 129, 64, 128, 8, 8), (2, 300, 61, 32, 16, 3, 8), (3, 17, 97, 
             (1, 16, 1024, 64, 128, 8, 32), (2, 1, 1, 16, 8, 1, 8), (1, 4, 2048, 64, 128, 8, 8))
 
 
-def _cases() -> list[Case]:
-    return [Case(f"{op}-" + "x".join(map(str, s)), op, *s)
-            for op, grid in (("opm", OPM_GRID), ("att", ATT_GRID), ("pwa", PWA_GRID)) for s in grid]
+GRIDS = {"opm": OPM_GRID, "att": ATT_GRID, "pwa": PWA_GRID}
+
+
+def _cases(ops: str = "all") -> list[Case]:
+    """The grid's cases of the operations `ops` ('all' or comma-separated names of GRIDS)."""
+    names = list(GRIDS) if ops == "all" else [op.strip() for op in ops.split(",")]
+    unknown = [op for op in names if op not in GRIDS]
+    if unknown:
+        raise ValueError(f"grid: unknown operation(s) {unknown}; expected 'all' or some of {list(GRIDS)}")
+    return [Case(f"{op}-" + "x".join(map(str, s)), op, *s) for op in names for s in GRIDS[op]]
 
 
 def _time(case: Case, dtype: torch.dtype, impl: str, train: bool) -> float:
@@ -49,11 +56,14 @@ def _time(case: Case, dtype: torch.dtype, impl: str, train: bool) -> float:
     return ms
 
 
-def run_grid(folder: Path) -> list[dict]:
+def run_grid(folder: Path, ops: str = "all") -> list[dict]:
+    """Times the grid's shapes of `ops` (see `_cases`), prints the table and the worst ratios, and writes them to
+    grid.csv (grid-<ops>.csv for a part of the grid)."""
+    cases = _cases(ops)
     rows = []
     print(f"{'shape':<26} {'mode':<8} {'evo fp32':>9} {'eager fp32':>10} {'evo bf16':>9} {'eager bf16':>10} "
           f"{'fp32 ratio':>10} {'bf16 ratio':>10} {'bf16/fp32':>9}", flush=True)
-    for case in _cases():
+    for case in cases:
         for train in (False, True):
             t = {(impl, dt): _time(case, getattr(torch, dt), impl, train)
                  for impl in ("evofuse", "eager") for dt in ("float32", "bfloat16")}
@@ -70,7 +80,8 @@ def run_grid(folder: Path) -> list[dict]:
     for key in ("fp32 ratio", "bf16 ratio", "bf16/fp32"):
         worst = max(rows, key=lambda r: r[key])
         print(f"worst {key}: {worst[key]:.2f} ({worst['shape']}, {worst['mode']})")
-    with open(folder / "grid.csv", "w", newline="") as f:
+    name = "grid.csv" if ops == "all" else f"grid-{'-'.join(dict.fromkeys(c.op for c in cases))}.csv"
+    with open(folder / name, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)

@@ -77,3 +77,8 @@ def test_grid_report(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "worst fp32 ratio: 2.00" in out and "worst bf16/fp32: 0.25" in out
     assert len(list(csv.DictReader(open(tmp_path / "grid.csv")))) == len(rows)
+    part = grid.run_grid(tmp_path, "pwa, att")
+    assert len(part) == 2 * (len(grid.PWA_GRID) + len(grid.ATT_GRID)) and part[0]["shape"].startswith("pwa-")
+    assert len(list(csv.DictReader(open(tmp_path / "grid-pwa-att.csv")))) == len(part)
+    with pytest.raises(ValueError, match="unknown operation"):
+        grid.run_grid(tmp_path, "opm,xyz")
