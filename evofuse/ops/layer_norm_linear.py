@@ -295,7 +295,10 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
     mask_rows = rows if mask is None else mask.reshape(-1)
     if normalizes_first(M, D, K, x.dtype):  # (the normalized rows are freed on return)
         xn = layer_norm_pass(rows, ln_weight, ln_bias, None, None, None, True, False, precision)[0]
-        torch.addmm(bias, xn, weight.t(), out=y) if bias is not None else torch.mm(xn, weight.t(), out=y)
+        if bias is None:
+            torch.mm(xn, weight.t(), out=y)
+        else:
+            torch.addmm(bias, xn, weight.t(), out=y)
         if mask is not None:
             y *= mask_rows.to(y.dtype)[:, None]
         return y.view(*lead, K)

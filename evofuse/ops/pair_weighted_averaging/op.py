@@ -125,8 +125,7 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
     if gated.numel():
         _weighted_sum(w_low, vg[..., :inner], vg[..., inner:], gated, num_heads, C, precision)
     del w_low
-    empty = gated.new_empty(0)
-    return F.linear(gated, proj_o_weight), vg, gated if train else empty, w if train else w.new_empty(0)
+    return F.linear(gated, proj_o_weight), vg, gated if train else gated.new_empty(0), w if train else w.new_empty(0)
 
 
 @pair_weighted_averaging_op.register_fake
