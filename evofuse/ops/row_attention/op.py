@@ -3,8 +3,8 @@ and its backward, registered with `register_autograd`; the backward's attention 
 own, `evofuse::msa_row_attention_core_backward`, so that torch.compile traces around its Triton kernels.
 
 Forward: LayerNorm and the q, k, v, gate projections in one kernel (`layer_norm_linear`, one (B, S, N, 4H)
-output for the inner width H = heads x head_dim), the pair bias (B, h, N, N) once per batch element (by
-cuBLAS, or by `layer_norm_linear` where the pair has its own LayerNorm), the attention core
+output for the inner width H = heads x head_dim), the pair bias (B, h, N, N) once per batch element, with the
+pair's own LayerNorm where it has one (`kernels.pair_bias_kernel`), the attention core
 (`kernels.attention_forward_kernel`), out_proj by cuBLAS. No (S, h, N, N) tensor exists.
 Backward: out_proj's gradients by cuBLAS; the gate's in one pass (`kernels.gate_backward_kernel`), then the
 core's three kernels (dq, dk and dv, the pair bias's gradient summed over the MSA rows in a fixed order);
@@ -22,7 +22,7 @@ import triton
 from torch import Tensor
 
 from ..._runtime import bucket, cdiv, dot_precision, next_pow2
-from ...reference import MASK_LOGIT
+from ...reference import LAYER_NORM_EPS, MASK_LOGIT
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from . import configs
 from .kernels import (
@@ -31,6 +31,7 @@ from .kernels import (
     attention_dz_kernel,
     attention_forward_kernel,
     gate_backward_kernel,
+    pair_bias_kernel,
 )
 
 MAX_HEAD_DIM = 128
@@ -66,6 +67,32 @@ def _constants(qkvg: Tensor, mask: Tensor | None, num_heads: int, precision: str
                 BLOCK_D=max(16, next_pow2(d)), PRECISION=dot_precision(qkvg.dtype, precision))
 
 
+PAIR_BIAS_TILE = 4096  # elements (pairs x channels) a program of the pair bias kernel
+
+
+def _pair_bias(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor | None, weight: Tensor,
+               bias: Tensor | None) -> Tensor:
+    """The pair bias (B, h, N, N) in the pair's dtype, contiguous: (LayerNorm(pair) when norm_weight is given)
+    @ weight^T + bias for the pair (B, N, N, P) and weight (h, P) (`kernels.pair_bias_kernel`)."""
+    B, N, _, P = pair_repr.shape
+    h = weight.shape[0]
+    z = torch.empty(B, h, N, N, dtype=pair_repr.dtype, device=pair_repr.device)
+    if z.numel():
+        tiles = pair_bias_tiles(N, P)
+        pair_bias_kernel[(cdiv(N * N, tiles["BLOCK_IJ"]), B)](
+            pair_repr, *pair_repr.stride(), weight if norm_weight is None else norm_weight,
+            weight if norm_bias is None else norm_bias, weight, *weight.stride(), weight if bias is None else bias,
+            z, *z.stride(), N, P, h, LAYER_NORM_EPS, HAS_NORM=norm_weight is not None, HAS_BIAS=bias is not None,
+            **tiles)
+    return z
+
+
+def pair_bias_tiles(N: int, P: int) -> dict:
+    """BLOCK_IJ and BLOCK_P of the pair bias kernel: all P channels of PAIR_BIAS_TILE // P pairs a program."""
+    block_p = next_pow2(P)
+    return dict(BLOCK_IJ=max(16, min(next_pow2(N * N), PAIR_BIAS_TILE // block_p)), BLOCK_P=block_p)
+
+
 @torch.library.custom_op("evofuse::msa_row_attention", mutates_args=())
 def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | None, layer_norm_weight: Tensor,
                      layer_norm_bias: Tensor, query_weight: Tensor, query_bias: Tensor | None, key_weight: Tensor,
@@ -87,12 +114,7 @@ def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | Non
     weights = [query_weight, key_weight, value_weight, gate_weight]
     qkvg = layer_norm_linear(msa_repr, layer_norm_weight, layer_norm_bias, torch.cat(weights),
                              joined_bias([query_bias, key_bias, value_bias, gate_bias], weights), None, precision)
-    if pair_norm_weight is None:
-        z = F.linear(pair_repr, pair_bias_weight, pair_bias_bias)
-    else:
-        z = layer_norm_linear(pair_repr, pair_norm_weight, pair_norm_bias, pair_bias_weight, pair_bias_bias, None,
-                              precision)
-    z = z.permute(0, 3, 1, 2).contiguous()  # (B, h, N, N)
+    z = _pair_bias(pair_repr, pair_norm_weight, pair_norm_bias, pair_bias_weight, pair_bias_bias)
     gated = torch.empty(B, S, N, H, dtype=msa_repr.dtype, device=msa_repr.device)
     lse = torch.empty(2, B, S, N, h if train else 0, dtype=torch.float32, device=msa_repr.device)
     if gated.numel():
