@@ -37,14 +37,14 @@ UNIT_STRIDES = {
     "_layer_norm_linear_kernel": ("stride_xd", "stride_wd", "stride_yk", "stride_mm"),
     "_layer_norm_backward_kernel": ("stride_xd", "stride_gd", "stride_mm", "stride_wd", "stride_nd", "stride_dd"),
     "_weight_halves_kernel": ("stride_wd",),
-    "pair_bias_kernel": ("stride_xp", "stride_wp", "stride_zj"),
+    "pair_heads_kernel": ("stride_xp", "stride_wp", "stride_zj"),
     "attention_forward_kernel": ("stride_zj", "stride_mn", "stride_lt"),
     "attention_dq_kernel": ("stride_zj", "stride_mn", "stride_lt"),
     "attention_dkdv_kernel": ("stride_zj", "stride_mn", "stride_lt"),
     "attention_dz_kernel": ("stride_zj", "stride_mn", "stride_lt"),
     "weighted_sum_kernel": ("stride_wj",),
     "weight_grad_kernel": ("stride_wj",),
-    "masked_softmax_kernel": ("stride_xh", "stride_mj", "stride_wj"),
+    "masked_softmax_kernel": ("stride_xj", "stride_mj", "stride_wj"),
     "masked_softmax_backward_kernel": ("stride_wj", "stride_gj", "stride_dh"),
 }
 
@@ -77,6 +77,7 @@ def _launches():
     """(name, kernel, dtype, constexprs, num_warps, num_stages, pointer overrides) of the default launches."""
     from evofuse._runtime import next_pow2
     from evofuse.ops import layer_norm_linear as lnl
+    from evofuse.ops import pair_heads
     from evofuse.ops.outer_product_mean import configs as opm_configs
     from evofuse.ops.outer_product_mean import kernels as opm
     from evofuse.ops.pair_weighted_averaging import configs as pwa_configs
@@ -84,7 +85,6 @@ def _launches():
     from evofuse.ops.pair_weighted_averaging import op as pwa_op
     from evofuse.ops.row_attention import configs as att_configs
     from evofuse.ops.row_attention import kernels as att
-    from evofuse.ops.row_attention import op as att_op
 
     def cfg(config):
         return config.kwargs, config.num_warps, config.num_stages
@@ -119,9 +119,9 @@ def _launches():
                 yield (f"layer_norm backward {dtype} D={D} K={K}", lnl._layer_norm_backward_kernel, dtype,
                        dict(HAS_GRAD=True, PROJECT=K > 0, HAS_MASK=K > 0, STORE_XN=K == 0, STORE_DX=True, BLOCK_M=block_m,
                             BLOCK_D=block_d, BLOCK_K=block_k, PRECISION=precision), warps, 3, {"dw_ptr": "*fp32"})
-        for P, norm in ((128, True), (32, False)):  # OpenFold's normed pair, the seed module's
-            yield (f"pair bias {dtype} P={P}", att.pair_bias_kernel, dtype,
-                   dict(HAS_NORM=norm, HAS_BIAS=True, **att_op.pair_bias_tiles(384, P)), 4, 2, {})
+        for P, norm in ((128, True), (32, False)):  # a normed pair (OpenFold's, pair-weighted averaging's), the seed's
+            yield (f"pair heads {dtype} P={P}", pair_heads.pair_heads_kernel, dtype,
+                   dict(HAS_NORM=norm, HAS_BIAS=not norm, **pair_heads.pair_heads_tiles(384, P)), 4, 2, {})
         attention = dict(MASKED=-1e9, HAS_MASK=True, HEAD_DIM=32, BLOCK_D=32, PRECISION=precision)
         kw, warps, stages = cfg(att_configs.FORWARD_CONFIGS[0])
         yield (f"attention forward {dtype}", att.attention_forward_kernel, dtype, dict(TRAIN=True, **attention, **kw),

@@ -3,7 +3,7 @@ backward, registered with `register_autograd`; the backward's Triton part is a c
 `evofuse::pair_weighted_averaging_core_backward`, so that torch.compile traces around it.
 
 Forward: LayerNorm + the v and g projections of the MSA in one kernel (`layer_norm_linear`, (B, S, N, 2hC) in
-the input's dtype); LayerNorm + the head projection of the pair (the same kernel); the mask term and the
+the input's dtype); LayerNorm + the head projection of the pair, head major (`pair_heads`); the mask term and the
 softmax over j once per (b, i, h), (B, h, N, N) (`kernels.masked_softmax_kernel`, float32 for the backward and
 a copy in the input's dtype for the sums); `kernels.weighted_sum_kernel` for u = w v, gated in its
 epilogue; proj_o by cuBLAS. No float32 (B, S, N, h, C) tensor and no (B, h, S, N, N) tensor exists.
@@ -25,6 +25,7 @@ from torch import Tensor
 
 from ..._runtime import bucket, cdiv, dot_precision, next_pow2
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
+from ..pair_heads import pair_heads
 from ..row_attention.configs import gate_launch
 from ..row_attention.kernels import gate_backward_kernel
 from . import configs
@@ -60,7 +61,7 @@ def _softmax_tiles(N: int, num_heads: int) -> dict:
 
 def _weights(logits: Tensor, pair_mask: Tensor | None, inf: float, mask_mode: str, keep: bool) -> tuple[Tensor, Tensor]:
     """(w, w in the logits' dtype): w = softmax_j(logits + (1 - mask) * -inf), (B, h, N, N) float32, from the
-    head logits (B, N, N, h) (`kernels.masked_softmax_kernel`); "relative": the mask term taken relative to the
+    head logits (B, N, N, h), any strides (`kernels.masked_softmax_kernel`); "relative": the mask term taken relative to the
     row's smallest (a constant of the row: the same softmax, and a row whose pairs are all masked keeps its
     logits' precision); "add": added in float32 as the models do. The second is w itself for float32 logits.
     Without `keep` (inference) 16-bit logits give only the second, and the first is empty."""
@@ -117,8 +118,7 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
     C = inner // num_heads
     vg = layer_norm_linear(msa_repr, norm_m_weight, norm_m_bias, torch.cat([proj_m_weight, proj_g_weight]),
                            None, None, precision)
-    logits = layer_norm_linear(pair_repr, norm_z_weight, norm_z_bias, proj_z_weight, None,
-                               None, precision)  # (B, N, N, h)
+    logits = pair_heads(pair_repr, norm_z_weight, norm_z_bias, proj_z_weight, None).permute(0, 2, 3, 1)  # (B, N, N, h)
     w, w_low = _weights(logits, pair_mask, inf, mask_mode, train)
     del logits  # (the peak: the projections, w, its copy and the gated sums; then the output instead of the copy)
     gated = torch.empty(B, S, N, inner, dtype=msa_repr.dtype, device=msa_repr.device)

@@ -3,10 +3,6 @@
 q, k, v and the gate g are column blocks of one (B, S, N, 4D) tensor (the LayerNorm + projection's output),
 head h at channels h*d .. h*d + d - 1 of each. z is the pair bias, (B, h, N, N), shared by every MSA row.
 
-The pair bias (`pair_bias_kernel`): the pair's optional LayerNorm and its projection to the heads, written head
-major, once per batch element; its few columns (one a head) as float32 sums on the CUDA cores, in one pass over
-the pair (a matrix product of so few columns leaves the tensor cores idle: cuBLAS took 2.7 ms for N = 4096).
-
 Forward (`attention_forward_kernel`): a program per (MSA row s, block of queries i, head, batch element),
 s varying fastest so that programs running together share z's tiles in L2. It streams blocks of keys j with
 an online softmax in base 2, replaces the logits of masked keys by -1e9 (a row whose keys are all masked
@@ -25,48 +21,6 @@ import triton
 import triton.language as tl
 
 LOG2E = tl.constexpr(1.4426950408889634)
-
-
-@triton.jit
-def pair_bias_kernel(
-    x_ptr, stride_xb, stride_xi, stride_xj, stride_xp,  # the pair: (B, N, N, P)
-    lnw_ptr, lnb_ptr,  # HAS_NORM: the pair LayerNorm's weight and bias (P,)
-    w_ptr, stride_wh, stride_wp,  # the projection: (h, P) in the pair's dtype
-    bias_ptr,  # HAS_BIAS: (h,)
-    z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # out: the bias (B, h, N, N) in the pair's dtype
-    N, P, H, eps,
-    HAS_NORM: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    BLOCK_IJ: tl.constexpr,  # pairs (i, j) a program
-    BLOCK_P: tl.constexpr,  # the pair's channels, padded
-):
-    """z[b, h, i, j] = (LayerNorm(x[b, i, j]) .) w[h] + bias[h] for BLOCK_IJ consecutive pairs (i, j) of one batch
-    element; the statistics in float32, the normalized channels rounded to the pair's dtype as the reference's
-    LayerNorm output is, every product exact in float32 and summed there."""
-    b = tl.program_id(1).to(tl.int64)
-    offs = tl.program_id(0) * BLOCK_IJ + tl.arange(0, BLOCK_IJ)  # [BLOCK_IJ], flat (i, j)
-    ok = offs < N * N
-    i = (offs // N).to(tl.int64)
-    j = (offs % N).to(tl.int64)
-    offs_p = tl.arange(0, BLOCK_P)
-    p_ok = offs_p < P
-    rows = x_ptr + b * stride_xb + i * stride_xi + j * stride_xj  # [BLOCK_IJ]
-    x = tl.load(rows[:, None] + offs_p[None, :] * stride_xp, mask=ok[:, None] & p_ok[None, :],
-                other=0.0).to(tl.float32)  # [BLOCK_IJ, BLOCK_P]
-    if HAS_NORM:
-        mean = tl.sum(x, axis=1) / P
-        xc = tl.where(p_ok[None, :], x - mean[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / P + eps)
-        lnw = tl.load(lnw_ptr + offs_p, mask=p_ok, other=0.0).to(tl.float32)
-        lnb = tl.load(lnb_ptr + offs_p, mask=p_ok, other=0.0).to(tl.float32)
-        x = (xc * rstd[:, None] * lnw[None, :] + lnb[None, :]).to(z_ptr.dtype.element_ty).to(tl.float32)
-    out = z_ptr + b * stride_zb + i * stride_zi + j * stride_zj  # [BLOCK_IJ]
-    for h in range(H):
-        w = tl.load(w_ptr + h * stride_wh + offs_p * stride_wp, mask=p_ok, other=0.0).to(tl.float32)  # [BLOCK_P]
-        col = tl.sum(x * w[None, :], axis=1)  # [BLOCK_IJ]
-        if HAS_BIAS:
-            col += tl.load(bias_ptr + h).to(tl.float32)
-        tl.store(out + h * stride_zh, col.to(z_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit

@@ -4,7 +4,7 @@ own, `evofuse::msa_row_attention_core_backward`, so that torch.compile traces ar
 
 Forward: LayerNorm and the q, k, v, gate projections in one kernel (`layer_norm_linear`, one (B, S, N, 4H)
 output for the inner width H = heads x head_dim), the pair bias (B, h, N, N) once per batch element, with the
-pair's own LayerNorm where it has one (`kernels.pair_bias_kernel`), the attention core
+pair's own LayerNorm where it has one (`pair_heads`), the attention core
 (`kernels.attention_forward_kernel`), out_proj by cuBLAS. No (S, h, N, N) tensor exists.
 Backward: out_proj's gradients by cuBLAS; the gate's in one pass (`kernels.gate_backward_kernel`), then the
 core's three kernels (dq, dk and dv, the pair bias's gradient summed over the MSA rows in a fixed order);
@@ -22,8 +22,9 @@ import triton
 from torch import Tensor
 
 from ..._runtime import bucket, cdiv, dot_precision, next_pow2
-from ...reference import LAYER_NORM_EPS, MASK_LOGIT
+from ...reference import MASK_LOGIT
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
+from ..pair_heads import pair_heads
 from . import configs
 from .kernels import (
     attention_dkdv_kernel,
@@ -31,7 +32,6 @@ from .kernels import (
     attention_dz_kernel,
     attention_forward_kernel,
     gate_backward_kernel,
-    pair_bias_kernel,
 )
 
 MAX_HEAD_DIM = 128
@@ -67,32 +67,6 @@ def _constants(qkvg: Tensor, mask: Tensor | None, num_heads: int, precision: str
                 BLOCK_D=max(16, next_pow2(d)), PRECISION=dot_precision(qkvg.dtype, precision))
 
 
-PAIR_BIAS_TILE = 4096  # elements (pairs x channels) a program of the pair bias kernel
-
-
-def _pair_bias(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor | None, weight: Tensor,
-               bias: Tensor | None) -> Tensor:
-    """The pair bias (B, h, N, N) in the pair's dtype, contiguous: (LayerNorm(pair) when norm_weight is given)
-    @ weight^T + bias for the pair (B, N, N, P) and weight (h, P) (`kernels.pair_bias_kernel`)."""
-    B, N, _, P = pair_repr.shape
-    h = weight.shape[0]
-    z = torch.empty(B, h, N, N, dtype=pair_repr.dtype, device=pair_repr.device)
-    if z.numel():
-        tiles = pair_bias_tiles(N, P)
-        pair_bias_kernel[(cdiv(N * N, tiles["BLOCK_IJ"]), B)](
-            pair_repr, *pair_repr.stride(), weight if norm_weight is None else norm_weight,
-            weight if norm_bias is None else norm_bias, weight, *weight.stride(), weight if bias is None else bias,
-            z, *z.stride(), N, P, h, LAYER_NORM_EPS, HAS_NORM=norm_weight is not None, HAS_BIAS=bias is not None,
-            **tiles)
-    return z
-
-
-def pair_bias_tiles(N: int, P: int) -> dict:
-    """BLOCK_IJ and BLOCK_P of the pair bias kernel: all P channels of PAIR_BIAS_TILE // P pairs a program."""
-    block_p = next_pow2(P)
-    return dict(BLOCK_IJ=max(16, min(next_pow2(N * N), PAIR_BIAS_TILE // block_p)), BLOCK_P=block_p)
-
-
 @torch.library.custom_op("evofuse::msa_row_attention", mutates_args=())
 def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | None, layer_norm_weight: Tensor,
                      layer_norm_bias: Tensor, query_weight: Tensor, query_bias: Tensor | None, key_weight: Tensor,
@@ -114,7 +88,7 @@ def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | Non
     weights = [query_weight, key_weight, value_weight, gate_weight]
     qkvg = layer_norm_linear(msa_repr, layer_norm_weight, layer_norm_bias, torch.cat(weights),
                              joined_bias([query_bias, key_bias, value_bias, gate_bias], weights), None, precision)
-    z = _pair_bias(pair_repr, pair_norm_weight, pair_norm_bias, pair_bias_weight, pair_bias_bias)
+    z = pair_heads(pair_repr, pair_norm_weight, pair_norm_bias, pair_bias_weight, pair_bias_bias)  # (B, h, N, N)
     gated = torch.empty(B, S, N, H, dtype=msa_repr.dtype, device=msa_repr.device)
     lse = torch.empty(2, B, S, N, h if train else 0, dtype=torch.float32, device=msa_repr.device)
     if gated.numel():

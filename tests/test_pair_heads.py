@@ -1,0 +1,36 @@
+"""The pair's projection to the heads (`evofuse.ops.pair_heads`: row attention's pair bias, pair-weighted
+averaging's head logits) against float64, in Triton's interpreter on CPU and compiled on a GPU."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from evofuse.ops.pair_heads import pair_heads
+
+from .conftest import DEVICE
+from .helpers import assert_contract
+
+# the interpreter casts float32 to bfloat16 by truncation: bfloat16 is checked on the GPU
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
+
+
+@pytest.mark.parametrize("N, P, h", [(1, 3, 1), (17, 24, 3), (33, 128, 8), pytest.param(97, 5, 4, marks=pytest.mark.full)])
+@pytest.mark.parametrize("norm, bias", [(False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pair_heads(N, P, h, norm, bias, dtype):
+    """(LayerNorm(pair)) @ W^T + b, head major and contiguous, from a pair whose channels are strided."""
+    g = torch.Generator().manual_seed(N * P + h)
+    pair = torch.randn(2, N, P, N, generator=g).transpose(2, 3)  # (B, N, N, P)
+    lnw, lnb = 1 + 0.3 * torch.randn(P, generator=g), 0.3 * torch.randn(P, generator=g)
+    w, b = torch.randn(h, P, generator=g) / P ** 0.5, torch.randn(h, generator=g)
+
+    def reference(x, lnw, lnb, w, b):
+        x = F.layer_norm(x, (P,), lnw, lnb) if norm else x
+        return F.linear(x, w, b if bias else None).permute(0, 3, 1, 2)
+
+    exact = reference(*(t.double() for t in (pair, lnw, lnb, w, b)))
+    low = [t.to(DEVICE, dtype) for t in (pair, lnw, lnb, w, b)]
+    out = pair_heads(low[0], low[1] if norm else None, low[2] if norm else None, low[3], low[4] if bias else None)
+    assert out.is_contiguous()
+    lowp_ref = None if dtype == torch.float32 else reference(*low).cpu()  # (the reference in the 16-bit dtype)
+    assert_contract(out.cpu(), exact, dtype, lowp_ref=lowp_ref, what="pair heads")
