@@ -2,6 +2,10 @@
 torch.compile; skipped elsewhere. The sweeps over every config and the suite's shapes are in the full tier
 (EVOFUSE_FULL_TESTS=1, as benchmarks/gpu_run.sh runs them): each compiles its own kernels."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -236,3 +240,13 @@ def test_cuda_graph_forward(dtype):
         ref = block(*new)
     torch.testing.assert_close(zo, ref)
     assert not torch.equal(zo, first)  # the replay read the new inputs
+
+
+def test_kernel_profile_script():
+    """benchmarks/kernel_profile.py (the kernel sums and host times that docs/PERFORMANCE.md quotes) runs."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    run = subprocess.run([sys.executable, os.path.join(root, "benchmarks", "kernel_profile.py"), "--case",
+                          "pwa-seed,att-seed", "--train"], capture_output=True, text=True, env=env, timeout=900)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.stdout.count("ms a call at its operation's seed shape") == 2, run.stdout
