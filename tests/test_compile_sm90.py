@@ -38,6 +38,7 @@ UNIT_STRIDES = {
     "_layer_norm_backward_kernel": ("stride_xd", "stride_gd", "stride_mm", "stride_wd", "stride_nd", "stride_dd"),
     "_weight_halves_kernel": ("stride_wd",),
     "pair_heads_kernel": ("stride_xp", "stride_wp", "stride_zj"),
+    "pair_heads_backward_kernel": ("stride_xp", "stride_wp", "stride_gj", "stride_dp"),
     "attention_forward_kernel": ("stride_zj", "stride_mn", "stride_lt"),
     "attention_dq_kernel": ("stride_zj", "stride_mn", "stride_lt"),
     "attention_dkdv_kernel": ("stride_zj", "stride_mn", "stride_lt"),
@@ -45,7 +46,7 @@ UNIT_STRIDES = {
     "weighted_sum_kernel": ("stride_wj",),
     "weight_grad_kernel": ("stride_wj",),
     "masked_softmax_kernel": ("stride_xj", "stride_mj", "stride_wj"),
-    "masked_softmax_backward_kernel": ("stride_wj", "stride_gj", "stride_dh"),
+    "masked_softmax_backward_kernel": ("stride_wj", "stride_gj", "stride_dj"),
 }
 
 
@@ -122,6 +123,9 @@ def _launches():
         for P, norm in ((128, True), (32, False)):  # a normed pair (OpenFold's, pair-weighted averaging's), the seed's
             yield (f"pair heads {dtype} P={P}", pair_heads.pair_heads_kernel, dtype,
                    dict(HAS_NORM=norm, HAS_BIAS=not norm, **pair_heads.pair_heads_tiles(384, P)), 4, 2, {})
+            yield (f"pair heads backward {dtype} P={P}", pair_heads.pair_heads_backward_kernel, dtype,
+                   dict(HAS_NORM=norm, STORE_DX=True, BLOCK_H=8, **pair_heads.pair_heads_tiles(384, P)), 4, 2,
+                   {"g_ptr": "*fp32", "part_ptr": "*fp32", "bias_part_ptr": "*fp32"})
         attention = dict(MASKED=-1e9, HAS_MASK=True, HEAD_DIM=32, BLOCK_D=32, PRECISION=precision)
         kw, warps, stages = cfg(att_configs.FORWARD_CONFIGS[0])
         yield (f"attention forward {dtype}", att.attention_forward_kernel, dtype, dict(TRAIN=True, **attention, **kw),

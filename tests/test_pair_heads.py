@@ -34,3 +34,39 @@ def test_pair_heads(N, P, h, norm, bias, dtype):
     assert out.is_contiguous()
     lowp_ref = None if dtype == torch.float32 else reference(*low).cpu()  # (the reference in the 16-bit dtype)
     assert_contract(out.cpu(), exact, dtype, lowp_ref=lowp_ref, what="pair heads")
+
+
+@pytest.mark.parametrize("N, P, h", [(1, 3, 1), (17, 24, 3), (33, 128, 8), pytest.param(97, 5, 4, marks=pytest.mark.full)])
+@pytest.mark.parametrize("norm, bias", [(False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pair_heads_backward(N, P, h, norm, bias, dtype):
+    """Every gradient of the projection against float64 autograd, for a float32 output gradient with strides."""
+    from evofuse.ops.pair_heads import pair_heads_backward
+
+    g = torch.Generator().manual_seed(N * P + h + 1)
+    pair = torch.randn(2, N, P, N, generator=g).transpose(2, 3)
+    params = [1 + 0.3 * torch.randn(P, generator=g), 0.3 * torch.randn(P, generator=g),
+              torch.randn(h, P, generator=g) / P ** 0.5, torch.randn(h, generator=g)]
+    grad = torch.randn(2, N, N, h, generator=g).permute(0, 3, 1, 2)  # (B, h, N, N), strided
+
+    exact_in = [t.double().requires_grad_() for t in (pair, *params)]
+    x, lnw, lnb, w, b = exact_in
+    z = F.linear(F.layer_norm(x, (P,), lnw, lnb) if norm else x, w, b if bias else None).permute(0, 3, 1, 2)
+    z.backward(grad.double())
+    exact = [t.grad for t in exact_in]
+
+    low = [t.to(DEVICE, dtype) for t in (pair, *params)]
+    needs = (True, norm, norm, True, bias)
+    got = pair_heads_backward(low[0], low[1] if norm else None, low[2] if norm else None, low[3], grad.to(DEVICE), needs)
+
+    low_in = [t.clone().requires_grad_() for t in low]
+    x, lnw, lnb, w, b = low_in
+    z = F.linear(F.layer_norm(x, (P,), lnw, lnb) if norm else x, w, b if bias else None).permute(0, 3, 1, 2)
+    z.backward(grad.to(DEVICE, dtype))
+    for name, need, out, ref, lowp in zip(("pair", "norm weight", "norm bias", "weight", "bias"), needs, got, exact,
+                                          low_in):
+        if not need:
+            assert out is None, name
+            continue
+        lowp_ref = None if dtype == torch.float32 else lowp.grad.cpu()
+        assert_contract(out.cpu(), ref, dtype, lowp_ref=lowp_ref, what=f"d {name}")

@@ -5,7 +5,9 @@ head logits.
 `pair_heads_kernel` reads all P channels of a block of pairs once and writes each head's column; with its few
 columns (one a head) the projection is float32 sums on the CUDA cores, in one pass over the pair (a matrix
 product of 4-8 columns leaves the tensor cores idle and the loads narrow: cuBLAS took 2.7 ms for N = 4096, P = 32,
-h = 4). The gradients are taken by the operations' backwards.
+h = 4). `pair_heads_backward` (the custom op `evofuse::pair_heads_backward`) takes every gradient in one pass over
+the pair the same way: the pair's (through its LayerNorm), and each program's partial sums of the weight's, the
+bias's and the LayerNorm parameters', added in a fixed order.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._runtime import cdiv, next_pow2
+from .._runtime import cdiv, multiprocessors, next_pow2
 from ..reference import LAYER_NORM_EPS
 
 
@@ -61,6 +63,81 @@ def pair_heads_kernel(
         tl.store(out + h * stride_zh, col.to(z_ptr.dtype.element_ty), mask=ok)
 
 
+@triton.jit
+def pair_heads_backward_kernel(
+    x_ptr, stride_xb, stride_xi, stride_xj, stride_xp,  # the pair: (B, N, N, P)
+    lnw_ptr, lnb_ptr,  # HAS_NORM: the pair's LayerNorm weight and bias (P,)
+    w_ptr, stride_wh, stride_wp,  # the projection: (h, P)
+    g_ptr, stride_gb, stride_gh, stride_gi, stride_gj,  # the output's gradient: (B, h, N, N), any float dtype
+    dx_ptr, stride_db, stride_di, stride_dj, stride_dp,  # STORE_DX: out: the pair's gradient (B, N, N, P)
+    part_ptr, stride_pg, stride_pr,  # out: partial sums (programs, BLOCK_H + 2, BLOCK_P) float32: dW, d_lnw, d_lnb
+    bias_part_ptr, stride_bg,  # out: partial sums of the bias's gradient (programs, BLOCK_H) float32
+    N, P, H, eps,
+    PROGRAMS,  # programs a batch element
+    HAS_NORM: tl.constexpr,
+    STORE_DX: tl.constexpr,
+    BLOCK_IJ: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_H: tl.constexpr,  # the heads, padded
+):
+    """For the blocks of pairs pid, pid + PROGRAMS, ... of one batch element: the pair's gradient (through the
+    LayerNorm with HAS_NORM, recomputing its statistics) and this program's sums over its pairs of the weight's,
+    the bias's and the LayerNorm parameters' gradients, in float32, in a fixed order (no atomics)."""
+    pid = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    offs_p = tl.arange(0, BLOCK_P)
+    p_ok = offs_p < P
+    offs_h = tl.arange(0, BLOCK_H)
+    acc_w = tl.zeros((BLOCK_H, BLOCK_P), dtype=tl.float32)
+    acc_b = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    acc_lnw = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    acc_lnb = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    if HAS_NORM:
+        lnw = tl.load(lnw_ptr + offs_p, mask=p_ok, other=0.0).to(tl.float32)
+        lnb = tl.load(lnb_ptr + offs_p, mask=p_ok, other=0.0).to(tl.float32)
+    for blk in range(pid, tl.cdiv(N * N, BLOCK_IJ), PROGRAMS):
+        offs = blk * BLOCK_IJ + tl.arange(0, BLOCK_IJ)  # [BLOCK_IJ], flat (i, j)
+        ok = offs < N * N
+        i = (offs // N).to(tl.int64)
+        j = (offs % N).to(tl.int64)
+        x = tl.load((x_ptr + b * stride_xb + i * stride_xi + j * stride_xj)[:, None] + offs_p[None, :] * stride_xp,
+                    mask=ok[:, None] & p_ok[None, :], other=0.0).to(tl.float32)  # [BLOCK_IJ, BLOCK_P]
+        if HAS_NORM:
+            mean = tl.sum(x, axis=1) / P
+            xc = tl.where(p_ok[None, :], x - mean[:, None], 0.0)
+            rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / P + eps)
+            xhat = xc * rstd[:, None]
+            xn = (xhat * lnw[None, :] + lnb[None, :]).to(x_ptr.dtype.element_ty).to(tl.float32)
+        else:
+            xn = x
+        g_rows = g_ptr + b * stride_gb + i * stride_gi + j * stride_gj  # [BLOCK_IJ]
+        dxn = tl.zeros((BLOCK_IJ, BLOCK_P), dtype=tl.float32)
+        for h in range(H):
+            g = tl.load(g_rows + h * stride_gh, mask=ok, other=0.0).to(tl.float32)  # [BLOCK_IJ]
+            w = tl.load(w_ptr + h * stride_wh + offs_p * stride_wp, mask=p_ok, other=0.0).to(tl.float32)
+            dxn += g[:, None] * w[None, :]
+            acc_w = tl.where(offs_h[:, None] == h, acc_w + tl.sum(g[:, None] * xn, axis=0)[None, :], acc_w)
+            acc_b = tl.where(offs_h == h, acc_b + tl.sum(g, axis=0), acc_b)
+        if HAS_NORM:
+            acc_lnw += tl.sum(dxn * xhat, axis=0)
+            acc_lnb += tl.sum(dxn, axis=0)
+            dxhat = dxn * lnw[None, :]
+            c1 = tl.sum(dxhat * xhat, axis=1) / P
+            c2 = tl.sum(dxhat, axis=1) / P
+            dx = (dxhat - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+        else:
+            dx = dxn
+        if STORE_DX:
+            d_rows = dx_ptr + b * stride_db + i * stride_di + j * stride_dj  # [BLOCK_IJ]
+            tl.store(d_rows[:, None] + offs_p[None, :] * stride_dp, dx.to(dx_ptr.dtype.element_ty),
+                     mask=ok[:, None] & p_ok[None, :])
+    row = part_ptr + (b * PROGRAMS + pid) * stride_pg
+    tl.store(row + offs_h[:, None] * stride_pr + offs_p[None, :], acc_w)
+    tl.store(row + BLOCK_H * stride_pr + offs_p, acc_lnw)
+    tl.store(row + (BLOCK_H + 1) * stride_pr + offs_p, acc_lnb)
+    tl.store(bias_part_ptr + (b * PROGRAMS + pid) * stride_bg + offs_h, acc_b)
+
+
 TILE = 4096  # elements (pairs x channels) a program
 
 
@@ -89,3 +166,57 @@ def pair_heads(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor 
             z, *z.stride(), N, P, h, LAYER_NORM_EPS, HAS_NORM=norm_weight is not None, HAS_BIAS=bias is not None,
             **tiles)
     return z
+
+
+PROGRAMS_PER_SM = 4  # the backward's programs: one wave of 4-warp programs, its partial sums added by torch.sum
+
+
+@torch.library.custom_op("evofuse::pair_heads_backward", mutates_args=())
+def pair_heads_backward_op(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor | None, weight: Tensor,
+                           grad: Tensor, store_dx: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(d_pair, sums, d_bias): the pair's gradient in its dtype, (B, N, N, P) where store_dx, else empty; sums
+    (h + 2, P) float32, the weight's gradient and then the LayerNorm weight's and bias's (zeros without a
+    LayerNorm); d_bias (h,) float32 (`pair_heads_backward_kernel`, as an op of its own so that torch.compile traces
+    the operations' backwards around it)."""
+    B, N, _, P = pair_repr.shape
+    h = weight.shape[0]
+    tiles = pair_heads_tiles(N, P)
+    block_h = next_pow2(h)
+    programs = max(1, min(cdiv(N * N, tiles["BLOCK_IJ"]), cdiv(PROGRAMS_PER_SM * multiprocessors(pair_repr.device), B)))
+    part = torch.zeros(B * programs, block_h + 2, tiles["BLOCK_P"], dtype=torch.float32, device=pair_repr.device)
+    bias_part = torch.zeros(B * programs, block_h, dtype=torch.float32, device=pair_repr.device)
+    d_pair = torch.empty_like(pair_repr) if store_dx else pair_repr.new_empty(0)
+    if N and B:
+        pair_heads_backward_kernel[(programs, B)](
+            pair_repr, *pair_repr.stride(), weight if norm_weight is None else norm_weight,
+            weight if norm_bias is None else norm_bias, weight, *weight.stride(), grad, *grad.stride(),
+            d_pair if store_dx else pair_repr, *pair_repr.stride(), part, part.stride(0), part.stride(1), bias_part,
+            bias_part.stride(0), N, P, h, LAYER_NORM_EPS, programs, HAS_NORM=norm_weight is not None,
+            STORE_DX=store_dx, BLOCK_H=block_h, **tiles)
+    sums = part.sum(0)
+    return d_pair, torch.cat([sums[:h, :P], sums[block_h:, :P]]), bias_part.sum(0)[:h]
+
+
+@pair_heads_backward_op.register_fake
+def _(pair_repr, norm_weight, norm_bias, weight, grad, store_dx):
+    h, P = weight.shape
+    return (torch.empty_like(pair_repr) if store_dx else pair_repr.new_empty(0),
+            pair_repr.new_empty(h + 2, P, dtype=torch.float32), pair_repr.new_empty(h, dtype=torch.float32))
+
+
+def pair_heads_backward(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor | None, weight: Tensor,
+                        grad: Tensor, needs: tuple[bool, bool, bool, bool, bool]):
+    """The gradients of `pair_heads` for the output's gradient grad (B, h, N, N), any float dtype and strides;
+    `needs` says which of (pair_repr, norm_weight, norm_bias, weight, bias) want one.
+
+    Returns (d_pair, d_norm_weight, d_norm_bias, d_weight, d_bias), None where not needed, each in its
+    tensor's dtype (d_bias in weight's): one pass over the pair, every sum in float32 and in a fixed order (the
+    programs' partial sums added by torch.sum)."""
+    if not any(needs):
+        return (None,) * 5
+    h = weight.shape[0]
+    d_pair, sums, d_bias = pair_heads_backward_op(pair_repr, norm_weight, norm_bias, weight, grad, needs[0])
+    norm_dtype = pair_repr.dtype if norm_weight is None else norm_weight.dtype
+    return (d_pair if needs[0] else None, sums[h].to(norm_dtype) if needs[1] else None,
+            sums[h + 1].to(norm_dtype) if needs[2] else None, sums[:h].to(weight.dtype) if needs[3] else None,
+            d_bias.to(weight.dtype) if needs[4] else None)

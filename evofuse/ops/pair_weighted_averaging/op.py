@@ -9,9 +9,9 @@ a copy in the input's dtype for the sums); `kernels.weighted_sum_kernel` for u =
 epilogue; proj_o by cuBLAS. No float32 (B, S, N, h, C) tensor and no (B, h, S, N, N) tensor exists.
 Backward: d(gated) = grad_out W_o by cuBLAS; the gate's gradient and du from the saved gated sums (row
 attention's gate kernel); dv = w^T du (`weighted_sum_kernel` on w transposed) and dw = du v^T summed over the
-MSA rows in order (`weight_grad_kernel`); the softmax's gradient (`masked_softmax_backward_kernel`), both
-LayerNorm + projections' by `layer_norm_linear_backward` (the pair's head projection on chip: nothing of the
-pair's size but dz is made).
+MSA rows in order (`weight_grad_kernel`); the softmax's gradient (`masked_softmax_backward_kernel`), head major;
+the MSA's LayerNorm + projection's by `layer_norm_linear_backward`, the pair's by `pair_heads_backward` (one pass:
+nothing of the pair's size but dz is made).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from torch import Tensor
 
 from ..._runtime import bucket, cdiv, dot_precision, next_pow2
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
-from ..pair_heads import pair_heads
+from ..pair_heads import pair_heads, pair_heads_backward
 from ..row_attention.configs import gate_launch
 from ..row_attention.kernels import gate_backward_kernel
 from . import configs
@@ -81,12 +81,14 @@ def _weights(logits: Tensor, pair_mask: Tensor | None, inf: float, mask_mode: st
 
 
 def _weights_backward(w: Tensor, dw: Tensor, dtype: torch.dtype) -> Tensor:
-    """The head logits' gradient (B, N, N, h) in `dtype`, contiguous, for the weights w and their gradient dw,
-    (B, h, N, N) float32 (`kernels.masked_softmax_backward_kernel`)."""
+    """The head logits' gradient (B, h, N, N) in `dtype`, contiguous (head major, as `pair_heads` writes the
+    logits), for the weights w and their gradient dw, (B, h, N, N) float32 (`kernels.masked_softmax_backward_kernel`)."""
     B, h, N, _ = w.shape
-    d_logits = torch.empty(B, N, N, h, dtype=dtype, device=w.device)
+    d_logits = torch.empty(B, h, N, N, dtype=dtype, device=w.device)
     if w.numel():
-        masked_softmax_backward_kernel[(B * N,)](w, *w.stride(), dw, *dw.stride(), d_logits, *d_logits.stride(), N, h,
+        strides = d_logits.stride()  # the kernel's (b, i, j, h) order
+        masked_softmax_backward_kernel[(B * N,)](w, *w.stride(), dw, *dw.stride(), d_logits, strides[0], strides[2],
+                                                 strides[3], strides[1], N, h,
                                                  **_softmax_tiles(N, h))
     return d_logits
 
@@ -141,7 +143,7 @@ def _(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight,
 @torch.library.custom_op("evofuse::pair_weighted_averaging_core_backward", mutates_args=())
 def core_backward_op(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor, gated: Tensor, num_heads: int,
                      precision: str) -> tuple[Tensor, Tensor]:
-    """(d_vg (B, S, N, 2hC), d_logits (B, N, N, h), both in vg's dtype): the projections' and the head logits'
+    """(d_vg (B, S, N, 2hC), d_logits (B, h, N, N), both in vg's dtype): the projections' and the head logits'
     gradients for the output's gradient grad_out (B, S, N, c_m), from proj_o's weight (c_m, hC), the forward's
     projections vg, weights w (B, h, N, N) float32 and gated sums (B, S, N, hC)."""
     B, S, N, inner2 = vg.shape
@@ -169,7 +171,7 @@ def core_backward_op(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Ten
 @core_backward_op.register_fake
 def _(vg, w, grad_out, proj_o_weight, gated, num_heads, precision):
     B, h, N, _ = w.shape
-    return torch.empty_like(vg), vg.new_empty(B, N, N, h)
+    return torch.empty_like(vg), vg.new_empty(B, h, N, N)
 
 
 def _setup_context(ctx, inputs, output):
@@ -188,8 +190,8 @@ def _backward(ctx, grad_out, *_):
     d_vg, d_logits = core_backward_op(vg, w, grad_out, wo, gated, ctx.num_heads, ctx.precision)
     d_wo = grad_out.reshape(-1, grad_out.shape[-1]).t() @ gated.reshape(-1, inner) if needs[10] else None
     # the pair's LayerNorm + projection (the mask term has no gradient)
-    dz, dnzw, dnzb, dwz, _ = layer_norm_linear_backward(pair_repr, nzw, nzb, wz, d_logits,
-                                                        (needs[1], needs[5], needs[6], needs[9], False), ctx.precision)
+    dz, dnzw, dnzb, dwz, _ = pair_heads_backward(pair_repr, nzw, nzb, wz, d_logits,
+                                                 (needs[1], needs[5], needs[6], needs[9], False))
     dm, dnmw, dnmb, dw_mg, _ = layer_norm_linear_backward(msa_repr, nmw, nmb, torch.cat([wm, wg]), d_vg,
                                                           (needs[0], needs[3], needs[4], needs[7] or needs[8], False),
                                                           ctx.precision)

@@ -8,7 +8,7 @@ pair's own LayerNorm where it has one (`pair_heads`), the attention core
 (`kernels.attention_forward_kernel`), out_proj by cuBLAS. No (S, h, N, N) tensor exists.
 Backward: out_proj's gradients by cuBLAS; the gate's in one pass (`kernels.gate_backward_kernel`), then the
 core's three kernels (dq, dk and dv, the pair bias's gradient summed over the MSA rows in a fixed order);
-then `layer_norm_linear_backward` and the pair bias projection's gradients.
+then `layer_norm_linear_backward` and the pair bias projection's gradients (`pair_heads_backward`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torch import Tensor
 from ..._runtime import bucket, cdiv, dot_precision, next_pow2
 from ...reference import MASK_LOGIT
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
-from ..pair_heads import pair_heads
+from ..pair_heads import pair_heads, pair_heads_backward
 from . import configs
 from .kernels import (
     attention_dkdv_kernel,
@@ -186,15 +186,8 @@ def _backward(ctx, grad_out, *_):
     projections = [g for pair in zip(dws, dbs) for g in pair]
     projections = [g if need else None for g, need in zip(projections, needs[5:13])]
 
-    dz_pairs = dz.permute(0, 2, 3, 1).to(dtype)  # (B, N, N, h)
-    if pnw is None:
-        d_pair = dz_pairs @ wz if needs[1] else None
-        d_wz = dz_pairs.reshape(-1, h).t() @ pair_repr.reshape(-1, pair_repr.shape[-1]) if needs[15] else None
-        d_pnw = d_pnb = None
-    else:
-        d_pair, d_pnw, d_pnb, d_wz, _ = layer_norm_linear_backward(
-            pair_repr, pnw, pnb, wz, dz_pairs, (needs[1], needs[17], needs[18], needs[15], False), ctx.precision)
-    d_bz = dz.sum((0, 2, 3)).to(dtype) if needs[16] else None
+    d_pair, d_pnw, d_pnb, d_wz, d_bz = pair_heads_backward(pair_repr, pnw, pnb, wz, dz,
+                                                           (needs[1], needs[17], needs[18], needs[15], needs[16]))
     return (dx, d_pair, None, dlnw, dlnb, *projections, d_wo, d_bo, d_wz, d_bz, d_pnw, d_pnb, None, None, None, None)
 
 
