@@ -124,7 +124,8 @@ def _launches():
             yield (f"pair heads {dtype} P={P}", pair_heads.pair_heads_kernel, dtype,
                    dict(HAS_NORM=norm, HAS_BIAS=not norm, **pair_heads.pair_heads_tiles(384, P)), 4, 2, {})
             yield (f"pair heads backward {dtype} P={P}", pair_heads.pair_heads_backward_kernel, dtype,
-                   dict(HAS_NORM=norm, STORE_DX=True, BLOCK_H=8, **pair_heads.pair_heads_tiles(384, P)), 4, 2,
+                   dict(HAS_NORM=norm, STORE_DX=True, BLOCK_H=8,
+                        **pair_heads.pair_heads_tiles(384, P, pair_heads.BACKWARD_TILE)), 4, 2,
                    {"g_ptr": "*fp32", "part_ptr": "*fp32", "bias_part_ptr": "*fp32"})
         attention = dict(MASKED=-1e9, HAS_MASK=True, HEAD_DIM=32, BLOCK_D=32, PRECISION=precision)
         kw, warps, stages = cfg(att_configs.FORWARD_CONFIGS[0])

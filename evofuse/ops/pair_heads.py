@@ -138,13 +138,14 @@ def pair_heads_backward_kernel(
     tl.store(bias_part_ptr + (b * PROGRAMS + pid) * stride_bg + offs_h, acc_b)
 
 
-TILE = 4096  # elements (pairs x channels) a program
+TILE = 4096  # elements (pairs x channels) a step of the forward
+BACKWARD_TILE = 2048  # ... of the backward (it holds four tiles of that size: 242 registers a thread at 4096)
 
 
-def pair_heads_tiles(N: int, P: int) -> dict:
-    """BLOCK_IJ and BLOCK_P of the kernel: all P channels of TILE // P pairs a program."""
+def pair_heads_tiles(N: int, P: int, tile: int = TILE) -> dict:
+    """BLOCK_IJ and BLOCK_P of the kernels: all P channels of tile // P pairs a step."""
     block_p = next_pow2(P)
-    return dict(BLOCK_IJ=max(16, min(next_pow2(N * N), TILE // block_p)), BLOCK_P=block_p)
+    return dict(BLOCK_IJ=max(16, min(next_pow2(N * N), tile // block_p)), BLOCK_P=block_p)
 
 
 def pair_heads(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor | None, weight: Tensor,
@@ -168,7 +169,8 @@ def pair_heads(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor 
     return z
 
 
-PROGRAMS_PER_SM = 4  # the backward's programs: one wave of 4-warp programs, its partial sums added by torch.sum
+PROGRAMS_PER_SM = 3  # the backward's programs: one wave of 4-warp programs (at P = 128, 168 registers a thread on
+# sm_90: three fit a multiprocessor), their partial sums added by torch.sum
 
 
 @torch.library.custom_op("evofuse::pair_heads_backward", mutates_args=())
@@ -180,7 +182,7 @@ def pair_heads_backward_op(pair_repr: Tensor, norm_weight: Tensor | None, norm_b
     the operations' backwards around it)."""
     B, N, _, P = pair_repr.shape
     h = weight.shape[0]
-    tiles = pair_heads_tiles(N, P)
+    tiles = pair_heads_tiles(N, P, BACKWARD_TILE)
     block_h = next_pow2(h)
     programs = max(1, min(cdiv(N * N, tiles["BLOCK_IJ"]), cdiv(PROGRAMS_PER_SM * multiprocessors(pair_repr.device), B)))
     part = torch.zeros(B * programs, block_h + 2, tiles["BLOCK_P"], dtype=torch.float32, device=pair_repr.device)
