@@ -44,7 +44,7 @@ def test_pair_heads_backward(N, P, h, norm, bias, dtype):
     from evofuse.ops.pair_heads import pair_heads_backward
 
     g = torch.Generator().manual_seed(N * P + h + 1)
-    pair = torch.randn(2, N, P, N, generator=g).transpose(2, 3)
+    pair = torch.randn(2, N, N, P + 2, generator=g)[..., 1:P + 1]  # (B, N, N, P), rows not dense
     params = [1 + 0.3 * torch.randn(P, generator=g), 0.3 * torch.randn(P, generator=g),
               torch.randn(h, P, generator=g) / P ** 0.5, torch.randn(h, generator=g)]
     grad = torch.randn(2, N, N, h, generator=g).permute(0, 3, 1, 2)  # (B, h, N, N), strided

@@ -188,11 +188,12 @@ def pair_heads_backward_op(pair_repr: Tensor, norm_weight: Tensor | None, norm_b
     part = torch.zeros(B * programs, block_h + 2, tiles["BLOCK_P"], dtype=torch.float32, device=pair_repr.device)
     bias_part = torch.zeros(B * programs, block_h, dtype=torch.float32, device=pair_repr.device)
     d_pair = torch.empty_like(pair_repr) if store_dx else pair_repr.new_empty(0)
+    dx = d_pair if store_dx else pair_repr  # (unused without store_dx)
     if N and B:
         pair_heads_backward_kernel[(programs, B)](
             pair_repr, *pair_repr.stride(), weight if norm_weight is None else norm_weight,
             weight if norm_bias is None else norm_bias, weight, *weight.stride(), grad, *grad.stride(),
-            d_pair if store_dx else pair_repr, *pair_repr.stride(), part, part.stride(0), part.stride(1), bias_part,
+            dx, *dx.stride(), part, part.stride(0), part.stride(1), bias_part,
             bias_part.stride(0), N, P, h, LAYER_NORM_EPS, programs, HAS_NORM=norm_weight is not None,
             STORE_DX=store_dx, BLOCK_H=block_h, **tiles)
     sums = part.sum(0)
