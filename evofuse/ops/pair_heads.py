@@ -48,12 +48,9 @@ def pair_heads_kernel(
     x = tl.load(rows[:, None] + offs_p[None, :] * stride_xp, mask=ok[:, None] & p_ok[None, :],
                 other=0.0).to(tl.float32)  # [BLOCK_IJ, BLOCK_P]
     if HAS_NORM:
-        mean = tl.sum(x, axis=1) / P
-        xc = tl.where(p_ok[None, :], x - mean[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / P + eps)
         lnw = tl.load(lnw_ptr + offs_p, mask=p_ok, other=0.0).to(tl.float32)
         lnb = tl.load(lnb_ptr + offs_p, mask=p_ok, other=0.0).to(tl.float32)
-        x = (xc * rstd[:, None] * lnw[None, :] + lnb[None, :]).to(z_ptr.dtype.element_ty).to(tl.float32)
+        _, _, x = _layer_norm(x, p_ok, P, eps, lnw, lnb, z_ptr.dtype.element_ty)
     out = z_ptr + b * stride_zb + i * stride_zi + j * stride_zj  # [BLOCK_IJ]
     for h in range(H):
         w = tl.load(w_ptr + h * stride_wh + offs_p * stride_wp, mask=p_ok, other=0.0).to(tl.float32)  # [BLOCK_P]
@@ -61,6 +58,17 @@ def pair_heads_kernel(
         if HAS_BIAS:
             col += tl.load(bias_ptr + h).to(tl.float32)
         tl.store(out + h * stride_zh, col.to(z_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _layer_norm(x, p_ok, P, eps, lnw, lnb, dtype: tl.constexpr):
+    """(xhat, rstd, xn) of rows x [rows, BLOCK_P] float32 (padding channels zero): the standardized rows, their
+    1 / std and LayerNorm(x) rounded to `dtype` (as the reference's LayerNorm output is), back in float32."""
+    mean = tl.sum(x, axis=1) / P
+    xc = tl.where(p_ok[None, :], x - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / P + eps)
+    xhat = xc * rstd[:, None]
+    return xhat, rstd, (xhat * lnw[None, :] + lnb[None, :]).to(dtype).to(tl.float32)
 
 
 @triton.jit
@@ -103,11 +111,7 @@ def pair_heads_backward_kernel(
         x = tl.load((x_ptr + b * stride_xb + i * stride_xi + j * stride_xj)[:, None] + offs_p[None, :] * stride_xp,
                     mask=ok[:, None] & p_ok[None, :], other=0.0).to(tl.float32)  # [BLOCK_IJ, BLOCK_P]
         if HAS_NORM:
-            mean = tl.sum(x, axis=1) / P
-            xc = tl.where(p_ok[None, :], x - mean[:, None], 0.0)
-            rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / P + eps)
-            xhat = xc * rstd[:, None]
-            xn = (xhat * lnw[None, :] + lnb[None, :]).to(x_ptr.dtype.element_ty).to(tl.float32)
+            xhat, rstd, xn = _layer_norm(x, p_ok, P, eps, lnw, lnb, x_ptr.dtype.element_ty)
         else:
             xn = x
         g_rows = g_ptr + b * stride_gb + i * stride_gi + j * stride_gj  # [BLOCK_IJ]
@@ -185,8 +189,8 @@ def pair_heads_backward_op(pair_repr: Tensor, norm_weight: Tensor | None, norm_b
     tiles = pair_heads_tiles(N, P, BACKWARD_TILE)
     block_h = next_pow2(h)
     programs = max(1, min(cdiv(N * N, tiles["BLOCK_IJ"]), cdiv(PROGRAMS_PER_SM * multiprocessors(pair_repr.device), B)))
-    part = torch.zeros(B * programs, block_h + 2, tiles["BLOCK_P"], dtype=torch.float32, device=pair_repr.device)
-    bias_part = torch.zeros(B * programs, block_h, dtype=torch.float32, device=pair_repr.device)
+    part = torch.empty(B * programs, block_h + 2, tiles["BLOCK_P"], dtype=torch.float32, device=pair_repr.device)
+    bias_part = torch.empty(B * programs, block_h, dtype=torch.float32, device=pair_repr.device)
     d_pair = torch.empty_like(pair_repr) if store_dx else pair_repr.new_empty(0)
     dx = d_pair if store_dx else pair_repr  # (unused without store_dx)
     if N and B:
@@ -196,6 +200,9 @@ def pair_heads_backward_op(pair_repr: Tensor, norm_weight: Tensor | None, norm_b
             dx, *dx.stride(), part, part.stride(0), part.stride(1), bias_part,
             bias_part.stride(0), N, P, h, LAYER_NORM_EPS, programs, HAS_NORM=norm_weight is not None,
             STORE_DX=store_dx, BLOCK_H=block_h, **tiles)
+    else:  # (no pairs: every sum is zero)
+        part.zero_()
+        bias_part.zero_()
     sums = part.sum(0)
     return d_pair, torch.cat([sums[:h, :P], sums[block_h:, :P]]), bias_part.sum(0)[:h]
 
