@@ -2,12 +2,13 @@
 (B, h, N, N), head major, once per batch element: row attention's pair bias and pair-weighted averaging's
 head logits.
 
-`pair_heads_kernel` reads all P channels of a block of pairs once and writes each head's column; with its few
-columns (one a head) the projection is float32 sums on the CUDA cores, in one pass over the pair (a matrix
-product of 4-8 columns leaves the tensor cores idle and the loads narrow: cuBLAS took 2.7 ms for N = 4096, P = 32,
-h = 4). `pair_heads_backward` (the custom op `evofuse::pair_heads_backward`) takes every gradient in one pass over
-the pair the same way: the pair's (through its LayerNorm), and each program's partial sums of the weight's, the
-bias's and the LayerNorm parameters', added in a fixed order.
+`pair_heads_kernel` reads all P channels of a block of pairs once and writes every head's column of it: one
+tl.dot with the heads padded to 16 columns, in one pass over the pair (cuBLAS, given 4-8 columns, took 2.7 ms
+for N = 4096, P = 32, h = 4 in bfloat16 on an H200, where one pass over the pair takes ~0.1 ms).
+`pair_heads_backward` (the custom op `evofuse::pair_heads_backward`) takes every gradient in one pass over the
+pair the same way: the pair's (through its LayerNorm), and each program's partial sums of the weight's, the
+bias's and the LayerNorm parameters', added in a fixed order. Float32 pairs take 3xTF32 products (the numerics
+contract's default precision); 16-bit pairs' products are exact in the float32 sums.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._runtime import cdiv, multiprocessors, next_pow2
+from .._runtime import cdiv, dot_precision, multiprocessors, next_pow2
 from ..reference import LAYER_NORM_EPS
 
 
@@ -25,18 +26,20 @@ from ..reference import LAYER_NORM_EPS
 def pair_heads_kernel(
     x_ptr, stride_xb, stride_xi, stride_xj, stride_xp,  # the pair: (B, N, N, P)
     lnw_ptr, lnb_ptr,  # HAS_NORM: the pair's LayerNorm weight and bias (P,)
-    w_ptr, stride_wh, stride_wp,  # the projection: (h, P) in the pair's dtype
+    w_ptr, stride_wh, stride_wp,  # the projection: (h, P)
     bias_ptr,  # HAS_BIAS: (h,)
     z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # out: (B, h, N, N) in the pair's dtype
     N, P, H, eps,
     HAS_NORM: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    PRECISION: tl.constexpr,  # tl.dot's input_precision for float32 pairs
     BLOCK_IJ: tl.constexpr,  # pairs (i, j) a program
     BLOCK_P: tl.constexpr,  # the pair's channels, padded
+    BLOCK_H: tl.constexpr,  # the heads, padded to at least 16
 ):
     """z[b, h, i, j] = LayerNorm(x[b, i, j]) . w[h] + bias[h] (x[b, i, j] itself without HAS_NORM) for BLOCK_IJ
     consecutive pairs (i, j) of one batch element: the statistics in float32, the normalized channels rounded to
-    the pair's dtype as the reference's LayerNorm output is, every product exact in float32 and summed there."""
+    the pair's dtype as the reference's LayerNorm output is, the products summed in float32 by one tl.dot."""
     b = tl.program_id(1).to(tl.int64)
     offs = tl.program_id(0) * BLOCK_IJ + tl.arange(0, BLOCK_IJ)  # [BLOCK_IJ], flat (i, j)
     ok = offs < N * N
@@ -44,20 +47,23 @@ def pair_heads_kernel(
     j = (offs % N).to(tl.int64)
     offs_p = tl.arange(0, BLOCK_P)
     p_ok = offs_p < P
+    offs_h = tl.arange(0, BLOCK_H)
+    h_ok = offs_h < H
     rows = x_ptr + b * stride_xb + i * stride_xi + j * stride_xj  # [BLOCK_IJ]
     x = tl.load(rows[:, None] + offs_p[None, :] * stride_xp, mask=ok[:, None] & p_ok[None, :],
-                other=0.0).to(tl.float32)  # [BLOCK_IJ, BLOCK_P]
+                other=0.0)  # [BLOCK_IJ, BLOCK_P]
     if HAS_NORM:
         lnw = tl.load(lnw_ptr + offs_p, mask=p_ok, other=0.0).to(tl.float32)
         lnb = tl.load(lnb_ptr + offs_p, mask=p_ok, other=0.0).to(tl.float32)
-        _, _, x = _layer_norm(x, p_ok, P, eps, lnw, lnb, z_ptr.dtype.element_ty)
+        _, _, xn = _layer_norm(x.to(tl.float32), p_ok, P, eps, lnw, lnb, x_ptr.dtype.element_ty)
+        x = xn.to(x_ptr.dtype.element_ty)
+    w_t = tl.load(w_ptr + offs_h[None, :] * stride_wh + offs_p[:, None] * stride_wp,
+                  mask=h_ok[None, :] & p_ok[:, None], other=0.0).to(x_ptr.dtype.element_ty)  # [BLOCK_P, BLOCK_H]
+    z = tl.dot(x, w_t, input_precision=PRECISION)  # [BLOCK_IJ, BLOCK_H]
+    if HAS_BIAS:
+        z += tl.load(bias_ptr + offs_h, mask=h_ok, other=0.0).to(tl.float32)[None, :]
     out = z_ptr + b * stride_zb + i * stride_zi + j * stride_zj  # [BLOCK_IJ]
-    for h in range(H):
-        w = tl.load(w_ptr + h * stride_wh + offs_p * stride_wp, mask=p_ok, other=0.0).to(tl.float32)  # [BLOCK_P]
-        col = tl.sum(x * w[None, :], axis=1)  # [BLOCK_IJ]
-        if HAS_BIAS:
-            col += tl.load(bias_ptr + h).to(tl.float32)
-        tl.store(out + h * stride_zh, col.to(z_ptr.dtype.element_ty), mask=ok)
+    tl.store(out[:, None] + offs_h[None, :] * stride_zh, z.to(z_ptr.dtype.element_ty), mask=ok[:, None] & h_ok[None, :])
 
 
 @triton.jit
@@ -84,18 +90,24 @@ def pair_heads_backward_kernel(
     PROGRAMS,  # programs a batch element
     HAS_NORM: tl.constexpr,
     STORE_DX: tl.constexpr,
+    PRECISION: tl.constexpr,  # tl.dot's input_precision for float32 pairs
     BLOCK_IJ: tl.constexpr,
     BLOCK_P: tl.constexpr,
-    BLOCK_H: tl.constexpr,  # the heads, padded
+    BLOCK_H: tl.constexpr,  # the heads, padded to at least 16
 ):
     """For the blocks of pairs pid, pid + PROGRAMS, ... of one batch element: the pair's gradient (through the
     LayerNorm with HAS_NORM, recomputing its statistics) and this program's sums over its pairs of the weight's,
-    the bias's and the LayerNorm parameters' gradients, in float32, in a fixed order (no atomics)."""
+    the bias's and the LayerNorm parameters' gradients, in float32, in a fixed order (no atomics). The output's
+    gradient enters the two products rounded to the pair's dtype (as autograd of the reference rounds it)."""
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
+    dtype = x_ptr.dtype.element_ty
     offs_p = tl.arange(0, BLOCK_P)
     p_ok = offs_p < P
     offs_h = tl.arange(0, BLOCK_H)
+    h_ok = offs_h < H
+    w = tl.load(w_ptr + offs_h[:, None] * stride_wh + offs_p[None, :] * stride_wp,
+                mask=h_ok[:, None] & p_ok[None, :], other=0.0).to(dtype)  # [BLOCK_H, BLOCK_P]
     acc_w = tl.zeros((BLOCK_H, BLOCK_P), dtype=tl.float32)
     acc_b = tl.zeros((BLOCK_H,), dtype=tl.float32)
     acc_lnw = tl.zeros((BLOCK_P,), dtype=tl.float32)
@@ -109,19 +121,16 @@ def pair_heads_backward_kernel(
         i = (offs // N).to(tl.int64)
         j = (offs % N).to(tl.int64)
         x = tl.load((x_ptr + b * stride_xb + i * stride_xi + j * stride_xj)[:, None] + offs_p[None, :] * stride_xp,
-                    mask=ok[:, None] & p_ok[None, :], other=0.0).to(tl.float32)  # [BLOCK_IJ, BLOCK_P]
+                    mask=ok[:, None] & p_ok[None, :], other=0.0)  # [BLOCK_IJ, BLOCK_P]
         if HAS_NORM:
-            xhat, rstd, xn = _layer_norm(x, p_ok, P, eps, lnw, lnb, x_ptr.dtype.element_ty)
-        else:
-            xn = x
-        g_rows = g_ptr + b * stride_gb + i * stride_gi + j * stride_gj  # [BLOCK_IJ]
-        dxn = tl.zeros((BLOCK_IJ, BLOCK_P), dtype=tl.float32)
-        for h in range(H):
-            g = tl.load(g_rows + h * stride_gh, mask=ok, other=0.0).to(tl.float32)  # [BLOCK_IJ]
-            w = tl.load(w_ptr + h * stride_wh + offs_p * stride_wp, mask=p_ok, other=0.0).to(tl.float32)
-            dxn += g[:, None] * w[None, :]
-            acc_w = tl.where(offs_h[:, None] == h, acc_w + tl.sum(g[:, None] * xn, axis=0)[None, :], acc_w)
-            acc_b = tl.where(offs_h == h, acc_b + tl.sum(g, axis=0), acc_b)
+            xhat, rstd, xn = _layer_norm(x.to(tl.float32), p_ok, P, eps, lnw, lnb, dtype)
+            x = xn.to(dtype)
+        g = tl.load((g_ptr + b * stride_gb + i * stride_gi + j * stride_gj)[:, None] + offs_h[None, :] * stride_gh,
+                    mask=ok[:, None] & h_ok[None, :], other=0.0).to(tl.float32)  # [BLOCK_IJ, BLOCK_H]
+        acc_b += tl.sum(g, axis=0)
+        g = g.to(dtype)
+        acc_w = tl.dot(tl.trans(g), x, acc_w, input_precision=PRECISION)  # [BLOCK_H, BLOCK_P]
+        dxn = tl.dot(g, w, input_precision=PRECISION)  # [BLOCK_IJ, BLOCK_P]
         if HAS_NORM:
             acc_lnw += tl.sum(dxn * xhat, axis=0)
             acc_lnb += tl.sum(dxn, axis=0)
@@ -142,14 +151,21 @@ def pair_heads_backward_kernel(
     tl.store(bias_part_ptr + (b * PROGRAMS + pid) * stride_bg + offs_h, acc_b)
 
 
-TILE = 4096  # elements (pairs x channels) a step of the forward
-BACKWARD_TILE = 2048  # ... of the backward (it holds four tiles of that size: 242 registers a thread at 4096)
+# Measured on an H200 (do_bench median, pwa-long's pair: N = 2048, P = 128, bfloat16): the forward 427-429 us at
+# 4096, 8192 and 16384 elements a step (one pass over the pair: ~270 us); the backward 1.91 ms at 2048 elements in 4
+# warps, three programs a multiprocessor (168 registers a thread on sm_90), 2.24 at 1024 x 4 warps x 4 programs,
+# 2.67 at 2048 x 8 x 2, 2.98 at 4096 x 4 x 1, 3.03 at 4096 x 8 x 2.
+TILE = 8192  # elements (pairs x channels) a step of the forward, 4 warps
+BACKWARD_TILE = 2048  # ... of the backward
+BACKWARD_WARPS = 4
 
 
-def pair_heads_tiles(N: int, P: int, tile: int = TILE) -> dict:
-    """BLOCK_IJ and BLOCK_P of the kernels: all P channels of tile // P pairs a step."""
-    block_p = next_pow2(P)
-    return dict(BLOCK_IJ=max(16, min(next_pow2(N * N), tile // block_p)), BLOCK_P=block_p)
+def pair_heads_tiles(N: int, P: int, H: int, tile: int = TILE) -> dict:
+    """BLOCK_IJ, BLOCK_P and BLOCK_H of the kernels: all P channels of tile // P pairs a step, every head (tl.dot
+    takes at least 16 rows, columns and terms)."""
+    block_p = max(16, next_pow2(P))
+    return dict(BLOCK_IJ=max(16, min(next_pow2(N * N), tile // block_p)), BLOCK_P=block_p,
+                BLOCK_H=max(16, next_pow2(H)))
 
 
 def pair_heads(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor | None, weight: Tensor,
@@ -164,17 +180,16 @@ def pair_heads(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor 
     h = weight.shape[0]
     z = torch.empty(B, h, N, N, dtype=pair_repr.dtype, device=pair_repr.device)
     if z.numel():
-        tiles = pair_heads_tiles(N, P)
+        tiles = pair_heads_tiles(N, P, h)
         pair_heads_kernel[(cdiv(N * N, tiles["BLOCK_IJ"]), B)](
             pair_repr, *pair_repr.stride(), weight if norm_weight is None else norm_weight,
             weight if norm_bias is None else norm_bias, weight, *weight.stride(), weight if bias is None else bias,
             z, *z.stride(), N, P, h, LAYER_NORM_EPS, HAS_NORM=norm_weight is not None, HAS_BIAS=bias is not None,
-            **tiles)
+            PRECISION=dot_precision(pair_repr.dtype, "default"), **tiles)
     return z
 
 
-PROGRAMS_PER_SM = 3  # the backward's programs: one wave of 4-warp programs (at P = 128, 168 registers a thread on
-# sm_90: three fit a multiprocessor), their partial sums added by torch.sum
+PROGRAMS_PER_SM = 3  # the backward's programs: one wave, their partial sums added by torch.sum
 
 
 @torch.library.custom_op("evofuse::pair_heads_backward", mutates_args=())
@@ -186,8 +201,8 @@ def pair_heads_backward_op(pair_repr: Tensor, norm_weight: Tensor | None, norm_b
     the operations' backwards around it)."""
     B, N, _, P = pair_repr.shape
     h = weight.shape[0]
-    tiles = pair_heads_tiles(N, P, BACKWARD_TILE)
-    block_h = next_pow2(h)
+    tiles = pair_heads_tiles(N, P, h, BACKWARD_TILE)
+    block_h = tiles["BLOCK_H"]
     programs = max(1, min(cdiv(N * N, tiles["BLOCK_IJ"]), cdiv(PROGRAMS_PER_SM * multiprocessors(pair_repr.device), B)))
     part = torch.empty(B * programs, block_h + 2, tiles["BLOCK_P"], dtype=torch.float32, device=pair_repr.device)
     bias_part = torch.empty(B * programs, block_h, dtype=torch.float32, device=pair_repr.device)
@@ -199,7 +214,7 @@ def pair_heads_backward_op(pair_repr: Tensor, norm_weight: Tensor | None, norm_b
             weight if norm_bias is None else norm_bias, weight, *weight.stride(), grad, *grad.stride(),
             dx, *dx.stride(), part, part.stride(0), part.stride(1), bias_part,
             bias_part.stride(0), N, P, h, LAYER_NORM_EPS, programs, HAS_NORM=norm_weight is not None,
-            STORE_DX=store_dx, BLOCK_H=block_h, **tiles)
+            STORE_DX=store_dx, PRECISION=dot_precision(pair_repr.dtype, "default"), num_warps=BACKWARD_WARPS, **tiles)
     else:  # (no pairs: every sum is zero)
         part.zero_()
         bias_part.zero_()
