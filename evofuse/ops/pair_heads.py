@@ -98,7 +98,11 @@ def pair_heads_backward_kernel(
     """For the blocks of pairs pid, pid + PROGRAMS, ... of one batch element: the pair's gradient (through the
     LayerNorm with HAS_NORM, recomputing its statistics) and this program's sums over its pairs of the weight's,
     the bias's and the LayerNorm parameters' gradients, in float32, in a fixed order (no atomics). The output's
-    gradient enters the two products rounded to the pair's dtype (as autograd of the reference rounds it)."""
+    gradient g enters the products rounded to the pair's dtype (as autograd of the reference rounds it).
+
+    The sums over pairs are kept as matrix products and per-lane partial sums, reduced across the block once at
+    the end: with dxn = g w, d_lnb = sum(dxn) = (sum g) w and d_lnw = sum(dxn * xhat) = sum_h w[h] * (g^T xhat)[h]
+    (xhat split into two 16-bit halves for 16-bit pairs, so that the product keeps float32's accuracy)."""
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
     dtype = x_ptr.dtype.element_ty
@@ -108,47 +112,68 @@ def pair_heads_backward_kernel(
     h_ok = offs_h < H
     w = tl.load(w_ptr + offs_h[:, None] * stride_wh + offs_p[None, :] * stride_wp,
                 mask=h_ok[:, None] & p_ok[None, :], other=0.0).to(dtype)  # [BLOCK_H, BLOCK_P]
-    acc_w = tl.zeros((BLOCK_H, BLOCK_P), dtype=tl.float32)
-    acc_b = tl.zeros((BLOCK_H,), dtype=tl.float32)
-    acc_lnw = tl.zeros((BLOCK_P,), dtype=tl.float32)
-    acc_lnb = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    acc_w = tl.zeros((BLOCK_H, BLOCK_P), dtype=tl.float32)  # g^T xn
+    acc_gx = tl.zeros((BLOCK_H, BLOCK_P), dtype=tl.float32)  # HAS_NORM: g^T xhat
+    acc_g = tl.zeros((BLOCK_IJ, BLOCK_H), dtype=tl.float32)  # g, lane by lane
+    acc_gr = tl.zeros((BLOCK_IJ, BLOCK_H), dtype=tl.float32)  # HAS_NORM: g rounded, lane by lane
     if HAS_NORM:
         lnw = tl.load(lnw_ptr + offs_p, mask=p_ok, other=0.0).to(tl.float32)
         lnb = tl.load(lnb_ptr + offs_p, mask=p_ok, other=0.0).to(tl.float32)
+    x_next, g_next = _load_pairs(x_ptr, stride_xb, stride_xi, stride_xj, stride_xp, g_ptr, stride_gb, stride_gh,
+                                 stride_gi, stride_gj, b, pid, N, P, H, BLOCK_IJ, BLOCK_P, BLOCK_H)
     for blk in range(pid, tl.cdiv(N * N, BLOCK_IJ), PROGRAMS):
-        offs = blk * BLOCK_IJ + tl.arange(0, BLOCK_IJ)  # [BLOCK_IJ], flat (i, j)
-        ok = offs < N * N
-        i = (offs // N).to(tl.int64)
-        j = (offs % N).to(tl.int64)
-        x = tl.load((x_ptr + b * stride_xb + i * stride_xi + j * stride_xj)[:, None] + offs_p[None, :] * stride_xp,
-                    mask=ok[:, None] & p_ok[None, :], other=0.0)  # [BLOCK_IJ, BLOCK_P]
-        if HAS_NORM:
-            xhat, rstd, xn = _layer_norm(x.to(tl.float32), p_ok, P, eps, lnw, lnb, dtype)
-            x = xn.to(dtype)
-        g = tl.load((g_ptr + b * stride_gb + i * stride_gi + j * stride_gj)[:, None] + offs_h[None, :] * stride_gh,
-                    mask=ok[:, None] & h_ok[None, :], other=0.0).to(tl.float32)  # [BLOCK_IJ, BLOCK_H]
-        acc_b += tl.sum(g, axis=0)
+        x, g = x_next, g_next  # [BLOCK_IJ, BLOCK_P], [BLOCK_IJ, BLOCK_H] float32
+        x_next, g_next = _load_pairs(x_ptr, stride_xb, stride_xi, stride_xj, stride_xp, g_ptr, stride_gb, stride_gh,
+                                     stride_gi, stride_gj, b, blk + PROGRAMS, N, P, H, BLOCK_IJ, BLOCK_P, BLOCK_H)
+        acc_g += g
         g = g.to(dtype)
-        acc_w = tl.dot(tl.trans(g), x, acc_w, input_precision=PRECISION)  # [BLOCK_H, BLOCK_P]
         dxn = tl.dot(g, w, input_precision=PRECISION)  # [BLOCK_IJ, BLOCK_P]
         if HAS_NORM:
-            acc_lnw += tl.sum(dxn * xhat, axis=0)
-            acc_lnb += tl.sum(dxn, axis=0)
+            xhat, rstd, xn = _layer_norm(x.to(tl.float32), p_ok, P, eps, lnw, lnb, dtype)
+            acc_w = tl.dot(tl.trans(g), xn.to(dtype), acc_w, input_precision=PRECISION)  # [BLOCK_H, BLOCK_P]
+            acc_gr += g.to(tl.float32)
+            high = xhat.to(dtype)
+            acc_gx = tl.dot(tl.trans(g), high, acc_gx, input_precision=PRECISION)
+            if dtype != tl.float32:
+                acc_gx = tl.dot(tl.trans(g), (xhat - high.to(tl.float32)).to(dtype), acc_gx)
             dxhat = dxn * lnw[None, :]
             c1 = tl.sum(dxhat * xhat, axis=1) / P
             c2 = tl.sum(dxhat, axis=1) / P
             dx = (dxhat - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
         else:
+            acc_w = tl.dot(tl.trans(g), x, acc_w, input_precision=PRECISION)
             dx = dxn
         if STORE_DX:
+            offs = blk * BLOCK_IJ + tl.arange(0, BLOCK_IJ)  # [BLOCK_IJ], flat (i, j)
+            i = (offs // N).to(tl.int64)
+            j = (offs % N).to(tl.int64)
             d_rows = dx_ptr + b * stride_db + i * stride_di + j * stride_dj  # [BLOCK_IJ]
             tl.store(d_rows[:, None] + offs_p[None, :] * stride_dp, dx.to(dx_ptr.dtype.element_ty),
-                     mask=ok[:, None] & p_ok[None, :])
+                     mask=(offs < N * N)[:, None] & p_ok[None, :])
     row = part_ptr + (b * PROGRAMS + pid) * stride_pg
     tl.store(row + offs_h[:, None] * stride_pr + offs_p[None, :], acc_w)
-    tl.store(row + BLOCK_H * stride_pr + offs_p, acc_lnw)
-    tl.store(row + (BLOCK_H + 1) * stride_pr + offs_p, acc_lnb)
-    tl.store(bias_part_ptr + (b * PROGRAMS + pid) * stride_bg + offs_h, acc_b)
+    w = w.to(tl.float32)
+    tl.store(row + BLOCK_H * stride_pr + offs_p, tl.sum(acc_gx * w, axis=0))  # d_lnw
+    tl.store(row + (BLOCK_H + 1) * stride_pr + offs_p, tl.sum(tl.sum(acc_gr, axis=0)[:, None] * w, axis=0))  # d_lnb
+    tl.store(bias_part_ptr + (b * PROGRAMS + pid) * stride_bg + offs_h, tl.sum(acc_g, axis=0))
+
+
+@triton.jit
+def _load_pairs(x_ptr, stride_xb, stride_xi, stride_xj, stride_xp, g_ptr, stride_gb, stride_gh, stride_gi, stride_gj,
+                b, blk, N, P, H, BLOCK_IJ: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_H: tl.constexpr):
+    """The pairs of block blk of batch element b (zeros past the last pair): x [BLOCK_IJ, BLOCK_P] in the pair's
+    dtype, and the output's gradient g [BLOCK_IJ, BLOCK_H] in float32."""
+    offs = blk * BLOCK_IJ + tl.arange(0, BLOCK_IJ)  # [BLOCK_IJ], flat (i, j)
+    ok = offs < N * N
+    i = (offs // N).to(tl.int64)
+    j = (offs % N).to(tl.int64)
+    offs_p = tl.arange(0, BLOCK_P)
+    offs_h = tl.arange(0, BLOCK_H)
+    x = tl.load((x_ptr + b * stride_xb + i * stride_xi + j * stride_xj)[:, None] + offs_p[None, :] * stride_xp,
+                mask=ok[:, None] & (offs_p < P)[None, :], other=0.0)
+    g = tl.load((g_ptr + b * stride_gb + i * stride_gi + j * stride_gj)[:, None] + offs_h[None, :] * stride_gh,
+                mask=ok[:, None] & (offs_h < H)[None, :], other=0.0).to(tl.float32)
+    return x, g
 
 
 # Measured on an H200 (do_bench median, pwa-long's pair: N = 2048, P = 128, bfloat16): the forward 427-429 us at
@@ -189,7 +214,7 @@ def pair_heads(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor 
     return z
 
 
-PROGRAMS_PER_SM = 3  # the backward's programs: one wave, their partial sums added by torch.sum
+PROGRAMS_PER_SM = 2  # the backward's programs: one wave, their partial sums added by torch.sum
 
 
 @torch.library.custom_op("evofuse::pair_heads_backward", mutates_args=())
