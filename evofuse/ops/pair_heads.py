@@ -176,10 +176,10 @@ def _load_pairs(x_ptr, stride_xb, stride_xi, stride_xj, stride_xp, g_ptr, stride
     return x, g
 
 
-# Measured on an H200 (do_bench median, pwa-long's pair: N = 2048, P = 128, bfloat16): the forward 427-429 us at
-# 4096, 8192 and 16384 elements a step (one pass over the pair: ~270 us); the backward 1.91 ms at 2048 elements in 4
-# warps, three programs a multiprocessor (168 registers a thread on sm_90), 2.24 at 1024 x 4 warps x 4 programs,
-# 2.67 at 2048 x 8 x 2, 2.98 at 4096 x 4 x 1, 3.03 at 4096 x 8 x 2.
+# Measured on an H200 (do_bench median, pwa-long's pair: N = 2048, P = 128, one pass over it ~270 us in bfloat16):
+# the forward 427-429 us at 4096, 8192 and 16384 elements a step; the backward in bfloat16 / float32 1.76 / 3.09 ms
+# at 2048 elements, 4 warps, two programs a multiprocessor (229 registers a thread on sm_90), 1.75 / 4.35 at
+# 2048 x 8 warps x 2, 2.94 / 4.32 at 2048 x 8 x 1, 2.12 / 3.22 at 4096 x 8 x 1.
 TILE = 8192  # elements (pairs x channels) a step of the forward, 4 warps
 BACKWARD_TILE = 2048  # ... of the backward
 BACKWARD_WARPS = 4
