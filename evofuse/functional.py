@@ -237,7 +237,7 @@ def msa_row_attention(
 
     if resolve_impl(impl, msa_repr) == "torch":
         return reference()
-    from .ops.row_attention import fused, row_attention_op
+    from .ops.row_attention import fused, joined_qkvg, row_attention_op
 
     if training and dropout > 0:
         warn_once("att-dropout", "evofuse: attention dropout in training mode runs the PyTorch reference")
@@ -248,8 +248,9 @@ def msa_row_attention(
         return reference()
     train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (msa_repr, pair_repr, *weights))
     with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
-        return row_attention_op(msa_repr, pair_repr, msa_mask, *weights, num_heads, mask_mode, precision,
-                                train)[0]
+        qkvg = joined_qkvg(weights[2:10:2], weights[3:10:2])
+        return row_attention_op(msa_repr, pair_repr, msa_mask, *weights[:2], *qkvg, *weights[10:], num_heads,
+                                mask_mode, precision, train)[0]
 
 
 def pair_weighted_averaging(

@@ -6,7 +6,7 @@ import torch
 
 from evofuse.ops.layer_norm_linear import layer_norm_backward_op
 from evofuse.ops.outer_product_mean import outer_product_mean_op
-from evofuse.ops.row_attention import row_attention_op
+from evofuse.ops.row_attention import joined_qkvg, row_attention_op
 from evofuse.ops.row_attention.op import core_backward_op
 
 from .conftest import DEVICE
@@ -34,8 +34,10 @@ def _att_args(train, openfold=False):
         "query", "key", "value", "gate", "out_proj", "pair_bias") for kind in ("weight", "bias")] + [
         "pair_norm.weight", "pair_norm.bias"]
     params = [p.get(name) for name in names]
-    return (x, z, random_mask(1, 2, 5, "rows", 4).to(DEVICE), *params, 2, "add" if openfold else "replace", "default",
-            train)
+    with torch.no_grad():  # (the op's own leaves)
+        qkvg = [t if t is None else t.requires_grad_(train) for t in joined_qkvg(params[2:10:2], params[3:10:2])]
+    return (x, z, random_mask(1, 2, 5, "rows", 4).to(DEVICE), *params[:2], *qkvg, *params[10:], 2,
+            "add" if openfold else "replace", "default", train)
 
 
 @pytest.mark.no_poison
@@ -86,7 +88,7 @@ def test_opcheck_row_attention_core_backward():
     with torch.no_grad():
         _, qkvg, gated, lse, z = row_attention_op(*(a.detach() if isinstance(a, torch.Tensor) else a for a in args))
     grad_out = torch.randn_like(args[0])
-    torch.library.opcheck(core_backward_op, (qkvg, z, args[2], grad_out.detach(), args[13].detach(), gated, lse, 2,
+    torch.library.opcheck(core_backward_op, (qkvg, z, args[2], grad_out.detach(), args[7].detach(), gated, lse, 2,
                                              "replace", "default"))
 
 

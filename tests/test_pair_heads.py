@@ -12,9 +12,11 @@ from .helpers import assert_contract
 
 # the interpreter casts float32 to bfloat16 by truncation: bfloat16 is checked on the GPU
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
+# (N, P, h): one pair, awkward sizes, the suite's pair width, more heads than one 16-column block
+SHAPES = [(1, 3, 1), (17, 24, 3), (33, 128, 8), (9, 40, 20), pytest.param(97, 5, 4, marks=pytest.mark.full)]
 
 
-@pytest.mark.parametrize("N, P, h", [(1, 3, 1), (17, 24, 3), (33, 128, 8), (9, 40, 20), pytest.param(97, 5, 4, marks=pytest.mark.full)])
+@pytest.mark.parametrize("N, P, h", SHAPES)
 @pytest.mark.parametrize("norm, bias", [(False, True), (True, False), (True, True)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_pair_heads(N, P, h, norm, bias, dtype):
@@ -36,7 +38,7 @@ def test_pair_heads(N, P, h, norm, bias, dtype):
     assert_contract(out.cpu(), exact, dtype, lowp_ref=lowp_ref, what="pair heads")
 
 
-@pytest.mark.parametrize("N, P, h", [(1, 3, 1), (17, 24, 3), (33, 128, 8), (9, 40, 20), pytest.param(97, 5, 4, marks=pytest.mark.full)])
+@pytest.mark.parametrize("N, P, h", SHAPES)
 @pytest.mark.parametrize("norm, bias", [(False, True), (True, False), (True, True)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_pair_heads_backward(N, P, h, norm, bias, dtype):

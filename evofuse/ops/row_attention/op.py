@@ -67,27 +67,32 @@ def _constants(qkvg: Tensor, mask: Tensor | None, num_heads: int, precision: str
                 BLOCK_D=max(16, next_pow2(d)), PRECISION=dot_precision(qkvg.dtype, precision))
 
 
+def joined_qkvg(weights: list[Tensor], biases: list[Tensor | None]) -> tuple[Tensor, Tensor | None]:
+    """The query, key, value and gate projections' weights (H, D) and biases (H,) or None, stacked as the op takes
+    them: (4H, D) and (4H,), or None where every bias is None (missing ones as zeros). Called outside the op, so
+    that autograd hands each weight its share of the stacked gradient."""
+    return torch.cat(weights), joined_bias(biases, weights)
+
+
 @torch.library.custom_op("evofuse::msa_row_attention", mutates_args=())
 def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | None, layer_norm_weight: Tensor,
-                     layer_norm_bias: Tensor, query_weight: Tensor, query_bias: Tensor | None, key_weight: Tensor,
-                     key_bias: Tensor | None, value_weight: Tensor, value_bias: Tensor | None, gate_weight: Tensor,
-                     gate_bias: Tensor | None, out_proj_weight: Tensor, out_proj_bias: Tensor | None,
-                     pair_bias_weight: Tensor, pair_bias_bias: Tensor | None, pair_norm_weight: Tensor | None,
-                     pair_norm_bias: Tensor | None, num_heads: int, mask_mode: str, precision: str,
-                     train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                     layer_norm_bias: Tensor, qkvg_weight: Tensor, qkvg_bias: Tensor | None, out_proj_weight: Tensor,
+                     out_proj_bias: Tensor | None, pair_bias_weight: Tensor, pair_bias_bias: Tensor | None,
+                     pair_norm_weight: Tensor | None, pair_norm_bias: Tensor | None, num_heads: int, mask_mode: str,
+                     precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(out (B, S, N, D), qkvg (B, S, N, 4H), gated (B, S, N, H), lse (2, B, S, N, h) float32, z (B, h, N, N)):
     the output, then what the backward takes: the projections, the gated attention output (out_proj's input)
     and the rows' softmax statistics (their largest logit and log2 of their sum, base 2; both empty unless
-    `train`), the pair bias. H = num_heads * head_dim is the inner width; any bias may be None; with
+    `train`), the pair bias. qkvg_weight (4H, D) and qkvg_bias (4H,) or None are the query, key, value and gate
+    projections' stacked (`joined_qkvg`: fewer schema arguments, whose count the custom op's autograd pays for
+    quadratically on every call); H = num_heads * head_dim is the inner width; any bias may be None; with
     pair_norm_weight and pair_norm_bias the pair is layer-normed in the bias projection's kernel; mask_mode
     ("replace" or "add") matters to the backward alone. Every tensor argument has msa_repr's dtype."""
     B, S, N, _ = msa_repr.shape
     h = num_heads
-    H = query_weight.shape[0]
+    H = qkvg_weight.shape[0] // 4
     d = H // h
-    weights = [query_weight, key_weight, value_weight, gate_weight]
-    qkvg = layer_norm_linear(msa_repr, layer_norm_weight, layer_norm_bias, torch.cat(weights),
-                             joined_bias([query_bias, key_bias, value_bias, gate_bias], weights), None, precision)
+    qkvg = layer_norm_linear(msa_repr, layer_norm_weight, layer_norm_bias, qkvg_weight, qkvg_bias, None, precision)
     z = pair_heads(pair_repr, pair_norm_weight, pair_norm_bias, pair_bias_weight, pair_bias_bias)  # (B, h, N, N)
     gated = torch.empty(B, S, N, H, dtype=msa_repr.dtype, device=msa_repr.device)
     lse = torch.empty(2, B, S, N, h if train else 0, dtype=torch.float32, device=msa_repr.device)
@@ -109,7 +114,7 @@ def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | Non
 def _(msa_repr, pair_repr, msa_mask, *params_and_options):
     *_, num_heads, _mask_mode, _precision, train = params_and_options
     B, S, N, D = msa_repr.shape
-    H = params_and_options[2].shape[0]  # query_weight's rows: the inner width
+    H = params_and_options[2].shape[0] // 4  # qkvg_weight's rows: four times the inner width
     gated = msa_repr.new_empty(B, S, N, H) if train else msa_repr.new_empty(0)
     lse = msa_repr.new_empty(2, B, S, N, num_heads if train else 0, dtype=torch.float32)
     return (msa_repr.new_empty(B, S, N, D), msa_repr.new_empty(B, S, N, 4 * H), gated, lse,
@@ -165,30 +170,23 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, grad_out, *_):
-    (msa_repr, pair_repr, mask, lnw, lnb, wq, bq, wk, bk, wv, bv, wg, bg, wo, bo, wz, bz, pnw, pnb, qkvg, gated, lse,
-     z) = ctx.saved_tensors
+    msa_repr, pair_repr, mask, lnw, lnb, w_qkvg, _, wo, _, wz, _, pnw, pnb, qkvg, gated, lse, z = ctx.saved_tensors
     needs = ctx.needs_input_grad
     D = msa_repr.shape[-1]
-    H = wq.shape[0]
-    h = ctx.num_heads
+    H = w_qkvg.shape[0] // 4
     dtype = msa_repr.dtype
-    d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs[14] else None
-    d_wo = grad_out.reshape(-1, D).t() @ gated.reshape(-1, H) if needs[13] else None
-    if not (needs[0] or needs[1] or any(needs[3:13]) or any(needs[15:19])):  # out_proj's alone
-        return (None,) * 13 + (d_wo, d_bo) + (None,) * 8
+    d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs[8] else None
+    d_wo = grad_out.reshape(-1, D).t() @ gated.reshape(-1, H) if needs[7] else None
+    if not (needs[0] or needs[1] or any(needs[3:7]) or any(needs[9:13])):  # out_proj's alone
+        return (None,) * 7 + (d_wo, d_bo) + (None,) * 8
 
-    d_qkvg, dz = core_backward_op(qkvg, z, mask, grad_out, wo, gated, lse, h, ctx.mask_mode, ctx.precision)
-    dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(
-        msa_repr, lnw, lnb, torch.cat([wq, wk, wv, wg]), d_qkvg,
-        (needs[0], needs[3], needs[4], any(needs[5:12:2]), any(needs[6:13:2])), ctx.precision)
-    dws = (None,) * 4 if dw is None else dw.split(H)
-    dbs = (None,) * 4 if dbias is None else dbias.split(H)
-    projections = [g for pair in zip(dws, dbs) for g in pair]
-    projections = [g if need else None for g, need in zip(projections, needs[5:13])]
-
+    d_qkvg, dz = core_backward_op(qkvg, z, mask, grad_out, wo, gated, lse, ctx.num_heads, ctx.mask_mode,
+                                  ctx.precision)
+    dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(msa_repr, lnw, lnb, w_qkvg, d_qkvg, needs[0:1] + needs[3:7],
+                                                           ctx.precision)
     d_pair, d_pnw, d_pnb, d_wz, d_bz = pair_heads_backward(pair_repr, pnw, pnb, wz, dz,
-                                                           (needs[1], needs[17], needs[18], needs[15], needs[16]))
-    return (dx, d_pair, None, dlnw, dlnb, *projections, d_wo, d_bo, d_wz, d_bz, d_pnw, d_pnb, None, None, None, None)
+                                                           (needs[1], needs[11], needs[12], needs[9], needs[10]))
+    return (dx, d_pair, None, dlnw, dlnb, dw, dbias, d_wo, d_bo, d_wz, d_bz, d_pnw, d_pnb, None, None, None, None)
 
 
 row_attention_op.register_autograd(_backward, setup_context=_setup_context)
