@@ -183,6 +183,7 @@ def _load_pairs(x_ptr, stride_xb, stride_xi, stride_xj, stride_xp, g_ptr, stride
 TILE = 8192  # elements (pairs x channels) a step of the forward, 4 warps
 BACKWARD_TILE = 2048  # ... of the backward
 BACKWARD_WARPS = 4
+PROGRAMS_PER_SM = 2  # the backward's programs: one wave, their partial sums added by torch.sum
 
 
 def pair_heads_tiles(N: int, P: int, H: int, tile: int = TILE) -> dict:
@@ -212,9 +213,6 @@ def pair_heads(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor 
             z, *z.stride(), N, P, h, LAYER_NORM_EPS, HAS_NORM=norm_weight is not None, HAS_BIAS=bias is not None,
             PRECISION=dot_precision(pair_repr.dtype, "default"), **tiles)
     return z
-
-
-PROGRAMS_PER_SM = 2  # the backward's programs: one wave, their partial sums added by torch.sum
 
 
 @torch.library.custom_op("evofuse::pair_heads_backward", mutates_args=())
