@@ -124,18 +124,28 @@ def _outer_products(acc, a_rows, row_ok, b_cols, col_ok, S, stride_s, stride_h, 
     """acc [rows, cols] += sum over the MSA rows s < S of a[s, rows]^T b[s, cols] (16-bit operands); a_rows
     [rows] and b_cols [cols] point at row s = 0. TERMS == 3: the operands' low halves lie stride_h further on, and
     the products a_hi b_lo, a_lo b_hi, a_hi b_hi (small terms first) are one loop over the rows taken three times,
-    in whole steps of BLOCK_S rows each (one pipelined loop, one set of pointers)."""
-    steps = tl.cdiv(S, BLOCK_S) * BLOCK_S  # the rows a term takes, S rounded up to whole steps
-    for t0 in range(0, TERMS * steps, BLOCK_S):
-        term = t0 // steps  # TERMS == 3: 0 (a_hi, b_lo), 1 (a_lo, b_hi), 2 (a_hi, b_hi)
-        s = t0 - term * steps + tl.arange(0, BLOCK_S)
-        s_ok = s < S
-        s_off = s.to(tl.int64) * stride_s
-        a_off = s_off + (term == 1).to(tl.int64) * stride_h if TERMS == 3 else s_off
-        b_off = s_off + (term == 0).to(tl.int64) * stride_h if TERMS == 3 else s_off
-        a = tl.load(a_rows[:, None] + a_off[None, :], mask=row_ok[:, None] & s_ok[None, :], other=0.0)  # [rows, BLOCK_S]
-        b = tl.load(b_cols[None, :] + b_off[:, None], mask=s_ok[:, None] & col_ok[None, :], other=0.0)  # [BLOCK_S, cols]
-        acc = tl.dot(a, b, acc)
+    in whole steps of BLOCK_S rows each (one pipelined loop, one set of pointers); TERMS == 1 has a loop of its own,
+    which derives no term a step."""
+    if TERMS == 1:
+        for s0 in range(0, S, BLOCK_S):
+            s = s0 + tl.arange(0, BLOCK_S)
+            s_ok = s < S
+            s_off = s.to(tl.int64) * stride_s
+            a = tl.load(a_rows[:, None] + s_off[None, :], mask=row_ok[:, None] & s_ok[None, :], other=0.0)  # [rows, BLOCK_S]
+            b = tl.load(b_cols[None, :] + s_off[:, None], mask=s_ok[:, None] & col_ok[None, :], other=0.0)  # [BLOCK_S, cols]
+            acc = tl.dot(a, b, acc)
+    else:
+        steps = tl.cdiv(S, BLOCK_S) * BLOCK_S  # the rows a term takes, S rounded up to whole steps
+        for t0 in range(0, TERMS * steps, BLOCK_S):
+            term = t0 // steps  # 0 (a_hi, b_lo), 1 (a_lo, b_hi), 2 (a_hi, b_hi)
+            s = t0 - term * steps + tl.arange(0, BLOCK_S)
+            s_ok = s < S
+            s_off = s.to(tl.int64) * stride_s
+            a_off = s_off + (term == 1).to(tl.int64) * stride_h
+            b_off = s_off + (term == 0).to(tl.int64) * stride_h
+            a = tl.load(a_rows[:, None] + a_off[None, :], mask=row_ok[:, None] & s_ok[None, :], other=0.0)
+            b = tl.load(b_cols[None, :] + b_off[:, None], mask=s_ok[:, None] & col_ok[None, :], other=0.0)
+            acc = tl.dot(a, b, acc)
     return acc
 
 

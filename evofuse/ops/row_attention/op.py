@@ -81,9 +81,9 @@ def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | Non
                      pair_norm_weight: Tensor | None, pair_norm_bias: Tensor | None, num_heads: int, mask_mode: str,
                      precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(out (B, S, N, D), qkvg (B, S, N, 4H), gated (B, S, N, H), lse (2, B, S, N, h) float32, z (B, h, N, N)):
-    the output, then what the backward takes: the projections, the gated attention output (out_proj's input)
-    and the rows' softmax statistics (their largest logit and log2 of their sum, base 2; both empty unless
-    `train`), the pair bias. qkvg_weight (4H, D) and qkvg_bias (4H,) or None are the query, key, value and gate
+    the output, then what the backward takes (each empty unless `train`): the projections, the gated attention
+    output (out_proj's input), the rows' softmax statistics (their largest logit and log2 of their sum, base 2)
+    and the pair bias. qkvg_weight (4H, D) and qkvg_bias (4H,) or None are the query, key, value and gate
     projections' stacked (`joined_qkvg`: fewer schema arguments, whose count the custom op's autograd pays for
     quadratically on every call); H = num_heads * head_dim is the inner width; any bias may be None; with
     pair_norm_weight and pair_norm_bias the pair is layer-normed in the bias projection's kernel; mask_mode
@@ -106,6 +106,8 @@ def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | Non
         _kernels()[0][grid](qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(msa_mask, qkvg), gated,
                             *gated.stride()[:3], *stats, S, N, h, H, d, math.log2(math.e) / math.sqrt(d), bucket(N),
                             TRAIN=train, **consts)
+    if not train:  # (their memory free before the output's is taken)
+        qkvg, z = qkvg.new_empty(0), z.new_empty(0)
     out = F.linear(gated, out_proj_weight, out_proj_bias)
     return out, qkvg, gated if train else gated.new_empty(0), lse, z
 
@@ -117,6 +119,8 @@ def _(msa_repr, pair_repr, msa_mask, *params_and_options):
     H = params_and_options[2].shape[0] // 4  # qkvg_weight's rows: four times the inner width
     gated = msa_repr.new_empty(B, S, N, H) if train else msa_repr.new_empty(0)
     lse = msa_repr.new_empty(2, B, S, N, num_heads if train else 0, dtype=torch.float32)
+    if not train:
+        return msa_repr.new_empty(B, S, N, D), msa_repr.new_empty(0), gated, lse, msa_repr.new_empty(0)
     return (msa_repr.new_empty(B, S, N, D), msa_repr.new_empty(B, S, N, 4 * H), gated, lse,
             msa_repr.new_empty(B, num_heads, N, N))
 
