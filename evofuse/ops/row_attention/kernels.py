@@ -12,7 +12,8 @@ training, also the un-gated output and the rows' log-sum-exp.
 Backward, from do (the gradient of the un-gated output), the log-sum-exp and delta = rowsum(do * o): three
 kernels, each recomputing the probabilities tile by tile, so that no (S, h, N, N) tensor exists and every
 sum has a fixed order: dq over the keys (`attention_dq_kernel`), dk and dv over the queries
-(`attention_dkdv_kernel`), and the pair bias's gradient over the MSA rows (`attention_dz_kernel`).
+(`attention_dkdv_kernel`), and the pair bias's gradient over the MSA rows (`attention_dz_kernel`; where its
+tiles are too few to fill the GPU, over parts of the rows, summed afterwards).
 """
 
 from __future__ import annotations
@@ -265,8 +266,10 @@ def attention_dz_kernel(
     m_ptr, stride_mb, stride_ms, stride_mn,
     do_ptr, stride_ob, stride_os, stride_on,
     lse_ptr, delta_ptr, stride_lb, stride_ls, stride_ln, stride_lh, stride_lt,
-    dz_ptr,  # out: the pair bias's gradient (B, h, N, N) float32, z's strides
+    dz_ptr, stride_dz,  # out: the pair bias's gradient over each split of the MSA rows (splits, B, h, N, N) float32,
+    # each split's with z's strides, the next split stride_dz further on
     S, N, H, D,
+    SPLITS,  # parts of the MSA rows, each summed by programs of its own
     HEAD_DIM: tl.constexpr,  # (a constant: the compiler sees a head's channels as one aligned run)
     qk_scale,
     N_BUCKET,
@@ -278,15 +281,17 @@ def attention_dz_kernel(
     PRECISION: tl.constexpr,
     ADDITIVE_MASK: tl.constexpr,  # masked keys pass their gradient on (the models' additive -inf mask)
 ):
-    """The pair bias's gradient for a (queries, keys) tile of one head: the logits' gradient summed over
-    the MSA rows in order."""
+    """The pair bias's gradient for a (queries, keys) tile of one head: the logits' gradient summed over one
+    split of the MSA rows (cdiv(S, SPLITS) consecutive rows), in order."""
     pid = tl.program_id(0).to(tl.int64)
     n_blocks_j = tl.cdiv(N, BLOCK_N)
     n_blocks_i = tl.cdiv(N, BLOCK_M)
     blk_j = pid % n_blocks_j
     blk_i = (pid // n_blocks_j) % n_blocks_i
-    h = (pid // (n_blocks_j * n_blocks_i)) % H
-    b = pid // (n_blocks_j * n_blocks_i * H)
+    split = (pid // (n_blocks_j * n_blocks_i)) % SPLITS
+    h = (pid // (n_blocks_j * n_blocks_i * SPLITS)) % H
+    b = pid // (n_blocks_j * n_blocks_i * SPLITS * H)
+    rows = tl.cdiv(S, SPLITS)
     offs_i = blk_i * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_j = blk_j * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_D)
@@ -303,7 +308,7 @@ def attention_dz_kernel(
     do_off = offs_i[:, None].to(tl.int64) * stride_on + h * HEAD_DIM + offs_e[None, :]
     stat_off = offs_i.to(tl.int64) * stride_ln + h * stride_lh
     dz = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for s in range(0, S):
+    for s in range(split * rows, tl.minimum(S, split * rows + rows)):
         row = qkvg_ptr + b * stride_xb + s * stride_xs
         q = tl.load(row + q_off, mask=ie_ok, other=0.0)
         k = tl.load(row + D + kv_off, mask=je_ok, other=0.0)
@@ -319,7 +324,7 @@ def attention_dz_kernel(
         _, ds = _probabilities_grad(q, k, v, do, z, keep, lse, delta, qk_scale, MASKED, HAS_MASK, PRECISION,
                                     ADDITIVE_MASK)
         dz += tl.where(ij_ok, ds, 0.0)
-    tl.store(dz_ptr + z_off, dz, mask=ij_ok)
+    tl.store(dz_ptr + split * stride_dz + z_off, dz, mask=ij_ok)
 
 
 @triton.jit
