@@ -42,8 +42,8 @@ def fused(head_dim: int, dtype: torch.dtype) -> bool:
     return head_dim <= MAX_HEAD_DIM and dtype in (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _autotuned(kernel, candidates):
-    return triton.autotune(candidates, key=["N_BUCKET", "HEAD_DIM", "HAS_MASK", "PRECISION"],
+def _autotuned(kernel, candidates, *key):
+    return triton.autotune(candidates, key=["N_BUCKET", "HEAD_DIM", "HAS_MASK", "PRECISION", *key],
                            prune_configs_by={"early_config_prune": configs.prune})(kernel)
 
 
@@ -53,7 +53,7 @@ def _kernels():
     return (_autotuned(attention_forward_kernel, configs.FORWARD_CONFIGS),
             _autotuned(attention_dq_kernel, configs.BACKWARD_CONFIGS),
             _autotuned(attention_dkdv_kernel, configs.BACKWARD_CONFIGS),
-            _autotuned(attention_dz_kernel, configs.BACKWARD_CONFIGS))
+            _autotuned(attention_dz_kernel, configs.BACKWARD_CONFIGS, "SPLITS"))  # (its grid grows with them)
 
 
 def _mask_args(mask: Tensor | None, like: Tensor) -> tuple:
