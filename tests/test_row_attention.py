@@ -110,6 +110,21 @@ def test_deterministic():
     assert all(torch.equal(first[1][k], second[1][k]) for k in first[1])
 
 
+def test_pair_gradient_over_split_rows(monkeypatch):
+    """The pair bias's gradient summed over parts of the MSA rows (few tiles: `dz_splits` > 1 here) is the one
+    summed over all rows in one program, to float32 rounding."""
+    from evofuse.ops.row_attention import op
+
+    mod = att_module(16, 4, 2, seed=17).to(DEVICE)
+    x, z, mask = _inputs(1, 7, 10, 16, 4, "random", 18)
+    assert op.dz_splits(2, 7, torch.device(DEVICE)) > 1
+    split = grads(mod, (_dev(x), _dev(z), _dev(mask)), "triton")[1]
+    monkeypatch.setattr(op, "dz_splits", lambda *args: 1)
+    whole = grads(mod, (_dev(x), _dev(z), _dev(mask)), "triton")[1]
+    for name in whole:
+        torch.testing.assert_close(split[name], whole[name], rtol=1e-5, atol=1e-6)
+
+
 def test_dropout_in_training_runs_the_reference(monkeypatch):
     monkeypatch.setattr(evofuse._dispatch, "_warned", set())
     mod = att_module(8, 2, 2, seed=15, dropout=0.5).to(DEVICE)
