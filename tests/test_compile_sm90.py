@@ -11,7 +11,7 @@ import sys
 import pytest
 
 SHARED_LIMIT = 227 * 1024  # bytes of shared memory a block may take on sm_90
-FLOATS = ("eps", "qk_scale", "sm_scale", "inf")
+FLOATS = ("eps", "qk_scale", "sm_scale", "inf", "x_scale")
 FLOAT32_POINTERS = ("m_ptr", "lse_ptr", "delta_ptr", "dz_ptr", "dw_ptr", "cnt_ptr", "inv_ptr", "ws_ptr",
                     "partial_ptr", "dln_ptr", "folded_bias_ptr", "sum_ptr")
 
@@ -31,6 +31,7 @@ def test_every_kernel_compiles_for_sm90():
 # it (the loads then vectorize and pipeline: the most shared memory a kernel takes).
 UNIT_STRIDES = {
     "opm_forward_kernel": ("stride_wk", "stride_or"),
+    "opm_project_kernel": ("stride_xc", "stride_wk", "stride_or", "stride_cj"),
     "opm_dx_kernel": ("stride_gr", "stride_wk", "stride_dc"),
     "opm_grad_scale_kernel": ("stride_gr", "stride_cj"),
     "opm_dw_kernel": ("stride_gr", "stride_xc"),
@@ -90,13 +91,18 @@ def _launches():
     def cfg(config):
         return config.kwargs, config.num_warps, config.num_stages
 
-    for dtype, terms, precision in (("bf16", 1, "tf32"), ("fp32", 3, "tf32x3")):
-        operand = "fp16" if dtype == "fp32" else dtype
+    for dtype, precision in (("bf16", "tf32"), ("fp32", "tf32x3")):
         for c in (16, 32, 64):
-            kw, warps, stages = cfg(opm_configs.candidates(c, terms)[0])
-            yield (f"opm forward {dtype} c={c}", opm.opm_forward_kernel, dtype,
-                   dict(C=c, DIVIDE_BIAS=False, EPS=0.0, HAS_COUNTS=True, TERMS=terms, SCALED=dtype == "fp32", **kw),
-                   warps, stages, {n: f"*{operand}" for n in ("a_ptr", "b_ptr", "w_ptr")})
+            if dtype == "fp32":  # the fused contraction, at both precisions
+                for fp32_terms in (3, 1):
+                    kw, warps, stages = cfg(opm_configs.candidates(c, fp32_terms)[0])
+                    yield (f"opm forward fp32 terms={fp32_terms} c={c}", opm.opm_forward_kernel, dtype,
+                           dict(C=c, DIVIDE_BIAS=False, EPS=0.0, HAS_COUNTS=True, TERMS=fp32_terms, **kw), warps, stages,
+                           {n: "*fp16" for n in ("a_ptr", "b_ptr", "w_ptr")})
+            else:  # 16-bit: the product of cuBLAS's outer products with out_proj's weight
+                kw, warps, stages = cfg(opm_configs.project_candidates(c, 128)[0])
+                yield (f"opm project {dtype} c={c}", opm.opm_project_kernel, dtype,
+                       dict(C=c, DIVIDE_BIAS=True, EPS=1e-3, HAS_COUNTS=True, **kw), warps, stages, {})
         kw, warps, stages = cfg(opm_configs.dx_candidates(32)[0])
         yield f"opm dX {dtype}", opm.opm_dx_kernel, dtype, dict(C=32, PRECISION=precision, **kw), warps, stages, {}
         kw, warps, stages = cfg(opm_configs.dw_candidates(32, 2 if dtype == "bf16" else 4)[0])

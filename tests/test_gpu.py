@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from evofuse import MSARowAttentionWithPairBias, OuterProductMean
-from evofuse.numerics import bound, rel_error
+from evofuse.numerics import FP32_FAST_BOUND, bound, rel_error
 from evofuse.ops import layer_norm_linear
 from evofuse.ops.outer_product_mean import configs as opm_configs
 from evofuse.ops.outer_product_mean import op as opm_op
@@ -28,15 +28,15 @@ DTYPES = [torch.float32, torch.bfloat16]
 
 def _rebuild_kernels():
     """Forget the cached autotuned kernels (and what was derived from their config tables)."""
-    for cached in (pwa_op._kernels, opm_op._tuned, opm_op._tuned_dx, opm_configs._workspace_slot, att_op._kernels,
-                   layer_norm_linear._tuned):
+    for cached in (pwa_op._kernels, opm_op._tuned, opm_op._tuned_dx, opm_op._tuned_project, opm_configs._workspace_slot,
+                   att_op._kernels, layer_norm_linear._tuned):
         cached.cache_clear()
 
 
 @pytest.fixture
 def one_config(monkeypatch):
     """Makes each kernel take the given config alone (the cached autotuned kernels rebuilt around it)."""
-    def use(opm=None, forward=None, backward=None, linear=None, dx=None, pwa=None):
+    def use(opm=None, forward=None, backward=None, linear=None, dx=None, pwa=None, project=None):
         if opm is not None:
             terms, config = opm
             monkeypatch.setattr(opm_configs, "CONFIGS", {terms: [config]})
@@ -44,7 +44,7 @@ def one_config(monkeypatch):
         for module, name, config in ((att_configs, "FORWARD_CONFIGS", forward), (att_configs, "BACKWARD_CONFIGS", backward),
                                      (layer_norm_linear, "CONFIGS", linear),
                                      (layer_norm_linear, "FLOAT32_CONFIGS", linear), (opm_configs, "DX_CONFIGS", dx),
-                                     (pwa_configs, "CONFIGS", pwa)):
+                                     (opm_configs, "PROJECT_CONFIGS", project), (pwa_configs, "CONFIGS", pwa)):
             if config is not None:
                 monkeypatch.setattr(module, name, [config])
         _rebuild_kernels()
@@ -65,20 +65,34 @@ def _opm_check(dtype, c=32, N=97, S=37, normalization="count_i"):
             None if lowp is None else {k: v.cpu() for k, v in lowp.items()})
 
 
-def _opm_terms(dtype):
-    return 3 if dtype == torch.float32 else 1  # products a contraction at the default precision
+@pytest.mark.full  # a sweep: compiles a kernel for each config (or autotunes at the suite's shapes)
+@pytest.mark.parametrize("terms, index", [(terms, index) for terms in (3, 1)
+                                          for index in range(len(opm_configs.CONFIGS[terms]))])
+@pytest.mark.parametrize("c", [16, 32, 64])
+def test_every_opm_config(terms, index, c, one_config):
+    """The float32 route's fused contraction: 3 products a contraction at the default precision (outputs and
+    gradients against float64), 1 at "fast" (the output, rel <= FP32_FAST_BOUND)."""
+    cfg = opm_configs.CONFIGS[terms][index]
+    if not opm_configs.fits(cfg, c, terms):
+        pytest.skip("the predicate drops this config here")
+    one_config(opm=(terms, cfg))
+    if terms == 3:
+        _opm_check(torch.float32, c)
+        return
+    mod = opm_module(48, 24, c, seed=1, precision="fast")
+    x, mask = torch.randn(2, 37, 97, 48), random_mask(2, 37, 97, "rows", 2)
+    exact = mod.double()(x.double(), mask.double(), impl="torch")
+    out = mod.cuda()(x.cuda(), mask.cuda(), impl="triton")
+    assert rel_error(out.cpu(), exact) <= FP32_FAST_BOUND
 
 
 @pytest.mark.full  # a sweep: compiles a kernel for each config (or autotunes at the suite's shapes)
-@pytest.mark.parametrize("dtype, index", [(dtype, index) for dtype in DTYPES
-                                          for index in range(len(opm_configs.CONFIGS[_opm_terms(dtype)]))])
+@pytest.mark.parametrize("index", range(len(opm_configs.PROJECT_CONFIGS)))
 @pytest.mark.parametrize("c", [16, 32, 64])
-def test_every_opm_config(dtype, index, c, one_config):
-    cfg = opm_configs.CONFIGS[_opm_terms(dtype)][index]
-    if not opm_configs.fits(cfg, c, _opm_terms(dtype)):
-        pytest.skip("the predicate drops this config here")
-    one_config(opm=(_opm_terms(dtype), cfg))
-    _opm_check(dtype, c)
+def test_every_opm_project_config(index, c, one_config):
+    """The 16-bit route's product with out_proj's weight, each config alone: outputs and gradients (bf16)."""
+    one_config(project=opm_configs.PROJECT_CONFIGS[index])
+    _opm_check(torch.bfloat16, c)
 
 
 @pytest.mark.full  # a sweep: compiles a kernel for each config (or autotunes at the suite's shapes)

@@ -101,6 +101,8 @@ def test_every_fused_size_has_a_config(monkeypatch):
     for c in FUSED_HIDDEN_DIMS:
         for terms in (1, 3):
             assert configs.candidates(c, terms), (c, terms)
+        for R in (1, 17, 128, 300):
+            assert configs.project_candidates(c, R), (c, R)
 
 
 def _pwa_args(train, mask=True, mask_mode="relative"):

@@ -103,6 +103,33 @@ def test_gradients_over_several_row_blocks(monkeypatch, dtype):
     check_gradients(mod, (torch.randn(2, 5, 9, 16), random_mask(2, 5, 9, "rows", 5)), dtype, DEVICE)
 
 
+@pytest.mark.parametrize("normalization", ["count_i", "count_ij_after", "count_ij"])
+def test_16bit_forward_over_several_row_blocks(monkeypatch, normalization):
+    """16-bit inputs take cuBLAS's outer products a block of rows i at a time when N*N*c*c passes BLOCK_BYTES:
+    here blocks of 4 rows of N = 9 (the last one short), against float64."""
+    from evofuse.ops.outer_product_mean import op
+
+    monkeypatch.setattr(op, "BLOCK_BYTES", 2 * 9 * 8 * 8 * 4 * 2)
+    out, exact, lowp, _ = _run(2, 5, 9, 16, 8, 6, LOW, normalization, "rows", seed=5)
+    assert_contract(out, exact, LOW, lowp_ref=lowp)
+
+
+def test_16bit_outer_products_stay_in_range():
+    """Summed over 1024 alike MSA rows, the 16-bit route's outer products reach ~2e5, past float16's largest
+    (65504): cuBLAS's sums are scaled by 1 / 1024 before their rounding, so the output stays finite and within
+    float16's rounding of float64 (the reference in float16 overflows)."""
+    mod = opm_module(16, 6, 8, seed=11)
+    with torch.no_grad():
+        for layer in (mod.proj_a, mod.proj_b):
+            layer.weight.mul_(30)
+            layer.bias.mul_(30)
+    x = torch.randn(1, 1, 5, 16, generator=torch.Generator().manual_seed(12)).expand(1, 1024, 5, 16)
+    exact = mod.double()(x.double(), None, impl="torch")
+    out = mod.to(DEVICE, torch.float16)(x.to(DEVICE, torch.float16), None, impl="triton").cpu()
+    assert torch.isfinite(out).all()
+    assert rel_error(out, exact) <= 5e-3
+
+
 @pytest.mark.parametrize("magnitudes", [(1e-20, 1e15, 1e-6), (1e12, 1e-12, 1e25), (1.0, 0.0, 1.0)])
 def test_float32_operands_of_any_magnitude(monkeypatch, magnitudes):
     """float32's float16 operands: a, b and out_proj's weight each scaled by a power of two from its largest

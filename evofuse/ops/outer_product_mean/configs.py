@@ -1,10 +1,11 @@
-"""The Outer Product Mean kernel's tiles, as data, and the predicate that keeps those that fit a call.
+"""The Outer Product Mean kernels' tiles, as data, and the predicates that keep those that fit a call.
 
-A config names PASSES (passes over the channels p), BLOCK_I x BLOCK_J residues a tile, BLOCK_S MSA rows
-a step, BLOCK_R of out_proj's rows an epilogue step and W_STAGES, the epilogue loop's pipeline depth. The
-predicate keeps a config when its products are legal tensor-core shapes (each side >= 16), its float32
-accumulator of (BLOCK_I * C / PASSES) x (BLOCK_J * C) fits its warps' registers, and its shared memory, as
-the sm_90 compiler lays it out, fits the multiprocessor.
+The float32 route's fused contraction: a config names PASSES (passes over the channels p), BLOCK_I x BLOCK_J
+residues a tile, BLOCK_S MSA rows a step, BLOCK_R of out_proj's rows an epilogue step and W_STAGES, the epilogue
+loop's pipeline depth. The predicate keeps a config when its products are legal tensor-core shapes (each side
+>= 16), its float32 accumulator of (BLOCK_I * C / PASSES) x (BLOCK_J * C) fits its warps' registers, and its
+shared memory, as the sm_90 compiler lays it out, fits the multiprocessor. Then the 16-bit route's product with
+out_proj's weight, and the backward's dX and dW kernels.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ def _configs(tiles) -> list[triton.Config]:
             for passes, bi, bj, bs, br, w_stages, warps, stages in tiles]
 
 
-# By products a contraction takes (TERMS: 1 for 16-bit operands, 3 for float32's float16 halves at the default
-# precision): (PASSES per 32 channels p, BLOCK_I, BLOCK_J, BLOCK_S, BLOCK_R, W_STAGES, num_warps,
-# num_stages). PASSES is given per 32 channels: the kernel scales it to the call's C, rounding up.
+# By products a contraction takes (TERMS: 1 for the float16 high halves alone at the "fast" precision, 3 for both
+# halves at the default precision): (PASSES per 32 channels p, BLOCK_I, BLOCK_J, BLOCK_S, BLOCK_R, W_STAGES,
+# num_warps, num_stages). PASSES is given per 32 channels: the kernel scales it to the call's C, rounding up.
 CONFIGS = {
     1: _configs(((2, 8, 8, 64, 64, 1, 8, 3), (2, 8, 8, 64, 64, 2, 8, 2), (4, 16, 8, 64, 64, 1, 8, 3),
                  (2, 8, 8, 32, 64, 1, 8, 4), (4, 8, 8, 32, 32, 1, 8, 3), (1, 4, 8, 32, 32, 1, 8, 2),
@@ -148,3 +149,37 @@ def dw_candidates(C: int, element_bytes: int) -> list[triton.Config]:
 
 def dw_prune(configs, named_args, **kwargs):
     return dw_candidates(kwargs["C"], named_args["x_ptr"].element_size())
+
+
+# The 16-bit route's product of the outer products with out_proj's weight (`opm_project_kernel`): (BLOCK_I,
+# BLOCK_J, BLOCK_R, BLOCK_K, num_warps, num_stages). On an H200 at opm-af2-main (bf16, a block of all 384 rows)
+# each of the first five took 495-505 us with the cuBLAS products (the fused contraction 654); at opm-long
+# (16, 8, ...) led with 2929 us (fused 4022)
+PROJECT_CONFIGS = [triton.Config({"BLOCK_I": bi, "BLOCK_J": bj, "BLOCK_R": br, "BLOCK_K": bk, "GROUP_I": 8},
+                                 num_warps=warps, num_stages=stages)
+                   for bi, bj, br, bk, warps, stages in ((8, 16, 128, 64, 8, 3), (16, 8, 128, 64, 8, 3),
+                                                         (8, 8, 128, 64, 4, 3), (16, 16, 128, 32, 8, 4),
+                                                         (8, 16, 64, 64, 4, 3), (8, 8, 64, 64, 4, 3),
+                                                         (4, 8, 32, 64, 4, 2))]
+PROJECT_INTERPRETER_CONFIG = triton.Config({"BLOCK_I": 4, "BLOCK_J": 4, "BLOCK_R": 16, "BLOCK_K": 16, "GROUP_I": 2},
+                                           num_warps=1, num_stages=1)
+
+
+def project_candidates(C: int, R: int) -> list[triton.Config]:
+    """The product's configs for hidden_dim C and R outputs: no block of outputs wider than R needs (at least 16
+    columns, a tensor-core shape), a block of (p q) no wider than C*C, the [pairs, BLOCK_R] float32 accumulator
+    within ACCUMULATOR_PER_THREAD registers a thread."""
+    if interpreting():
+        return [PROJECT_INTERPRETER_CONFIG]
+
+    def fit(cfg):
+        kw = cfg.kwargs
+        return (kw["BLOCK_R"] <= max(16, triton.next_power_of_2(R)) and kw["BLOCK_K"] <= C * C
+                and kw["BLOCK_I"] * kw["BLOCK_J"] * kw["BLOCK_R"] <= ACCUMULATOR_PER_THREAD * 32 * cfg.num_warps)
+
+    kept = [cfg for cfg in PROJECT_CONFIGS if fit(cfg)] or PROJECT_CONFIGS[-1:]
+    return kept if autotune_enabled() else kept[:1]
+
+
+def project_prune(configs, named_args, **kwargs):
+    return project_candidates(kwargs["C"], named_args["R"])

@@ -1,19 +1,23 @@
-"""The Outer Product Mean's fused contraction, from the masked projections a, b to the output.
+"""The Outer Product Mean's contraction, from the masked projections a, b to the output, on two routes.
 
-For a tile of residues i (BLOCK_I of them) and j (BLOCK_J), the outer products summed over the MSA rows,
-X[(i p), (j q)] = sum_s a[s, i, p] b[s, j, q], are a matrix product on tensor cores with a float32
-accumulator. The tile is rearranged to X[(i j), (p q)], scaled by the normalization and multiplied by
-out_proj's weight in the epilogue: only the (B, N, N, R) output reaches memory, never an N*N*c*c tensor.
+16-bit inputs: for a block of rows i, cuBLAS makes the outer products summed over the MSA rows,
+X[(i p), (j q)] = sum_s a[s, i, p] b[s, j, q] (one product of the block's a with all of b, float32 sums
+rounded once to the input's dtype after a power-of-two scale that keeps them in float16's range), and
+`opm_project_kernel` reads X pair by pair as [(i j), (p q)] and multiplies it by out_proj's weight on tensor
+cores, with the normalization and the bias in its epilogue: X exists one block of rows at a time, never for
+all N*N pairs.
 
-The accumulator holds C // PASSES of the channels p at a time: the tile is taken in PASSES passes over the
-channels p, and each pass adds its share of the output, X_pass @ W[:, (p q)]^T, to a float32 workspace of
-the program's own (the tile's pairs are the M of that product, out_proj's weight its operand in shared memory,
-BLOCK_R rows of it a step). Programs are persistent, one workspace each, and walk the tiles in a grouped order
-so that tiles running together share rows of a and b in L2.
-
-Every operand is 16-bit. float32 inputs arrive as float16 after a power-of-two scale into float16's range
-(SCALED): at the default precision as high and low halves (TERMS = 3: the products hi*hi + hi*lo + lo*hi,
-~2**-22 relative, for both contractions), at the "fast" precision as the high halves alone (TERMS = 1).
+float32 inputs: `opm_forward_kernel` fuses both products. For a tile of residues i (BLOCK_I of them) and j
+(BLOCK_J), X is a matrix product on tensor cores with a float32 accumulator, rearranged to X[(i j), (p q)],
+scaled by the normalization and multiplied by out_proj's weight in the epilogue: only the (B, N, N, R) output
+reaches memory. The accumulator holds C // PASSES of the channels p at a time: the tile is taken in PASSES
+passes over the channels p, and each pass adds its share of the output, X_pass @ W[:, (p q)]^T, to a float32
+workspace of the program's own (the tile's pairs are the M of that product, out_proj's weight its operand in
+shared memory, BLOCK_R rows of it a step). Programs are persistent, one workspace each, and walk the tiles in a
+grouped order so that tiles running together share rows of a and b in L2. Its operands are float16 after a
+power-of-two scale into float16's range: at the default precision as high and low halves (TERMS = 3: the
+products hi*hi + hi*lo + lo*hi, ~2**-22 relative, for both contractions), at the "fast" precision as the high
+halves alone (TERMS = 1).
 """
 
 from __future__ import annotations
@@ -26,13 +30,13 @@ from ..float16_halves import finite_abs, power_of_two_scales, store_halves
 
 @triton.jit
 def opm_forward_kernel(
-    a_ptr, b_ptr, stride_xb, stride_xs, stride_xn, stride_xh,  # a, b: (B, S, N, C), channel stride 1; TERMS == 3:
-    # their low halves stride_xh further on
+    a_ptr, b_ptr, stride_xb, stride_xs, stride_xn, stride_xh,  # a, b: (B, S, N, C) float16, channel stride 1;
+    # TERMS == 3: their low halves stride_xh further on
     cnt_ptr, stride_cb, stride_ci, stride_cj,  # HAS_COUNTS: the normalization's counts (B, N, N) float32
     w_ptr, stride_wr, stride_wk, stride_wh,  # out_proj weight: (R, C*C), flat index p*C + q; TERMS == 3: its low
     # half stride_wh further on
     wb_ptr,  # out_proj bias: (R,)
-    inv_ptr,  # SCALED: one float32, 1 / the product of the power-of-two scales of a, b and the weight
+    inv_ptr,  # one float32, 1 / the product of the power-of-two scales of a, b and the weight
     ws_ptr, WS_SLOT,  # workspace: WS_SLOT float32 elements a program
     o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: (B, N, N, R)
     B, S, N, R,
@@ -42,7 +46,6 @@ def opm_forward_kernel(
     EPS: tl.constexpr,  # added to the counts ("count_ij_after"), else the counts are clamped to >= 1
     HAS_COUNTS: tl.constexpr,  # without a mask every count is S
     TERMS: tl.constexpr,  # 1: the operands as they are; 3: high and low halves, three products each
-    SCALED: tl.constexpr,  # the operands carry power-of-two scales (float32 inputs), undone by inv_ptr
     PASSES_PER_32: tl.constexpr,  # passes over the channels p per 32 of them (rounded up)
     BLOCK_I: tl.constexpr,
     BLOCK_J: tl.constexpr,
@@ -107,8 +110,7 @@ def opm_forward_kernel(
                 if part < PASSES - 1:
                     tl.store(ws_r, sums)
                 else:
-                    if SCALED:
-                        sums = sums * tl.load(inv_ptr)
+                    sums = sums * tl.load(inv_ptr)
                     bias = tl.load(wb_ptr + offs_r, mask=r_ok, other=0.0).to(tl.float32)  # [BLOCK_R]
                     if DIVIDE_BIAS:
                         sums += scale[:, None] * bias[None, :]
@@ -178,6 +180,65 @@ def _grouped(tile, n_i, n_j, GROUP_I: tl.constexpr):
     first_i = group * GROUP_I
     size = tl.minimum(n_i - first_i, GROUP_I)
     return first_i + (tile % (GROUP_I * n_j)) % size, (tile % (GROUP_I * n_j)) // size
+
+
+@triton.jit
+def opm_project_kernel(
+    x_ptr, stride_xb, stride_xr, stride_xc,  # a block of n rows i of the outer products: (B, n*C, N*C), row (i p),
+    # column (j q), in the input's dtype, times x_scale
+    cnt_ptr, stride_cb, stride_ci, stride_cj,  # HAS_COUNTS: the block's rows of the counts (B, n, N) float32
+    w_ptr, stride_wr, stride_wk,  # out_proj weight: (R, C*C), flat index p*C + q
+    wb_ptr,  # out_proj bias: (R,)
+    o_ptr, stride_ob, stride_oi, stride_oj, stride_or,  # out: the block's rows (B, n, N, R)
+    n, N, R, S, x_scale,  # x_scale: the power of two X was multiplied by
+    N_BUCKET,  # autotuning key only
+    C: tl.constexpr,
+    DIVIDE_BIAS: tl.constexpr,  # "count_ij_after": the output divided after out_proj, its bias too
+    EPS: tl.constexpr,  # added to the counts ("count_ij_after"), else the counts are clamped to >= 1
+    HAS_COUNTS: tl.constexpr,  # without a mask every count is S
+    BLOCK_I: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # columns (p q) of out_proj's weight a step
+    GROUP_I: tl.constexpr,
+):
+    """out[b, i, j, r] = (sum_(p q) X[b, (i p), (j q)] W[r, (p q)]) / x_scale times the pair's factor, plus the
+    bias (divided too for "count_ij_after"), for a tile of BLOCK_I x BLOCK_J pairs and BLOCK_R of the outputs:
+    the pairs are the M of the product, each pair's (p q) block read as C runs of C columns of X, the weight its
+    [BLOCK_K, BLOCK_R] operand; float32 sums. Tiles go in grouped order (neighbouring programs share rows of X),
+    a tile's blocks of outputs r consecutively."""
+    PAIRS: tl.constexpr = BLOCK_I * BLOCK_J
+    n_r = tl.cdiv(R, BLOCK_R)
+    n_i = tl.cdiv(n, BLOCK_I)
+    n_j = tl.cdiv(N, BLOCK_J)
+    tiles = n_i * n_j
+    tile = tl.program_id(0) // n_r
+    bb = (tile // tiles).to(tl.int64)
+    blk_i, blk_j = _grouped(tile % tiles, n_i, n_j, GROUP_I)
+    pair = tl.arange(0, PAIRS)
+    i = blk_i * BLOCK_I + pair // BLOCK_J  # [PAIRS]
+    j = blk_j * BLOCK_J + pair % BLOCK_J
+    pair_ok = (i < n) & (j < N)
+    offs_r = (tl.program_id(0) % n_r) * BLOCK_R + tl.arange(0, BLOCK_R)  # [BLOCK_R]
+    r_ok = offs_r < R
+    x_pairs = x_ptr + bb * stride_xb + i.to(tl.int64) * (C * stride_xr) + j.to(tl.int64) * (C * stride_xc)  # [PAIRS]
+    acc = tl.zeros((PAIRS, BLOCK_R), dtype=tl.float32)
+    for k0 in range(0, C * C, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)  # (p q)
+        x = tl.load(x_pairs[:, None] + ((offs_k // C) * stride_xr + (offs_k % C) * stride_xc)[None, :],
+                    mask=pair_ok[:, None], other=0.0)  # [PAIRS, BLOCK_K]
+        w = tl.load(w_ptr + offs_r[None, :] * stride_wr + offs_k[:, None] * stride_wk, mask=r_ok[None, :],
+                    other=0.0)  # [BLOCK_K, BLOCK_R]
+        acc = tl.dot(x, w, acc)  # [PAIRS, BLOCK_R]
+    scale = _pair_scale(cnt_ptr + bb * stride_cb, stride_ci, stride_cj, i, j, pair_ok, S, EPS, HAS_COUNTS)  # [PAIRS]
+    bias = tl.load(wb_ptr + offs_r, mask=r_ok, other=0.0).to(tl.float32)  # [BLOCK_R]
+    if DIVIDE_BIAS:
+        out = (acc / x_scale + bias[None, :]) * scale[:, None]
+    else:
+        out = acc * (scale / x_scale)[:, None] + bias[None, :]
+    o_pairs = o_ptr + bb * stride_ob + i.to(tl.int64) * stride_oi + j.to(tl.int64) * stride_oj  # [PAIRS]
+    tl.store(o_pairs[:, None] + offs_r[None, :] * stride_or, out.to(o_ptr.dtype.element_ty),
+             mask=pair_ok[:, None] & r_ok[None, :])
 
 
 @triton.jit

@@ -1,10 +1,12 @@
 """The Outer Product Mean as a torch.library custom op: `evofuse::outer_product_mean`, its fake (shapes
 only, for torch.compile) and its backward, registered with `register_autograd`.
 
-Forward: LayerNorm, both projections and the mask in one kernel (`layer_norm_linear`), then the fused
-contraction (`kernels.opm_forward_kernel`) on 16-bit operands: 16-bit inputs as they are, float32 inputs as
-float16 halves after power-of-two scales (the float32 contract from three float16 products). When training,
-the op also returns the masked projections ab, which the backward takes instead of recomputing them.
+Forward: LayerNorm, both projections and the mask in one kernel (`layer_norm_linear`), then the contraction,
+by dtype: 16-bit inputs take the outer products X = a^T b from cuBLAS for a block of rows i at a time (at most
+BLOCK_BYTES) and `kernels.opm_project_kernel` multiplies X, read pair by pair, by out_proj's weight; float32
+inputs take the fused contraction (`kernels.opm_forward_kernel`) on float16 halves after power-of-two scales
+(the float32 contract from three float16 products), with no N*N*c*c tensor. When training, the op also returns
+the masked projections ab, which the backward takes instead of recomputing them.
 
 Backward: the op `evofuse::outer_product_mean_core_backward`. Gs, the output's gradient times the per-pair
 factor, and out_proj's bias gradient come from `kernels.opm_grad_scale_kernel`; then, for blocks of output
@@ -23,14 +25,14 @@ import torch
 import triton
 from torch import Tensor
 
-from ..._runtime import bucket, cdiv, dot_precision, multiprocessors
+from ..._runtime import bucket, cdiv, dot_precision, multiprocessors, next_pow2
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from . import configs, kernels
 from .kernels import float16_operands_kernel, operand_maxima_kernel, opm_forward_kernel
 
 FUSED_HIDDEN_DIMS = (8, 16, 32, 64)
-BLOCK_BYTES = 320 << 20  # the backward's outer products and their gradient, a block of rows i at a time (one
-# block at opm-af2-main in 16 bits: every block costs its launches' host time)
+BLOCK_BYTES = 320 << 20  # the outer products (16-bit forward, backward) and their gradient, a block of rows i at a
+# time (one block at opm-af2-main in 16 bits: every block costs its launches' host time)
 
 
 def fused(hidden_dim: int, dtype: torch.dtype) -> bool:
@@ -61,23 +63,24 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
     the backward takes (else an empty tensor), both in msa_repr's dtype. Every parameter already has
     msa_repr's dtype (the functional API casts them)."""
     B, S, N, _ = msa_repr.shape
-    c = proj_a_weight.shape[0]
     R = out_proj_weight.shape[0]
     ab = layer_norm_linear(msa_repr, layer_norm_weight, layer_norm_bias, torch.cat([proj_a_weight, proj_b_weight]),
                            joined_bias([proj_a_bias, proj_b_bias], [proj_a_weight, proj_b_weight]), msa_mask, precision)
     if B * N * N * R == 0:
         return torch.zeros(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device), ab
-    terms, scaled = (3 if precision == "default" else 1, True) if msa_repr.dtype == torch.float32 else (1, False)
-    if scaled:  # float32: float16 halves of the operands scaled by powers of two
-        ab_h, w_h, inverse = _float16_operands(ab, out_proj_weight, terms)
-        operands, weight, halves_stride, w_halves_stride = ab_h[0].view(B, S, N, 2 * c), w_h[0], ab_h.stride(0), \
-            w_h.stride(0)
-    else:  # 16-bit: the projections and the weight as they are (one term: the halves' strides unused)
-        operands, weight, halves_stride, w_halves_stride, inverse = ab, out_proj_weight, 0, 0, ab
-    if not train:  # (float32: its memory free before the output's is taken)
+    counts = _counts(msa_mask, normalization)
+    eps = count_eps if normalization == "count_ij_after" else 0.0
+    if msa_repr.dtype != torch.float32:  # 16-bit: the outer products by cuBLAS, a block of rows i at a time
+        out = torch.empty(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device)
+        _project_blocks(ab, counts, out_proj_weight, out_proj_bias, out, eps)
+        return out, ab if train else ab.new_empty(0)
+    # float32: one fused kernel on float16 halves of the operands, scaled by powers of two
+    terms = 3 if precision == "default" else 1
+    ab_h, w_h, inverse = _float16_operands(ab, out_proj_weight, terms)
+    if not train:  # (its memory free before the output's is taken)
         ab = ab.new_empty(0)
     out = torch.empty(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device)
-    counts = _counts(msa_mask, normalization)
+    c = proj_a_weight.shape[0]
     count_args = (out, 0, 0, 0) if counts is None else (counts, *counts.stride())
     programs = multiprocessors(msa_repr.device)
     slot = configs.workspace_slot(R, c, terms)
@@ -86,13 +89,46 @@ def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_
     def grid(meta):
         return min(programs, B * cdiv(N, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"])),
 
+    operands = ab_h[0].view(B, S, N, 2 * c)
     a, b = operands[..., :c], operands[..., c:]
     _tuned()[grid](
-        a, b, *a.stride()[:3], halves_stride, *count_args, weight, *weight.stride(), w_halves_stride, out_proj_bias,
+        a, b, *a.stride()[:3], ab_h.stride(0), *count_args, w_h[0], *w_h[0].stride(), w_h.stride(0), out_proj_bias,
         inverse, workspace, slot, out, *out.stride(), B, S, N, R, bucket(S), bucket(N), C=c,
-        DIVIDE_BIAS=normalization == "count_ij_after", EPS=count_eps if normalization == "count_ij_after" else 0.0,
-        HAS_COUNTS=counts is not None, TERMS=terms, SCALED=scaled)
+        DIVIDE_BIAS=normalization == "count_ij_after", EPS=eps, HAS_COUNTS=counts is not None, TERMS=terms)
     return out, ab
+
+
+def _block_rows(B: int, N: int, c: int, element_size: int) -> int:
+    """Rows i a block of the outer products (B, rows*c, N*c) takes so that it holds at most BLOCK_BYTES."""
+    return max(1, min(N, BLOCK_BYTES // max(1, B * N * c * c * element_size)))
+
+
+def _project_blocks(ab: Tensor, counts: Tensor | None, weight: Tensor, bias: Tensor, out: Tensor, eps: float) -> None:
+    """out (B, N, N, R) from the masked projections ab = [a | b] (B, S, N, 2c), 16-bit: for each block of rows i,
+    X = a_block^T b times 1 / (S rounded up to a power of two) by cuBLAS (float32 sums, rounded once to ab's
+    dtype: the scale keeps float16's within range), then `kernels.opm_project_kernel` for X @ W^T with the
+    normalization's factor (counts (B, N, N) float32, or None for S) and the bias. (eps > 0: "count_ij_after".)"""
+    B, S, N, c2 = ab.shape
+    c = c2 // 2
+    R = weight.shape[0]
+    a = ab[..., :c].contiguous()
+    b_flat = ab[..., c:].contiguous().view(B, S, N * c)
+    x_scale = 1.0 / next_pow2(S)
+    rows = _block_rows(B, N, c, ab.element_size())
+    x = torch.empty(B, rows * c, N * c, dtype=ab.dtype, device=ab.device)
+    for i0 in range(0, N, rows):
+        n = min(rows, N - i0)
+        x_block = x[:, :n * c]
+        x_block.baddbmm_(a[:, :, i0:i0 + n].reshape(B, S, n * c).mT, b_flat, beta=0.0, alpha=x_scale)
+        o = out[:, i0:i0 + n]
+        count_args = (o, 0, 0, 0) if counts is None else (counts[:, i0:i0 + n], *counts.stride())
+
+        def grid(meta, n=n):
+            return B * cdiv(n, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"]) * cdiv(R, meta["BLOCK_R"]),
+
+        _tuned_project()[grid](x_block, *x_block.stride(), *count_args, weight, *weight.stride(), bias, o, *o.stride(),
+                               n, N, R, S, x_scale, bucket(N), C=c, DIVIDE_BIAS=eps > 0, EPS=eps,
+                               HAS_COUNTS=counts is not None)
 
 
 OPERAND_TILE = 4096  # float32 elements a program of the operand kernels takes a step
@@ -126,10 +162,17 @@ def _float16_operands(ab: Tensor, weight: Tensor, terms: int) -> tuple[Tensor, T
 
 @functools.cache
 def _tuned():
-    """The contraction kernel under Triton's autotuner (built on first use)."""
+    """The float32 route's fused contraction kernel under Triton's autotuner (built on first use)."""
     return triton.autotune(configs.ALL_CONFIGS, key=["C", "R", "S_BUCKET", "N_BUCKET", "DIVIDE_BIAS", "HAS_COUNTS",
-                                                 "TERMS", "SCALED"],
+                                                 "TERMS"],
                            prune_configs_by={"early_config_prune": configs.prune})(opm_forward_kernel)
+
+
+@functools.cache
+def _tuned_project():
+    """The 16-bit route's product with out_proj's weight under Triton's autotuner (built on first use)."""
+    return triton.autotune(configs.PROJECT_CONFIGS, key=["C", "R", "N_BUCKET", "DIVIDE_BIAS", "HAS_COUNTS"],
+                           prune_configs_by={"early_config_prune": configs.project_prune})(kernels.opm_project_kernel)
 
 
 @functools.cache
@@ -212,7 +255,7 @@ def core_backward_op(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight
         return ab.new_zeros((B, S, N, c2) if need_ab else (0,)), d_weight, d_bias
     a = ab[..., :c].contiguous()
     b_flat = ab[..., c:].contiguous().view(B, S, N * c)
-    rows = max(1, min(N, BLOCK_BYTES // max(1, B * N * c * c * ab.element_size())))
+    rows = _block_rows(B, N, c, ab.element_size())
     if need_weight:
         splits = max(1, min(cdiv(B * rows * N, 256), cdiv(2 * multiprocessors(device), cdiv(R, 128) * cdiv(c * c, 128))))
         partial = torch.empty(splits, R, c * c, dtype=torch.float32, device=device)
