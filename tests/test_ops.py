@@ -13,9 +13,9 @@ from .conftest import DEVICE
 from .helpers import att_module, opm_module, random_mask
 
 
-def _opm_args(train, mask_kind="random", projection_bias=True):
-    mod = opm_module(16, 6, 8, seed=1).to(DEVICE)
-    x = torch.randn(1, 3, 5, 16, device=DEVICE, requires_grad=train)
+def _opm_args(train, mask_kind="random", projection_bias=True, dtype=torch.float32):
+    mod = opm_module(16, 6, 8, seed=1).to(DEVICE, dtype)
+    x = torch.randn(1, 3, 5, 16, device=DEVICE, dtype=dtype, requires_grad=train)
     mask = random_mask(1, 3, 5, mask_kind, 2)
     params = [p.detach().requires_grad_(train) for p in mod.parameters()]
     if not projection_bias:  # proj_a's and proj_b's biases None
@@ -61,6 +61,8 @@ def test_opcheck_outer_product_mean(train):
     torch.library.opcheck(outer_product_mean_op, _opm_args(train))
     torch.library.opcheck(outer_product_mean_op, _opm_args(train, "none"))
     torch.library.opcheck(outer_product_mean_op, _opm_args(train, projection_bias=False))
+    # 16-bit inputs: the outer products by cuBLAS (the interpreter's bfloat16 products are not checked)
+    torch.library.opcheck(outer_product_mean_op, _opm_args(train, dtype=torch.float16 if DEVICE == "cpu" else torch.bfloat16))
 
 
 @pytest.mark.no_poison
