@@ -115,19 +115,22 @@ def test_16bit_forward_over_several_row_blocks(monkeypatch, normalization):
 
 
 def test_16bit_outer_products_stay_in_range():
-    """Summed over 1024 alike MSA rows, the 16-bit route's outer products reach ~2e5, past float16's largest
-    (65504): cuBLAS's sums are scaled by 1 / 1024 before their rounding, so the output stays finite and within
-    float16's rounding of float64 (the reference in float16 overflows)."""
+    """Summed over 1024 alike MSA rows, the outer products reach ~2e5, past float16's largest (65504), in the
+    16-bit forward and in the backward's recomputation for out_proj's weight gradient: cuBLAS's sums are scaled by
+    1 / 1024 before their rounding, so the output and every gradient stay finite and within float16's rounding of
+    float64 (the reference in float16 overflows)."""
     mod = opm_module(16, 6, 8, seed=11)
     with torch.no_grad():
         for layer in (mod.proj_a, mod.proj_b):
             layer.weight.mul_(30)
             layer.bias.mul_(30)
-    x = torch.randn(1, 1, 5, 16, generator=torch.Generator().manual_seed(12)).expand(1, 1024, 5, 16)
-    exact = mod.double()(x.double(), None, impl="torch")
-    out = mod.to(DEVICE, torch.float16)(x.to(DEVICE, torch.float16), None, impl="triton").cpu()
-    assert torch.isfinite(out).all()
-    assert rel_error(out, exact) <= 5e-3
+    x = torch.randn(1, 1, 5, 16, generator=torch.Generator().manual_seed(12)).expand(1, 1024, 5, 16).contiguous()
+    exact_out, exact = grads(mod.double(), (x.double(), None), "torch")
+    out, got = grads(mod.to(DEVICE, torch.float16), (x.to(DEVICE, torch.float16), None), "triton")
+    for name, value in [("output", out), *got.items()]:
+        value = value.cpu()
+        assert torch.isfinite(value).all(), name
+        assert rel_error(value, exact_out if name == "output" else exact[name]) <= 5e-3, name
 
 
 @pytest.mark.parametrize("magnitudes", [(1e-20, 1e15, 1e-6), (1e12, 1e-12, 1e25), (1.0, 0.0, 1.0)])

@@ -233,7 +233,8 @@ def core_backward_op(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight
     gradient. Then for blocks of rows i, so that no block's N*N*c*c tensors pass BLOCK_BYTES (one block up
     to opm-af2-main's size in 16 bits): dX = Gs W from `opm_dx_kernel`, already in the layout [(i p), (j q)],
     gives da = b dX^T and db = a dX as batched cuBLAS products; the outer products X = a^T b recomputed by
-    cuBLAS give out_proj's weight gradient Gs^T X through `opm_dw_kernel`, in float32 partial sums."""
+    cuBLAS (scaled by 1 / S rounded up to a power of two before their rounding, as in the forward, and the sum
+    unscaled at the end) give out_proj's weight gradient Gs^T X through `opm_dw_kernel`, in float32 partial sums."""
     B, S, N, c2 = ab.shape
     c = c2 // 2
     R = weight.shape[0]
@@ -256,6 +257,7 @@ def core_backward_op(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight
     a = ab[..., :c].contiguous()
     b_flat = ab[..., c:].contiguous().view(B, S, N * c)
     rows = _block_rows(B, N, c, ab.element_size())
+    x_scale = 1.0 / next_pow2(S)
     if need_weight:
         splits = max(1, min(cdiv(B * rows * N, 256), cdiv(2 * multiprocessors(device), cdiv(R, 128) * cdiv(c * c, 128))))
         partial = torch.empty(splits, R, c * c, dtype=torch.float32, device=device)
@@ -270,9 +272,11 @@ def core_backward_op(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight
             db_block = torch.bmm(a_rows, dx)  # one block: db itself; else summed over the blocks in float32
             db = db_block if rows == N else db_block.float() if db is None else db.add_(db_block)
             del dx
-        if need_weight:
-            _add_weight_grad(g, torch.bmm(a_rows.mT, b_flat), partial, i0 > 0, precision)
-    d_weight = partial.sum(0) if need_weight else d_bias.new_empty(R, 0)
+        if need_weight:  # X scaled by x_scale before its rounding (16 bits: float16's range), undone at the end
+            x = torch.empty(B, n * c, N * c, dtype=ab.dtype, device=device)
+            _add_weight_grad(g, x.baddbmm_(a_rows.mT, b_flat, beta=0.0, alpha=x_scale), partial, i0 > 0, precision)
+            del x
+    d_weight = partial.sum(0) / x_scale if need_weight else d_bias.new_empty(R, 0)
     if not need_ab:
         return ab.new_empty(0), d_weight, d_bias
     da = da_blocks[0] if rows == N else torch.cat(da_blocks, dim=2)
