@@ -45,7 +45,7 @@ def opm_forward_kernel(
     DIVIDE_BIAS: tl.constexpr,  # "count_ij_after": the output divided after out_proj, its bias too
     EPS: tl.constexpr,  # added to the counts ("count_ij_after"), else the counts are clamped to >= 1
     HAS_COUNTS: tl.constexpr,  # without a mask every count is S
-    TERMS: tl.constexpr,  # 1: the operands as they are; 3: high and low halves, three products each
+    TERMS: tl.constexpr,  # 1: the high halves alone ("fast"); 3: high and low halves, three products each
     PASSES_PER_32: tl.constexpr,  # passes over the channels p per 32 of them (rounded up)
     BLOCK_I: tl.constexpr,
     BLOCK_J: tl.constexpr,

@@ -103,6 +103,26 @@ def _block_rows(B: int, N: int, c: int, element_size: int) -> int:
     return max(1, min(N, BLOCK_BYTES // max(1, B * N * c * c * element_size)))
 
 
+def _split_operands(ab: Tensor) -> tuple[Tensor, Tensor]:
+    """(a (B, S, N, c), b (B, S, N*c)), contiguous, from the masked projections ab = [a | b] (B, S, N, 2c)."""
+    B, S, N, c2 = ab.shape
+    return ab[..., :c2 // 2].contiguous(), ab[..., c2 // 2:].contiguous().view(B, S, N * c2 // 2)
+
+
+def _outer_products_scale(S: int) -> float:
+    """What cuBLAS's outer products over S MSA rows are multiplied by before their rounding: 1 / S rounded up to a
+    power of two (exact to undo; keeps 16-bit sums of S products in float16's range)."""
+    return 1.0 / next_pow2(S)
+
+
+def _outer_products(a_rows: Tensor, b_flat: Tensor, scale: float) -> Tensor:
+    """X[b, (i p), (j q)] = scale * sum_s a_rows[b, s, (i p)] b_flat[b, s, (j q)], (B, n*c, N*c) in their dtype, by
+    cuBLAS (float32 sums, scaled, then rounded once)."""
+    B, _, rows = a_rows.shape
+    x = torch.empty(B, rows, b_flat.shape[-1], dtype=a_rows.dtype, device=a_rows.device)
+    return x.baddbmm_(a_rows.mT, b_flat, beta=0.0, alpha=scale)
+
+
 def _project_blocks(ab: Tensor, counts: Tensor | None, weight: Tensor, bias: Tensor, out: Tensor, eps: float) -> None:
     """out (B, N, N, R) from the masked projections ab = [a | b] (B, S, N, 2c), 16-bit: for each block of rows i,
     X = a_block^T b times 1 / (S rounded up to a power of two) by cuBLAS (float32 sums, rounded once to ab's
@@ -111,15 +131,12 @@ def _project_blocks(ab: Tensor, counts: Tensor | None, weight: Tensor, bias: Ten
     B, S, N, c2 = ab.shape
     c = c2 // 2
     R = weight.shape[0]
-    a = ab[..., :c].contiguous()
-    b_flat = ab[..., c:].contiguous().view(B, S, N * c)
-    x_scale = 1.0 / next_pow2(S)
+    a, b_flat = _split_operands(ab)
+    x_scale = _outer_products_scale(S)
     rows = _block_rows(B, N, c, ab.element_size())
-    x = torch.empty(B, rows * c, N * c, dtype=ab.dtype, device=ab.device)
     for i0 in range(0, N, rows):
         n = min(rows, N - i0)
-        x_block = x[:, :n * c]
-        x_block.baddbmm_(a[:, :, i0:i0 + n].reshape(B, S, n * c).mT, b_flat, beta=0.0, alpha=x_scale)
+        x_block = _outer_products(a[:, :, i0:i0 + n].reshape(B, S, n * c), b_flat, x_scale)
         o = out[:, i0:i0 + n]
         count_args = (o, 0, 0, 0) if counts is None else (counts[:, i0:i0 + n], *counts.stride())
 
@@ -129,6 +146,7 @@ def _project_blocks(ab: Tensor, counts: Tensor | None, weight: Tensor, bias: Ten
         _tuned_project()[grid](x_block, *x_block.stride(), *count_args, weight, *weight.stride(), bias, o, *o.stride(),
                                n, N, R, S, x_scale, bucket(N), C=c, DIVIDE_BIAS=eps > 0, EPS=eps,
                                HAS_COUNTS=counts is not None)
+        del x_block  # (freed before the next block's is taken: one block of X at a time)
 
 
 OPERAND_TILE = 4096  # float32 elements a program of the operand kernels takes a step
@@ -254,10 +272,9 @@ def core_backward_op(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight
     if not need_ab and not need_weight or pairs == 0:
         d_weight = torch.zeros(R, c * c if need_weight else 0, dtype=torch.float32, device=device)
         return ab.new_zeros((B, S, N, c2) if need_ab else (0,)), d_weight, d_bias
-    a = ab[..., :c].contiguous()
-    b_flat = ab[..., c:].contiguous().view(B, S, N * c)
+    a, b_flat = _split_operands(ab)
     rows = _block_rows(B, N, c, ab.element_size())
-    x_scale = 1.0 / next_pow2(S)
+    x_scale = _outer_products_scale(S)
     if need_weight:
         splits = max(1, min(cdiv(B * rows * N, 256), cdiv(2 * multiprocessors(device), cdiv(R, 128) * cdiv(c * c, 128))))
         partial = torch.empty(splits, R, c * c, dtype=torch.float32, device=device)
@@ -272,10 +289,8 @@ def core_backward_op(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight
             db_block = torch.bmm(a_rows, dx)  # one block: db itself; else summed over the blocks in float32
             db = db_block if rows == N else db_block.float() if db is None else db.add_(db_block)
             del dx
-        if need_weight:  # X scaled by x_scale before its rounding (16 bits: float16's range), undone at the end
-            x = torch.empty(B, n * c, N * c, dtype=ab.dtype, device=device)
-            _add_weight_grad(g, x.baddbmm_(a_rows.mT, b_flat, beta=0.0, alpha=x_scale), partial, i0 > 0, precision)
-            del x
+        if need_weight:  # (X scaled, as the forward's: undone once the sums are made)
+            _add_weight_grad(g, _outer_products(a_rows, b_flat, x_scale), partial, i0 > 0, precision)
     d_weight = partial.sum(0) / x_scale if need_weight else d_bias.new_empty(R, 0)
     if not need_ab:
         return ab.new_empty(0), d_weight, d_bias
