@@ -160,3 +160,57 @@ def test_backward_makes_no_zero_gradients_for_the_kept_outputs(op):
         outputs[0].sum().backward()
     zeroed = {tuple(e.input_shapes[0]) for e in prof.events() if e.name == "aten::zero_" and e.input_shapes}
     assert kept and not kept & zeroed, kept & zeroed
+
+
+def _nested_op_cases():
+    """(module, inputs, the nested ops its backward takes as (module of the op, name)) for each operation."""
+    from evofuse import PairWeightedAveraging
+
+    from .helpers import randomize
+
+    opm = (opm_module(16, 6, 8, seed=1, impl="triton"), (torch.randn(1, 3, 5, 16), random_mask(1, 3, 5, "random", 2)),
+           [("evofuse.ops.outer_product_mean.op", "core_backward_op"),
+            ("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
+    att = (att_module(16, 4, 2, seed=3, impl="triton"), (torch.randn(1, 2, 5, 16), torch.randn(1, 5, 5, 4),
+                                          random_mask(1, 2, 5, "rows", 4)),
+           [("evofuse.ops.row_attention.op", "core_backward_op"), ("evofuse.ops.pair_heads", "pair_heads_backward_op"),
+            ("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
+    pwa = (randomize(PairWeightedAveraging(16, 8, 8, 2, impl="triton"), 5), (torch.randn(1, 3, 5, 16), torch.randn(1, 5, 5, 8),
+                                                              (torch.rand(1, 5, 5) > 0.3).float()),
+           [("evofuse.ops.pair_weighted_averaging.op", "core_backward_op"),
+            ("evofuse.ops.pair_heads", "pair_heads_backward_op"), ("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
+    return {"opm": opm, "att": att, "pwa": pwa}
+
+
+@pytest.mark.no_poison
+@pytest.mark.parametrize("op", ["opm", "att", "pwa"])
+def test_backward_nested_ops_dispatched_only_when_traced(op, monkeypatch):
+    """An eager backward calls the Python functions behind its nested ops (no dispatcher in between); a traced one
+    (torch.compile through AOTAutograd, fake and functional tensors) calls the registered ops, which it keeps
+    opaque; both give the same gradients."""
+    import importlib
+
+    mod, inputs, nested = _nested_op_cases()[op]
+    mod = mod.to(DEVICE)
+    calls = []
+    for module_name, name in nested:
+        module = importlib.import_module(module_name)
+        real = getattr(module, name)
+
+        def counted(*args, real=real, name=name):
+            calls.append(name)
+            return real(*args)
+        monkeypatch.setattr(module, name, counted)
+
+    def step(fn):
+        x = [t.to(DEVICE).requires_grad_(t.is_floating_point() and k < len(inputs) - 1) for k, t in enumerate(inputs)]
+        mod.zero_grad()
+        fn(*x).square().sum().backward()
+        return [t.grad for t in x[:-1]] + [p.grad.clone() for p in mod.parameters()]
+
+    eager = step(mod)
+    assert calls == []
+    compiled = step(torch.compile(mod, backend="aot_eager", fullgraph=True))
+    assert {name for _, name in nested} <= set(calls)
+    for got, want in zip(compiled, eager):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

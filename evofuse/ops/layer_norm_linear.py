@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._runtime import autotune_enabled, bucket, cdiv, dot_precision, interpreting, multiprocessors, next_pow2
+from .._runtime import autotune_enabled, bucket, cdiv, dot_precision, interpreting, multiprocessors, next_pow2, traced
 from ..reference import LAYER_NORM_EPS
 from .float16_halves import finite_abs, power_of_two_scales, store_halves
 
@@ -550,9 +550,10 @@ def layer_norm_linear_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, we
     rows = x.reshape(-1, D)
     dy = dy.reshape(-1, K)
     mask_rows = None if mask is None else mask.reshape(-1)
+    backward = layer_norm_backward_op if traced(dy) else layer_norm_pass
     if projects_on_chip(D, K, x.element_size()) and any(needs[:4]):
-        _, dx, d_ln, d_weight, d_bias = layer_norm_backward_op(rows, ln_weight, ln_bias, dy, weight, mask_rows, False,
-                                                               needs[0], precision)
+        _, dx, d_ln, d_weight, d_bias = backward(rows, ln_weight, ln_bias, dy, weight, mask_rows, False, needs[0],
+                                                 precision)
         d_weight = d_weight.to(weight.dtype) if needs[3] else None
         d_bias = d_bias.to(weight.dtype) if needs[4] else None
     else:
@@ -560,8 +561,7 @@ def layer_norm_linear_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, we
             dy = dy * mask_rows.to(dy.dtype)[:, None]
         d_bias = dy.sum(0) if needs[4] else None
         dxn = dy @ weight if any(needs[:3]) else None
-        xn, dx, d_ln, _, _ = layer_norm_backward_op(rows, ln_weight, ln_bias, dxn, None, None, needs[3], needs[0],
-                                                    precision)
+        xn, dx, d_ln, _, _ = backward(rows, ln_weight, ln_bias, dxn, None, None, needs[3], needs[0], precision)
         d_weight = dy.t() @ xn if needs[3] else None
     d_ln_weight, d_ln_bias = d_ln.to(ln_weight.dtype)
     return (dx.view(x.shape) if needs[0] else None, d_ln_weight if needs[1] else None,

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._runtime import cdiv, dot_precision, multiprocessors, next_pow2
+from .._runtime import cdiv, dot_precision, multiprocessors, next_pow2, traced
 from ..reference import LAYER_NORM_EPS
 
 
@@ -215,9 +215,8 @@ def pair_heads(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor 
     return z
 
 
-@torch.library.custom_op("evofuse::pair_heads_backward", mutates_args=())
-def pair_heads_backward_op(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor | None, weight: Tensor,
-                           grad: Tensor, store_dx: bool) -> tuple[Tensor, Tensor, Tensor]:
+def pair_heads_backward_pass(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor | None, weight: Tensor,
+                             grad: Tensor, store_dx: bool) -> tuple[Tensor, Tensor, Tensor]:
     """(d_pair, sums, d_bias): the pair's gradient in its dtype, (B, N, N, P) where store_dx, else empty; sums
     (h + 2, P) float32, the weight's gradient and then the LayerNorm weight's and bias's (zeros without a
     LayerNorm); d_bias (h,) float32 (`pair_heads_backward_kernel`, as an op of its own so that torch.compile traces
@@ -245,6 +244,9 @@ def pair_heads_backward_op(pair_repr: Tensor, norm_weight: Tensor | None, norm_b
     return d_pair, torch.cat([sums[:h, :P], sums[block_h:, :P]]), bias_part.sum(0)[:h]
 
 
+pair_heads_backward_op = torch.library.custom_op("evofuse::pair_heads_backward", mutates_args=())(pair_heads_backward_pass)
+
+
 @pair_heads_backward_op.register_fake
 def _(pair_repr, norm_weight, norm_bias, weight, grad, store_dx):
     h, P = weight.shape
@@ -263,7 +265,8 @@ def pair_heads_backward(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias
     if not any(needs):
         return (None,) * 5
     h = weight.shape[0]
-    d_pair, sums, d_bias = pair_heads_backward_op(pair_repr, norm_weight, norm_bias, weight, grad, needs[0])
+    backward = pair_heads_backward_op if traced(grad) else pair_heads_backward_pass
+    d_pair, sums, d_bias = backward(pair_repr, norm_weight, norm_bias, weight, grad, needs[0])
     norm_dtype = pair_repr.dtype if norm_weight is None else norm_weight.dtype
     return (d_pair if needs[0] else None, sums[h].to(norm_dtype) if needs[1] else None,
             sums[h + 1].to(norm_dtype) if needs[2] else None, sums[:h].to(weight.dtype) if needs[3] else None,

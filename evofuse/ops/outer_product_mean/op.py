@@ -25,7 +25,7 @@ import torch
 import triton
 from torch import Tensor
 
-from ..._runtime import bucket, cdiv, dot_precision, multiprocessors, next_pow2
+from ..._runtime import bucket, cdiv, dot_precision, multiprocessors, next_pow2, traced
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from . import configs, kernels
 from .kernels import float16_operands_kernel, operand_maxima_kernel, opm_forward_kernel
@@ -237,10 +237,9 @@ def _add_weight_grad(gs: Tensor, x: Tensor, partial: Tensor, accumulate: bool, p
 GRAD_SCALE_PAIRS = 128  # pairs (b, i, j) a program of the Gs kernel
 
 
-@torch.library.custom_op("evofuse::outer_product_mean_core_backward", mutates_args=())
-def core_backward_op(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight: Tensor, normalization: str,
-                     count_eps: float, need_ab: bool, need_weight: bool,
-                     precision: str) -> tuple[Tensor, Tensor, Tensor]:
+def core_backward(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight: Tensor, normalization: str,
+                  count_eps: float, need_ab: bool, need_weight: bool,
+                  precision: str) -> tuple[Tensor, Tensor, Tensor]:
     """(d_ab (B, S, N, 2c) in ab's dtype, d_weight (R, c*c) float32, d_bias (R,) float32): the gradients of the
     masked projections ab = [a | b], of out_proj's weight and of its bias for the output's gradient grad_out
     (B, N, N, R, any strides), counts (B, N, N) float32 as the forward took them (None without a mask); d_ab and
@@ -298,6 +297,9 @@ def core_backward_op(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight
     return torch.cat([da, db.view(B, S, N, c).to(ab.dtype)], dim=-1), d_weight, d_bias
 
 
+core_backward_op = torch.library.custom_op("evofuse::outer_product_mean_core_backward", mutates_args=())(core_backward)
+
+
 @core_backward_op.register_fake
 def _(ab, grad_out, counts, weight, normalization, count_eps, need_ab, need_weight, precision):
     B, S, N, c2 = ab.shape
@@ -344,8 +346,9 @@ def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab
     need_ab = needs[0] or any(needs[2:8])
     if not (need_ab or needs[8] or needs[9]):
         return (None,) * 10
-    d_ab, d_wo, d_bo = core_backward_op(ab, grad_out, _counts(mask, normalization), wo, normalization, count_eps,
-                                        need_ab, needs[8], precision)
+    backward = core_backward_op if traced(grad_out) else core_backward
+    d_ab, d_wo, d_bo = backward(ab, grad_out, _counts(mask, normalization), wo, normalization, count_eps,
+                                need_ab, needs[8], precision)
     d_wo = d_wo.to(dtype) if needs[8] else None
     d_bo = d_bo.to(dtype) if needs[9] else None
     if not need_ab:

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import triton
 from torch import Tensor
 
-from ..._runtime import bucket, cdiv, dot_precision, next_pow2
+from ..._runtime import bucket, cdiv, dot_precision, next_pow2, traced
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
 from ..pair_heads import pair_heads, pair_heads_backward
 from ..row_attention.configs import gate_launch
@@ -140,9 +140,8 @@ def _(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight,
             msa_repr.new_empty((B, num_heads, N, N) if train else (0,), dtype=torch.float32))
 
 
-@torch.library.custom_op("evofuse::pair_weighted_averaging_core_backward", mutates_args=())
-def core_backward_op(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor, gated: Tensor, num_heads: int,
-                     precision: str) -> tuple[Tensor, Tensor]:
+def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor, gated: Tensor, num_heads: int,
+                  precision: str) -> tuple[Tensor, Tensor]:
     """(d_vg (B, S, N, 2hC), d_logits (B, h, N, N), both in vg's dtype): the projections' and the head logits'
     gradients for the output's gradient grad_out (B, S, N, c_m), from proj_o's weight (c_m, hC), the forward's
     projections vg, weights w (B, h, N, N) float32 and gated sums (B, S, N, hC)."""
@@ -168,6 +167,9 @@ def core_backward_op(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Ten
     return d_vg, _weights_backward(w, dw, vg.dtype)
 
 
+core_backward_op = torch.library.custom_op("evofuse::pair_weighted_averaging_core_backward", mutates_args=())(core_backward)
+
+
 @core_backward_op.register_fake
 def _(vg, w, grad_out, proj_o_weight, gated, num_heads, precision):
     B, h, N, _ = w.shape
@@ -187,7 +189,8 @@ def _backward(ctx, grad_out, *_):
     msa_repr, pair_repr, nmw, nmb, nzw, nzb, wm, wg, wz, wo, vg, gated, w = ctx.saved_tensors
     needs = ctx.needs_input_grad
     inner = wm.shape[0]
-    d_vg, d_logits = core_backward_op(vg, w, grad_out, wo, gated, ctx.num_heads, ctx.precision)
+    backward = core_backward_op if traced(grad_out) else core_backward
+    d_vg, d_logits = backward(vg, w, grad_out, wo, gated, ctx.num_heads, ctx.precision)
     d_wo = grad_out.reshape(-1, grad_out.shape[-1]).t() @ gated.reshape(-1, inner) if needs[10] else None
     # the pair's LayerNorm + projection (the mask term has no gradient)
     dz, dnzw, dnzb, dwz, _ = pair_heads_backward(pair_repr, nzw, nzb, wz, d_logits,

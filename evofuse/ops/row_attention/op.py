@@ -21,7 +21,7 @@ import torch.nn.functional as F
 import triton
 from torch import Tensor
 
-from ..._runtime import bucket, cdiv, dot_precision, multiprocessors, next_pow2
+from ..._runtime import bucket, cdiv, dot_precision, multiprocessors, next_pow2, traced
 from ...reference import MASK_LOGIT
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from ..pair_heads import pair_heads, pair_heads_backward
@@ -125,10 +125,9 @@ def _(msa_repr, pair_repr, msa_mask, *params_and_options):
             msa_repr.new_empty(B, num_heads, N, N))
 
 
-@torch.library.custom_op("evofuse::msa_row_attention_core_backward", mutates_args=())
-def core_backward_op(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, grad_out: Tensor, out_proj_weight: Tensor,
-                     gated: Tensor, lse: Tensor, num_heads: int, mask_mode: str,
-                     precision: str) -> tuple[Tensor, Tensor]:
+def core_backward(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, grad_out: Tensor, out_proj_weight: Tensor,
+                  gated: Tensor, lse: Tensor, num_heads: int, mask_mode: str,
+                  precision: str) -> tuple[Tensor, Tensor]:
     """(d_qkvg (B, S, N, 4H), dz (B, h, N, N) float32): the gradients of the projections and of the pair bias for
     the output's gradient grad_out (B, S, N, D), from out_proj's weight (D, H), the forward's projections, gated
     output (B, S, N, H) and statistics lse (2, B, S, N, h)."""
@@ -171,6 +170,9 @@ def dz_splits(tiles: int, S: int, device: torch.device) -> int:
     return max(1, min(DZ_MAX_SPLITS, S, cdiv(DZ_WAVES * multiprocessors(device), max(1, tiles))))
 
 
+core_backward_op = torch.library.custom_op("evofuse::msa_row_attention_core_backward", mutates_args=())(core_backward)
+
+
 @core_backward_op.register_fake
 def _(qkvg, z, msa_mask, grad_out, out_proj_weight, gated, lse, num_heads, mask_mode, precision):
     return torch.empty_like(qkvg), z.new_empty(z.shape, dtype=torch.float32)
@@ -197,8 +199,9 @@ def _backward(ctx, grad_out, *_):
     if not (needs[0] or needs[1] or any(needs[3:7]) or any(needs[9:13])):  # out_proj's alone
         return (None,) * 7 + (d_wo, d_bo) + (None,) * 8
 
-    d_qkvg, dz = core_backward_op(qkvg, z, mask, grad_out, wo, gated, lse, ctx.num_heads, ctx.mask_mode,
-                                  ctx.precision)
+    backward = core_backward_op if traced(grad_out) else core_backward
+    d_qkvg, dz = backward(qkvg, z, mask, grad_out, wo, gated, lse, ctx.num_heads, ctx.mask_mode,
+                          ctx.precision)
     dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(msa_repr, lnw, lnb, w_qkvg, d_qkvg, needs[0:1] + needs[3:7],
                                                            ctx.precision)
     d_pair, d_pnw, d_pnb, d_wz, d_bz = pair_heads_backward(pair_repr, pnw, pnb, wz, dz,
