@@ -21,7 +21,7 @@ def traced(tensor: torch.Tensor) -> bool:
     other tensor subclass) rather than eagerly on a plain tensor. Traced, the operations' backwards call their
     nested ops (`*_core_backward`, `layer_norm_backward`, `pair_heads_backward`) through the dispatcher, which the
     compiler keeps opaque; eager, the Python functions behind them, since there the dispatcher adds only host
-    time (~90 us a call on the development CPU)."""
+    time (docs/DESIGN.md)."""
     return torch.compiler.is_compiling() or type(tensor) is not torch.Tensor
 
 

@@ -470,20 +470,12 @@ def backward_tiles(D: int, K: int, project: bool) -> tuple[int, int, int, int]:
     return block_d, block_k, block_m, warps
 
 
-@torch.library.custom_op("evofuse::layer_norm_backward", mutates_args=())
-def layer_norm_backward_op(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: Tensor | None,
-                           weight: Tensor | None, row_mask: Tensor | None, store_xn: bool, store_dx: bool,
-                           precision: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The LayerNorm's rows again and its backward, in one pass over x (M, D) (`layer_norm_pass` as an op of its
-    own, so that torch.compile traces the operations' backwards around it)."""
-    return layer_norm_pass(x, ln_weight, ln_bias, grad, weight, row_mask, store_xn, store_dx, precision)
-
-
 def layer_norm_pass(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: Tensor | None, weight: Tensor | None,
                     row_mask: Tensor | None, store_xn: bool, store_dx: bool,
                     precision: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The LayerNorm's rows and, given a gradient, its backward, in one pass over x (M, D)
-    (`_layer_norm_backward_kernel`).
+    (`_layer_norm_backward_kernel`; registered as the op `evofuse::layer_norm_backward`, so that torch.compile
+    traces the operations' backwards around it).
 
     grad: the gradient of LayerNorm(x) (M, D); or, with the linear's weight (K, D), the linear's output gradient
     (M, K), whose product with the weight is then taken on chip, with the weight's and bias's gradients; row_mask
@@ -520,6 +512,9 @@ def layer_norm_pass(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: Tensor 
             PRECISION=dot_precision(x.dtype, precision), num_warps=warps)
     return (xn, dx, d_ln.sum(1) if has_grad else d_ln.new_empty(2, 0), d_w.sum(0) if project else d_w.new_empty(0),
             d_b.sum(0) if project else d_b.new_empty(0))
+
+
+layer_norm_backward_op = torch.library.custom_op("evofuse::layer_norm_backward", mutates_args=())(layer_norm_pass)
 
 
 @layer_norm_backward_op.register_fake
