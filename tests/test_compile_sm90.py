@@ -45,6 +45,8 @@ UNIT_STRIDES = {
     "attention_dkdv_kernel": ("stride_zj", "stride_mn", "stride_lt"),
     "attention_dz_kernel": ("stride_zj", "stride_mn", "stride_lt"),
     "weighted_sum_kernel": ("stride_wj",),
+    "gated_projection_kernel": ("stride_wk",),
+    "gated_projection_backward_kernel": ("stride_wk",),
     "weight_grad_kernel": ("stride_wj",),
     "masked_softmax_kernel": ("stride_xj", "stride_mj", "stride_wj"),
     "masked_softmax_backward_kernel": ("stride_wj", "stride_gj", "stride_dj"),
@@ -116,8 +118,8 @@ def _launches():
             table = lnl.CONFIGS if lnl_terms == 0 else lnl.FLOAT32_CONFIGS
             kw, warps, stages = cfg([c for c in table if lnl._keep(c, K, block_d, lnl_terms, block_d >= D)][0])
             yield (f"layer_norm_linear {dtype} D={D} K={K}", lnl._layer_norm_linear_kernel, dtype,
-                   dict(HAS_BIAS=True, HAS_MASK=True, WHOLE_ROW=block_d >= D, TERMS=lnl_terms, BLOCK_D=block_d, **kw),
-                   warps, stages, {"w_ptr": "*fp16"} if lnl_terms else {})
+                   dict(GROUP=32 if D == 256 else 0, HAS_BIAS=True, HAS_MASK=True, WHOLE_ROW=block_d >= D,
+                        TERMS=lnl_terms, BLOCK_D=block_d, **kw), warps, stages, {"w_ptr": "*fp16"} if lnl_terms else {})
         for D in (16, 64, 128, 256, 512):  # every linear narrow enough for the pass, and the widest rows
             for K in (0, 8, 64):
                 if K and not lnl.projects_on_chip(D, K, 2 if dtype == "bf16" else 4):
@@ -149,9 +151,15 @@ def _launches():
         for C in (32, 8):  # Boltz's heads, AF3's
             kw, warps, stages = cfg(pwa_configs.candidates(C, 2 if dtype == "bf16" else 4)[0])
             yield (f"weighted sum {dtype} C {C}", pwa.weighted_sum_kernel, dtype,
-                   dict(GATE=True, C=C, BLOCK_C=C, PRECISION=precision, **kw), warps, stages, {})
+                   dict(C=C, BLOCK_C=C, PRECISION=precision, **kw), warps, stages, {})
             yield (f"weight gradient {dtype} C {C}", pwa.weight_grad_kernel, dtype,
                    dict(C=C, BLOCK_C=C, PRECISION=precision, **kw), warps, stages, {})
+            tiles = pwa_op._projection_tiles(1024, C, 64)
+            warps = tiles.pop("num_warps")
+            yield (f"gated projection {dtype} C {C}", pwa.gated_projection_kernel, dtype,
+                   dict(C=C, STORE_GATED=True, PRECISION=precision, **tiles), warps, 2, {})
+            yield (f"gated projection backward {dtype} C {C}", pwa.gated_projection_backward_kernel, dtype,
+                   dict(C=C, PRECISION=precision, **tiles), warps, 2, {})
         tiles = pwa_op._softmax_tiles(384, 8)
         yield (f"masked softmax {dtype}", pwa.masked_softmax_kernel, dtype,
                dict(HAS_MASK=True, RELATIVE=True, STORE_W=True, STORE_LOW=dtype == "bf16", **tiles), 4, 3,

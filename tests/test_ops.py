@@ -141,7 +141,7 @@ def test_pair_weighted_averaging_keeps_nothing_for_inference(dtype):
     out, _, gated, w = pair_weighted_averaging_op(*args, False)
     out_train, _, gated_train, w_train = pair_weighted_averaging_op(*args, True)
     assert gated.numel() == 0 and w.numel() == 0
-    assert gated_train.numel() and w_train.shape == (1, 2, 5, 5) and w_train.dtype == torch.float32
+    assert gated_train.numel() and w_train.shape == (2, 1, 5, 5) and w_train.dtype == torch.float32
     torch.testing.assert_close(out, out_train, rtol=0, atol=0)
 
 

@@ -205,3 +205,22 @@ def test_leading_dimensions_and_unbatched_input():
     flat = mod(m.view(3, 2, 5, 8), z.view(3, 5, 5, 6), mask.view(3, 5, 5), impl="triton")
     torch.testing.assert_close(mod(m, z, mask, impl="triton"), flat.view(3, 1, 2, 5, 8))
     torch.testing.assert_close(mod(m[2, 0], z[2, 0], mask[2, 0], impl="triton"), flat[2])
+
+
+def test_strided_output_gradient():
+    """An output gradient of any strides (a broadcast one, as `out.sum().backward()` gives, and a transposed
+    one) gives the gradients of its contiguous copy."""
+    mod = _module(16, 8, 8, 2, seed=14).to(DEVICE)
+    m, z, mask = (_dev(t) for t in _inputs(1, 5, 7, 16, 8, "rows", 15))
+    g = torch.Generator().manual_seed(16)
+    for grad_out in (torch.ones(1, 1, 1, 1).expand(1, 5, 7, 16),
+                     torch.randn(1, 16, 7, 5, generator=g).permute(0, 3, 2, 1)):
+        grad_out = grad_out.to(DEVICE)
+        results = []
+        for grad in (grad_out, grad_out.contiguous()):
+            leaves = [t.detach().clone().requires_grad_() for t in (m, z)]
+            mod.zero_grad()
+            mod(*leaves, mask, impl="triton").backward(grad)
+            results.append([t.grad for t in leaves] + [p.grad.clone() for p in mod.parameters()])
+        for got, expected in zip(*results):
+            torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)

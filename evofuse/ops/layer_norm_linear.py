@@ -31,9 +31,11 @@ def _layer_norm_linear_kernel(
     bias_ptr,  # HAS_BIAS: (K,)
     inv_ptr,  # TERMS > 0: (K,) float32, 1 / each column's power-of-two scale
     m_ptr, stride_mm,  # HAS_MASK: the row mask (M,), 0/1 of any dtype
-    y_ptr, stride_ym, stride_yk,  # y: (M, K)
-    M, D, K, eps,
+    y_ptr, stride_y0, stride_y1, stride_y2, stride_yg, stride_yk,  # y: (M, K), row m = (m0, m1, m2) of x's leading
+    # shape (., M1, M2), column k = (k // GROUP, k % GROUP) (GROUP 0: k alone, stride_yk)
+    M, D, K, M1, M2, eps,
     K_BUCKET,  # autotuning key only
+    GROUP: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     HAS_MASK: tl.constexpr,
     WHOLE_ROW: tl.constexpr,  # BLOCK_D >= D: the rows normalized once, every output column by this program
@@ -75,8 +77,8 @@ def _layer_norm_linear_kernel(
             else:
                 acc = _split_dot(x_hi, x_lo, w_tile, stride_wh, w_ok, TERMS)
                 acc *= tl.load(inv_ptr + offs_k, mask=offs_k < K, other=0.0)[None, :]
-            _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_ym, stride_yk, HAS_BIAS,
-                   HAS_MASK)
+            _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_y0, stride_y1, stride_y2,
+                   stride_yg, stride_yk, M1, M2, GROUP, HAS_BIAS, HAS_MASK)
     else:
         mean, rstd = _moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M, BLOCK_D)
         offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -97,8 +99,8 @@ def _layer_norm_linear_kernel(
                 acc += _split_dot(x_hi, (xhat - x_hi.to(tl.float32)).to(tl.float16), w_tile, stride_wh, w_ok, TERMS)
         if TERMS > 0:
             acc *= tl.load(inv_ptr + offs_k, mask=offs_k < K, other=0.0)[None, :]
-        _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_ym, stride_yk, HAS_BIAS,
-               HAS_MASK)
+        _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_y0, stride_y1, stride_y2,
+               stride_yg, stride_yk, M1, M2, GROUP, HAS_BIAS, HAS_MASK)
 
 
 @triton.jit
@@ -185,17 +187,25 @@ def _affine(xhat, lnw_ptr, lnb_ptr, offs_d, d_ok):
 
 
 @triton.jit
-def _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_ym, stride_yk,
-           HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr):
-    """acc [rows, columns] plus the bias, times the rows' mask, stored in y's dtype."""
+def _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_y0, stride_y1, stride_y2, stride_yg,
+           stride_yk, M1, M2, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr):
+    """acc [rows, columns] plus the bias, times the rows' mask, stored in y's dtype at y's layout (the kernel's
+    y arguments)."""
     k_ok = offs_k < K
     m_ok = offs_m < M
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
     if HAS_MASK:
         acc *= tl.load(m_ptr + offs_m.to(tl.int64) * stride_mm, mask=m_ok, other=0).to(tl.float32)[:, None]
-    tl.store(y_ptr + offs_m.to(tl.int64)[:, None] * stride_ym + offs_k[None, :] * stride_yk,
-             acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & k_ok[None, :])
+    m2 = offs_m % M2
+    m1 = (offs_m // M2) % M1
+    m0 = offs_m // M2 // M1
+    rows = m0.to(tl.int64) * stride_y0 + m1.to(tl.int64) * stride_y1 + m2.to(tl.int64) * stride_y2  # [BLOCK_M]
+    if GROUP > 0:
+        cols = (offs_k // GROUP).to(tl.int64) * stride_yg + offs_k % GROUP * stride_yk  # [BLOCK_K]
+    else:
+        cols = offs_k * stride_yk
+    tl.store(y_ptr + rows[:, None] + cols[None, :], acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & k_ok[None, :])
 
 
 def _configs(tiles) -> list[triton.Config]:
@@ -273,35 +283,44 @@ def joined_bias(biases: list[torch.Tensor | None], weights: list[torch.Tensor]) 
 
 
 def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.Tensor, weight: torch.Tensor,
-                      bias: torch.Tensor | None, mask: torch.Tensor | None, precision: str = "default") -> torch.Tensor:
+                      bias: torch.Tensor | None, mask: torch.Tensor | None, precision: str = "default",
+                      out: torch.Tensor | None = None) -> torch.Tensor:
     """(LayerNorm(x) @ weight^T + bias) * mask[..., None], eps 1e-5.
 
     x (..., D) float16, bfloat16 or float32 (any strides); ln_weight, ln_bias (D,); weight (K, D) and bias
     (K,) or None in x's dtype; mask of x's leading shape, 0/1 of any real dtype, or None. Returns (..., K) in
-    x's dtype, contiguous; the statistics and the products accumulate in float32. Wide 16-bit linears
-    (`normalizes_first`) write LayerNorm(x) (M, D) for a cuBLAS product, rounded to x's dtype as the reference
-    does; narrower ones keep the normalized rows on chip. float32 rows take float16 tensor cores: the normalized
-    rows' and the (LayerNorm-folded, column-scaled) weight's high and low halves, three products at the "default"
-    precision (~1e-7 relative), the high halves alone at "fast".
+    x's dtype, contiguous; or, given `out`, writes it there and returns it: a view of x's leading shape (at
+    most three dimensions) then (K // G, G), the output's columns as groups of G (heads), channel stride 1, any
+    other strides (the heads of a projection written head major, say). The statistics and the products
+    accumulate in float32. Wide 16-bit linears (`normalizes_first`) write LayerNorm(x) (M, D) for a cuBLAS
+    product, rounded to x's dtype as the reference does; narrower ones keep the normalized rows on chip. float32
+    rows take float16 tensor cores: the normalized rows' and the (LayerNorm-folded, column-scaled) weight's high
+    and low halves, three products at the "default" precision (~1e-7 relative), the high halves alone at "fast".
     """
     D = x.shape[-1]
     K = weight.shape[0]
     lead = x.shape[:-1]
     rows = x.reshape(-1, D)
     M = rows.shape[0]
-    y = torch.empty(M, K, dtype=x.dtype, device=x.device)
+    if out is not None and (out.shape[:-2] != lead or len(lead) > 3 or out.shape[-2] * out.shape[-1] != K
+                            or out.stride(-1) != 1):
+        raise ValueError(f"out of shape {tuple(out.shape)} does not hold the heads of a {tuple(lead)} x {K} output")
     if M == 0 or K == 0:
-        return y.view(*lead, K)
+        return torch.empty(*lead, K, dtype=x.dtype, device=x.device) if out is None else out
     mask_rows = rows if mask is None else mask.reshape(-1)
     if normalizes_first(M, D, K, x.dtype):  # (the normalized rows are freed on return)
         xn = layer_norm_pass(rows, ln_weight, ln_bias, None, None, None, True, False, precision)[0]
-        if bias is None:
-            torch.mm(xn, weight.t(), out=y)
-        else:
-            torch.addmm(bias, xn, weight.t(), out=y)
+        y = torch.mm(xn, weight.t()) if bias is None else torch.addmm(bias, xn, weight.t())
         if mask is not None:
             y *= mask_rows.to(y.dtype)[:, None]
-        return y.view(*lead, K)
+        return y.view(*lead, K) if out is None else out.copy_(y.view(out.shape))
+    y = torch.empty(M, K, dtype=x.dtype, device=x.device) if out is None else out
+    if out is None:  # rows (1, 1, M), columns ungrouped
+        y_layout, M1, M2, group = (0, 0, K, 0, 1), 1, M, 0
+    else:
+        sizes = (1,) * (3 - len(lead)) + tuple(lead)
+        strides = (0,) * (3 - len(lead)) + out.stride()[:-2]
+        y_layout, M1, M2, group = (*strides, out.stride(-2), 1), sizes[1], sizes[2], out.shape[-1]
     block_d = max(16, min(next_pow2(D), MAX_BLOCK_D))
     whole_row = block_d >= D
     terms = 0 if x.element_size() == 2 else 3 if precision == "default" else 1
@@ -320,10 +339,10 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
 
     _tuned()[grid](rows, *rows.stride(), ln_weight, ln_bias, weight, *weight.stride(), w_stride_h,
                    weight if bias is None else bias, inverse, mask_rows, 0 if mask is None else mask_rows.stride(0), y,
-                   *y.stride(), M, D, K, LAYER_NORM_EPS, bucket(K),
+                   *y_layout, M, D, K, M1, M2, LAYER_NORM_EPS, bucket(K), GROUP=group,
                    HAS_BIAS=bias is not None, HAS_MASK=mask is not None, WHOLE_ROW=whole_row, TERMS=terms,
                    BLOCK_D=block_d)
-    return y.view(*lead, K)
+    return y.view(*lead, K) if out is None else out
 
 
 @triton.jit

@@ -1,16 +1,20 @@
-"""Pair-weighted averaging's weighted sums, forward and backward, in Triton.
+"""Pair-weighted averaging's Triton kernels: the weights, the gated output projection, and the weighted
+sums of the backward.
 
-v and the gate g are column blocks of one (B, S, N, 2*h*C) tensor (the LayerNorm + projection's output), head
-h at channels h*C .. h*C + C - 1 of each; w (B, h, N, N) are the weights, one softmax per (b, h, i) shared by
-every MSA row.
+v and the gate g are written head major by the LayerNorm + projection, (h, B, N, S, C) each (a head's residues
+j, MSA rows s and channels contiguous); w (h, B, N, N) are the weights, one softmax per (b, h, i) shared by
+every MSA row; the forward's u = w v is cuBLAS's (op.py). The kernels take each tensor as strides of the
+einsum's indices, so that the layouts are the launcher's choice.
 
 `masked_softmax_kernel`: the weights from the pair's head logits, one program a pair row (b, i) and all its heads;
 `masked_softmax_backward_kernel` the logits' gradient from theirs.
+`gated_projection_kernel`: out = (sigmoid(g) * u) W_o^T for a block of MSA rows of one (b, i), every head;
+`gated_projection_backward_kernel` the gate's and u's gradients from the output's.
 `weighted_sum_kernel`: for a block of residues i, a head and a block of MSA rows s, u[s, i] = sum_j w[i, j] v[s, j]
 as one product whose columns are the block's (s, channel) pairs, so that each tile of w is read once for
-S_BLOCK rows; the gate sigmoid(g) in the epilogue. With w's strides swapped it is the backward's
-dv[s, j] = sum_i w[i, j] du[s, i]. `weight_grad_kernel`: dw[i, j] = sum_(s, c) du[s, i, c] v[s, j, c] for a tile of
-(i, j), summed over the MSA rows in order (no atomics).
+S_BLOCK rows; with w's strides swapped it is the backward's dv[s, j] = sum_i w[i, j] du[s, i].
+`weight_grad_kernel`: dw[i, j] = sum_(s, c) du[s, i, c] v[s, j, c] for a tile of (i, j), summed over the MSA rows
+in order (no atomics).
 """
 
 from __future__ import annotations
@@ -127,13 +131,11 @@ def masked_softmax_backward_kernel(
 @triton.jit
 def weighted_sum_kernel(
     w_ptr, stride_wb, stride_wh, stride_wi, stride_wj,  # weights: (B, h, N, N)
-    v_ptr, stride_vb, stride_vs, stride_vn,  # values: (B, S, N, .) head h at channel h*C, channel stride 1
-    g_ptr, stride_gb, stride_gs, stride_gn,  # GATE: the gate's pre-activation, laid out as v
-    o_ptr, stride_ob, stride_os, stride_on,  # out: (B, S, N, .) laid out as v
+    v_ptr, stride_vb, stride_vh, stride_vs, stride_vn,  # values (B, h, S, N, C) as strides, channel stride 1
+    o_ptr, stride_ob, stride_oh, stride_os, stride_on,  # out: (B, h, S, N, C)
     S, N, H,
     C: tl.constexpr,  # the head width (a constant: the compiler sees a head's channels as one aligned run)
     N_BUCKET,  # autotuning key only
-    GATE: tl.constexpr,
     BLOCK_I: tl.constexpr,
     BLOCK_J: tl.constexpr,
     COLS: tl.constexpr,  # (s, channel) columns a program: S_BLOCK rows of BLOCK_C channels
@@ -154,7 +156,7 @@ def weighted_sum_kernel(
     s = blk_s * S_BLOCK + col // BLOCK_C  # [COLS]
     e = col % BLOCK_C
     col_ok = (s < S) & (e < C)
-    col_v = s * stride_vs + h * C + e  # [COLS]: (s, channel) inside a row j of v
+    col_v = s * stride_vs + h * stride_vh + e  # [COLS]: (s, channel) inside a row j of v
     w_rows = w_ptr + b * stride_wb + h * stride_wh + offs_i[:, None] * stride_wi  # [BLOCK_I, 1]
     v_b = v_ptr + b * stride_vb
     acc = tl.zeros((BLOCK_I, COLS), dtype=tl.float32)
@@ -167,18 +169,14 @@ def weighted_sum_kernel(
                     mask=j_ok[:, None] & col_ok[None, :], other=0.0)  # [BLOCK_J, COLS]
         acc = tl.dot(w.to(v.dtype), v, acc, input_precision=PRECISION)  # [BLOCK_I, COLS]
     ok = (offs_i < N)[:, None] & col_ok[None, :]
-    out = offs_i[:, None].to(tl.int64) * stride_on + (s * stride_os + h * C + e)[None, :]  # [BLOCK_I, COLS]
-    if GATE:
-        g = tl.load(g_ptr + b * stride_gb + offs_i[:, None].to(tl.int64) * stride_gn + (s * stride_gs + h * C + e)[None, :],
-                    mask=ok, other=0.0)
-        acc = acc * tl.sigmoid(g.to(tl.float32))
+    out = offs_i[:, None].to(tl.int64) * stride_on + (s * stride_os + h * stride_oh + e)[None, :]  # [BLOCK_I, COLS]
     tl.store(o_ptr + b * stride_ob + out, acc.to(o_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
 def weight_grad_kernel(
-    du_ptr, stride_db, stride_ds, stride_dn,  # the un-gated sums' gradient: (B, S, N, .) laid out as v
-    v_ptr, stride_vb, stride_vs, stride_vn,  # values
+    du_ptr, stride_db, stride_dh, stride_ds, stride_dn,  # the un-gated sums' gradient: (B, h, S, N, C)
+    v_ptr, stride_vb, stride_vh, stride_vs, stride_vn,  # values: (B, h, S, N, C)
     dw_ptr, stride_wb, stride_wh, stride_wi, stride_wj,  # out: dw (B, h, N, N) float32
     S, N, H,
     C: tl.constexpr,  # the head width (a constant: the compiler sees a head's channels as one aligned run)
@@ -206,11 +204,108 @@ def weight_grad_kernel(
         s = s0 + col // BLOCK_C  # [COLS]
         col_ok = (s < S) & (e < C)
         du = tl.load(du_ptr + b * stride_db + offs_i[:, None].to(tl.int64) * stride_dn
-                     + (s * stride_ds + h * C + e)[None, :], mask=(offs_i < N)[:, None] & col_ok[None, :],
+                     + (s * stride_ds + h * stride_dh + e)[None, :], mask=(offs_i < N)[:, None] & col_ok[None, :],
                      other=0.0)  # [BLOCK_I, COLS]
         v_t = tl.load(v_ptr + b * stride_vb + offs_j[None, :].to(tl.int64) * stride_vn
-                      + (s * stride_vs + h * C + e)[:, None], mask=col_ok[:, None] & (offs_j < N)[None, :],
+                      + (s * stride_vs + h * stride_vh + e)[:, None], mask=col_ok[:, None] & (offs_j < N)[None, :],
                       other=0.0)  # [COLS, BLOCK_J]
         acc = tl.dot(du, v_t, acc, input_precision=PRECISION)  # [BLOCK_I, BLOCK_J]
     tl.store(dw_ptr + b * stride_wb + h * stride_wh + offs_i[:, None].to(tl.int64) * stride_wi
              + offs_j[None, :] * stride_wj, acc, mask=(offs_i < N)[:, None] & (offs_j < N)[None, :])
+
+
+@triton.jit
+def gated_projection_kernel(
+    u_ptr, stride_ub, stride_uh, stride_ui, stride_us,  # the weighted sums: (B, h, N, S, C) as strides, channel stride 1
+    g_ptr, stride_gb, stride_gh, stride_gi, stride_gs,  # the gate's pre-activation, (B, h, N, S, C)
+    wo_ptr, stride_wo, stride_wk,  # proj_o's weight: (c_m, h*C)
+    o_ptr, stride_ob, stride_os, stride_oi,  # out: (B, S, N, c_m), channel stride 1
+    q_ptr, stride_qb, stride_qs, stride_qi,  # STORE_GATED: out: the gated sums (B, S, N, h*C), channel stride 1
+    S, N, H, C_OUT,
+    C: tl.constexpr,  # the head width
+    STORE_GATED: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_C: tl.constexpr,  # C rounded up to a power of two, at least 16
+    BLOCK_O: tl.constexpr,  # output channels a program
+    PRECISION: tl.constexpr,
+):
+    """out[b, s, i] = sum_h (sigmoid(g) * u)[b, h, i, s] @ W_o[:, h]^T for BLOCK_S rows s of one (b, i): each
+    head's gated sums rounded to the input's dtype (as proj_o's input) and multiplied on chip, so that they
+    are written only for the backward (STORE_GATED)."""
+    pid = tl.program_id(0).to(tl.int64)
+    n_s = tl.cdiv(S, BLOCK_S)
+    blk_s = pid % n_s
+    i = (pid // n_s) % N
+    b = pid // (n_s * N)
+    offs_s = blk_s * BLOCK_S + tl.arange(0, BLOCK_S)  # [BLOCK_S]
+    offs_c = tl.arange(0, BLOCK_C)
+    offs_o = tl.program_id(1) * BLOCK_O + tl.arange(0, BLOCK_O)
+    ok = (offs_s < S)[:, None] & (offs_c < C)[None, :]  # [BLOCK_S, BLOCK_C]
+    o_ok = offs_o < C_OUT
+    u_rows = u_ptr + b * stride_ub + i * stride_ui + offs_s[:, None] * stride_us + offs_c[None, :]
+    g_rows = g_ptr + b * stride_gb + i * stride_gi + offs_s[:, None] * stride_gs + offs_c[None, :]
+    q_rows = q_ptr + b * stride_qb + i * stride_qi + offs_s[:, None].to(tl.int64) * stride_qs + offs_c[None, :]
+    acc = tl.zeros((BLOCK_S, BLOCK_O), dtype=tl.float32)
+    for h in range(H):  # (the pointers step a head at a time: 64-bit)
+        u = tl.load(u_rows, mask=ok, other=0.0)  # [BLOCK_S, BLOCK_C]
+        g = tl.load(g_rows, mask=ok, other=0.0)
+        gated = (u.to(tl.float32) * tl.sigmoid(g.to(tl.float32))).to(u.dtype)
+        if STORE_GATED:
+            if tl.program_id(1) == 0:
+                tl.store(q_rows + h * C, gated, mask=ok)
+        wo = tl.load(wo_ptr + offs_o[None, :] * stride_wo + (h * C + offs_c)[:, None] * stride_wk,
+                     mask=(offs_c < C)[:, None] & o_ok[None, :], other=0.0)  # [BLOCK_C, BLOCK_O]
+        acc = tl.dot(gated, wo, acc, input_precision=PRECISION)  # [BLOCK_S, BLOCK_O]
+        u_rows += stride_uh
+        g_rows += stride_gh
+    tl.store(o_ptr + b * stride_ob + i * stride_oi + offs_s[:, None].to(tl.int64) * stride_os + offs_o[None, :],
+             acc.to(o_ptr.dtype.element_ty), mask=(offs_s < S)[:, None] & o_ok[None, :])
+
+
+@triton.jit
+def gated_projection_backward_kernel(
+    do_ptr, stride_db, stride_ds, stride_di, stride_do,  # the output's gradient: (B, S, N, c_m), any strides
+    wo_ptr, stride_wo, stride_wk,  # proj_o's weight: (c_m, h*C)
+    q_ptr, stride_qb, stride_qs, stride_qi,  # the gated sums: (B, S, N, h*C), channel stride 1
+    g_ptr, stride_gb, stride_gh, stride_gi, stride_gs,  # the gate's pre-activation: (B, h, N, S, C)
+    du_ptr, stride_ub, stride_uh, stride_ui, stride_us,  # out: the weighted sums' gradient, (B, h, N, S, C)
+    dg_ptr, stride_eb, stride_es, stride_ei,  # out: the gate's gradient, (B, S, N, h*C), channel stride 1
+    S, N, H, C_OUT,
+    C: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_O: tl.constexpr,  # output channels a step of the product
+    PRECISION: tl.constexpr,
+):
+    """For BLOCK_S rows s of one (b, i), each head: d(gated) = grad_out @ W_o[:, h] on chip (float32), then
+    du = d(gated) * sigmoid(g) and the gate's gradient d(gated) * gated * (1 - sigmoid(g))."""
+    pid = tl.program_id(0).to(tl.int64)
+    n_s = tl.cdiv(S, BLOCK_S)
+    blk_s = pid % n_s
+    i = (pid // n_s) % N
+    b = pid // (n_s * N)
+    offs_s = blk_s * BLOCK_S + tl.arange(0, BLOCK_S)  # [BLOCK_S]
+    s_ok = offs_s < S
+    rows_s = offs_s[:, None].to(tl.int64)
+    offs_c = tl.arange(0, BLOCK_C)
+    ok = s_ok[:, None] & (offs_c < C)[None, :]  # [BLOCK_S, BLOCK_C]
+    do_rows = do_ptr + b * stride_db + i * stride_di + rows_s * stride_ds  # [BLOCK_S, 1]
+    g_rows = g_ptr + b * stride_gb + i * stride_gi + offs_s[:, None] * stride_gs + offs_c[None, :]  # [BLOCK_S, BLOCK_C]
+    du_rows = du_ptr + b * stride_ub + i * stride_ui + offs_s[:, None] * stride_us + offs_c[None, :]
+    for h in range(H):  # (the head-major pointers step a head at a time: 64-bit)
+        d_gated = tl.zeros((BLOCK_S, BLOCK_C), dtype=tl.float32)
+        for o0 in range(0, C_OUT, BLOCK_O):
+            offs_o = o0 + tl.arange(0, BLOCK_O)
+            o_ok = offs_o < C_OUT
+            grad = tl.load(do_rows + offs_o[None, :] * stride_do, mask=s_ok[:, None] & o_ok[None, :], other=0.0)  # [BLOCK_S, BLOCK_O]
+            wo = tl.load(wo_ptr + offs_o[:, None] * stride_wo + (h * C + offs_c)[None, :] * stride_wk,
+                         mask=o_ok[:, None] & (offs_c < C)[None, :], other=0.0)  # [BLOCK_O, BLOCK_C]
+            d_gated = tl.dot(grad, wo, d_gated, input_precision=PRECISION)  # [BLOCK_S, BLOCK_C]
+        gated = tl.load(q_ptr + b * stride_qb + i * stride_qi + rows_s * stride_qs + (h * C + offs_c)[None, :],
+                        mask=ok, other=0.0).to(tl.float32)
+        sg = tl.sigmoid(tl.load(g_rows, mask=ok, other=0.0).to(tl.float32))
+        tl.store(du_rows, (d_gated * sg).to(du_ptr.dtype.element_ty), mask=ok)
+        tl.store(dg_ptr + b * stride_eb + i * stride_ei + rows_s * stride_es + (h * C + offs_c)[None, :],
+                 (d_gated * gated * (1.0 - sg)).to(dg_ptr.dtype.element_ty), mask=ok)
+        g_rows += stride_gh
+        du_rows += stride_uh

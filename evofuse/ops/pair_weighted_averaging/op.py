@@ -2,16 +2,20 @@
 backward, registered with `register_autograd`; the backward's Triton part is a custom op of its own,
 `evofuse::pair_weighted_averaging_core_backward`, so that torch.compile traces around it.
 
-Forward: LayerNorm + the v and g projections of the MSA in one kernel (`layer_norm_linear`, (B, S, N, 2hC) in
-the input's dtype); LayerNorm + the head projection of the pair, head major (`pair_heads`); the mask term and the
-softmax over j once per (b, i, h), (B, h, N, N) (`kernels.masked_softmax_kernel`, float32 for the backward and
-a copy in the input's dtype for the sums); `kernels.weighted_sum_kernel` for u = w v, gated in its
-epilogue; proj_o by cuBLAS. No float32 (B, S, N, h, C) tensor and no (B, h, S, N, N) tensor exists.
-Backward: d(gated) = grad_out W_o by cuBLAS; the gate's gradient and du from the saved gated sums (row
-attention's gate kernel); dv = w^T du (`weighted_sum_kernel` on w transposed) and dw = du v^T summed over the
-MSA rows in order (`weight_grad_kernel`); the softmax's gradient (`masked_softmax_backward_kernel`), head major;
-the MSA's LayerNorm + projection's by `layer_norm_linear_backward`, the pair's by `pair_heads_backward` (one pass:
-nothing of the pair's size but dz is made).
+Layout: the values v and the gate g are written head major, vg (2, h, B, N, S, C) (v then g; each head's
+(residue j, MSA row s, channel) block contiguous), so that u = w v is one cuBLAS product a (head, batch),
+(N, N) x (N, S*C), and the backward's products read whole rows of K.
+Forward: LayerNorm + the v and g projections of the MSA in one kernel (`layer_norm_linear`, written head
+major, in the input's dtype); LayerNorm + the head projection of the pair (`pair_heads`); the mask term and the
+softmax over j once per (b, i, h), (h, B, N, N) (`kernels.masked_softmax_kernel`, float32 for the backward and a
+copy in the input's dtype for the product); u = w v by cuBLAS; the gate and proj_o in one kernel
+(`kernels.gated_projection_kernel`), which writes the gated sums only for the backward. No float32
+(B, S, N, h, C) tensor and no (B, h, S, N, N) tensor exists.
+Backward: d(gated) = grad_out W_o on chip, with the gate's gradient and du (head major) from the saved gated
+sums (`kernels.gated_projection_backward_kernel`); dv = w^T du (`weighted_sum_kernel` on w transposed) and
+dw = du v^T summed over the MSA rows in order (`weight_grad_kernel`); the softmax's gradient
+(`masked_softmax_backward_kernel`); the MSA's LayerNorm + projection's by `layer_norm_linear_backward`, the
+pair's by `pair_heads_backward` (one pass: nothing of the pair's size but dz is made).
 """
 
 from __future__ import annotations
@@ -19,17 +23,21 @@ from __future__ import annotations
 import functools
 
 import torch
-import torch.nn.functional as F
 import triton
 from torch import Tensor
 
 from ..._runtime import bucket, cdiv, dot_precision, next_pow2, traced
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
 from ..pair_heads import pair_heads, pair_heads_backward
-from ..row_attention.configs import gate_launch
-from ..row_attention.kernels import gate_backward_kernel
 from . import configs
-from .kernels import masked_softmax_backward_kernel, masked_softmax_kernel, weight_grad_kernel, weighted_sum_kernel
+from .kernels import (
+    gated_projection_backward_kernel,
+    gated_projection_kernel,
+    masked_softmax_backward_kernel,
+    masked_softmax_kernel,
+    weight_grad_kernel,
+    weighted_sum_kernel,
+)
 
 MAX_HEAD_WIDTH = 128
 
@@ -60,20 +68,21 @@ def _softmax_tiles(N: int, num_heads: int) -> dict:
 
 
 def _weights(logits: Tensor, pair_mask: Tensor | None, inf: float, mask_mode: str, keep: bool) -> tuple[Tensor, Tensor]:
-    """(w, w in the logits' dtype): w = softmax_j(logits + (1 - mask) * -inf), (B, h, N, N) float32, from the
-    head logits (B, N, N, h), any strides (`kernels.masked_softmax_kernel`); "relative": the mask term taken relative to the
-    row's smallest (a constant of the row: the same softmax, and a row whose pairs are all masked keeps its
-    logits' precision); "add": added in float32 as the models do. The second is w itself for float32 logits.
-    Without `keep` (inference) 16-bit logits give only the second, and the first is empty."""
+    """(w, w in the logits' dtype): w = softmax_j(logits + (1 - mask) * -inf), (h, B, N, N) float32, from the
+    head logits (B, N, N, h), any strides (`kernels.masked_softmax_kernel`); "relative": the mask term taken
+    relative to the row's smallest (a constant of the row: the same softmax, and a row whose pairs are all
+    masked keeps its logits' precision); "add": added in float32 as the models do. The second is w itself for
+    float32 logits. Without `keep` (inference) 16-bit logits give only the second, and the first is empty."""
     B, N, _, h = logits.shape
-    shape = (B, h, N, N)
+    shape = (h, B, N, N)
     low = torch.empty(shape, dtype=logits.dtype, device=logits.device)
     w = low if logits.dtype == torch.float32 else torch.empty(shape if keep else (0,), dtype=torch.float32,
                                                               device=logits.device)
     if low.numel():
         mask_args = (logits, 0, 0, 0) if pair_mask is None else (pair_mask, *pair_mask.stride())
         store_w = w.numel() > 0
-        masked_softmax_kernel[(B * N,)](logits, *logits.stride(), *mask_args, w if store_w else low, *low.stride(),
+        strides = low.transpose(0, 1).stride()  # (b, h, i, j)
+        masked_softmax_kernel[(B * N,)](logits, *logits.stride(), *mask_args, w if store_w else low, *strides,
                                         low, N, h, inf, HAS_MASK=pair_mask is not None,
                                         RELATIVE=mask_mode == "relative", STORE_W=store_w, STORE_LOW=low is not w,
                                         **_softmax_tiles(N, h))
@@ -93,18 +102,32 @@ def _weights_backward(w: Tensor, dw: Tensor, dtype: torch.dtype) -> Tensor:
     return d_logits
 
 
-def _weighted_sum(w: Tensor, v: Tensor, g: Tensor | None, out: Tensor, num_heads: int, C: int, precision: str) -> None:
-    """out[b, s, i, h] = (sigmoid(g) *) sum_j w[b, h, i, j] v[b, s, j, h] for (B, S, N, .) views with channel
-    stride 1 (head h at channels h*C ..)."""
-    B, S, N = v.shape[:3]
+def _heads(t: Tensor) -> Tensor:
+    """(h, B, N, S, C) head-major storage -> the (B, h, S, N, C) view the weighted-sum kernels take."""
+    return t.permute(1, 0, 3, 2, 4)
+
+
+def _row_heads(t: Tensor, num_heads: int) -> Tensor:
+    """(B, S, N, h*C) -> the (B, h, S, N, C) view the weighted-sum kernels take."""
+    return t.unflatten(-1, (num_heads, t.shape[-1] // num_heads)).permute(0, 3, 1, 2, 4)
+
+
+def _weighted_sum(w: Tensor, v: Tensor, out: Tensor, precision: str) -> None:
+    """out[b, h, s, i] = sum_j w[b, h, i, j] v[b, h, s, j] for (B, h, S, N, C) views with channel stride 1,
+    w (B, h, N, N)."""
+    B, H, S, N, C = v.shape
 
     def grid(meta):
-        return B * num_heads * cdiv(N, meta["BLOCK_I"]) * cdiv(S, meta["COLS"] // next_pow2(C)),
+        return B * H * cdiv(N, meta["BLOCK_I"]) * cdiv(S, meta["COLS"] // next_pow2(C)),
 
-    gate = v if g is None else g
-    _kernels()[0][grid](w, *w.stride(), v, *v.stride()[:3], gate, *gate.stride()[:3], out, *out.stride()[:3],
-                        S, N, num_heads, C, bucket(N), GATE=g is not None, BLOCK_C=next_pow2(C),
+    _kernels()[0][grid](w, *w.stride(), v, *v.stride()[:4], out, *out.stride()[:4], S, N, H, C, bucket(N),
+                        BLOCK_C=next_pow2(C),
                         PRECISION=dot_precision(v.dtype, precision))
+
+
+def _head_major(t: Tensor) -> tuple:
+    """The (b, h, i, s) strides of a (h, B, N, S, C) head-major tensor."""
+    return t.stride(1), t.stride(0), t.stride(2), t.stride(3)
 
 
 @torch.library.custom_op("evofuse::pair_weighted_averaging", mutates_args=())
@@ -112,68 +135,92 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
                                norm_m_bias: Tensor, norm_z_weight: Tensor, norm_z_bias: Tensor, proj_m_weight: Tensor,
                                proj_g_weight: Tensor, proj_z_weight: Tensor, proj_o_weight: Tensor, num_heads: int,
                                inf: float, mask_mode: str, precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(out (B, S, N, c_m), vg (B, S, N, 2hC), gated (B, S, N, hC), w (B, h, N, N) float32): the output, then what
-    the backward takes: the projections, the gated sums (proj_o's input) and the weights; the last two empty unless
-    `train`. Every tensor argument has msa_repr's dtype."""
-    B, S, N, _ = msa_repr.shape
+    """(out (B, S, N, c_m), vg (2, h, B, N, S, C), gated (B, S, N, hC), w (h, B, N, N) float32): the output, then
+    what the backward takes: the projections (head major: v, then g), the gated sums (proj_o's input) and the
+    weights; the last two empty unless `train`. Every tensor argument has msa_repr's dtype."""
+    B, S, N, c_m = msa_repr.shape
     inner = proj_m_weight.shape[0]
-    C = inner // num_heads
-    vg = layer_norm_linear(msa_repr, norm_m_weight, norm_m_bias, torch.cat([proj_m_weight, proj_g_weight]),
-                           None, None, precision)
+    H, C = num_heads, inner // num_heads
+    vg = msa_repr.new_empty(2, H, B, N, S, C)
+    layer_norm_linear(msa_repr, norm_m_weight, norm_m_bias, torch.cat([proj_m_weight, proj_g_weight]), None, None,
+                      precision, out=vg.permute(2, 4, 3, 0, 1, 5).flatten(3, 4))  # (B, S, N, 2h, C)
     logits = pair_heads(pair_repr, norm_z_weight, norm_z_bias, proj_z_weight, None).permute(0, 2, 3, 1)  # (B, N, N, h)
     w, w_low = _weights(logits, pair_mask, inf, mask_mode, train)
-    del logits  # (the peak: the projections, w, its copy and the gated sums; then the output instead of the copy)
-    gated = torch.empty(B, S, N, inner, dtype=msa_repr.dtype, device=msa_repr.device)
-    if gated.numel():
-        _weighted_sum(w_low, vg[..., :inner], vg[..., inner:], gated, num_heads, C, precision)
-    del w_low
-    return F.linear(gated, proj_o_weight), vg, gated if train else gated.new_empty(0), w if train else w.new_empty(0)
+    del logits
+    u = torch.bmm(w_low.view(H * B, N, N), vg[0].view(H * B, N, S * C)).view(H, B, N, S, C)
+    del w_low  # (the peak: the projections, w, its copy and u; then the output and the gated sums instead)
+    out = msa_repr.new_empty(B, S, N, proj_o_weight.shape[0])
+    gated = msa_repr.new_empty(B, S, N, inner) if train else out
+    if out.numel():
+        tiles = _projection_tiles(S, C, out.shape[-1])
+        g = vg[1]
+        gated_projection_kernel[(B * N * cdiv(S, tiles["BLOCK_S"]), cdiv(out.shape[-1], tiles["BLOCK_O"]))](
+            u, *_head_major(u), g, *_head_major(g), proj_o_weight, *proj_o_weight.stride(), out, out.stride(0),
+            out.stride(1), out.stride(2), gated, gated.stride(0), gated.stride(1), gated.stride(2), S, N, H,
+            out.shape[-1], C, STORE_GATED=train, PRECISION=dot_precision(msa_repr.dtype, precision), **tiles)
+    return out, vg, gated if train else gated.new_empty(0), w if train else w.new_empty(0)
 
 
 @pair_weighted_averaging_op.register_fake
 def _(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight, norm_z_bias, proj_m_weight,
       proj_g_weight, proj_z_weight, proj_o_weight, num_heads, inf, mask_mode, precision, train):
-    B, S, N, c_m = msa_repr.shape
+    B, S, N, _ = msa_repr.shape
     inner = proj_m_weight.shape[0]
     gated = msa_repr.new_empty(B, S, N, inner) if train else msa_repr.new_empty(0)
-    return (msa_repr.new_empty(B, S, N, c_m), msa_repr.new_empty(B, S, N, 2 * inner), gated,
-            msa_repr.new_empty((B, num_heads, N, N) if train else (0,), dtype=torch.float32))
+    return (msa_repr.new_empty(B, S, N, proj_o_weight.shape[0]),
+            msa_repr.new_empty(2, num_heads, B, N, S, inner // num_heads), gated,
+            msa_repr.new_empty((num_heads, B, N, N) if train else (0,), dtype=torch.float32))
 
 
-def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor, gated: Tensor, num_heads: int,
+PROJECTION_ROWS = 64  # MSA rows s a program of the gated projection kernels
+PROJECTION_WARPS = 4
+
+
+def _projection_tiles(S: int, C: int, c_m: int) -> dict:
+    """The gated projection kernels' tiles: BLOCK_S rows, each head's channels padded to a power of two (at least
+    16, the product's), up to 128 output channels a program (forward) or a step (backward)."""
+    return dict(BLOCK_S=max(16, min(PROJECTION_ROWS, next_pow2(S))), BLOCK_C=max(16, next_pow2(C)),
+                BLOCK_O=max(16, min(128, next_pow2(c_m))), num_warps=PROJECTION_WARPS)
+
+
+def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor, gated: Tensor,
                   precision: str) -> tuple[Tensor, Tensor]:
     """(d_vg (B, S, N, 2hC), d_logits (B, h, N, N), both in vg's dtype): the projections' and the head logits'
     gradients for the output's gradient grad_out (B, S, N, c_m), from proj_o's weight (c_m, hC), the forward's
-    projections vg, weights w (B, h, N, N) float32 and gated sums (B, S, N, hC)."""
-    B, S, N, inner2 = vg.shape
-    inner = inner2 // 2
-    C = inner // num_heads
-    M = B * S * N
-    d_vg = torch.empty_like(vg)
-    du = grad_out @ proj_o_weight  # the gated sums' gradient, overwritten in place by the un-gated sums'
-    unused = torch.empty(M, num_heads, dtype=torch.float32, device=vg.device)  # the gate kernel's row sums
-    gate = gate_launch(num_heads, C)
-    gate_backward_kernel[(cdiv(M, gate["BLOCK_M"]),)](
-        du, gated, inner, vg[..., inner:], d_vg[..., inner:], 2 * inner, du, unused, num_heads, M, num_heads, **gate)
-    w_t = w.to(vg.dtype).transpose(2, 3)  # dv[s, j] = sum_i w[i, j] du[s, i]
-    _weighted_sum(w_t, du, None, d_vg[..., :inner], num_heads, C, precision)
-    dw = torch.empty(w.shape, dtype=torch.float32, device=w.device)
+    projections vg (2, h, B, N, S, C), weights w (h, B, N, N) float32 and gated sums (B, S, N, hC)."""
+    _, H, B, N, S, C = vg.shape
+    inner = H * C
+    d_vg = vg.new_empty(B, S, N, 2 * inner)
+    du = torch.empty_like(vg[0])  # (h, B, N, S, C)
+    g = vg[1]
+    d_g = d_vg[..., inner:]
+    tiles = _projection_tiles(S, C, grad_out.shape[-1])
+    if du.numel():
+        gated_projection_backward_kernel[(B * N * cdiv(S, tiles["BLOCK_S"]),)](
+            grad_out, *grad_out.stride(), proj_o_weight,
+            *proj_o_weight.stride(), gated, gated.stride(0), gated.stride(1), gated.stride(2), g, *_head_major(g), du,
+            *_head_major(du), d_g, d_g.stride(0), d_g.stride(1), d_g.stride(2), S, N, H, grad_out.shape[-1], C,
+            PRECISION=dot_precision(vg.dtype, precision), **tiles)
+    w_bh = w.transpose(0, 1)  # (B, h, N, N)
+    du5, v5 = _heads(du), _heads(vg[0])
+    _weighted_sum(w_bh.to(vg.dtype).transpose(2, 3), du5, _row_heads(d_vg[..., :inner], H), precision)
+    dw = torch.empty(B, H, N, N, dtype=torch.float32, device=w.device)
 
     def grid(meta):
-        return B * num_heads * cdiv(N, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"]),
+        return B * H * cdiv(N, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"]),
 
-    _kernels()[1][grid](du, *du.stride()[:3], vg, *vg.stride()[:3], dw, *dw.stride(), S, N, num_heads, C, bucket(N),
+    _kernels()[1][grid](du5, *du5.stride()[:4], v5, *v5.stride()[:4], dw, *dw.stride(), S, N, H, C, bucket(N),
                         BLOCK_C=next_pow2(C), PRECISION=dot_precision(vg.dtype, precision))
-    return d_vg, _weights_backward(w, dw, vg.dtype)
+    return d_vg, _weights_backward(w_bh, dw, vg.dtype)
 
 
 core_backward_op = torch.library.custom_op("evofuse::pair_weighted_averaging_core_backward", mutates_args=())(core_backward)
 
 
 @core_backward_op.register_fake
-def _(vg, w, grad_out, proj_o_weight, gated, num_heads, precision):
-    B, h, N, _ = w.shape
-    return torch.empty_like(vg), vg.new_empty(B, h, N, N)
+def _(vg, w, grad_out, proj_o_weight, gated, precision):
+    _, H, B, N, S, C = vg.shape
+    return vg.new_empty(B, S, N, 2 * H * C), vg.new_empty(B, H, N, N)
 
 
 def _setup_context(ctx, inputs, output):
@@ -190,7 +237,7 @@ def _backward(ctx, grad_out, *_):
     needs = ctx.needs_input_grad
     inner = wm.shape[0]
     backward = core_backward_op if traced(grad_out) else core_backward
-    d_vg, d_logits = backward(vg, w, grad_out, wo, gated, ctx.num_heads, ctx.precision)
+    d_vg, d_logits = backward(vg, w, grad_out, wo, gated, ctx.precision)
     d_wo = grad_out.reshape(-1, grad_out.shape[-1]).t() @ gated.reshape(-1, inner) if needs[10] else None
     # the pair's LayerNorm + projection (the mask term has no gradient)
     dz, dnzw, dnzb, dwz, _ = pair_heads_backward(pair_repr, nzw, nzb, wz, d_logits,
