@@ -154,12 +154,11 @@ def _launches():
                    dict(C=C, BLOCK_C=C, PRECISION=precision, **kw), warps, stages, {})
             yield (f"weight gradient {dtype} C {C}", pwa.weight_grad_kernel, dtype,
                    dict(C=C, BLOCK_C=C, PRECISION=precision, **kw), warps, stages, {})
-            tiles = pwa_op._projection_tiles(1024, C, 64)
-            warps = tiles.pop("num_warps")
+            kw, warps, stages = cfg(pwa_configs.projection_candidates(8 * C, 64)[0])
             yield (f"gated projection {dtype} C {C}", pwa.gated_projection_kernel, dtype,
-                   dict(C=C, STORE_GATED=True, PRECISION=precision, **tiles), warps, 2, {})
+                   dict(C=C, STORE_GATED=True, PRECISION=precision, **kw), warps, stages, {})
             yield (f"gated projection backward {dtype} C {C}", pwa.gated_projection_backward_kernel, dtype,
-                   dict(C=C, PRECISION=precision, **tiles), warps, 2, {})
+                   dict(C=C, PRECISION=precision, **kw), warps, stages, {})
         tiles = pwa_op._softmax_tiles(384, 8)
         yield (f"masked softmax {dtype}", pwa.masked_softmax_kernel, dtype,
                dict(HAS_MASK=True, RELATIVE=True, STORE_W=True, STORE_LOW=dtype == "bf16", **tiles), 4, 3,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import triton
 
-from ..._runtime import autotune_enabled, interpreting
+from ..._runtime import autotune_enabled, interpreting, next_pow2
 
 CONFIGS = [
     triton.Config({"BLOCK_I": bi, "BLOCK_J": bj, "COLS": cols}, num_warps=warps, num_stages=stages)
@@ -45,3 +45,35 @@ def candidates(BLOCK_C: int, element_size: int) -> list[triton.Config]:
 
 def prune(configs, named_args, **kwargs):
     return candidates(kwargs["BLOCK_C"], named_args["v_ptr"].element_size())
+
+
+# The gated projection kernels (forward and backward): BLOCK_S MSA rows of one (b, i), BLOCK_K (head, channel)
+# columns a step, BLOCK_O output channels (a program's in the forward, a step of the backward's product)
+PROJECTION_CONFIGS = [
+    triton.Config({"BLOCK_S": bs, "BLOCK_K": bk, "BLOCK_O": bo}, num_warps=warps, num_stages=stages)
+    for bs, bk, bo, warps, stages in ((32, 256, 64, 4, 2), (64, 128, 64, 4, 2), (64, 64, 64, 4, 3),
+                                      (32, 128, 128, 4, 2), (128, 64, 64, 8, 2), (64, 256, 64, 8, 2),
+                                      (16, 256, 128, 4, 2))
+]
+PROJECTION_INTERPRETER_CONFIG = triton.Config({"BLOCK_S": 16, "BLOCK_K": 16, "BLOCK_O": 16}, num_warps=1,
+                                              num_stages=1)
+
+
+def projection_fits(config: triton.Config, HC: int, c_m: int) -> bool:
+    """No wider a step than the columns or the output channels (both padded to 16, the product's least), and
+    at most 16K float32 accumulator elements a program."""
+    kw = config.kwargs
+    return (kw["BLOCK_K"] <= max(16, next_pow2(HC)) and kw["BLOCK_O"] <= max(16, next_pow2(c_m))
+            and kw["BLOCK_S"] * max(kw["BLOCK_K"], kw["BLOCK_O"]) <= 16384)
+
+
+def projection_candidates(HC: int, c_m: int) -> list[triton.Config]:
+    """The gated projection configs tried for a call (the first fitting where autotuning is off)."""
+    if interpreting():
+        return [PROJECTION_INTERPRETER_CONFIG]
+    kept = [cfg for cfg in PROJECTION_CONFIGS if projection_fits(cfg, HC, c_m)] or PROJECTION_CONFIGS[-1:]
+    return kept if autotune_enabled() else kept[:1]
+
+
+def prune_projection(configs, named_args, **kwargs):
+    return projection_candidates(named_args["HC"], named_args["C_OUT"])

@@ -52,10 +52,17 @@ def _autotuned(kernel):
                            prune_configs_by={"early_config_prune": configs.prune})(kernel)
 
 
+def _autotuned_projection(kernel):
+    return triton.autotune(configs.PROJECTION_CONFIGS, key=["HC", "C_OUT", "S_BUCKET", "C"],
+                           prune_configs_by={"early_config_prune": configs.prune_projection})(kernel)
+
+
 @functools.cache
 def _kernels():
-    """The two kernels under Triton's autotuner (built on first use)."""
-    return _autotuned(weighted_sum_kernel), _autotuned(weight_grad_kernel)
+    """The kernels under Triton's autotuner (built on first use): the weighted sum, the weight gradient, the
+    gated projection and its backward."""
+    return (_autotuned(weighted_sum_kernel), _autotuned(weight_grad_kernel),
+            _autotuned_projection(gated_projection_kernel), _autotuned_projection(gated_projection_backward_kernel))
 
 
 SOFTMAX_TILE = 2048  # elements (residues j x heads) a step of the softmax kernels
@@ -149,15 +156,19 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
     del logits
     u = torch.bmm(w_low.view(H * B, N, N), vg[0].view(H * B, N, S * C)).view(H, B, N, S, C)
     del w_low  # (the peak: the projections, w, its copy and u; then the output and the gated sums instead)
-    out = msa_repr.new_empty(B, S, N, proj_o_weight.shape[0])
+    c_out = proj_o_weight.shape[0]
+    out = msa_repr.new_empty(B, S, N, c_out)
     gated = msa_repr.new_empty(B, S, N, inner) if train else out
     if out.numel():
-        tiles = _projection_tiles(S, C, out.shape[-1])
         g = vg[1]
-        gated_projection_kernel[(B * N * cdiv(S, tiles["BLOCK_S"]), cdiv(out.shape[-1], tiles["BLOCK_O"]))](
-            u, *_head_major(u), g, *_head_major(g), proj_o_weight, *proj_o_weight.stride(), out, out.stride(0),
-            out.stride(1), out.stride(2), gated, gated.stride(0), gated.stride(1), gated.stride(2), S, N, H,
-            out.shape[-1], C, STORE_GATED=train, PRECISION=dot_precision(msa_repr.dtype, precision), **tiles)
+
+        def grid(meta):
+            return B * N * cdiv(S, meta["BLOCK_S"]), cdiv(c_out, meta["BLOCK_O"])
+
+        _kernels()[2][grid](u, *_head_major(u), g, *_head_major(g), proj_o_weight, *proj_o_weight.stride(), out,
+                            out.stride(0), out.stride(1), out.stride(2), gated, gated.stride(0), gated.stride(1),
+                            gated.stride(2), S, N, inner, c_out, bucket(S), C, STORE_GATED=train,
+                            PRECISION=dot_precision(msa_repr.dtype, precision))
     return out, vg, gated if train else gated.new_empty(0), w if train else w.new_empty(0)
 
 
@@ -172,17 +183,6 @@ def _(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight,
             msa_repr.new_empty((num_heads, B, N, N) if train else (0,), dtype=torch.float32))
 
 
-PROJECTION_ROWS = 64  # MSA rows s a program of the gated projection kernels
-PROJECTION_WARPS = 4
-
-
-def _projection_tiles(S: int, C: int, c_m: int) -> dict:
-    """The gated projection kernels' tiles: BLOCK_S rows, each head's channels padded to a power of two (at least
-    16, the product's), up to 128 output channels a program (forward) or a step (backward)."""
-    return dict(BLOCK_S=max(16, min(PROJECTION_ROWS, next_pow2(S))), BLOCK_C=max(16, next_pow2(C)),
-                BLOCK_O=max(16, min(128, next_pow2(c_m))), num_warps=PROJECTION_WARPS)
-
-
 def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor, gated: Tensor,
                   precision: str) -> tuple[Tensor, Tensor]:
     """(d_vg (B, S, N, 2hC), d_logits (B, h, N, N), both in vg's dtype): the projections' and the head logits'
@@ -194,23 +194,24 @@ def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor
     du = torch.empty_like(vg[0])  # (h, B, N, S, C)
     g = vg[1]
     d_g = d_vg[..., inner:]
-    tiles = _projection_tiles(S, C, grad_out.shape[-1])
     if du.numel():
-        gated_projection_backward_kernel[(B * N * cdiv(S, tiles["BLOCK_S"]),)](
-            grad_out, *grad_out.stride(), proj_o_weight,
-            *proj_o_weight.stride(), gated, gated.stride(0), gated.stride(1), gated.stride(2), g, *_head_major(g), du,
-            *_head_major(du), d_g, d_g.stride(0), d_g.stride(1), d_g.stride(2), S, N, H, grad_out.shape[-1], C,
-            PRECISION=dot_precision(vg.dtype, precision), **tiles)
+        def projection_grid(meta):
+            return B * N * cdiv(S, meta["BLOCK_S"]),
+
+        _kernels()[3][projection_grid](grad_out, *grad_out.stride(), proj_o_weight, *proj_o_weight.stride(), gated,
+                                       gated.stride(0), gated.stride(1), gated.stride(2), g, *_head_major(g), du,
+                                       *_head_major(du), d_g, d_g.stride(0), d_g.stride(1), d_g.stride(2), S, N, inner,
+                                       grad_out.shape[-1], bucket(S), C, PRECISION=dot_precision(vg.dtype, precision))
     w_bh = w.transpose(0, 1)  # (B, h, N, N)
     du5, v5 = _heads(du), _heads(vg[0])
     _weighted_sum(w_bh.to(vg.dtype).transpose(2, 3), du5, _row_heads(d_vg[..., :inner], H), precision)
     dw = torch.empty(B, H, N, N, dtype=torch.float32, device=w.device)
 
-    def grid(meta):
+    def weight_grid(meta):
         return B * H * cdiv(N, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"]),
 
-    _kernels()[1][grid](du5, *du5.stride()[:4], v5, *v5.stride()[:4], dw, *dw.stride(), S, N, H, C, bucket(N),
-                        BLOCK_C=next_pow2(C), PRECISION=dot_precision(vg.dtype, precision))
+    _kernels()[1][weight_grid](du5, *du5.stride()[:4], v5, *v5.stride()[:4], dw, *dw.stride(), S, N, H, C, bucket(N),
+                               BLOCK_C=next_pow2(C), PRECISION=dot_precision(vg.dtype, precision))
     return d_vg, _weights_backward(w_bh, dw, vg.dtype)
 
 
