@@ -90,6 +90,23 @@ def test_writes_heads_into_a_strided_output(lead, D, heads, C, dtype):
         layer_norm_linear(x, lnw, lnb, w, None, None, out=out[..., :1, :])
 
 
+@pytest.mark.parametrize("shape, dims", [((3, 4, 5, 24), (2, 0, 1, 3)), ((2, 3, 2, 3, 16), (4, 1, 0, 3, 2)),
+                                         ((7, 300), (1, 0))])
+def test_strided_rows_of_any_leading_shape(shape, dims):
+    """x read through its strides (a permuted view, no copy), rows of one to four leading dimensions: the
+    output of its contiguous copy; with the rows' mask too."""
+    g = torch.Generator().manual_seed(len(shape))
+    x = torch.randn(*shape, generator=g).to(DEVICE).permute(*dims)
+    D, K = x.shape[-1], 11
+    lnw, lnb = (1 + torch.randn(D, generator=g)).to(DEVICE), torch.randn(D, generator=g).to(DEVICE)
+    w, b = torch.randn(K, D, generator=g).to(DEVICE), torch.randn(K, generator=g).to(DEVICE)
+    mask = (torch.rand(x.shape[:-1], generator=g) > 0.3).to(DEVICE)
+    for m in (None, mask):
+        y = layer_norm_linear(x, lnw, lnb, w, b, m)
+        assert y.shape == (*x.shape[:-1], K) and y.is_contiguous()
+        torch.testing.assert_close(y, layer_norm_linear(x.contiguous(), lnw, lnb, w, b, m), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("precision, bound", [("default", 1e-6), ("fast", 5e-3)])
 def test_float32_weights_of_any_scale(precision, bound):
     """float32 rows on float16 tensor cores: each output column's weights scaled into float16's range on chip,

@@ -24,15 +24,16 @@ from .float16_halves import finite_abs, power_of_two_scales, store_halves
 
 @triton.jit
 def _layer_norm_linear_kernel(
-    x_ptr, stride_xm, stride_xd,  # x: (M, D)
+    x_ptr, stride_x0, stride_x1, stride_x2, stride_xd,  # x: (M, D), row m = (m0, m1, m2) of its leading shape
+    # (., M1, M2)
     lnw_ptr, lnb_ptr,  # LayerNorm weight and bias: (D,); TERMS > 0: unused (folded into W and the bias)
     w_ptr, stride_wk, stride_wd, stride_wh,  # W: (K, D) in x's dtype; TERMS > 0: float16 halves of the folded W
     # (`_weight_halves_kernel`), the low half stride_wh after the high
     bias_ptr,  # HAS_BIAS: (K,)
     inv_ptr,  # TERMS > 0: (K,) float32, 1 / each column's power-of-two scale
     m_ptr, stride_mm,  # HAS_MASK: the row mask (M,), 0/1 of any dtype
-    y_ptr, stride_y0, stride_y1, stride_y2, stride_yg, stride_yk,  # y: (M, K), row m = (m0, m1, m2) of x's leading
-    # shape (., M1, M2), column k = (k // GROUP, k % GROUP) (GROUP 0: k alone, stride_yk)
+    y_ptr, stride_y0, stride_y1, stride_y2, stride_yg, stride_yk,  # y: (M, K), rows as x's, column k =
+    # (k // GROUP, k % GROUP) (GROUP 0: k alone, stride_yk)
     M, D, K, M1, M2, eps,
     K_BUCKET,  # autotuning key only
     GROUP: tl.constexpr,
@@ -53,7 +54,7 @@ def _layer_norm_linear_kernel(
     pid_m = tl.program_id(0)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
     m_ok = offs_m < M
-    x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm  # [BLOCK_M, 1]
+    x_rows = x_ptr + _rows(offs_m, M1, M2, stride_x0, stride_x1, stride_x2)[:, None]  # [BLOCK_M, 1]
     if WHOLE_ROW:
         offs_d = tl.arange(0, BLOCK_D)
         d_ok = offs_d < D
@@ -187,6 +188,13 @@ def _affine(xhat, lnw_ptr, lnb_ptr, offs_d, d_ok):
 
 
 @triton.jit
+def _rows(offs_m, M1, M2, stride_0, stride_1, stride_2):
+    """The 64-bit offsets of rows m = (m0, m1, m2) of a (., M1, M2) leading shape."""
+    m = offs_m.to(tl.int64)
+    return m // M2 // M1 * stride_0 + (m // M2) % M1 * stride_1 + m % M2 * stride_2
+
+
+@triton.jit
 def _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_y0, stride_y1, stride_y2, stride_yg,
            stride_yk, M1, M2, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr):
     """acc [rows, columns] plus the bias, times the rows' mask, stored in y's dtype at y's layout (the kernel's
@@ -197,10 +205,7 @@ def _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_
         acc += tl.load(bias_ptr + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
     if HAS_MASK:
         acc *= tl.load(m_ptr + offs_m.to(tl.int64) * stride_mm, mask=m_ok, other=0).to(tl.float32)[:, None]
-    m2 = offs_m % M2
-    m1 = (offs_m // M2) % M1
-    m0 = offs_m // M2 // M1
-    rows = m0.to(tl.int64) * stride_y0 + m1.to(tl.int64) * stride_y1 + m2.to(tl.int64) * stride_y2  # [BLOCK_M]
+    rows = _rows(offs_m, M1, M2, stride_y0, stride_y1, stride_y2)  # [BLOCK_M]
     if GROUP > 0:
         cols = (offs_k // GROUP).to(tl.int64) * stride_yg + offs_k % GROUP * stride_yk  # [BLOCK_K]
     else:
@@ -300,27 +305,28 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
     D = x.shape[-1]
     K = weight.shape[0]
     lead = x.shape[:-1]
-    rows = x.reshape(-1, D)
-    M = rows.shape[0]
+    M = x[..., 0].numel()
     if out is not None and (out.shape[:-2] != lead or len(lead) > 3 or out.shape[-2] * out.shape[-1] != K
                             or out.stride(-1) != 1):
         raise ValueError(f"out of shape {tuple(out.shape)} does not hold the heads of a {tuple(lead)} x {K} output")
     if M == 0 or K == 0:
         return torch.empty(*lead, K, dtype=x.dtype, device=x.device) if out is None else out
-    mask_rows = rows if mask is None else mask.reshape(-1)
+    mask_rows = x if mask is None else mask.reshape(-1)
     if normalizes_first(M, D, K, x.dtype):  # (the normalized rows are freed on return)
-        xn = layer_norm_pass(rows, ln_weight, ln_bias, None, None, None, True, False, precision)[0]
+        xn = layer_norm_pass(x.reshape(M, D), ln_weight, ln_bias, None, None, None, True, False, precision)[0]
         y = torch.mm(xn, weight.t()) if bias is None else torch.addmm(bias, xn, weight.t())
         if mask is not None:
             y *= mask_rows.to(y.dtype)[:, None]
         return y.view(*lead, K) if out is None else out.copy_(y.view(out.shape))
+    if len(lead) > 3:  # (rows of at most three leading dimensions)
+        x = x.reshape(-1, *x.shape[-3:])
+    sizes = (1,) * (4 - x.dim()) + tuple(x.shape[:-1])
+    x_layout = (0,) * (4 - x.dim()) + x.stride()
     y = torch.empty(M, K, dtype=x.dtype, device=x.device) if out is None else out
-    if out is None:  # rows (1, 1, M), columns ungrouped
-        y_layout, M1, M2, group = (0, 0, K, 0, 1), 1, M, 0
+    if out is None:  # columns ungrouped
+        y_layout, group = (sizes[1] * sizes[2] * K, sizes[2] * K, K, 0, 1), 0
     else:
-        sizes = (1,) * (3 - len(lead)) + tuple(lead)
-        strides = (0,) * (3 - len(lead)) + out.stride()[:-2]
-        y_layout, M1, M2, group = (*strides, out.stride(-2), 1), sizes[1], sizes[2], out.shape[-1]
+        y_layout, group = ((0,) * (3 - len(lead)) + out.stride()[:-1] + (1,)), out.shape[-1]
     block_d = max(16, min(next_pow2(D), MAX_BLOCK_D))
     whole_row = block_d >= D
     terms = 0 if x.element_size() == 2 else 3 if precision == "default" else 1
@@ -337,9 +343,9 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
     def grid(meta):
         return cdiv(M, meta["BLOCK_M"]), 1 if whole_row else cdiv(K, meta["BLOCK_K"])
 
-    _tuned()[grid](rows, *rows.stride(), ln_weight, ln_bias, weight, *weight.stride(), w_stride_h,
+    _tuned()[grid](x, *x_layout, ln_weight, ln_bias, weight, *weight.stride(), w_stride_h,
                    weight if bias is None else bias, inverse, mask_rows, 0 if mask is None else mask_rows.stride(0), y,
-                   *y_layout, M, D, K, M1, M2, LAYER_NORM_EPS, bucket(K), GROUP=group,
+                   *y_layout, M, D, K, sizes[1], sizes[2], LAYER_NORM_EPS, bucket(K), GROUP=group,
                    HAS_BIAS=bias is not None, HAS_MASK=mask is not None, WHOLE_ROW=whole_row, TERMS=terms,
                    BLOCK_D=block_d)
     return y.view(*lead, K) if out is None else out

@@ -52,8 +52,8 @@ def _autotuned(kernel):
                            prune_configs_by={"early_config_prune": configs.prune})(kernel)
 
 
-def _autotuned_projection(kernel):
-    return triton.autotune(configs.PROJECTION_CONFIGS, key=["HC", "C_OUT", "S_BUCKET", "C"],
+def _autotuned_projection(kernel, *key):
+    return triton.autotune(configs.PROJECTION_CONFIGS, key=["HC", "C_OUT", "S_BUCKET", "C", *key],
                            prune_configs_by={"early_config_prune": configs.prune_projection})(kernel)
 
 
@@ -62,7 +62,8 @@ def _kernels():
     """The kernels under Triton's autotuner (built on first use): the weighted sum, the weight gradient, the
     gated projection and its backward."""
     return (_autotuned(weighted_sum_kernel), _autotuned(weight_grad_kernel),
-            _autotuned_projection(gated_projection_kernel), _autotuned_projection(gated_projection_backward_kernel))
+            _autotuned_projection(gated_projection_kernel, "STORE_GATED"),
+            _autotuned_projection(gated_projection_backward_kernel))
 
 
 SOFTMAX_TILE = 2048  # elements (residues j x heads) a step of the softmax kernels
@@ -149,8 +150,9 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
     inner = proj_m_weight.shape[0]
     H, C = num_heads, inner // num_heads
     vg = msa_repr.new_empty(2, H, B, N, S, C)
-    layer_norm_linear(msa_repr, norm_m_weight, norm_m_bias, torch.cat([proj_m_weight, proj_g_weight]), None, None,
-                      precision, out=vg.permute(2, 4, 3, 0, 1, 5).flatten(3, 4))  # (B, S, N, 2h, C)
+    # rows taken (b, i, s), so that a block of them is one run of each head's storage
+    layer_norm_linear(msa_repr.transpose(1, 2), norm_m_weight, norm_m_bias, torch.cat([proj_m_weight, proj_g_weight]),
+                      None, None, precision, out=vg.permute(2, 3, 4, 0, 1, 5).flatten(3, 4))  # (B, N, S, 2h, C)
     logits = pair_heads(pair_repr, norm_z_weight, norm_z_bias, proj_z_weight, None).permute(0, 2, 3, 1)  # (B, N, N, h)
     w, w_low = _weights(logits, pair_mask, inf, mask_mode, train)
     del logits
