@@ -154,9 +154,11 @@ def _launches():
                    dict(C=C, BLOCK_C=C, PRECISION=precision, **kw), warps, stages, {})
             yield (f"weight gradient {dtype} C {C}", pwa.weight_grad_kernel, dtype,
                    dict(C=C, BLOCK_C=C, PRECISION=precision, **kw), warps, stages, {})
-            kw, warps, stages = cfg(pwa_configs.projection_candidates(8 * C, 64)[0])
+            tiles = pwa_op._projection_tiles(1024, C, 64)
+            warps = tiles.pop("num_warps")
             yield (f"gated projection {dtype} C {C}", pwa.gated_projection_kernel, dtype,
-                   dict(C=C, STORE_GATED=True, PRECISION=precision, **kw), warps, stages, {})
+                   dict(C=C, STORE_GATED=True, PRECISION=precision, **tiles), warps, 3, {})
+            kw, warps, stages = cfg(pwa_configs.projection_candidates(8 * C, 64)[0])
             yield (f"gated projection backward {dtype} C {C}", pwa.gated_projection_backward_kernel, dtype,
                    dict(C=C, PRECISION=precision, **kw), warps, stages, {})
         tiles = pwa_op._softmax_tiles(384, 8)

@@ -94,7 +94,8 @@ def test_writes_heads_into_a_strided_output(lead, D, heads, C, dtype):
                                          ((7, 300), (1, 0))])
 def test_strided_rows_of_any_leading_shape(shape, dims):
     """x read through its strides (a permuted view, no copy), rows of one to four leading dimensions: the
-    output of its contiguous copy; with the rows' mask too."""
+    output of its contiguous copy (to rounding: the compiled sums' order may follow the strides); with the
+    rows' mask too."""
     g = torch.Generator().manual_seed(len(shape))
     x = torch.randn(*shape, generator=g).to(DEVICE).permute(*dims)
     D, K = x.shape[-1], 11
@@ -104,7 +105,7 @@ def test_strided_rows_of_any_leading_shape(shape, dims):
     for m in (None, mask):
         y = layer_norm_linear(x, lnw, lnb, w, b, m)
         assert y.shape == (*x.shape[:-1], K) and y.is_contiguous()
-        torch.testing.assert_close(y, layer_norm_linear(x.contiguous(), lnw, lnb, w, b, m), rtol=0, atol=0)
+        torch.testing.assert_close(y, layer_norm_linear(x.contiguous(), lnw, lnb, w, b, m), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("precision, bound", [("default", 1e-6), ("fast", 5e-3)])

@@ -47,8 +47,8 @@ def prune(configs, named_args, **kwargs):
     return candidates(kwargs["BLOCK_C"], named_args["v_ptr"].element_size())
 
 
-# The gated projection kernels (forward and backward): BLOCK_S MSA rows of one (b, i), BLOCK_K (head, channel)
-# columns a step, BLOCK_O output channels (a program's in the forward, a step of the backward's product)
+# The gated projection's backward: BLOCK_S MSA rows of one (b, i), BLOCK_K (head, channel) columns a step,
+# BLOCK_O output channels a step of its product (on the H200 at pwa-boltz 0.503 ms a step, 0.585 a head a step)
 PROJECTION_CONFIGS = [
     triton.Config({"BLOCK_S": bs, "BLOCK_K": bk, "BLOCK_O": bo}, num_warps=warps, num_stages=stages)
     for bs, bk, bo, warps, stages in ((32, 256, 64, 4, 2), (64, 128, 64, 4, 2), (64, 64, 64, 4, 3),
@@ -68,7 +68,7 @@ def projection_fits(config: triton.Config, HC: int, c_m: int) -> bool:
 
 
 def projection_candidates(HC: int, c_m: int) -> list[triton.Config]:
-    """The gated projection configs tried for a call (the first fitting where autotuning is off)."""
+    """The gated projection backward's configs tried for a call (the first fitting where autotuning is off)."""
     if interpreting():
         return [PROJECTION_INTERPRETER_CONFIG]
     kept = [cfg for cfg in PROJECTION_CONFIGS if projection_fits(cfg, HC, c_m)] or PROJECTION_CONFIGS[-1:]

@@ -221,45 +221,45 @@ def gated_projection_kernel(
     wo_ptr, stride_wo, stride_wk,  # proj_o's weight: (c_m, h*C)
     o_ptr, stride_ob, stride_os, stride_oi,  # out: (B, S, N, c_m), channel stride 1
     q_ptr, stride_qb, stride_qs, stride_qi,  # STORE_GATED: out: the gated sums (B, S, N, h*C), channel stride 1
-    S, N, HC, C_OUT,
-    S_BUCKET,  # autotuning key only
+    S, N, H, C_OUT,
     C: tl.constexpr,  # the head width
     STORE_GATED: tl.constexpr,
     BLOCK_S: tl.constexpr,
-    BLOCK_K: tl.constexpr,  # (head, channel) columns a step
+    BLOCK_C: tl.constexpr,  # C rounded up to a power of two, at least 16
     BLOCK_O: tl.constexpr,  # output channels a program
     PRECISION: tl.constexpr,
 ):
-    """out[b, s, i] = (sigmoid(g) * u)[b, :, i, s] @ W_o^T for BLOCK_S rows s of one (b, i), BLOCK_K of the
-    (head, channel) columns a step: the gated sums rounded to the input's dtype (as proj_o's input) and
-    multiplied on chip, so that they are written only for the backward (STORE_GATED)."""
+    """out[b, s, i] = sum_h (sigmoid(g) * u)[b, h, i, s] @ W_o[:, h]^T for BLOCK_S rows s of one (b, i): each
+    head's gated sums rounded to the input's dtype (as proj_o's input) and multiplied on chip, so that they
+    are written only for the backward (STORE_GATED)."""
     pid = tl.program_id(0).to(tl.int64)
     n_s = tl.cdiv(S, BLOCK_S)
     blk_s = pid % n_s
     i = (pid // n_s) % N
     b = pid // (n_s * N)
     offs_s = blk_s * BLOCK_S + tl.arange(0, BLOCK_S)  # [BLOCK_S]
-    s_ok = offs_s < S
+    offs_c = tl.arange(0, BLOCK_C)
     offs_o = tl.program_id(1) * BLOCK_O + tl.arange(0, BLOCK_O)
+    ok = (offs_s < S)[:, None] & (offs_c < C)[None, :]  # [BLOCK_S, BLOCK_C]
     o_ok = offs_o < C_OUT
+    u_rows = u_ptr + b * stride_ub + i * stride_ui + offs_s[:, None] * stride_us + offs_c[None, :]
+    g_rows = g_ptr + b * stride_gb + i * stride_gi + offs_s[:, None] * stride_gs + offs_c[None, :]
+    q_rows = q_ptr + b * stride_qb + i * stride_qi + offs_s[:, None].to(tl.int64) * stride_qs + offs_c[None, :]
     acc = tl.zeros((BLOCK_S, BLOCK_O), dtype=tl.float32)
-    for k0 in range(0, HC, BLOCK_K):
-        cols = k0 + tl.arange(0, BLOCK_K)  # [BLOCK_K]: (head, channel)
-        ok = s_ok[:, None] & (cols < HC)[None, :]  # [BLOCK_S, BLOCK_K]
-        u = tl.load(u_ptr + b * stride_ub + i * stride_ui + _head_major(offs_s, cols, C, stride_uh, stride_us),
-                    mask=ok, other=0.0)
-        g = tl.load(g_ptr + b * stride_gb + i * stride_gi + _head_major(offs_s, cols, C, stride_gh, stride_gs),
-                    mask=ok, other=0.0)
+    for h in range(H):  # (the pointers step a head at a time: 64-bit)
+        u = tl.load(u_rows, mask=ok, other=0.0)  # [BLOCK_S, BLOCK_C]
+        g = tl.load(g_rows, mask=ok, other=0.0)
         gated = (u.to(tl.float32) * tl.sigmoid(g.to(tl.float32))).to(u.dtype)
         if STORE_GATED:
             if tl.program_id(1) == 0:
-                tl.store(q_ptr + b * stride_qb + i * stride_qi + offs_s[:, None] * stride_qs + cols[None, :], gated,
-                         mask=ok)
-        wo = tl.load(wo_ptr + offs_o[None, :] * stride_wo + cols[:, None] * stride_wk,
-                     mask=(cols < HC)[:, None] & o_ok[None, :], other=0.0)  # [BLOCK_K, BLOCK_O]
+                tl.store(q_rows + h * C, gated, mask=ok)
+        wo = tl.load(wo_ptr + offs_o[None, :] * stride_wo + (h * C + offs_c)[:, None] * stride_wk,
+                     mask=(offs_c < C)[:, None] & o_ok[None, :], other=0.0)  # [BLOCK_C, BLOCK_O]
         acc = tl.dot(gated, wo, acc, input_precision=PRECISION)  # [BLOCK_S, BLOCK_O]
-    tl.store(o_ptr + b * stride_ob + i * stride_oi + offs_s[:, None] * stride_os + offs_o[None, :],
-             acc.to(o_ptr.dtype.element_ty), mask=s_ok[:, None] & o_ok[None, :])
+        u_rows += stride_uh
+        g_rows += stride_gh
+    tl.store(o_ptr + b * stride_ob + i * stride_oi + offs_s[:, None].to(tl.int64) * stride_os + offs_o[None, :],
+             acc.to(o_ptr.dtype.element_ty), mask=(offs_s < S)[:, None] & o_ok[None, :])
 
 
 @triton.jit
