@@ -232,12 +232,7 @@ def gated_projection_kernel(
     """out[b, s, i] = sum_h (sigmoid(g) * u)[b, h, i, s] @ W_o[:, h]^T for BLOCK_S rows s of one (b, i): each
     head's gated sums rounded to the input's dtype (as proj_o's input) and multiplied on chip, so that they
     are written only for the backward (STORE_GATED)."""
-    pid = tl.program_id(0).to(tl.int64)
-    n_s = tl.cdiv(S, BLOCK_S)
-    blk_s = pid % n_s
-    i = (pid // n_s) % N
-    b = pid // (n_s * N)
-    offs_s = blk_s * BLOCK_S + tl.arange(0, BLOCK_S)  # [BLOCK_S]
+    b, i, offs_s = _msa_rows(S, N, BLOCK_S)  # [BLOCK_S] rows s of one (b, i)
     offs_c = tl.arange(0, BLOCK_C)
     offs_o = tl.program_id(1) * BLOCK_O + tl.arange(0, BLOCK_O)
     ok = (offs_s < S)[:, None] & (offs_c < C)[None, :]  # [BLOCK_S, BLOCK_C]
@@ -260,6 +255,14 @@ def gated_projection_kernel(
         g_rows += stride_gh
     tl.store(o_ptr + b * stride_ob + i * stride_oi + offs_s[:, None].to(tl.int64) * stride_os + offs_o[None, :],
              acc.to(o_ptr.dtype.element_ty), mask=(offs_s < S)[:, None] & o_ok[None, :])
+
+
+@triton.jit
+def _msa_rows(S, N, BLOCK_S: tl.constexpr):
+    """(b, i, the rows s) of this program's block of BLOCK_S MSA rows: the blocks of s vary fastest, then i."""
+    pid = tl.program_id(0).to(tl.int64)
+    n_s = tl.cdiv(S, BLOCK_S)
+    return pid // (n_s * N), (pid // n_s) % N, pid % n_s * BLOCK_S + tl.arange(0, BLOCK_S)
 
 
 @triton.jit
@@ -286,12 +289,7 @@ def gated_projection_backward_kernel(
 ):
     """For BLOCK_S rows s of one (b, i), BLOCK_K (head, channel) columns a step: d(gated) = grad_out @ W_o on
     chip (float32), then du = d(gated) * sigmoid(g) and the gate's gradient d(gated) * gated * (1 - sigmoid(g))."""
-    pid = tl.program_id(0).to(tl.int64)
-    n_s = tl.cdiv(S, BLOCK_S)
-    blk_s = pid % n_s
-    i = (pid // n_s) % N
-    b = pid // (n_s * N)
-    offs_s = blk_s * BLOCK_S + tl.arange(0, BLOCK_S)  # [BLOCK_S]
+    b, i, offs_s = _msa_rows(S, N, BLOCK_S)  # [BLOCK_S] rows s of one (b, i)
     s_ok = offs_s < S
     do_rows = do_ptr + b * stride_db + i * stride_di + offs_s[:, None] * stride_ds  # [BLOCK_S, 1]
     for k0 in range(0, HC, BLOCK_K):

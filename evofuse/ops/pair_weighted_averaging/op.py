@@ -157,15 +157,14 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
     del logits
     u = torch.bmm(w_low.view(H * B, N, N), vg[0].view(H * B, N, S * C)).view(H, B, N, S, C)
     del w_low  # (the peak: the projections, w, its copy and u; then the output and the gated sums instead)
-    c_out = proj_o_weight.shape[0]
-    out = msa_repr.new_empty(B, S, N, c_out)
+    out = msa_repr.new_empty(B, S, N, c_m)
     gated = msa_repr.new_empty(B, S, N, inner) if train else out
     if out.numel():
         g = vg[1]
-        tiles = _projection_tiles(S, C, c_out)
-        gated_projection_kernel[(B * N * cdiv(S, tiles["BLOCK_S"]), cdiv(c_out, tiles["BLOCK_O"]))](
+        tiles = _projection_tiles(S, C, c_m)
+        gated_projection_kernel[(B * N * cdiv(S, tiles["BLOCK_S"]), cdiv(c_m, tiles["BLOCK_O"]))](
             u, *_head_major(u), g, *_head_major(g), proj_o_weight, *proj_o_weight.stride(), out, out.stride(0),
-            out.stride(1), out.stride(2), gated, gated.stride(0), gated.stride(1), gated.stride(2), S, N, H, c_out, C,
+            out.stride(1), out.stride(2), gated, gated.stride(0), gated.stride(1), gated.stride(2), S, N, H, c_m, C,
             STORE_GATED=train, PRECISION=dot_precision(msa_repr.dtype, precision), **tiles)
     return out, vg, gated if train else gated.new_empty(0), w if train else w.new_empty(0)
 
