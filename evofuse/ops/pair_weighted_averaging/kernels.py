@@ -295,6 +295,11 @@ def gated_projection_backward_kernel(
     for k0 in range(0, HC, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)  # [BLOCK_K]: (head, channel)
         ok = s_ok[:, None] & (cols < HC)[None, :]  # [BLOCK_S, BLOCK_K]
+        # the gated sums and the gate are loaded first, so that their reads overlap the product
+        gated = tl.load(q_ptr + b * stride_qb + i * stride_qi + offs_s[:, None] * stride_qs + cols[None, :],
+                        mask=ok, other=0.0)
+        g = tl.load(g_ptr + b * stride_gb + i * stride_gi + _head_major(offs_s, cols, C, stride_gh, stride_gs),
+                    mask=ok, other=0.0)
         d_gated = tl.zeros((BLOCK_S, BLOCK_K), dtype=tl.float32)
         for o0 in range(0, C_OUT, BLOCK_O):
             offs_o = o0 + tl.arange(0, BLOCK_O)
@@ -304,12 +309,8 @@ def gated_projection_backward_kernel(
             wo = tl.load(wo_ptr + offs_o[:, None] * stride_wo + cols[None, :] * stride_wk,
                          mask=o_ok[:, None] & (cols < HC)[None, :], other=0.0)  # [BLOCK_O, BLOCK_K]
             d_gated = tl.dot(grad, wo, d_gated, input_precision=PRECISION)  # [BLOCK_S, BLOCK_K]
-        gated = tl.load(q_ptr + b * stride_qb + i * stride_qi + offs_s[:, None] * stride_qs + cols[None, :],
-                        mask=ok, other=0.0).to(tl.float32)
-        g = tl.load(g_ptr + b * stride_gb + i * stride_gi + _head_major(offs_s, cols, C, stride_gh, stride_gs),
-                    mask=ok, other=0.0)
         sg = tl.sigmoid(g.to(tl.float32))
         tl.store(du_ptr + b * stride_ub + i * stride_ui + _head_major(offs_s, cols, C, stride_uh, stride_us),
                  (d_gated * sg).to(du_ptr.dtype.element_ty), mask=ok)
         tl.store(dg_ptr + b * stride_eb + i * stride_ei + offs_s[:, None] * stride_es + cols[None, :],
-                 (d_gated * gated * (1.0 - sg)).to(dg_ptr.dtype.element_ty), mask=ok)
+                 (d_gated * gated.to(tl.float32) * (1.0 - sg)).to(dg_ptr.dtype.element_ty), mask=ok)
