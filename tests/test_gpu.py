@@ -36,7 +36,7 @@ def _rebuild_kernels():
 @pytest.fixture
 def one_config(monkeypatch):
     """Makes each kernel take the given config alone (the cached autotuned kernels rebuilt around it)."""
-    def use(opm=None, forward=None, backward=None, linear=None, dx=None, pwa=None, project=None):
+    def use(opm=None, forward=None, backward=None, linear=None, dx=None, pwa=None, project=None, gated=None):
         if opm is not None:
             terms, config = opm
             monkeypatch.setattr(opm_configs, "CONFIGS", {terms: [config]})
@@ -44,7 +44,8 @@ def one_config(monkeypatch):
         for module, name, config in ((att_configs, "FORWARD_CONFIGS", forward), (att_configs, "BACKWARD_CONFIGS", backward),
                                      (layer_norm_linear, "CONFIGS", linear),
                                      (layer_norm_linear, "FLOAT32_CONFIGS", linear), (opm_configs, "DX_CONFIGS", dx),
-                                     (opm_configs, "PROJECT_CONFIGS", project), (pwa_configs, "CONFIGS", pwa)):
+                                     (opm_configs, "PROJECT_CONFIGS", project), (pwa_configs, "CONFIGS", pwa),
+                                     (pwa_configs, "PROJECTION_CONFIGS", gated)):
             if config is not None:
                 monkeypatch.setattr(module, name, [config])
         _rebuild_kernels()
@@ -137,6 +138,27 @@ def test_every_pair_weighted_averaging_config(index, dtype, c, one_config):
     m, z = torch.randn(2, 37, 97, 32), torch.randn(2, 97, 97, 16)
     mask = (torch.rand(2, 97, 97) > 0.2).float()
     mask[:, 48] = 0
+    check_gradients(mod, (m, z, mask), dtype, "cuda")
+
+
+@pytest.mark.full  # a sweep: compiles a kernel for each config
+@pytest.mark.parametrize("index", range(len(pwa_configs.PROJECTION_CONFIGS)))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("c, h", [(8, 8), (32, 8)])
+def test_every_gated_projection_backward_config(index, dtype, c, h, one_config):
+    """The gated projection's backward with each of its configs alone (columns across heads, a short last
+    block of MSA rows and of output channels): every gradient against float64."""
+    from evofuse import PairWeightedAveraging
+
+    from .helpers import randomize
+
+    cfg = pwa_configs.PROJECTION_CONFIGS[index]
+    if not pwa_configs.projection_fits(cfg, h * c, 96):
+        pytest.skip("the predicate drops this config here")
+    one_config(gated=cfg)
+    mod = randomize(PairWeightedAveraging(96, 16, c, h), 8)
+    m, z = torch.randn(1, 37, 33, 96), torch.randn(1, 33, 33, 16)
+    mask = (torch.rand(1, 33, 33) > 0.2).float()
     check_gradients(mod, (m, z, mask), dtype, "cuda")
 
 
