@@ -332,6 +332,7 @@ def pair_weighted_averaging(
                   f"{inner // num_heads}, dtype={dtype}; running the PyTorch reference")
         return reference()
     train = torch.is_grad_enabled() and any(t.requires_grad for t in (msa_repr, pair_repr, *weights))
+    proj_mg = torch.cat(weights[4:6])  # (the op takes proj_m's and proj_g's weights stacked)
     with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
-        return pair_weighted_averaging_op(msa_repr, pair_repr, pair_mask, *weights, num_heads, float(inf), mask_mode,
-                                          precision, train)[0]
+        return pair_weighted_averaging_op(msa_repr, pair_repr, pair_mask, *weights[:4], proj_mg, *weights[6:],
+                                          num_heads, float(inf), mask_mode, precision, train)[0]

@@ -47,7 +47,6 @@ UNIT_STRIDES = {
     "weighted_sum_kernel": ("stride_wj",),
     "gated_projection_kernel": ("stride_wk",),
     "gated_projection_backward_kernel": ("stride_wk",),
-    "weight_grad_kernel": ("stride_wj",),
     "masked_softmax_kernel": ("stride_xj", "stride_mj", "stride_wj"),
     "masked_softmax_backward_kernel": ("stride_wj", "stride_gj", "stride_dj"),
 }
@@ -135,7 +134,7 @@ def _launches():
             yield (f"pair heads backward {dtype} P={P}", pair_heads.pair_heads_backward_kernel, dtype,
                    dict(HAS_NORM=norm, STORE_DX=True, PRECISION=precision,
                         **pair_heads.pair_heads_tiles(384, P, 8, pair_heads.BACKWARD_TILE)), pair_heads.BACKWARD_WARPS, 2,
-                   {"g_ptr": "*fp32", "part_ptr": "*fp32", "bias_part_ptr": "*fp32"})
+                   {"g_ptr": "*fp32", "part_ptr": "*fp32"})
         attention = dict(MASKED=-1e9, HAS_MASK=True, HEAD_DIM=32, BLOCK_D=32, PRECISION=precision)
         kw, warps, stages = cfg(att_configs.FORWARD_CONFIGS[0])
         yield (f"attention forward {dtype}", att.attention_forward_kernel, dtype, dict(TRAIN=True, **attention, **kw),
@@ -151,8 +150,6 @@ def _launches():
         for C in (32, 8):  # Boltz's heads, AF3's
             kw, warps, stages = cfg(pwa_configs.candidates(C, 2 if dtype == "bf16" else 4)[0])
             yield (f"weighted sum {dtype} C {C}", pwa.weighted_sum_kernel, dtype,
-                   dict(C=C, BLOCK_C=C, PRECISION=precision, **kw), warps, stages, {})
-            yield (f"weight gradient {dtype} C {C}", pwa.weight_grad_kernel, dtype,
                    dict(C=C, BLOCK_C=C, PRECISION=precision, **kw), warps, stages, {})
             tiles = pwa_op._projection_tiles(1024, C, 64)
             warps = tiles.pop("num_warps")

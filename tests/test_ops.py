@@ -116,7 +116,9 @@ def _pwa_args(train, mask=True, mask_mode="relative"):
     m = torch.randn(1, 3, 5, 16, device=DEVICE, requires_grad=train)
     z = torch.randn(1, 5, 5, 8, device=DEVICE, requires_grad=train)
     pair_mask = (torch.rand(1, 5, 5) > 0.3).float().to(DEVICE) if mask else None
-    params = [p.detach().requires_grad_(train) for p in mod.parameters()]
+    params = list(mod.parameters())
+    params[4:6] = [torch.cat(params[4:6])]  # proj_m's and proj_g's weights stacked, as the op takes them
+    params = [p.detach().requires_grad_(train) for p in params]
     return (m, z, pair_mask, *params, 2, 1e6, mask_mode, "default", train)
 
 

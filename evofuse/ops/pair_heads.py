@@ -84,8 +84,7 @@ def pair_heads_backward_kernel(
     w_ptr, stride_wh, stride_wp,  # the projection: (h, P)
     g_ptr, stride_gb, stride_gh, stride_gi, stride_gj,  # the output's gradient: (B, h, N, N), any float dtype
     dx_ptr, stride_db, stride_di, stride_dj, stride_dp,  # STORE_DX: out: the pair's gradient (B, N, N, P)
-    part_ptr, stride_pg, stride_pr,  # out: partial sums (programs, BLOCK_H + 2, BLOCK_P) float32: dW, d_lnw, d_lnb
-    bias_part_ptr, stride_bg,  # out: partial sums of the bias's gradient (programs, BLOCK_H) float32
+    part_ptr, stride_pg,  # out: partial sums (programs, h*P + 2P + h) float32: dW (h, P), d_lnw, d_lnb, d_bias
     N, P, H, eps,
     PROGRAMS,  # programs a batch element
     HAS_NORM: tl.constexpr,
@@ -150,12 +149,12 @@ def pair_heads_backward_kernel(
             d_rows = dx_ptr + b * stride_db + i * stride_di + j * stride_dj  # [BLOCK_IJ]
             tl.store(d_rows[:, None] + offs_p[None, :] * stride_dp, dx.to(dx_ptr.dtype.element_ty),
                      mask=(offs < N * N)[:, None] & p_ok[None, :])
-    row = part_ptr + (b * PROGRAMS + pid) * stride_pg
-    tl.store(row + offs_h[:, None] * stride_pr + offs_p[None, :], acc_w)
+    row = part_ptr + (b * PROGRAMS + pid) * stride_pg  # this program's sums, one run: [dW | d_lnw | d_lnb | d_bias]
+    tl.store(row + offs_h[:, None] * P + offs_p[None, :], acc_w, mask=h_ok[:, None] & p_ok[None, :])
     w = w.to(tl.float32)
-    tl.store(row + BLOCK_H * stride_pr + offs_p, tl.sum(acc_gx * w, axis=0))  # d_lnw
-    tl.store(row + (BLOCK_H + 1) * stride_pr + offs_p, tl.sum(tl.sum(acc_gr, axis=0)[:, None] * w, axis=0))  # d_lnb
-    tl.store(bias_part_ptr + (b * PROGRAMS + pid) * stride_bg + offs_h, tl.sum(acc_g, axis=0))
+    tl.store(row + H * P + offs_p, tl.sum(acc_gx * w, axis=0), mask=p_ok)  # d_lnw
+    tl.store(row + (H + 1) * P + offs_p, tl.sum(tl.sum(acc_gr, axis=0)[:, None] * w, axis=0), mask=p_ok)  # d_lnb
+    tl.store(row + (H + 2) * P + offs_h, tl.sum(acc_g, axis=0), mask=h_ok)  # d_bias
 
 
 @triton.jit
@@ -216,32 +215,28 @@ def pair_heads(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor 
 
 
 def pair_heads_backward_pass(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor | None, weight: Tensor,
-                             grad: Tensor, store_dx: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """(d_pair, sums, d_bias): the pair's gradient in its dtype, (B, N, N, P) where store_dx, else empty; sums
-    (h + 2, P) float32, the weight's gradient and then the LayerNorm weight's and bias's (zeros without a
-    LayerNorm); d_bias (h,) float32 (`pair_heads_backward_kernel`, as an op of its own so that torch.compile traces
-    the operations' backwards around it)."""
+                             grad: Tensor, store_dx: bool) -> tuple[Tensor, Tensor]:
+    """(d_pair, sums): the pair's gradient in its dtype, (B, N, N, P) where store_dx, else empty; sums
+    (h*P + 2P + h,) float32, the weight's gradient (h, P) flattened, the LayerNorm weight's and bias's (zeros
+    without a LayerNorm) and the bias's (`pair_heads_backward_kernel`, as an op of its own so that torch.compile
+    traces the operations' backwards around it)."""
     B, N, _, P = pair_repr.shape
     h = weight.shape[0]
     tiles = pair_heads_tiles(N, P, h, BACKWARD_TILE)
-    block_h = tiles["BLOCK_H"]
     programs = max(1, min(cdiv(N * N, tiles["BLOCK_IJ"]), cdiv(PROGRAMS_PER_SM * multiprocessors(pair_repr.device), B)))
-    part = torch.empty(B * programs, block_h + 2, tiles["BLOCK_P"], dtype=torch.float32, device=pair_repr.device)
-    bias_part = torch.empty(B * programs, block_h, dtype=torch.float32, device=pair_repr.device)
+    part = torch.empty(B * programs, (h + 2) * P + h, dtype=torch.float32, device=pair_repr.device)
     d_pair = torch.empty_like(pair_repr) if store_dx else pair_repr.new_empty(0)
     dx = d_pair if store_dx else pair_repr  # (unused without store_dx)
     if N and B:
         pair_heads_backward_kernel[(programs, B)](
             pair_repr, *pair_repr.stride(), weight if norm_weight is None else norm_weight,
             weight if norm_bias is None else norm_bias, weight, *weight.stride(), grad, *grad.stride(),
-            dx, *dx.stride(), part, part.stride(0), part.stride(1), bias_part,
-            bias_part.stride(0), N, P, h, LAYER_NORM_EPS, programs, HAS_NORM=norm_weight is not None,
-            STORE_DX=store_dx, PRECISION=dot_precision(pair_repr.dtype, "default"), num_warps=BACKWARD_WARPS, **tiles)
+            dx, *dx.stride(), part, part.stride(0), N, P, h, LAYER_NORM_EPS, programs,
+            HAS_NORM=norm_weight is not None, STORE_DX=store_dx, PRECISION=dot_precision(pair_repr.dtype, "default"),
+            num_warps=BACKWARD_WARPS, **tiles)
     else:  # (no pairs: every sum is zero)
         part.zero_()
-        bias_part.zero_()
-    sums = part.sum(0)
-    return d_pair, torch.cat([sums[:h, :P], sums[block_h:, :P]]), bias_part.sum(0)[:h]
+    return d_pair, part.sum(0)
 
 
 pair_heads_backward_op = torch.library.custom_op("evofuse::pair_heads_backward", mutates_args=())(pair_heads_backward_pass)
@@ -251,7 +246,7 @@ pair_heads_backward_op = torch.library.custom_op("evofuse::pair_heads_backward",
 def _(pair_repr, norm_weight, norm_bias, weight, grad, store_dx):
     h, P = weight.shape
     return (torch.empty_like(pair_repr) if store_dx else pair_repr.new_empty(0),
-            pair_repr.new_empty(h + 2, P, dtype=torch.float32), pair_repr.new_empty(h, dtype=torch.float32))
+            pair_repr.new_empty((h + 2) * P + h, dtype=torch.float32))
 
 
 def pair_heads_backward(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor | None, weight: Tensor,
@@ -264,10 +259,16 @@ def pair_heads_backward(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias
     programs' partial sums added by torch.sum)."""
     if not any(needs):
         return (None,) * 5
-    h = weight.shape[0]
+    h, P = weight.shape
     backward = pair_heads_backward_op if traced(grad) else pair_heads_backward_pass
-    d_pair, sums, d_bias = backward(pair_repr, norm_weight, norm_bias, weight, grad, needs[0])
+    d_pair, sums = backward(pair_repr, norm_weight, norm_bias, weight, grad, needs[0])
     norm_dtype = pair_repr.dtype if norm_weight is None else norm_weight.dtype
-    return (d_pair if needs[0] else None, sums[h].to(norm_dtype) if needs[1] else None,
-            sums[h + 1].to(norm_dtype) if needs[2] else None, sums[:h].to(weight.dtype) if needs[3] else None,
-            d_bias.to(weight.dtype) if needs[4] else None)
+    # one cast for all where the parameters share a dtype
+    norm_sums = sums.to(norm_dtype) if needs[1] or needs[2] else None
+    if norm_sums is not None and norm_dtype == weight.dtype:
+        sums = norm_sums
+    elif needs[3] or needs[4]:
+        sums = sums.to(weight.dtype)
+    return (d_pair if needs[0] else None, norm_sums[h * P:(h + 1) * P] if needs[1] else None,
+            norm_sums[(h + 1) * P:(h + 2) * P] if needs[2] else None, sums[:h * P].view(h, P) if needs[3] else None,
+            sums[(h + 2) * P:] if needs[4] else None)

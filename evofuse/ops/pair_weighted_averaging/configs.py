@@ -1,8 +1,8 @@
-"""Pair-weighted averaging's kernel tiles, as data, and the predicate that keeps those that fit a call.
+"""Pair-weighted averaging's kernel tiles, as data, and the predicates that keep those that fit a call.
 
-BLOCK_I residues i and BLOCK_J residues j a tile; COLS (MSA row, channel) columns, COLS // BLOCK_C rows s of
-BLOCK_C channels (the head width rounded up to a power of two, set by the launcher: no padding columns for
-heads of 8 channels, as AF3's).
+The weighted sum (the backward's dv): BLOCK_I residues i and BLOCK_J residues j a tile; COLS (MSA row, channel)
+columns, COLS // BLOCK_C rows s of BLOCK_C channels (the head width rounded up to a power of two, set by the
+launcher: no padding columns for heads of 8 channels, as AF3's).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import triton
 
 from ..._runtime import autotune_enabled, interpreting, next_pow2
 
-# The last two measured alone on the H200 (bf16, us): pwa-af3's weight gradient 277 against 322 for the best of
-# the others, its dv 222 against 245; pwa-boltz's dv 222 against 229
+# The last two measured alone on the H200 (bf16, us): pwa-af3's dv 222 against 245 for the best of the others,
+# pwa-boltz's 222 against 229
 CONFIGS = [
     triton.Config({"BLOCK_I": bi, "BLOCK_J": bj, "COLS": cols}, num_warps=warps, num_stages=stages)
     for bi, bj, cols, warps, stages in ((64, 64, 128, 4, 3), (128, 64, 128, 8, 3), (64, 32, 256, 8, 3),
@@ -27,12 +27,11 @@ SHARED_LIMIT = 227 * 1024  # bytes of shared memory a program may take on sm_90
 
 def fits(config: triton.Config, BLOCK_C: int, element_size: int) -> bool:
     """Columns that hold whole heads, an accumulator the register file holds for the operand width, and operand
-    stages that fit shared memory in both kernels (the weighted sum's [BLOCK_I, BLOCK_J] x [BLOCK_J, COLS], the
-    weight gradient's [BLOCK_I, COLS] x [COLS, BLOCK_J]), as the compiler counts them on sm_90."""
+    stages ([BLOCK_I, BLOCK_J] x [BLOCK_J, COLS]) that fit shared memory, as the compiler counts them on sm_90."""
     kw = config.kwargs
     bi, bj, cols = kw["BLOCK_I"], kw["BLOCK_J"], kw["COLS"]
     limit = 128 * 256 // (2 if element_size == 4 else 1)
-    stage = max(bi * bj + bj * cols, bi * cols + cols * bj) * element_size
+    stage = (bi * bj + bj * cols) * element_size
     return cols >= BLOCK_C and bi * cols <= limit and stage * max(1, config.num_stages) <= SHARED_LIMIT
 
 

@@ -1,10 +1,10 @@
-"""Pair-weighted averaging's Triton kernels: the weights, the gated output projection, and the weighted
-sums of the backward.
+"""Pair-weighted averaging's Triton kernels: the weights, the gated output projection, and the backward's
+weighted sum dv.
 
 v and the gate g are written head major by the LayerNorm + projection, (h, B, N, S, C) each (a head's residues
 j, MSA rows s and channels contiguous); w (h, B, N, N) are the weights, one softmax per (b, h, i) shared by
-every MSA row; the forward's u = w v is cuBLAS's (op.py). The kernels take each tensor as strides of the
-einsum's indices, so that the layouts are the launcher's choice.
+every MSA row; the forward's u = w v and the backward's dw = du v^T are cuBLAS's (op.py). The kernels take each
+tensor as strides of the einsum's indices, so that the layouts are the launcher's choice.
 
 `masked_softmax_kernel`: the weights from the pair's head logits, one program a pair row (b, i) and all its heads;
 `masked_softmax_backward_kernel` the logits' gradient from theirs.
@@ -12,9 +12,8 @@ einsum's indices, so that the layouts are the launcher's choice.
 `gated_projection_backward_kernel` the gate's and u's gradients from the output's.
 `weighted_sum_kernel`: for a block of residues i, a head and a block of MSA rows s, u[s, i] = sum_j w[i, j] v[s, j]
 as one product whose columns are the block's (s, channel) pairs, so that each tile of w is read once for
-S_BLOCK rows; with w's strides swapped it is the backward's dv[s, j] = sum_i w[i, j] du[s, i].
-`weight_grad_kernel`: dw[i, j] = sum_(s, c) du[s, i, c] v[s, j, c] for a tile of (i, j), summed over the MSA rows
-in order (no atomics).
+S_BLOCK rows; with w's strides swapped it is the backward's dv[s, j] = sum_i w[i, j] du[s, i], written into
+the projections' gradient as the MSA's rows (B, S, N, hC) for the LayerNorm + projection's backward.
 """
 
 from __future__ import annotations
@@ -171,47 +170,6 @@ def weighted_sum_kernel(
     ok = (offs_i < N)[:, None] & col_ok[None, :]
     out = offs_i[:, None].to(tl.int64) * stride_on + (s * stride_os + h * stride_oh + e)[None, :]  # [BLOCK_I, COLS]
     tl.store(o_ptr + b * stride_ob + out, acc.to(o_ptr.dtype.element_ty), mask=ok)
-
-
-@triton.jit
-def weight_grad_kernel(
-    du_ptr, stride_db, stride_dh, stride_ds, stride_dn,  # the un-gated sums' gradient: (B, h, S, N, C)
-    v_ptr, stride_vb, stride_vh, stride_vs, stride_vn,  # values: (B, h, S, N, C)
-    dw_ptr, stride_wb, stride_wh, stride_wi, stride_wj,  # out: dw (B, h, N, N) float32
-    S, N, H,
-    C: tl.constexpr,  # the head width (a constant: the compiler sees a head's channels as one aligned run)
-    N_BUCKET,  # autotuning key only
-    BLOCK_I: tl.constexpr,
-    BLOCK_J: tl.constexpr,
-    COLS: tl.constexpr,  # (s, channel) pairs a step: the product's K
-    BLOCK_C: tl.constexpr,
-    PRECISION: tl.constexpr,
-):
-    S_BLOCK: tl.constexpr = COLS // BLOCK_C
-    pid = tl.program_id(0).to(tl.int64)
-    n_j = tl.cdiv(N, BLOCK_J)
-    n_i = tl.cdiv(N, BLOCK_I)
-    blk_j = pid % n_j
-    blk_i = (pid // n_j) % n_i
-    h = (pid // (n_j * n_i)) % H
-    b = pid // (n_j * n_i * H)
-    offs_i = blk_i * BLOCK_I + tl.arange(0, BLOCK_I)
-    offs_j = blk_j * BLOCK_J + tl.arange(0, BLOCK_J)
-    col = tl.arange(0, COLS)
-    e = col % BLOCK_C
-    acc = tl.zeros((BLOCK_I, BLOCK_J), dtype=tl.float32)
-    for s0 in range(0, S, S_BLOCK):
-        s = s0 + col // BLOCK_C  # [COLS]
-        col_ok = (s < S) & (e < C)
-        du = tl.load(du_ptr + b * stride_db + offs_i[:, None].to(tl.int64) * stride_dn
-                     + (s * stride_ds + h * stride_dh + e)[None, :], mask=(offs_i < N)[:, None] & col_ok[None, :],
-                     other=0.0)  # [BLOCK_I, COLS]
-        v_t = tl.load(v_ptr + b * stride_vb + offs_j[None, :].to(tl.int64) * stride_vn
-                      + (s * stride_vs + h * stride_vh + e)[:, None], mask=col_ok[:, None] & (offs_j < N)[None, :],
-                      other=0.0)  # [COLS, BLOCK_J]
-        acc = tl.dot(du, v_t, acc, input_precision=PRECISION)  # [BLOCK_I, BLOCK_J]
-    tl.store(dw_ptr + b * stride_wb + h * stride_wh + offs_i[:, None].to(tl.int64) * stride_wi
-             + offs_j[None, :] * stride_wj, acc, mask=(offs_i < N)[:, None] & (offs_j < N)[None, :])
 
 
 @triton.jit

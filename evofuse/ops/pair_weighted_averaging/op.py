@@ -12,8 +12,9 @@ copy in the input's dtype for the product); u = w v by cuBLAS; the gate and proj
 (`kernels.gated_projection_kernel`), which writes the gated sums only for the backward. No float32
 (B, S, N, h, C) tensor and no (B, h, S, N, N) tensor exists.
 Backward: d(gated) = grad_out W_o on chip, with the gate's gradient and du (head major) from the saved gated
-sums (`kernels.gated_projection_backward_kernel`); dv = w^T du (`weighted_sum_kernel` on w transposed) and
-dw = du v^T summed over the MSA rows in order (`weight_grad_kernel`); the softmax's gradient
+sums (`kernels.gated_projection_backward_kernel`); dv = w^T du (`weighted_sum_kernel` on w transposed, written
+as the MSA's rows) and dw = du v^T, one cuBLAS product a (head, batch) in float32 (deterministic: no atomics,
+one order of the sums for a shape); the softmax's gradient
 (`masked_softmax_backward_kernel`); the MSA's LayerNorm + projection's by `layer_norm_linear_backward`, the
 pair's by `pair_heads_backward` (one pass: nothing of the pair's size but dz is made).
 """
@@ -35,7 +36,6 @@ from .kernels import (
     gated_projection_kernel,
     masked_softmax_backward_kernel,
     masked_softmax_kernel,
-    weight_grad_kernel,
     weighted_sum_kernel,
 )
 
@@ -59,10 +59,9 @@ def _autotuned_projection(kernel):
 
 @functools.cache
 def _kernels():
-    """The kernels under Triton's autotuner (built on first use): the weighted sum, the weight gradient and the
+    """The kernels under Triton's autotuner (built on first use): the weighted sum (the backward's dv) and the
     gated projection's backward."""
-    return (_autotuned(weighted_sum_kernel), _autotuned(weight_grad_kernel),
-            _autotuned_projection(gated_projection_backward_kernel))
+    return _autotuned(weighted_sum_kernel), _autotuned_projection(gated_projection_backward_kernel)
 
 
 SOFTMAX_TILE = 2048  # elements (residues j x heads) a step of the softmax kernels
@@ -139,19 +138,22 @@ def _head_major(t: Tensor) -> tuple:
 
 @torch.library.custom_op("evofuse::pair_weighted_averaging", mutates_args=())
 def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: Tensor | None, norm_m_weight: Tensor,
-                               norm_m_bias: Tensor, norm_z_weight: Tensor, norm_z_bias: Tensor, proj_m_weight: Tensor,
-                               proj_g_weight: Tensor, proj_z_weight: Tensor, proj_o_weight: Tensor, num_heads: int,
-                               inf: float, mask_mode: str, precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                               norm_m_bias: Tensor, norm_z_weight: Tensor, norm_z_bias: Tensor, proj_mg_weight: Tensor,
+                               proj_z_weight: Tensor, proj_o_weight: Tensor, num_heads: int, inf: float,
+                               mask_mode: str, precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(out (B, S, N, c_m), vg (2, h, B, N, S, C), gated (B, S, N, hC), w (h, B, N, N) float32): the output, then
     what the backward takes: the projections (head major: v, then g), the gated sums (proj_o's input) and the
-    weights; the last two empty unless `train`. Every tensor argument has msa_repr's dtype."""
+    weights; the last two empty unless `train`. proj_mg_weight (2hC, c_m) is proj_m's weight over proj_g's, stacked
+    outside the op (fewer schema arguments, whose count the custom op's autograd pays for quadratically on every
+    call; autograd hands each weight its share of the stacked gradient). Every tensor argument has msa_repr's
+    dtype."""
     B, S, N, c_m = msa_repr.shape
-    inner = proj_m_weight.shape[0]
+    inner = proj_mg_weight.shape[0] // 2
     H, C = num_heads, inner // num_heads
     vg = msa_repr.new_empty(2, H, B, N, S, C)
     # rows taken (b, i, s), so that a block of them is one run of each head's storage
-    layer_norm_linear(msa_repr.transpose(1, 2), norm_m_weight, norm_m_bias, torch.cat([proj_m_weight, proj_g_weight]),
-                      None, None, precision, out=vg.permute(2, 3, 4, 0, 1, 5).flatten(3, 4))  # (B, N, S, 2h, C)
+    layer_norm_linear(msa_repr.transpose(1, 2), norm_m_weight, norm_m_bias, proj_mg_weight, None, None, precision,
+                      out=vg.permute(2, 3, 4, 0, 1, 5).flatten(3, 4))  # (B, N, S, 2h, C)
     logits = pair_heads(pair_repr, norm_z_weight, norm_z_bias, proj_z_weight, None).permute(0, 2, 3, 1)  # (B, N, N, h)
     w, w_low = _weights(logits, pair_mask, inf, mask_mode, train)
     del logits
@@ -170,10 +172,10 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
 
 
 @pair_weighted_averaging_op.register_fake
-def _(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight, norm_z_bias, proj_m_weight,
-      proj_g_weight, proj_z_weight, proj_o_weight, num_heads, inf, mask_mode, precision, train):
+def _(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight, norm_z_bias, proj_mg_weight,
+      proj_z_weight, proj_o_weight, num_heads, inf, mask_mode, precision, train):
     B, S, N, _ = msa_repr.shape
-    inner = proj_m_weight.shape[0]
+    inner = proj_mg_weight.shape[0] // 2
     gated = msa_repr.new_empty(B, S, N, inner) if train else msa_repr.new_empty(0)
     return (msa_repr.new_empty(B, S, N, proj_o_weight.shape[0]),
             msa_repr.new_empty(2, num_heads, B, N, S, inner // num_heads), gated,
@@ -207,21 +209,26 @@ def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor
         def projection_grid(meta):
             return B * N * cdiv(S, meta["BLOCK_S"]),
 
-        _kernels()[2][projection_grid](grad_out, *grad_out.stride(), proj_o_weight, *proj_o_weight.stride(), gated,
+        _kernels()[1][projection_grid](grad_out, *grad_out.stride(), proj_o_weight, *proj_o_weight.stride(), gated,
                                        gated.stride(0), gated.stride(1), gated.stride(2), g, *_head_major(g), du,
                                        *_head_major(du), d_g, d_g.stride(0), d_g.stride(1), d_g.stride(2), S, N, inner,
                                        grad_out.shape[-1], bucket(S), C, PRECISION=dot_precision(vg.dtype, precision))
     w_bh = w.transpose(0, 1)  # (B, h, N, N)
-    du5, v5 = _heads(du), _heads(vg[0])
-    _weighted_sum(w_bh.to(vg.dtype).transpose(2, 3), du5, _row_heads(d_vg[..., :inner], H), precision)
-    dw = torch.empty(B, H, N, N, dtype=torch.float32, device=w.device)
+    _weighted_sum(w_bh.to(vg.dtype).transpose(2, 3), _heads(du), _row_heads(d_vg[..., :inner], H), precision)
+    # dw[h, b] = du v^T over each head's (MSA row, channel) pairs: one cuBLAS product a (head, batch element)
+    dw = _float32_products(du.view(H * B, N, S * C), vg[0].view(H * B, N, S * C).transpose(1, 2))
+    return d_vg, _weights_backward(w_bh, dw.view(H, B, N, N).transpose(0, 1), vg.dtype)
 
-    def weight_grid(meta):
-        return B * H * cdiv(N, meta["BLOCK_I"]) * cdiv(N, meta["BLOCK_J"]),
 
-    _kernels()[1][weight_grid](du5, *du5.stride()[:4], v5, *v5.stride()[:4], dw, *dw.stride(), S, N, H, C, bucket(N),
-                               BLOCK_C=next_pow2(C), PRECISION=dot_precision(vg.dtype, precision))
-    return d_vg, _weights_backward(w_bh, dw, vg.dtype)
+def _float32_products(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b for (n, M, K) and (n, K, N) of one dtype, written in float32 (n, M, N): 16-bit products accumulate
+    in float32 and stay there (cuBLAS's out_dtype on CUDA; PyTorch's CPU bmm, which Triton's interpreter runs
+    on, has none, so there the operands are widened first: the same exact products)."""
+    if a.dtype == torch.float32:
+        return torch.bmm(a, b)
+    if a.is_cuda:
+        return torch.bmm(a, b, out_dtype=torch.float32)
+    return torch.bmm(a.float(), b.float())
 
 
 core_backward_op = torch.library.custom_op("evofuse::pair_weighted_averaging_core_backward", mutates_args=())(core_backward)
@@ -243,21 +250,17 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, grad_out, *_):
-    msa_repr, pair_repr, nmw, nmb, nzw, nzb, wm, wg, wz, wo, vg, gated, w = ctx.saved_tensors
+    msa_repr, pair_repr, nmw, nmb, nzw, nzb, wmg, wz, wo, vg, gated, w = ctx.saved_tensors
     needs = ctx.needs_input_grad
-    inner = wm.shape[0]
     backward = core_backward_op if traced(grad_out) else core_backward
     d_vg, d_logits = backward(vg, w, grad_out, wo, gated, ctx.precision)
-    d_wo = grad_out.reshape(-1, grad_out.shape[-1]).t() @ gated.reshape(-1, inner) if needs[10] else None
+    d_wo = grad_out.reshape(-1, grad_out.shape[-1]).t() @ gated.reshape(-1, gated.shape[-1]) if needs[9] else None
     # the pair's LayerNorm + projection (the mask term has no gradient)
     dz, dnzw, dnzb, dwz, _ = pair_heads_backward(pair_repr, nzw, nzb, wz, d_logits,
-                                                 (needs[1], needs[5], needs[6], needs[9], False))
-    dm, dnmw, dnmb, dw_mg, _ = layer_norm_linear_backward(msa_repr, nmw, nmb, torch.cat([wm, wg]), d_vg,
-                                                          (needs[0], needs[3], needs[4], needs[7] or needs[8], False),
-                                                          ctx.precision)
-    dwm, dwg = (None, None) if dw_mg is None else dw_mg.split(inner)
-    return (dm, dz, None, dnmw, dnmb, dnzw, dnzb, dwm if needs[7] else None, dwg if needs[8] else None, dwz, d_wo,
-            None, None, None, None, None)
+                                                 (needs[1], needs[5], needs[6], needs[8], False))
+    dm, dnmw, dnmb, dwmg, _ = layer_norm_linear_backward(msa_repr, nmw, nmb, wmg, d_vg,
+                                                         (needs[0], needs[3], needs[4], needs[7], False), ctx.precision)
+    return dm, dz, None, dnmw, dnmb, dnzw, dnzb, dwmg, dwz, d_wo, None, None, None, None, None
 
 
 pair_weighted_averaging_op.register_autograd(_backward, setup_context=_setup_context)
