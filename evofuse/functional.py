@@ -335,4 +335,4 @@ def pair_weighted_averaging(
     proj_mg = torch.cat(weights[4:6])  # (the op takes proj_m's and proj_g's weights stacked)
     with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
         return pair_weighted_averaging_op(msa_repr, pair_repr, pair_mask, *weights[:4], proj_mg, *weights[6:],
-                                          num_heads, float(inf), mask_mode, precision, train)[0]
+                                          float(inf), mask_mode, precision, train)[0]

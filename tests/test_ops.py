@@ -119,7 +119,7 @@ def _pwa_args(train, mask=True, mask_mode="relative"):
     params = list(mod.parameters())
     params[4:6] = [torch.cat(params[4:6])]  # proj_m's and proj_g's weights stacked, as the op takes them
     params = [p.detach().requires_grad_(train) for p in params]
-    return (m, z, pair_mask, *params, 2, 1e6, mask_mode, "default", train)
+    return (m, z, pair_mask, *params, 1e6, mask_mode, "default", train)
 
 
 @pytest.mark.no_poison

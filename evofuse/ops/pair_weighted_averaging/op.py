@@ -139,8 +139,8 @@ def _head_major(t: Tensor) -> tuple:
 @torch.library.custom_op("evofuse::pair_weighted_averaging", mutates_args=())
 def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: Tensor | None, norm_m_weight: Tensor,
                                norm_m_bias: Tensor, norm_z_weight: Tensor, norm_z_bias: Tensor, proj_mg_weight: Tensor,
-                               proj_z_weight: Tensor, proj_o_weight: Tensor, num_heads: int, inf: float,
-                               mask_mode: str, precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                               proj_z_weight: Tensor, proj_o_weight: Tensor, inf: float, mask_mode: str,
+                               precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(out (B, S, N, c_m), vg (2, h, B, N, S, C), gated (B, S, N, hC), w (h, B, N, N) float32): the output, then
     what the backward takes: the projections (head major: v, then g), the gated sums (proj_o's input) and the
     weights; the last two empty unless `train`. proj_mg_weight (2hC, c_m) is proj_m's weight over proj_g's, stacked
@@ -149,7 +149,8 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
     dtype."""
     B, S, N, c_m = msa_repr.shape
     inner = proj_mg_weight.shape[0] // 2
-    H, C = num_heads, inner // num_heads
+    H = proj_z_weight.shape[0]  # the heads (the op takes no count: one schema argument fewer)
+    C = inner // H
     vg = msa_repr.new_empty(2, H, B, N, S, C)
     # rows taken (b, i, s), so that a block of them is one run of each head's storage
     layer_norm_linear(msa_repr.transpose(1, 2), norm_m_weight, norm_m_bias, proj_mg_weight, None, None, precision,
@@ -173,13 +174,13 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
 
 @pair_weighted_averaging_op.register_fake
 def _(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight, norm_z_bias, proj_mg_weight,
-      proj_z_weight, proj_o_weight, num_heads, inf, mask_mode, precision, train):
+      proj_z_weight, proj_o_weight, inf, mask_mode, precision, train):
     B, S, N, _ = msa_repr.shape
-    inner = proj_mg_weight.shape[0] // 2
+    inner, H = proj_mg_weight.shape[0] // 2, proj_z_weight.shape[0]
     gated = msa_repr.new_empty(B, S, N, inner) if train else msa_repr.new_empty(0)
     return (msa_repr.new_empty(B, S, N, proj_o_weight.shape[0]),
-            msa_repr.new_empty(2, num_heads, B, N, S, inner // num_heads), gated,
-            msa_repr.new_empty((num_heads, B, N, N) if train else (0,), dtype=torch.float32))
+            msa_repr.new_empty(2, H, B, N, S, inner // H), gated,
+            msa_repr.new_empty((H, B, N, N) if train else (0,), dtype=torch.float32))
 
 
 PROJECTION_ROWS = 64  # MSA rows s a program of the forward's gated projection
@@ -241,11 +242,10 @@ def _(vg, w, grad_out, proj_o_weight, gated, precision):
 
 
 def _setup_context(ctx, inputs, output):
-    msa_repr, pair_repr, pair_mask, *params, num_heads, inf, mask_mode, precision, _ = inputs
+    msa_repr, pair_repr, pair_mask, *params, inf, mask_mode, precision, _ = inputs
     _, vg, gated, w = output
     ctx.save_for_backward(msa_repr, pair_repr, *params, vg, gated, w)
     ctx.set_materialize_grads(False)  # the outputs kept for the backward get no zero-filled gradients
-    ctx.num_heads = num_heads
     ctx.precision = precision
 
 
@@ -260,7 +260,7 @@ def _backward(ctx, grad_out, *_):
                                                  (needs[1], needs[5], needs[6], needs[8], False))
     dm, dnmw, dnmb, dwmg, _ = layer_norm_linear_backward(msa_repr, nmw, nmb, wmg, d_vg,
                                                          (needs[0], needs[3], needs[4], needs[7], False), ctx.precision)
-    return dm, dz, None, dnmw, dnmb, dnzw, dnzb, dwmg, dwz, d_wo, None, None, None, None, None
+    return dm, dz, None, dnmw, dnmb, dnzw, dnzb, dwmg, dwz, d_wo, None, None, None, None
 
 
 pair_weighted_averaging_op.register_autograd(_backward, setup_context=_setup_context)
