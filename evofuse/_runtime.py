@@ -52,6 +52,18 @@ def _multiprocessor_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def l2_cache_bytes(device: torch.device) -> int:
+    """The L2 cache of a CUDA device in bytes, read on first use (an H200's 50 MiB in the interpreter)."""
+    if device.type != "cuda":
+        return 50 * 2**20
+    return _l2_cache_size(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _l2_cache_size(index: int) -> int:
+    return torch.cuda.get_device_properties(index).L2_cache_size
+
+
 def next_pow2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1)."""
     return 1 << max(int(n) - 1, 0).bit_length()

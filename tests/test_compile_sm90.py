@@ -149,15 +149,16 @@ def _launches():
             yield (f"gate backward {dtype} head_dim {head_dim}", att.gate_backward_kernel, dtype, gate, warps, 2, {})
         for C in (32, 8):  # Boltz's heads, AF3's
             kw, warps, stages = cfg(pwa_configs.candidates(C, 2 if dtype == "bf16" else 4)[0])
-            yield (f"weighted sum {dtype} C {C}", pwa.weighted_sum_kernel, dtype,
-                   dict(C=C, BLOCK_C=C, PRECISION=precision, **kw), warps, stages, {})
+            for heads_fastest in (True, False):
+                yield (f"weighted sum {dtype} C {C} heads fastest {heads_fastest}", pwa.weighted_sum_kernel, dtype,
+                       dict(C=C, BLOCK_C=C, HEADS_FASTEST=heads_fastest, PRECISION=precision, **kw), warps, stages, {})
             tiles = pwa_op._projection_tiles(1024, C, 64)
             warps = tiles.pop("num_warps")
             yield (f"gated projection {dtype} C {C}", pwa.gated_projection_kernel, dtype,
                    dict(C=C, STORE_GATED=True, PRECISION=precision, **tiles), warps, 3, {})
             kw, warps, stages = cfg(pwa_configs.projection_candidates(8 * C, 64)[0])
             yield (f"gated projection backward {dtype} C {C}", pwa.gated_projection_backward_kernel, dtype,
-                   dict(C=C, PRECISION=precision, **kw), warps, stages, {})
+                   dict(C=C, BLOCK_O=64, PRECISION=precision, **kw), warps, stages, {})
         tiles = pwa_op._softmax_tiles(384, 8)
         yield (f"masked softmax {dtype}", pwa.masked_softmax_kernel, dtype,
                dict(HAS_MASK=True, RELATIVE=True, STORE_W=True, STORE_LOW=dtype == "bf16", **tiles), 4, 3,

@@ -134,6 +134,19 @@ def test_gradients_head_widths(c, h, dtype):
     check_gradients(mod, (m, z, mask), dtype, DEVICE)
 
 
+@pytest.mark.parametrize("w_share", [4, 2**60])
+@pytest.mark.parametrize("c, h", [(8, 8), (8, 1), (3, 5)])
+def test_dv_program_orders(monkeypatch, w_share, c, h):
+    """dv's programs in either order (heads fastest, or residues i fastest where w would not fit the L2 share),
+    narrow heads and one head: output and every gradient against float64."""
+    from evofuse.ops.pair_weighted_averaging import op
+
+    monkeypatch.setattr(op, "W_L2_SHARE", w_share)
+    mod = _module(16, 12, c, h, seed=16)
+    m, z, mask = _inputs(1, 5, 19, 16, 12, "random", 17)
+    check_gradients(mod, (m, z, mask), torch.float32, DEVICE)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, LOW])
 def test_additive_mask_mode(dtype):
     """mask_mode="add" with OpenFold3's inf 1e9: a residue whose pairs are all masked weighs every j alike, as the

@@ -139,17 +139,26 @@ def weighted_sum_kernel(
     BLOCK_J: tl.constexpr,
     COLS: tl.constexpr,  # (s, channel) columns a program: S_BLOCK rows of BLOCK_C channels
     BLOCK_C: tl.constexpr,  # C rounded up to a power of two
+    HEADS_FASTEST: tl.constexpr,  # the programs' order: heads fastest (every head's w fits L2), else residues i
     PRECISION: tl.constexpr,
 ):
     S_BLOCK: tl.constexpr = COLS // BLOCK_C
     pid = tl.program_id(0).to(tl.int64)
     n_s = tl.cdiv(S, S_BLOCK)
     n_i = tl.cdiv(N, BLOCK_I)
-    # the blocks of residues i vary fastest: programs launched together read the same rows of v, from L2
-    blk_i = pid % n_i
-    blk_s = (pid // n_i) % n_s
-    h = (pid // (n_s * n_i)) % H
-    b = pid // (n_s * n_i * H)
+    if HEADS_FASTEST:
+        # programs launched together write whole rows of the output (a head's channels are one part of each:
+        # 16 bytes for heads of 8 bf16 channels) and read one block of MSA rows of v; every head's w from L2
+        h = pid % H
+        blk_i = (pid // H) % n_i
+        blk_s = (pid // (H * n_i)) % n_s
+        b = pid // (H * n_i * n_s)
+    else:
+        # the blocks of residues i fastest, then s: programs launched together share one head's w in L2
+        blk_i = pid % n_i
+        blk_s = (pid // n_i) % n_s
+        h = (pid // (n_s * n_i)) % H
+        b = pid // (n_s * n_i * H)
     offs_i = blk_i * BLOCK_I + tl.arange(0, BLOCK_I)  # [BLOCK_I]
     col = tl.arange(0, COLS)
     s = blk_s * S_BLOCK + col // BLOCK_C  # [COLS]
@@ -242,31 +251,28 @@ def gated_projection_backward_kernel(
     C: tl.constexpr,
     BLOCK_S: tl.constexpr,
     BLOCK_K: tl.constexpr,  # (head, channel) columns a step
-    BLOCK_O: tl.constexpr,  # output channels a step of the product
+    BLOCK_O: tl.constexpr,  # the output channels, padded: the output's gradient is loaded once
     PRECISION: tl.constexpr,
 ):
     """For BLOCK_S rows s of one (b, i), BLOCK_K (head, channel) columns a step: d(gated) = grad_out @ W_o on
-    chip (float32), then du = d(gated) * sigmoid(g) and the gate's gradient d(gated) * gated * (1 - sigmoid(g))."""
+    chip (float32; the rows' output gradient loaded once), then du = d(gated) * sigmoid(g) and the gate's
+    gradient d(gated) * gated * (1 - sigmoid(g))."""
     b, i, offs_s = _msa_rows(S, N, BLOCK_S)  # [BLOCK_S] rows s of one (b, i)
     s_ok = offs_s < S
-    do_rows = do_ptr + b * stride_db + i * stride_di + offs_s[:, None] * stride_ds  # [BLOCK_S, 1]
+    offs_o = tl.arange(0, BLOCK_O)
+    o_ok = offs_o < C_OUT
+    grad = tl.load(do_ptr + b * stride_db + i * stride_di + offs_s[:, None] * stride_ds + offs_o[None, :] * stride_do,
+                   mask=s_ok[:, None] & o_ok[None, :], other=0.0)  # [BLOCK_S, BLOCK_O]
     for k0 in range(0, HC, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)  # [BLOCK_K]: (head, channel)
         ok = s_ok[:, None] & (cols < HC)[None, :]  # [BLOCK_S, BLOCK_K]
-        # the gated sums and the gate are loaded first, so that their reads overlap the product
         gated = tl.load(q_ptr + b * stride_qb + i * stride_qi + offs_s[:, None] * stride_qs + cols[None, :],
                         mask=ok, other=0.0)
         g = tl.load(g_ptr + b * stride_gb + i * stride_gi + _head_major(offs_s, cols, C, stride_gh, stride_gs),
                     mask=ok, other=0.0)
-        d_gated = tl.zeros((BLOCK_S, BLOCK_K), dtype=tl.float32)
-        for o0 in range(0, C_OUT, BLOCK_O):
-            offs_o = o0 + tl.arange(0, BLOCK_O)
-            o_ok = offs_o < C_OUT
-            grad = tl.load(do_rows + offs_o[None, :] * stride_do, mask=s_ok[:, None] & o_ok[None, :],
-                           other=0.0)  # [BLOCK_S, BLOCK_O]
-            wo = tl.load(wo_ptr + offs_o[:, None] * stride_wo + cols[None, :] * stride_wk,
-                         mask=o_ok[:, None] & (cols < HC)[None, :], other=0.0)  # [BLOCK_O, BLOCK_K]
-            d_gated = tl.dot(grad, wo, d_gated, input_precision=PRECISION)  # [BLOCK_S, BLOCK_K]
+        wo = tl.load(wo_ptr + offs_o[:, None] * stride_wo + cols[None, :] * stride_wk,
+                     mask=o_ok[:, None] & (cols < HC)[None, :], other=0.0)  # [BLOCK_O, BLOCK_K]
+        d_gated = tl.dot(grad, wo, input_precision=PRECISION)  # [BLOCK_S, BLOCK_K] float32
         sg = tl.sigmoid(g.to(tl.float32))
         tl.store(du_ptr + b * stride_ub + i * stride_ui + _head_major(offs_s, cols, C, stride_uh, stride_us),
                  (d_gated * sg).to(du_ptr.dtype.element_ty), mask=ok)

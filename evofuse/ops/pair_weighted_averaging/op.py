@@ -27,7 +27,7 @@ import torch
 import triton
 from torch import Tensor
 
-from ..._runtime import bucket, cdiv, dot_precision, next_pow2, traced
+from ..._runtime import bucket, cdiv, dot_precision, l2_cache_bytes, next_pow2, traced
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
 from ..pair_heads import pair_heads, pair_heads_backward
 from . import configs
@@ -118,6 +118,11 @@ def _row_heads(t: Tensor, num_heads: int) -> Tensor:
     return t.unflatten(-1, (num_heads, t.shape[-1] // num_heads)).permute(0, 3, 1, 2, 4)
 
 
+# The weighted sum's programs take heads fastest where all heads' w of a batch element fit this share of L2 (on the H200, bf16, dv
+# alone: pwa-boltz 223 -> 194 us, pwa-af3 221 -> 134; pwa-long, whose w is 64 MiB, 1036 against 1170)
+W_L2_SHARE = 4
+
+
 def _weighted_sum(w: Tensor, v: Tensor, out: Tensor, precision: str) -> None:
     """out[b, h, s, i] = sum_j w[b, h, i, j] v[b, h, s, j] for (B, h, S, N, C) views with channel stride 1,
     w (B, h, N, N)."""
@@ -126,8 +131,9 @@ def _weighted_sum(w: Tensor, v: Tensor, out: Tensor, precision: str) -> None:
     def grid(meta):
         return B * H * cdiv(N, meta["BLOCK_I"]) * cdiv(S, meta["COLS"] // next_pow2(C)),
 
+    heads_fastest = H * N * N * w.element_size() <= l2_cache_bytes(w.device) // W_L2_SHARE
     _kernels()[0][grid](w, *w.stride(), v, *v.stride()[:4], out, *out.stride()[:4], S, N, H, C, bucket(N),
-                        BLOCK_C=next_pow2(C),
+                        BLOCK_C=next_pow2(C), HEADS_FASTEST=heads_fastest,
                         PRECISION=dot_precision(v.dtype, precision))
 
 
@@ -201,7 +207,7 @@ def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor
     gradients for the output's gradient grad_out (B, S, N, c_m), from proj_o's weight (c_m, hC), the forward's
     projections vg (2, h, B, N, S, C), weights w (h, B, N, N) float32 and gated sums (B, S, N, hC)."""
     _, H, B, N, S, C = vg.shape
-    inner = H * C
+    inner, c_m = H * C, grad_out.shape[-1]
     d_vg = vg.new_empty(B, S, N, 2 * inner)
     du = torch.empty_like(vg[0])  # (h, B, N, S, C)
     g = vg[1]
@@ -213,7 +219,8 @@ def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor
         _kernels()[1][projection_grid](grad_out, *grad_out.stride(), proj_o_weight, *proj_o_weight.stride(), gated,
                                        gated.stride(0), gated.stride(1), gated.stride(2), g, *_head_major(g), du,
                                        *_head_major(du), d_g, d_g.stride(0), d_g.stride(1), d_g.stride(2), S, N, inner,
-                                       grad_out.shape[-1], bucket(S), C, PRECISION=dot_precision(vg.dtype, precision))
+                                       c_m, bucket(S), C, BLOCK_O=max(16, next_pow2(c_m)),
+                                       PRECISION=dot_precision(vg.dtype, precision))
     w_bh = w.transpose(0, 1)  # (B, h, N, N)
     _weighted_sum(w_bh.to(vg.dtype).transpose(2, 3), _heads(du), _row_heads(d_vg[..., :inner], H), precision)
     # dw[h, b] = du v^T over each head's (MSA row, channel) pairs: one cuBLAS product a (head, batch element)
