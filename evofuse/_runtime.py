@@ -44,24 +44,23 @@ def multiprocessors(device: torch.device) -> int:
     """Streaming multiprocessors of a CUDA device, read on first use (a few in the interpreter)."""
     if device.type != "cuda":
         return 3
-    return _multiprocessor_count(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.lru_cache(maxsize=None)
-def _multiprocessor_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+    return _properties(device).multi_processor_count
 
 
 def l2_cache_bytes(device: torch.device) -> int:
     """The L2 cache of a CUDA device in bytes, read on first use (an H200's 50 MiB in the interpreter)."""
     if device.type != "cuda":
         return 50 * 2**20
-    return _l2_cache_size(device.index if device.index is not None else torch.cuda.current_device())
+    return _properties(device).L2_cache_size
+
+
+def _properties(device: torch.device):
+    return _device_properties(device.index if device.index is not None else torch.cuda.current_device())
 
 
 @functools.lru_cache(maxsize=None)
-def _l2_cache_size(index: int) -> int:
-    return torch.cuda.get_device_properties(index).L2_cache_size
+def _device_properties(index: int):
+    return torch.cuda.get_device_properties(index)
 
 
 def next_pow2(n: int) -> int:

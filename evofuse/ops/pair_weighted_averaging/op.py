@@ -118,8 +118,9 @@ def _row_heads(t: Tensor, num_heads: int) -> Tensor:
     return t.unflatten(-1, (num_heads, t.shape[-1] // num_heads)).permute(0, 3, 1, 2, 4)
 
 
-# The weighted sum's programs take heads fastest where all heads' w of a batch element fit this share of L2 (on the H200, bf16, dv
-# alone: pwa-boltz 223 -> 194 us, pwa-af3 221 -> 134; pwa-long, whose w is 64 MiB, 1036 against 1170)
+# The weighted sum's programs take heads fastest where all heads' w of a batch element fit this share of L2
+# (on the H200, bf16, dv alone: pwa-boltz 223 -> 194 us, pwa-af3 221 -> 134; pwa-long, whose w is 64 MiB, 1036
+# against 1170)
 W_L2_SHARE = 4
 
 
