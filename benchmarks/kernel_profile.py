@@ -3,7 +3,8 @@
 
     python benchmarks/kernel_profile.py --case pwa-af3,opm-af2-main [--train] [--dtype bfloat16] [--top 12]
 
-Kernel sums are per call (forward, or forward + backward with --train, the output's gradient all ones), averaged
+Kernel sums are per call (forward, or forward + backward with --train, the output's gradient all ones and every
+gradient set to None before the step, as `evofuse bench` times it), averaged
 over 5 calls after 3 warm-up calls. The host time is the wall time of 200 calls at the seed shape of the case's
 operation (its kernels take microseconds, so the GPU never holds the host back), per call. Where the host time
 exceeds the kernels' sum, do_bench's median measures the host (docs/PERFORMANCE.md).
@@ -27,9 +28,14 @@ def _call(case, dtype, train):
     mod = make_module(case).to(device="cuda", dtype=dtype)
     inputs = make_inputs(case, "cuda", dtype, seed=1, fully_masked=False)
     if train:
-        for t in inputs[:-1]:
-            t.requires_grad_(True)
-        return training_step(lambda: mod(*inputs))
+        leaves = [t.requires_grad_(True) for t in inputs[:-1]] + list(mod.parameters())
+        step = training_step(lambda: mod(*inputs))
+
+        def fresh_step():  # the gradients set to None first, as do_bench's grad_to_none does: no accumulation
+            for t in leaves:
+                t.grad = None
+            step()
+        return fresh_step
 
     def forward():
         with torch.no_grad():

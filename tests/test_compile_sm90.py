@@ -35,7 +35,7 @@ UNIT_STRIDES = {
     "opm_dx_kernel": ("stride_gr", "stride_wk", "stride_dc"),
     "opm_grad_scale_kernel": ("stride_gr", "stride_cj"),
     "opm_dw_kernel": ("stride_gr", "stride_xc"),
-    "_layer_norm_linear_kernel": ("stride_xd", "stride_wd", "stride_yk", "stride_mm"),
+    "_layer_norm_linear_kernel": ("stride_xd", "stride_wd", "stride_mm"),
     "_layer_norm_backward_kernel": ("stride_xd", "stride_gd", "stride_mm", "stride_wd", "stride_nd", "stride_dd"),
     "_weight_halves_kernel": ("stride_wd",),
     "pair_heads_kernel": ("stride_xp", "stride_wp", "stride_zj"),
@@ -111,13 +111,13 @@ def _launches():
                warps, stages, {})
         yield (f"opm Gs {dtype}", opm.opm_grad_scale_kernel, dtype,
                dict(DIVIDE_BIAS=True, EPS=1e-3, HAS_COUNTS=True, BLOCK_P=128, BLOCK_R=64), 4, 3, {})
-        for D, K in ((256, 1024), (512, 256)):
+        for D, K, group in ((256, 1024, 32), (512, 256, 0), (64, 128, 8), (64, 72, 3)):
             block_d = min(next_pow2(D), lnl.MAX_BLOCK_D)
             lnl_terms = 0 if dtype == "bf16" else 3
             table = lnl.CONFIGS if lnl_terms == 0 else lnl.FLOAT32_CONFIGS
             kw, warps, stages = cfg([c for c in table if lnl._keep(c, K, block_d, lnl_terms, block_d >= D)][0])
-            yield (f"layer_norm_linear {dtype} D={D} K={K}", lnl._layer_norm_linear_kernel, dtype,
-                   dict(GROUP=32 if D == 256 else 0, HAS_BIAS=True, HAS_MASK=True, WHOLE_ROW=block_d >= D,
+            yield (f"layer_norm_linear {dtype} D={D} K={K} group {group}", lnl._layer_norm_linear_kernel, dtype,
+                   dict(GROUP=group, HAS_BIAS=True, HAS_MASK=True, WHOLE_ROW=block_d >= D,
                         TERMS=lnl_terms, BLOCK_D=block_d, **kw), warps, stages, {"w_ptr": "*fp16"} if lnl_terms else {})
         for D in (16, 64, 128, 256, 512):  # every linear narrow enough for the pass, and the widest rows
             for K in (0, 8, 64):
@@ -152,7 +152,7 @@ def _launches():
             for heads_fastest in (True, False):
                 yield (f"weighted sum {dtype} C {C} heads fastest {heads_fastest}", pwa.weighted_sum_kernel, dtype,
                        dict(C=C, BLOCK_C=C, HEADS_FASTEST=heads_fastest, PRECISION=precision, **kw), warps, stages, {})
-            tiles = pwa_op._projection_tiles(1024, C, 64)
+            tiles = pwa_op._projection_tiles(1024, 8, C, 64)
             warps = tiles.pop("num_warps")
             yield (f"gated projection {dtype} C {C}", pwa.gated_projection_kernel, dtype,
                    dict(C=C, STORE_GATED=True, PRECISION=precision, **tiles), warps, 3, {})

@@ -69,25 +69,30 @@ def test_matches_pytorch(M, D, K, masked, dtype):
 @pytest.mark.parametrize("lead, D, heads, C, dtype", [
     *(((2, 5, 7), 24, 3, 8, dtype) for dtype in (torch.float32, LOW)),
     *(((1, 33, 17), 64, 4, 5, dtype) for dtype in (torch.float32, LOW)),
+    ((4, 37), 32, 8, 4, LOW), ((3, 37), 16, 2, 16, torch.float32),
     ((3, 9), 300, 2, 16, torch.float32), ((3, 9), 300, 2, 16, LOW), ((1, 8, 2050), 160, 2, 520, LOW)])
-def test_writes_heads_into_a_strided_output(lead, D, heads, C, dtype):
-    """`out`: the output's columns as heads of C channels, written head major through a permuted view (rows of
-    at most three leading dimensions, each its own stride); the fused kernel, its chunked rows and the cuBLAS
-    route (the last shape at 16 bits); nothing outside the view is written."""
+def test_writes_heads_into_a_head_major_output(lead, D, heads, C, dtype):
+    """`out`: the output's columns as heads of C channels, written head major, (heads, *lead, C) seen through a
+    permuted view (rows of at most three leading dimensions; each head's rows one run): heads whose rows a tile
+    stores as runs (C a power of two, several heads a tile), the others one element a column, the chunked rows
+    and the cuBLAS route (the last shape at 16 bits), a last block of rows cut short; nothing outside the view is
+    written, and a view whose heads' rows are not one run is refused."""
     g = torch.Generator().manual_seed(D + C)
     x = (3 + torch.randn(*lead, D, generator=g)).to(DEVICE, dtype)
     lnw, lnb = (1 + torch.randn(D, generator=g)).to(DEVICE, dtype), torch.randn(D, generator=g).to(DEVICE, dtype)
     w = (torch.randn(heads * C, D, generator=g) / D ** 0.5).to(DEVICE, dtype)
     assert normalizes_first(x[..., 0].numel(), D, heads * C, dtype) == (C == 520)
-    storage = torch.full((heads, *reversed(lead), C + 3), float("nan"), dtype=dtype, device=DEVICE)
-    head_major = storage[..., :C]  # (heads, ...reversed lead, C), channel stride 1, padded rows
-    out = head_major.permute(*range(len(lead), 0, -1), 0, len(lead) + 1)  # (*lead, heads, C)
+    storage = torch.full((heads + 1, *lead, C), float("nan"), dtype=dtype, device=DEVICE)
+    out = storage[1:].permute(*range(1, len(lead) + 1), 0, len(lead) + 1)  # (*lead, heads, C)
     assert layer_norm_linear(x, lnw, lnb, w, None, None, out=out) is out
     expected = layer_norm_linear(x.contiguous(), lnw, lnb, w, None, None)
     assert torch.equal(out.reshape(*lead, heads * C), expected)
-    assert storage[..., C:].isnan().all()
+    assert storage[0].isnan().all()
     with pytest.raises(ValueError, match="heads"):
         layer_norm_linear(x, lnw, lnb, w, None, None, out=out[..., :1, :])
+    padded = torch.empty(heads, *lead, C + 3, dtype=dtype, device=DEVICE)[..., :C]
+    with pytest.raises(ValueError, match="one run"):
+        layer_norm_linear(x, lnw, lnb, w, None, None, out=padded.permute(*range(1, len(lead) + 1), 0, len(lead) + 1))
 
 
 @pytest.mark.parametrize("shape, dims", [((3, 4, 5, 24), (2, 0, 1, 3)), ((2, 3, 2, 3, 16), (4, 1, 0, 3, 2)),

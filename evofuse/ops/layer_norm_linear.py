@@ -32,8 +32,8 @@ def _layer_norm_linear_kernel(
     bias_ptr,  # HAS_BIAS: (K,)
     inv_ptr,  # TERMS > 0: (K,) float32, 1 / each column's power-of-two scale
     m_ptr, stride_mm,  # HAS_MASK: the row mask (M,), 0/1 of any dtype
-    y_ptr, stride_y0, stride_y1, stride_y2, stride_yg, stride_yk,  # y: (M, K), rows as x's, column k =
-    # (k // GROUP, k % GROUP) (GROUP 0: k alone, stride_yk)
+    y_ptr, stride_yg,  # y: (M, K) contiguous; GROUP > 0: groups of GROUP columns (heads), each group's rows one run
+    # (column k of row m at (k // GROUP) * stride_yg + m * GROUP + k % GROUP)
     M, D, K, M1, M2, eps,
     K_BUCKET,  # autotuning key only
     GROUP: tl.constexpr,
@@ -78,8 +78,8 @@ def _layer_norm_linear_kernel(
             else:
                 acc = _split_dot(x_hi, x_lo, w_tile, stride_wh, w_ok, TERMS)
                 acc *= tl.load(inv_ptr + offs_k, mask=offs_k < K, other=0.0)[None, :]
-            _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_y0, stride_y1, stride_y2,
-                   stride_yg, stride_yk, M1, M2, GROUP, HAS_BIAS, HAS_MASK)
+            _store(acc, pid_m * BLOCK_M, k0, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_yg, GROUP, HAS_BIAS,
+                   HAS_MASK, BLOCK_M, BLOCK_K)
     else:
         mean, rstd = _moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M, BLOCK_D)
         offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -100,8 +100,8 @@ def _layer_norm_linear_kernel(
                 acc += _split_dot(x_hi, (xhat - x_hi.to(tl.float32)).to(tl.float16), w_tile, stride_wh, w_ok, TERMS)
         if TERMS > 0:
             acc *= tl.load(inv_ptr + offs_k, mask=offs_k < K, other=0.0)[None, :]
-        _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_y0, stride_y1, stride_y2,
-               stride_yg, stride_yk, M1, M2, GROUP, HAS_BIAS, HAS_MASK)
+        _store(acc, pid_m * BLOCK_M, tl.program_id(1) * BLOCK_K, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_yg,
+               GROUP, HAS_BIAS, HAS_MASK, BLOCK_M, BLOCK_K)
 
 
 @triton.jit
@@ -195,22 +195,34 @@ def _rows(offs_m, M1, M2, stride_0, stride_1, stride_2):
 
 
 @triton.jit
-def _store(acc, offs_m, offs_k, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_y0, stride_y1, stride_y2, stride_yg,
-           stride_yk, M1, M2, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr):
-    """acc [rows, columns] plus the bias, times the rows' mask, stored in y's dtype at y's layout (the kernel's
-    y arguments)."""
+def _store(acc, m0, k0, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_yg, GROUP: tl.constexpr,
+           HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc [BLOCK_M, BLOCK_K], rows m0 .. and columns k0 .., plus the bias, times the rows' mask, stored in y's
+    dtype at y's layout (the kernel's y arguments)."""
+    offs_m = m0 + tl.arange(0, BLOCK_M)  # [BLOCK_M]
+    offs_k = k0 + tl.arange(0, BLOCK_K)  # [BLOCK_K]
     k_ok = offs_k < K
     m_ok = offs_m < M
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
     if HAS_MASK:
         acc *= tl.load(m_ptr + offs_m.to(tl.int64) * stride_mm, mask=m_ok, other=0).to(tl.float32)[:, None]
-    rows = _rows(offs_m, M1, M2, stride_y0, stride_y1, stride_y2)  # [BLOCK_M]
-    if GROUP > 0:
-        cols = (offs_k // GROUP).to(tl.int64) * stride_yg + offs_k % GROUP * stride_yk  # [BLOCK_K]
+    y = acc.to(y_ptr.dtype.element_ty)
+    rows = offs_m.to(tl.int64)[:, None]  # [BLOCK_M, 1]
+    if GROUP == 0:
+        tl.store(y_ptr + rows * K + offs_k[None, :], y, mask=m_ok[:, None] & k_ok[None, :])
+    elif BLOCK_K % GROUP == 0 and GROUP & (GROUP - 1) == 0:
+        # each group's BLOCK_M rows are one run of BLOCK_M * GROUP elements: stored as such, a store the compiler
+        # vectorizes (as [BLOCK_M, BLOCK_K] its runs would be GROUP elements long)
+        GROUPS: tl.constexpr = BLOCK_K // GROUP
+        runs = tl.reshape(tl.permute(tl.reshape(y, (BLOCK_M, GROUPS, GROUP)), (1, 0, 2)), (GROUPS, BLOCK_M * GROUP))
+        flat = tl.arange(0, BLOCK_M * GROUP)  # [BLOCK_M * GROUP]: (row, channel)
+        groups = k0 // GROUP + tl.arange(0, GROUPS)  # [GROUPS]
+        run = y_ptr + groups.to(tl.int64)[:, None] * stride_yg + (m0.to(tl.int64) * GROUP + flat)[None, :]
+        tl.store(run, runs, mask=(groups < K // GROUP)[:, None] & (m0 + flat // GROUP < M)[None, :])
     else:
-        cols = offs_k * stride_yk
-    tl.store(y_ptr + rows[:, None] + cols[None, :], acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & k_ok[None, :])
+        cols = (offs_k // GROUP).to(tl.int64) * stride_yg + offs_k % GROUP  # [BLOCK_K]
+        tl.store(y_ptr + rows * GROUP + cols[None, :], y, mask=m_ok[:, None] & k_ok[None, :])
 
 
 def _configs(tiles) -> list[triton.Config]:
@@ -295,8 +307,8 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
     x (..., D) float16, bfloat16 or float32 (any strides); ln_weight, ln_bias (D,); weight (K, D) and bias
     (K,) or None in x's dtype; mask of x's leading shape, 0/1 of any real dtype, or None. Returns (..., K) in
     x's dtype, contiguous; or, given `out`, writes it there and returns it: a view of x's leading shape (at
-    most three dimensions) then (K // G, G), the output's columns as groups of G (heads), channel stride 1, any
-    other strides (the heads of a projection written head major, say). The statistics and the products
+    most three dimensions) then (K // G, G), the output's columns as groups of G (heads), each group's rows one
+    contiguous run (`out.select(-2, 0)` contiguous: the heads of a projection written head major). The statistics and the products
     accumulate in float32. Wide 16-bit linears (`normalizes_first`) write LayerNorm(x) (M, D) for a cuBLAS
     product, rounded to x's dtype as the reference does; narrower ones keep the normalized rows on chip. float32
     rows take float16 tensor cores: the normalized rows' and the (LayerNorm-folded, column-scaled) weight's high
@@ -307,8 +319,9 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
     lead = x.shape[:-1]
     M = x[..., 0].numel()
     if out is not None and (out.shape[:-2] != lead or len(lead) > 3 or out.shape[-2] * out.shape[-1] != K
-                            or out.stride(-1) != 1):
-        raise ValueError(f"out of shape {tuple(out.shape)} does not hold the heads of a {tuple(lead)} x {K} output")
+                            or not out.select(-2, 0).is_contiguous()):
+        raise ValueError(f"out of shape {tuple(out.shape)} and strides {out.stride()} does not hold the heads of a "
+                         f"{tuple(lead)} x {K} output, each head's rows one run")
     if M == 0 or K == 0:
         return torch.empty(*lead, K, dtype=x.dtype, device=x.device) if out is None else out
     mask_rows = x if mask is None else mask.reshape(-1)
@@ -323,10 +336,7 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
     sizes = (1,) * (4 - x.dim()) + tuple(x.shape[:-1])
     x_layout = (0,) * (4 - x.dim()) + x.stride()
     y = torch.empty(M, K, dtype=x.dtype, device=x.device) if out is None else out
-    if out is None:  # columns ungrouped
-        y_layout, group = (sizes[1] * sizes[2] * K, sizes[2] * K, K, 0, 1), 0
-    else:
-        y_layout, group = ((0,) * (3 - len(lead)) + out.stride()[:-1] + (1,)), out.shape[-1]
+    group, stride_group = (0, 0) if out is None else (out.shape[-1], out.stride(-2))
     block_d = max(16, min(next_pow2(D), MAX_BLOCK_D))
     whole_row = block_d >= D
     terms = 0 if x.element_size() == 2 else 3 if precision == "default" else 1
@@ -345,7 +355,7 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
 
     _tuned()[grid](x, *x_layout, ln_weight, ln_bias, weight, *weight.stride(), w_stride_h,
                    weight if bias is None else bias, inverse, mask_rows, 0 if mask is None else mask_rows.stride(0), y,
-                   *y_layout, M, D, K, sizes[1], sizes[2], LAYER_NORM_EPS, bucket(K), GROUP=group,
+                   stride_group, M, D, K, sizes[1], sizes[2], LAYER_NORM_EPS, bucket(K), GROUP=group,
                    HAS_BIAS=bias is not None, HAS_MASK=mask is not None, WHOLE_ROW=whole_row, TERMS=terms,
                    BLOCK_D=block_d)
     return y.view(*lead, K) if out is None else out
