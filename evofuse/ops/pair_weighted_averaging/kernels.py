@@ -191,37 +191,51 @@ def gated_projection_kernel(
     S, N, H, C_OUT,
     C: tl.constexpr,  # the head width
     STORE_GATED: tl.constexpr,
+    HEADS_A_STEP: tl.constexpr,  # heads a step: one, or several where a head is narrower than the product's 16
     BLOCK_S: tl.constexpr,
-    BLOCK_C: tl.constexpr,  # C rounded up to a power of two, at least 16
+    BLOCK_C: tl.constexpr,  # C rounded up to a power of two (HEADS_A_STEP * BLOCK_C >= 16)
     BLOCK_O: tl.constexpr,  # output channels a program
     PRECISION: tl.constexpr,
 ):
-    """out[b, s, i] = sum_h (sigmoid(g) * u)[b, h, i, s] @ W_o[:, h]^T for BLOCK_S rows s of one (b, i): each
-    head's gated sums rounded to the input's dtype (as proj_o's input) and multiplied on chip, so that they
-    are written only for the backward (STORE_GATED)."""
+    """out[b, s, i] = sum_h (sigmoid(g) * u)[b, h, i, s] @ W_o[:, h]^T for BLOCK_S rows s of one (b, i): the gated
+    sums of HEADS_A_STEP heads a step rounded to the input's dtype (as proj_o's input) and multiplied on chip, so
+    that they are written only for the backward (STORE_GATED)."""
     b, i, offs_s = _msa_rows(S, N, BLOCK_S)  # [BLOCK_S] rows s of one (b, i)
-    offs_c = tl.arange(0, BLOCK_C)
+    col = tl.arange(0, HEADS_A_STEP * BLOCK_C)  # [BLOCK_K]: (head of the step, channel)
+    if HEADS_A_STEP == 1:
+        step_h = 0  # (no head offsets within a step: a head's loads as plain as without heads a step)
+        offs_c = col
+    else:
+        step_h = (col // BLOCK_C).to(tl.int64)  # (64-bit: head strides)
+        offs_c = col % BLOCK_C
     offs_o = tl.program_id(1) * BLOCK_O + tl.arange(0, BLOCK_O)
-    ok = (offs_s < S)[:, None] & (offs_c < C)[None, :]  # [BLOCK_S, BLOCK_C]
+    s_ok = offs_s < S
     o_ok = offs_o < C_OUT
-    u_rows = u_ptr + b * stride_ub + i * stride_ui + offs_s[:, None] * stride_us + offs_c[None, :]
-    g_rows = g_ptr + b * stride_gb + i * stride_gi + offs_s[:, None] * stride_gs + offs_c[None, :]
-    q_rows = q_ptr + b * stride_qb + i * stride_qi + offs_s[:, None].to(tl.int64) * stride_qs + offs_c[None, :]
+    u_rows = (u_ptr + b * stride_ub + i * stride_ui + offs_s[:, None] * stride_us
+              + (step_h * stride_uh + offs_c)[None, :])  # [BLOCK_S, BLOCK_K]
+    g_rows = (g_ptr + b * stride_gb + i * stride_gi + offs_s[:, None] * stride_gs
+              + (step_h * stride_gh + offs_c)[None, :])
+    q_rows = (q_ptr + b * stride_qb + i * stride_qi + offs_s[:, None].to(tl.int64) * stride_qs
+              + (step_h * C + offs_c)[None, :])
     acc = tl.zeros((BLOCK_S, BLOCK_O), dtype=tl.float32)
-    for h in range(H):  # (the pointers step a head at a time: 64-bit)
-        u = tl.load(u_rows, mask=ok, other=0.0)  # [BLOCK_S, BLOCK_C]
+    for h in range(0, H, HEADS_A_STEP):  # (the pointers step HEADS_A_STEP heads at a time: 64-bit)
+        col_ok = offs_c < C  # [BLOCK_K]
+        if HEADS_A_STEP > 1:
+            col_ok = col_ok & (step_h < H - h)  # (the last step's heads past H)
+        ok = s_ok[:, None] & col_ok[None, :]  # [BLOCK_S, BLOCK_K]
+        u = tl.load(u_rows, mask=ok, other=0.0)
         g = tl.load(g_rows, mask=ok, other=0.0)
-        gated = (u.to(tl.float32) * tl.sigmoid(g.to(tl.float32))).to(u.dtype)
+        gated = (u.to(tl.float32) * tl.sigmoid(g.to(tl.float32))).to(u.dtype)  # [BLOCK_S, BLOCK_K]
         if STORE_GATED:
             if tl.program_id(1) == 0:
                 tl.store(q_rows + h * C, gated, mask=ok)
-        wo = tl.load(wo_ptr + offs_o[None, :] * stride_wo + (h * C + offs_c)[:, None] * stride_wk,
-                     mask=(offs_c < C)[:, None] & o_ok[None, :], other=0.0)  # [BLOCK_C, BLOCK_O]
+        wo = tl.load(wo_ptr + offs_o[None, :] * stride_wo + (h * C + step_h * C + offs_c)[:, None] * stride_wk,
+                     mask=col_ok[:, None] & o_ok[None, :], other=0.0)  # [BLOCK_K, BLOCK_O]
         acc = tl.dot(gated, wo, acc, input_precision=PRECISION)  # [BLOCK_S, BLOCK_O]
-        u_rows += stride_uh
-        g_rows += stride_gh
+        u_rows += HEADS_A_STEP * stride_uh
+        g_rows += HEADS_A_STEP * stride_gh
     tl.store(o_ptr + b * stride_ob + i * stride_oi + offs_s[:, None].to(tl.int64) * stride_os + offs_o[None, :],
-             acc.to(o_ptr.dtype.element_ty), mask=(offs_s < S)[:, None] & o_ok[None, :])
+             acc.to(o_ptr.dtype.element_ty), mask=s_ok[:, None] & o_ok[None, :])
 
 
 @triton.jit

@@ -171,7 +171,7 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
     gated = msa_repr.new_empty(B, S, N, inner) if train else out
     if out.numel():
         g = vg[1]
-        tiles = _projection_tiles(S, C, c_m)
+        tiles = _projection_tiles(S, H, C, c_m)
         gated_projection_kernel[(B * N * cdiv(S, tiles["BLOCK_S"]), cdiv(c_m, tiles["BLOCK_O"]))](
             u, *_head_major(u), g, *_head_major(g), proj_o_weight, *proj_o_weight.stride(), out, out.stride(0),
             out.stride(1), out.stride(2), gated, gated.stride(0), gated.stride(1), gated.stride(2), S, N, H, c_m, C,
@@ -192,14 +192,20 @@ def _(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight,
 
 PROJECTION_ROWS = 64  # MSA rows s a program of the forward's gated projection
 PROJECTION_WARPS = 4
+PROJECTION_STEP = 16  # (head, channel) columns a step of the forward's gated projection for heads narrower than 16
 
 
-def _projection_tiles(S: int, C: int, c_m: int) -> dict:
-    """The forward gated projection's tile: BLOCK_S rows, a head's channels padded to a power of two (at least
-    16, the product's) a step, up to 128 output channels a program. (Measured on the H200 at pwa-boltz in a
-    training step: 0.184 ms a head a step, 0.345 with the backward's autotuned steps across heads.)"""
-    return dict(BLOCK_S=max(16, min(PROJECTION_ROWS, next_pow2(S))), BLOCK_C=max(16, next_pow2(C)),
-                BLOCK_O=max(16, min(128, next_pow2(c_m))), num_warps=PROJECTION_WARPS)
+def _projection_tiles(S: int, H: int, C: int, c_m: int) -> dict:
+    """The forward gated projection's tile: BLOCK_S rows, up to 128 output channels a program, a head a step
+    (its channels padded to a power of two, at least 16: the product's) or, for heads narrower than 16 channels,
+    the PROJECTION_STEP columns of several heads a step. On the H200, bf16, the kernel alone (us, with the gated
+    sums' store / without): pwa-af3 (heads of 8) 125 / 103 two heads a step, 160 / 106 four, 205 / 131 eight,
+    222 / 151 one padded to 16; pwa-boltz (32) 223 / 125 a head a step, 334 / 154 two."""
+    block_c = next_pow2(C)
+    heads = min(next_pow2(H), PROJECTION_STEP // block_c) if block_c < 16 else 1
+    return dict(BLOCK_S=max(16, min(PROJECTION_ROWS, next_pow2(S))), HEADS_A_STEP=heads,
+                BLOCK_C=max(block_c, 16 // heads), BLOCK_O=max(16, min(128, next_pow2(c_m))),
+                num_warps=PROJECTION_WARPS)
 
 
 def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor, gated: Tensor,
