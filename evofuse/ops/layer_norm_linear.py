@@ -308,9 +308,10 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
     (K,) or None in x's dtype; mask of x's leading shape, 0/1 of any real dtype, or None. Returns (..., K) in
     x's dtype, contiguous; or, given `out`, writes it there and returns it: a view of x's leading shape (at
     most three dimensions) then (K // G, G), the output's columns as groups of G (heads), each group's rows one
-    contiguous run (`out.select(-2, 0)` contiguous: the heads of a projection written head major). The statistics and the products
-    accumulate in float32. Wide 16-bit linears (`normalizes_first`) write LayerNorm(x) (M, D) for a cuBLAS
-    product, rounded to x's dtype as the reference does; narrower ones keep the normalized rows on chip. float32
+    contiguous run (`out.select(-2, 0)` contiguous: the heads of a projection written head major). The
+    statistics and the products accumulate in float32. Wide 16-bit linears (`normalizes_first`) write
+    LayerNorm(x) (M, D) for a cuBLAS product, rounded to x's dtype as the reference does; narrower ones keep the
+    normalized rows on chip. float32
     rows take float16 tensor cores: the normalized rows' and the (LayerNorm-folded, column-scaled) weight's high
     and low halves, three products at the "default" precision (~1e-7 relative), the high halves alone at "fast".
     """

@@ -199,8 +199,8 @@ def _projection_tiles(S: int, H: int, C: int, c_m: int) -> dict:
     """The forward gated projection's tile: BLOCK_S rows, up to 128 output channels a program, a head a step
     (its channels padded to a power of two, at least 16: the product's) or, for heads narrower than 16 channels,
     the PROJECTION_STEP columns of several heads a step. On the H200, bf16, the kernel alone (us, with the gated
-    sums' store / without): pwa-af3 (heads of 8) 125 / 103 two heads a step, 160 / 106 four, 205 / 131 eight,
-    222 / 151 one padded to 16; pwa-boltz (32) 223 / 125 a head a step, 334 / 154 two."""
+    sums' store / without): pwa-af3 (heads of 8) 125 / 101 two heads a step against 224 / 165 one padded to 16
+    (four 160 / 106, eight 205 / 131); pwa-boltz (32) 183 / 116 a head a step, two 334 / 154."""
     block_c = next_pow2(C)
     heads = min(next_pow2(H), PROJECTION_STEP // block_c) if block_c < 16 else 1
     return dict(BLOCK_S=max(16, min(PROJECTION_ROWS, next_pow2(S))), HEADS_A_STEP=heads,
