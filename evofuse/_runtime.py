@@ -25,6 +25,30 @@ def traced(tensor: torch.Tensor) -> bool:
     return torch.compiler.is_compiling() or type(tensor) is not torch.Tensor
 
 
+def eager_or_dispatched(op, forward, setup_context, backward):
+    """The call of a custom op `op` whose implementation is `forward`, with its autograd's `setup_context` and
+    `backward`: through the dispatcher when traced, else eagerly the same three functions under a
+    `torch.autograd.Function`, whose host time is about half the custom op's autograd's (docs/DESIGN.md). The
+    context is set inside its forward: a separate `setup_context` has every `apply` bind the arguments to the
+    forward's signature."""
+
+    class Eager(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            output = forward(*args)
+            setup_context(ctx, args, output)
+            return output
+
+        @staticmethod
+        def backward(ctx, *grads):
+            return backward(ctx, *grads)
+
+    def call(*args):
+        return op(*args) if traced(args[0]) else Eager.apply(*args)
+
+    return call
+
+
 def autotune_enabled() -> bool:
     """EVOFUSE_AUTOTUNE=0 takes each kernel's first fitting config instead of timing the candidates on
     the first call of each size bucket: a faster start, possibly a slower steady state."""

@@ -127,16 +127,16 @@ def outer_product_mean(
     weights = _cast(params.values(), msa_repr.dtype)
     if resolve_impl(impl, msa_repr) == "torch":
         return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization, count_eps)
-    from .ops.outer_product_mean import fused, outer_product_mean_op
+    from .ops import outer_product_mean as opm
 
-    if not fused(c, msa_repr.dtype):
+    if not opm.fused(c, msa_repr.dtype):
         warn_once(f"opm-{c}-{msa_repr.dtype}", f"evofuse: no fused Outer Product Mean for hidden_dim={c}, "
                   f"dtype={msa_repr.dtype}; running the PyTorch reference")
         return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization, count_eps)
     train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (msa_repr, *weights))
     with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
-        return outer_product_mean_op(msa_repr, msa_mask, *weights, normalization, float(count_eps), precision,
-                                     train)[0]
+        return opm.outer_product_mean(msa_repr, msa_mask, *weights, normalization, float(count_eps), precision,
+                                      train)[0]
 
 
 def msa_row_attention(
@@ -237,20 +237,20 @@ def msa_row_attention(
 
     if resolve_impl(impl, msa_repr) == "torch":
         return reference()
-    from .ops.row_attention import fused, joined_qkvg, row_attention_op
+    from .ops import row_attention as att
 
     if training and dropout > 0:
         warn_once("att-dropout", "evofuse: attention dropout in training mode runs the PyTorch reference")
         return reference()
-    if not fused(H // num_heads, msa_repr.dtype):
+    if not att.fused(H // num_heads, msa_repr.dtype):
         warn_once(f"att-{H // num_heads}-{msa_repr.dtype}", f"evofuse: no fused row attention for "
                   f"head_dim={H // num_heads}, dtype={msa_repr.dtype}; running the PyTorch reference")
         return reference()
     train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (msa_repr, pair_repr, *weights))
     with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
-        qkvg = joined_qkvg(weights[2:10:2], weights[3:10:2])
-        return row_attention_op(msa_repr, pair_repr, msa_mask, *weights[:2], *qkvg, *weights[10:], num_heads,
-                                mask_mode, precision, train)[0]
+        qkvg = att.joined_qkvg(weights[2:10:2], weights[3:10:2])
+        return att.row_attention(msa_repr, pair_repr, msa_mask, *weights[:2], *qkvg, *weights[10:], num_heads,
+                                 mask_mode, precision, train)[0]
 
 
 def pair_weighted_averaging(
@@ -325,14 +325,14 @@ def pair_weighted_averaging(
 
     if resolve_impl(impl, msa_repr) == "torch":
         return reference()
-    from .ops.pair_weighted_averaging import fused, pair_weighted_averaging_op
+    from .ops import pair_weighted_averaging as pwa
 
-    if not fused(inner // num_heads, dtype):
+    if not pwa.fused(inner // num_heads, dtype):
         warn_once(f"pwa-{inner // num_heads}-{dtype}", f"evofuse: no fused pair-weighted averaging for head width "
                   f"{inner // num_heads}, dtype={dtype}; running the PyTorch reference")
         return reference()
     train = torch.is_grad_enabled() and any(t.requires_grad for t in (msa_repr, pair_repr, *weights))
     proj_mg = torch.cat(weights[4:6])  # (the op takes proj_m's and proj_g's weights stacked)
     with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
-        return pair_weighted_averaging_op(msa_repr, pair_repr, pair_mask, *weights[:4], proj_mg, *weights[6:],
-                                          float(inf), mask_mode, precision, train)[0]
+        return pwa.pair_weighted_averaging(msa_repr, pair_repr, pair_mask, *weights[:4], proj_mg, *weights[6:],
+                                           float(inf), mask_mode, precision, train)[0]

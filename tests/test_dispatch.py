@@ -41,8 +41,8 @@ def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
 
 def test_module_override_and_call_override_reach_the_kernel(monkeypatch):
     calls = []
-    real = opm_op.outer_product_mean_op
-    monkeypatch.setattr(opm_op, "outer_product_mean_op", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = opm_op.outer_product_mean
+    monkeypatch.setattr(opm_op, "outer_product_mean", lambda *a, **k: calls.append(1) or real(*a, **k))
     mod = opm_module(8, 4, 8, impl="triton").to(DEVICE)
     x = torch.randn(1, 2, 3, 8, device=DEVICE)
     mod(x, None)

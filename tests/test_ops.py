@@ -216,3 +216,18 @@ def test_backward_nested_ops_dispatched_only_when_traced(op, monkeypatch):
     assert {name for _, name in nested} <= set(calls)
     for got, want in zip(compiled, eager):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.no_poison
+@pytest.mark.parametrize("op", ["opm", "att", "pwa"])
+def test_eager_call_skips_the_dispatcher(op):
+    """Eagerly on plain tensors an operation runs under a torch.autograd.Function (`_runtime.eager_or_dispatched`),
+    not through its custom op: its output's gradient node is that Function's, and the gradients match the custom
+    op's own autograd (checked against torch.compile above)."""
+    mod, inputs, _ = _nested_op_cases()[op]
+    mod = mod.to(DEVICE)
+    x = [t.to(DEVICE).requires_grad_(t.is_floating_point() and k < len(inputs) - 1) for k, t in enumerate(inputs)]
+    out = mod(*x)
+    assert type(out.grad_fn).__name__ == "EagerBackward"
+    with torch.no_grad():
+        assert mod(*x).grad_fn is None

@@ -25,7 +25,7 @@ import torch
 import triton
 from torch import Tensor
 
-from ..._runtime import bucket, cdiv, dot_precision, multiprocessors, next_pow2, traced
+from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, multiprocessors, next_pow2, traced
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from . import configs, kernels
 from .kernels import float16_operands_kernel, operand_maxima_kernel, opm_forward_kernel
@@ -53,12 +53,11 @@ def _counts(mask: Tensor | None, normalization: str) -> Tensor | None:
     return torch.bmm(m.transpose(1, 2), m)
 
 
-@torch.library.custom_op("evofuse::outer_product_mean", mutates_args=())
-def outer_product_mean_op(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_weight: Tensor,
-                          layer_norm_bias: Tensor, proj_a_weight: Tensor, proj_a_bias: Tensor | None,
-                          proj_b_weight: Tensor, proj_b_bias: Tensor | None, out_proj_weight: Tensor,
-                          out_proj_bias: Tensor, normalization: str, count_eps: float, precision: str,
-                          train: bool) -> tuple[Tensor, Tensor]:
+def outer_product_mean_forward(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_weight: Tensor,
+                               layer_norm_bias: Tensor, proj_a_weight: Tensor, proj_a_bias: Tensor | None,
+                               proj_b_weight: Tensor, proj_b_bias: Tensor | None, out_proj_weight: Tensor,
+                               out_proj_bias: Tensor, normalization: str, count_eps: float, precision: str,
+                               train: bool) -> tuple[Tensor, Tensor]:
     """(out (B, N, N, R), ab (B, S, N, 2c)): the output and, when `train`, the masked projections [a | b] that
     the backward takes (else an empty tensor), both in msa_repr's dtype. Every parameter already has
     msa_repr's dtype (the functional API casts them)."""
@@ -309,6 +308,9 @@ def _(ab, grad_out, counts, weight, normalization, count_eps, need_ab, need_weig
             ab.new_empty((R,), dtype=torch.float32))
 
 
+outer_product_mean_op = torch.library.custom_op("evofuse::outer_product_mean", mutates_args=())(outer_product_mean_forward)
+
+
 @outer_product_mean_op.register_fake
 def _(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight, proj_b_bias,
       out_proj_weight, out_proj_bias, normalization, count_eps, precision, train):
@@ -322,6 +324,7 @@ def _(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, pro
 def _setup_context(ctx, inputs, output):
     msa_repr, msa_mask, *params, normalization, count_eps, precision, _ = inputs
     ctx.save_for_backward(msa_repr, msa_mask, *params, output[1])
+    ctx.mark_non_differentiable(output[1])
     ctx.set_materialize_grads(False)  # the outputs kept for the backward get no zero-filled gradients
     ctx.normalization = normalization
     ctx.count_eps = count_eps
@@ -364,3 +367,5 @@ def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab
 
 
 outer_product_mean_op.register_autograd(_backward, setup_context=_setup_context)
+# the op's call: eagerly on plain tensors the same functions without the dispatcher
+outer_product_mean = eager_or_dispatched(outer_product_mean_op, outer_product_mean_forward, _setup_context, _backward)

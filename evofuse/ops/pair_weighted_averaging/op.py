@@ -27,7 +27,7 @@ import torch
 import triton
 from torch import Tensor
 
-from ..._runtime import bucket, cdiv, dot_precision, l2_cache_bytes, next_pow2, traced
+from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, l2_cache_bytes, next_pow2, traced
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
 from ..pair_heads import pair_heads, pair_heads_backward
 from . import configs
@@ -143,11 +143,10 @@ def _head_major(t: Tensor) -> tuple:
     return t.stride(1), t.stride(0), t.stride(2), t.stride(3)
 
 
-@torch.library.custom_op("evofuse::pair_weighted_averaging", mutates_args=())
-def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: Tensor | None, norm_m_weight: Tensor,
-                               norm_m_bias: Tensor, norm_z_weight: Tensor, norm_z_bias: Tensor, proj_mg_weight: Tensor,
-                               proj_z_weight: Tensor, proj_o_weight: Tensor, inf: float, mask_mode: str,
-                               precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def pair_weighted_averaging_forward(msa_repr: Tensor, pair_repr: Tensor, pair_mask: Tensor | None, norm_m_weight: Tensor,
+                                    norm_m_bias: Tensor, norm_z_weight: Tensor, norm_z_bias: Tensor, proj_mg_weight: Tensor,
+                                    proj_z_weight: Tensor, proj_o_weight: Tensor, inf: float, mask_mode: str,
+                                    precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(out (B, S, N, c_m), vg (2, h, B, N, S, C), gated (B, S, N, hC), w (h, B, N, N) float32): the output, then
     what the backward takes: the projections (head major: v, then g), the gated sums (proj_o's input) and the
     weights; the last two empty unless `train`. proj_mg_weight (2hC, c_m) is proj_m's weight over proj_g's, stacked
@@ -177,6 +176,10 @@ def pair_weighted_averaging_op(msa_repr: Tensor, pair_repr: Tensor, pair_mask: T
             out.stride(1), out.stride(2), gated, gated.stride(0), gated.stride(1), gated.stride(2), S, N, H, c_m, C,
             STORE_GATED=train, PRECISION=dot_precision(msa_repr.dtype, precision), **tiles)
     return out, vg, gated if train else gated.new_empty(0), w if train else w.new_empty(0)
+
+
+pair_weighted_averaging_op = torch.library.custom_op("evofuse::pair_weighted_averaging",
+                                                     mutates_args=())(pair_weighted_averaging_forward)
 
 
 @pair_weighted_averaging_op.register_fake
@@ -259,6 +262,7 @@ def _setup_context(ctx, inputs, output):
     msa_repr, pair_repr, pair_mask, *params, inf, mask_mode, precision, _ = inputs
     _, vg, gated, w = output
     ctx.save_for_backward(msa_repr, pair_repr, *params, vg, gated, w)
+    ctx.mark_non_differentiable(vg, gated, w)
     ctx.set_materialize_grads(False)  # the outputs kept for the backward get no zero-filled gradients
     ctx.precision = precision
 
@@ -278,3 +282,6 @@ def _backward(ctx, grad_out, *_):
 
 
 pair_weighted_averaging_op.register_autograd(_backward, setup_context=_setup_context)
+# the op's call: eagerly on plain tensors the same functions without the dispatcher
+pair_weighted_averaging = eager_or_dispatched(pair_weighted_averaging_op, pair_weighted_averaging_forward,
+                                              _setup_context, _backward)

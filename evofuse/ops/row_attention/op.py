@@ -21,7 +21,7 @@ import torch.nn.functional as F
 import triton
 from torch import Tensor
 
-from ..._runtime import bucket, cdiv, dot_precision, multiprocessors, next_pow2, traced
+from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, multiprocessors, next_pow2, traced
 from ...reference import MASK_LOGIT
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from ..pair_heads import pair_heads, pair_heads_backward
@@ -74,12 +74,11 @@ def joined_qkvg(weights: list[Tensor], biases: list[Tensor | None]) -> tuple[Ten
     return torch.cat(weights), joined_bias(biases, weights)
 
 
-@torch.library.custom_op("evofuse::msa_row_attention", mutates_args=())
-def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | None, layer_norm_weight: Tensor,
-                     layer_norm_bias: Tensor, qkvg_weight: Tensor, qkvg_bias: Tensor | None, out_proj_weight: Tensor,
-                     out_proj_bias: Tensor | None, pair_bias_weight: Tensor, pair_bias_bias: Tensor | None,
-                     pair_norm_weight: Tensor | None, pair_norm_bias: Tensor | None, num_heads: int, mask_mode: str,
-                     precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def row_attention_forward(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | None, layer_norm_weight: Tensor,
+                          layer_norm_bias: Tensor, qkvg_weight: Tensor, qkvg_bias: Tensor | None, out_proj_weight: Tensor,
+                          out_proj_bias: Tensor | None, pair_bias_weight: Tensor, pair_bias_bias: Tensor | None,
+                          pair_norm_weight: Tensor | None, pair_norm_bias: Tensor | None, num_heads: int, mask_mode: str,
+                          precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(out (B, S, N, D), qkvg (B, S, N, 4H), gated (B, S, N, H), lse (2, B, S, N, h) float32, z (B, h, N, N)):
     the output, then what the backward takes (each empty unless `train`): the projections, the gated attention
     output (out_proj's input), the rows' softmax statistics (their largest logit and log2 of their sum, base 2)
@@ -110,6 +109,9 @@ def row_attention_op(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor | Non
         qkvg, z = qkvg.new_empty(0), z.new_empty(0)
     out = F.linear(gated, out_proj_weight, out_proj_bias)
     return out, qkvg, gated if train else gated.new_empty(0), lse, z
+
+
+row_attention_op = torch.library.custom_op("evofuse::msa_row_attention", mutates_args=())(row_attention_forward)
 
 
 @row_attention_op.register_fake
@@ -182,6 +184,7 @@ def _setup_context(ctx, inputs, output):
     msa_repr, pair_repr, msa_mask, *params, num_heads, mask_mode, precision, _ = inputs
     _, qkvg, gated, lse, z = output
     ctx.save_for_backward(msa_repr, pair_repr, msa_mask, *params, qkvg, gated, lse, z)
+    ctx.mark_non_differentiable(qkvg, gated, lse, z)
     ctx.set_materialize_grads(False)  # the outputs kept for the backward get no zero-filled gradients
     ctx.num_heads = num_heads
     ctx.mask_mode = mask_mode
@@ -210,3 +213,5 @@ def _backward(ctx, grad_out, *_):
 
 
 row_attention_op.register_autograd(_backward, setup_context=_setup_context)
+# the op's call: eagerly on plain tensors the same functions without the dispatcher
+row_attention = eager_or_dispatched(row_attention_op, row_attention_forward, _setup_context, _backward)
