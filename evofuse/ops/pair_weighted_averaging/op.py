@@ -150,7 +150,7 @@ def pair_weighted_averaging_forward(msa_repr: Tensor, pair_repr: Tensor, pair_ma
     """(out (B, S, N, c_m), vg (2, h, B, N, S, C), gated (B, S, N, hC), w (h, B, N, N) float32): the output, then
     what the backward takes: the projections (head major: v, then g), the gated sums (proj_o's input) and the
     weights; the last two empty unless `train`. proj_mg_weight (2hC, c_m) is proj_m's weight over proj_g's, stacked
-    outside the op (fewer schema arguments, whose count the custom op's autograd pays for quadratically on every
+    outside the op (one weight for the LayerNorm + projection kernel, and fewer schema arguments for a traced
     call; autograd hands each weight its share of the stacked gradient). Every tensor argument has msa_repr's
     dtype."""
     B, S, N, c_m = msa_repr.shape

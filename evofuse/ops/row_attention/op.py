@@ -83,8 +83,8 @@ def row_attention_forward(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor 
     the output, then what the backward takes (each empty unless `train`): the projections, the gated attention
     output (out_proj's input), the rows' softmax statistics (their largest logit and log2 of their sum, base 2)
     and the pair bias. qkvg_weight (4H, D) and qkvg_bias (4H,) or None are the query, key, value and gate
-    projections' stacked (`joined_qkvg`: fewer schema arguments, whose count the custom op's autograd pays for
-    quadratically on every call); H = num_heads * head_dim is the inner width; any bias may be None; with
+    projections' stacked (`joined_qkvg`: one weight for the LayerNorm + projection kernel, and fewer schema
+    arguments for a traced call); H = num_heads * head_dim is the inner width; any bias may be None; with
     pair_norm_weight and pair_norm_bias the pair is layer-normed in the bias projection's kernel; mask_mode
     ("replace" or "add") matters to the backward alone. Every tensor argument has msa_repr's dtype."""
     B, S, N, _ = msa_repr.shape
