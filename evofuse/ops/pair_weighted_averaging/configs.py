@@ -49,23 +49,27 @@ def prune(configs, named_args, **kwargs):
     return candidates(kwargs["BLOCK_C"], named_args["v_ptr"].element_size())
 
 
-# The gated projection's backward: BLOCK_S MSA rows of one (b, i), BLOCK_K (head, channel) columns a step, the
-# output channels at once (the launcher's BLOCK_O). On the H200, bf16, the kernel alone at pwa-boltz: 352 us
-# (32 x 128, 4 warps, 2 stages) with the output's gradient loaded once, against 425 for the best of a loop over
-# it a step; pwa-af3 181 (64 x 64) against 167
+# The gated projection's backward: BLOCK_S MSA rows of one (b, i) a step, BLOCK_K (head, channel) columns a
+# program, the output channels at once (the launcher's BLOCK_O). On the H200, bf16, in a training step (torch
+# profiler, ms): with proj_o's weight gradient summed by the kernel (two programs a multiprocessor along the rows)
+# pwa-boltz 1.573-1.588 against 1.623-1.684 with it as a cuBLAS product, pwa-af3 0.847 against 0.902, pwa-long
+# 5.91 against 5.98; one program a multiprocessor 1.574-1.636 / 0.915 / 5.90, four 1.607 / 0.860 / 5.93
 PROJECTION_CONFIGS = [
     triton.Config({"BLOCK_S": bs, "BLOCK_K": bk}, num_warps=warps, num_stages=stages)
     for bs, bk, warps, stages in ((32, 128, 4, 2), (64, 64, 4, 3), (32, 64, 4, 3), (16, 256, 4, 2),
-                                  (16, 128, 4, 2), (32, 256, 8, 2), (16, 64, 4, 3))
+                                  (16, 128, 4, 2), (32, 256, 8, 2), (16, 64, 4, 3), (64, 128, 8, 2),
+                                  (32, 128, 4, 3), (64, 64, 4, 2))
 ]
 PROJECTION_INTERPRETER_CONFIG = triton.Config({"BLOCK_S": 16, "BLOCK_K": 16}, num_warps=1, num_stages=1)
 
 
 def projection_fits(config: triton.Config, HC: int, BLOCK_O: int) -> bool:
-    """No wider a step than the columns (padded to 16, the product's least), and at most 16K float32 accumulator
-    elements a program for the step's product and the output's gradient each."""
+    """No wider a step than the columns (padded to 16, the product's least), at most 16K float32 accumulator
+    elements a program for the step's product and the output's gradient each, and at most 64 a thread for the
+    program's sum of proj_o's weight gradient [BLOCK_O, BLOCK_K]."""
     kw = config.kwargs
-    return kw["BLOCK_K"] <= max(16, next_pow2(HC)) and kw["BLOCK_S"] * max(kw["BLOCK_K"], BLOCK_O) <= 16384
+    return (kw["BLOCK_K"] <= max(16, next_pow2(HC)) and kw["BLOCK_S"] * max(kw["BLOCK_K"], BLOCK_O) <= 16384
+            and BLOCK_O * kw["BLOCK_K"] <= 64 * 32 * config.num_warps)
 
 
 def projection_candidates(HC: int, BLOCK_O: int) -> list[triton.Config]:

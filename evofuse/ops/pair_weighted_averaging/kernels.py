@@ -9,7 +9,8 @@ tensor as strides of the einsum's indices, so that the layouts are the launcher'
 `masked_softmax_kernel`: the weights from the pair's head logits, one program a pair row (b, i) and all its heads;
 `masked_softmax_backward_kernel` the logits' gradient from theirs.
 `gated_projection_kernel`: out = (sigmoid(g) * u) W_o^T for a block of MSA rows of one (b, i), every head;
-`gated_projection_backward_kernel` the gate's and u's gradients from the output's.
+`gated_projection_backward_kernel` the gate's and u's gradients from the output's, and partial sums of proj_o's
+weight gradient.
 `weighted_sum_kernel`: for a block of residues i, a head and a block of MSA rows s, u[s, i] = sum_j w[i, j] v[s, j]
 as one product whose columns are the block's (s, channel) pairs, so that each tile of w is read once for
 S_BLOCK rows; with w's strides swapped it is the backward's dv[s, j] = sum_i w[i, j] du[s, i], written into
@@ -260,35 +261,47 @@ def gated_projection_backward_kernel(
     g_ptr, stride_gb, stride_gh, stride_gi, stride_gs,  # the gate's pre-activation: (B, h, N, S, C)
     du_ptr, stride_ub, stride_uh, stride_ui, stride_us,  # out: the weighted sums' gradient, (B, h, N, S, C)
     dg_ptr, stride_eb, stride_es, stride_ei,  # out: the gate's gradient, (B, S, N, h*C), channel stride 1
-    S, N, HC, C_OUT,
+    part_ptr, stride_pp, stride_po,  # out: the programs' sums of proj_o's weight gradient, (PROGRAMS, c_m, h*C) float32
+    B, S, N, HC, C_OUT,
+    PROGRAMS,  # programs along the MSA rows
     S_BUCKET,  # autotuning key only
     C: tl.constexpr,
     BLOCK_S: tl.constexpr,
-    BLOCK_K: tl.constexpr,  # (head, channel) columns a step
-    BLOCK_O: tl.constexpr,  # the output channels, padded: the output's gradient is loaded once
+    BLOCK_K: tl.constexpr,  # (head, channel) columns a program
+    BLOCK_O: tl.constexpr,  # the output channels, padded: the output's gradient is loaded whole
     PRECISION: tl.constexpr,
 ):
-    """For BLOCK_S rows s of one (b, i), BLOCK_K (head, channel) columns a step: d(gated) = grad_out @ W_o on
-    chip (float32; the rows' output gradient loaded once), then du = d(gated) * sigmoid(g) and the gate's
-    gradient d(gated) * gated * (1 - sigmoid(g))."""
-    b, i, offs_s = _msa_rows(S, N, BLOCK_S)  # [BLOCK_S] rows s of one (b, i)
-    s_ok = offs_s < S
+    """For the blocks of BLOCK_S rows s of one (b, i) numbered pid, pid + PROGRAMS, ... and BLOCK_K (head,
+    channel) columns: d(gated) = grad_out @ W_o on chip (float32), then du = d(gated) * sigmoid(g) and the gate's
+    gradient d(gated) * gated * (1 - sigmoid(g)); and this program's sum over its rows of proj_o's weight
+    gradient grad_out^T gated, in float32 and in a fixed order (the programs' sums added by the launcher)."""
+    pid = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]: (head, channel)
+    k_ok = cols < HC
     offs_o = tl.arange(0, BLOCK_O)
     o_ok = offs_o < C_OUT
-    grad = tl.load(do_ptr + b * stride_db + i * stride_di + offs_s[:, None] * stride_ds + offs_o[None, :] * stride_do,
-                   mask=s_ok[:, None] & o_ok[None, :], other=0.0)  # [BLOCK_S, BLOCK_O]
-    for k0 in range(0, HC, BLOCK_K):
-        cols = k0 + tl.arange(0, BLOCK_K)  # [BLOCK_K]: (head, channel)
-        ok = s_ok[:, None] & (cols < HC)[None, :]  # [BLOCK_S, BLOCK_K]
+    wo = tl.load(wo_ptr + offs_o[:, None] * stride_wo + cols[None, :] * stride_wk,
+                 mask=o_ok[:, None] & k_ok[None, :], other=0.0)  # [BLOCK_O, BLOCK_K]
+    acc = tl.zeros((BLOCK_O, BLOCK_K), dtype=tl.float32)  # grad_out^T gated over this program's rows
+    n_s = tl.cdiv(S, BLOCK_S)
+    for blk in range(pid, B * N * n_s, PROGRAMS):
+        b = (blk // (n_s * N)).to(tl.int64)
+        i = ((blk // n_s) % N).to(tl.int64)
+        offs_s = (blk % n_s) * BLOCK_S + tl.arange(0, BLOCK_S)  # [BLOCK_S] rows s of one (b, i)
+        s_ok = offs_s < S
+        grad = tl.load(do_ptr + b * stride_db + i * stride_di + offs_s[:, None] * stride_ds
+                       + offs_o[None, :] * stride_do, mask=s_ok[:, None] & o_ok[None, :], other=0.0)  # [BLOCK_S, BLOCK_O]
+        ok = s_ok[:, None] & k_ok[None, :]  # [BLOCK_S, BLOCK_K]
         gated = tl.load(q_ptr + b * stride_qb + i * stride_qi + offs_s[:, None] * stride_qs + cols[None, :],
                         mask=ok, other=0.0)
         g = tl.load(g_ptr + b * stride_gb + i * stride_gi + _head_major(offs_s, cols, C, stride_gh, stride_gs),
                     mask=ok, other=0.0)
-        wo = tl.load(wo_ptr + offs_o[:, None] * stride_wo + cols[None, :] * stride_wk,
-                     mask=o_ok[:, None] & (cols < HC)[None, :], other=0.0)  # [BLOCK_O, BLOCK_K]
         d_gated = tl.dot(grad, wo, input_precision=PRECISION)  # [BLOCK_S, BLOCK_K] float32
+        acc = tl.dot(tl.trans(grad), gated, acc, input_precision=PRECISION)  # [BLOCK_O, BLOCK_K]
         sg = tl.sigmoid(g.to(tl.float32))
         tl.store(du_ptr + b * stride_ub + i * stride_ui + _head_major(offs_s, cols, C, stride_uh, stride_us),
                  (d_gated * sg).to(du_ptr.dtype.element_ty), mask=ok)
         tl.store(dg_ptr + b * stride_eb + i * stride_ei + offs_s[:, None] * stride_es + cols[None, :],
                  (d_gated * gated.to(tl.float32) * (1.0 - sg)).to(dg_ptr.dtype.element_ty), mask=ok)
+    tl.store(part_ptr + pid * stride_pp + offs_o[:, None] * stride_po + cols[None, :], acc,
+             mask=o_ok[:, None] & k_ok[None, :])

@@ -11,12 +11,13 @@ softmax over j once per (b, i, h), (h, B, N, N) (`kernels.masked_softmax_kernel`
 copy in the input's dtype for the product); u = w v by cuBLAS; the gate and proj_o in one kernel
 (`kernels.gated_projection_kernel`), which writes the gated sums only for the backward. No float32
 (B, S, N, h, C) tensor and no (B, h, S, N, N) tensor exists.
-Backward: d(gated) = grad_out W_o on chip, with the gate's gradient and du (head major) from the saved gated
-sums (`kernels.gated_projection_backward_kernel`); dv = w^T du (`weighted_sum_kernel` on w transposed, written
-as the MSA's rows) and dw = du v^T, one cuBLAS product a (head, batch) in float32 (deterministic: no atomics,
-one order of the sums for a shape); the softmax's gradient
-(`masked_softmax_backward_kernel`); the MSA's LayerNorm + projection's by `layer_norm_linear_backward`, the
-pair's by `pair_heads_backward` (one pass: nothing of the pair's size but dz is made).
+Backward: d(gated) = grad_out W_o on chip, with the gate's gradient, du (head major) and per-program sums of
+W_o's gradient grad_out^T gated from the saved gated sums (`kernels.gated_projection_backward_kernel`; the sums
+added by torch.sum); dv = w^T du (`weighted_sum_kernel` on w transposed, written as the MSA's rows) and
+dw = du v^T, one cuBLAS product a (head, batch) in float32 (deterministic: no atomics, one order of the sums for
+a shape on a device); the softmax's gradient (`masked_softmax_backward_kernel`); the MSA's LayerNorm +
+projection's by `layer_norm_linear_backward`, the pair's by `pair_heads_backward` (one pass: nothing of the
+pair's size but dz is made).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 import triton
 from torch import Tensor
 
-from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, l2_cache_bytes, next_pow2, traced
+from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, l2_cache_bytes, multiprocessors, next_pow2, traced
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
 from ..pair_heads import pair_heads, pair_heads_backward
 from . import configs
@@ -211,11 +212,17 @@ def _projection_tiles(S: int, H: int, C: int, c_m: int) -> dict:
                 num_warps=PROJECTION_WARPS)
 
 
+# The gated projection backward's programs along the MSA rows, a multiprocessor (each sums proj_o's weight
+# gradient over its rows; the programs' sums, (programs, c_m, hC) float32, added by torch.sum)
+PROJECTION_BACKWARD_PROGRAMS_PER_SM = 2
+
+
 def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor, gated: Tensor,
-                  precision: str) -> tuple[Tensor, Tensor]:
-    """(d_vg (B, S, N, 2hC), d_logits (B, h, N, N), both in vg's dtype): the projections' and the head logits'
-    gradients for the output's gradient grad_out (B, S, N, c_m), from proj_o's weight (c_m, hC), the forward's
-    projections vg (2, h, B, N, S, C), weights w (h, B, N, N) float32 and gated sums (B, S, N, hC)."""
+                  precision: str) -> tuple[Tensor, Tensor, Tensor]:
+    """(d_vg (B, S, N, 2hC), d_logits (B, h, N, N), both in vg's dtype, d_wo (c_m, hC) float32): the
+    projections', the head logits' and proj_o's weight's gradients for the output's gradient grad_out
+    (B, S, N, c_m), from proj_o's weight (c_m, hC), the forward's projections vg (2, h, B, N, S, C), weights w
+    (h, B, N, N) float32 and gated sums (B, S, N, hC)."""
     _, H, B, N, S, C = vg.shape
     inner, c_m = H * C, grad_out.shape[-1]
     d_vg = vg.new_empty(B, S, N, 2 * inner)
@@ -223,19 +230,25 @@ def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor
     g = vg[1]
     d_g = d_vg[..., inner:]
     if du.numel():
+        programs = min(B * N * S, PROJECTION_BACKWARD_PROGRAMS_PER_SM * multiprocessors(vg.device))
+        part = torch.empty(programs, c_m, inner, dtype=torch.float32, device=vg.device)
+
         def projection_grid(meta):
-            return B * N * cdiv(S, meta["BLOCK_S"]),
+            return programs, cdiv(inner, meta["BLOCK_K"])
 
         _kernels()[1][projection_grid](grad_out, *grad_out.stride(), proj_o_weight, *proj_o_weight.stride(), gated,
                                        gated.stride(0), gated.stride(1), gated.stride(2), g, *_head_major(g), du,
-                                       *_head_major(du), d_g, d_g.stride(0), d_g.stride(1), d_g.stride(2), S, N, inner,
-                                       c_m, bucket(S), C, BLOCK_O=max(16, next_pow2(c_m)),
-                                       PRECISION=dot_precision(vg.dtype, precision))
+                                       *_head_major(du), d_g, d_g.stride(0), d_g.stride(1), d_g.stride(2), part,
+                                       part.stride(0), part.stride(1), B, S, N, inner, c_m, programs, bucket(S), C,
+                                       BLOCK_O=max(16, next_pow2(c_m)), PRECISION=dot_precision(vg.dtype, precision))
+        d_wo = part.sum(0)
+    else:
+        d_wo = torch.zeros(c_m, inner, dtype=torch.float32, device=vg.device)
     w_bh = w.transpose(0, 1)  # (B, h, N, N)
     _weighted_sum(w_bh.to(vg.dtype).transpose(2, 3), _heads(du), _row_heads(d_vg[..., :inner], H), precision)
     # dw[h, b] = du v^T over each head's (MSA row, channel) pairs: one cuBLAS product a (head, batch element)
     dw = _float32_products(du.view(H * B, N, S * C), vg[0].view(H * B, N, S * C).transpose(1, 2))
-    return d_vg, _weights_backward(w_bh, dw.view(H, B, N, N).transpose(0, 1), vg.dtype)
+    return d_vg, _weights_backward(w_bh, dw.view(H, B, N, N).transpose(0, 1), vg.dtype), d_wo
 
 
 def _float32_products(a: Tensor, b: Tensor) -> Tensor:
@@ -255,7 +268,8 @@ core_backward_op = torch.library.custom_op("evofuse::pair_weighted_averaging_cor
 @core_backward_op.register_fake
 def _(vg, w, grad_out, proj_o_weight, gated, precision):
     _, H, B, N, S, C = vg.shape
-    return vg.new_empty(B, S, N, 2 * H * C), vg.new_empty(B, H, N, N)
+    return (vg.new_empty(B, S, N, 2 * H * C), vg.new_empty(B, H, N, N),
+            vg.new_empty(grad_out.shape[-1], H * C, dtype=torch.float32))
 
 
 def _setup_context(ctx, inputs, output):
@@ -271,8 +285,8 @@ def _backward(ctx, grad_out, *_):
     msa_repr, pair_repr, nmw, nmb, nzw, nzb, wmg, wz, wo, vg, gated, w = ctx.saved_tensors
     needs = ctx.needs_input_grad
     backward = core_backward_op if traced(grad_out) else core_backward
-    d_vg, d_logits = backward(vg, w, grad_out, wo, gated, ctx.precision)
-    d_wo = grad_out.reshape(-1, grad_out.shape[-1]).t() @ gated.reshape(-1, gated.shape[-1]) if needs[9] else None
+    d_vg, d_logits, d_wo = backward(vg, w, grad_out, wo, gated, ctx.precision)
+    d_wo = d_wo.to(wo.dtype) if needs[9] else None
     # the pair's LayerNorm + projection (the mask term has no gradient)
     dz, dnzw, dnzb, dwz, _ = pair_heads_backward(pair_repr, nzw, nzb, wz, d_logits,
                                                  (needs[1], needs[5], needs[6], needs[8], False))
