@@ -23,30 +23,30 @@ def pwa_params(mod):
             mod.proj_g.weight, mod.proj_z.weight, mod.proj_o.weight)
 
 
-def training_step(fn):
-    """The forward+backward row's call: the output's gradient all ones."""
+def training_step(fn, leaves=()):
+    """The forward+backward row's call: the leaves' gradients set to None first (each step's own, none
+    accumulated: under CUDA graphs a gradient is a graph's output, which the next replay overwrites), the
+    output's gradient all ones."""
     def step():
+        for t in leaves:
+            t.grad = None
         out = fn()
         out.backward(torch.ones_like(out))
     return step
 
 
 def measure(fn, train: bool, tensors: list[torch.Tensor]) -> tuple[float, float]:
-    """(median ms, peak MiB beyond what is allocated before the call)."""
+    """(median ms, peak MiB beyond what is allocated before the call); `tensors`, the leaves of a training row."""
     import triton.testing
 
-    run = training_step(fn) if train else fn
+    run = training_step(fn, tensors) if train else fn
     run()
     torch.cuda.synchronize()
-    for t in tensors:
-        t.grad = None
     gc.collect()  # an earlier row's garbage freed during this call would hide its peak (opm-long: 0 MiB)
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     run()
     torch.cuda.synchronize()
     peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-    ms = triton.testing.do_bench(run, warmup=25, rep=100, return_mode="median", grad_to_none=tensors if train else None)
+    ms = triton.testing.do_bench(run, warmup=25, rep=100, return_mode="median")
     return ms, peak
-
-
