@@ -82,3 +82,37 @@ def test_grid_report(tmp_path, monkeypatch, capsys):
     assert len(list(csv.DictReader(open(tmp_path / "grid-pwa-att.csv")))) == len(part)
     with pytest.raises(ValueError, match="unknown operation"):
         grid.run_grid(tmp_path, "opm,xyz")
+
+
+def test_training_step_takes_each_steps_own_gradients():
+    """The benchmark's training step sets its leaves' gradients to None first: repeated steps (do_bench's
+    warm-up calls skip grad_to_none) leave one step's gradient, never a sum. Under CUDA graphs a gradient is a
+    graph's output, which the next replay overwrites; an accumulation into it fails."""
+    from evofuse._timing import training_step
+
+    w = torch.randn(3, 4, requires_grad=True)
+    x = torch.randn(2, 3)
+    step = training_step(lambda: x @ w, [w])
+    step()
+    once = w.grad.clone()
+    step()
+    step()
+    torch.testing.assert_close(w.grad, once, rtol=0, atol=0)
+    assert torch.equal(once, x.sum(0)[:, None].expand(3, 4))
+
+
+@pytest.mark.gpu
+def test_reduce_overhead_training_row_runs():
+    """A training row of `evofuse bench` under torch.compile(mode="reduce-overhead"): forward and backward
+    replayed as CUDA graphs, timed as the benchmark times every row."""
+    from evofuse._timing import measure
+    from evofuse.bench import _reduce_overhead
+    from evofuse.suite import SUITE, make_inputs, make_module
+
+    case = next(c for c in SUITE if c.name == "pwa-seed")
+    mod = make_module(case, seed=0).to(device="cuda", dtype=torch.bfloat16)
+    inputs = make_inputs(case, "cuda", torch.bfloat16, seed=1, fully_masked=False)
+    leaves = list(mod.parameters()) + [t.requires_grad_(True) for t in inputs[:-1]]
+    fn = _reduce_overhead(mod)
+    ms, peak = measure(lambda: fn(*inputs), True, leaves)
+    assert ms > 0 and peak >= 0
