@@ -287,7 +287,7 @@ def gated_projection_backward_kernel(
     for blk in range(pid, B * N * n_s, PROGRAMS):
         b = (blk // (n_s * N)).to(tl.int64)
         i = ((blk // n_s) % N).to(tl.int64)
-        offs_s = (blk % n_s) * BLOCK_S + tl.arange(0, BLOCK_S)  # [BLOCK_S] rows s of one (b, i)
+        offs_s = ((blk % n_s) * BLOCK_S).to(tl.int64) + tl.arange(0, BLOCK_S)  # [BLOCK_S] rows s of one (b, i), 64-bit
         s_ok = offs_s < S
         grad = tl.load(do_ptr + b * stride_db + i * stride_di + offs_s[:, None] * stride_ds
                        + offs_o[None, :] * stride_do, mask=s_ok[:, None] & o_ok[None, :], other=0.0)  # [BLOCK_S, BLOCK_O]
