@@ -229,10 +229,10 @@ def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor
     du = torch.empty_like(vg[0])  # (h, B, N, S, C)
     g = vg[1]
     d_g = d_vg[..., inner:]
+    # (no MSA rows: no programs, and the sum over none is zero)
+    programs = min(B * N * S, PROJECTION_BACKWARD_PROGRAMS_PER_SM * multiprocessors(vg.device))
+    part = torch.empty(programs, c_m, inner, dtype=torch.float32, device=vg.device)
     if du.numel():
-        programs = min(B * N * S, PROJECTION_BACKWARD_PROGRAMS_PER_SM * multiprocessors(vg.device))
-        part = torch.empty(programs, c_m, inner, dtype=torch.float32, device=vg.device)
-
         def projection_grid(meta):
             return programs, cdiv(inner, meta["BLOCK_K"])
 
@@ -241,14 +241,11 @@ def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor
                                        *_head_major(du), d_g, d_g.stride(0), d_g.stride(1), d_g.stride(2), part,
                                        part.stride(0), part.stride(1), B, S, N, inner, c_m, programs, bucket(S), C,
                                        BLOCK_O=max(16, next_pow2(c_m)), PRECISION=dot_precision(vg.dtype, precision))
-        d_wo = part.sum(0)
-    else:
-        d_wo = torch.zeros(c_m, inner, dtype=torch.float32, device=vg.device)
     w_bh = w.transpose(0, 1)  # (B, h, N, N)
     _weighted_sum(w_bh.to(vg.dtype).transpose(2, 3), _heads(du), _row_heads(d_vg[..., :inner], H), precision)
     # dw[h, b] = du v^T over each head's (MSA row, channel) pairs: one cuBLAS product a (head, batch element)
     dw = _float32_products(du.view(H * B, N, S * C), vg[0].view(H * B, N, S * C).transpose(1, 2))
-    return d_vg, _weights_backward(w_bh, dw.view(H, B, N, N).transpose(0, 1), vg.dtype), d_wo
+    return d_vg, _weights_backward(w_bh, dw.view(H, B, N, N).transpose(0, 1), vg.dtype), part.sum(0)
 
 
 def _float32_products(a: Tensor, b: Tensor) -> Tensor:
