@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from evofuse.numerics import rel_error
-from evofuse.ops.layer_norm_linear import layer_norm_linear, layer_norm_linear_backward, normalizes_first
+from evofuse.ops.layer_norm_linear import layer_norm_linear, layer_norm_linear_backward, normalizes_first, projects_on_chip
 
 from .conftest import DEVICE
 
@@ -135,12 +135,16 @@ def test_float32_weights_of_any_scale(precision, bound):
 BACKWARD_DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
 
 
-@pytest.mark.parametrize("M, D, K", [(1, 16, 9), (17, 24, 9), (97, 64, 40), (300, 256, 9),  # wide: cuBLAS products
-                                     (1, 16, 1), (17, 24, 3), (97, 64, 8), (300, 128, 32)])  # narrow: on chip
+@pytest.mark.parametrize("M, D, K, on_chip", [(1, 16, 130, False), (17, 24, 129, False), (97, 64, 200, False),
+                                              (300, 256, 72, False),  # wide: cuBLAS products around the pass
+                                              (1, 16, 1, True), (17, 24, 3, True), (97, 64, 8, True),
+                                              (300, 128, 32, True), (33, 64, 40, True), (97, 64, 128, False)])
 @pytest.mark.parametrize("dtype", BACKWARD_DTYPES)
-def test_backward_matches_autograd(M, D, K, dtype):
-    """Every gradient against float64 autograd, x non-contiguous (a column slice); 16-bit within twice the
-    error of PyTorch's own LayerNorm + linear backward in that dtype."""
+def test_backward_matches_autograd(M, D, K, on_chip, dtype):
+    """Every gradient against float64 autograd, x non-contiguous (a column slice), through both paths (the
+    products on chip for narrow linears, cuBLAS's for wide ones); 16-bit within twice the error of PyTorch's own
+    LayerNorm + linear backward in that dtype."""
+    assert projects_on_chip(D, K, dtype.itemsize) == on_chip
     g = torch.Generator().manual_seed(M)
     x = torch.randn(M, 2 * D, generator=g)[:, ::2]
     lnw, lnb = 1 + torch.randn(D, generator=g) / 4, torch.randn(D, generator=g) / 4
