@@ -155,7 +155,7 @@ def _launches():
             tiles = pwa_op._projection_tiles(1024, 8, C, 64)
             warps = tiles.pop("num_warps")
             yield (f"gated projection {dtype} C {C}", pwa.gated_projection_kernel, dtype,
-                   dict(C=C, STORE_GATED=True, PRECISION=precision, **tiles), warps, 3, {})
+                   dict(C=C, PRECISION=precision, **tiles), warps, 3, {})
             kw, warps, stages = cfg(pwa_configs.projection_candidates(8 * C, 64)[0])
             yield (f"gated projection backward {dtype} C {C}", pwa.gated_projection_backward_kernel, dtype,
                    dict(C=C, BLOCK_O=64, PRECISION=precision, **kw), warps, stages, {"part_ptr": "*fp32"})

@@ -192,8 +192,8 @@ def test_suite_shapes_forward(case, dtype, monkeypatch):
 
 def test_memory_bounds():
     """Peak memory beyond the inputs (forward): opm-long float32 <= 704 MiB, att-long bfloat16 <= 400 MiB, and
-    pwa-long bfloat16 within 5% of what it must hold: the projections v, g (2 x S N h c) and the gated sums
-    (S N h c) in bf16, with the weights (h N N, bf16: no float32 copy without a backward) while the sums are
+    pwa-long bfloat16 within 5% of what it must hold: the projections v, g (2 x S N h c) and the weighted
+    sums u (S N h c) in bf16, with the weights (h N N, bf16: no float32 copy without a backward) while the sums are
     taken, then the output (S N c_m) - no float32 (S, N, h, c) tensor (512 MiB there) and no (h, S, N, N) one
     (832 MiB measured at e773f25; 1024 at ae4a4fe)."""
     pwa = next(c for c in SUITE if c.name == "pwa-long")

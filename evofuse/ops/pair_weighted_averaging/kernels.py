@@ -8,9 +8,9 @@ tensor as strides of the einsum's indices, so that the layouts are the launcher'
 
 `masked_softmax_kernel`: the weights from the pair's head logits, one program a pair row (b, i) and all its heads;
 `masked_softmax_backward_kernel` the logits' gradient from theirs.
-`gated_projection_kernel`: out = (sigmoid(g) * u) W_o^T for a block of MSA rows of one (b, i), every head;
-`gated_projection_backward_kernel` the gate's and u's gradients from the output's, and partial sums of proj_o's
-weight gradient.
+`gated_projection_kernel`: out = (sigmoid(g) * u) W_o^T for a block of MSA rows of one (b, i), every head, the
+gated sums made on chip only; `gated_projection_backward_kernel` the gate's and u's gradients from the output's,
+and partial sums of proj_o's weight gradient, from u and g (the gated sums made again on chip).
 `weighted_sum_kernel`: for a block of residues i, a head and a block of MSA rows s, u[s, i] = sum_j w[i, j] v[s, j]
 as one product whose columns are the block's (s, channel) pairs, so that each tile of w is read once for
 S_BLOCK rows; with w's strides swapped it is the backward's dv[s, j] = sum_i w[i, j] du[s, i], written into
@@ -188,10 +188,8 @@ def gated_projection_kernel(
     g_ptr, stride_gb, stride_gh, stride_gi, stride_gs,  # the gate's pre-activation, (B, h, N, S, C)
     wo_ptr, stride_wo, stride_wk,  # proj_o's weight: (c_m, h*C)
     o_ptr, stride_ob, stride_os, stride_oi,  # out: (B, S, N, c_m), channel stride 1
-    q_ptr, stride_qb, stride_qs, stride_qi,  # STORE_GATED: out: the gated sums (B, S, N, h*C), channel stride 1
     S, N, H, C_OUT,
     C: tl.constexpr,  # the head width
-    STORE_GATED: tl.constexpr,
     HEADS_A_STEP: tl.constexpr,  # heads a step: one, or several where a head is narrower than the product's 16
     BLOCK_S: tl.constexpr,
     BLOCK_C: tl.constexpr,  # C rounded up to a power of two (HEADS_A_STEP * BLOCK_C >= 16)
@@ -199,8 +197,8 @@ def gated_projection_kernel(
     PRECISION: tl.constexpr,
 ):
     """out[b, s, i] = sum_h (sigmoid(g) * u)[b, h, i, s] @ W_o[:, h]^T for BLOCK_S rows s of one (b, i): the gated
-    sums of HEADS_A_STEP heads a step rounded to the input's dtype (as proj_o's input) and multiplied on chip, so
-    that they are written only for the backward (STORE_GATED)."""
+    sums of HEADS_A_STEP heads a step rounded to the input's dtype (as proj_o's input) and multiplied on chip,
+    never written (the backward makes them again from u and g)."""
     b, i, offs_s = _msa_rows(S, N, BLOCK_S)  # [BLOCK_S] rows s of one (b, i)
     col = tl.arange(0, HEADS_A_STEP * BLOCK_C)  # [BLOCK_K]: (head of the step, channel)
     if HEADS_A_STEP == 1:
@@ -216,8 +214,6 @@ def gated_projection_kernel(
               + (step_h * stride_uh + offs_c)[None, :])  # [BLOCK_S, BLOCK_K]
     g_rows = (g_ptr + b * stride_gb + i * stride_gi + offs_s[:, None] * stride_gs
               + (step_h * stride_gh + offs_c)[None, :])
-    q_rows = (q_ptr + b * stride_qb + i * stride_qi + offs_s[:, None].to(tl.int64) * stride_qs
-              + (step_h * C + offs_c)[None, :])
     acc = tl.zeros((BLOCK_S, BLOCK_O), dtype=tl.float32)
     for h in range(0, H, HEADS_A_STEP):  # (the pointers step HEADS_A_STEP heads at a time: 64-bit)
         col_ok = offs_c < C  # [BLOCK_K]
@@ -227,9 +223,6 @@ def gated_projection_kernel(
         u = tl.load(u_rows, mask=ok, other=0.0)
         g = tl.load(g_rows, mask=ok, other=0.0)
         gated = (u.to(tl.float32) * tl.sigmoid(g.to(tl.float32))).to(u.dtype)  # [BLOCK_S, BLOCK_K]
-        if STORE_GATED:
-            if tl.program_id(1) == 0:
-                tl.store(q_rows + h * C, gated, mask=ok)
         wo = tl.load(wo_ptr + offs_o[None, :] * stride_wo + (h * C + step_h * C + offs_c)[:, None] * stride_wk,
                      mask=col_ok[:, None] & o_ok[None, :], other=0.0)  # [BLOCK_K, BLOCK_O]
         acc = tl.dot(gated, wo, acc, input_precision=PRECISION)  # [BLOCK_S, BLOCK_O]
@@ -257,9 +250,9 @@ def _head_major(offs_s, cols, C: tl.constexpr, stride_h, stride_s):
 def gated_projection_backward_kernel(
     do_ptr, stride_db, stride_ds, stride_di, stride_do,  # the output's gradient: (B, S, N, c_m), any strides
     wo_ptr, stride_wo, stride_wk,  # proj_o's weight: (c_m, h*C)
-    q_ptr, stride_qb, stride_qs, stride_qi,  # the gated sums: (B, S, N, h*C), channel stride 1
+    u_ptr, stride_ub, stride_uh, stride_ui, stride_us,  # the weighted sums: (B, h, N, S, C), channel stride 1
     g_ptr, stride_gb, stride_gh, stride_gi, stride_gs,  # the gate's pre-activation: (B, h, N, S, C)
-    du_ptr, stride_ub, stride_uh, stride_ui, stride_us,  # out: the weighted sums' gradient, (B, h, N, S, C)
+    du_ptr, stride_dub, stride_duh, stride_dui, stride_dus,  # out: the weighted sums' gradient, (B, h, N, S, C)
     dg_ptr, stride_eb, stride_es, stride_ei,  # out: the gate's gradient, (B, S, N, h*C), channel stride 1
     part_ptr, stride_pp, stride_po,  # out: the programs' sums of proj_o's weight gradient, (PROGRAMS, c_m, h*C) float32
     B, S, N, HC, C_OUT,
@@ -273,8 +266,9 @@ def gated_projection_backward_kernel(
 ):
     """For the blocks of BLOCK_S rows s of one (b, i) numbered pid, pid + PROGRAMS, ... and BLOCK_K (head,
     channel) columns: d(gated) = grad_out @ W_o on chip (float32), then du = d(gated) * sigmoid(g) and the gate's
-    gradient d(gated) * gated * (1 - sigmoid(g)); and this program's sum over its rows of proj_o's weight
-    gradient grad_out^T gated, in float32 and in a fixed order (the programs' sums added by the launcher)."""
+    gradient d(gated) * u * sigmoid(g) * (1 - sigmoid(g)); and this program's sum over its rows of proj_o's
+    weight gradient grad_out^T gated, with the gated sums rounded as the forward's (proj_o's input), in float32
+    and in a fixed order (the programs' sums added by the launcher)."""
     pid = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]: (head, channel)
     k_ok = cols < HC
@@ -292,16 +286,17 @@ def gated_projection_backward_kernel(
         grad = tl.load(do_ptr + b * stride_db + i * stride_di + offs_s[:, None] * stride_ds
                        + offs_o[None, :] * stride_do, mask=s_ok[:, None] & o_ok[None, :], other=0.0)  # [BLOCK_S, BLOCK_O]
         ok = s_ok[:, None] & k_ok[None, :]  # [BLOCK_S, BLOCK_K]
-        gated = tl.load(q_ptr + b * stride_qb + i * stride_qi + offs_s[:, None] * stride_qs + cols[None, :],
-                        mask=ok, other=0.0)
+        u = tl.load(u_ptr + b * stride_ub + i * stride_ui + _head_major(offs_s, cols, C, stride_uh, stride_us),
+                    mask=ok, other=0.0)
         g = tl.load(g_ptr + b * stride_gb + i * stride_gi + _head_major(offs_s, cols, C, stride_gh, stride_gs),
                     mask=ok, other=0.0)
-        d_gated = tl.dot(grad, wo, input_precision=PRECISION)  # [BLOCK_S, BLOCK_K] float32
-        acc = tl.dot(tl.trans(grad), gated, acc, input_precision=PRECISION)  # [BLOCK_O, BLOCK_K]
         sg = tl.sigmoid(g.to(tl.float32))
-        tl.store(du_ptr + b * stride_ub + i * stride_ui + _head_major(offs_s, cols, C, stride_uh, stride_us),
+        u_sg = u.to(tl.float32) * sg  # [BLOCK_S, BLOCK_K]
+        d_gated = tl.dot(grad, wo, input_precision=PRECISION)  # [BLOCK_S, BLOCK_K] float32
+        acc = tl.dot(tl.trans(grad), u_sg.to(u.dtype), acc, input_precision=PRECISION)  # [BLOCK_O, BLOCK_K]
+        tl.store(du_ptr + b * stride_dub + i * stride_dui + _head_major(offs_s, cols, C, stride_duh, stride_dus),
                  (d_gated * sg).to(du_ptr.dtype.element_ty), mask=ok)
         tl.store(dg_ptr + b * stride_eb + i * stride_ei + offs_s[:, None] * stride_es + cols[None, :],
-                 (d_gated * gated.to(tl.float32) * (1.0 - sg)).to(dg_ptr.dtype.element_ty), mask=ok)
+                 (d_gated * u_sg * (1.0 - sg)).to(dg_ptr.dtype.element_ty), mask=ok)
     tl.store(part_ptr + pid * stride_pp + offs_o[:, None] * stride_po + cols[None, :], acc,
              mask=o_ok[:, None] & k_ok[None, :])

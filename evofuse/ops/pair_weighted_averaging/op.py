@@ -8,12 +8,12 @@ Layout: the values v and the gate g are written head major, vg (2, h, B, N, S, C
 Forward: LayerNorm + the v and g projections of the MSA in one kernel (`layer_norm_linear`, written head
 major, in the input's dtype); LayerNorm + the head projection of the pair (`pair_heads`); the mask term and the
 softmax over j once per (b, i, h), (h, B, N, N) (`kernels.masked_softmax_kernel`, float32 for the backward and a
-copy in the input's dtype for the product); u = w v by cuBLAS; the gate and proj_o in one kernel
-(`kernels.gated_projection_kernel`), which writes the gated sums only for the backward. No float32
+copy in the input's dtype for the product); u = w v by cuBLAS (head major, kept for the backward); the gate and
+proj_o in one kernel (`kernels.gated_projection_kernel`; the gated sums made on chip, never written). No float32
 (B, S, N, h, C) tensor and no (B, h, S, N, N) tensor exists.
 Backward: d(gated) = grad_out W_o on chip, with the gate's gradient, du (head major) and per-program sums of
-W_o's gradient grad_out^T gated from the saved gated sums (`kernels.gated_projection_backward_kernel`; the sums
-added by torch.sum); dv = w^T du (`weighted_sum_kernel` on w transposed, written as the MSA's rows) and
+W_o's gradient grad_out^T gated, the gated sums made again from u and g (`kernels.gated_projection_backward_kernel`;
+the sums added by torch.sum); dv = w^T du (`weighted_sum_kernel` on w transposed, written as the MSA's rows) and
 dw = du v^T, one cuBLAS product a (head, batch) in float32 (deterministic: no atomics, one order of the sums for
 a shape on a device); the softmax's gradient (`masked_softmax_backward_kernel`); the MSA's LayerNorm +
 projection's by `layer_norm_linear_backward`, the pair's by `pair_heads_backward` (one pass: nothing of the
@@ -148,9 +148,9 @@ def pair_weighted_averaging_forward(msa_repr: Tensor, pair_repr: Tensor, pair_ma
                                     norm_m_bias: Tensor, norm_z_weight: Tensor, norm_z_bias: Tensor, proj_mg_weight: Tensor,
                                     proj_z_weight: Tensor, proj_o_weight: Tensor, inf: float, mask_mode: str,
                                     precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(out (B, S, N, c_m), vg (2, h, B, N, S, C), gated (B, S, N, hC), w (h, B, N, N) float32): the output, then
-    what the backward takes: the projections (head major: v, then g), the gated sums (proj_o's input) and the
-    weights; the last two empty unless `train`. proj_mg_weight (2hC, c_m) is proj_m's weight over proj_g's, stacked
+    """(out (B, S, N, c_m), vg (2, h, B, N, S, C), u (h, B, N, S, C), w (h, B, N, N) float32): the output, then
+    what the backward takes: the projections (head major: v, then g), the weighted sums u = w v and the weights;
+    the last two empty unless `train`. proj_mg_weight (2hC, c_m) is proj_m's weight over proj_g's, stacked
     outside the op (one weight for the LayerNorm + projection kernel, and fewer schema arguments for a traced
     call; autograd hands each weight its share of the stacked gradient). Every tensor argument has msa_repr's
     dtype."""
@@ -166,17 +166,16 @@ def pair_weighted_averaging_forward(msa_repr: Tensor, pair_repr: Tensor, pair_ma
     w, w_low = _weights(logits, pair_mask, inf, mask_mode, train)
     del logits
     u = torch.bmm(w_low.view(H * B, N, N), vg[0].view(H * B, N, S * C)).view(H, B, N, S, C)
-    del w_low  # (the peak: the projections, w, its copy and u; then the output and the gated sums instead)
+    del w_low  # (the peak: the projections, w, its copy and u)
     out = msa_repr.new_empty(B, S, N, c_m)
-    gated = msa_repr.new_empty(B, S, N, inner) if train else out
     if out.numel():
         g = vg[1]
         tiles = _projection_tiles(S, H, C, c_m)
         gated_projection_kernel[(B * N * cdiv(S, tiles["BLOCK_S"]), cdiv(c_m, tiles["BLOCK_O"]))](
             u, *_head_major(u), g, *_head_major(g), proj_o_weight, *proj_o_weight.stride(), out, out.stride(0),
-            out.stride(1), out.stride(2), gated, gated.stride(0), gated.stride(1), gated.stride(2), S, N, H, c_m, C,
-            STORE_GATED=train, PRECISION=dot_precision(msa_repr.dtype, precision), **tiles)
-    return out, vg, gated if train else gated.new_empty(0), w if train else w.new_empty(0)
+            out.stride(1), out.stride(2), S, N, H, c_m, C, PRECISION=dot_precision(msa_repr.dtype, precision),
+            **tiles)
+    return out, vg, u if train else u.new_empty(0), w if train else w.new_empty(0)
 
 
 pair_weighted_averaging_op = torch.library.custom_op("evofuse::pair_weighted_averaging",
@@ -188,9 +187,9 @@ def _(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight,
       proj_z_weight, proj_o_weight, inf, mask_mode, precision, train):
     B, S, N, _ = msa_repr.shape
     inner, H = proj_mg_weight.shape[0] // 2, proj_z_weight.shape[0]
-    gated = msa_repr.new_empty(B, S, N, inner) if train else msa_repr.new_empty(0)
+    u = msa_repr.new_empty(H, B, N, S, inner // H) if train else msa_repr.new_empty(0)
     return (msa_repr.new_empty(B, S, N, proj_o_weight.shape[0]),
-            msa_repr.new_empty(2, H, B, N, S, inner // H), gated,
+            msa_repr.new_empty(2, H, B, N, S, inner // H), u,
             msa_repr.new_empty((H, B, N, N) if train else (0,), dtype=torch.float32))
 
 
@@ -217,12 +216,12 @@ def _projection_tiles(S: int, H: int, C: int, c_m: int) -> dict:
 PROJECTION_BACKWARD_PROGRAMS_PER_SM = 2
 
 
-def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor, gated: Tensor,
+def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor, u: Tensor,
                   precision: str) -> tuple[Tensor, Tensor, Tensor]:
     """(d_vg (B, S, N, 2hC), d_logits (B, h, N, N), both in vg's dtype, d_wo (c_m, hC) float32): the
     projections', the head logits' and proj_o's weight's gradients for the output's gradient grad_out
     (B, S, N, c_m), from proj_o's weight (c_m, hC), the forward's projections vg (2, h, B, N, S, C), weights w
-    (h, B, N, N) float32 and gated sums (B, S, N, hC)."""
+    (h, B, N, N) float32 and weighted sums u (h, B, N, S, C)."""
     _, H, B, N, S, C = vg.shape
     inner, c_m = H * C, grad_out.shape[-1]
     d_vg = vg.new_empty(B, S, N, 2 * inner)
@@ -236,8 +235,8 @@ def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor
         def projection_grid(meta):
             return programs, cdiv(inner, meta["BLOCK_K"])
 
-        _kernels()[1][projection_grid](grad_out, *grad_out.stride(), proj_o_weight, *proj_o_weight.stride(), gated,
-                                       gated.stride(0), gated.stride(1), gated.stride(2), g, *_head_major(g), du,
+        _kernels()[1][projection_grid](grad_out, *grad_out.stride(), proj_o_weight, *proj_o_weight.stride(), u,
+                                       *_head_major(u), g, *_head_major(g), du,
                                        *_head_major(du), d_g, d_g.stride(0), d_g.stride(1), d_g.stride(2), part,
                                        part.stride(0), part.stride(1), B, S, N, inner, c_m, programs, bucket(S), C,
                                        BLOCK_O=max(16, next_pow2(c_m)), PRECISION=dot_precision(vg.dtype, precision))
@@ -263,7 +262,7 @@ core_backward_op = torch.library.custom_op("evofuse::pair_weighted_averaging_cor
 
 
 @core_backward_op.register_fake
-def _(vg, w, grad_out, proj_o_weight, gated, precision):
+def _(vg, w, grad_out, proj_o_weight, u, precision):
     _, H, B, N, S, C = vg.shape
     return (vg.new_empty(B, S, N, 2 * H * C), vg.new_empty(B, H, N, N),
             vg.new_empty(grad_out.shape[-1], H * C, dtype=torch.float32))
@@ -271,18 +270,18 @@ def _(vg, w, grad_out, proj_o_weight, gated, precision):
 
 def _setup_context(ctx, inputs, output):
     msa_repr, pair_repr, pair_mask, *params, inf, mask_mode, precision, _ = inputs
-    _, vg, gated, w = output
-    ctx.save_for_backward(msa_repr, pair_repr, *params, vg, gated, w)
-    ctx.mark_non_differentiable(vg, gated, w)
+    _, vg, u, w = output
+    ctx.save_for_backward(msa_repr, pair_repr, *params, vg, u, w)
+    ctx.mark_non_differentiable(vg, u, w)
     ctx.set_materialize_grads(False)  # the outputs kept for the backward get no zero-filled gradients
     ctx.precision = precision
 
 
 def _backward(ctx, grad_out, *_):
-    msa_repr, pair_repr, nmw, nmb, nzw, nzb, wmg, wz, wo, vg, gated, w = ctx.saved_tensors
+    msa_repr, pair_repr, nmw, nmb, nzw, nzb, wmg, wz, wo, vg, u, w = ctx.saved_tensors
     needs = ctx.needs_input_grad
     backward = core_backward_op if traced(grad_out) else core_backward
-    d_vg, d_logits, d_wo = backward(vg, w, grad_out, wo, gated, ctx.precision)
+    d_vg, d_logits, d_wo = backward(vg, w, grad_out, wo, u, ctx.precision)
     d_wo = d_wo.to(wo.dtype) if needs[9] else None
     # the pair's LayerNorm + projection (the mask term has no gradient)
     dz, dnzw, dnzb, dwz, _ = pair_heads_backward(pair_repr, nzw, nzb, wz, d_logits,
