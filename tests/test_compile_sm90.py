@@ -156,7 +156,7 @@ def _launches():
             warps = tiles.pop("num_warps")
             yield (f"gated projection {dtype} C {C}", pwa.gated_projection_kernel, dtype,
                    dict(C=C, PRECISION=precision, **tiles), warps, 3, {})
-            kw, warps, stages = cfg(pwa_configs.projection_candidates(8 * C, 64)[0])
+            kw, warps, stages = cfg(pwa_configs.projection_candidates(8 * C, 64, 2 if dtype == "bf16" else 4)[0])
             yield (f"gated projection backward {dtype} C {C}", pwa.gated_projection_backward_kernel, dtype,
                    dict(C=C, BLOCK_O=64, PRECISION=precision, **kw), warps, stages, {"part_ptr": "*fp32"})
         tiles = pwa_op._softmax_tiles(384, 8)

@@ -153,7 +153,7 @@ def test_every_gated_projection_backward_config(index, dtype, c, h, one_config):
     from .helpers import randomize
 
     cfg = pwa_configs.PROJECTION_CONFIGS[index]
-    if not pwa_configs.projection_fits(cfg, h * c, 128):
+    if not pwa_configs.projection_fits(cfg, h * c, 128, dtype.itemsize):
         pytest.skip("the predicate drops this config here")
     one_config(gated=cfg)
     mod = randomize(PairWeightedAveraging(96, 16, c, h), 8)

@@ -237,3 +237,20 @@ def test_strided_output_gradient():
             results.append([t.grad for t in leaves] + [p.grad.clone() for p in mod.parameters()])
         for got, expected in zip(*results):
             torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_gated_projection_backward_configs_fit_shared_memory():
+    """The backward's config predicate drops tiles whose operand stages pass sm_90's shared memory: float32, 64
+    rows x 128 columns, 8 warps, 2 stages, at 128 output channels needs 262144 bytes (the compiler's count, on the
+    H200); the same tile in bf16, and float32 at 64 output channels, fit; no config fits float32 that bf16 drops."""
+    from evofuse.ops.pair_weighted_averaging import configs
+
+    wide = next(c for c in configs.PROJECTION_CONFIGS
+                if (c.kwargs["BLOCK_S"], c.kwargs["BLOCK_K"], c.num_warps, c.num_stages) == (64, 128, 8, 2))
+    assert not configs.projection_fits(wide, 256, 128, 4)
+    assert configs.projection_fits(wide, 256, 128, 2) and configs.projection_fits(wide, 256, 64, 4)
+    for element_size in (2, 4):
+        for hc in (8, 64, 256, 1024):
+            for block_o in (16, 64, 128, 256):
+                kept = [c for c in configs.PROJECTION_CONFIGS if configs.projection_fits(c, hc, block_o, element_size)]
+                assert all(configs.projection_fits(c, hc, block_o, 2) for c in kept)  # (wider elements: fewer)

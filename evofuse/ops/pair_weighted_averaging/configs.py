@@ -53,32 +53,39 @@ def prune(configs, named_args, **kwargs):
 # program, the output channels at once (the launcher's BLOCK_O). On the H200, bf16, in a training step (torch
 # profiler, ms): with proj_o's weight gradient summed by the kernel (two programs a multiprocessor along the rows)
 # pwa-boltz 1.573-1.588 against 1.623-1.684 with it as a cuBLAS product, pwa-af3 0.847 against 0.902, pwa-long
-# 5.91 against 5.98; one program a multiprocessor 1.574-1.636 / 0.915 / 5.90, four 1.607 / 0.860 / 5.93
+# 5.91 against 5.98; one program a multiprocessor 1.574-1.636 / 0.915 / 5.90, four 1.607 / 0.860 / 5.93. The
+# kernel alone since it reads u (head major): pwa-af3 (heads of 8) 141 us with 128 rows x 32 columns against 166
+# for the best of the others; pwa-boltz 329 us and pwa-long 437 with 32 x 128 (3 stages)
 PROJECTION_CONFIGS = [
     triton.Config({"BLOCK_S": bs, "BLOCK_K": bk}, num_warps=warps, num_stages=stages)
     for bs, bk, warps, stages in ((32, 128, 4, 2), (64, 64, 4, 3), (32, 64, 4, 3), (16, 256, 4, 2),
                                   (16, 128, 4, 2), (32, 256, 8, 2), (16, 64, 4, 3), (64, 128, 8, 2),
-                                  (32, 128, 4, 3), (64, 64, 4, 2))
+                                  (32, 128, 4, 3), (128, 32, 4, 3), (64, 64, 4, 2))  # (the last: where none fits)
 ]
 PROJECTION_INTERPRETER_CONFIG = triton.Config({"BLOCK_S": 16, "BLOCK_K": 16}, num_warps=1, num_stages=1)
 
 
-def projection_fits(config: triton.Config, HC: int, BLOCK_O: int) -> bool:
+def projection_fits(config: triton.Config, HC: int, BLOCK_O: int, element_size: int) -> bool:
     """No wider a step than the columns (padded to 16, the product's least), at most 16K float32 accumulator
-    elements a program for the step's product and the output's gradient each, and at most 64 a thread for the
-    program's sum of proj_o's weight gradient [BLOCK_O, BLOCK_K]."""
+    elements a program for the step's product and the output's gradient each, at most 64 a thread for the
+    program's sum of proj_o's weight gradient [BLOCK_O, BLOCK_K], and operand stages (the output's gradient
+    [BLOCK_S, BLOCK_O], W_o [BLOCK_O, BLOCK_K], the gated sums [BLOCK_S, BLOCK_K]) that fit shared memory, as the
+    sm_90 compiler counts them (float32, 64 x 128 columns, 128 output channels, 2 stages: 262144 bytes)."""
     kw = config.kwargs
-    return (kw["BLOCK_K"] <= max(16, next_pow2(HC)) and kw["BLOCK_S"] * max(kw["BLOCK_K"], BLOCK_O) <= 16384
-            and BLOCK_O * kw["BLOCK_K"] <= 64 * 32 * config.num_warps)
+    bs, bk = kw["BLOCK_S"], kw["BLOCK_K"]
+    stage = (bs * BLOCK_O + BLOCK_O * bk + bs * bk) * element_size
+    return (bk <= max(16, next_pow2(HC)) and bs * max(bk, BLOCK_O) <= 16384
+            and BLOCK_O * bk <= 64 * 32 * config.num_warps and stage * max(1, config.num_stages) <= SHARED_LIMIT)
 
 
-def projection_candidates(HC: int, BLOCK_O: int) -> list[triton.Config]:
+def projection_candidates(HC: int, BLOCK_O: int, element_size: int) -> list[triton.Config]:
     """The gated projection backward's configs tried for a call (the first fitting where autotuning is off)."""
     if interpreting():
         return [PROJECTION_INTERPRETER_CONFIG]
-    kept = [cfg for cfg in PROJECTION_CONFIGS if projection_fits(cfg, HC, BLOCK_O)] or PROJECTION_CONFIGS[-1:]
+    kept = [cfg for cfg in PROJECTION_CONFIGS if projection_fits(cfg, HC, BLOCK_O, element_size)]
+    kept = kept or PROJECTION_CONFIGS[-1:]
     return kept if autotune_enabled() else kept[:1]
 
 
 def prune_projection(configs, named_args, **kwargs):
-    return projection_candidates(named_args["HC"], kwargs["BLOCK_O"])
+    return projection_candidates(named_args["HC"], kwargs["BLOCK_O"], named_args["do_ptr"].element_size())
