@@ -479,9 +479,8 @@ BACKWARD_WARPS_PER_SM = 8  # the backward's programs fill every multiprocessor o
 # program taking consecutive blocks of rows; their partial sums are then added
 # A linear with at most PROJECTED_MAX_K outputs whose (padded) weight takes at most PROJECTED_MAX_BYTES takes its
 # backward on chip (the pair's head projections; the Outer Product Mean's [a | b] projection, c <= 32, in 16 bits
-# at D <= 256, in float32 at D <= 128); wider ones need more registers and shared memory than a multiprocessor has.
-# On an H200 at 393216 rows, D = 64: K = 128 (pair-weighted averaging's v, g with heads of 8 channels) took 212-216
-# us on chip against 201-294 through cuBLAS in bf16, 996 against 474 in float32; K = 512 (Boltz's) 797-3500 against 343
+# at D <= 256, in float32 at D <= 128); wider ones lose (H200, 393216 rows, D = 64, us: K = 128 212-216 on chip
+# against 201-294 through cuBLAS in bf16, 996 against 474 in float32; K = 512 797-3500 against 343)
 PROJECTED_MAX_K = 64
 PROJECTED_MAX_BYTES = 32 << 10
 
