@@ -134,23 +134,24 @@ def test_opcheck_pair_weighted_averaging(train):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_pair_weighted_averaging_keeps_nothing_for_inference(dtype):
-    """Without a backward the op returns no gated sums and no float32 weights (the softmax writes only the
-    weights the sums take), and the same output as with them."""
+    """Without a backward the op returns no weighted sums u and no float32 weights (the softmax writes only the
+    weights the sums take), and the same output as with them; with one, u (h, B, N, S, C) in the input's dtype."""
     from evofuse.ops.pair_weighted_averaging import pair_weighted_averaging_op
 
     args = [a.detach().to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
             for a in _pwa_args(False)[:-1]]
-    out, _, gated, w = pair_weighted_averaging_op(*args, False)
-    out_train, _, gated_train, w_train = pair_weighted_averaging_op(*args, True)
-    assert gated.numel() == 0 and w.numel() == 0
-    assert gated_train.numel() and w_train.shape == (2, 1, 5, 5) and w_train.dtype == torch.float32
+    out, vg, u, w = pair_weighted_averaging_op(*args, False)
+    out_train, _, u_train, w_train = pair_weighted_averaging_op(*args, True)
+    assert u.numel() == 0 and w.numel() == 0
+    assert u_train.shape == vg.shape[1:] and u_train.dtype == dtype
+    assert w_train.shape == (2, 1, 5, 5) and w_train.dtype == torch.float32
     torch.testing.assert_close(out, out_train, rtol=0, atol=0)
 
 
 @pytest.mark.no_poison
 @pytest.mark.parametrize("op", ["opm", "att", "pwa"])
 def test_backward_makes_no_zero_gradients_for_the_kept_outputs(op):
-    """The outputs an op keeps for its backward (projections, gated sums, weights) get no gradient: autograd
+    """The outputs an op keeps for its backward (projections, weighted or gated sums, weights) get no gradient: autograd
     must not fill zeros of their size (at pwa-long ~0.9 GiB and a pass over memory each step)."""
     from evofuse.ops.pair_weighted_averaging import pair_weighted_averaging_op
 
