@@ -327,9 +327,9 @@ def pair_weighted_averaging(
         return reference()
     from .ops import pair_weighted_averaging as pwa
 
-    if not pwa.fused(inner // num_heads, dtype):
-        warn_once(f"pwa-{inner // num_heads}-{dtype}", f"evofuse: no fused pair-weighted averaging for head width "
-                  f"{inner // num_heads}, dtype={dtype}; running the PyTorch reference")
+    if not pwa.fused(inner // num_heads, c_m, dtype):
+        warn_once(f"pwa-{inner // num_heads}-{c_m}-{dtype}", f"evofuse: no fused pair-weighted averaging for head width "
+                  f"{inner // num_heads}, c_m={c_m}, dtype={dtype}; running the PyTorch reference")
         return reference()
     train = torch.is_grad_enabled() and any(t.requires_grad for t in (msa_repr, pair_repr, *weights))
     proj_mg = torch.cat(weights[4:6])  # (the op takes proj_m's and proj_g's weights stacked)

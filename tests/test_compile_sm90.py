@@ -45,8 +45,8 @@ UNIT_STRIDES = {
     "attention_dkdv_kernel": ("stride_zj", "stride_mn", "stride_lt"),
     "attention_dz_kernel": ("stride_zj", "stride_mn", "stride_lt"),
     "weighted_sum_kernel": ("stride_wj",),
-    "gated_projection_kernel": ("stride_wk",),
-    "gated_projection_backward_kernel": ("stride_wk",),
+    "gated_projection_kernel": ("stride_wk", "stride_xd", "stride_gd"),
+    "gated_projection_backward_kernel": ("stride_wk", "stride_xd", "stride_gd"),
     "masked_softmax_kernel": ("stride_xj", "stride_mj", "stride_wj"),
     "masked_softmax_backward_kernel": ("stride_wj", "stride_gj", "stride_dj"),
 }

@@ -140,10 +140,10 @@ def test_pair_weighted_averaging_keeps_nothing_for_inference(dtype):
 
     args = [a.detach().to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
             for a in _pwa_args(False)[:-1]]
-    out, vg, u, w = pair_weighted_averaging_op(*args, False)
+    out, v, u, w = pair_weighted_averaging_op(*args, False)
     out_train, _, u_train, w_train = pair_weighted_averaging_op(*args, True)
     assert u.numel() == 0 and w.numel() == 0
-    assert u_train.shape == vg.shape[1:] and u_train.dtype == dtype
+    assert u_train.shape == v.shape and u_train.dtype == dtype
     assert w_train.shape == (2, 1, 5, 5) and w_train.dtype == torch.float32
     torch.testing.assert_close(out, out_train, rtol=0, atol=0)
 

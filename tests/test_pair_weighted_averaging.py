@@ -240,9 +240,10 @@ def test_strided_output_gradient():
 
 
 def test_gated_projection_backward_configs_fit_shared_memory():
-    """The backward's config predicate drops tiles whose operand stages pass sm_90's shared memory: float32, 64
-    rows x 128 columns, 8 warps, 2 stages, at 128 output channels needs 262144 bytes (the compiler's count, on the
-    H200); the same tile in bf16, and float32 at 64 output channels, fit; no config fits float32 that bf16 drops."""
+    """The backward's config predicate drops tiles whose shared memory passes sm_90's: float32, 64 rows x 128
+    columns, 8 warps, 2 stages, at 128 output channels needs 263168 bytes (the compiler's count; 262144 on the H200
+    before the kernel made the gate); the same tile in bf16 (131584), and float32 at 64 output channels (147968),
+    fit; no config fits float32 that bf16 drops."""
     from evofuse.ops.pair_weighted_averaging import configs
 
     wide = next(c for c in configs.PROJECTION_CONFIGS

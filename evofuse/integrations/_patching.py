@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ..ops.outer_product_mean.op import FUSED_HIDDEN_DIMS
-from ..ops.pair_weighted_averaging.op import MAX_HEAD_WIDTH
+from ..ops.pair_weighted_averaging.op import MAX_HEAD_WIDTH, MAX_MSA_WIDTH
 from ..reference import LAYER_NORM_EPS
 
 _ORIGINALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # replacement -> the module it replaced
@@ -49,10 +49,13 @@ def check_outer_product_mean(c_hidden: int, eps: float | None = None) -> str | N
     return None
 
 
-def check_pair_weighted_averaging(head_width: int, *linears: nn.Module) -> str | None:
-    """Why a pair-weighted averaging cannot be fused (None if it can): head width and bias-free projections."""
+def check_pair_weighted_averaging(head_width: int, msa_width: int, *linears: nn.Module) -> str | None:
+    """Why a pair-weighted averaging cannot be fused (None if it can): head width, MSA width c_m and bias-free
+    projections."""
     if head_width > MAX_HEAD_WIDTH:
         return f"head width {head_width} (fused: up to {MAX_HEAD_WIDTH})"
+    if msa_width > MAX_MSA_WIDTH:
+        return f"MSA width {msa_width} (fused: up to {MAX_MSA_WIDTH})"
     if any(getattr(linear, "bias", None) is not None for linear in linears):
         return "projections with biases"
     return None

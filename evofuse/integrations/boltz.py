@@ -40,7 +40,7 @@ class FusedPairWeightedAveraging(nn.Module):
 
     @staticmethod
     def unsupported_reason(module: nn.Module) -> str | None:
-        return (check_pair_weighted_averaging(module.c_h) or check_layer_norm(module.norm_m)
+        return (check_pair_weighted_averaging(module.c_h, module.proj_o.out_features) or check_layer_norm(module.norm_m)
                 or check_layer_norm(module.norm_z))
 
     def forward(self, m: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, chunk_heads: bool = False) -> torch.Tensor:

@@ -43,7 +43,8 @@ class FusedPairWeightedAveraging(nn.Module):
     @staticmethod
     def unsupported_reason(module: nn.Module) -> str | None:
         linears = (module.linear_z, module.linear_v, module.linear_g, module.linear_o)
-        return (check_linears(*linears) or check_pair_weighted_averaging(module.c_hidden, *linears)
+        return (check_linears(*linears) or check_pair_weighted_averaging(module.c_hidden, module.linear_o.out_features,
+                                                                          *linears)
                 or check_layer_norm(module.layer_norm_m) or check_layer_norm(module.layer_norm_z))
 
     def forward(self, m: torch.Tensor, z: torch.Tensor | None = None, mask: torch.Tensor | None = None,

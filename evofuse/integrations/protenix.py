@@ -34,7 +34,8 @@ class FusedPairWeightedAveraging(nn.Module):
 
     @staticmethod
     def unsupported_reason(module: nn.Module) -> str | None:
-        return (check_pair_weighted_averaging(module.c, module.linear_no_bias_mv, module.linear_no_bias_mg,
+        return (check_pair_weighted_averaging(module.c, module.linear_no_bias_out.out_features,
+                                              module.linear_no_bias_mv, module.linear_no_bias_mg,
                                               module.linear_no_bias_z, module.linear_no_bias_out)
                 or check_layer_norm(module.layernorm_m) or check_layer_norm(module.layernorm_z))
 

@@ -55,7 +55,7 @@ def pair_heads_kernel(
     if HAS_NORM:
         lnw = tl.load(lnw_ptr + offs_p, mask=p_ok, other=0.0).to(tl.float32)
         lnb = tl.load(lnb_ptr + offs_p, mask=p_ok, other=0.0).to(tl.float32)
-        _, _, xn = _layer_norm(x.to(tl.float32), p_ok, P, eps, lnw, lnb, x_ptr.dtype.element_ty)
+        _, _, xn = layer_norm_rows(x.to(tl.float32), p_ok, P, eps, lnw, lnb, x_ptr.dtype.element_ty)
         x = xn.to(x_ptr.dtype.element_ty)
     w_t = tl.load(w_ptr + offs_h[None, :] * stride_wh + offs_p[:, None] * stride_wp,
                   mask=h_ok[None, :] & p_ok[:, None], other=0.0).to(x_ptr.dtype.element_ty)  # [BLOCK_P, BLOCK_H]
@@ -67,9 +67,11 @@ def pair_heads_kernel(
 
 
 @triton.jit
-def _layer_norm(x, p_ok, P, eps, lnw, lnb, dtype: tl.constexpr):
+def layer_norm_rows(x, p_ok, P, eps, lnw, lnb, dtype: tl.constexpr):
     """(xhat, rstd, xn) of rows x [rows, BLOCK_P] float32 (padding channels zero): the standardized rows, their
-    1 / std and LayerNorm(x) rounded to `dtype` (as the reference's LayerNorm output is), back in float32."""
+    1 / std and LayerNorm(x) rounded to `dtype` (as the reference's LayerNorm output is), back in float32 (zero in
+    the padding channels where lnw and lnb are). Also pair-weighted averaging's LayerNorm of the MSA rows that
+    its gate is made from."""
     mean = tl.sum(x, axis=1) / P
     xc = tl.where(p_ok[None, :], x - mean[:, None], 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / P + eps)
@@ -128,7 +130,7 @@ def pair_heads_backward_kernel(
         g = g.to(dtype)
         dxn = tl.dot(g, w, input_precision=PRECISION)  # [BLOCK_IJ, BLOCK_P]
         if HAS_NORM:
-            xhat, rstd, xn = _layer_norm(x.to(tl.float32), p_ok, P, eps, lnw, lnb, dtype)
+            xhat, rstd, xn = layer_norm_rows(x.to(tl.float32), p_ok, P, eps, lnw, lnb, dtype)
             acc_w = tl.dot(tl.trans(g), xn.to(dtype), acc_w, input_precision=PRECISION)  # [BLOCK_H, BLOCK_P]
             acc_gr += g.to(tl.float32)
             high = xhat.to(dtype)

@@ -68,14 +68,17 @@ PROJECTION_INTERPRETER_CONFIG = triton.Config({"BLOCK_S": 16, "BLOCK_K": 16}, nu
 def projection_fits(config: triton.Config, HC: int, BLOCK_O: int, element_size: int) -> bool:
     """No wider a step than the columns (padded to 16, the product's least), at most 16K float32 accumulator
     elements a program for the step's product and the output's gradient each, at most 64 a thread for the
-    program's sum of proj_o's weight gradient [BLOCK_O, BLOCK_K], and operand stages (the output's gradient
-    [BLOCK_S, BLOCK_O], W_o [BLOCK_O, BLOCK_K], the gated sums [BLOCK_S, BLOCK_K]) that fit shared memory, as the
-    sm_90 compiler counts them (float32, 64 x 128 columns, 128 output channels, 2 stages: 262144 bytes)."""
+    program's sum of proj_o's weight gradient [BLOCK_O, BLOCK_K], and shared memory within sm_90's: operand
+    stages of [BLOCK_S, BLOCK_O] + [BLOCK_O, BLOCK_K] + [BLOCK_S, BLOCK_K] elements and one more [BLOCK_S,
+    BLOCK_O] (the MSA rows) and [BLOCK_O, BLOCK_K] (proj_g's weight), a model that bounds the sm_90 compiler's
+    counts (Triton 3.9) from above for every config at 64 and 128 output channels in bf16 and float32 (float32, 64
+    x 128 columns, 128 output channels, 2 stages: 360448 modelled, 263168 compiled)."""
     kw = config.kwargs
     bs, bk = kw["BLOCK_S"], kw["BLOCK_K"]
-    stage = (bs * BLOCK_O + BLOCK_O * bk + bs * bk) * element_size
+    stages = max(1, config.num_stages)
+    shared = (stages * (bs * BLOCK_O + BLOCK_O * bk + bs * bk) + bs * BLOCK_O + BLOCK_O * bk) * element_size
     return (bk <= max(16, next_pow2(HC)) and bs * max(bk, BLOCK_O) <= 16384
-            and BLOCK_O * bk <= 64 * 32 * config.num_warps and stage * max(1, config.num_stages) <= SHARED_LIMIT)
+            and BLOCK_O * bk <= 64 * 32 * config.num_warps and shared <= SHARED_LIMIT)
 
 
 def projection_candidates(HC: int, BLOCK_O: int, element_size: int) -> list[triton.Config]:

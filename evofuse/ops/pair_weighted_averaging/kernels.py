@@ -1,16 +1,19 @@
 """Pair-weighted averaging's Triton kernels: the weights, the gated output projection, and the backward's
 weighted sum dv.
 
-v and the gate g are written head major by the LayerNorm + projection, (h, B, N, S, C) each (a head's residues
-j, MSA rows s and channels contiguous); w (h, B, N, N) are the weights, one softmax per (b, h, i) shared by
-every MSA row; the forward's u = w v and the backward's dw = du v^T are cuBLAS's (op.py). The kernels take each
-tensor as strides of the einsum's indices, so that the layouts are the launcher's choice.
+The values v are written head major by the LayerNorm + projection, (h, B, N, S, C) (a head's residues j, MSA
+rows s and channels contiguous); the gate g is never written: the gated projection and its backward make it
+from the MSA rows (LayerNorm, then proj_g on chip: c_m channels read a row instead of h*C written and read);
+w (h, B, N, N) are the weights, one softmax per (b, h, i) shared by every MSA row; the forward's u = w v and the
+backward's dw = du v^T are cuBLAS's (op.py). The kernels take each tensor as strides of the einsum's indices, so
+that the layouts are the launcher's choice.
 
 `masked_softmax_kernel`: the weights from the pair's head logits, one program a pair row (b, i) and all its heads;
 `masked_softmax_backward_kernel` the logits' gradient from theirs.
 `gated_projection_kernel`: out = (sigmoid(g) * u) W_o^T for a block of MSA rows of one (b, i), every head, the
-gated sums made on chip only; `gated_projection_backward_kernel` the gate's and u's gradients from the output's,
-and partial sums of proj_o's weight gradient, from u and g (the gated sums made again on chip).
+gate and the gated sums made on chip only; `gated_projection_backward_kernel` the gate's and u's gradients from
+the output's, and partial sums of proj_o's weight gradient, from u and the MSA rows (the gate and the gated sums
+made again on chip).
 `weighted_sum_kernel`: for a block of residues i, a head and a block of MSA rows s, u[s, i] = sum_j w[i, j] v[s, j]
 as one product whose columns are the block's (s, channel) pairs, so that each tile of w is read once for
 S_BLOCK rows; with w's strides swapped it is the backward's dv[s, j] = sum_i w[i, j] du[s, i], written into
@@ -21,6 +24,8 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+from ..pair_heads import layer_norm_rows
 
 
 @triton.jit
@@ -185,20 +190,25 @@ def weighted_sum_kernel(
 @triton.jit
 def gated_projection_kernel(
     u_ptr, stride_ub, stride_uh, stride_ui, stride_us,  # the weighted sums: (B, h, N, S, C) as strides, channel stride 1
-    g_ptr, stride_gb, stride_gh, stride_gi, stride_gs,  # the gate's pre-activation, (B, h, N, S, C)
+    x_ptr, stride_xb, stride_xs, stride_xi, stride_xd,  # the MSA: (B, S, N, c_m)
+    lnw_ptr, lnb_ptr,  # its LayerNorm's weight and bias: (c_m,)
+    wg_ptr, stride_gk, stride_gd,  # proj_g's weight: (h*C, c_m)
     wo_ptr, stride_wo, stride_wk,  # proj_o's weight: (c_m, h*C)
     o_ptr, stride_ob, stride_os, stride_oi,  # out: (B, S, N, c_m), channel stride 1
-    S, N, H, C_OUT,
+    S, N, H, C_OUT, eps,
     C: tl.constexpr,  # the head width
     HEADS_A_STEP: tl.constexpr,  # heads a step: one, or several where a head is narrower than the product's 16
     BLOCK_S: tl.constexpr,
     BLOCK_C: tl.constexpr,  # C rounded up to a power of two (HEADS_A_STEP * BLOCK_C >= 16)
+    BLOCK_D: tl.constexpr,  # the MSA's channels c_m, padded: its rows are normalized whole
     BLOCK_O: tl.constexpr,  # output channels a program
     PRECISION: tl.constexpr,
 ):
-    """out[b, s, i] = sum_h (sigmoid(g) * u)[b, h, i, s] @ W_o[:, h]^T for BLOCK_S rows s of one (b, i): the gated
-    sums of HEADS_A_STEP heads a step rounded to the input's dtype (as proj_o's input) and multiplied on chip,
-    never written (the backward makes them again from u and g)."""
+    """out[b, s, i] = sum_h (sigmoid(g) * u)[b, h, i, s] @ W_o[:, h]^T for BLOCK_S rows s of one (b, i), with the
+    gate g = LayerNorm(x) @ W_g^T made here from the MSA rows (never written: it is as large as v, and x is hC / c_m
+    times smaller), rounded to the input's dtype as proj_g's output; the gated sums of HEADS_A_STEP heads a step
+    rounded to the input's dtype (as proj_o's input) and multiplied on chip, never written (the backward makes the
+    gate and the gated sums again)."""
     b, i, offs_s = _msa_rows(S, N, BLOCK_S)  # [BLOCK_S] rows s of one (b, i)
     col = tl.arange(0, HEADS_A_STEP * BLOCK_C)  # [BLOCK_K]: (head of the step, channel)
     if HEADS_A_STEP == 1:
@@ -208,28 +218,46 @@ def gated_projection_kernel(
         step_h = (col // BLOCK_C).to(tl.int64)  # (64-bit: head strides)
         offs_c = col % BLOCK_C
     offs_o = tl.program_id(1) * BLOCK_O + tl.arange(0, BLOCK_O)
+    offs_d = tl.arange(0, BLOCK_D)
     s_ok = offs_s < S
     o_ok = offs_o < C_OUT
+    d_ok = offs_d < C_OUT
+    xn = _normalized_rows(x_ptr + b * stride_xb + i * stride_xi + offs_s * stride_xs, s_ok, stride_xd, lnw_ptr,
+                          lnb_ptr, C_OUT, eps, BLOCK_D)  # [BLOCK_S, BLOCK_D] in x's dtype
     u_rows = (u_ptr + b * stride_ub + i * stride_ui + offs_s[:, None] * stride_us
               + (step_h * stride_uh + offs_c)[None, :])  # [BLOCK_S, BLOCK_K]
-    g_rows = (g_ptr + b * stride_gb + i * stride_gi + offs_s[:, None] * stride_gs
-              + (step_h * stride_gh + offs_c)[None, :])
     acc = tl.zeros((BLOCK_S, BLOCK_O), dtype=tl.float32)
     for h in range(0, H, HEADS_A_STEP):  # (the pointers step HEADS_A_STEP heads at a time: 64-bit)
         col_ok = offs_c < C  # [BLOCK_K]
         if HEADS_A_STEP > 1:
             col_ok = col_ok & (step_h < H - h)  # (the last step's heads past H)
-        ok = s_ok[:, None] & col_ok[None, :]  # [BLOCK_S, BLOCK_K]
-        u = tl.load(u_rows, mask=ok, other=0.0)
-        g = tl.load(g_rows, mask=ok, other=0.0)
-        gated = (u.to(tl.float32) * tl.sigmoid(g.to(tl.float32))).to(u.dtype)  # [BLOCK_S, BLOCK_K]
-        wo = tl.load(wo_ptr + offs_o[None, :] * stride_wo + (h * C + step_h * C + offs_c)[:, None] * stride_wk,
+        cols = h * C + step_h * C + offs_c  # [BLOCK_K]: columns of W_g's and W_o's (head, channel)
+        u = tl.load(u_rows, mask=s_ok[:, None] & col_ok[None, :], other=0.0)  # [BLOCK_S, BLOCK_K]
+        wg = tl.load(wg_ptr + cols[None, :] * stride_gk + offs_d[:, None] * stride_gd,
+                     mask=col_ok[None, :] & d_ok[:, None], other=0.0)  # [BLOCK_D, BLOCK_K]
+        g = tl.dot(xn, wg, input_precision=PRECISION).to(u.dtype)  # [BLOCK_S, BLOCK_K]
+        gated = (u.to(tl.float32) * tl.sigmoid(g.to(tl.float32))).to(u.dtype)
+        wo = tl.load(wo_ptr + offs_o[None, :] * stride_wo + cols[:, None] * stride_wk,
                      mask=col_ok[:, None] & o_ok[None, :], other=0.0)  # [BLOCK_K, BLOCK_O]
         acc = tl.dot(gated, wo, acc, input_precision=PRECISION)  # [BLOCK_S, BLOCK_O]
         u_rows += HEADS_A_STEP * stride_uh
-        g_rows += HEADS_A_STEP * stride_gh
     tl.store(o_ptr + b * stride_ob + i * stride_oi + offs_s[:, None].to(tl.int64) * stride_os + offs_o[None, :],
              acc.to(o_ptr.dtype.element_ty), mask=s_ok[:, None] & o_ok[None, :])
+
+
+@triton.jit
+def _normalized_rows(x_rows, s_ok, stride_xd, lnw_ptr, lnb_ptr, D, eps, BLOCK_D: tl.constexpr):
+    """LayerNorm of the MSA rows at the pointers x_rows [BLOCK_S] (rows past s_ok read as zeros), [BLOCK_S,
+    BLOCK_D] in x's dtype: statistics in float32, rounded as the reference's LayerNorm output (and as the
+    LayerNorm + projection kernel rounds the rows it projects v from); zero in the padding channels."""
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    x = tl.load(x_rows[:, None] + offs_d[None, :] * stride_xd, mask=s_ok[:, None] & d_ok[None, :],
+                other=0.0)  # [BLOCK_S, BLOCK_D]
+    lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    _, _, xn = layer_norm_rows(x.to(tl.float32), d_ok, D, eps, lnw, lnb, x.dtype)
+    return xn.to(x.dtype)
 
 
 @triton.jit
@@ -251,31 +279,37 @@ def gated_projection_backward_kernel(
     do_ptr, stride_db, stride_ds, stride_di, stride_do,  # the output's gradient: (B, S, N, c_m), any strides
     wo_ptr, stride_wo, stride_wk,  # proj_o's weight: (c_m, h*C)
     u_ptr, stride_ub, stride_uh, stride_ui, stride_us,  # the weighted sums: (B, h, N, S, C), channel stride 1
-    g_ptr, stride_gb, stride_gh, stride_gi, stride_gs,  # the gate's pre-activation: (B, h, N, S, C)
+    x_ptr, stride_xb, stride_xs, stride_xi, stride_xd,  # the MSA: (B, S, N, c_m)
+    lnw_ptr, lnb_ptr,  # its LayerNorm's weight and bias: (c_m,)
+    wg_ptr, stride_gk, stride_gd,  # proj_g's weight: (h*C, c_m)
     du_ptr, stride_dub, stride_duh, stride_dui, stride_dus,  # out: the weighted sums' gradient, (B, h, N, S, C)
     dg_ptr, stride_eb, stride_es, stride_ei,  # out: the gate's gradient, (B, S, N, h*C), channel stride 1
     part_ptr, stride_pp, stride_po,  # out: the programs' sums of proj_o's weight gradient, (PROGRAMS, c_m, h*C) float32
-    B, S, N, HC, C_OUT,
+    B, S, N, HC, C_OUT, eps,
     PROGRAMS,  # programs along the MSA rows
     S_BUCKET,  # autotuning key only
     C: tl.constexpr,
     BLOCK_S: tl.constexpr,
     BLOCK_K: tl.constexpr,  # (head, channel) columns a program
-    BLOCK_O: tl.constexpr,  # the output channels, padded: the output's gradient is loaded whole
+    BLOCK_O: tl.constexpr,  # the MSA's channels c_m (proj_o's outputs, proj_g's inputs), padded: loaded whole
     PRECISION: tl.constexpr,
 ):
     """For the blocks of BLOCK_S rows s of one (b, i) numbered pid, pid + PROGRAMS, ... and BLOCK_K (head,
-    channel) columns: d(gated) = grad_out @ W_o on chip (float32), then du = d(gated) * sigmoid(g) and the gate's
-    gradient d(gated) * u * sigmoid(g) * (1 - sigmoid(g)); and this program's sum over its rows of proj_o's
-    weight gradient grad_out^T gated, with the gated sums rounded as the forward's (proj_o's input), in float32
-    and in a fixed order (the programs' sums added by the launcher)."""
-    pid = tl.program_id(0)
-    cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]: (head, channel)
+    channel) columns: the gate g = LayerNorm(x) @ W_g^T again from the MSA rows, as the forward makes it;
+    d(gated) = grad_out @ W_o on chip (float32), then du = d(gated) * sigmoid(g) and the gate's gradient
+    d(gated) * u * sigmoid(g) * (1 - sigmoid(g)); and this program's sum over its rows of proj_o's weight
+    gradient grad_out^T gated, with the gated sums rounded as the forward's (proj_o's input), in float32 and in
+    a fixed order (the programs' sums added by the launcher). The programs of one block of rows and every block
+    of columns run together (the columns' blocks fastest), so that the MSA rows come from L2 for all but one."""
+    pid = tl.program_id(1)
+    cols = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]: (head, channel)
     k_ok = cols < HC
     offs_o = tl.arange(0, BLOCK_O)
     o_ok = offs_o < C_OUT
     wo = tl.load(wo_ptr + offs_o[:, None] * stride_wo + cols[None, :] * stride_wk,
                  mask=o_ok[:, None] & k_ok[None, :], other=0.0)  # [BLOCK_O, BLOCK_K]
+    wg = tl.load(wg_ptr + cols[None, :] * stride_gk + offs_o[:, None] * stride_gd,
+                 mask=o_ok[:, None] & k_ok[None, :], other=0.0)  # [BLOCK_O, BLOCK_K]: W_g^T
     acc = tl.zeros((BLOCK_O, BLOCK_K), dtype=tl.float32)  # grad_out^T gated over this program's rows
     n_s = tl.cdiv(S, BLOCK_S)
     for blk in range(pid, B * N * n_s, PROGRAMS):
@@ -285,11 +319,12 @@ def gated_projection_backward_kernel(
         s_ok = offs_s < S
         grad = tl.load(do_ptr + b * stride_db + i * stride_di + offs_s[:, None] * stride_ds
                        + offs_o[None, :] * stride_do, mask=s_ok[:, None] & o_ok[None, :], other=0.0)  # [BLOCK_S, BLOCK_O]
+        xn = _normalized_rows(x_ptr + b * stride_xb + i * stride_xi + offs_s * stride_xs, s_ok, stride_xd, lnw_ptr,
+                              lnb_ptr, C_OUT, eps, BLOCK_O)  # [BLOCK_S, BLOCK_O]
         ok = s_ok[:, None] & k_ok[None, :]  # [BLOCK_S, BLOCK_K]
         u = tl.load(u_ptr + b * stride_ub + i * stride_ui + _head_major(offs_s, cols, C, stride_uh, stride_us),
                     mask=ok, other=0.0)
-        g = tl.load(g_ptr + b * stride_gb + i * stride_gi + _head_major(offs_s, cols, C, stride_gh, stride_gs),
-                    mask=ok, other=0.0)
+        g = tl.dot(xn, wg, input_precision=PRECISION).to(u.dtype)  # [BLOCK_S, BLOCK_K]
         sg = tl.sigmoid(g.to(tl.float32))
         u_sg = u.to(tl.float32) * sg  # [BLOCK_S, BLOCK_K]
         d_gated = tl.dot(grad, wo, input_precision=PRECISION)  # [BLOCK_S, BLOCK_K] float32

@@ -2,17 +2,21 @@
 backward, registered with `register_autograd`; the backward's Triton part is a custom op of its own,
 `evofuse::pair_weighted_averaging_core_backward`, so that torch.compile traces around it.
 
-Layout: the values v and the gate g are written head major, vg (2, h, B, N, S, C) (v then g; each head's
-(residue j, MSA row s, channel) block contiguous), so that u = w v is one cuBLAS product a (head, batch),
-(N, N) x (N, S*C), and the backward's products read whole rows of K.
-Forward: LayerNorm + the v and g projections of the MSA in one kernel (`layer_norm_linear`, written head
-major, in the input's dtype); LayerNorm + the head projection of the pair (`pair_heads`); the mask term and the
+Layout: the values v are written head major, (h, B, N, S, C) (each head's (residue j, MSA row s, channel) block
+contiguous), so that u = w v is one cuBLAS product a (head, batch), (N, N) x (N, S*C), and the backward's
+products read whole rows of K. The gate g is never written: the gated projection and its backward make it on
+chip from the MSA rows (c_m channels read a row, against h*C written and read twice: at pwa-boltz 50 MB in
+place of 400).
+Forward: LayerNorm + the v projection of the MSA (`layer_norm_linear`, written head major, in the input's
+dtype); LayerNorm + the head projection of the pair (`pair_heads`); the mask term and the
 softmax over j once per (b, i, h), (h, B, N, N) (`kernels.masked_softmax_kernel`, float32 for the backward and a
-copy in the input's dtype for the product); u = w v by cuBLAS (head major, kept for the backward); the gate and
-proj_o in one kernel (`kernels.gated_projection_kernel`; the gated sums made on chip, never written). No float32
+copy in the input's dtype for the product); u = w v by cuBLAS (head major, kept for the backward); the gate
+(LayerNorm + proj_g) and proj_o in one kernel (`kernels.gated_projection_kernel`; the gate and the gated sums
+made on chip, never written). No float32
 (B, S, N, h, C) tensor and no (B, h, S, N, N) tensor exists.
 Backward: d(gated) = grad_out W_o on chip, with the gate's gradient, du (head major) and per-program sums of
-W_o's gradient grad_out^T gated, the gated sums made again from u and g (`kernels.gated_projection_backward_kernel`;
+W_o's gradient grad_out^T gated, the gate and the gated sums made again from the MSA rows and u
+(`kernels.gated_projection_backward_kernel`;
 the sums added by torch.sum); dv = w^T du (`weighted_sum_kernel` on w transposed, written as the MSA's rows) and
 dw = du v^T, one cuBLAS product a (head, batch) in float32 (deterministic: no atomics, one order of the sums for
 a shape on a device); the softmax's gradient (`masked_softmax_backward_kernel`); the MSA's LayerNorm +
@@ -29,6 +33,7 @@ import triton
 from torch import Tensor
 
 from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, l2_cache_bytes, multiprocessors, next_pow2, traced
+from ...reference import LAYER_NORM_EPS
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
 from ..pair_heads import pair_heads, pair_heads_backward
 from . import configs
@@ -41,11 +46,13 @@ from .kernels import (
 )
 
 MAX_HEAD_WIDTH = 128
+MAX_MSA_WIDTH = 256  # c_m: the gated projection's programs normalize whole MSA rows (the models': 64)
 
 
-def fused(head_width: int, dtype: torch.dtype) -> bool:
-    """Whether the fused kernels take this head width and dtype (else the reference runs)."""
-    return head_width <= MAX_HEAD_WIDTH and dtype in (torch.float16, torch.bfloat16, torch.float32)
+def fused(head_width: int, msa_width: int, dtype: torch.dtype) -> bool:
+    """Whether the fused kernels take this head width, MSA width c_m and dtype (else the reference runs)."""
+    return (head_width <= MAX_HEAD_WIDTH and msa_width <= MAX_MSA_WIDTH
+            and dtype in (torch.float16, torch.bfloat16, torch.float32))
 
 
 def _autotuned(kernel):
@@ -148,34 +155,34 @@ def pair_weighted_averaging_forward(msa_repr: Tensor, pair_repr: Tensor, pair_ma
                                     norm_m_bias: Tensor, norm_z_weight: Tensor, norm_z_bias: Tensor, proj_mg_weight: Tensor,
                                     proj_z_weight: Tensor, proj_o_weight: Tensor, inf: float, mask_mode: str,
                                     precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(out (B, S, N, c_m), vg (2, h, B, N, S, C), u (h, B, N, S, C), w (h, B, N, N) float32): the output, then
-    what the backward takes: the projections (head major: v, then g), the weighted sums u = w v and the weights;
-    the last two empty unless `train`. proj_mg_weight (2hC, c_m) is proj_m's weight over proj_g's, stacked
-    outside the op (one weight for the LayerNorm + projection kernel, and fewer schema arguments for a traced
-    call; autograd hands each weight its share of the stacked gradient). Every tensor argument has msa_repr's
-    dtype."""
+    """(out (B, S, N, c_m), v (h, B, N, S, C), u (h, B, N, S, C), w (h, B, N, N) float32): the output, then
+    what the backward takes: the values (head major), the weighted sums u = w v and the weights; the last two
+    empty unless `train`. proj_mg_weight (2hC, c_m) is proj_m's weight over proj_g's, stacked outside the op
+    (one weight for the backward's LayerNorm + projection, and fewer schema arguments for a traced call;
+    autograd hands each weight its share of the stacked gradient). Every tensor argument has msa_repr's dtype;
+    c_m is at most MAX_MSA_WIDTH."""
     B, S, N, c_m = msa_repr.shape
     inner = proj_mg_weight.shape[0] // 2
     H = proj_z_weight.shape[0]  # the heads (the op takes no count: one schema argument fewer)
     C = inner // H
-    vg = msa_repr.new_empty(2, H, B, N, S, C)
+    v = msa_repr.new_empty(H, B, N, S, C)
     # rows taken (b, i, s), so that a block of them is one run of each head's storage
-    layer_norm_linear(msa_repr.transpose(1, 2), norm_m_weight, norm_m_bias, proj_mg_weight, None, None, precision,
-                      out=vg.permute(2, 3, 4, 0, 1, 5).flatten(3, 4))  # (B, N, S, 2h, C)
+    layer_norm_linear(msa_repr.transpose(1, 2), norm_m_weight, norm_m_bias, proj_mg_weight[:inner], None, None,
+                      precision, out=v.permute(1, 2, 3, 0, 4))  # (B, N, S, h, C)
     logits = pair_heads(pair_repr, norm_z_weight, norm_z_bias, proj_z_weight, None).permute(0, 2, 3, 1)  # (B, N, N, h)
     w, w_low = _weights(logits, pair_mask, inf, mask_mode, train)
     del logits
-    u = torch.bmm(w_low.view(H * B, N, N), vg[0].view(H * B, N, S * C)).view(H, B, N, S, C)
-    del w_low  # (the peak: the projections, w, its copy and u)
+    u = torch.bmm(w_low.view(H * B, N, N), v.view(H * B, N, S * C)).view(H, B, N, S, C)
+    del w_low  # (the peak: v, w, its copy and u)
     out = msa_repr.new_empty(B, S, N, c_m)
     if out.numel():
-        g = vg[1]
+        w_g = proj_mg_weight[inner:]
         tiles = _projection_tiles(S, H, C, c_m)
         gated_projection_kernel[(B * N * cdiv(S, tiles["BLOCK_S"]), cdiv(c_m, tiles["BLOCK_O"]))](
-            u, *_head_major(u), g, *_head_major(g), proj_o_weight, *proj_o_weight.stride(), out, out.stride(0),
-            out.stride(1), out.stride(2), S, N, H, c_m, C, PRECISION=dot_precision(msa_repr.dtype, precision),
-            **tiles)
-    return out, vg, u if train else u.new_empty(0), w if train else w.new_empty(0)
+            u, *_head_major(u), msa_repr, *msa_repr.stride(), norm_m_weight, norm_m_bias, w_g, *w_g.stride(),
+            proj_o_weight, *proj_o_weight.stride(), out, out.stride(0), out.stride(1), out.stride(2), S, N, H, c_m,
+            LAYER_NORM_EPS, C, PRECISION=dot_precision(msa_repr.dtype, precision), **tiles)
+    return out, v, u if train else u.new_empty(0), w if train else w.new_empty(0)
 
 
 pair_weighted_averaging_op = torch.library.custom_op("evofuse::pair_weighted_averaging",
@@ -189,7 +196,7 @@ def _(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight,
     inner, H = proj_mg_weight.shape[0] // 2, proj_z_weight.shape[0]
     u = msa_repr.new_empty(H, B, N, S, inner // H) if train else msa_repr.new_empty(0)
     return (msa_repr.new_empty(B, S, N, proj_o_weight.shape[0]),
-            msa_repr.new_empty(2, H, B, N, S, inner // H), u,
+            msa_repr.new_empty(H, B, N, S, inner // H), u,
             msa_repr.new_empty((H, B, N, N) if train else (0,), dtype=torch.float32))
 
 
@@ -207,7 +214,7 @@ def _projection_tiles(S: int, H: int, C: int, c_m: int) -> dict:
     block_c = next_pow2(C)
     heads = min(next_pow2(H), PROJECTION_STEP // block_c) if block_c < 16 else 1
     return dict(BLOCK_S=max(16, min(PROJECTION_ROWS, next_pow2(S))), HEADS_A_STEP=heads,
-                BLOCK_C=max(block_c, 16 // heads), BLOCK_O=max(16, min(128, next_pow2(c_m))),
+                BLOCK_C=max(block_c, 16 // heads), BLOCK_D=max(16, next_pow2(c_m)), BLOCK_O=max(16, min(128, next_pow2(c_m))),
                 num_warps=PROJECTION_WARPS)
 
 
@@ -216,35 +223,38 @@ def _projection_tiles(S: int, H: int, C: int, c_m: int) -> dict:
 PROJECTION_BACKWARD_PROGRAMS_PER_SM = 2
 
 
-def core_backward(vg: Tensor, w: Tensor, grad_out: Tensor, proj_o_weight: Tensor, u: Tensor,
+def core_backward(v: Tensor, w: Tensor, grad_out: Tensor, msa_repr: Tensor, norm_m_weight: Tensor,
+                  norm_m_bias: Tensor, proj_mg_weight: Tensor, proj_o_weight: Tensor, u: Tensor,
                   precision: str) -> tuple[Tensor, Tensor, Tensor]:
-    """(d_vg (B, S, N, 2hC), d_logits (B, h, N, N), both in vg's dtype, d_wo (c_m, hC) float32): the
-    projections', the head logits' and proj_o's weight's gradients for the output's gradient grad_out
-    (B, S, N, c_m), from proj_o's weight (c_m, hC), the forward's projections vg (2, h, B, N, S, C), weights w
-    (h, B, N, N) float32 and weighted sums u (h, B, N, S, C)."""
-    _, H, B, N, S, C = vg.shape
+    """(d_vg (B, S, N, 2hC), d_logits (B, h, N, N), both in v's dtype, d_wo (c_m, hC) float32): the
+    projections' (v's, then g's), the head logits' and proj_o's weight's gradients for the output's gradient
+    grad_out (B, S, N, c_m), from the forward's values v (h, B, N, S, C), weights w (h, B, N, N) float32 and
+    weighted sums u (h, B, N, S, C), the MSA (B, S, N, c_m) with its LayerNorm's weight and bias (c_m,) and the
+    stacked proj_m, proj_g weight (2hC, c_m), from which the gate is made again, and proj_o's weight (c_m, hC)."""
+    H, B, N, S, C = v.shape
     inner, c_m = H * C, grad_out.shape[-1]
-    d_vg = vg.new_empty(B, S, N, 2 * inner)
-    du = torch.empty_like(vg[0])  # (h, B, N, S, C)
-    g = vg[1]
+    d_vg = v.new_empty(B, S, N, 2 * inner)
+    du = torch.empty_like(v)  # (h, B, N, S, C)
+    w_g = proj_mg_weight[inner:]
     d_g = d_vg[..., inner:]
     # (no MSA rows: no programs, and the sum over none is zero)
-    programs = min(B * N * S, PROJECTION_BACKWARD_PROGRAMS_PER_SM * multiprocessors(vg.device))
-    part = torch.empty(programs, c_m, inner, dtype=torch.float32, device=vg.device)
+    programs = min(B * N * S, PROJECTION_BACKWARD_PROGRAMS_PER_SM * multiprocessors(v.device))
+    part = torch.empty(programs, c_m, inner, dtype=torch.float32, device=v.device)
     if du.numel():
-        def projection_grid(meta):
-            return programs, cdiv(inner, meta["BLOCK_K"])
+        def projection_grid(meta):  # (the blocks of columns fastest: they read the same MSA rows)
+            return cdiv(inner, meta["BLOCK_K"]), programs
 
         _kernels()[1][projection_grid](grad_out, *grad_out.stride(), proj_o_weight, *proj_o_weight.stride(), u,
-                                       *_head_major(u), g, *_head_major(g), du,
-                                       *_head_major(du), d_g, d_g.stride(0), d_g.stride(1), d_g.stride(2), part,
-                                       part.stride(0), part.stride(1), B, S, N, inner, c_m, programs, bucket(S), C,
-                                       BLOCK_O=max(16, next_pow2(c_m)), PRECISION=dot_precision(vg.dtype, precision))
+                                       *_head_major(u), msa_repr, *msa_repr.stride(), norm_m_weight, norm_m_bias, w_g,
+                                       *w_g.stride(), du, *_head_major(du), d_g, d_g.stride(0), d_g.stride(1),
+                                       d_g.stride(2), part, part.stride(0), part.stride(1), B, S, N, inner, c_m,
+                                       LAYER_NORM_EPS, programs, bucket(S), C, BLOCK_O=max(16, next_pow2(c_m)),
+                                       PRECISION=dot_precision(v.dtype, precision))
     w_bh = w.transpose(0, 1)  # (B, h, N, N)
-    _weighted_sum(w_bh.to(vg.dtype).transpose(2, 3), _heads(du), _row_heads(d_vg[..., :inner], H), precision)
+    _weighted_sum(w_bh.to(v.dtype).transpose(2, 3), _heads(du), _row_heads(d_vg[..., :inner], H), precision)
     # dw[h, b] = du v^T over each head's (MSA row, channel) pairs: one cuBLAS product a (head, batch element)
-    dw = _float32_products(du.view(H * B, N, S * C), vg[0].view(H * B, N, S * C).transpose(1, 2))
-    return d_vg, _weights_backward(w_bh, dw.view(H, B, N, N).transpose(0, 1), vg.dtype), part.sum(0)
+    dw = _float32_products(du.view(H * B, N, S * C), v.view(H * B, N, S * C).transpose(1, 2))
+    return d_vg, _weights_backward(w_bh, dw.view(H, B, N, N).transpose(0, 1), v.dtype), part.sum(0)
 
 
 def _float32_products(a: Tensor, b: Tensor) -> Tensor:
@@ -262,26 +272,26 @@ core_backward_op = torch.library.custom_op("evofuse::pair_weighted_averaging_cor
 
 
 @core_backward_op.register_fake
-def _(vg, w, grad_out, proj_o_weight, u, precision):
-    _, H, B, N, S, C = vg.shape
-    return (vg.new_empty(B, S, N, 2 * H * C), vg.new_empty(B, H, N, N),
-            vg.new_empty(grad_out.shape[-1], H * C, dtype=torch.float32))
+def _(v, w, grad_out, msa_repr, norm_m_weight, norm_m_bias, proj_mg_weight, proj_o_weight, u, precision):
+    H, B, N, S, C = v.shape
+    return (v.new_empty(B, S, N, 2 * H * C), v.new_empty(B, H, N, N),
+            v.new_empty(grad_out.shape[-1], H * C, dtype=torch.float32))
 
 
 def _setup_context(ctx, inputs, output):
     msa_repr, pair_repr, pair_mask, *params, inf, mask_mode, precision, _ = inputs
-    _, vg, u, w = output
-    ctx.save_for_backward(msa_repr, pair_repr, *params, vg, u, w)
-    ctx.mark_non_differentiable(vg, u, w)
+    _, v, u, w = output
+    ctx.save_for_backward(msa_repr, pair_repr, *params, v, u, w)
+    ctx.mark_non_differentiable(v, u, w)
     ctx.set_materialize_grads(False)  # the outputs kept for the backward get no zero-filled gradients
     ctx.precision = precision
 
 
 def _backward(ctx, grad_out, *_):
-    msa_repr, pair_repr, nmw, nmb, nzw, nzb, wmg, wz, wo, vg, u, w = ctx.saved_tensors
+    msa_repr, pair_repr, nmw, nmb, nzw, nzb, wmg, wz, wo, v, u, w = ctx.saved_tensors
     needs = ctx.needs_input_grad
     backward = core_backward_op if traced(grad_out) else core_backward
-    d_vg, d_logits, d_wo = backward(vg, w, grad_out, wo, u, ctx.precision)
+    d_vg, d_logits, d_wo = backward(v, w, grad_out, msa_repr, nmw, nmb, wmg, wo, u, ctx.precision)
     d_wo = d_wo.to(wo.dtype) if needs[9] else None
     # the pair's LayerNorm + projection (the mask term has no gradient)
     dz, dnzw, dnzb, dwz, _ = pair_heads_backward(pair_repr, nzw, nzb, wz, d_logits,
