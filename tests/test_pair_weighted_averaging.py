@@ -134,6 +134,28 @@ def test_gradients_head_widths(c, h, dtype):
     check_gradients(mod, (m, z, mask), dtype, DEVICE)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_gradients_msa_width_not_a_power_of_two(dtype):
+    """c_m = 24: the gate is made from the MSA rows' LayerNorm over channels padded to 32, in the gated projection
+    and again in its backward."""
+    mod = _module(24, 12, 8, 3, seed=14)
+    m, z, mask = _inputs(1, 5, 10, 24, 12, "rows", 15)
+    check_gradients(mod, (m, z, mask), dtype, DEVICE)
+
+
+def test_msa_wider_than_the_kernels_runs_the_reference():
+    """c_m past MAX_MSA_WIDTH (the gated projection normalizes whole MSA rows): a warning, and the reference's
+    output."""
+    from evofuse.ops.pair_weighted_averaging.op import MAX_MSA_WIDTH
+
+    c_m = MAX_MSA_WIDTH + 8
+    mod = _module(c_m, 8, 4, 2, seed=16).to(DEVICE)
+    m, z, mask = (_dev(t) for t in _inputs(1, 2, 3, c_m, 8, "rows", 17))
+    with pytest.warns(RuntimeWarning, match=f"c_m={c_m}"):
+        out = mod(m, z, mask, impl="triton")
+    torch.testing.assert_close(out, mod(m, z, mask, impl="torch"), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("w_share", [4, 2**60])
 @pytest.mark.parametrize("c, h", [(8, 8), (8, 1), (3, 5)])
 def test_dv_program_orders(monkeypatch, w_share, c, h):

@@ -46,7 +46,7 @@ from .kernels import (
 )
 
 MAX_HEAD_WIDTH = 128
-MAX_MSA_WIDTH = 256  # c_m: the gated projection's programs normalize whole MSA rows (the models': 64)
+MAX_MSA_WIDTH = 128  # c_m: the gated projection and its backward take whole MSA rows (the models': 64)
 
 
 def fused(head_width: int, msa_width: int, dtype: torch.dtype) -> bool:
