@@ -299,8 +299,9 @@ def gated_projection_backward_kernel(
     d(gated) = grad_out @ W_o on chip (float32), then du = d(gated) * sigmoid(g) and the gate's gradient
     d(gated) * u * sigmoid(g) * (1 - sigmoid(g)); and this program's sum over its rows of proj_o's weight
     gradient grad_out^T gated, with the gated sums rounded as the forward's (proj_o's input), in float32 and in
-    a fixed order (the programs' sums added by the launcher). The programs of one block of rows and every block
-    of columns run together (the columns' blocks fastest), so that the MSA rows come from L2 for all but one."""
+    a fixed order (the programs' sums added by the launcher). The blocks of columns are the grid's fastest
+    dimension, so that the programs of one block of rows run together and can share its MSA rows in L2 (this
+    order not measured against the other on its own)."""
     pid = tl.program_id(1)
     cols = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)  # [BLOCK_K]: (head, channel)
     k_ok = cols < HC
