@@ -24,12 +24,12 @@ from ..reference import LAYER_NORM_EPS
 
 @triton.jit
 def pair_heads_kernel(
-    x_ptr, stride_xb, stride_xi, stride_xj, stride_xp,  # the pair: (B, N, N, P)
+    x_ptr, stride_xb, stride_xij, stride_xp,  # the pair, (i, j) as one index: (B, N*N, P)
     lnw_ptr, lnb_ptr,  # HAS_NORM: the pair's LayerNorm weight and bias (P,)
     w_ptr, stride_wh, stride_wp,  # the projection: (h, P)
     bias_ptr,  # HAS_BIAS: (h,)
-    z_ptr, stride_zb, stride_zh, stride_zi, stride_zj,  # out: (B, h, N, N) in the pair's dtype
-    N, P, H, eps,
+    z_ptr, stride_zb, stride_zh,  # out: (B, h, N*N) in the pair's dtype, (i, j) contiguous
+    NN, P, H, eps,  # NN = N*N pairs a batch element
     HAS_NORM: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     PRECISION: tl.constexpr,  # tl.dot's input_precision for float32 pairs
@@ -37,19 +37,18 @@ def pair_heads_kernel(
     BLOCK_P: tl.constexpr,  # the pair's channels, padded
     BLOCK_H: tl.constexpr,  # the heads, padded to at least 16
 ):
-    """z[b, h, i, j] = LayerNorm(x[b, i, j]) . w[h] + bias[h] (x[b, i, j] itself without HAS_NORM) for BLOCK_IJ
-    consecutive pairs (i, j) of one batch element: the statistics in float32, the normalized channels rounded to
-    the pair's dtype as the reference's LayerNorm output is, the products summed in float32 by one tl.dot."""
+    """z[b, h, ij] = LayerNorm(x[b, ij]) . w[h] + bias[h] (x[b, ij] itself without HAS_NORM) for BLOCK_IJ
+    consecutive pairs ij = i*N + j of one batch element: the statistics in float32, the normalized channels
+    rounded to the pair's dtype as the reference's LayerNorm output is, the products summed in float32 by one
+    tl.dot. Each head's BLOCK_IJ outputs are consecutive, so that their stores are vectorized."""
     b = tl.program_id(1).to(tl.int64)
-    offs = tl.program_id(0) * BLOCK_IJ + tl.arange(0, BLOCK_IJ)  # [BLOCK_IJ], flat (i, j)
-    ok = offs < N * N
-    i = (offs // N).to(tl.int64)
-    j = (offs % N).to(tl.int64)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_IJ + tl.arange(0, BLOCK_IJ)  # [BLOCK_IJ]
+    ok = offs < NN
     offs_p = tl.arange(0, BLOCK_P)
     p_ok = offs_p < P
     offs_h = tl.arange(0, BLOCK_H)
     h_ok = offs_h < H
-    rows = x_ptr + b * stride_xb + i * stride_xi + j * stride_xj  # [BLOCK_IJ]
+    rows = x_ptr + b * stride_xb + offs * stride_xij  # [BLOCK_IJ]
     x = tl.load(rows[:, None] + offs_p[None, :] * stride_xp, mask=ok[:, None] & p_ok[None, :],
                 other=0.0)  # [BLOCK_IJ, BLOCK_P]
     if HAS_NORM:
@@ -62,8 +61,8 @@ def pair_heads_kernel(
     z = tl.dot(x, w_t, input_precision=PRECISION)  # [BLOCK_IJ, BLOCK_H]
     if HAS_BIAS:
         z += tl.load(bias_ptr + offs_h, mask=h_ok, other=0.0).to(tl.float32)[None, :]
-    out = z_ptr + b * stride_zb + i * stride_zi + j * stride_zj  # [BLOCK_IJ]
-    tl.store(out[:, None] + offs_h[None, :] * stride_zh, z.to(z_ptr.dtype.element_ty), mask=ok[:, None] & h_ok[None, :])
+    out = z_ptr + b * stride_zb + offs[:, None] + offs_h[None, :] * stride_zh  # [BLOCK_IJ, BLOCK_H]
+    tl.store(out, z.to(z_ptr.dtype.element_ty), mask=ok[:, None] & h_ok[None, :])
 
 
 @triton.jit
@@ -81,13 +80,13 @@ def layer_norm_rows(x, p_ok, P, eps, lnw, lnb, dtype: tl.constexpr):
 
 @triton.jit
 def pair_heads_backward_kernel(
-    x_ptr, stride_xb, stride_xi, stride_xj, stride_xp,  # the pair: (B, N, N, P)
+    x_ptr, stride_xb, stride_xij, stride_xp,  # the pair, (i, j) as one index: (B, N*N, P)
     lnw_ptr, lnb_ptr,  # HAS_NORM: the pair's LayerNorm weight and bias (P,)
     w_ptr, stride_wh, stride_wp,  # the projection: (h, P)
-    g_ptr, stride_gb, stride_gh, stride_gi, stride_gj,  # the output's gradient: (B, h, N, N), any float dtype
-    dx_ptr, stride_db, stride_di, stride_dj, stride_dp,  # STORE_DX: out: the pair's gradient (B, N, N, P)
+    g_ptr, stride_gb, stride_gh, stride_gij,  # the output's gradient: (B, h, N*N), any float dtype
+    dx_ptr, stride_db, stride_dij, stride_dp,  # STORE_DX: out: the pair's gradient (B, N*N, P)
     part_ptr, stride_pg,  # out: partial sums (programs, h*P + 2P + h) float32: dW (h, P), d_lnw, d_lnb, d_bias
-    N, P, H, eps,
+    NN, P, H, eps,  # NN = N*N pairs a batch element
     PROGRAMS,  # programs a batch element
     HAS_NORM: tl.constexpr,
     STORE_DX: tl.constexpr,
@@ -120,12 +119,12 @@ def pair_heads_backward_kernel(
     if HAS_NORM:
         lnw = tl.load(lnw_ptr + offs_p, mask=p_ok, other=0.0).to(tl.float32)
         lnb = tl.load(lnb_ptr + offs_p, mask=p_ok, other=0.0).to(tl.float32)
-    x_next, g_next = _load_pairs(x_ptr, stride_xb, stride_xi, stride_xj, stride_xp, g_ptr, stride_gb, stride_gh,
-                                 stride_gi, stride_gj, b, pid, N, P, H, BLOCK_IJ, BLOCK_P, BLOCK_H)
-    for blk in range(pid, tl.cdiv(N * N, BLOCK_IJ), PROGRAMS):
+    x_next, g_next = _load_pairs(x_ptr, stride_xb, stride_xij, stride_xp, g_ptr, stride_gb, stride_gh, stride_gij,
+                                 b, pid, NN, P, H, BLOCK_IJ, BLOCK_P, BLOCK_H)
+    for blk in range(pid, tl.cdiv(NN, BLOCK_IJ), PROGRAMS):
         x, g = x_next, g_next  # [BLOCK_IJ, BLOCK_P], [BLOCK_IJ, BLOCK_H] float32
-        x_next, g_next = _load_pairs(x_ptr, stride_xb, stride_xi, stride_xj, stride_xp, g_ptr, stride_gb, stride_gh,
-                                     stride_gi, stride_gj, b, blk + PROGRAMS, N, P, H, BLOCK_IJ, BLOCK_P, BLOCK_H)
+        x_next, g_next = _load_pairs(x_ptr, stride_xb, stride_xij, stride_xp, g_ptr, stride_gb, stride_gh, stride_gij,
+                                     b, blk + PROGRAMS, NN, P, H, BLOCK_IJ, BLOCK_P, BLOCK_H)
         acc_g += g
         g = g.to(dtype)
         dxn = tl.dot(g, w, input_precision=PRECISION)  # [BLOCK_IJ, BLOCK_P]
@@ -145,12 +144,10 @@ def pair_heads_backward_kernel(
             acc_w = tl.dot(tl.trans(g), x, acc_w, input_precision=PRECISION)
             dx = dxn
         if STORE_DX:
-            offs = blk * BLOCK_IJ + tl.arange(0, BLOCK_IJ)  # [BLOCK_IJ], flat (i, j)
-            i = (offs // N).to(tl.int64)
-            j = (offs % N).to(tl.int64)
-            d_rows = dx_ptr + b * stride_db + i * stride_di + j * stride_dj  # [BLOCK_IJ]
+            offs = (blk * BLOCK_IJ + tl.arange(0, BLOCK_IJ)).to(tl.int64)  # [BLOCK_IJ] (below N*N < 2**31)
+            d_rows = dx_ptr + b * stride_db + offs * stride_dij  # [BLOCK_IJ]
             tl.store(d_rows[:, None] + offs_p[None, :] * stride_dp, dx.to(dx_ptr.dtype.element_ty),
-                     mask=(offs < N * N)[:, None] & p_ok[None, :])
+                     mask=(offs < NN)[:, None] & p_ok[None, :])
     row = part_ptr + (b * PROGRAMS + pid) * stride_pg  # this program's sums, one run: [dW | d_lnw | d_lnb | d_bias]
     tl.store(row + offs_h[:, None] * P + offs_p[None, :], acc_w, mask=h_ok[:, None] & p_ok[None, :])
     w = w.to(tl.float32)
@@ -160,29 +157,28 @@ def pair_heads_backward_kernel(
 
 
 @triton.jit
-def _load_pairs(x_ptr, stride_xb, stride_xi, stride_xj, stride_xp, g_ptr, stride_gb, stride_gh, stride_gi, stride_gj,
-                b, blk, N, P, H, BLOCK_IJ: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_H: tl.constexpr):
+def _load_pairs(x_ptr, stride_xb, stride_xij, stride_xp, g_ptr, stride_gb, stride_gh, stride_gij, b, blk, NN, P, H,
+                BLOCK_IJ: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_H: tl.constexpr):
     """The pairs of block blk of batch element b (zeros past the last pair): x [BLOCK_IJ, BLOCK_P] in the pair's
     dtype, and the output's gradient g [BLOCK_IJ, BLOCK_H] in float32."""
-    offs = blk * BLOCK_IJ + tl.arange(0, BLOCK_IJ)  # [BLOCK_IJ], flat (i, j)
-    ok = offs < N * N
-    i = (offs // N).to(tl.int64)
-    j = (offs % N).to(tl.int64)
+    offs = (blk * BLOCK_IJ + tl.arange(0, BLOCK_IJ)).to(tl.int64)  # [BLOCK_IJ] (below N*N < 2**31)
+    ok = offs < NN
     offs_p = tl.arange(0, BLOCK_P)
     offs_h = tl.arange(0, BLOCK_H)
-    x = tl.load((x_ptr + b * stride_xb + i * stride_xi + j * stride_xj)[:, None] + offs_p[None, :] * stride_xp,
+    x = tl.load((x_ptr + b * stride_xb + offs * stride_xij)[:, None] + offs_p[None, :] * stride_xp,
                 mask=ok[:, None] & (offs_p < P)[None, :], other=0.0)
-    g = tl.load((g_ptr + b * stride_gb + i * stride_gi + j * stride_gj)[:, None] + offs_h[None, :] * stride_gh,
+    g = tl.load(g_ptr + b * stride_gb + offs[:, None] * stride_gij + offs_h[None, :] * stride_gh,
                 mask=ok[:, None] & (offs_h < H)[None, :], other=0.0).to(tl.float32)
     return x, g
 
 
 # Measured on an H200 (do_bench median, pwa-long's pair: N = 2048, P = 128, one pass over it ~270 us in bfloat16):
-# the forward 427-429 us at 4096, 8192 and 16384 elements a step; the backward in bfloat16 / float32 1.76 / 3.09 ms
-# at 2048 elements, 4 warps, two programs a multiprocessor (229 registers a thread on sm_90), 1.75 / 4.35 at
-# 2048 x 8 warps x 2, 2.94 / 4.32 at 2048 x 8 x 1, 2.12 / 3.22 at 4096 x 8 x 1.
+# the forward 393-396 us at 8192 and 16384 elements a step (503 when (i, j) were two indices: the outputs'
+# stores were not vectorized); the backward in bfloat16 1.29 ms at 4096 elements, 4 warps, two programs a
+# multiprocessor, 1.30 at four, 1.83 at one; 1.53 at 2048 elements, 1.73 at 4096 x 8 warps, 3.90 at 8192 x 4
+# (1.53 at 8192 x 8). At pwa-boltz's pair (N = 384) the backward 65 us against 74 at 2048 elements.
 TILE = 8192  # elements (pairs x channels) a step of the forward, 4 warps
-BACKWARD_TILE = 2048  # ... of the backward
+BACKWARD_TILE = 4096  # ... of the backward
 BACKWARD_WARPS = 4
 PROGRAMS_PER_SM = 2  # the backward's programs: one wave, their partial sums added by torch.sum
 
@@ -199,26 +195,28 @@ def pair_heads(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor 
                bias: Tensor | None) -> Tensor:
     """(LayerNorm(pair_repr) when norm_weight and norm_bias are given) @ weight^T + bias, head major.
 
-    pair_repr (B, N, N, P) float16, bfloat16 or float32, any strides; norm_weight, norm_bias (P,) or None;
-    weight (h, P) and bias (h,) or None, in its dtype. Returns (B, h, N, N) in pair_repr's dtype, contiguous:
-    the statistics and the sums in float32, the normalized channels rounded to the dtype first (as the
-    reference's LayerNorm output is)."""
+    pair_repr (B, N, N, P) float16, bfloat16 or float32, any strides (read in place where (i, j) make one index,
+    as in any layout whose channels or batch elements are the only gaps; copied once otherwise); norm_weight,
+    norm_bias (P,) or None; weight (h, P) and bias (h,) or None, in its dtype. Returns (B, h, N, N) in
+    pair_repr's dtype, contiguous: the statistics and the sums in float32, the normalized channels rounded to the
+    dtype first (as the reference's LayerNorm output is)."""
     B, N, _, P = pair_repr.shape
     h = weight.shape[0]
     z = torch.empty(B, h, N, N, dtype=pair_repr.dtype, device=pair_repr.device)
     if z.numel():
         tiles = pair_heads_tiles(N, P, h)
+        x = pair_repr.reshape(B, N * N, P)
         pair_heads_kernel[(cdiv(N * N, tiles["BLOCK_IJ"]), B)](
-            pair_repr, *pair_repr.stride(), weight if norm_weight is None else norm_weight,
+            x, *x.stride(), weight if norm_weight is None else norm_weight,
             weight if norm_bias is None else norm_bias, weight, *weight.stride(), weight if bias is None else bias,
-            z, *z.stride(), N, P, h, LAYER_NORM_EPS, HAS_NORM=norm_weight is not None, HAS_BIAS=bias is not None,
+            z, z.stride(0), z.stride(1), N * N, P, h, LAYER_NORM_EPS, HAS_NORM=norm_weight is not None, HAS_BIAS=bias is not None,
             PRECISION=dot_precision(pair_repr.dtype, "default"), **tiles)
     return z
 
 
 def pair_heads_backward_pass(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor | None, weight: Tensor,
                              grad: Tensor, store_dx: bool) -> tuple[Tensor, Tensor]:
-    """(d_pair, sums): the pair's gradient in its dtype, (B, N, N, P) where store_dx, else empty; sums
+    """(d_pair, sums): the pair's gradient in its dtype, (B, N, N, P) contiguous where store_dx, else empty; sums
     (h*P + 2P + h,) float32, the weight's gradient (h, P) flattened, the LayerNorm weight's and bias's (zeros
     without a LayerNorm) and the bias's (`pair_heads_backward_kernel`, as an op of its own so that torch.compile
     traces the operations' backwards around it)."""
@@ -227,13 +225,14 @@ def pair_heads_backward_pass(pair_repr: Tensor, norm_weight: Tensor | None, norm
     tiles = pair_heads_tiles(N, P, h, BACKWARD_TILE)
     programs = max(1, min(cdiv(N * N, tiles["BLOCK_IJ"]), cdiv(PROGRAMS_PER_SM * multiprocessors(pair_repr.device), B)))
     part = torch.empty(B * programs, (h + 2) * P + h, dtype=torch.float32, device=pair_repr.device)
-    d_pair = torch.empty_like(pair_repr) if store_dx else pair_repr.new_empty(0)
-    dx = d_pair if store_dx else pair_repr  # (unused without store_dx)
+    d_pair = pair_repr.new_empty(pair_repr.shape) if store_dx else pair_repr.new_empty(0)
     if N and B:
+        x, g = pair_repr.reshape(B, N * N, P), grad.reshape(B, h, N * N)  # (views unless (i, j) are not one index)
+        dx = d_pair.view(B, N * N, P) if store_dx else x  # (unused without store_dx)
         pair_heads_backward_kernel[(programs, B)](
-            pair_repr, *pair_repr.stride(), weight if norm_weight is None else norm_weight,
-            weight if norm_bias is None else norm_bias, weight, *weight.stride(), grad, *grad.stride(),
-            dx, *dx.stride(), part, part.stride(0), N, P, h, LAYER_NORM_EPS, programs,
+            x, *x.stride(), weight if norm_weight is None else norm_weight,
+            weight if norm_bias is None else norm_bias, weight, *weight.stride(), g, *g.stride(),
+            dx, *dx.stride(), part, part.stride(0), N * N, P, h, LAYER_NORM_EPS, programs,
             HAS_NORM=norm_weight is not None, STORE_DX=store_dx, PRECISION=dot_precision(pair_repr.dtype, "default"),
             num_warps=BACKWARD_WARPS, **tiles)
     else:  # (no pairs: every sum is zero)
@@ -247,7 +246,7 @@ pair_heads_backward_op = torch.library.custom_op("evofuse::pair_heads_backward",
 @pair_heads_backward_op.register_fake
 def _(pair_repr, norm_weight, norm_bias, weight, grad, store_dx):
     h, P = weight.shape
-    return (torch.empty_like(pair_repr) if store_dx else pair_repr.new_empty(0),
+    return (pair_repr.new_empty(pair_repr.shape) if store_dx else pair_repr.new_empty(0),
             pair_repr.new_empty((h + 2) * P + h, dtype=torch.float32))
 
 
