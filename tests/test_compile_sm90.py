@@ -128,13 +128,14 @@ def _launches():
                        dict(HAS_GRAD=True, PROJECT=K > 0, HAS_MASK=K > 0, STORE_XN=K == 0, STORE_DX=True, BLOCK_M=block_m,
                             BLOCK_D=block_d, BLOCK_K=block_k, PRECISION=precision), warps, 3, {"dw_ptr": "*fp32"})
         for P, norm in ((128, True), (32, False)):  # a normed pair (OpenFold's, pair-weighted averaging's), the seed's
+            backward_tile = pair_heads.BACKWARD_TILE_BYTES // (2 if dtype == "bf16" else 4)
             yield (f"pair heads {dtype} P={P}", pair_heads.pair_heads_kernel, dtype,
                    dict(HAS_NORM=norm, HAS_BIAS=not norm, PRECISION=precision, **pair_heads.pair_heads_tiles(384, P, 8)),
                    4, 2, {})
             yield (f"pair heads backward {dtype} P={P}", pair_heads.pair_heads_backward_kernel, dtype,
                    dict(HAS_NORM=norm, STORE_DX=True, PRECISION=precision,
-                        **pair_heads.pair_heads_tiles(384, P, 8, pair_heads.BACKWARD_TILE)), pair_heads.BACKWARD_WARPS, 2,
-                   {"g_ptr": "*fp32", "part_ptr": "*fp32"})
+                        **pair_heads.pair_heads_tiles(384, P, 8, backward_tile)),
+                   pair_heads.BACKWARD_WARPS, 2, {"g_ptr": "*fp32", "part_ptr": "*fp32"})
         attention = dict(MASKED=-1e9, HAS_MASK=True, HEAD_DIM=32, BLOCK_D=32, PRECISION=precision)
         kw, warps, stages = cfg(att_configs.FORWARD_CONFIGS[0])
         yield (f"attention forward {dtype}", att.attention_forward_kernel, dtype, dict(TRAIN=True, **attention, **kw),

@@ -174,11 +174,12 @@ def _load_pairs(x_ptr, stride_xb, stride_xij, stride_xp, g_ptr, stride_gb, strid
 
 # Measured on an H200 (do_bench median, pwa-long's pair: N = 2048, P = 128, one pass over it ~270 us in bfloat16):
 # the forward 393-396 us at 8192 and 16384 elements a step (503 when (i, j) were two indices: the outputs'
-# stores were not vectorized); the backward in bfloat16 1.29 ms at 4096 elements, 4 warps, two programs a
-# multiprocessor, 1.30 at four, 1.83 at one; 1.53 at 2048 elements, 1.73 at 4096 x 8 warps, 3.90 at 8192 x 4
-# (1.53 at 8192 x 8). At pwa-boltz's pair (N = 384) the backward 65 us against 74 at 2048 elements.
+# stores were not vectorized); the backward in bfloat16 1.29 ms at 4096 elements (8 KiB), 4 warps, two programs
+# a multiprocessor, 1.30 at four, 1.83 at one; 1.53 at 2048 elements, 1.73 at 4096 x 8 warps, 3.90 at 8192 x 4
+# (1.53 at 8192 x 8); in float32 3.06 ms at 2048 elements (8 KiB), 4.08 at 4096 x 4 warps, 3.00 at 4096 x 8.
+# At pwa-boltz's pair (N = 384) the backward 65 us against 74 at 2048 elements in bfloat16, float32 126 at 2048.
 TILE = 8192  # elements (pairs x channels) a step of the forward, 4 warps
-BACKWARD_TILE = 4096  # ... of the backward
+BACKWARD_TILE_BYTES = 8192  # the pair's bytes a step of the backward
 BACKWARD_WARPS = 4
 PROGRAMS_PER_SM = 2  # the backward's programs: one wave, their partial sums added by torch.sum
 
@@ -222,7 +223,7 @@ def pair_heads_backward_pass(pair_repr: Tensor, norm_weight: Tensor | None, norm
     traces the operations' backwards around it)."""
     B, N, _, P = pair_repr.shape
     h = weight.shape[0]
-    tiles = pair_heads_tiles(N, P, h, BACKWARD_TILE)
+    tiles = pair_heads_tiles(N, P, h, BACKWARD_TILE_BYTES // pair_repr.element_size())
     programs = max(1, min(cdiv(N * N, tiles["BLOCK_IJ"]), cdiv(PROGRAMS_PER_SM * multiprocessors(pair_repr.device), B)))
     part = torch.empty(B * programs, (h + 2) * P + h, dtype=torch.float32, device=pair_repr.device)
     d_pair = pair_repr.new_empty(pair_repr.shape) if store_dx else pair_repr.new_empty(0)
