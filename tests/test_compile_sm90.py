@@ -133,7 +133,7 @@ def _launches():
                    dict(HAS_NORM=norm, HAS_BIAS=not norm, PRECISION=precision, **pair_heads.pair_heads_tiles(384, P, 8)),
                    4, 2, {})
             yield (f"pair heads backward {dtype} P={P}", pair_heads.pair_heads_backward_kernel, dtype,
-                   dict(HAS_NORM=norm, STORE_DX=True, PRECISION=precision,
+                   dict(P=P, HAS_NORM=norm, STORE_DX=True, PRECISION=precision,
                         **pair_heads.pair_heads_tiles(384, P, 8, backward_tile)),
                    pair_heads.BACKWARD_WARPS, 2, {"g_ptr": "*fp32", "part_ptr": "*fp32"})
         attention = dict(MASKED=-1e9, HAS_MASK=True, HEAD_DIM=32, BLOCK_D=32, PRECISION=precision)
