@@ -173,12 +173,13 @@ def _load_pairs(x_ptr, stride_xb, stride_xij, stride_xp, g_ptr, stride_gb, strid
 
 
 # Measured on an H200 (do_bench median, pwa-long's pair: N = 2048, P = 128, one pass over it ~270 us in bfloat16):
-# the forward 393-396 us at 8192 and 16384 elements a step (503 when (i, j) were two indices: the outputs'
-# stores were not vectorized); the backward in bfloat16 1.29 ms at 4096 elements (8 KiB), 4 warps, two programs
-# a multiprocessor, 1.30 at four, 1.83 at one; 1.53 at 2048 elements, 1.73 at 4096 x 8 warps, 3.90 at 8192 x 4
-# (1.53 at 8192 x 8); in float32 3.06 ms at 2048 elements (8 KiB), 4.08 at 4096 x 4 warps, 3.00 at 4096 x 8.
-# P a constant of the backward: 1.21 ms against 1.28 in bfloat16 (of the forward: 407 us against 395, not kept).
-# At pwa-boltz's pair (N = 384) the backward 65 us against 74 at 2048 elements in bfloat16, float32 126 at 2048.
+# the forward 393-396 us at 8192 and 16384 elements a step (503 when (i, j) were two indices, so that the
+# compiler could not see each head's outputs as one run); the backward in bfloat16 1.29 ms at 4096 elements
+# (8 KiB), 4 warps, two programs a multiprocessor, 1.30 at four, 1.83 at one; 1.53 at 2048 elements, 1.73 at
+# 4096 x 8 warps, 3.90 at 8192 x 4 (1.53 at 8192 x 8); in float32 3.06 ms at 2048 elements (8 KiB), 4.08 at
+# 4096 x 4 warps, 3.00 at 4096 x 8. P a constant of the backward: 1.21 ms against 1.28 in bfloat16 (of the
+# forward: 407 us against 395, not kept). At pwa-boltz's pair (N = 384) the backward 65 us against 74 at 2048
+# elements in bfloat16, float32 126 at 2048.
 TILE = 8192  # elements (pairs x channels) a step of the forward, 4 warps
 BACKWARD_TILE_BYTES = 8192  # the pair's bytes a step of the backward
 BACKWARD_WARPS = 4
