@@ -160,7 +160,7 @@ def _launches():
             kw, warps, stages = cfg(pwa_configs.projection_candidates(8 * C, 64, 2 if dtype == "bf16" else 4)[0])
             yield (f"gated projection backward {dtype} C {C}", pwa.gated_projection_backward_kernel, dtype,
                    dict(C=C, BLOCK_O=64, PRECISION=precision, **kw), warps, stages, {"part_ptr": "*fp32"})
-        tiles = pwa_op._softmax_tiles(384, 8)
+        tiles = pwa_op._softmax_tiles(384)
         yield (f"masked softmax {dtype}", pwa.masked_softmax_kernel, dtype,
                dict(HAS_MASK=True, RELATIVE=True, STORE_W=True, STORE_LOW=dtype == "bf16", **tiles), 4, 3,
                {"x_ptr": f"*{dtype}", "w_ptr": "*fp32"})

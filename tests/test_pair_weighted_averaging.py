@@ -191,12 +191,12 @@ def test_additive_mask_mode(dtype):
 @pytest.mark.parametrize("mask_mode", ["relative", "add"])
 def test_softmax_over_several_blocks_of_residues(monkeypatch, mask_mode):
     """The softmax kernels take a row of residues j in blocks (a running maximum and sum across them): here
-    blocks of 16 over 37 residues, the last one short, with a residue whose pairs are all masked and padding
-    heads (3 of 4); output and every gradient against the float64 reference."""
+    blocks of 16 over 37 residues, the last one short, with a residue whose pairs are all masked, three heads;
+    output and every gradient against the float64 reference."""
     from evofuse.ops.pair_weighted_averaging import op
 
-    monkeypatch.setattr(op, "SOFTMAX_TILE", 64)
-    assert op._softmax_tiles(37, 3) == dict(BLOCK_J=16, BLOCK_H=4)
+    monkeypatch.setattr(op, "SOFTMAX_BLOCK_J", 16)
+    assert op._softmax_tiles(37) == dict(BLOCK_J=16)
     mod = _module(16, 12, 8, 3, seed=14, inf=1e6, mask_mode=mask_mode)
     m, z, mask = _inputs(1, 2, 37, 16, 12, "rows", 15)
     exact = mod.double()(m.double(), z.double(), mask.double(), impl="torch")

@@ -8,7 +8,7 @@ w (h, B, N, N) are the weights, one softmax per (b, h, i) shared by every MSA ro
 backward's dw = du v^T are cuBLAS's (op.py). The kernels take each tensor as strides of the einsum's indices, so
 that the layouts are the launcher's choice.
 
-`masked_softmax_kernel`: the weights from the pair's head logits, one program a pair row (b, i) and all its heads;
+`masked_softmax_kernel`: the weights from the pair's head logits, one program a row (b, h, i);
 `masked_softmax_backward_kernel` the logits' gradient from theirs.
 `gated_projection_kernel`: out = (sigmoid(g) * u) W_o^T for a block of MSA rows of one (b, i), every head, the
 gate and the gated sums made on chip only; `gated_projection_backward_kernel` the gate's and u's gradients from
@@ -30,7 +30,7 @@ from ..pair_heads import layer_norm_rows
 
 @triton.jit
 def masked_softmax_kernel(
-    x_ptr, stride_xb, stride_xi, stride_xj, stride_xh,  # the head logits: (B, N, N, h), any float dtype
+    x_ptr, stride_xb, stride_xh, stride_xi, stride_xj,  # the head logits: (B, h, N, N), any float dtype
     m_ptr, stride_mb, stride_mi, stride_mj,  # HAS_MASK: the pair mask (B, N, N), 0/1 of any dtype
     w_ptr, stride_wb, stride_wh, stride_wi, stride_wj,  # STORE_W: out: the weights (B, h, N, N) float32
     lw_ptr,  # STORE_LOW: out: the weights again in the logits' dtype, laid out as w (w's strides)
@@ -40,97 +40,88 @@ def masked_softmax_kernel(
     STORE_W: tl.constexpr,
     STORE_LOW: tl.constexpr,
     BLOCK_J: tl.constexpr,
-    BLOCK_H: tl.constexpr,  # the heads, padded
 ):
-    """w[b, h, i, j] = softmax_j(x[b, i, j, h] - inf * t[b, i, j]) in float32 for one pair row (b, i), every head,
-    with t = 1 - mask (less its smallest over the row when RELATIVE, so that a row whose pairs are all masked
-    keeps its logits' precision), as the reference computes it in float32. Passes over j: the smallest mask term,
-    the running maximum and sum of each head, the weights."""
-    pid = tl.program_id(0).to(tl.int64)
-    b = pid // N
-    i = pid % N
-    offs_h = tl.arange(0, BLOCK_H)  # [BLOCK_H]
-    h_ok = offs_h < H
-    x_row = x_ptr + b * stride_xb + i * stride_xi
+    """w[b, h, i, j] = softmax_j(x[b, h, i, j] - inf * t[b, i, j]) in float32 for one row (b, h, i), with t =
+    1 - mask (less its smallest over the row when RELATIVE, so that a row whose pairs are all masked keeps its
+    logits' precision), as the reference computes it in float32. Passes over j, BLOCK_J residues a step: the
+    smallest mask term, the running maximum and sum, the weights. The heads of a pair row (b, i) are
+    consecutive programs, so that they read its mask together from L2."""
+    b, h, i = _row(N, H)
+    x_row = x_ptr + b * stride_xb + h * stride_xh + i * stride_xi
     m_row = m_ptr + b * stride_mb + i * stride_mi
     shift = 0.0
     if HAS_MASK and RELATIVE:
         smallest = tl.full((BLOCK_J,), float("inf"), dtype=tl.float32)
         for j0 in range(0, N, BLOCK_J):
-            offs_j = j0 + tl.arange(0, BLOCK_J)
+            offs_j = j0 + tl.arange(0, BLOCK_J)  # [BLOCK_J]
             m = tl.load(m_row + offs_j * stride_mj, mask=offs_j < N, other=0).to(tl.float32)
             smallest = tl.minimum(smallest, tl.where(offs_j < N, 1.0 - m, float("inf")))
         shift = tl.min(smallest, axis=0)
-    row_max = tl.full((BLOCK_H,), float("-inf"), dtype=tl.float32)
-    row_sum = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    row_max = float("-inf")
+    row_sum = 0.0
     for j0 in range(0, N, BLOCK_J):
-        t = _masked_logits(x_row, stride_xj, stride_xh, m_row, stride_mj, j0, N, offs_h, h_ok, inf, shift, HAS_MASK,
-                           BLOCK_J)  # [BLOCK_J, BLOCK_H]
+        t = _masked_logits(x_row, stride_xj, m_row, stride_mj, j0, N, inf, shift, HAS_MASK, BLOCK_J)  # [BLOCK_J]
         new_max = tl.maximum(row_max, tl.max(t, axis=0))
-        row_sum = row_sum * tl.exp(row_max - new_max) + tl.sum(tl.exp(t - new_max[None, :]), axis=0)
+        row_sum = row_sum * tl.exp(row_max - new_max) + tl.sum(tl.exp(t - new_max), axis=0)
         row_max = new_max
-    w_row = b * stride_wb + i * stride_wi + offs_h.to(tl.int64)[None, :] * stride_wh  # [1, BLOCK_H]
+    w_row = b * stride_wb + h * stride_wh + i * stride_wi
     for j0 in range(0, N, BLOCK_J):
         offs_j = j0 + tl.arange(0, BLOCK_J)
-        t = _masked_logits(x_row, stride_xj, stride_xh, m_row, stride_mj, j0, N, offs_h, h_ok, inf, shift, HAS_MASK,
-                           BLOCK_J)
-        w = tl.exp(t - row_max[None, :]) / row_sum[None, :]  # [BLOCK_J, BLOCK_H]
-        out = w_row + offs_j[:, None] * stride_wj
-        ok = (offs_j < N)[:, None] & h_ok[None, :]
+        t = _masked_logits(x_row, stride_xj, m_row, stride_mj, j0, N, inf, shift, HAS_MASK, BLOCK_J)
+        w = tl.exp(t - row_max) / row_sum  # [BLOCK_J]
+        out = w_row + offs_j * stride_wj
         if STORE_W:
-            tl.store(w_ptr + out, w, mask=ok)
+            tl.store(w_ptr + out, w, mask=offs_j < N)
         if STORE_LOW:
-            tl.store(lw_ptr + out, w.to(lw_ptr.dtype.element_ty), mask=ok)
+            tl.store(lw_ptr + out, w.to(lw_ptr.dtype.element_ty), mask=offs_j < N)
 
 
 @triton.jit
-def _masked_logits(x_row, stride_xj, stride_xh, m_row, stride_mj, j0, N, offs_h, h_ok, inf, shift,
-                   HAS_MASK: tl.constexpr, BLOCK_J: tl.constexpr):
-    """x - inf * (1 - mask - shift) in float32 for the residues j0 .. j0 + BLOCK_J of a row, [BLOCK_J, BLOCK_H];
-    -inf where j is past the end (no weight), 0 for the padding heads (never stored; finite, so no NaN)."""
+def _row(N, H):
+    """(b, h, i) of this program's row: heads fastest, then residues i (64-bit)."""
+    pid = tl.program_id(0).to(tl.int64)
+    return pid // (H * N), pid % H, (pid // H) % N
+
+
+@triton.jit
+def _masked_logits(x_row, stride_xj, m_row, stride_mj, j0, N, inf, shift, HAS_MASK: tl.constexpr,
+                   BLOCK_J: tl.constexpr):
+    """x - inf * (1 - mask - shift) in float32 for the residues j0 .. j0 + BLOCK_J of a row, [BLOCK_J]; -inf
+    where j is past the end (no weight)."""
     offs_j = j0 + tl.arange(0, BLOCK_J)
     j_ok = offs_j < N
-    ok = j_ok[:, None] & h_ok[None, :]
-    t = tl.load(x_row + offs_j[:, None] * stride_xj + offs_h[None, :] * stride_xh, mask=ok, other=0.0).to(tl.float32)
+    t = tl.load(x_row + offs_j * stride_xj, mask=j_ok, other=0.0).to(tl.float32)
     if HAS_MASK:
         m = tl.load(m_row + offs_j * stride_mj, mask=j_ok, other=0).to(tl.float32)
-        t = t - inf * ((1.0 - m) - shift)[:, None]
-    return tl.where(h_ok[None, :], tl.where(j_ok[:, None], t, float("-inf")), 0.0)
+        t = t - inf * ((1.0 - m) - shift)
+    return tl.where(j_ok, t, float("-inf"))
 
 
 @triton.jit
 def masked_softmax_backward_kernel(
     w_ptr, stride_wb, stride_wh, stride_wi, stride_wj,  # the weights: (B, h, N, N) float32
     g_ptr, stride_gb, stride_gh, stride_gi, stride_gj,  # their gradient: (B, h, N, N) float32
-    dx_ptr, stride_db, stride_di, stride_dj, stride_dh,  # out: the logits' gradient (B, N, N, h) in its dtype
+    dx_ptr, stride_db, stride_dh, stride_di, stride_dj,  # out: the logits' gradient (B, h, N, N) in its dtype
     N, H,
     BLOCK_J: tl.constexpr,
-    BLOCK_H: tl.constexpr,
 ):
-    """dx[b, i, j, h] = w (g - sum_j w g) for one pair row (b, i), every head, in float32 (the mask term has no
-    gradient); two passes over j."""
-    pid = tl.program_id(0).to(tl.int64)
-    b = pid // N
-    i = pid % N
-    offs_h = tl.arange(0, BLOCK_H)
-    h_ok = offs_h < H
-    w_row = w_ptr + b * stride_wb + i * stride_wi + offs_h.to(tl.int64)[None, :] * stride_wh  # [1, BLOCK_H]
-    g_row = g_ptr + b * stride_gb + i * stride_gi + offs_h.to(tl.int64)[None, :] * stride_gh
-    dot = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    """dx[b, h, i, j] = w (g - sum_j w g) for one row (b, h, i), in float32 (the mask term has no gradient); two
+    passes over j."""
+    b, h, i = _row(N, H)
+    w_row = w_ptr + b * stride_wb + h * stride_wh + i * stride_wi
+    g_row = g_ptr + b * stride_gb + h * stride_gh + i * stride_gi
+    dot = 0.0
     for j0 in range(0, N, BLOCK_J):
-        offs_j = j0 + tl.arange(0, BLOCK_J)
-        ok = (offs_j < N)[:, None] & h_ok[None, :]
-        w = tl.load(w_row + offs_j[:, None] * stride_wj, mask=ok, other=0.0)  # [BLOCK_J, BLOCK_H]
-        g = tl.load(g_row + offs_j[:, None] * stride_gj, mask=ok, other=0.0)
+        offs_j = j0 + tl.arange(0, BLOCK_J)  # [BLOCK_J]
+        w = tl.load(w_row + offs_j * stride_wj, mask=offs_j < N, other=0.0)
+        g = tl.load(g_row + offs_j * stride_gj, mask=offs_j < N, other=0.0)
         dot += tl.sum(w * g, axis=0)
-    dx_row = dx_ptr + b * stride_db + i * stride_di + offs_h[None, :] * stride_dh
+    dx_row = dx_ptr + b * stride_db + h * stride_dh + i * stride_di
     for j0 in range(0, N, BLOCK_J):
         offs_j = j0 + tl.arange(0, BLOCK_J)
-        ok = (offs_j < N)[:, None] & h_ok[None, :]
-        w = tl.load(w_row + offs_j[:, None] * stride_wj, mask=ok, other=0.0)
-        g = tl.load(g_row + offs_j[:, None] * stride_gj, mask=ok, other=0.0)
-        tl.store(dx_row + offs_j[:, None] * stride_dj, (w * (g - dot[None, :])).to(dx_ptr.dtype.element_ty),
-                 mask=ok)
+        w = tl.load(w_row + offs_j * stride_wj, mask=offs_j < N, other=0.0)
+        g = tl.load(g_row + offs_j * stride_gj, mask=offs_j < N, other=0.0)
+        tl.store(dx_row + offs_j * stride_dj, (w * (g - dot)).to(dx_ptr.dtype.element_ty), mask=offs_j < N)
 
 
 @triton.jit

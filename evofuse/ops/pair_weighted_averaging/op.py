@@ -8,8 +8,8 @@ products read whole rows of K. The gate g is never written: the gated projection
 chip from the MSA rows (c_m channels read a row, against h*C written and read twice: at pwa-boltz 50 MB in
 place of 400).
 Forward: LayerNorm + the v projection of the MSA (`layer_norm_linear`, written head major, in the input's
-dtype); LayerNorm + the head projection of the pair (`pair_heads`); the mask term and the
-softmax over j once per (b, i, h), (h, B, N, N) (`kernels.masked_softmax_kernel`, float32 for the backward and a
+dtype); LayerNorm + the head projection of the pair (`pair_heads`, head major); the mask term and the
+softmax over j once per (b, h, i), (h, B, N, N) (`kernels.masked_softmax_kernel`, float32 for the backward and a
 copy in the input's dtype for the product); u = w v by cuBLAS (head major, kept for the backward); the gate
 (LayerNorm + proj_g) and proj_o in one kernel (`kernels.gated_projection_kernel`; the gate and the gated sums
 made on chip, never written). No float32
@@ -72,22 +72,26 @@ def _kernels():
     return _autotuned(weighted_sum_kernel), _autotuned_projection(gated_projection_backward_kernel)
 
 
-SOFTMAX_TILE = 2048  # elements (residues j x heads) a step of the softmax kernels
+# Residues j a step of the softmax kernels (a program a row (b, h, i)); the backward's rows of 2048 and more
+# with 8 warps. On the H200 at pwa-long (N = 2048, bf16) against one program a pair row and every head (2048
+# elements a step), us: the forward 74 against 72, the training forward (float32 weights too) 88 against 115,
+# the backward 88 against 153 (108 at 4 warps); at pwa-boltz (N = 384) 10-11 / 10-11 / 9-10 against 9-14 / 10 / 9.5.
+SOFTMAX_BLOCK_J = 2048
+SOFTMAX_WARPS = 4
 
 
-def _softmax_tiles(N: int, num_heads: int) -> dict:
-    """BLOCK_J and BLOCK_H of the softmax kernels: every head of a row at once, SOFTMAX_TILE elements a step."""
-    block_h = next_pow2(num_heads)
-    return dict(BLOCK_J=max(16, min(next_pow2(N), SOFTMAX_TILE // block_h)), BLOCK_H=block_h)
+def _softmax_tiles(N: int) -> dict:
+    """BLOCK_J of the softmax kernels: a row at once up to SOFTMAX_BLOCK_J residues."""
+    return dict(BLOCK_J=max(16, min(next_pow2(N), SOFTMAX_BLOCK_J)))
 
 
 def _weights(logits: Tensor, pair_mask: Tensor | None, inf: float, mask_mode: str, keep: bool) -> tuple[Tensor, Tensor]:
     """(w, w in the logits' dtype): w = softmax_j(logits + (1 - mask) * -inf), (h, B, N, N) float32, from the
-    head logits (B, N, N, h), any strides (`kernels.masked_softmax_kernel`); "relative": the mask term taken
+    head logits (B, h, N, N), any strides (`kernels.masked_softmax_kernel`); "relative": the mask term taken
     relative to the row's smallest (a constant of the row: the same softmax, and a row whose pairs are all
     masked keeps its logits' precision); "add": added in float32 as the models do. The second is w itself for
     float32 logits. Without `keep` (inference) 16-bit logits give only the second, and the first is empty."""
-    B, N, _, h = logits.shape
+    B, h, N, _ = logits.shape
     shape = (h, B, N, N)
     low = torch.empty(shape, dtype=logits.dtype, device=logits.device)
     w = low if logits.dtype == torch.float32 else torch.empty(shape if keep else (0,), dtype=torch.float32,
@@ -96,10 +100,10 @@ def _weights(logits: Tensor, pair_mask: Tensor | None, inf: float, mask_mode: st
         mask_args = (logits, 0, 0, 0) if pair_mask is None else (pair_mask, *pair_mask.stride())
         store_w = w.numel() > 0
         strides = low.transpose(0, 1).stride()  # (b, h, i, j)
-        masked_softmax_kernel[(B * N,)](logits, *logits.stride(), *mask_args, w if store_w else low, *strides,
-                                        low, N, h, inf, HAS_MASK=pair_mask is not None,
-                                        RELATIVE=mask_mode == "relative", STORE_W=store_w, STORE_LOW=low is not w,
-                                        **_softmax_tiles(N, h))
+        masked_softmax_kernel[(B * h * N,)](logits, *logits.stride(), *mask_args, w if store_w else low, *strides,
+                                            low, N, h, inf, HAS_MASK=pair_mask is not None,
+                                            RELATIVE=mask_mode == "relative", STORE_W=store_w, STORE_LOW=low is not w,
+                                            num_warps=SOFTMAX_WARPS, **_softmax_tiles(N))
     return w, low
 
 
@@ -109,10 +113,9 @@ def _weights_backward(w: Tensor, dw: Tensor, dtype: torch.dtype) -> Tensor:
     B, h, N, _ = w.shape
     d_logits = torch.empty(B, h, N, N, dtype=dtype, device=w.device)
     if w.numel():
-        strides = d_logits.stride()  # the kernel's (b, i, j, h) order
-        masked_softmax_backward_kernel[(B * N,)](w, *w.stride(), dw, *dw.stride(), d_logits, strides[0], strides[2],
-                                                 strides[3], strides[1], N, h,
-                                                 **_softmax_tiles(N, h))
+        warps = 8 if N >= SOFTMAX_BLOCK_J else SOFTMAX_WARPS
+        masked_softmax_backward_kernel[(B * h * N,)](w, *w.stride(), dw, *dw.stride(), d_logits, *d_logits.stride(), N,
+                                                     h, num_warps=warps, **_softmax_tiles(N))
     return d_logits
 
 
@@ -169,7 +172,7 @@ def pair_weighted_averaging_forward(msa_repr: Tensor, pair_repr: Tensor, pair_ma
     # rows taken (b, i, s), so that a block of them is one run of each head's storage
     layer_norm_linear(msa_repr.transpose(1, 2), norm_m_weight, norm_m_bias, proj_mg_weight[:inner], None, None,
                       precision, out=v.permute(1, 2, 3, 0, 4))  # (B, N, S, h, C)
-    logits = pair_heads(pair_repr, norm_z_weight, norm_z_bias, proj_z_weight, None).permute(0, 2, 3, 1)  # (B, N, N, h)
+    logits = pair_heads(pair_repr, norm_z_weight, norm_z_bias, proj_z_weight, None)  # (B, h, N, N)
     w, w_low = _weights(logits, pair_mask, inf, mask_mode, train)
     del logits
     u = torch.bmm(w_low.view(H * B, N, N), v.view(H * B, N, S * C)).view(H, B, N, S, C)
