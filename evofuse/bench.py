@@ -154,14 +154,15 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
         impls += [("folded einsum bf16", "bfloat16", lambda mod: partial(_opm_folded_einsum, mod)),
                   ("chunked eager bf16", "bfloat16", lambda mod: partial(_opm_chunked_eager, mod))]
     elif case.op == "pwa":
-        impls += [("Boltz module autocast bf16", "float32", _boltz_peer)]
+        impls += [("Boltz module autocast bf16", "float32", _boltz_peer),
+                  ("eager bf16 CUDA graph", "bfloat16", _graphed_reference)]
     else:
         impls += [("FlexAttention bf16", "bfloat16", lambda mod: partial(_flex_peer(), mod)),
                   ("cuEquivariance bf16", "bfloat16", lambda mod: partial(_cueq_peer(), mod))]
     for dt in dtypes:
         short = {"float32": "fp32", "bfloat16": "bf16"}[dt]
         impls.append((f"evofuse {short}", dt, lambda mod: mod))
-        if case.name.endswith("-seed"):  # where host time dominates: the forward captured by hand
+        if case.name.endswith("-seed") or case.op == "pwa":  # captured by hand: the GPU's time without the host's
             impls.append((f"evofuse {short} CUDA graph", dt, _graphed))
         if case.name.endswith("-seed") or dt == "bfloat16":  # CUDA graphs through torch.compile, both modes
             impls.append((f"evofuse {short} reduce-overhead", dt, _reduce_overhead))
@@ -175,12 +176,20 @@ def _reduce_overhead(mod):
 
 
 def _graphed(mod):
-    """The module's forward captured once in a CUDA graph (after a warm-up call) and replayed."""
+    """The module captured once in CUDA graphs and replayed, its inputs the captured ones (as inside a captured
+    model: no copies into the graph's buffers, which reduce-overhead's replays make). A forward row: the forward
+    by `torch.cuda.graph` after a warm-up call (autotuning and compilation outside the capture); a training row
+    (grad enabled at the first call): forward and backward by `torch.cuda.make_graphed_callables`."""
     state = {}
 
     def run(*inputs):
+        if "graphed" in state:
+            return state["graphed"](*inputs)
+        if torch.is_grad_enabled():
+            state["graphed"] = torch.cuda.make_graphed_callables(mod, inputs)
+            return state["graphed"](*inputs)
         if "graph" not in state:
-            mod(*inputs)  # autotuning and compilation happen outside the capture
+            mod(*inputs)
             torch.cuda.synchronize()
             state["graph"] = torch.cuda.CUDAGraph()
             with torch.cuda.graph(state["graph"]):
@@ -189,6 +198,13 @@ def _graphed(mod):
         return state["out"]
 
     return run
+
+
+def _graphed_reference(mod):
+    """Eager PyTorch's reference (the module's `impl="torch"` path, the eager rows' function) captured as
+    `_graphed` captures evofuse: the GPU's time of the peer without its host's."""
+    mod.impl = "torch"
+    return _graphed(mod)
 
 
 def _exact_output(case: Case) -> torch.Tensor:
@@ -204,8 +220,6 @@ def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | Non
     exact = None if train else _exact_output(case)
     for name, dt, build in implementations(case, dtypes):
         if peers is not None and not name.startswith("evofuse") and name != BASELINE and name not in peers:
-            continue
-        if train and name.endswith("CUDA graph"):  # (a forward capture)
             continue
         row = {"case": case.name, "impl": name, "dtype": dt, "mode": "fwd+bwd" if train else "fwd"}
         t0 = time.time()

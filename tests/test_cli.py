@@ -116,3 +116,46 @@ def test_reduce_overhead_training_row_runs():
     fn = _reduce_overhead(mod)
     ms, peak = measure(lambda: fn(*inputs), True, leaves)
     assert ms > 0 and peak >= 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["pwa", "opm"])
+def test_graphed_rows_match_eager_calls(op):
+    """`evofuse bench`'s "CUDA graph" rows: the forward replayed from `torch.cuda.graph`, a training step from
+    `torch.cuda.make_graphed_callables`, each giving the eager call's output and every gradient (the same
+    kernels, so bit for bit), replay after replay; and the reference's graphed row its eager output."""
+    from evofuse._timing import training_step
+    from evofuse.bench import _graphed, _graphed_reference
+    from evofuse.suite import SUITE, make_inputs, make_module
+
+    case = next(c for c in SUITE if c.name == f"{op}-seed")
+
+    def build(wrap):
+        mod = make_module(case, seed=0).to(device="cuda", dtype=torch.bfloat16)
+        inputs = make_inputs(case, "cuda", torch.bfloat16, seed=1)
+        return mod, inputs, wrap(mod)
+
+    mod, inputs, fn = build(lambda mod: mod)
+    with torch.no_grad():
+        want = fn(*inputs).clone()
+    leaves = list(mod.parameters()) + [t.requires_grad_(True) for t in inputs[:-1]]
+    training_step(lambda: fn(*inputs), leaves)()
+    want_grads = [t.grad.clone() for t in leaves]
+
+    mod, inputs, fn = build(_graphed)
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(fn(*inputs), want)
+    mod, inputs, fn = build(_graphed)
+    leaves = list(mod.parameters()) + [t.requires_grad_(True) for t in inputs[:-1]]
+    step = training_step(lambda: fn(*inputs), leaves)
+    for _ in range(3):
+        step()
+        for t, g in zip(leaves, want_grads):
+            assert torch.equal(t.grad, g)
+
+    mod, inputs, fn = build(_graphed_reference)
+    with torch.no_grad():
+        got = fn(*inputs)
+        torch.testing.assert_close(fn(*inputs), mod(*inputs))
+        assert got.shape == want.shape
