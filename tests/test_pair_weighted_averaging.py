@@ -196,7 +196,7 @@ def test_softmax_over_several_blocks_of_residues(monkeypatch, mask_mode):
     from evofuse.ops.pair_weighted_averaging import op
 
     monkeypatch.setattr(op, "SOFTMAX_BLOCK_J", 16)
-    assert op._softmax_tiles(37) == dict(BLOCK_J=16)
+    assert op._softmax_tiles(37) == dict(BLOCK_J=16, ONE_BLOCK=False)
     mod = _module(16, 12, 8, 3, seed=14, inf=1e6, mask_mode=mask_mode)
     m, z, mask = _inputs(1, 2, 37, 16, 12, "rows", 15)
     exact = mod.double()(m.double(), z.double(), mask.double(), impl="torch")

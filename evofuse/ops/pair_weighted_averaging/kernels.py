@@ -40,40 +40,60 @@ def masked_softmax_kernel(
     STORE_W: tl.constexpr,
     STORE_LOW: tl.constexpr,
     BLOCK_J: tl.constexpr,
+    ONE_BLOCK: tl.constexpr,  # N <= BLOCK_J: the row loaded once, every pass over it in registers
 ):
     """w[b, h, i, j] = softmax_j(x[b, h, i, j] - inf * t[b, i, j]) in float32 for one row (b, h, i), with t =
     1 - mask (less its smallest over the row when RELATIVE, so that a row whose pairs are all masked keeps its
-    logits' precision), as the reference computes it in float32. Passes over j, BLOCK_J residues a step: the
-    smallest mask term, the running maximum and sum, the weights. The heads of a pair row (b, i) are
-    consecutive programs, so that they read its mask together from L2."""
+    logits' precision), as the reference computes it in float32. A row of up to BLOCK_J residues is loaded once;
+    a longer one is taken in passes over j, BLOCK_J residues a step: the smallest mask term, the running maximum
+    and sum, the weights (the same arithmetic: a row gives the same weights either way). The heads of a pair row
+    (b, i) are consecutive programs, so that they read its mask together from L2."""
     b, h, i = _row(N, H)
     x_row = x_ptr + b * stride_xb + h * stride_xh + i * stride_xi
     m_row = m_ptr + b * stride_mb + i * stride_mi
-    shift = 0.0
-    if HAS_MASK and RELATIVE:
-        smallest = tl.full((BLOCK_J,), float("inf"), dtype=tl.float32)
-        for j0 in range(0, N, BLOCK_J):
-            offs_j = j0 + tl.arange(0, BLOCK_J)  # [BLOCK_J]
-            m = tl.load(m_row + offs_j * stride_mj, mask=offs_j < N, other=0).to(tl.float32)
-            smallest = tl.minimum(smallest, tl.where(offs_j < N, 1.0 - m, float("inf")))
-        shift = tl.min(smallest, axis=0)
-    row_max = float("-inf")
-    row_sum = 0.0
-    for j0 in range(0, N, BLOCK_J):
-        t = _masked_logits(x_row, stride_xj, m_row, stride_mj, j0, N, inf, shift, HAS_MASK, BLOCK_J)  # [BLOCK_J]
-        new_max = tl.maximum(row_max, tl.max(t, axis=0))
-        row_sum = row_sum * tl.exp(row_max - new_max) + tl.sum(tl.exp(t - new_max), axis=0)
-        row_max = new_max
     w_row = b * stride_wb + h * stride_wh + i * stride_wi
-    for j0 in range(0, N, BLOCK_J):
-        offs_j = j0 + tl.arange(0, BLOCK_J)
-        t = _masked_logits(x_row, stride_xj, m_row, stride_mj, j0, N, inf, shift, HAS_MASK, BLOCK_J)
-        w = tl.exp(t - row_max) / row_sum  # [BLOCK_J]
-        out = w_row + offs_j * stride_wj
-        if STORE_W:
-            tl.store(w_ptr + out, w, mask=offs_j < N)
-        if STORE_LOW:
-            tl.store(lw_ptr + out, w.to(lw_ptr.dtype.element_ty), mask=offs_j < N)
+    if ONE_BLOCK:
+        offs_j = tl.arange(0, BLOCK_J)  # [BLOCK_J]
+        j_ok = offs_j < N
+        t = tl.load(x_row + offs_j * stride_xj, mask=j_ok, other=0.0).to(tl.float32)
+        if HAS_MASK:
+            term = 1.0 - tl.load(m_row + offs_j * stride_mj, mask=j_ok, other=0).to(tl.float32)
+            if RELATIVE:
+                term = term - tl.min(tl.where(j_ok, term, float("inf")), axis=0)
+            t = t - inf * term
+        t = tl.where(j_ok, t, float("-inf"))
+        e = tl.exp(t - tl.max(t, axis=0))
+        _store_weights(e / tl.sum(e, axis=0), w_ptr, lw_ptr, w_row + offs_j * stride_wj, j_ok, STORE_W, STORE_LOW)
+    else:
+        shift = 0.0
+        if HAS_MASK and RELATIVE:
+            smallest = tl.full((BLOCK_J,), float("inf"), dtype=tl.float32)
+            for j0 in range(0, N, BLOCK_J):
+                offs_j = j0 + tl.arange(0, BLOCK_J)  # [BLOCK_J]
+                m = tl.load(m_row + offs_j * stride_mj, mask=offs_j < N, other=0).to(tl.float32)
+                smallest = tl.minimum(smallest, tl.where(offs_j < N, 1.0 - m, float("inf")))
+            shift = tl.min(smallest, axis=0)
+        row_max = float("-inf")
+        row_sum = 0.0
+        for j0 in range(0, N, BLOCK_J):
+            t = _masked_logits(x_row, stride_xj, m_row, stride_mj, j0, N, inf, shift, HAS_MASK, BLOCK_J)  # [BLOCK_J]
+            new_max = tl.maximum(row_max, tl.max(t, axis=0))
+            row_sum = row_sum * tl.exp(row_max - new_max) + tl.sum(tl.exp(t - new_max), axis=0)
+            row_max = new_max
+        for j0 in range(0, N, BLOCK_J):
+            offs_j = j0 + tl.arange(0, BLOCK_J)
+            t = _masked_logits(x_row, stride_xj, m_row, stride_mj, j0, N, inf, shift, HAS_MASK, BLOCK_J)
+            _store_weights(tl.exp(t - row_max) / row_sum, w_ptr, lw_ptr, w_row + offs_j * stride_wj, offs_j < N,
+                           STORE_W, STORE_LOW)
+
+
+@triton.jit
+def _store_weights(w, w_ptr, lw_ptr, out, ok, STORE_W: tl.constexpr, STORE_LOW: tl.constexpr):
+    """The weights w [BLOCK_J] at the offsets out: in float32 (STORE_W) and in lw's dtype (STORE_LOW)."""
+    if STORE_W:
+        tl.store(w_ptr + out, w, mask=ok)
+    if STORE_LOW:
+        tl.store(lw_ptr + out, w.to(lw_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -104,24 +124,32 @@ def masked_softmax_backward_kernel(
     dx_ptr, stride_db, stride_dh, stride_di, stride_dj,  # out: the logits' gradient (B, h, N, N) in its dtype
     N, H,
     BLOCK_J: tl.constexpr,
+    ONE_BLOCK: tl.constexpr,  # N <= BLOCK_J: the row loaded once
 ):
-    """dx[b, h, i, j] = w (g - sum_j w g) for one row (b, h, i), in float32 (the mask term has no gradient); two
-    passes over j."""
+    """dx[b, h, i, j] = w (g - sum_j w g) for one row (b, h, i), in float32 (the mask term has no gradient); a
+    row of up to BLOCK_J residues loaded once, a longer one in two passes over j."""
     b, h, i = _row(N, H)
     w_row = w_ptr + b * stride_wb + h * stride_wh + i * stride_wi
     g_row = g_ptr + b * stride_gb + h * stride_gh + i * stride_gi
-    dot = 0.0
-    for j0 in range(0, N, BLOCK_J):
-        offs_j = j0 + tl.arange(0, BLOCK_J)  # [BLOCK_J]
-        w = tl.load(w_row + offs_j * stride_wj, mask=offs_j < N, other=0.0)
-        g = tl.load(g_row + offs_j * stride_gj, mask=offs_j < N, other=0.0)
-        dot += tl.sum(w * g, axis=0)
     dx_row = dx_ptr + b * stride_db + h * stride_dh + i * stride_di
-    for j0 in range(0, N, BLOCK_J):
-        offs_j = j0 + tl.arange(0, BLOCK_J)
+    if ONE_BLOCK:
+        offs_j = tl.arange(0, BLOCK_J)  # [BLOCK_J]
         w = tl.load(w_row + offs_j * stride_wj, mask=offs_j < N, other=0.0)
         g = tl.load(g_row + offs_j * stride_gj, mask=offs_j < N, other=0.0)
-        tl.store(dx_row + offs_j * stride_dj, (w * (g - dot)).to(dx_ptr.dtype.element_ty), mask=offs_j < N)
+        tl.store(dx_row + offs_j * stride_dj, (w * (g - tl.sum(w * g, axis=0))).to(dx_ptr.dtype.element_ty),
+                 mask=offs_j < N)
+    else:
+        dot = 0.0
+        for j0 in range(0, N, BLOCK_J):
+            offs_j = j0 + tl.arange(0, BLOCK_J)  # [BLOCK_J]
+            w = tl.load(w_row + offs_j * stride_wj, mask=offs_j < N, other=0.0)
+            g = tl.load(g_row + offs_j * stride_gj, mask=offs_j < N, other=0.0)
+            dot += tl.sum(w * g, axis=0)
+        for j0 in range(0, N, BLOCK_J):
+            offs_j = j0 + tl.arange(0, BLOCK_J)
+            w = tl.load(w_row + offs_j * stride_wj, mask=offs_j < N, other=0.0)
+            g = tl.load(g_row + offs_j * stride_gj, mask=offs_j < N, other=0.0)
+            tl.store(dx_row + offs_j * stride_dj, (w * (g - dot)).to(dx_ptr.dtype.element_ty), mask=offs_j < N)
 
 
 @triton.jit

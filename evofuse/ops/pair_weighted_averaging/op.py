@@ -81,8 +81,10 @@ SOFTMAX_WARPS = 4
 
 
 def _softmax_tiles(N: int) -> dict:
-    """BLOCK_J of the softmax kernels: a row at once up to SOFTMAX_BLOCK_J residues."""
-    return dict(BLOCK_J=max(16, min(next_pow2(N), SOFTMAX_BLOCK_J)))
+    """BLOCK_J of the softmax kernels: a row at once up to SOFTMAX_BLOCK_J residues (ONE_BLOCK), longer rows in
+    passes of SOFTMAX_BLOCK_J."""
+    block_j = max(16, min(next_pow2(N), SOFTMAX_BLOCK_J))
+    return dict(BLOCK_J=block_j, ONE_BLOCK=N <= block_j)
 
 
 def _weights(logits: Tensor, pair_mask: Tensor | None, inf: float, mask_mode: str, keep: bool) -> tuple[Tensor, Tensor]:
