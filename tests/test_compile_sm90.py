@@ -130,8 +130,8 @@ def _launches():
         for P, norm in ((128, True), (32, False)):  # a normed pair (OpenFold's, pair-weighted averaging's), the seed's
             backward_tile = pair_heads.BACKWARD_TILE_BYTES // (2 if dtype == "bf16" else 4)
             yield (f"pair heads {dtype} P={P}", pair_heads.pair_heads_kernel, dtype,
-                   dict(HAS_NORM=norm, HAS_BIAS=not norm, PRECISION=precision, **pair_heads.pair_heads_tiles(384, P, 8)),
-                   4, 2, {})
+                   dict(P=P, HAS_NORM=norm, HAS_BIAS=not norm, PRECISION=precision,
+                        **pair_heads.pair_heads_tiles(384, P, 8, columns=int(norm))), 4, 2, {})
             yield (f"pair heads backward {dtype} P={P}", pair_heads.pair_heads_backward_kernel, dtype,
                    dict(P=P, HAS_NORM=norm, STORE_DX=True, PRECISION=precision,
                         **pair_heads.pair_heads_tiles(384, P, 8, backward_tile)),

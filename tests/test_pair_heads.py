@@ -38,6 +38,31 @@ def test_pair_heads(N, P, h, norm, bias, dtype):
     assert_contract(out.cpu(), exact, dtype, lowp_ref=lowp_ref, what="pair heads")
 
 
+@pytest.mark.parametrize("P", [24, 128])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pair_heads_layer_norm_extremes(P, dtype):
+    """The folded LayerNorm on rows far from zero (mean 40, standard deviation 1: no cancellation), constant rows
+    (zero variance: the LayerNorm's bias alone) and zero rows, against float64 on the same rounded pair."""
+    g = torch.Generator().manual_seed(P)
+    N, h = 9, 5
+    pair = torch.randn(1, N, N, P, generator=g)
+    pair[0, :3] += 40.0
+    pair[0, 3:5] = torch.randn(2, N, 1, generator=g) * 3  # constant along the channels
+    pair[0, 5] = 0.0
+    lnw, lnb = 1 + 0.3 * torch.randn(P, generator=g), 0.3 * torch.randn(P, generator=g)
+    w = torch.randn(h, P, generator=g) / P ** 0.5
+    low = [t.to(DEVICE, dtype) for t in (pair, lnw, lnb, w)]
+
+    def reference(x, lnw, lnb, w):
+        return F.linear(F.layer_norm(x, (P,), lnw, lnb), w).permute(0, 3, 1, 2)
+
+    exact = reference(*(t.cpu().double() for t in low))
+    out = pair_heads(*low, None)
+    lowp_ref = None if dtype == torch.float32 else reference(*low).cpu()
+    assert_contract(out.cpu(), exact, dtype, lowp_ref=lowp_ref, what="pair heads")
+    assert torch.isfinite(out).all()
+
+
 @pytest.mark.parametrize("N, P, h", SHAPES)
 @pytest.mark.parametrize("norm, bias", [(False, True), (True, False), (True, True)])
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -29,40 +29,69 @@ def pair_heads_kernel(
     w_ptr, stride_wh, stride_wp,  # the projection: (h, P)
     bias_ptr,  # HAS_BIAS: (h,)
     z_ptr, stride_zb, stride_zh,  # out: (B, h, N*N) in the pair's dtype, (i, j) contiguous
-    NN, P, H, eps,  # NN = N*N pairs a batch element
+    NN, P: tl.constexpr, H, eps,  # NN = N*N pairs a batch element; P the channels (no masks where P = BLOCK_P)
+    PROGRAMS,  # programs a batch element
     HAS_NORM: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     PRECISION: tl.constexpr,  # tl.dot's input_precision for float32 pairs
-    BLOCK_IJ: tl.constexpr,  # pairs (i, j) a program
+    BLOCK_IJ: tl.constexpr,  # pairs (i, j) a step
     BLOCK_P: tl.constexpr,  # the pair's channels, padded
-    BLOCK_H: tl.constexpr,  # the heads, padded to at least 16
+    BLOCK_H: tl.constexpr,  # the heads, padded to at least 16 (with HAS_NORM, more than H: one column of sums)
 ):
-    """z[b, h, ij] = LayerNorm(x[b, ij]) . w[h] + bias[h] (x[b, ij] itself without HAS_NORM) for BLOCK_IJ
-    consecutive pairs ij = i*N + j of one batch element: the statistics in float32, the normalized channels
-    rounded to the pair's dtype as the reference's LayerNorm output is, the products summed in float32 by one
-    tl.dot. Each head's BLOCK_IJ outputs are consecutive, so that their stores are vectorized."""
+    """z[b, h, ij] = LayerNorm(x[b, ij]) . w[h] + bias[h] (x[b, ij] itself without HAS_NORM) for the blocks of
+    BLOCK_IJ consecutive pairs ij = i*N + j of one batch element numbered pid, pid + PROGRAMS, ..., the sums in
+    float32. Each head's BLOCK_IJ outputs are consecutive, so that their stores are vectorized.
+
+    The LayerNorm is folded into the product, LayerNorm(x) . w[h] = rstd (x - mean) . (lnw * w[h]) + lnb . w[h]:
+    the centred channels xc enter the product rounded to the pair's dtype (each term as accurate as the
+    reference's LayerNorm output rounded to it), against the folded weight lnw * w as two halves in that dtype
+    (float32's accuracy) and a column of ones, whose product is the sum of the rounded xc: the rounding of the mean
+    taken back (shift), so that a row of equal channels gives the LayerNorm's bias alone, as in exact arithmetic.
+    The weight is folded once a program, and the programs are persistent."""
     b = tl.program_id(1).to(tl.int64)
-    offs = tl.program_id(0).to(tl.int64) * BLOCK_IJ + tl.arange(0, BLOCK_IJ)  # [BLOCK_IJ]
-    ok = offs < NN
+    dtype = x_ptr.dtype.element_ty
     offs_p = tl.arange(0, BLOCK_P)
     p_ok = offs_p < P
     offs_h = tl.arange(0, BLOCK_H)
     h_ok = offs_h < H
-    rows = x_ptr + b * stride_xb + offs * stride_xij  # [BLOCK_IJ]
-    x = tl.load(rows[:, None] + offs_p[None, :] * stride_xp, mask=ok[:, None] & p_ok[None, :],
-                other=0.0)  # [BLOCK_IJ, BLOCK_P]
+    w_t = tl.load(w_ptr + offs_h[None, :] * stride_wh + offs_p[:, None] * stride_wp,
+                  mask=h_ok[None, :] & p_ok[:, None], other=0.0).to(tl.float32)  # [BLOCK_P, BLOCK_H]
     if HAS_NORM:
         lnw = tl.load(lnw_ptr + offs_p, mask=p_ok, other=0.0).to(tl.float32)
         lnb = tl.load(lnb_ptr + offs_p, mask=p_ok, other=0.0).to(tl.float32)
-        _, _, xn = layer_norm_rows(x.to(tl.float32), p_ok, P, eps, lnw, lnb, x_ptr.dtype.element_ty)
-        x = xn.to(x_ptr.dtype.element_ty)
-    w_t = tl.load(w_ptr + offs_h[None, :] * stride_wh + offs_p[:, None] * stride_wp,
-                  mask=h_ok[None, :] & p_ok[:, None], other=0.0).to(x_ptr.dtype.element_ty)  # [BLOCK_P, BLOCK_H]
-    z = tl.dot(x, w_t, input_precision=PRECISION)  # [BLOCK_IJ, BLOCK_H]
-    if HAS_BIAS:
-        z += tl.load(bias_ptr + offs_h, mask=h_ok, other=0.0).to(tl.float32)[None, :]
-    out = z_ptr + b * stride_zb + offs[:, None] + offs_h[None, :] * stride_zh  # [BLOCK_IJ, BLOCK_H]
-    tl.store(out, z.to(z_ptr.dtype.element_ty), mask=ok[:, None] & h_ok[None, :])
+        sums = (offs_h == H)[None, :] & p_ok[:, None]  # [BLOCK_P, BLOCK_H]: column H, the rows' sums
+        w_f = tl.where(sums, 1.0, lnw[:, None] * w_t)  # the folded weight
+        w_sum = tl.sum(w_f, axis=0)  # [BLOCK_H]
+        z_lnb = tl.sum(lnb[:, None] * w_t, axis=0)  # [BLOCK_H]: lnb . w
+    for blk in range(tl.program_id(0), tl.cdiv(NN, BLOCK_IJ), PROGRAMS):
+        offs = (blk * BLOCK_IJ + tl.arange(0, BLOCK_IJ)).to(tl.int64)  # [BLOCK_IJ] (below N*N < 2**31)
+        ok = offs < NN
+        rows = x_ptr + b * stride_xb + offs * stride_xij  # [BLOCK_IJ]
+        x = tl.load(rows[:, None] + offs_p[None, :] * stride_xp, mask=ok[:, None] & p_ok[None, :],
+                    other=0.0)  # [BLOCK_IJ, BLOCK_P]
+        if HAS_NORM:
+            xf = x.to(tl.float32)
+            xc = tl.where(p_ok[None, :], xf - (tl.sum(xf, axis=1) / P)[:, None], 0.0)  # [BLOCK_IJ, BLOCK_P]
+            z = _folded_product(xc.to(dtype), w_f, PRECISION)  # [BLOCK_IJ, BLOCK_H]
+            shift = tl.sum(tl.where((offs_h == H)[None, :], z, 0.0), axis=1) / P  # [BLOCK_IJ] the mean of xc
+            var = tl.maximum(tl.sum(xc * xc, axis=1) / P - shift * shift, 0.0)
+            z = (z - shift[:, None] * w_sum[None, :]) * (1.0 / tl.sqrt(var + eps))[:, None] + z_lnb[None, :]
+        else:
+            z = tl.dot(x, w_t.to(dtype), input_precision=PRECISION)  # [BLOCK_IJ, BLOCK_H]
+        if HAS_BIAS:
+            z += tl.load(bias_ptr + offs_h, mask=h_ok, other=0.0).to(tl.float32)[None, :]
+        out = z_ptr + b * stride_zb + offs[:, None] + offs_h[None, :] * stride_zh  # [BLOCK_IJ, BLOCK_H]
+        tl.store(out, z.to(z_ptr.dtype.element_ty), mask=ok[:, None] & h_ok[None, :])
+
+
+@triton.jit
+def _folded_product(x, w, PRECISION: tl.constexpr):
+    """x @ w for x [rows, BLOCK_P] in the pair's dtype and float32 w [BLOCK_P, BLOCK_H], in float32: one product
+    for float32 x, else w's high and low halves in x's dtype, two products (w to ~16 bits more than the dtype)."""
+    if x.dtype == tl.float32:
+        return tl.dot(x, w, input_precision=PRECISION)
+    high = w.to(x.dtype)
+    return tl.dot(x, (w - high.to(tl.float32)).to(x.dtype), tl.dot(x, high))
 
 
 @triton.jit
@@ -181,17 +210,18 @@ def _load_pairs(x_ptr, stride_xb, stride_xij, stride_xp, g_ptr, stride_gb, strid
 # forward: 407 us against 395, not kept). At pwa-boltz's pair (N = 384) the backward 65 us against 74 at 2048
 # elements in bfloat16, float32 126 at 2048.
 TILE = 8192  # elements (pairs x channels) a step of the forward, 4 warps
+FORWARD_PROGRAMS_PER_SM = 4
 BACKWARD_TILE_BYTES = 8192  # the pair's bytes a step of the backward
 BACKWARD_WARPS = 4
 PROGRAMS_PER_SM = 2  # the backward's programs: one wave, their partial sums added by torch.sum
 
 
-def pair_heads_tiles(N: int, P: int, H: int, tile: int = TILE) -> dict:
-    """BLOCK_IJ, BLOCK_P and BLOCK_H of the kernels: all P channels of tile // P pairs a step, every head (tl.dot
-    takes at least 16 rows, columns and terms)."""
+def pair_heads_tiles(N: int, P: int, H: int, tile: int = TILE, columns: int = 0) -> dict:
+    """BLOCK_IJ, BLOCK_P and BLOCK_H of the kernels: all P channels of tile // P pairs a step, every head and
+    `columns` more (tl.dot takes at least 16 rows, columns and terms)."""
     block_p = max(16, next_pow2(P))
     return dict(BLOCK_IJ=max(16, min(next_pow2(N * N), tile // block_p)), BLOCK_P=block_p,
-                BLOCK_H=max(16, next_pow2(H)))
+                BLOCK_H=max(16, next_pow2(H + columns)))
 
 
 def pair_heads(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor | None, weight: Tensor,
@@ -207,13 +237,15 @@ def pair_heads(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor 
     h = weight.shape[0]
     z = torch.empty(B, h, N, N, dtype=pair_repr.dtype, device=pair_repr.device)
     if z.numel():
-        tiles = pair_heads_tiles(N, P, h)
+        tiles = pair_heads_tiles(N, P, h, columns=int(norm_weight is not None))  # (a column of sums)
+        programs = max(1, min(cdiv(N * N, tiles["BLOCK_IJ"]),
+                              cdiv(FORWARD_PROGRAMS_PER_SM * multiprocessors(pair_repr.device), B)))
         x = pair_repr.reshape(B, N * N, P)
-        pair_heads_kernel[(cdiv(N * N, tiles["BLOCK_IJ"]), B)](
+        pair_heads_kernel[(programs, B)](
             x, *x.stride(), weight if norm_weight is None else norm_weight,
             weight if norm_bias is None else norm_bias, weight, *weight.stride(), weight if bias is None else bias,
-            z, z.stride(0), z.stride(1), N * N, P, h, LAYER_NORM_EPS, HAS_NORM=norm_weight is not None, HAS_BIAS=bias is not None,
-            PRECISION=dot_precision(pair_repr.dtype, "default"), **tiles)
+            z, z.stride(0), z.stride(1), N * N, P, h, LAYER_NORM_EPS, programs, HAS_NORM=norm_weight is not None,
+            HAS_BIAS=bias is not None, PRECISION=dot_precision(pair_repr.dtype, "default"), num_stages=1, **tiles)
     return z
 
 
