@@ -155,7 +155,9 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
                   ("chunked eager bf16", "bfloat16", lambda mod: partial(_opm_chunked_eager, mod))]
     elif case.op == "pwa":
         impls += [("Boltz module autocast bf16", "float32", _boltz_peer),
-                  ("eager bf16 CUDA graph", "bfloat16", _graphed_reference)]
+                  ("eager bf16 CUDA graph", "bfloat16", _graphed_reference),
+                  ("torch.compile bf16 reduce-overhead", "bfloat16", _compiled_reduce_overhead),
+                  ("torch.compile bf16 CUDA graph", "bfloat16", _graphed_compiled)]
     else:
         impls += [("FlexAttention bf16", "bfloat16", lambda mod: partial(_flex_peer(), mod)),
                   ("cuEquivariance bf16", "bfloat16", lambda mod: partial(_cueq_peer(), mod))]
@@ -205,6 +207,21 @@ def _graphed_reference(mod):
     `_graphed` captures evofuse: the GPU's time of the peer without its host's."""
     mod.impl = "torch"
     return _graphed(mod)
+
+
+def _compiled_reduce_overhead(mod):
+    """torch.compile's row under `mode="reduce-overhead"`, as evofuse's reduce-overhead row runs: the reference
+    (the module's `impl="torch"` path) compiled, its forward and backward replayed as CUDA graphs."""
+    mod.impl = "torch"
+    return _reduce_overhead(mod)
+
+
+def _graphed_compiled(mod):
+    """torch.compile's row captured as `_graphed` captures evofuse: the compiled reference's GPU time without its
+    host's, beside evofuse's CUDA graph row."""
+    mod.impl = "torch"
+    torch.compiler.reset()
+    return _graphed(torch.compile(mod, dynamic=False))
 
 
 def _exact_output(case: Case) -> torch.Tensor:
