@@ -3,8 +3,9 @@
 head logits.
 
 `pair_heads_kernel` reads all P channels of a block of pairs once and writes every head's column of it: one
-tl.dot with the heads padded to 16 columns, in one pass over the pair (on an H200 at N = 4096, P = 32, h = 4
-in bfloat16: 0.28 ms, one pass over the pair's 1.07 GB ~0.27 ms; cuBLAS, given the 4 columns, took 2.7 ms).
+tl.dot with the heads padded to 16 columns (the LayerNorm folded into it), in one pass over the pair (on an
+H200 at N = 4096, P = 32, h = 4 in bfloat16: 0.28 ms, one pass over the pair's 1.07 GB ~0.27 ms; cuBLAS, given
+the 4 columns, took 2.7 ms).
 `pair_heads_backward` (the custom op `evofuse::pair_heads_backward`) takes every gradient in one pass over the
 pair the same way: the pair's (through its LayerNorm), and each program's partial sums of the weight's, the
 bias's and the LayerNorm parameters', added in a fixed order. Float32 pairs take 3xTF32 products (the numerics
@@ -201,16 +202,17 @@ def _load_pairs(x_ptr, stride_xb, stride_xij, stride_xp, g_ptr, stride_gb, strid
     return x, g
 
 
-# Measured on an H200 (do_bench median, pwa-long's pair: N = 2048, P = 128, one pass over it ~270 us in bfloat16):
-# the forward 393-396 us at 8192 and 16384 elements a step (503 when (i, j) were two indices, so that the
-# compiler could not see each head's outputs as one run); the backward in bfloat16 1.29 ms at 4096 elements
+# Measured on an H200 (do_bench median, pwa-long's pair: N = 2048, P = 128, 8 heads, one pass over it ~270 us in
+# bfloat16 at the copy rate, ~300 at this load pattern without a LayerNorm): the forward 398 us at 8192 elements a
+# step, 4 warps, four persistent programs a multiprocessor (457 at three, 407 at eight; one program a block, the
+# weight folded by each: 488), float32 1105; the backward in bfloat16 1.29 ms at 4096 elements
 # (8 KiB), 4 warps, two programs a multiprocessor, 1.30 at four, 1.83 at one; 1.53 at 2048 elements, 1.73 at
 # 4096 x 8 warps, 3.90 at 8192 x 4 (1.53 at 8192 x 8); in float32 3.06 ms at 2048 elements (8 KiB), 4.08 at
-# 4096 x 4 warps, 3.00 at 4096 x 8. P a constant of the backward: 1.21 ms against 1.28 in bfloat16 (of the
-# forward: 407 us against 395, not kept). At pwa-boltz's pair (N = 384) the backward 65 us against 74 at 2048
-# elements in bfloat16, float32 126 at 2048.
+# 4096 x 4 warps, 3.00 at 4096 x 8. P a constant of the backward: 1.21 ms against 1.28 in bfloat16. At
+# pwa-boltz's pair (N = 384) the forward 25 us, the backward 65 us against 74 at 2048 elements in bfloat16,
+# float32 126 at 2048.
 TILE = 8192  # elements (pairs x channels) a step of the forward, 4 warps
-FORWARD_PROGRAMS_PER_SM = 4
+FORWARD_PROGRAMS_PER_SM = 4  # the forward's persistent programs (each folds the weight once)
 BACKWARD_TILE_BYTES = 8192  # the pair's bytes a step of the backward
 BACKWARD_WARPS = 4
 PROGRAMS_PER_SM = 2  # the backward's programs: one wave, their partial sums added by torch.sum
