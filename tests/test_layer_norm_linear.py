@@ -66,6 +66,43 @@ def test_matches_pytorch(M, D, K, masked, dtype):
         assert rel_error(y.cpu(), exact) <= 2 * rel_error(lowp, exact) + 1e-3
 
 
+def _degenerate_rows(M, D, g):
+    """Rows of random channels, a third of them of equal channels (zero variance: the LayerNorm's bias alone) and
+    a sixth far from zero (mean 40, standard deviation 1)."""
+    x = torch.randn(M, D, generator=g)
+    x[: M // 3] = 3 * torch.randn(M // 3, 1, generator=g)
+    x[M // 3: M // 2] += 40
+    return x
+
+
+@pytest.mark.parametrize("D", [24, 300])  # rows held whole, rows read in chunks
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_rows_of_equal_channels(D, dtype):
+    """Forward and backward on rows whose variance is zero or small against their mean, against float64 on the
+    same rounded rows: a float32 row of equal channels must centre to zero (its mean's rounding, magnified by
+    1 / sqrt(eps), read 2e-4 relative error before the kernels took it back)."""
+    g = torch.Generator().manual_seed(D)
+    M, K = 30, 12
+    x = _degenerate_rows(M, D, g)
+    lnw, lnb = 1 + torch.randn(D, generator=g) / 4, torch.randn(D, generator=g) / 4
+    w, dy = torch.randn(K, D, generator=g) / D**0.5, torch.randn(M, K, generator=g)
+    low = [t.to(dtype) for t in (x, lnw, lnb, w, dy)]
+
+    def autograd(dtype):
+        leaves = [t.to(dtype).requires_grad_() for t in low[:4]]
+        y = _reference(*leaves, None, None)
+        y.backward(low[4].to(dtype))
+        return [y.detach().double()] + [t.grad.double() for t in leaves]
+
+    exact = autograd(torch.float64)
+    lowp = autograd(dtype) if dtype != torch.float32 else exact
+    y = layer_norm_linear(*(t.to(DEVICE) for t in low[:4]), None, None)
+    got = [y] + list(layer_norm_linear_backward(*(t.to(DEVICE) for t in low), (True, True, True, True, False))[:4])
+    for name, mine, want, ref in zip(("y", "x", "ln_weight", "ln_bias", "weight"), got, exact, lowp):
+        bound = 1e-5 if dtype == torch.float32 else 2 * rel_error(ref, want) + 1e-3
+        assert rel_error(mine.cpu().double(), want) <= bound, name
+
+
 @pytest.mark.parametrize("lead, D, heads, C, dtype", [
     *(((2, 5, 7), 24, 3, 8, dtype) for dtype in (torch.float32, LOW)),
     *(((1, 33, 17), 64, 4, 5, dtype) for dtype in (torch.float32, LOW)),

@@ -60,9 +60,8 @@ def _layer_norm_linear_kernel(
         d_ok = offs_d < D
         ok = m_ok[:, None] & d_ok[None, :]
         x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=ok, other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_D]
-        mean = tl.sum(x, axis=1) / D
-        xc = tl.where(ok, x - mean[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
+        xc, var = centred_rows(x, ok, D, TERMS == 0)
+        rstd = 1.0 / tl.sqrt(var + eps)
         if TERMS == 0:
             xn = _affine(xc * rstd[:, None], lnw_ptr, lnb_ptr, offs_d, d_ok).to(w_ptr.dtype.element_ty)
         else:
@@ -160,9 +159,21 @@ def _weight_halves_kernel(
 
 
 @triton.jit
+def centred_rows(x, ok, D, EXACT_SUMS: tl.constexpr):
+    """(xc, var): rows x [rows, BLOCK_D] float32 less their mean, zero where not ok, and their variance, [rows].
+    Unless EXACT_SUMS (rows of a 16-bit dtype, whose sums float32 holds exactly where the rows are nearly
+    constant), the mean's rounding is taken back from the centred rows' sum: otherwise a float32 row of equal
+    channels would centre to its mean's rounding error, which 1 / sqrt(var + eps) magnifies up to 316 times."""
+    xc = tl.where(ok, x - (tl.sum(x, axis=1) / D)[:, None], 0.0)
+    if not EXACT_SUMS:
+        xc = tl.where(ok, xc - (tl.sum(xc, axis=1) / D)[:, None], 0.0)
+    return xc, tl.sum(xc * xc, axis=1) / D
+
+
+@triton.jit
 def _moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """The rows' mean and 1 / sqrt(variance + eps) in float32, over chunks of BLOCK_D (the variance about
-    the mean, in a second pass)."""
+    the mean, in a second pass, which also takes back the mean's rounding: see `centred_rows`)."""
     mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for d0 in range(0, D, BLOCK_D):
         offs_d = d0 + tl.arange(0, BLOCK_D)
@@ -170,13 +181,16 @@ def _moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M: tl.constexpr, BLOCK_D: tl
         mean += tl.sum(x.to(tl.float32), axis=1)
     mean = mean / D
     var = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    shift = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for d0 in range(0, D, BLOCK_D):
         offs_d = d0 + tl.arange(0, BLOCK_D)
         ok = m_ok[:, None] & (offs_d < D)[None, :]
         x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=ok, other=0.0)
         xc = tl.where(ok, x.to(tl.float32) - mean[:, None], 0.0)  # [BLOCK_M, BLOCK_D]
         var += tl.sum(xc * xc, axis=1)
-    return mean, 1.0 / tl.sqrt(var / D + eps)
+        shift += tl.sum(xc, axis=1)
+    shift = shift / D
+    return mean + shift, 1.0 / tl.sqrt(tl.maximum(var / D - shift * shift, 0.0) + eps)
 
 
 @triton.jit
@@ -419,9 +433,8 @@ def _layer_norm_backward_kernel(
                                       first + (block + 1) * BLOCK_M,
                                       tl.minimum(M, (pid + 1) * blocks_per_program * BLOCK_M), D, K,
                                       BLOCK_M, BLOCK_D, BLOCK_K, HAS_GRAD and PROJECT)
-        mean = tl.sum(x, axis=1) / D
-        xc = tl.where(ok, x - mean[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
+        xc, var = centred_rows(x, ok, D, x_ptr.dtype.element_ty != tl.float32)
+        rstd = 1.0 / tl.sqrt(var + eps)
         xhat = xc * rstd[:, None]  # [BLOCK_M, BLOCK_D]
         if STORE_XN:
             tl.store(xn_ptr + rows * stride_nm + offs_d[None, :] * stride_nd,

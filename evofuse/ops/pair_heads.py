@@ -21,6 +21,7 @@ from torch import Tensor
 
 from .._runtime import cdiv, dot_precision, multiprocessors, next_pow2, traced
 from ..reference import LAYER_NORM_EPS
+from .layer_norm_linear import centred_rows
 
 
 @triton.jit
@@ -101,9 +102,8 @@ def layer_norm_rows(x, p_ok, P, eps, lnw, lnb, dtype: tl.constexpr):
     1 / std and LayerNorm(x) rounded to `dtype` (as the reference's LayerNorm output is), back in float32 (zero in
     the padding channels where lnw and lnb are). Also pair-weighted averaging's LayerNorm of the MSA rows that
     its gate is made from."""
-    mean = tl.sum(x, axis=1) / P
-    xc = tl.where(p_ok[None, :], x - mean[:, None], 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / P + eps)
+    xc, var = centred_rows(x, p_ok[None, :], P, dtype != tl.float32)
+    rstd = 1.0 / tl.sqrt(var + eps)
     xhat = xc * rstd[:, None]
     return xhat, rstd, (xhat * lnw[None, :] + lnb[None, :]).to(dtype).to(tl.float32)
 
