@@ -20,6 +20,7 @@ from torch import Tensor
 from .._runtime import autotune_enabled, bucket, cdiv, dot_precision, interpreting, multiprocessors, next_pow2, traced
 from ..reference import LAYER_NORM_EPS
 from .float16_halves import finite_abs, power_of_two_scales, store_halves
+from .layer_norm_rows import centred_rows
 
 
 @triton.jit
@@ -156,18 +157,6 @@ def _weight_halves_kernel(
         folded_bias += tl.load(bias_ptr + offs_k, mask=k_ok, other=0.0)
     tl.store(inv_ptr + offs_k, 1.0 / scale, mask=k_ok)
     tl.store(folded_bias_ptr + offs_k, folded_bias, mask=k_ok)
-
-
-@triton.jit
-def centred_rows(x, ok, D, EXACT_SUMS: tl.constexpr):
-    """(xc, var): rows x [rows, BLOCK_D] float32 less their mean, zero where not ok, and their variance, [rows].
-    Unless EXACT_SUMS (rows of a 16-bit dtype, whose sums float32 holds exactly where the rows are nearly
-    constant), the mean's rounding is taken back from the centred rows' sum: otherwise a float32 row of equal
-    channels would centre to its mean's rounding error, which 1 / sqrt(var + eps) magnifies up to 316 times."""
-    xc = tl.where(ok, x - (tl.sum(x, axis=1) / D)[:, None], 0.0)
-    if not EXACT_SUMS:
-        xc = tl.where(ok, xc - (tl.sum(xc, axis=1) / D)[:, None], 0.0)
-    return xc, tl.sum(xc * xc, axis=1) / D
 
 
 @triton.jit

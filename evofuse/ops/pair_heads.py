@@ -21,7 +21,7 @@ from torch import Tensor
 
 from .._runtime import cdiv, dot_precision, multiprocessors, next_pow2, traced
 from ..reference import LAYER_NORM_EPS
-from .layer_norm_linear import centred_rows
+from .layer_norm_rows import centred_rows, layer_norm_rows
 
 
 @triton.jit
@@ -72,11 +72,10 @@ def pair_heads_kernel(
         x = tl.load(rows[:, None] + offs_p[None, :] * stride_xp, mask=ok[:, None] & p_ok[None, :],
                     other=0.0)  # [BLOCK_IJ, BLOCK_P]
         if HAS_NORM:
-            xf = x.to(tl.float32)
-            xc = tl.where(p_ok[None, :], xf - (tl.sum(xf, axis=1) / P)[:, None], 0.0)  # [BLOCK_IJ, BLOCK_P]
+            xc, var = centred_rows(x.to(tl.float32), p_ok[None, :], P, True)  # [BLOCK_IJ, BLOCK_P], [BLOCK_IJ]
             z = _folded_product(xc.to(dtype), w_f, PRECISION)  # [BLOCK_IJ, BLOCK_H]
             shift = tl.sum(tl.where((offs_h == H)[None, :], z, 0.0), axis=1) / P  # [BLOCK_IJ] the mean of xc
-            var = tl.maximum(tl.sum(xc * xc, axis=1) / P - shift * shift, 0.0)
+            var = tl.maximum(var - shift * shift, 0.0)  # (about the mean of the rounded xc)
             z = (z - shift[:, None] * w_sum[None, :]) * (1.0 / tl.sqrt(var + eps))[:, None] + z_lnb[None, :]
         else:
             z = tl.dot(x, w_t.to(dtype), input_precision=PRECISION)  # [BLOCK_IJ, BLOCK_H]
@@ -94,18 +93,6 @@ def _folded_product(x, w, PRECISION: tl.constexpr):
         return tl.dot(x, w, input_precision=PRECISION)
     high = w.to(x.dtype)
     return tl.dot(x, (w - high.to(tl.float32)).to(x.dtype), tl.dot(x, high))
-
-
-@triton.jit
-def layer_norm_rows(x, p_ok, P, eps, lnw, lnb, dtype: tl.constexpr):
-    """(xhat, rstd, xn) of rows x [rows, BLOCK_P] float32 (padding channels zero): the standardized rows, their
-    1 / std and LayerNorm(x) rounded to `dtype` (as the reference's LayerNorm output is), back in float32 (zero in
-    the padding channels where lnw and lnb are). Also pair-weighted averaging's LayerNorm of the MSA rows that
-    its gate is made from."""
-    xc, var = centred_rows(x, p_ok[None, :], P, dtype != tl.float32)
-    rstd = 1.0 / tl.sqrt(var + eps)
-    xhat = xc * rstd[:, None]
-    return xhat, rstd, (xhat * lnw[None, :] + lnb[None, :]).to(dtype).to(tl.float32)
 
 
 @triton.jit

@@ -25,7 +25,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..pair_heads import layer_norm_rows
+from ..layer_norm_rows import layer_norm_rows
 
 
 @triton.jit
