@@ -1,8 +1,10 @@
-"""Input validation shared by the functional API and the modules."""
+"""Input validation shared by the functional API and the modules: every error names the argument at fault."""
 
 from __future__ import annotations
 
 import torch
+
+_REAL_FLOATS = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
 
 
 def _require_tensor(name: str, t: object) -> torch.Tensor:
@@ -11,23 +13,26 @@ def _require_tensor(name: str, t: object) -> torch.Tensor:
     return t
 
 
-_REAL_FLOATS = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
-
-
 def _require_float(name: str, t: torch.Tensor) -> None:
     if t.dtype not in _REAL_FLOATS:
         raise TypeError(f"{name} must be a real floating tensor (float16, bfloat16, float32 or float64), got {t.dtype}")
 
 
-def check_msa(msa_repr: object, msa_dim: int) -> tuple[int, int, int]:
-    """msa_repr must be a real floating (B, S, N, msa_dim) tensor; returns (B, S, N)."""
+def check_msa(msa_repr: object) -> torch.Tensor:
+    """msa_repr must be a real floating tensor of rank 4 (B, S, N, D) once its leading dimensions are folded."""
     t = _require_tensor("msa_repr", msa_repr)
     _require_float("msa_repr", t)
     if t.dim() != 4:
-        raise ValueError(f"msa_repr must have shape (..., S, N, {msa_dim}), got {tuple(t.shape)} (rank {t.dim()})")
-    if t.shape[-1] != msa_dim:
-        raise ValueError(f"msa_repr must have shape (B, S, N, {msa_dim}): last dimension is {t.shape[-1]}, expected {msa_dim}")
-    return t.shape[0], t.shape[1], t.shape[2]
+        raise ValueError(f"msa_repr must have shape (..., S, N, D), got {tuple(t.shape)} (rank {t.dim()})")
+    return t
+
+
+def check_width(msa_repr: torch.Tensor, width: int, source: str) -> tuple[int, int, int]:
+    """msa_repr's last dimension must be `width`, the size of the parameter `source`; returns (B, S, N)."""
+    if msa_repr.shape[-1] != width:
+        raise ValueError(f"msa_repr must have shape (B, S, N, {width}) ({width}: the size of {source}): last dimension "
+                         f"is {msa_repr.shape[-1]}, expected {width}")
+    return msa_repr.shape[0], msa_repr.shape[1], msa_repr.shape[2]
 
 
 def _check_mask(name: str, mask: object, letters: str, shape: tuple[int, ...], device: torch.device) -> None:
@@ -48,15 +53,17 @@ def check_mask(msa_mask: object, B: int, S: int, N: int, device: torch.device) -
     _check_mask("msa_mask", msa_mask, "B, S, N", (B, S, N), device)
 
 
-def check_pair(pair_repr: object, B: int, N: int, pair_dim: int, device: torch.device) -> None:
-    """pair_repr must be a real floating (B, N, N, pair_dim) tensor on `device`."""
+def check_pair(pair_repr: object, B: int, N: int, pair_dim: int, source: str, device: torch.device) -> None:
+    """pair_repr must be a real floating (B, N, N, pair_dim) tensor on `device` (pair_dim: the size of the
+    parameter `source`)."""
     t = _require_tensor("pair_repr", pair_repr)
     _require_float("pair_repr", t)
     expected = (B, N, N, pair_dim)
+    what = f"pair_repr must have shape (B, N, N, {pair_dim}) = {expected} (B, N: msa_repr's; {pair_dim}: {source}'s)"
     if t.dim() != 4:
-        raise ValueError(f"pair_repr must have shape (B, N, N, {pair_dim}) = {expected}, got {tuple(t.shape)} (rank {t.dim()})")
+        raise ValueError(f"{what}, got {tuple(t.shape)} (rank {t.dim()})")
     if tuple(t.shape) != expected:
-        raise ValueError(f"pair_repr must have shape (B, N, N, {pair_dim}) = {expected} to match msa_repr, got {tuple(t.shape)}")
+        raise ValueError(f"{what}, got {tuple(t.shape)}")
     if t.device != device:
         raise ValueError(f"pair_repr is on {t.device} but msa_repr is on {device}: all tensors must be on one device")
 
@@ -81,6 +88,14 @@ def check_params(device: torch.device, params: dict[str, torch.Tensor | None], o
         _require_float(name, t)
         if t.device != device:
             raise ValueError(f"{name} is on {t.device} but msa_repr is on {device}: all tensors must be on one device")
+
+
+def check_ranks(params: dict[str, torch.Tensor | None], ranks: dict[str, int]) -> None:
+    """Each parameter named in `ranks` (a tensor, or an optional one left None) must have that rank: checked
+    before any size is read off it."""
+    for name, rank in ranks.items():
+        if params[name] is not None and params[name].dim() != rank:
+            raise ValueError(f"{name} must have rank {rank}, got shape {tuple(params[name].shape)}")
 
 
 def check_param_shapes(params: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]]) -> None:

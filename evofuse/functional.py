@@ -15,7 +15,16 @@ import torch
 from . import reference as ref
 from ._dispatch import resolve_impl, warn_once
 from ._runtime import PRECISIONS
-from ._validation import check_mask, check_msa, check_pair, check_pair_mask, check_param_shapes, check_params
+from ._validation import (
+    check_mask,
+    check_msa,
+    check_pair,
+    check_pair_mask,
+    check_param_shapes,
+    check_params,
+    check_ranks,
+    check_width,
+)
 
 
 def _check_options(precision: str, normalization: str | None = None) -> None:
@@ -59,9 +68,11 @@ def _on_device(t: torch.Tensor):
 
 
 def _cast(tensors, dtype: torch.dtype) -> list:
-    """The tensors in dtype (None stays None); one that has it already is passed as it is, without the
-    dispatcher call of a no-op `.to` (a call's host time counts at small sizes)."""
-    return [t if t is None or t.dtype == dtype else t.to(dtype) for t in tensors]
+    """The tensors in dtype, vectors (LayerNorm weights, biases) with unit stride, which the kernels take without
+    strides (None stays None); one that is so already is passed as it is, without the dispatcher call of a no-op
+    `.to` (a call's host time counts at small sizes)."""
+    return [t if t is None or (t.dtype == dtype and (t.dim() != 1 or t.stride(0) == 1))
+            else t.to(dtype).contiguous() if t.dim() == 1 else t.to(dtype) for t in tensors]
 
 
 def outer_product_mean(
@@ -113,14 +124,15 @@ def outer_product_mean(
             msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
             proj_b_bias, out_proj_weight, out_proj_bias, normalization=normalization, count_eps=count_eps,
             precision=precision, impl=impl), lead)
-    D = layer_norm_weight.shape[0] if isinstance(layer_norm_weight, torch.Tensor) else -1
-    B, S, N = check_msa(msa_repr, D)
-    check_mask(msa_mask, B, S, N, msa_repr.device)
+    msa_repr = check_msa(msa_repr)
     params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, proj_a_weight=proj_a_weight,
                   proj_a_bias=proj_a_bias, proj_b_weight=proj_b_weight, proj_b_bias=proj_b_bias,
                   out_proj_weight=out_proj_weight, out_proj_bias=out_proj_bias)
     check_params(msa_repr.device, params, optional=("proj_a_bias", "proj_b_bias"))
-    c, R = proj_a_weight.shape[0], out_proj_weight.shape[0]
+    check_ranks(params, dict(layer_norm_weight=1, proj_a_weight=2, out_proj_weight=2))
+    D, c, R = layer_norm_weight.shape[0], proj_a_weight.shape[0], out_proj_weight.shape[0]
+    B, S, N = check_width(msa_repr, D, "layer_norm_weight")
+    check_mask(msa_mask, B, S, N, msa_repr.device)
     check_param_shapes(params, dict(layer_norm_bias=(D,), proj_a_weight=(c, D), proj_a_bias=(c,),
                                     proj_b_weight=(c, D), proj_b_bias=(c,), out_proj_weight=(R, c * c),
                                     out_proj_bias=(R,)))
@@ -201,18 +213,11 @@ def msa_row_attention(
             pair_bias_weight, pair_bias_bias, num_heads=num_heads, pair_norm_weight=pair_norm_weight,
             pair_norm_bias=pair_norm_bias, mask_mode=mask_mode, dropout=dropout, training=training, precision=precision,
             impl=impl), lead)
-    D = layer_norm_weight.shape[0] if isinstance(layer_norm_weight, torch.Tensor) else -1
-    H = query_weight.shape[0] if isinstance(query_weight, torch.Tensor) else -1
-    if not isinstance(num_heads, int) or num_heads < 1 or H % num_heads != 0:
-        raise ValueError(f"num_heads must be a positive integer dividing the inner width {H}, got {num_heads!r}")
     if mask_mode not in ref.MASK_MODES:
         raise ValueError(f"mask_mode must be one of {ref.MASK_MODES}, got {mask_mode!r}")
     if (pair_norm_weight is None) != (pair_norm_bias is None):
         raise ValueError("pair_norm_weight and pair_norm_bias must be given together")
-    B, S, N = check_msa(msa_repr, D)
-    P = pair_bias_weight.shape[-1] if isinstance(pair_bias_weight, torch.Tensor) else -1
-    check_pair(pair_repr, B, N, P, msa_repr.device)
-    check_mask(msa_mask, B, S, N, msa_repr.device)
+    msa_repr = check_msa(msa_repr)
     params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, query_weight=query_weight,
                   query_bias=query_bias, key_weight=key_weight, key_bias=key_bias, value_weight=value_weight,
                   value_bias=value_bias, gate_weight=gate_weight, gate_bias=gate_bias, out_proj_weight=out_proj_weight,
@@ -221,6 +226,13 @@ def msa_row_attention(
     check_params(msa_repr.device, params, optional=("query_bias", "key_bias", "value_bias", "gate_bias",
                                                     "out_proj_bias", "pair_bias_bias", "pair_norm_weight",
                                                     "pair_norm_bias"))
+    check_ranks(params, dict(layer_norm_weight=1, query_weight=2, pair_bias_weight=2))
+    D, H, P = layer_norm_weight.shape[0], query_weight.shape[0], pair_bias_weight.shape[1]
+    if not isinstance(num_heads, int) or num_heads < 1 or H % num_heads != 0:
+        raise ValueError(f"num_heads must be a positive integer dividing the inner width {H}, got {num_heads!r}")
+    B, S, N = check_width(msa_repr, D, "layer_norm_weight")
+    check_pair(pair_repr, B, N, P, "pair_bias_weight", msa_repr.device)
+    check_mask(msa_mask, B, S, N, msa_repr.device)
     shapes = {f"{name}_{kind}": (H, D) if kind == "weight" else (H,)
               for name in ("query", "key", "value", "gate") for kind in ("weight", "bias")}
     check_param_shapes(params, dict(layer_norm_bias=(D,), **shapes, out_proj_weight=(D, H), out_proj_bias=(D,),
@@ -301,16 +313,16 @@ def pair_weighted_averaging(
             msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight, norm_z_bias, proj_m_weight,
             proj_g_weight, proj_z_weight, proj_o_weight, num_heads=num_heads, inf=inf, mask_mode=mask_mode,
             precision=precision, impl=impl), lead)
-    c_m = norm_m_weight.shape[0] if isinstance(norm_m_weight, torch.Tensor) else -1
-    B, S, N = check_msa(msa_repr, c_m)
-    c_z = norm_z_weight.shape[0] if isinstance(norm_z_weight, torch.Tensor) else -1
-    check_pair(pair_repr, B, N, c_z, msa_repr.device)
-    check_pair_mask(pair_mask, B, N, msa_repr.device)
+    msa_repr = check_msa(msa_repr)
     params = dict(norm_m_weight=norm_m_weight, norm_m_bias=norm_m_bias, norm_z_weight=norm_z_weight,
                   norm_z_bias=norm_z_bias, proj_m_weight=proj_m_weight, proj_g_weight=proj_g_weight,
                   proj_z_weight=proj_z_weight, proj_o_weight=proj_o_weight)
     check_params(msa_repr.device, params)
-    inner = proj_m_weight.shape[0]
+    check_ranks(params, dict(norm_m_weight=1, norm_z_weight=1, proj_m_weight=2))
+    c_m, c_z, inner = norm_m_weight.shape[0], norm_z_weight.shape[0], proj_m_weight.shape[0]
+    B, S, N = check_width(msa_repr, c_m, "norm_m_weight")
+    check_pair(pair_repr, B, N, c_z, "norm_z_weight", msa_repr.device)
+    check_pair_mask(pair_mask, B, N, msa_repr.device)
     if not isinstance(num_heads, int) or num_heads < 1 or inner % num_heads != 0:
         raise ValueError(f"num_heads must be a positive integer dividing proj_m's width {inner}, got {num_heads!r}")
     check_param_shapes(params, dict(norm_m_bias=(c_m,), norm_z_bias=(c_z,), proj_m_weight=(inner, c_m),

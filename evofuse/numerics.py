@@ -10,12 +10,16 @@ FP32_ALLCLOSE = {"atol": 1e-4, "rtol": 1e-4}
 
 
 def rel_error(out: torch.Tensor, ref64: torch.Tensor) -> float:
-    """||out - ref64|| / ||ref64|| in float64; NaN or Inf anywhere in out (not in ref64) gives inf."""
+    """||out - ref64|| / ||ref64|| in float64 over the finite entries; inf unless out's NaN are exactly ref64's and
+    its infinities exactly ref64's (same places, same signs)."""
     out64 = out.detach().to(torch.float64)
     ref64 = ref64.detach().to(torch.float64)
-    if not torch.equal(torch.isfinite(out64), torch.isfinite(ref64)):
+    if out64.shape != ref64.shape:
         return float("inf")
     finite = torch.isfinite(ref64)
+    if not torch.equal(out64.isnan(), ref64.isnan()) or not torch.equal(out64[~finite].nan_to_num(0.0),
+                                                                          ref64[~finite].nan_to_num(0.0)):
+        return float("inf")
     num = (out64[finite] - ref64[finite]).norm().item()
     den = ref64[finite].norm().item()
     return num / den if den > 0 else num

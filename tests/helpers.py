@@ -61,18 +61,31 @@ def assert_contract(out, exact, dtype, precision="default", lowp_ref=None, ref_f
     return err
 
 
-def grads(mod, inputs, impl, seed=0):
-    """Output and named gradients (the 4-D floating inputs as input0, input1, then every parameter)
-    of `mod` on `inputs` for a seeded random output gradient."""
+def grads(mod, inputs, impl, seed=0, differentiable=None, views=None, only=None):
+    """Output and named gradients of `mod` on `inputs` for a seeded random output gradient: the inputs that take
+    gradients as input0, input1 (the first `differentiable` inputs; by default the floating 4-D ones), then every
+    parameter by name. views(k, leaf): input k made from its leaf (strided or broadcast views); only: the one leaf
+    ("inputk" or a parameter's name) that needs a gradient, the others none (default: every leaf). A leaf whose
+    gradient stays None is left out."""
     for p in mod.parameters():
         p.grad = None
-    leaves = [t.detach().clone().requires_grad_(t.is_floating_point() and t.dim() == 4) if t is not None else None
-              for t in inputs]
-    out = mod(*leaves, impl=impl)
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(out)
-    out.backward(g)
-    named = {f"input{k}": t.grad for k, t in enumerate(leaves) if t is not None and t.requires_grad}
-    named.update({n: p.grad.clone() for n, p in mod.named_parameters()})
+    takes = [t is not None and (k < differentiable if differentiable is not None else
+                                t.is_floating_point() and t.dim() == 4) for k, t in enumerate(inputs)]
+    leaves = [None if t is None else t.detach().clone().requires_grad_(takes[k] and only in (None, f"input{k}"))
+              for k, t in enumerate(inputs)]
+    needed = {n: p.requires_grad for n, p in mod.named_parameters()}
+    try:
+        for n, p in mod.named_parameters():
+            p.requires_grad_(needed[n] and only in (None, n))
+        args = [t if views is None or t is None else views(k, t) for k, t in enumerate(leaves)]
+        out = mod(*args, impl=impl)
+        g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(out)
+        out.backward(g)
+    finally:
+        for n, p in mod.named_parameters():
+            p.requires_grad_(needed[n])
+    named = {f"input{k}": t.grad for k, t in enumerate(leaves) if t is not None and t.grad is not None}
+    named.update({n: p.grad.clone() for n, p in mod.named_parameters() if p.grad is not None})
     return out, named
 
 
@@ -82,9 +95,12 @@ ZERO_GRADS = {"key.bias": "key.weight", "pair_bias.bias": "pair_bias.weight", "n
               "pair_norm.bias": "pair_norm.weight"}
 
 
-def compare(got, exact, dtype, lowp=None):
-    """The numerics contract for every gradient in `got` against the float64 ones in `exact`."""
-    for name, g in got.items():
+def compare(got, exact, dtype, lowp=None, names=None):
+    """The numerics contract for the gradients `names` (default: every one in `exact`) of `got` against the float64
+    ones in `exact`; a gradient missing from `got` fails."""
+    for name in exact if names is None else names:
+        assert name in got, f"{name}: no gradient (expected one of norm {exact[name].double().norm():.3e})"
+        g = got[name]
         if name in ZERO_GRADS and exact[name].norm() < 1e-9 * exact[ZERO_GRADS[name]].norm():
             # exactly 0 in exact arithmetic (softmax ignores a constant per row): the contract with the
             # sibling gradient's norm as the scale; 16-bit: twice what the reference in that dtype
@@ -94,23 +110,8 @@ def compare(got, exact, dtype, lowp=None):
             assert g.double().norm() <= limit, f"{name}: norm {g.double().norm():.3e} > {limit:.3e}"
             continue
         assert_contract(g, exact[name], dtype, lowp_ref=None if lowp is None else lowp[name], what=name)
-
-
-def check_gradients(mod, inputs, dtype, device):
-    """The fused path's gradients of `mod` (every input's and parameter's) against float64 under the contract;
-    inputs are CPU tensors or None: the 4-D floating ones (activations, pair) go in `dtype`, masks as they are.
-    16-bit: against twice the error of PyTorch's own path in that dtype. Returns the fused path's gradients."""
-    _, exact = grads(mod.double(), tuple(None if t is None else t.double() for t in inputs), "torch")
-    on = [None if t is None else t.to(device, dtype) if t.is_floating_point() and t.dim() == 4 else t.to(device)
-          for t in inputs]
-    _, got = grads(mod.to(device, dtype), on, "triton")
-    got = {k: v.cpu() for k, v in got.items()}
-    lowp = None
-    if dtype != torch.float32:
-        _, lowp = grads(mod, on, "torch")
-        lowp = {k: v.cpu() for k, v in lowp.items()}
-    compare(got, exact, dtype, lowp)
-    return got
+    extra = set(got) - set(exact)
+    assert names is not None or not extra, f"gradients the reference has not: {sorted(extra)}"
 
 
 def block_step(block, inputs, call=None):
@@ -127,14 +128,20 @@ def block_step(block, inputs, call=None):
 
 def assert_block_matches(got, expected, limit=1e-5):
     """`block_step` of a patched block against the original's: every output and gradient within `limit`
-    relative error; a bias whose gradient is 0 in exact arithmetic (a softmax ignores the constant it adds)
-    within 1e-6 of its weight's gradient instead."""
+    relative error. A parameter gradient is judged by the size of the expected one: one that is 0 in exact arithmetic
+    (a softmax ignores the constant a bias adds: the original's is rounding, under 1e-6 of its weight's gradient)
+    must be as small (under 1e-5 of that weight's); any other within `limit`, so that a lost or zeroed gradient
+    fails."""
     for a, b in zip(got[0] + got[1], expected[0] + expected[1]):
         assert rel_error(a, b) <= limit
     assert got[2].keys() == expected[2].keys()
     for name, g in got[2].items():
+        want = expected[2][name]
         sibling = expected[2][name[:-4] + "weight" if name.endswith("bias") else name].norm()
-        assert rel_error(g, expected[2][name]) <= limit or g.norm() <= 1e-6 * sibling, name
+        if want.norm() <= 1e-6 * sibling:
+            assert g.norm() <= 1e-5 * sibling, f"{name}: norm {g.norm():.3e}, expected ~0 (its weight's {sibling:.3e})"
+        else:
+            assert rel_error(g, want) <= limit, f"{name}: rel error {rel_error(g, want):.3e}"
 
 
 def assert_patched_block_matches(integration, original, inputs, names, call=None):

@@ -20,7 +20,8 @@ from evofuse.ops.row_attention import configs as att_configs
 from evofuse.ops.row_attention import op as att_op
 from evofuse.suite import SUITE, make_inputs, make_module
 
-from .helpers import att_module, check_gradients, compare, grads, opm_module, random_mask
+from .contract import check_gradients
+from .helpers import att_module, compare, grads, opm_module, random_mask
 
 pytestmark = pytest.mark.gpu
 DTYPES = [torch.float32, torch.bfloat16]

@@ -11,7 +11,17 @@ from evofuse import OuterProductMean
 from evofuse.numerics import FP32_FAST_BOUND, rel_error
 
 from .conftest import DEVICE
-from .helpers import assert_contract, check_gradients, compare, grads, opm_module, random_mask
+from .contract import (
+    LAYOUTS,
+    bad_arguments,
+    check_bad_argument,
+    check_gradients,
+    check_nonfinite,
+    layout_case,
+    mask_form,
+    nonfinite_targets,
+)
+from .helpers import assert_contract, compare, grads, opm_module, random_mask
 
 LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16  # the interpreter's bf16 products are not checked
 
@@ -169,21 +179,6 @@ def test_projections_without_bias():
     assert "proj_a.bias" not in check_gradients(mod, (x, mask), torch.float32, DEVICE)
 
 
-def test_gradients_of_weights_only_and_of_input_only():
-    mod = opm_module(8, 4, 8, seed=5).to(DEVICE)
-    x = torch.randn(1, 3, 6, 8, device=DEVICE)
-    for p in mod.parameters():
-        p.requires_grad_(False)
-    xg = x.clone().requires_grad_()
-    mod(xg, None, impl="triton").sum().backward()
-    ref = x.clone().requires_grad_()
-    mod(ref, None, impl="torch").sum().backward()
-    assert_contract(xg.grad.cpu(), ref.grad.double().cpu(), torch.float32)
-    mod.out_proj.weight.requires_grad_(True)
-    mod(x, None, impl="triton").sum().backward()
-    assert mod.out_proj.weight.grad is not None and mod.proj_a.weight.grad is None
-
-
 def test_mask_forms_and_strided_inputs():
     """bool, integer and float masks agree; a non-contiguous input and a broadcast (stride-0) mask work."""
     mod = opm_module(16, 6, 8, seed=6).to(DEVICE)
@@ -218,15 +213,6 @@ def test_deterministic():
     assert all(torch.equal(first[1][k], second[1][k]) for k in first[1])
 
 
-def test_nan_shows_as_in_the_reference():
-    mod = opm_module(8, 4, 8, seed=2).to(DEVICE)
-    x = torch.randn(1, 3, 5, 8, device=DEVICE)
-    x[0, 1, 2, 3] = float("nan")
-    out = mod(x, torch.ones(1, 3, 5, device=DEVICE), impl="triton")
-    ref = mod(x, torch.ones(1, 3, 5, device=DEVICE), impl="torch")
-    assert torch.equal(out.isnan(), ref.isnan()) and out.isnan().any()
-
-
 def test_unsupported_hidden_dim_runs_the_reference_with_a_warning(monkeypatch):
     monkeypatch.setattr(evofuse._dispatch, "_warned", set())
     mod = opm_module(8, 4, 5).to(DEVICE)
@@ -245,38 +231,6 @@ def test_functional_matches_module():
     torch.testing.assert_close(evofuse.outer_product_mean(x, None, *params, impl="triton"), mod(x, None, impl="triton"))
 
 
-X = torch.randn(2, 3, 4, 8)
-M = torch.ones(2, 3, 4)
-
-
-@pytest.mark.parametrize("x, mask, exc, pattern", [
-    (torch.randn(4, 8), M, ValueError, r"msa_repr must have shape \(\.\.\., S, N, 8\).*rank 2"),
-    (torch.randn(3, 2, 3, 4, 8), M, ValueError, r"msa_mask must have the leading dimensions \(3, 2\) of msa_repr"),
-    (torch.randn(2, 3, 4, 7), M, ValueError, r"msa_repr .*last dimension is 7, expected 8"),
-    (X, torch.ones(2, 3, 5), ValueError, r"msa_mask must have shape \(B, S, N\) = \(2, 3, 4\)"),
-    (X, torch.ones(2, 3), ValueError, r"msa_mask must have shape"),
-    (torch.randint(0, 3, (2, 3, 4, 8)), M, TypeError, r"msa_repr must be a real floating"),
-    (torch.randn(2, 3, 4, 8, dtype=torch.complex64), M, TypeError, r"msa_repr must be a real floating"),
-    (X, torch.ones(2, 3, 4, dtype=torch.complex64), TypeError, r"msa_mask must be bool, integer or real"),
-    ([[1.0]], M, TypeError, r"msa_repr must be a torch.Tensor"),
-    (X, "mask", TypeError, r"msa_mask must be a torch.Tensor"),
-])
-def test_bad_inputs(x, mask, exc, pattern):
-    with pytest.raises(exc, match=pattern):
-        OuterProductMean(8, 5, 4)(x, mask)
-
-
-def test_bad_options():
-    with pytest.raises(ValueError, match="normalization must be one of"):
-        OuterProductMean(8, 5, 4, normalization="mean")
-    with pytest.raises(ValueError, match="precision must be one of"):
-        OuterProductMean(8, 5, 4, precision="tf32")(X, M)
-    params = [p for _, p in OuterProductMean(8, 5, 4).named_parameters()]
-    params[4] = torch.randn(3, 8)  # proj_b_weight of the wrong hidden_dim
-    with pytest.raises(ValueError, match=r"proj_b_weight must have shape \(4, 8\)"):
-        evofuse.outer_product_mean(X, M, *params)
-
-
 def test_leading_dimensions_and_unbatched_input():
     """Any leading dimensions in place of B, and an unbatched (S, N, D), give the batched result."""
     mod = opm_module(8, 4, 8, seed=3).to(DEVICE)
@@ -287,3 +241,80 @@ def test_leading_dimensions_and_unbatched_input():
     assert out.shape == (2, 3, 6, 6, 4)
     torch.testing.assert_close(out, flat.view(2, 3, 6, 6, 4))
     torch.testing.assert_close(mod(x[0, 0], mask[0, 0], impl="triton"), flat[0])
+
+
+def _contract_case(B, S, N, form, layout, seed):
+    """(leaves, views): an MSA (B, S, N, 16) and a mask in `form` with a fully masked row and residue, laid out as
+    `layout` (broadcast: one MSA row s for all)."""
+    x = torch.randn(B, S, N, 16, generator=torch.Generator().manual_seed(seed))
+    return layout_case((x, mask_form(random_mask(B, S, N, "rows", seed + 1), form)), layout, [1, 1])
+
+
+@pytest.mark.parametrize("normalization, dtype, layout", [
+    ("count_ij_after", torch.float32, "strided"), ("count_i", LOW, "plain"),
+    pytest.param("count_ij", torch.float32, "broadcast", marks=pytest.mark.full),
+    pytest.param("count_ij_after", LOW, "strided", marks=pytest.mark.full)])
+def test_each_gradient_alone(normalization, dtype, layout):
+    """Every gradient, then each input's and parameter's with no other needing one (each branch of the backward),
+    against float64 at N = 17 (past one block of the interpreter's tiles)."""
+    mod = opm_module(16, 6, 8, seed=3, normalization=normalization)
+    inputs, views = _contract_case(1, 2, 17, "float", layout, 4)
+    check_gradients(mod, inputs, dtype, DEVICE, 1, views, strided_weights=layout == "strided", alone=True)
+
+
+@pytest.mark.parametrize("N, form, layout", [(1, "float", "plain"), (17, "bool", "strided"), (17, "int", "broadcast"),
+                                             pytest.param(97, "float", "plain", marks=pytest.mark.full)])
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_gradients_at_awkward_shapes(N, form, layout, dtype):
+    """Output and every gradient at N = 1, 17 (97: full tier), with float, bool and int masks, strided inputs and
+    weights, broadcast (stride-0) inputs."""
+    assert layout in LAYOUTS
+    mod = opm_module(16, 6, 8, seed=5, normalization="count_ij", projection_bias=N != 17)
+    inputs, views = _contract_case(2, 3, N, form, layout, 6)
+    check_gradients(mod, inputs, dtype, DEVICE, 1, views, strided_weights=layout == "strided")
+
+
+@pytest.mark.parametrize("target, value", [(t, float("nan")) for t in nonfinite_targets(opm_module(8, 4, 8), 1)]
+                         + [("input0", float("inf")), ("input0", float("-inf"))])
+def test_nonfinite_shows_as_in_the_reference(target, value):
+    """NaN in any input or parameter, Inf in the MSA: NaN and Inf in the output and every gradient where the
+    reference has them (a masked MSA row among them)."""
+    mod = opm_module(8, 4, 8, seed=2, normalization="count_ij_after")
+    x, mask = torch.randn(1, 3, 5, 8), random_mask(1, 3, 5, "rows", 3)
+    index = (0, 1, 2, 3) if target == "input0" else (1,) * mod.get_parameter(target).dim()
+    check_nonfinite(mod, (x, mask), DEVICE, 1, target, index, value)
+
+
+def _valid_arguments():
+    mod = opm_module(8, 5, 4)
+    return dict(msa_repr=torch.randn(2, 3, 4, 8), msa_mask=torch.ones(2, 3, 4),
+                **{name.replace(".", "_"): p.detach() for name, p in mod.named_parameters()})
+
+
+@pytest.mark.parametrize("name, value, exc", bad_arguments(_valid_arguments(), masks=("msa_mask",),
+                                                            optional=("proj_a_bias", "proj_b_bias")),
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_bad_arguments_are_named(name, value, exc):
+    """Each tensor argument not a tensor, on another device, of a wrong dtype, rank or last dimension, or None where
+    it is required: a ValueError or TypeError that names it."""
+    check_bad_argument(evofuse.outer_product_mean, _valid_arguments(), name, value, exc)
+
+
+@pytest.mark.parametrize("options, pattern", [
+    (dict(normalization="mean"), "normalization must be one of"), (dict(precision="tf32"), "precision must be one of"),
+    (dict(count_eps=0.0), "count_eps must be > 0"), (dict(impl="cuda"), "impl / EVOFUSE_IMPL must be one of")])
+def test_bad_options_are_named(options, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        evofuse.outer_product_mean(**_valid_arguments(), **options)
+
+
+@pytest.mark.parametrize("x, mask, exc, pattern", [
+    (torch.randn(3, 2, 3, 4, 8), torch.ones(2, 3, 4), ValueError, r"msa_mask must have the leading dimensions \(3, 2\)"),
+    (torch.randn(2, 3, 4, 7), torch.ones(2, 3, 4), ValueError, r"msa_repr .*last dimension is 7, expected 8"),
+    (torch.randn(2, 3, 4, 8), torch.ones(2, 3, 5), ValueError, r"msa_mask must have shape \(B, S, N\) = \(2, 3, 4\)"),
+])
+def test_module_names_bad_inputs(x, mask, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        OuterProductMean(8, 5, 4)(x, mask)
+    with pytest.raises(ValueError, match="normalization must be one of"):
+        OuterProductMean(8, 5, 4, normalization="mean")

@@ -13,7 +13,8 @@ from evofuse import PairWeightedAveraging
 from evofuse.ops.pair_weighted_averaging.kernels import _sigmoid
 
 from .conftest import DEVICE
-from .helpers import assert_contract, check_gradients, grads, randomize
+from .contract import check_gradients
+from .helpers import assert_contract, grads, randomize
 
 LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16  # the interpreter's bf16 products are not checked
 

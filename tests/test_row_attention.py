@@ -11,7 +11,8 @@ from evofuse import MSARowAttentionWithPairBias
 from evofuse.numerics import FP32_FAST_BOUND, rel_error
 
 from .conftest import DEVICE
-from .helpers import assert_contract, att_module, check_gradients, grads, random_mask
+from .contract import check_gradients
+from .helpers import assert_contract, att_module, grads, random_mask
 
 LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16  # the interpreter's bf16 products are not checked
 
