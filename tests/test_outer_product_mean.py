@@ -276,6 +276,7 @@ def test_gradients_at_awkward_shapes(N, form, layout, dtype):
 
 @pytest.mark.parametrize("target, value", [(t, float("nan")) for t in nonfinite_targets(opm_module(8, 4, 8), 1)]
                          + [("input0", float("inf")), ("input0", float("-inf"))])
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # (the interpreter's NumPy on NaN and Inf)
 def test_nonfinite_shows_as_in_the_reference(target, value):
     """NaN in any input or parameter, Inf in the MSA: NaN and Inf in the output and every gradient where the
     reference has them (a masked MSA row among them)."""

@@ -11,7 +11,15 @@ from evofuse import MSARowAttentionWithPairBias
 from evofuse.numerics import FP32_FAST_BOUND, rel_error
 
 from .conftest import DEVICE
-from .contract import check_gradients
+from .contract import (
+    bad_arguments,
+    check_bad_argument,
+    check_gradients,
+    check_nonfinite,
+    layout_case,
+    mask_form,
+    nonfinite_targets,
+)
 from .helpers import assert_contract, att_module, grads, random_mask
 
 LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16  # the interpreter's bf16 products are not checked
@@ -139,34 +147,6 @@ def test_dropout_in_training_runs_the_reference(monkeypatch):
                                rtol=1e-4, atol=1e-5)
 
 
-X = torch.randn(2, 3, 4, 8)
-Z = torch.randn(2, 4, 4, 3)
-M = torch.ones(2, 3, 4)
-
-
-@pytest.mark.parametrize("x, z, mask, exc, pattern", [
-    (torch.randn(2, 3, 4), Z, M, ValueError, r"msa_repr must have shape"),
-    (X, torch.randn(2, 4, 4), M, ValueError, r"pair_repr must have shape \(B, N, N, 3\) = \(2, 4, 4, 3\).*rank 3"),
-    (X, torch.randn(1, 4, 4, 3), M, ValueError, r"pair_repr must have shape .* to match msa_repr"),
-    (X, torch.randn(2, 5, 5, 3), M, ValueError, r"pair_repr must have shape"),
-    (X, torch.randn(2, 4, 4, 6), M, ValueError, r"pair_repr must have shape \(B, N, N, 3\)"),
-    (X, Z, torch.ones(3, 3, 4), ValueError, r"msa_mask must have shape \(B, S, N\)"),
-    (X, Z.to(torch.int32), M, TypeError, r"pair_repr must be a real floating"),
-    (X, Z.to(torch.complex64), M, TypeError, r"pair_repr must be a real floating"),
-])
-def test_bad_inputs(x, z, mask, exc, pattern):
-    with pytest.raises(exc, match=pattern):
-        MSARowAttentionWithPairBias(8, 3, 2)(x, z, mask)
-
-
-def test_bad_options():
-    with pytest.raises(ValueError, match="divisible by num_heads"):
-        MSARowAttentionWithPairBias(10, 3, 4)
-    params = [p for _, p in MSARowAttentionWithPairBias(8, 3, 2).named_parameters()]
-    with pytest.raises(ValueError, match="num_heads must be a positive integer dividing the inner width 8"):
-        evofuse.msa_row_attention(X, Z, M, *params, num_heads=3)
-
-
 def test_leading_dimensions_and_unbatched_input():
     mod = att_module(8, 3, 2, seed=5).to(DEVICE)
     x, z = torch.randn(2, 2, 3, 5, 8, device=DEVICE), torch.randn(2, 2, 5, 5, 3, device=DEVICE)
@@ -176,3 +156,93 @@ def test_leading_dimensions_and_unbatched_input():
     torch.testing.assert_close(mod(x[1, 0], z[1, 0], mask[1, 0], impl="triton"), flat[2])
     with pytest.raises(ValueError, match=r"pair_repr must have the leading dimensions \(2, 2\)"):
         mod(x, z[0], mask)
+
+
+def _contract_case(B, S, N, form, layout, seed, D=16, P=5):
+    """(leaves, views): an MSA (B, S, N, D), a pair (B, N, N, P) and a mask in `form` with a fully masked row and
+    residue, laid out as `layout` (broadcast: one MSA row s for all, one pair for every batch element)."""
+    x, z, mask = _inputs(B, S, N, D, P, "rows", seed)
+    return layout_case((x, z, mask_form(mask, form)), layout, [1, 0, 1])
+
+
+@pytest.mark.parametrize("variant, dtype, layout", [
+    ("seed", torch.float32, "strided"), ("openfold", LOW, "plain"),
+    pytest.param("openfold", torch.float32, "broadcast", marks=pytest.mark.full),
+    pytest.param("seed", LOW, "strided", marks=pytest.mark.full)])
+def test_each_gradient_alone(variant, dtype, layout):
+    """Every gradient, then each input's and parameter's with no other needing one (each branch of the backward),
+    against float64 at N = 17 (past one block of the interpreter's tiles): the seed's module, and OpenFold's form
+    (inner width unlike msa_dim, no q/k/v biases, the pair layer-normed, the additive mask)."""
+    kw = dict(head_dim=8, qkv_bias=False, pair_layer_norm=True, mask_mode="add") if variant == "openfold" else {}
+    mod = att_module(16, 5, 2, seed=3, **kw)
+    inputs, views = _contract_case(1, 2, 17, "float", layout, 4)
+    check_gradients(mod, inputs, dtype, DEVICE, 2, views, strided_weights=layout == "strided", alone=True)
+
+
+@pytest.mark.parametrize("N, form, layout", [(1, "float", "plain"), (17, "bool", "strided"), (17, "int", "broadcast"),
+                                             pytest.param(97, "float", "plain", marks=pytest.mark.full)])
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_gradients_at_awkward_shapes(N, form, layout, dtype):
+    """Output and every gradient at N = 1, 17 (97: full tier), with float, bool and int masks, strided inputs and
+    weights, broadcast (stride-0) inputs; three heads of 8."""
+    mod = att_module(24, 5, 3, seed=5, pair_layer_norm=N == 17, mask_mode="add" if form == "int" else "replace")
+    inputs, views = _contract_case(2, 3, N, form, layout, 6, D=24)
+    check_gradients(mod, inputs, dtype, DEVICE, 2, views, strided_weights=layout == "strided")
+
+
+@pytest.mark.parametrize("target, value", [
+    (t, float("nan")) for t in nonfinite_targets(att_module(8, 3, 2, pair_layer_norm=True), 2)]
+    + [(t, v) for t in ("input0", "input1") for v in (float("inf"), float("-inf"))])
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # (the interpreter's NumPy on NaN and Inf)
+def test_nonfinite_shows_as_in_the_reference(target, value):
+    """NaN in any input or parameter, Inf in the MSA or the pair: NaN and Inf in the output and every gradient where
+    the reference has them (a fully masked MSA row and a masked residue among them)."""
+    mod = att_module(8, 3, 2, seed=2, pair_layer_norm=True)
+    x, z, mask = _inputs(1, 3, 5, 8, 3, "rows", 3)
+    index = {"input0": (0, 0, 2, 3), "input1": (0, 1, 2, 1)}.get(target, (1,) * mod.get_parameter(target).dim()
+                                                                 if target in dict(mod.named_parameters()) else None)
+    check_nonfinite(mod, (x, z, mask), DEVICE, 2, target, index, value)
+
+
+def _valid_arguments():
+    mod = att_module(8, 3, 2, pair_layer_norm=True)
+    names = {"pair_norm.weight": "pair_norm_weight", "pair_norm.bias": "pair_norm_bias"}
+    return dict(msa_repr=torch.randn(2, 3, 4, 8), pair_repr=torch.randn(2, 4, 4, 3), msa_mask=torch.ones(2, 3, 4),
+                **{names.get(name, name.replace(".", "_")): p.detach() for name, p in mod.named_parameters()})
+
+
+OPTIONAL = ("query_bias", "key_bias", "value_bias", "gate_bias", "out_proj_bias", "pair_bias_bias", "pair_norm_weight",
+            "pair_norm_bias")  # (the pair LayerNorm's two: together, a case of its own below)
+
+
+@pytest.mark.parametrize("name, value, exc", bad_arguments(_valid_arguments(), masks=("msa_mask",), optional=OPTIONAL),
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_bad_arguments_are_named(name, value, exc):
+    """Each tensor argument not a tensor, on another device, of a wrong dtype, rank or last dimension, or None where
+    it is required: a ValueError or TypeError that names it."""
+    check_bad_argument(evofuse.msa_row_attention, _valid_arguments(), name, value, exc, num_heads=2)
+
+
+@pytest.mark.parametrize("options, pattern", [
+    (dict(num_heads=3), "num_heads must be a positive integer dividing the inner width 8"),
+    (dict(num_heads=0), "num_heads must be a positive integer"), (dict(num_heads="2"), "num_heads must be a positive"),
+    (dict(num_heads=2, mask_mode="multiply"), "mask_mode must be one of"),
+    (dict(num_heads=2, precision="tf32"), "precision must be one of"),
+    (dict(num_heads=2, pair_norm_bias=None), "pair_norm_weight and pair_norm_bias must be given together"),
+    (dict(num_heads=2, impl="cuda"), "impl / EVOFUSE_IMPL must be one of")])
+def test_bad_options_are_named(options, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        evofuse.msa_row_attention(**{**_valid_arguments(), **options})
+
+
+@pytest.mark.parametrize("x, z, mask, pattern", [
+    (torch.randn(2, 3, 4), torch.randn(2, 4, 4, 3), torch.ones(2, 3, 4), r"msa_repr must have shape"),
+    (torch.randn(2, 3, 4, 8), torch.randn(1, 4, 4, 3), torch.ones(2, 3, 4), r"pair_repr must have shape"),
+    (torch.randn(2, 3, 4, 8), torch.randn(2, 5, 5, 3), torch.ones(2, 3, 4), r"pair_repr must have shape"),
+    (torch.randn(2, 3, 4, 8), torch.randn(2, 4, 4, 3), torch.ones(3, 3, 4), r"msa_mask must have shape \(B, S, N\)"),
+])
+def test_module_names_bad_inputs(x, z, mask, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        MSARowAttentionWithPairBias(8, 3, 2)(x, z, mask)
+    with pytest.raises(ValueError, match="divisible by num_heads"):
+        MSARowAttentionWithPairBias(10, 3, 4)

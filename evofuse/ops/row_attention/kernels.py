@@ -37,19 +37,21 @@ def _program_coords(S, N, H, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _logits(q, k, z, keep, qk_scale, MASKED: tl.constexpr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr):
-    """Logits in base-2 units, (q k^T / sqrt(d) + z) * log2(e), with masked keys' replaced by MASKED."""
+def _logits(q, k, z, keep, fill, qk_scale, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr):
+    """Logits in base-2 units, (q k^T / sqrt(d) + z) * log2(e), where `keep`, else `fill` (a masked key's MASKED, a
+    key past N's -inf, whatever q holds: a NaN in a query does not reach a row whose keys are all masked)."""
     logit = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + z * LOG2E  # [BLOCK_M, BLOCK_N]
     if HAS_MASK:
-        logit = tl.where(keep[None, :], logit, MASKED * LOG2E)
+        logit = tl.where(keep[None, :], logit, fill[None, :])
     return logit
 
 
 @triton.jit
 def _key_block(row, j0, N, D, HEAD_DIM, stride_xn, z_rows, stride_zj, i_ok, m_row, stride_mn,
-               HAS_MASK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+               MASKED: tl.constexpr, HAS_MASK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """The keys j0 .. j0 + BLOCK_N of a row: k and v [BLOCK_N, BLOCK_D], the bias tile [queries, BLOCK_N] in
-    float32 (-inf past N, so that those keys get probability 0), and which keys the mask keeps."""
+    float32 (-inf past N, so that those keys get probability 0), which keys the mask keeps (none past N) and the
+    logit of those it does not (`_key_fill`)."""
     offs_j = j0 + tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_D)
     j_ok = offs_j < N
@@ -60,10 +62,16 @@ def _key_block(row, j0, N, D, HEAD_DIM, stride_xn, z_rows, stride_zj, i_ok, m_ro
     z = tl.load(z_rows + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=0.0)
     z = tl.where(j_ok[None, :], z.to(tl.float32), float("-inf"))
     if HAS_MASK:
-        keep = tl.load(m_row + offs_j * stride_mn, mask=j_ok, other=1) != 0
+        keep = tl.load(m_row + offs_j * stride_mn, mask=j_ok, other=0) != 0
     else:
         keep = j_ok
-    return k, v, z, keep
+    return k, v, z, keep, _key_fill(j_ok, MASKED)
+
+
+@triton.jit
+def _key_fill(j_ok, MASKED: tl.constexpr):
+    """The base-2 logit of a key the mask does not keep: MASKED, or -inf past N (probability 0)."""
+    return tl.where(j_ok, MASKED * LOG2E, float("-inf"))
 
 
 @triton.jit
@@ -102,9 +110,9 @@ def attention_forward_kernel(
     total = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     for j0 in range(0, N, BLOCK_N):
-        k, v, z, keep = _key_block(row, j0, N, D, HEAD_DIM, stride_xn, z_rows, stride_zj, i_ok, m_row, stride_mn,
-                                   HAS_MASK, BLOCK_N, BLOCK_D)
-        logit = _logits(q, k, z, keep, qk_scale, MASKED, HAS_MASK, PRECISION)  # -inf past N
+        k, v, z, keep, fill = _key_block(row, j0, N, D, HEAD_DIM, stride_xn, z_rows, stride_zj, i_ok, m_row,
+                                         stride_mn, MASKED, HAS_MASK, BLOCK_N, BLOCK_D)
+        logit = _logits(q, k, z, keep, fill, qk_scale, HAS_MASK, PRECISION)  # -inf past N
         new_top = tl.maximum(top, tl.max(logit, axis=1))
         alpha = tl.math.exp2(top - new_top)
         p = tl.math.exp2(logit - new_top[:, None])  # [BLOCK_M, BLOCK_N]
@@ -130,12 +138,12 @@ def _log_sum_exp(stat, stride_lt, ok):
 
 
 @triton.jit
-def _probabilities_grad(q, k, v, do, z, keep, lse, delta, qk_scale, MASKED: tl.constexpr, HAS_MASK: tl.constexpr,
+def _probabilities_grad(q, k, v, do, z, keep, fill, lse, delta, qk_scale, HAS_MASK: tl.constexpr,
                         PRECISION: tl.constexpr, ADDITIVE_MASK: tl.constexpr):
     """For a (queries, keys) tile: the probabilities p and the logits' gradient ds = p * (do v^T - delta),
     zero where a key's logit was replaced by the mask (a constant has no gradient) unless ADDITIVE_MASK: a logit
     plus -inf passes its gradient on, which in a row of masked keys alone (p = 1/N) is not zero."""
-    logit = _logits(q, k, z, keep, qk_scale, MASKED, HAS_MASK, PRECISION)
+    logit = _logits(q, k, z, keep, fill, qk_scale, HAS_MASK, PRECISION)
     p = tl.math.exp2(logit - lse[0][:, None] - lse[1][:, None])  # [BLOCK_M, BLOCK_N]
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
     ds = p * (dp - delta[:, None])
@@ -182,9 +190,9 @@ def attention_dq_kernel(
     m_row = m_ptr + b * stride_mb + s * stride_ms
     dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     for j0 in range(0, N, BLOCK_N):
-        k, v, z, keep = _key_block(row, j0, N, D, HEAD_DIM, stride_xn, z_rows, stride_zj, i_ok, m_row, stride_mn,
-                                   HAS_MASK, BLOCK_N, BLOCK_D)
-        _, ds = _probabilities_grad(q, k, v, do, z, keep, lse, delta, qk_scale, MASKED, HAS_MASK, PRECISION,
+        k, v, z, keep, fill = _key_block(row, j0, N, D, HEAD_DIM, stride_xn, z_rows, stride_zj, i_ok, m_row,
+                                         stride_mn, MASKED, HAS_MASK, BLOCK_N, BLOCK_D)
+        _, ds = _probabilities_grad(q, k, v, do, z, keep, fill, lse, delta, qk_scale, HAS_MASK, PRECISION,
                                     ADDITIVE_MASK)
         ds = tl.where(i_ok[:, None] & (j0 + tl.arange(0, BLOCK_N) < N)[None, :], ds, 0.0)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
@@ -307,6 +315,7 @@ def attention_dz_kernel(
     kv_off = offs_j[:, None].to(tl.int64) * stride_xn + h * HEAD_DIM + offs_e[None, :]
     do_off = offs_i[:, None].to(tl.int64) * stride_on + h * HEAD_DIM + offs_e[None, :]
     stat_off = offs_i.to(tl.int64) * stride_ln + h * stride_lh
+    fill = _key_fill(j_ok, MASKED)
     dz = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for s in range(split * rows, tl.minimum(S, split * rows + rows)):
         row = qkvg_ptr + b * stride_xb + s * stride_xs
@@ -318,10 +327,10 @@ def attention_dz_kernel(
         lse = _log_sum_exp(lse_ptr + stat, stride_lt, i_ok)
         delta = tl.load(delta_ptr + stat, mask=i_ok, other=0.0)
         if HAS_MASK:
-            keep = tl.load(m_ptr + b * stride_mb + s * stride_ms + offs_j * stride_mn, mask=j_ok, other=1) != 0
+            keep = tl.load(m_ptr + b * stride_mb + s * stride_ms + offs_j * stride_mn, mask=j_ok, other=0) != 0
         else:
             keep = j_ok
-        _, ds = _probabilities_grad(q, k, v, do, z, keep, lse, delta, qk_scale, MASKED, HAS_MASK, PRECISION,
+        _, ds = _probabilities_grad(q, k, v, do, z, keep, fill, lse, delta, qk_scale, HAS_MASK, PRECISION,
                                     ADDITIVE_MASK)
         dz += tl.where(ij_ok, ds, 0.0)
     tl.store(dz_ptr + split * stride_dz + z_off, dz, mask=ij_ok)
