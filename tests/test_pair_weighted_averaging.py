@@ -13,8 +13,16 @@ from evofuse import PairWeightedAveraging
 from evofuse.ops.pair_weighted_averaging.kernels import _sigmoid
 
 from .conftest import DEVICE
-from .contract import check_gradients
-from .helpers import assert_contract, grads, randomize
+from .contract import (
+    bad_arguments,
+    check_bad_argument,
+    check_gradients,
+    check_nonfinite,
+    layout_case,
+    mask_form,
+    nonfinite_targets,
+)
+from .helpers import assert_contract, compare, grads, randomize
 
 LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16  # the interpreter's bf16 products are not checked
 
@@ -60,29 +68,6 @@ def test_parameter_names_and_zero_output_projection():
         "norm_m.weight", "norm_m.bias", "norm_z.weight", "norm_z.bias", "proj_m.weight", "proj_g.weight",
         "proj_z.weight", "proj_o.weight"]
     assert not mod.proj_o.weight.any()
-
-
-X = torch.randn(2, 3, 4, 8)
-Z = torch.randn(2, 4, 4, 6)
-PM = torch.ones(2, 4, 4)
-
-
-@pytest.mark.parametrize("m, z, mask, exc, pattern", [
-    (torch.randn(4, 8), Z, PM, ValueError, r"msa_repr must have shape \(\.\.\., S, N, 8\)"),
-    (X, torch.randn(2, 4, 4, 5), PM, ValueError, r"pair_repr must have shape \(B, N, N, 6\)"),
-    (X, Z, torch.ones(2, 4, 5), ValueError, r"pair_mask must have shape \(B, N, N\) = \(2, 4, 4\)"),
-    (X, Z, torch.ones(2, 4, 4, dtype=torch.complex64), TypeError, r"pair_mask must be bool, integer or real"),
-    (X.to(torch.int32), Z, PM, TypeError, r"msa_repr must be a real floating"),
-])
-def test_bad_inputs(m, z, mask, exc, pattern):
-    with pytest.raises(exc, match=pattern):
-        PairWeightedAveraging(8, 6, 4, 2)(m, z, mask)
-
-
-def test_bad_heads():
-    params = [p for _, p in PairWeightedAveraging(8, 6, 4, 2).named_parameters()]
-    with pytest.raises(ValueError, match="num_heads must be a positive integer dividing proj_m's width 8"):
-        evofuse.pair_weighted_averaging(X, Z, PM, *params, num_heads=3)
 
 
 @pytest.mark.parametrize("kind", ["random", "rows", "none"])
@@ -275,22 +260,22 @@ def test_leading_dimensions_and_unbatched_input():
 
 
 def test_strided_output_gradient():
-    """An output gradient of any strides (a broadcast one, as `out.sum().backward()` gives, and a transposed
-    one) gives the gradients of its contiguous copy."""
-    mod = _module(16, 8, 8, 2, seed=14).to(DEVICE)
-    m, z, mask = (_dev(t) for t in _inputs(1, 5, 7, 16, 8, "rows", 15))
+    """An output gradient of any strides (a broadcast one, as `out.sum().backward()` gives, and a transposed one):
+    every gradient against float64 for that gradient."""
+    mod = _module(16, 8, 8, 2, seed=14)
+    m, z, mask = _inputs(1, 5, 7, 16, 8, "rows", 15)
     g = torch.Generator().manual_seed(16)
     for grad_out in (torch.ones(1, 1, 1, 1).expand(1, 5, 7, 16),
                      torch.randn(1, 16, 7, 5, generator=g).permute(0, 3, 2, 1)):
-        grad_out = grad_out.to(DEVICE)
         results = []
-        for grad in (grad_out, grad_out.contiguous()):
-            leaves = [t.detach().clone().requires_grad_() for t in (m, z)]
-            mod.zero_grad()
-            mod(*leaves, mask, impl="triton").backward(grad)
-            results.append([t.grad for t in leaves] + [p.grad.clone() for p in mod.parameters()])
-        for got, expected in zip(*results):
-            torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+        for impl, dtype, device in (("torch", torch.float64, "cpu"), ("triton", torch.float32, DEVICE)):
+            module = mod.to(device, dtype)
+            leaves = [t.to(device, dtype).clone().requires_grad_() for t in (m, z)]
+            module.zero_grad()
+            module(*leaves, mask.to(device), impl=impl).backward(grad_out.to(device, dtype))
+            results.append({"input0": leaves[0].grad.cpu(), "input1": leaves[1].grad.cpu(),
+                            **{n: p.grad.cpu() for n, p in module.named_parameters()}})
+        compare(results[1], results[0], torch.float32)
 
 
 def test_gated_projection_backward_configs_fit_shared_memory():
@@ -309,3 +294,81 @@ def test_gated_projection_backward_configs_fit_shared_memory():
             for block_o in (16, 64, 128, 256):
                 kept = [c for c in configs.PROJECTION_CONFIGS if configs.projection_fits(c, hc, block_o, element_size)]
                 assert all(configs.projection_fits(c, hc, block_o, 2) for c in kept)  # (wider elements: fewer)
+
+
+def _contract_case(B, S, N, form, layout, seed, c_m=16, c_z=12):
+    """(leaves, views): an MSA (B, S, N, c_m), a pair (B, N, N, c_z) and a pair mask in `form` with a residue whose
+    pairs are all masked, laid out as `layout` (broadcast: one MSA row s for all, one pair and mask for every batch
+    element)."""
+    m, z, mask = _inputs(B, S, N, c_m, c_z, "rows", seed)
+    return layout_case((m, z, mask_form(mask, form)), layout, [1, 0, 0])
+
+
+@pytest.mark.parametrize("mask_mode, dtype, layout", [
+    ("relative", torch.float32, "strided"), ("add", LOW, "plain"),
+    pytest.param("add", torch.float32, "broadcast", marks=pytest.mark.full),
+    pytest.param("relative", LOW, "strided", marks=pytest.mark.full)])
+def test_each_gradient_alone(mask_mode, dtype, layout):
+    """Every gradient, then each input's and parameter's with no other needing one (each branch of the backward),
+    against float64 at N = 17 (past one block of the interpreter's tiles)."""
+    mod = _module(16, 12, 8, 3, seed=3, mask_mode=mask_mode, inf=1e9 if mask_mode == "add" else 1e6)
+    inputs, views = _contract_case(1, 2, 17, "float", layout, 4)
+    check_gradients(mod, inputs, dtype, DEVICE, 2, views, strided_weights=layout == "strided", alone=True)
+
+
+@pytest.mark.parametrize("N, form, layout", [(1, "float", "plain"), (17, "bool", "strided"), (17, "int", "broadcast"),
+                                             pytest.param(97, "float", "plain", marks=pytest.mark.full)])
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_gradients_at_awkward_shapes(N, form, layout, dtype):
+    """Output and every gradient at N = 1, 17 (97: full tier), with float, bool and int masks, strided inputs and
+    weights, broadcast (stride-0) inputs; heads of 8 and of 3 channels."""
+    mod = _module(16, 12, 8 if N != 17 else 3, 3, seed=5)
+    inputs, views = _contract_case(2, 3, N, form, layout, 6)
+    check_gradients(mod, inputs, dtype, DEVICE, 2, views, strided_weights=layout == "strided")
+
+
+@pytest.mark.parametrize("target, value", [(t, float("nan")) for t in nonfinite_targets(_module(8, 6, 4, 2), 2)]
+                         + [(t, v) for t in ("input0", "input1") for v in (float("inf"), float("-inf"))])
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # (the interpreter's NumPy on NaN and Inf)
+def test_nonfinite_shows_as_in_the_reference(target, value):
+    """NaN in any input or parameter, Inf in the MSA or the pair: NaN and Inf in the output and every gradient where
+    the reference has them (a residue whose pairs are all masked among them)."""
+    mod = _module(8, 6, 4, 2, seed=2)
+    m, z, mask = _inputs(1, 3, 5, 8, 6, "rows", 3)
+    index = {"input0": (0, 0, 2, 3), "input1": (0, 1, 3, 1)}.get(target) or (1,) * mod.get_parameter(target).dim()
+    check_nonfinite(mod, (m, z, mask), DEVICE, 2, target, index, value)
+
+
+def _valid_arguments():
+    return dict(msa_repr=torch.randn(2, 3, 4, 8), pair_repr=torch.randn(2, 4, 4, 6), pair_mask=torch.ones(2, 4, 4),
+                **{name.replace(".", "_"): p.detach() for name, p in _module(8, 6, 4, 2).named_parameters()})
+
+
+@pytest.mark.parametrize("name, value, exc", bad_arguments(_valid_arguments(), masks=("pair_mask",)),
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_bad_arguments_are_named(name, value, exc):
+    """Each tensor argument not a tensor, on another device, of a wrong dtype, rank or last dimension, or None where
+    it is required: a ValueError or TypeError that names it."""
+    check_bad_argument(evofuse.pair_weighted_averaging, _valid_arguments(), name, value, exc, num_heads=2)
+
+
+@pytest.mark.parametrize("options, pattern", [
+    (dict(num_heads=3), "num_heads must be a positive integer dividing proj_m's width 8"),
+    (dict(num_heads=0), "num_heads must be a positive integer"),
+    (dict(num_heads=2, mask_mode="multiply"), "mask_mode must be one of"),
+    (dict(num_heads=2, precision="tf32"), "precision must be one of"),
+    (dict(num_heads=2, impl="cuda"), "impl / EVOFUSE_IMPL must be one of")])
+def test_bad_options_are_named(options, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        evofuse.pair_weighted_averaging(**{**_valid_arguments(), **options})
+
+
+@pytest.mark.parametrize("m, z, mask, exc, pattern", [
+    (torch.randn(4, 8), torch.randn(2, 4, 4, 6), torch.ones(2, 4, 4), ValueError, r"msa_repr must have shape"),
+    (torch.randn(2, 3, 4, 8), torch.randn(2, 4, 4, 5), torch.ones(2, 4, 4), ValueError, r"pair_repr must have shape"),
+    (torch.randn(2, 3, 4, 8), torch.randn(2, 4, 4, 6), torch.ones(2, 4, 5), ValueError,
+     r"pair_mask must have shape \(B, N, N\) = \(2, 4, 4\)"),
+])
+def test_module_names_bad_inputs(m, z, mask, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        PairWeightedAveraging(8, 6, 4, 2)(m, z, mask)
