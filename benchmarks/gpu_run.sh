@@ -1,24 +1,52 @@
 #!/usr/bin/env bash
-# On a CUDA machine, from the repository root: the whole test suite on the GPU (the `gpu`-marked tests and the
-# full tier included), then `evofuse bench` over the suite, forward and training. Logs and results go to
-# ${OUT:-benchmarks/results}. Variables: TESTS=0 skips the tests; SUITE (default all; none for the grid alone);
-# PEERS (default all; none times evofuse alone); GRID=1 adds the awkward-shape grid (GRID=pwa or GRID=opm,att a
-# part of it); MODELS=1 adds the model families' blocks (benchmarks/models.py); LIMIT seconds for each part
-# (default 280).
+# On a CUDA machine, from the repository root: the test suite on the GPU, then `evofuse bench` over the suite,
+# forward and training. Logs and results go to ${OUT:-benchmarks/results}. Exits non-zero when a test fails, when
+# pytest or the benchmark times out, or when the benchmark fails.
+# Variables: TIER=quick (default: every test but the full tier's, `gpu` ones included; fits one 10-minute device
+# call with an empty Triton cache) or full (EVOFUSE_FULL_TESTS=1: every kernel config, the suite's shapes, the
+# cases past 2**31 elements); TESTS=0 skips the tests; BENCH=0 skips the benchmark; SUITE (default all; none for
+# the grid alone); PEERS (default all; none times evofuse alone); GRID=1 adds the awkward-shape grid (GRID=pwa or
+# GRID=opm,att a part of it); MODELS=1 adds the model families' blocks (benchmarks/models.py); LIMIT seconds for
+# each part (default 420).
 set -uo pipefail
 out="${OUT:-benchmarks/results}"
-limit="${LIMIT:-280}"
+limit="${LIMIT:-420}"
+status=0
 mkdir -p "$out"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
+
+# $1: what ran, $2: its exit status; 124 is timeout's
+check() {
+  if [ "$2" -eq 124 ]; then
+    echo "$1: timed out after ${limit}s"
+    status=1
+  elif [ "$2" -ne 0 ]; then
+    echo "$1: exit status $2"
+    status=1
+  fi
+}
+
 if [ "${TESTS:-1}" = 1 ]; then
-  workers=$(python3 -c "import importlib.util as u; print('-n 8' if u.find_spec('xdist') else '')")
-  EVOFUSE_FULL_TESTS=1 timeout "$limit" python3 -m pytest -q $workers tests -p no:cacheprovider > "$out/tests.log" 2>&1
-  grep -E "^FAILED|passed|failed" "$out/tests.log" | tail -15
+  full=0
+  [ "${TIER:-quick}" = full ] && full=1
+  # (one worker a CPU pair compiles in parallel; the cases past 2**31 elements share one worker, one at a time)
+  workers=$(python3 -c "import importlib.util as u; print('-n 8 --dist loadgroup' if u.find_spec('xdist') else '')")
+  EVOFUSE_FULL_TESTS=$full timeout "$limit" python3 -m pytest -q $workers tests -p no:cacheprovider \
+    > "$out/tests.log" 2>&1
+  check "tests (${TIER:-quick} tier)" $?
+  grep -E "^FAILED|^ERROR|passed|failed" "$out/tests.log" | tail -15
 fi
-grid="${GRID:-}"
-[ "$grid" = 1 ] && grid=all
-timeout "$limit" python3 -m evofuse bench --suite "${SUITE:-all}" --train --peers "${PEERS:-all}" ${grid:+--grid "$grid"} \
-  --out "$out" 2>&1 | tee "$out/bench.log" | grep -E "^  |worst|written"
+if [ "${BENCH:-1}" = 1 ]; then
+  grid="${GRID:-}"
+  [ "$grid" = 1 ] && grid=all
+  timeout "$limit" python3 -m evofuse bench --suite "${SUITE:-all}" --train --peers "${PEERS:-all}" \
+    ${grid:+--grid "$grid"} --out "$out" > "$out/bench.log" 2>&1
+  check bench $?
+  grep -E "^  |worst|written" "$out/bench.log"
+fi
 if [ "${MODELS:-0}" = 1 ]; then
-  timeout "$limit" python3 benchmarks/models.py --out "$out" 2>&1 | tee "$out/models.log" | grep -E "^  |written"
+  timeout "$limit" python3 benchmarks/models.py --out "$out" > "$out/models.log" 2>&1
+  check models $?
+  grep -E "^  |written" "$out/models.log"
 fi
+exit "$status"

@@ -224,17 +224,44 @@ def _graphed_compiled(mod):
     return _graphed(torch.compile(mod, dynamic=False))
 
 
-def _exact_output(case: Case) -> torch.Tensor:
-    """The float64 reference output on the benchmark's inputs (the error column of forward rows)."""
+def _exact(case: Case, train: bool) -> tuple[torch.Tensor, torch.Tensor | None, list[torch.Tensor]]:
+    """The float64 reference on the benchmark's inputs (the error column): its output and, for training rows, a
+    seeded random output gradient and the gradients it gives the parameters and the differentiable inputs, in the
+    order of a row's leaves."""
     mod = make_module(case, seed=0, impl="torch").to(device="cuda", dtype=torch.float64)
     inputs = make_inputs(case, "cuda", torch.float64, seed=1, fully_masked=False)
-    with torch.no_grad():
-        return mod(*inputs).float()
+    leaves = [*mod.parameters(), *inputs[:-1]] if train else []
+    for t in inputs[:-1]:
+        t.requires_grad_(train)
+    with torch.set_grad_enabled(train):
+        out = mod(*inputs)
+        if not train:
+            return out.float(), None, []
+        grad = torch.randn(out.shape, generator=torch.Generator("cuda").manual_seed(2), device="cuda",
+                           dtype=torch.float64)
+        out.backward(grad)
+    return out.detach().float(), grad, [t.grad.float() for t in leaves]
+
+
+def _worst_error(fn, inputs, leaves, exact) -> float:
+    """The largest rel_error of a row's output and, for a training row, of each gradient its leaves get for the
+    reference's output gradient (those whose float64 value is not ~0: a softmax's shift-invariant biases are
+    exactly 0; a peer that keeps its own copy of the parameters leaves theirs None)."""
+    out_exact, grad, grads_exact = exact
+    if grad is None:
+        return rel_error(fn(*inputs), out_exact)
+    for t in leaves:
+        t.grad = None
+    out = fn(*inputs)
+    out.backward(grad.to(out.dtype))
+    largest = max(g.norm() for g in grads_exact)
+    errors = [rel_error(t.grad, g) for t, g in zip(leaves, grads_exact) if t.grad is not None and g.norm() > 1e-6 * largest]
+    return max([rel_error(out, out_exact), *errors])
 
 
 def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | None) -> list[dict]:
     rows = []
-    exact = None if train else _exact_output(case)
+    exact = _exact(case, train)
     for name, dt, build in implementations(case, dtypes):
         if peers is not None and not name.startswith("evofuse") and name != BASELINE and name not in peers:
             continue
@@ -252,7 +279,7 @@ def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | Non
             fn = build(mod)
             with torch.set_grad_enabled(train):
                 ms, peak = measure(lambda: fn(*inputs), train, tensors)
-                err = None if train else rel_error(fn(*inputs), exact)
+                err = _worst_error(fn, inputs, tensors, exact)
             tflops = case.flops * (3 if train else 1) / ms / 1e9
             row.update(ms=ms, peak_mib=peak, tflops=tflops, rel_err=err, status="ok")
         except Exception as exc:  # a peer that fails keeps its row, with the reason

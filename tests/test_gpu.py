@@ -8,36 +8,27 @@ import sys
 
 import pytest
 import torch
+import triton
 
 from evofuse import MSARowAttentionWithPairBias, OuterProductMean
 from evofuse.numerics import FP32_FAST_BOUND, bound, rel_error
 from evofuse.ops import layer_norm_linear
 from evofuse.ops.outer_product_mean import configs as opm_configs
-from evofuse.ops.outer_product_mean import op as opm_op
 from evofuse.ops.pair_weighted_averaging import configs as pwa_configs
-from evofuse.ops.pair_weighted_averaging import op as pwa_op
 from evofuse.ops.row_attention import configs as att_configs
-from evofuse.ops.row_attention import op as att_op
 from evofuse.suite import SUITE, make_inputs, make_module
 
 from .contract import check_gradients
-from .helpers import att_module, compare, grads, opm_module, random_mask
+from .helpers import att_module, compare, grads, opm_module, random_mask, rebuild_kernels
 
 pytestmark = pytest.mark.gpu
 DTYPES = [torch.float32, torch.bfloat16]
 
 
-def _rebuild_kernels():
-    """Forget the cached autotuned kernels (and what was derived from their config tables)."""
-    for cached in (pwa_op._kernels, opm_op._tuned, opm_op._tuned_dx, opm_op._tuned_project, opm_configs._workspace_slot,
-                   att_op._kernels, layer_norm_linear._tuned):
-        cached.cache_clear()
-
-
 @pytest.fixture
 def one_config(monkeypatch):
     """Makes each kernel take the given config alone (the cached autotuned kernels rebuilt around it)."""
-    def use(opm=None, forward=None, backward=None, linear=None, dx=None, pwa=None, project=None, gated=None):
+    def use(opm=None, forward=None, backward=None, linear=None, dx=None, pwa=None, project=None, gated=None, dw=None):
         if opm is not None:
             terms, config = opm
             monkeypatch.setattr(opm_configs, "CONFIGS", {terms: [config]})
@@ -45,13 +36,14 @@ def one_config(monkeypatch):
         for module, name, config in ((att_configs, "FORWARD_CONFIGS", forward), (att_configs, "BACKWARD_CONFIGS", backward),
                                      (layer_norm_linear, "CONFIGS", linear),
                                      (layer_norm_linear, "FLOAT32_CONFIGS", linear), (opm_configs, "DX_CONFIGS", dx),
+                                     (opm_configs, "DW_CONFIGS", dw),
                                      (opm_configs, "PROJECT_CONFIGS", project), (pwa_configs, "CONFIGS", pwa),
                                      (pwa_configs, "PROJECTION_CONFIGS", gated)):
             if config is not None:
                 monkeypatch.setattr(module, name, [config])
-        _rebuild_kernels()
+        rebuild_kernels()
     yield use
-    _rebuild_kernels()
+    rebuild_kernels()
 
 
 def _opm_check(dtype, c=32, N=97, S=37, normalization="count_i"):
@@ -145,22 +137,36 @@ def test_every_pair_weighted_averaging_config(index, dtype, c, one_config):
 @pytest.mark.full  # a sweep: compiles a kernel for each config
 @pytest.mark.parametrize("index", range(len(pwa_configs.PROJECTION_CONFIGS)))
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("c, h", [(8, 8), (32, 8)])
-def test_every_gated_projection_backward_config(index, dtype, c, h, one_config):
-    """The gated projection's backward with each of its configs alone (columns across heads, a short last
-    block of MSA rows, 96 output channels padded to 128): every gradient against float64."""
+@pytest.mark.parametrize("c_m, c, h", [(64, 32, 8), (64, 8, 8), (96, 8, 8)], ids=["boltz", "af3", "c_m-96"])
+def test_every_gated_projection_backward_config(index, dtype, c_m, c, h, one_config):
+    """The gated projection's backward with each of its configs alone at Boltz's widths (c_m 64, 8 heads of 32) and
+    AF3's (8 of 8), and 96 output channels padded to 128 (a short last block of MSA rows, columns across heads):
+    every gradient against float64. Each config that fits a width runs there."""
     from evofuse import PairWeightedAveraging
 
     from .helpers import randomize
 
     cfg = pwa_configs.PROJECTION_CONFIGS[index]
-    if not pwa_configs.projection_fits(cfg, h * c, 128, dtype.itemsize):
+    if not pwa_configs.projection_fits(cfg, h * c, max(16, triton.next_power_of_2(c_m)), dtype.itemsize):
         pytest.skip("the predicate drops this config here")
     one_config(gated=cfg)
-    mod = randomize(PairWeightedAveraging(96, 16, c, h), 8)
-    m, z = torch.randn(1, 37, 33, 96), torch.randn(1, 33, 33, 16)
+    mod = randomize(PairWeightedAveraging(c_m, 16, c, h), 8)
+    m, z = torch.randn(1, 37, 33, c_m), torch.randn(1, 33, 33, 16)
     mask = (torch.rand(1, 33, 33) > 0.2).float()
     check_gradients(mod, (m, z, mask), dtype, "cuda")
+
+
+@pytest.mark.full  # a sweep: compiles a kernel for each config
+@pytest.mark.parametrize("index", range(len(opm_configs.DW_CONFIGS)))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_opm_weight_gradient_config(index, dtype, one_config, monkeypatch):
+    """The backward's out_proj weight gradient kernel with each of its configs alone (c 32, the models')."""
+    monkeypatch.setenv("EVOFUSE_AUTOTUNE", "1")  # (the candidates that fit, not only the first)
+    cfg = opm_configs.DW_CONFIGS[index]
+    if cfg not in opm_configs.dw_candidates(32, dtype.itemsize):
+        pytest.skip("the predicate drops this config here")
+    one_config(dw=cfg)
+    _opm_check(dtype, 32, N=33, S=9)
 
 
 @pytest.mark.full  # a sweep: compiles a kernel for each config (or autotunes at the suite's shapes)
