@@ -12,8 +12,8 @@ FP32_ALLCLOSE = {"atol": 1e-4, "rtol": 1e-4}
 def rel_error(out: torch.Tensor, ref64: torch.Tensor) -> float:
     """||out - ref64|| / ||ref64|| in float64 over the finite entries; inf unless out's NaN are exactly ref64's and
     its infinities exactly ref64's (same places, same signs)."""
-    out64 = out.detach().to(torch.float64)
     ref64 = ref64.detach().to(torch.float64)
+    out64 = out.detach().to(ref64.device, torch.float64)
     if out64.shape != ref64.shape:
         return float("inf")
     finite = torch.isfinite(ref64)
