@@ -29,12 +29,17 @@ check() {
 if [ "${TESTS:-1}" = 1 ]; then
   full=0
   [ "${TIER:-quick}" = full ] && full=1
-  # (one worker a CPU pair compiles in parallel; the cases past 2**31 elements share one worker, one at a time)
-  workers=$(python3 -c "import importlib.util as u; print('-n 8 --dist loadgroup' if u.find_spec('xdist') else '')")
-  EVOFUSE_FULL_TESTS=$full timeout "$limit" python3 -m pytest -q $workers tests -p no:cacheprovider \
+  # (one worker a CPU pair compiles in parallel; the `big` cases, tens of GiB each, alone afterwards)
+  workers=$(python3 -c "import importlib.util as u; print('-n 8' if u.find_spec('xdist') else '')")
+  EVOFUSE_FULL_TESTS=$full timeout "$limit" python3 -m pytest -q $workers -m "not big" tests -p no:cacheprovider \
     > "$out/tests.log" 2>&1
   check "tests (${TIER:-quick} tier)" $?
   grep -E "^FAILED|^ERROR|passed|failed" "$out/tests.log" | tail -15
+  if [ "$full" = 1 ]; then
+    EVOFUSE_FULL_TESTS=1 timeout "$limit" python3 -m pytest -q -m big tests -p no:cacheprovider > "$out/tests-big.log" 2>&1
+    check "tests (big)" $?
+    grep -E "^FAILED|^ERROR|passed|failed" "$out/tests-big.log" | tail -5
+  fi
 fi
 if [ "${BENCH:-1}" = 1 ]; then
   grid="${GRID:-}"

@@ -280,15 +280,15 @@ def test_strided_output_gradient():
 
 def test_gated_projection_backward_configs_fit_shared_memory():
     """The backward's config predicate drops tiles whose shared memory passes sm_90's: float32, 64 rows x 128
-    columns, 8 warps, 2 stages, at 128 output channels needs 263168 bytes (the compiler's count; 262144 on the H200
-    before the kernel made the gate); the same tile in bf16 (131584), and float32 at 64 output channels (147968),
-    fit; no config fits float32 that bf16 drops."""
+    columns, 8 warps, 2 stages needs 263168 bytes at 128 output channels (Triton 3.9) and 246272 at 64 (Triton 3.6
+    on the H200, Boltz's widths: it failed to compile there); the same tile in bf16 fits at both; no config fits
+    float32 that bf16 drops."""
     from evofuse.ops.pair_weighted_averaging import configs
 
     wide = next(c for c in configs.PROJECTION_CONFIGS
                 if (c.kwargs["BLOCK_S"], c.kwargs["BLOCK_K"], c.num_warps, c.num_stages) == (64, 128, 8, 2))
-    assert not configs.projection_fits(wide, 256, 128, 4)
-    assert configs.projection_fits(wide, 256, 128, 2) and configs.projection_fits(wide, 256, 64, 4)
+    assert not configs.projection_fits(wide, 256, 128, 4) and not configs.projection_fits(wide, 256, 64, 4)
+    assert configs.projection_fits(wide, 256, 128, 2) and configs.projection_fits(wide, 256, 64, 2)
     for element_size in (2, 4):
         for hc in (8, 64, 256, 1024):
             for block_o in (16, 64, 128, 256):

@@ -69,18 +69,20 @@ def projection_fits(config: triton.Config, HC: int, BLOCK_O: int, element_size: 
     """No wider a step than the columns (padded to 16, the product's least), at most 16K float32 accumulator
     elements a program for the step's product and the output's gradient each, at most 64 a thread for the
     program's sum of proj_o's weight gradient [BLOCK_O, BLOCK_K], and shared memory within sm_90's: operand
-    stages of [BLOCK_S, BLOCK_O] + [BLOCK_O, BLOCK_K] + [BLOCK_S, BLOCK_K] elements and two more [BLOCK_S,
-    BLOCK_O] (the MSA rows, the output's gradient) and one [BLOCK_O, BLOCK_K] (proj_g's weight). A model that
-    bounds the sm_90 compilers' counts from above: Triton 3.9's for every config at 64 and 128 output channels in
-    bf16 and float32 (float32, 64 x 128 columns, 128 output channels, 2 stages: 393216 modelled, 263168 compiled),
-    and Triton 3.6's on the H200 for 64 x 64 columns, 2 stages, in float32 at 128 output channels (262144
-    modelled, 246784 needed; Triton 3.9 counts 181248)."""
+    stages of [BLOCK_S, BLOCK_O] + [BLOCK_O, BLOCK_K] + [BLOCK_S, BLOCK_K] elements, three more [BLOCK_S, BLOCK_O]
+    and one [BLOCK_O, BLOCK_K] (proj_g's weight), and PROJECTION_SHARED_SLACK bytes. A model that bounds the sm_90
+    compilers' counts from above: Triton 3.9's for every config at 64 and 128 output channels in bf16 and float32,
+    and Triton 3.6's on the H200 for float32 64 x 64 columns, 2 stages, at 128 output channels (294912 modelled,
+    246784 needed) and 64 x 128 columns, 8 warps, 2 stages, at 64 (246784 modelled, 246272 needed)."""
     kw = config.kwargs
     bs, bk = kw["BLOCK_S"], kw["BLOCK_K"]
     stages = max(1, config.num_stages)
-    shared = (stages * (bs * BLOCK_O + BLOCK_O * bk + bs * bk) + 2 * bs * BLOCK_O + BLOCK_O * bk) * element_size
+    shared = (stages * (bs * BLOCK_O + BLOCK_O * bk + bs * bk) + 3 * bs * BLOCK_O + BLOCK_O * bk) * element_size
     return (bk <= max(16, next_pow2(HC)) and bs * max(bk, BLOCK_O) <= 16384
-            and BLOCK_O * bk <= 64 * 32 * config.num_warps and shared <= SHARED_LIMIT)
+            and BLOCK_O * bk <= 64 * 32 * config.num_warps and shared + PROJECTION_SHARED_SLACK <= SHARED_LIMIT)
+
+
+PROJECTION_SHARED_SLACK = 1024  # bytes the compiler took beyond the element counts (246272 against 245760 counted)
 
 
 def projection_candidates(HC: int, BLOCK_O: int, element_size: int) -> list[triton.Config]:
