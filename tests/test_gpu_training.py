@@ -248,4 +248,6 @@ def test_pair_weighted_averaging_past_2_31_elements():
 
     lowp_out, lowp = reference(torch.bfloat16)
     exact_out, exact = reference(torch.float32)
+    for grads_ in (got, lowp, exact):  # the pair's gradient: its last rows i, past 2**31 elements (all of it would
+        grads_["input1"] = grads_["input1"][:, -64:]  # take 34 GiB in float64 to compare)
     _assert_bf16_contract(out, got, exact_out, exact, lowp_out, lowp)
