@@ -180,8 +180,6 @@ def test_opm_past_2_31_elements():
 @pytest.mark.full
 @pytest.mark.big
 @pytest.mark.no_poison
-@pytest.mark.xfail(strict=True, reason="bf16: pair_bias.bias's gradient (exactly 0) carries 4.57e-1 of rounding against "
-                   "a bound of 1.41e-1 from PyTorch's bf16 (as at N 97); every gradient before it in order passes")
 def test_row_attention_past_2_31_elements():
     """The projections (B, S, N, 4H) pass 2**31 elements (S 2049, N 2048, H 128; bf16): the last MSA row against the
     reference given the pair bias (rows are independent), the output's gradient nonzero there alone."""

@@ -167,9 +167,7 @@ def _contract_case(B, S, N, form, layout, seed, D=16, P=5):
 
 @pytest.mark.parametrize("variant, dtype, layout", [
     ("seed", torch.float32, "strided"),
-    pytest.param("openfold", LOW, "plain", marks=pytest.mark.xfail(
-        DEVICE == "cuda", strict=True, reason="bf16 on the H200: pair_norm.bias's gradient (exactly 0) carries 1.35e-2 "
-        "of rounding against PyTorch's bf16 5.6e-3 (bound 1.12e-2); the source is not yet found")),
+    ("openfold", LOW, "plain"),
     pytest.param("openfold", torch.float32, "broadcast", marks=pytest.mark.full),
     pytest.param("seed", LOW, "strided", marks=pytest.mark.full)])
 def test_each_gradient_alone(variant, dtype, layout):
@@ -186,9 +184,7 @@ def test_each_gradient_alone(variant, dtype, layout):
     (n, form, layout, dtype) for n, form, layout in ((1, "float", "plain"), (17, "bool", "strided"), (17, "int", "broadcast"))
     for dtype in (torch.float32, LOW)] + [
     pytest.param(97, "float", "plain", torch.float32, marks=pytest.mark.full),
-    pytest.param(97, "float", "plain", LOW, marks=[pytest.mark.full, pytest.mark.xfail(
-        DEVICE == "cuda", strict=True, reason="bf16 on the H200: pair_bias.bias's gradient (exactly 0) carries 1.53e-1 "
-        "of rounding against a bound of 6.64e-2 from PyTorch's bf16; the source is not yet found")])])
+    pytest.param(97, "float", "plain", LOW, marks=pytest.mark.full)])
 def test_gradients_at_awkward_shapes(N, form, layout, dtype):
     """Output and every gradient at N = 1, 17 (97: full tier), with float, bool and int masks, strided inputs and
     weights, broadcast (stride-0) inputs; three heads of 8."""

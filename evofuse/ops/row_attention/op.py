@@ -157,7 +157,13 @@ def core_backward(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, grad_out: Te
         *common, d_qkvg[..., D:], *d_qkvg.stride()[:3], *sizes, 1 / math.sqrt(d), bucket(N), **consts)
     dz_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]) * splits,)](
         *common, dz, dz.stride(0), S, N, h, D, splits, *sizes[4:], bucket(N), **consts)
-    return d_qkvg, dz[0] if splits == 1 else dz.sum(0)
+    dz = dz[0] if splits == 1 else dz.sum(0)
+    # every row of the exact dz sums to 0 (a softmax ignores a constant added to its logits), so its mean over the
+    # keys is rounding alone (delta is taken from the rounded output); taking it out (an orthogonal projection onto
+    # what the exact gradient satisfies) cannot enlarge dz's error, and keeps the gradient of a bias the softmax
+    # ignores at float32's rounding (in bf16 it had carried 2-3x PyTorch's own rounding). The mean of the finite
+    # entries: a NaN or Inf stays where the reference has it, and spreads nowhere else
+    return d_qkvg, dz.sub_(dz.nan_to_num(0.0, 0.0, 0.0).mean(-1, keepdim=True))
 
 
 DZ_TILE = 64  # residues a side of the pair bias gradient's tiles, as the splits of the MSA rows count them
