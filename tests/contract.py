@@ -106,8 +106,22 @@ def check_nonfinite(mod, inputs, device, differentiable, target: str, index: tup
         assert_same_nonfinite(g, ref[name], name)
 
 
-def nonfinite_targets(mod, differentiable) -> list[str]:
-    return [f"input{k}" for k in range(differentiable)] + [n for n, _ in mod.named_parameters()]
+def nonfinite_cases(mod, differentiable) -> list[tuple[str, float]]:
+    """(target, value) for `check_nonfinite`: NaN in every input and parameter, +-Inf in every input."""
+    inputs = [f"input{k}" for k in range(differentiable)]
+    return ([(t, float("nan")) for t in inputs + [n for n, _ in mod.named_parameters()]]
+            + [(t, v) for t in inputs for v in (float("inf"), float("-inf"))])
+
+
+# (N, mask form, layout) of the awkward-shape gradient cases: N = 1, 17 (past one block of the interpreter's tiles)
+# and, in the full tier, 97 (past one block of the GPU's); float, bool and int masks; strided and broadcast inputs
+AWKWARD_CASES = [(1, "float", "plain"), (17, "bool", "strided"), (17, "int", "broadcast"),
+                 pytest.param(97, "float", "plain", marks=pytest.mark.full)]
+
+
+def argument_id(value) -> str | None:
+    """The test id of a `bad_arguments` case: its argument's name."""
+    return value if isinstance(value, str) else None
 
 
 def _with(args: dict, name: str, value) -> dict:

@@ -12,14 +12,16 @@ from evofuse.numerics import FP32_FAST_BOUND, rel_error
 
 from .conftest import DEVICE
 from .contract import (
+    AWKWARD_CASES,
     LAYOUTS,
+    argument_id,
     bad_arguments,
     check_bad_argument,
     check_gradients,
     check_nonfinite,
     layout_case,
     mask_form,
-    nonfinite_targets,
+    nonfinite_cases,
 )
 from .helpers import assert_contract, compare, grads, opm_module, random_mask
 
@@ -262,8 +264,7 @@ def test_each_gradient_alone(normalization, dtype, layout):
     check_gradients(mod, inputs, dtype, DEVICE, 1, views, strided_weights=layout == "strided", alone=True)
 
 
-@pytest.mark.parametrize("N, form, layout", [(1, "float", "plain"), (17, "bool", "strided"), (17, "int", "broadcast"),
-                                             pytest.param(97, "float", "plain", marks=pytest.mark.full)])
+@pytest.mark.parametrize("N, form, layout", AWKWARD_CASES)
 @pytest.mark.parametrize("dtype", [torch.float32, LOW])
 def test_gradients_at_awkward_shapes(N, form, layout, dtype):
     """Output and every gradient at N = 1, 17 (97: full tier), with float, bool and int masks, strided inputs and
@@ -274,8 +275,7 @@ def test_gradients_at_awkward_shapes(N, form, layout, dtype):
     check_gradients(mod, inputs, dtype, DEVICE, 1, views, strided_weights=layout == "strided")
 
 
-@pytest.mark.parametrize("target, value", [(t, float("nan")) for t in nonfinite_targets(opm_module(8, 4, 8), 1)]
-                         + [("input0", float("inf")), ("input0", float("-inf"))])
+@pytest.mark.parametrize("target, value", nonfinite_cases(opm_module(8, 4, 8), 1))
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # (the interpreter's NumPy on NaN and Inf)
 def test_nonfinite_shows_as_in_the_reference(target, value):
     """NaN in any input or parameter, Inf in the MSA: NaN and Inf in the output and every gradient where the
@@ -294,7 +294,7 @@ def _valid_arguments():
 
 @pytest.mark.parametrize("name, value, exc", bad_arguments(_valid_arguments(), masks=("msa_mask",),
                                                             optional=("proj_a_bias", "proj_b_bias")),
-                         ids=lambda v: v if isinstance(v, str) else None)
+                         ids=argument_id)
 def test_bad_arguments_are_named(name, value, exc):
     """Each tensor argument not a tensor, on another device, of a wrong dtype, rank or last dimension, or None where
     it is required: a ValueError or TypeError that names it."""

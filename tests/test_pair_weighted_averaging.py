@@ -14,13 +14,15 @@ from evofuse.ops.pair_weighted_averaging.kernels import _sigmoid
 
 from .conftest import DEVICE
 from .contract import (
+    AWKWARD_CASES,
+    argument_id,
     bad_arguments,
     check_bad_argument,
     check_gradients,
     check_nonfinite,
     layout_case,
     mask_form,
-    nonfinite_targets,
+    nonfinite_cases,
 )
 from .helpers import assert_contract, compare, grads, randomize
 
@@ -316,8 +318,7 @@ def test_each_gradient_alone(mask_mode, dtype, layout):
     check_gradients(mod, inputs, dtype, DEVICE, 2, views, strided_weights=layout == "strided", alone=True)
 
 
-@pytest.mark.parametrize("N, form, layout", [(1, "float", "plain"), (17, "bool", "strided"), (17, "int", "broadcast"),
-                                             pytest.param(97, "float", "plain", marks=pytest.mark.full)])
+@pytest.mark.parametrize("N, form, layout", AWKWARD_CASES)
 @pytest.mark.parametrize("dtype", [torch.float32, LOW])
 def test_gradients_at_awkward_shapes(N, form, layout, dtype):
     """Output and every gradient at N = 1, 17 (97: full tier), with float, bool and int masks, strided inputs and
@@ -327,8 +328,7 @@ def test_gradients_at_awkward_shapes(N, form, layout, dtype):
     check_gradients(mod, inputs, dtype, DEVICE, 2, views, strided_weights=layout == "strided")
 
 
-@pytest.mark.parametrize("target, value", [(t, float("nan")) for t in nonfinite_targets(_module(8, 6, 4, 2), 2)]
-                         + [(t, v) for t in ("input0", "input1") for v in (float("inf"), float("-inf"))])
+@pytest.mark.parametrize("target, value", nonfinite_cases(_module(8, 6, 4, 2), 2))
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # (the interpreter's NumPy on NaN and Inf)
 def test_nonfinite_shows_as_in_the_reference(target, value):
     """NaN in any input or parameter, Inf in the MSA or the pair: NaN and Inf in the output and every gradient where
@@ -345,7 +345,7 @@ def _valid_arguments():
 
 
 @pytest.mark.parametrize("name, value, exc", bad_arguments(_valid_arguments(), masks=("pair_mask",)),
-                         ids=lambda v: v if isinstance(v, str) else None)
+                         ids=argument_id)
 def test_bad_arguments_are_named(name, value, exc):
     """Each tensor argument not a tensor, on another device, of a wrong dtype, rank or last dimension, or None where
     it is required: a ValueError or TypeError that names it."""

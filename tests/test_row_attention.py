@@ -12,13 +12,15 @@ from evofuse.numerics import FP32_FAST_BOUND, rel_error
 
 from .conftest import DEVICE
 from .contract import (
+    AWKWARD_CASES,
+    argument_id,
     bad_arguments,
     check_bad_argument,
     check_gradients,
     check_nonfinite,
     layout_case,
     mask_form,
-    nonfinite_targets,
+    nonfinite_cases,
 )
 from .helpers import assert_contract, att_module, grads, random_mask
 
@@ -180,11 +182,8 @@ def test_each_gradient_alone(variant, dtype, layout):
     check_gradients(mod, inputs, dtype, DEVICE, 2, views, strided_weights=layout == "strided", alone=True)
 
 
-@pytest.mark.parametrize("N, form, layout, dtype", [
-    (n, form, layout, dtype) for n, form, layout in ((1, "float", "plain"), (17, "bool", "strided"), (17, "int", "broadcast"))
-    for dtype in (torch.float32, LOW)] + [
-    pytest.param(97, "float", "plain", torch.float32, marks=pytest.mark.full),
-    pytest.param(97, "float", "plain", LOW, marks=pytest.mark.full)])
+@pytest.mark.parametrize("N, form, layout", AWKWARD_CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
 def test_gradients_at_awkward_shapes(N, form, layout, dtype):
     """Output and every gradient at N = 1, 17 (97: full tier), with float, bool and int masks, strided inputs and
     weights, broadcast (stride-0) inputs; three heads of 8."""
@@ -193,9 +192,7 @@ def test_gradients_at_awkward_shapes(N, form, layout, dtype):
     check_gradients(mod, inputs, dtype, DEVICE, 2, views, strided_weights=layout == "strided")
 
 
-@pytest.mark.parametrize("target, value", [
-    (t, float("nan")) for t in nonfinite_targets(att_module(8, 3, 2, pair_layer_norm=True), 2)]
-    + [(t, v) for t in ("input0", "input1") for v in (float("inf"), float("-inf"))])
+@pytest.mark.parametrize("target, value", nonfinite_cases(att_module(8, 3, 2, pair_layer_norm=True), 2))
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # (the interpreter's NumPy on NaN and Inf)
 def test_nonfinite_shows_as_in_the_reference(target, value):
     """NaN in any input or parameter, Inf in the MSA or the pair: NaN and Inf in the output and every gradient where
@@ -219,7 +216,7 @@ OPTIONAL = ("query_bias", "key_bias", "value_bias", "gate_bias", "out_proj_bias"
 
 
 @pytest.mark.parametrize("name, value, exc", bad_arguments(_valid_arguments(), masks=("msa_mask",), optional=OPTIONAL),
-                         ids=lambda v: v if isinstance(v, str) else None)
+                         ids=argument_id)
 def test_bad_arguments_are_named(name, value, exc):
     """Each tensor argument not a tensor, on another device, of a wrong dtype, rank or last dimension, or None where
     it is required: a ValueError or TypeError that names it."""
