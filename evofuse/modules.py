@@ -6,7 +6,9 @@ import torch
 from torch import nn
 
 from . import functional
-from .reference import COUNT_EPS, NORMALIZATIONS
+from ._dispatch import IMPLS
+from ._runtime import PRECISIONS
+from .reference import COUNT_EPS, MASK_MODES, NORMALIZATIONS, PAIR_MASK_MODES
 
 
 def _linear_params(module: nn.Module, names: tuple[str, ...]) -> list[torch.Tensor]:
@@ -16,6 +18,16 @@ def _linear_params(module: nn.Module, names: tuple[str, ...]) -> list[torch.Tens
         sub = getattr(module, name)
         out += (sub.weight, sub.bias)
     return out
+
+
+def _check_options(precision: str, impl: str | None, mask_mode: str | None = None, mask_modes: tuple = ()) -> None:
+    """A module's options, checked where it is built (the functional forms check them at each call)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if impl is not None and impl not in IMPLS:
+        raise ValueError(f"impl must be None or one of {IMPLS}, got {impl!r}")
+    if mask_mode is not None and mask_mode not in mask_modes:
+        raise ValueError(f"mask_mode must be one of {mask_modes}, got {mask_mode!r}")
 
 
 _OPM_LINEARS = ("layer_norm", "proj_a", "proj_b", "out_proj")
@@ -45,6 +57,9 @@ class OuterProductMean(nn.Module):
         super().__init__()
         if normalization not in NORMALIZATIONS:
             raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+        if not count_eps > 0:
+            raise ValueError(f"count_eps must be > 0, got {count_eps!r}")
+        _check_options(precision, impl)
         self.layer_norm = nn.LayerNorm(msa_dim)
         self.proj_a = nn.Linear(msa_dim, hidden_dim, bias=projection_bias)
         self.proj_b = nn.Linear(msa_dim, hidden_dim, bias=projection_bias)
@@ -85,6 +100,7 @@ class MSARowAttentionWithPairBias(nn.Module):
         super().__init__()
         if head_dim is None and (num_heads < 1 or msa_dim % num_heads != 0):
             raise ValueError(f"msa_dim={msa_dim} must be divisible by num_heads={num_heads}")
+        _check_options(precision, impl, mask_mode, MASK_MODES)
         self.num_heads = num_heads
         self.head_dim = msa_dim // num_heads if head_dim is None else head_dim
         inner = num_heads * self.head_dim
@@ -130,6 +146,9 @@ class PairWeightedAveraging(nn.Module):
     def __init__(self, c_m: int, c_z: int, c_h: int, num_heads: int, inf: float = 1e6, precision: str = "default",
                  impl: str | None = None, mask_mode: str = "relative"):
         super().__init__()
+        if not isinstance(num_heads, int) or num_heads < 1:
+            raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
+        _check_options(precision, impl, mask_mode, PAIR_MASK_MODES)
         self.c_m, self.c_z, self.c_h, self.num_heads, self.inf = c_m, c_z, c_h, num_heads, inf
         self.mask_mode = mask_mode
         self.norm_m = nn.LayerNorm(c_m)

@@ -76,3 +76,11 @@ def test_patched_modules_under_autocast():
     msa_mask[:, -1] = 1
     assert_autocast_like_original(integration, randomize(EvoformerMSAPart(), 1).to(DEVICE), {
         "msa_att_row": (m, z, msa_mask), "outer_product_mean": (m, msa_mask)}, DEVICE)
+
+
+def test_patch_names_a_model_that_is_no_module():
+    from evofuse.integrations import openfold as integration
+
+    for call in (integration.patch, integration.unpatch):
+        with pytest.raises(TypeError, match="model must be a torch.nn.Module, got dict"):
+            call({})

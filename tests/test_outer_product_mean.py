@@ -317,5 +317,12 @@ def test_bad_options_are_named(options, pattern):
 def test_module_names_bad_inputs(x, mask, exc, pattern):
     with pytest.raises(exc, match=pattern):
         OuterProductMean(8, 5, 4)(x, mask)
-    with pytest.raises(ValueError, match="normalization must be one of"):
-        OuterProductMean(8, 5, 4, normalization="mean")
+
+
+@pytest.mark.parametrize("options, pattern", [
+    (dict(normalization="mean"), "normalization must be one of"), (dict(count_eps=0.0), "count_eps must be > 0"),
+    (dict(precision="tf32"), "precision must be one of"), (dict(impl="cuda"), "impl must be None or one of")])
+def test_module_names_bad_options(options, pattern):
+    """A module's options are checked where it is built."""
+    with pytest.raises(ValueError, match=pattern):
+        OuterProductMean(8, 5, 4, **options)

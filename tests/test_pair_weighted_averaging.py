@@ -372,3 +372,12 @@ def test_bad_options_are_named(options, pattern):
 def test_module_names_bad_inputs(m, z, mask, exc, pattern):
     with pytest.raises(exc, match=pattern):
         PairWeightedAveraging(8, 6, 4, 2)(m, z, mask)
+
+
+@pytest.mark.parametrize("heads, options, pattern", [
+    (0, {}, "num_heads must be a positive integer"), (2, dict(mask_mode="replace"), "mask_mode must be one of"),
+    (2, dict(precision="tf32"), "precision must be one of"), (2, dict(impl="cuda"), "impl must be")])
+def test_module_names_bad_options(heads, options, pattern):
+    """A module's options are checked where it is built."""
+    with pytest.raises(ValueError, match=pattern):
+        PairWeightedAveraging(8, 6, 4, heads, **options)

@@ -244,5 +244,12 @@ def test_bad_options_are_named(options, pattern):
 def test_module_names_bad_inputs(x, z, mask, pattern):
     with pytest.raises(ValueError, match=pattern):
         MSARowAttentionWithPairBias(8, 3, 2)(x, z, mask)
-    with pytest.raises(ValueError, match="divisible by num_heads"):
-        MSARowAttentionWithPairBias(10, 3, 4)
+
+
+@pytest.mark.parametrize("args, options, pattern", [
+    ((10, 3, 4), {}, "divisible by num_heads"), ((8, 3, 2), dict(mask_mode="multiply"), "mask_mode must be one of"),
+    ((8, 3, 2), dict(precision="tf32"), "precision must be one of"), ((8, 3, 2), dict(impl="cuda"), "impl must be")])
+def test_module_names_bad_options(args, options, pattern):
+    """A module's options are checked where it is built."""
+    with pytest.raises(ValueError, match=pattern):
+        MSARowAttentionWithPairBias(*args, **options)

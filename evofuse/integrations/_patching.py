@@ -61,10 +61,16 @@ def check_pair_weighted_averaging(head_width: int, msa_width: int, *linears: nn.
     return None
 
 
+def _require_module(model: object) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+
+
 def patch_modules(model: nn.Module, replacements: dict[tuple[str, str], type[nn.Module]]) -> list[str]:
     """Replaces, in place, each descendant of `model` whose class (its module, its name) is a key of
     `replacements` by that replacement built from it, unless the replacement's `unsupported_reason(module)`
     names a reason: then the module stays, with a warning. Returns the names replaced."""
+    _require_module(model)
     replaced = []
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
@@ -86,6 +92,7 @@ def patch_modules(model: nn.Module, replacements: dict[tuple[str, str], type[nn.
 
 def unpatch_modules(model: nn.Module) -> list[str]:
     """Puts back every module that `patch_modules` replaced inside `model`; returns their names."""
+    _require_module(model)
     restored = []
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
