@@ -3,7 +3,8 @@
 `OuterProductMean`, `MSARowAttentionWithPairBias` and `PairWeightedAveraging` are drop-in modules;
 `outer_product_mean`, `msa_row_attention` and `pair_weighted_averaging` their functional forms;
 `evofuse.reference` the plain-PyTorch definitions.
-Importing touches no GPU and compiles no kernel.
+Importing registers every operation's torch.library ops (`torch.ops.evofuse.*`, where Triton is installed), so
+that a program exported with them loads after `import evofuse`; it touches no GPU and compiles no kernel.
 """
 
 from .functional import msa_row_attention, outer_product_mean, pair_weighted_averaging

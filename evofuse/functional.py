@@ -13,7 +13,7 @@ import contextlib
 import torch
 
 from . import reference as ref
-from ._dispatch import resolve_impl, warn_once
+from ._dispatch import resolve_impl, triton_available, warn_once
 from ._runtime import PRECISIONS
 from ._validation import (
     check_mask,
@@ -25,6 +25,13 @@ from ._validation import (
     check_ranks,
     check_width,
 )
+
+if triton_available():  # the operations' torch.library ops, registered here: `import evofuse` makes torch.ops.evofuse.*
+    from .ops import outer_product_mean as opm
+    from .ops import pair_weighted_averaging as pwa
+    from .ops import row_attention as att
+else:  # (no Triton: every call takes the reference; `resolve_impl` refuses impl="triton")
+    opm = pwa = att = None
 
 
 def _check_options(precision: str, normalization: str | None = None) -> None:
@@ -139,8 +146,6 @@ def outer_product_mean(
     weights = _cast(params.values(), msa_repr.dtype)
     if resolve_impl(impl, msa_repr) == "torch":
         return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization, count_eps)
-    from .ops import outer_product_mean as opm
-
     if not opm.fused(c, msa_repr.dtype):
         warn_once(f"opm-{c}-{msa_repr.dtype}", f"evofuse: no fused Outer Product Mean for hidden_dim={c}, "
                   f"dtype={msa_repr.dtype}; running the PyTorch reference")
@@ -249,8 +254,6 @@ def msa_row_attention(
 
     if resolve_impl(impl, msa_repr) == "torch":
         return reference()
-    from .ops import row_attention as att
-
     if training and dropout > 0:
         warn_once("att-dropout", "evofuse: attention dropout in training mode runs the PyTorch reference")
         return reference()
@@ -337,8 +340,6 @@ def pair_weighted_averaging(
 
     if resolve_impl(impl, msa_repr) == "torch":
         return reference()
-    from .ops import pair_weighted_averaging as pwa
-
     if not pwa.fused(inner // num_heads, c_m, dtype):
         warn_once(f"pwa-{inner // num_heads}-{c_m}-{dtype}", f"evofuse: no fused pair-weighted averaging for head width "
                   f"{inner // num_heads}, c_m={c_m}, dtype={dtype}; running the PyTorch reference")

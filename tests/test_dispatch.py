@@ -58,15 +58,23 @@ def test_module_override_and_call_override_reach_the_kernel(monkeypatch):
     assert calls == [1, 1]
 
 
-def test_import_needs_no_gpu_and_compiles_nothing():
+OPS = ("outer_product_mean", "outer_product_mean_core_backward", "msa_row_attention", "msa_row_attention_core_backward",
+       "pair_weighted_averaging", "pair_weighted_averaging_core_backward", "layer_norm_backward", "pair_heads_backward")
+
+
+def test_import_registers_every_op_and_needs_no_gpu(tmp_path):
+    """`import evofuse` registers every operation's torch.library ops, without a GPU, initializing no CUDA and
+    compiling no kernel (Triton's cache stays empty)."""
     import subprocess
     import sys
 
-    code = ("import sys, evofuse; assert 'evofuse.ops.outer_product_mean' not in sys.modules; "
-            "assert 'triton' not in sys.modules; print('ok')")
+    code = ("import torch, evofuse; assert not torch.cuda.is_initialized(); "
+            f"missing = [n for n in {OPS!r} if not hasattr(torch.ops.evofuse, n)]; assert not missing, missing; "
+            "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={"CUDA_VISIBLE_DEVICES": "", "PATH": ""})
+                         env={"CUDA_VISIBLE_DEVICES": "", "PATH": "", "TRITON_CACHE_DIR": str(tmp_path)})
     assert out.stdout.strip() == "ok", out.stderr
+    assert not any(tmp_path.iterdir())
 
 
 def test_modules_read_parametrized_and_replaced_weights():

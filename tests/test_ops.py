@@ -232,3 +232,25 @@ def test_eager_call_skips_the_dispatcher(op):
     assert type(out.grad_fn).__name__ == "EagerBackward"
     with torch.no_grad():
         assert mod(*x).grad_fn is None
+
+
+@pytest.mark.no_poison
+def test_exported_program_loads_after_import(tmp_path):
+    """A program exported with an evofuse op (torch.export) saves, and loads and runs in a fresh process after
+    `import evofuse`, with the exporting process's output."""
+    import os
+    import subprocess
+    import sys
+
+    mod = opm_module(16, 6, 8, seed=1, impl="triton").to(DEVICE)
+    x = torch.randn(1, 3, 5, 16, device=DEVICE)
+    program = torch.export.export(mod, (x, None))
+    assert any("evofuse" in str(node.target) for node in program.graph.nodes)
+    path = tmp_path / "opm.pt2"
+    torch.export.save(program, str(path))
+    torch.save({"x": x.cpu(), "out": mod(x, None).detach().cpu()}, tmp_path / "io.pt")
+    code = (f"import torch, evofuse; program = torch.export.load({str(path)!r}); io = torch.load({str(tmp_path / 'io.pt')!r}); "
+            f"out = program.module()(io['x'].to({DEVICE!r}), None); "
+            "torch.testing.assert_close(out.cpu(), io['out']); print('ok')")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert run.stdout.strip().endswith("ok"), run.stderr[-3000:]
