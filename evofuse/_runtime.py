@@ -49,6 +49,16 @@ def eager_or_dispatched(op, forward, setup_context, backward):
     return call
 
 
+def tuning_candidates(table: list, fits, interpreter_config, fallback: bool = True) -> list:
+    """The configs of `table` that Triton's autotuner tries for a call: the interpreter's alone under Triton's
+    interpreter; else those for which fits(config) holds (the table's last where none does, unless not `fallback`),
+    and of them the first alone where autotuning is off. Every kernel's config choice goes through here."""
+    if interpreting():
+        return [interpreter_config]
+    kept = [config for config in table if fits(config)] or (table[-1:] if fallback else [])
+    return kept if autotune_enabled() else kept[:1]
+
+
 def autotune_enabled() -> bool:
     """EVOFUSE_AUTOTUNE=0 takes each kernel's first fitting config instead of timing the candidates on
     the first call of each size bucket: a faster start, possibly a slower steady state."""

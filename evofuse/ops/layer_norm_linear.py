@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._runtime import autotune_enabled, bucket, cdiv, dot_precision, interpreting, multiprocessors, next_pow2, traced
+from .._runtime import bucket, cdiv, dot_precision, multiprocessors, next_pow2, traced, tuning_candidates
 from ..reference import LAYER_NORM_EPS
 from .float16_halves import finite_abs, power_of_two_scales, store_halves
 from .layer_norm_rows import centred_rows
@@ -262,12 +262,10 @@ def _keep(config: triton.Config, K: int, BLOCK_D: int, terms: int, whole_row: bo
 
 
 def _prune(configs, named_args, **kwargs):
-    if interpreting():
-        return [INTERPRETER_CONFIG]
     table = CONFIGS if kwargs["TERMS"] == 0 else FLOAT32_CONFIGS
-    kept = [c for c in table if _keep(c, named_args["K"], kwargs["BLOCK_D"], kwargs["TERMS"], kwargs["WHOLE_ROW"])]
-    kept = kept or table[-1:]
-    return kept if autotune_enabled() else kept[:1]
+    return tuning_candidates(
+        table, lambda c: _keep(c, named_args["K"], kwargs["BLOCK_D"], kwargs["TERMS"], kwargs["WHOLE_ROW"]),
+        INTERPRETER_CONFIG)
 
 
 @functools.cache

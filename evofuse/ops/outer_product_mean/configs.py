@@ -14,7 +14,7 @@ import functools
 
 import triton
 
-from ..._runtime import autotune_enabled, interpreting
+from ..._runtime import autotune_enabled, interpreting, tuning_candidates
 
 
 def _configs(tiles) -> list[triton.Config]:
@@ -77,10 +77,7 @@ def fits(config: triton.Config, C: int, terms: int) -> bool:
 def candidates(C: int, terms: int) -> list[triton.Config]:
     """The configs tried for hidden_dim C and `terms` products a contraction (the first where autotuning is
     off; the interpreter's alone under Triton's interpreter)."""
-    if interpreting():
-        return [INTERPRETER_CONFIG]
-    kept = [cfg for cfg in CONFIGS[terms] if fits(cfg, C, terms)]
-    return kept if autotune_enabled() else kept[:1]
+    return tuning_candidates(CONFIGS[terms], lambda cfg: fits(cfg, C, terms), INTERPRETER_CONFIG, fallback=False)
 
 
 def prune(configs, named_args, **kwargs):
@@ -113,10 +110,7 @@ DX_INTERPRETER_CONFIG = triton.Config({"BLOCK_I": 4, "BLOCK_J": 4, "BLOCK_K": 16
 
 def dx_candidates(C: int) -> list[triton.Config]:
     """The dX kernel's configs for hidden_dim C (a block of (p q) no wider than C*C)."""
-    if interpreting():
-        return [DX_INTERPRETER_CONFIG]
-    kept = [cfg for cfg in DX_CONFIGS if cfg.kwargs["BLOCK_K"] <= C * C] or DX_CONFIGS[-1:]
-    return kept if autotune_enabled() else kept[:1]
+    return tuning_candidates(DX_CONFIGS, lambda cfg: cfg.kwargs["BLOCK_K"] <= C * C, DX_INTERPRETER_CONFIG)
 
 
 def dx_prune(configs, named_args, **kwargs):
@@ -134,17 +128,13 @@ def dw_candidates(C: int, element_bytes: int) -> list[triton.Config]:
     """The dW kernel's configs for hidden_dim C and operands of `element_bytes`: a block of (p q) no wider than
     C*C, the [BLOCK_K, BLOCK_R] float32 accumulator within ACCUMULATOR_PER_THREAD registers a thread, and the
     pipelined operand tiles within shared memory."""
-    if interpreting():
-        return [DW_INTERPRETER_CONFIG]
-
     def fit(cfg):
         kw = cfg.kwargs
         operands = cfg.num_stages * kw["BLOCK_P"] * (kw["BLOCK_K"] + kw["BLOCK_R"]) * element_bytes
         return (kw["BLOCK_K"] <= C * C and kw["BLOCK_K"] * kw["BLOCK_R"] <= ACCUMULATOR_PER_THREAD * 32 * cfg.num_warps
                 and operands + SHARED_MARGIN <= SHARED_LIMIT)
 
-    kept = [cfg for cfg in DW_CONFIGS if fit(cfg)] or DW_CONFIGS[-1:]
-    return kept if autotune_enabled() else kept[:1]
+    return tuning_candidates(DW_CONFIGS, fit, DW_INTERPRETER_CONFIG)
 
 
 def dw_prune(configs, named_args, **kwargs):
@@ -169,16 +159,12 @@ def project_candidates(C: int, R: int) -> list[triton.Config]:
     """The product's configs for hidden_dim C and R outputs: no block of outputs wider than R needs (at least 16
     columns, a tensor-core shape), a block of (p q) no wider than C*C, the [pairs, BLOCK_R] float32 accumulator
     within ACCUMULATOR_PER_THREAD registers a thread."""
-    if interpreting():
-        return [PROJECT_INTERPRETER_CONFIG]
-
     def fit(cfg):
         kw = cfg.kwargs
         return (kw["BLOCK_R"] <= max(16, triton.next_power_of_2(R)) and kw["BLOCK_K"] <= C * C
                 and kw["BLOCK_I"] * kw["BLOCK_J"] * kw["BLOCK_R"] <= ACCUMULATOR_PER_THREAD * 32 * cfg.num_warps)
 
-    kept = [cfg for cfg in PROJECT_CONFIGS if fit(cfg)] or PROJECT_CONFIGS[-1:]
-    return kept if autotune_enabled() else kept[:1]
+    return tuning_candidates(PROJECT_CONFIGS, fit, PROJECT_INTERPRETER_CONFIG)
 
 
 def project_prune(configs, named_args, **kwargs):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import triton
 
-from ..._runtime import autotune_enabled, interpreting, next_pow2
+from ..._runtime import next_pow2, tuning_candidates
 
 # The last two measured alone on the H200 (bf16, us): pwa-af3's dv 222 against 245 for the best of the others,
 # pwa-boltz's 222 against 229
@@ -38,11 +38,9 @@ def fits(config: triton.Config, BLOCK_C: int, element_size: int) -> bool:
 def candidates(BLOCK_C: int, element_size: int) -> list[triton.Config]:
     """The configs tried for a call (the first fitting where autotuning is off; the interpreter's alone under
     Triton's interpreter)."""
-    if interpreting():  # (columns for one row s of the widest heads too)
-        cols = max(INTERPRETER_CONFIG.kwargs["COLS"], BLOCK_C)
-        return [triton.Config({**INTERPRETER_CONFIG.kwargs, "COLS": cols}, num_warps=1, num_stages=1)]
-    kept = [cfg for cfg in CONFIGS if fits(cfg, BLOCK_C, element_size)] or CONFIGS[-1:]
-    return kept if autotune_enabled() else kept[:1]
+    cols = max(INTERPRETER_CONFIG.kwargs["COLS"], BLOCK_C)  # (the interpreter's: one row s of the widest heads too)
+    interpreter = triton.Config({**INTERPRETER_CONFIG.kwargs, "COLS": cols}, num_warps=1, num_stages=1)
+    return tuning_candidates(CONFIGS, lambda cfg: fits(cfg, BLOCK_C, element_size), interpreter)
 
 
 def prune(configs, named_args, **kwargs):
@@ -87,11 +85,8 @@ PROJECTION_SHARED_SLACK = 1024  # bytes the compiler took beyond the element cou
 
 def projection_candidates(HC: int, BLOCK_O: int, element_size: int) -> list[triton.Config]:
     """The gated projection backward's configs tried for a call (the first fitting where autotuning is off)."""
-    if interpreting():
-        return [PROJECTION_INTERPRETER_CONFIG]
-    kept = [cfg for cfg in PROJECTION_CONFIGS if projection_fits(cfg, HC, BLOCK_O, element_size)]
-    kept = kept or PROJECTION_CONFIGS[-1:]
-    return kept if autotune_enabled() else kept[:1]
+    return tuning_candidates(PROJECTION_CONFIGS, lambda cfg: projection_fits(cfg, HC, BLOCK_O, element_size),
+                             PROJECTION_INTERPRETER_CONFIG)
 
 
 def prune_projection(configs, named_args, **kwargs):

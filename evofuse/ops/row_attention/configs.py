@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import triton
 
-from ..._runtime import autotune_enabled, interpreting, next_pow2
+from ..._runtime import next_pow2, tuning_candidates
 
 FORWARD_CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages)
@@ -35,10 +35,7 @@ def fits(config: triton.Config, BLOCK_D: int, N: int, element_size: int) -> bool
 def candidates(configs: list[triton.Config], BLOCK_D: int, N: int, element_size: int) -> list[triton.Config]:
     """The configs tried for a call (the first fitting where autotuning is off; the interpreter's alone
     under Triton's interpreter)."""
-    if interpreting():
-        return [INTERPRETER_CONFIG]
-    kept = [cfg for cfg in configs if fits(cfg, BLOCK_D, N, element_size)] or configs[-1:]
-    return kept if autotune_enabled() else kept[:1]
+    return tuning_candidates(configs, lambda cfg: fits(cfg, BLOCK_D, N, element_size), INTERPRETER_CONFIG)
 
 
 def prune(configs, named_args, **kwargs):
