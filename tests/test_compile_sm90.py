@@ -138,12 +138,14 @@ def _launches():
                    pair_heads.BACKWARD_WARPS, 2, {"g_ptr": "*fp32", "part_ptr": "*fp32"})
         attention = dict(MASKED=-1e9, HAS_MASK=True, HEAD_DIM=32, BLOCK_D=32, PRECISION=precision)
         kw, warps, stages = cfg(att_configs.FORWARD_CONFIGS[0])
-        yield (f"attention forward {dtype}", att.attention_forward_kernel, dtype, dict(TRAIN=True, **attention, **kw),
-               warps, stages, {})
+        for additive in (False, True):  # (the seed's replaced masked logits; the models' additive mask)
+            yield (f"attention forward {dtype} additive={additive}", att.attention_forward_kernel, dtype,
+                   dict(TRAIN=True, ADDITIVE_MASK=additive, **attention, **kw), warps, stages, {})
         kw, warps, stages = cfg(att_configs.BACKWARD_CONFIGS[0])
         for kernel in (att.attention_dq_kernel, att.attention_dkdv_kernel, att.attention_dz_kernel):
-            yield (f"{kernel.__name__} {dtype}", kernel, dtype, dict(ADDITIVE_MASK=False, **attention, **kw), warps,
-                   stages, {})
+            for additive in (False, True):
+                yield (f"{kernel.__name__} {dtype} additive={additive}", kernel, dtype,
+                       dict(ADDITIVE_MASK=additive, **attention, **kw), warps, stages, {})
         for head_dim in (32, 8):
             gate = att_configs.gate_launch(8, head_dim)
             warps = gate.pop("num_warps")

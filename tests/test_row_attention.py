@@ -193,11 +193,13 @@ def test_gradients_at_awkward_shapes(N, form, layout, dtype):
 
 
 @pytest.mark.parametrize("target, value", nonfinite_cases(att_module(8, 3, 2, pair_layer_norm=True), 2))
+@pytest.mark.parametrize("mask_mode", ["replace", "add"])
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # (the interpreter's NumPy on NaN and Inf)
-def test_nonfinite_shows_as_in_the_reference(target, value):
+def test_nonfinite_shows_as_in_the_reference(target, value, mask_mode):
     """NaN in any input or parameter, Inf in the MSA or the pair: NaN and Inf in the output and every gradient where
-    the reference has them (a fully masked MSA row and a masked residue among them)."""
-    mod = att_module(8, 3, 2, seed=2, pair_layer_norm=True)
+    the reference has them (a fully masked MSA row and a masked residue among them); with the additive mask a masked
+    key's NaN logit stays NaN, as the models' logit - 1e9."""
+    mod = att_module(8, 3, 2, seed=2, pair_layer_norm=True, mask_mode=mask_mode)
     x, z, mask = _inputs(1, 3, 5, 8, 3, "rows", 3)
     index = {"input0": (0, 0, 2, 3), "input1": (0, 1, 2, 1)}.get(target, (1,) * mod.get_parameter(target).dim()
                                                                  if target in dict(mod.named_parameters()) else None)

@@ -37,12 +37,17 @@ def _program_coords(S, N, H, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _logits(q, k, z, keep, fill, qk_scale, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr):
+def _logits(q, k, z, keep, fill, qk_scale, HAS_MASK: tl.constexpr, ADDITIVE_MASK: tl.constexpr,
+            PRECISION: tl.constexpr):
     """Logits in base-2 units, (q k^T / sqrt(d) + z) * log2(e), where `keep`, else `fill` (a masked key's MASKED, a
-    key past N's -inf, whatever q holds: a NaN in a query does not reach a row whose keys are all masked)."""
+    key past N's -inf, whatever q holds: a NaN in a query does not reach a row whose keys are all masked), plus, with
+    ADDITIVE_MASK, 0 times the logit: the models add their -inf, so a NaN or Inf logit of a masked key is NaN there."""
     logit = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + z * LOG2E  # [BLOCK_M, BLOCK_N]
     if HAS_MASK:
-        logit = tl.where(keep[None, :], logit, fill[None, :])
+        if ADDITIVE_MASK:
+            logit = tl.where(keep[None, :], logit, fill[None, :] + logit * 0.0)
+        else:
+            logit = tl.where(keep[None, :], logit, fill[None, :])
     return logit
 
 
@@ -50,8 +55,8 @@ def _logits(q, k, z, keep, fill, qk_scale, HAS_MASK: tl.constexpr, PRECISION: tl
 def _key_block(row, j0, N, D, HEAD_DIM, stride_xn, z_rows, stride_zj, i_ok, m_row, stride_mn,
                MASKED: tl.constexpr, HAS_MASK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """The keys j0 .. j0 + BLOCK_N of a row: k and v [BLOCK_N, BLOCK_D], the bias tile [queries, BLOCK_N] in
-    float32 (-inf past N, so that those keys get probability 0), which keys the mask keeps (none past N) and the
-    logit of those it does not (`_key_fill`)."""
+    float32 (without a mask -inf past N, so that those keys get probability 0), which keys the mask keeps (none past
+    N) and the logit of those it does not (`_key_fill`: -inf past N)."""
     offs_j = j0 + tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_D)
     j_ok = offs_j < N
@@ -59,8 +64,9 @@ def _key_block(row, j0, N, D, HEAD_DIM, stride_xn, z_rows, stride_zj, i_ok, m_ro
     kv_ok = j_ok[:, None] & (offs_e < HEAD_DIM)[None, :]
     k = tl.load(row + D + kv_off, mask=kv_ok, other=0.0)
     v = tl.load(row + 2 * D + kv_off, mask=kv_ok, other=0.0)
-    z = tl.load(z_rows + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=0.0)
-    z = tl.where(j_ok[None, :], z.to(tl.float32), float("-inf"))
+    z = tl.load(z_rows + offs_j[None, :] * stride_zj, mask=i_ok[:, None] & j_ok[None, :], other=0.0).to(tl.float32)
+    if not HAS_MASK:  # (with a mask, `_key_fill` gives keys past N their -inf)
+        z = tl.where(j_ok[None, :], z, float("-inf"))
     if HAS_MASK:
         keep = tl.load(m_row + offs_j * stride_mn, mask=j_ok, other=0) != 0
     else:
@@ -90,6 +96,7 @@ def attention_forward_kernel(
     MASKED: tl.constexpr,
     HAS_MASK: tl.constexpr,
     TRAIN: tl.constexpr,
+    ADDITIVE_MASK: tl.constexpr,  # the models' additive -inf mask: a masked key's NaN logit stays NaN
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -112,7 +119,7 @@ def attention_forward_kernel(
     for j0 in range(0, N, BLOCK_N):
         k, v, z, keep, fill = _key_block(row, j0, N, D, HEAD_DIM, stride_xn, z_rows, stride_zj, i_ok, m_row,
                                          stride_mn, MASKED, HAS_MASK, BLOCK_N, BLOCK_D)
-        logit = _logits(q, k, z, keep, fill, qk_scale, HAS_MASK, PRECISION)  # -inf past N
+        logit = _logits(q, k, z, keep, fill, qk_scale, HAS_MASK, ADDITIVE_MASK, PRECISION)  # -inf past N
         new_top = tl.maximum(top, tl.max(logit, axis=1))
         alpha = tl.math.exp2(top - new_top)
         p = tl.math.exp2(logit - new_top[:, None])  # [BLOCK_M, BLOCK_N]
@@ -143,7 +150,7 @@ def _probabilities_grad(q, k, v, do, z, keep, fill, lse, delta, qk_scale, HAS_MA
     """For a (queries, keys) tile: the probabilities p and the logits' gradient ds = p * (do v^T - delta),
     zero where a key's logit was replaced by the mask (a constant has no gradient) unless ADDITIVE_MASK: a logit
     plus -inf passes its gradient on, which in a row of masked keys alone (p = 1/N) is not zero."""
-    logit = _logits(q, k, z, keep, fill, qk_scale, HAS_MASK, PRECISION)
+    logit = _logits(q, k, z, keep, fill, qk_scale, HAS_MASK, ADDITIVE_MASK, PRECISION)
     p = tl.math.exp2(logit - lse[0][:, None] - lse[1][:, None])  # [BLOCK_M, BLOCK_N]
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
     ds = p * (dp - delta[:, None])
@@ -253,7 +260,10 @@ def attention_dkdv_kernel(
         z_t = tl.where(j_ok[:, None], z_t.to(tl.float32), float("-inf"))  # keys past N: probability 0
         logit_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale + z_t * LOG2E
         if HAS_MASK:
-            logit_t = tl.where(keep[:, None], logit_t, MASKED * LOG2E)
+            if ADDITIVE_MASK:  # (as `_logits`)
+                logit_t = tl.where(keep[:, None], logit_t, MASKED * LOG2E + logit_t * 0.0)
+            else:
+                logit_t = tl.where(keep[:, None], logit_t, MASKED * LOG2E)
         ok = j_ok[:, None] & i_ok[None, :]
         p_t = tl.where(ok, tl.math.exp2(logit_t - lse[0][None, :] - lse[1][None, :]), 0.0)  # [BLOCK_N, BLOCK_M]
         dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
@@ -310,7 +320,8 @@ def attention_dz_kernel(
     ij_ok = i_ok[:, None] & j_ok[None, :]
     z_off = b * stride_zb + h * stride_zh + offs_i[:, None].to(tl.int64) * stride_zi + offs_j[None, :] * stride_zj
     z = tl.load(z_ptr + z_off, mask=ij_ok, other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_N]
-    z = tl.where(j_ok[None, :], z, float("-inf"))  # keys past N: probability 0
+    if not HAS_MASK:  # keys past N: probability 0 (with a mask, `_key_fill` gives them -inf)
+        z = tl.where(j_ok[None, :], z, float("-inf"))
     q_off = offs_i[:, None].to(tl.int64) * stride_xn + h * HEAD_DIM + offs_e[None, :]
     kv_off = offs_j[:, None].to(tl.int64) * stride_xn + h * HEAD_DIM + offs_e[None, :]
     do_off = offs_i[:, None].to(tl.int64) * stride_on + h * HEAD_DIM + offs_e[None, :]

@@ -104,7 +104,7 @@ def row_attention_forward(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor 
         stats = (lse, *lse.stride()[1:], lse.stride(0)) if train else (gated, 0, 0, 0, 0, 0)
         _kernels()[0][grid](qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(msa_mask, qkvg), gated,
                             *gated.stride()[:3], *stats, S, N, h, H, d, math.log2(math.e) / math.sqrt(d), bucket(N),
-                            TRAIN=train, **consts)
+                            TRAIN=train, ADDITIVE_MASK=mask_mode == "add", **consts)
     if not train:  # (their memory free before the output's is taken)
         qkvg, z = qkvg.new_empty(0), z.new_empty(0)
     out = F.linear(gated, out_proj_weight, out_proj_bias)
