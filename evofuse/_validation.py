@@ -18,6 +18,12 @@ def _require_float(name: str, t: torch.Tensor) -> None:
         raise TypeError(f"{name} must be a real floating tensor (float16, bfloat16, float32 or float64), got {t.dtype}")
 
 
+def check_floating(name: str, t: object) -> torch.Tensor:
+    """`t` must be a real floating tensor."""
+    _require_float(name, _require_tensor(name, t))
+    return t
+
+
 def check_msa(msa_repr: object) -> torch.Tensor:
     """msa_repr must be a real floating tensor of rank 4 (B, S, N, D) once its leading dimensions are folded."""
     t = _require_tensor("msa_repr", msa_repr)
@@ -73,9 +79,10 @@ def check_pair_mask(pair_mask: object, B: int, N: int, device: torch.device) -> 
     _check_mask("pair_mask", pair_mask, "B, N, N", (B, N, N), device)
 
 
-def check_params(device: torch.device, params: dict[str, torch.Tensor | None], optional: tuple[str, ...] = ()) -> None:
-    """Every parameter must be a real floating tensor on the inputs' device; those named in `optional` may be
-    None. (One combined test of all of them on the hot path; the specific error only once it fails.)"""
+def check_params(device: torch.device, params: dict[str, torch.Tensor | None], optional: tuple[str, ...] = (),
+                 source: str = "msa_repr") -> None:
+    """Every parameter must be a real floating tensor on the device of the input `source`; those named in `optional`
+    may be None. (One combined test of all of them on the hot path; the specific error only once it fails.)"""
     params = {name: p for name, p in params.items() if p is not None or name not in optional}
     try:
         tensors = params.values()
@@ -87,7 +94,7 @@ def check_params(device: torch.device, params: dict[str, torch.Tensor | None], o
         t = _require_tensor(name, p)
         _require_float(name, t)
         if t.device != device:
-            raise ValueError(f"{name} is on {t.device} but msa_repr is on {device}: all tensors must be on one device")
+            raise ValueError(f"{name} is on {t.device} but {source} is on {device}: all tensors must be on one device")
 
 
 def check_ranks(params: dict[str, torch.Tensor | None], ranks: dict[str, int]) -> None:

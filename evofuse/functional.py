@@ -16,6 +16,7 @@ from . import reference as ref
 from ._dispatch import resolve_impl, triton_available, warn_once
 from ._runtime import PRECISIONS
 from ._validation import (
+    check_floating,
     check_mask,
     check_msa,
     check_pair,
@@ -349,3 +350,91 @@ def pair_weighted_averaging(
     with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
         return pwa.pair_weighted_averaging(msa_repr, pair_repr, pair_mask, *weights[:4], proj_mg, *weights[6:],
                                            float(inf), mask_mode, precision, train)[0]
+
+
+def triangle_attention(
+    pair_repr: torch.Tensor,
+    pair_mask: torch.Tensor | None,
+    layer_norm_weight: torch.Tensor,
+    layer_norm_bias: torch.Tensor,
+    linear_weight: torch.Tensor,
+    query_weight: torch.Tensor,
+    key_weight: torch.Tensor,
+    value_weight: torch.Tensor,
+    gate_weight: torch.Tensor,
+    gate_bias: torch.Tensor,
+    out_weight: torch.Tensor,
+    out_bias: torch.Tensor,
+    *,
+    num_heads: int,
+    starting: bool = True,
+    inf: float = ref.TRIANGLE_MIN_INF,
+    precision: str = "default",
+    impl: str | None = None,
+) -> torch.Tensor:
+    """Triangle attention around the starting node (AF2 Algorithm 13, AF3 14) or the ending node (14, 15): row
+    attention with pair bias over the pair's own rows, one LayerNorm feeding q, k, v, the gate and the triangle bias
+    (`evofuse.reference.triangle_attention_reference` is the definition). No (B, N, h, N, N) tensor is formed.
+
+    Args:
+        pair_repr: (B, N, N, c) float16, bfloat16, float32 or float64, any strides; any leading dimensions in place
+            of B (none: an unbatched (N, N, c)), which the mask and the output share.
+        pair_mask: (B, N, N) 0/1 as bool, integer or floating, or None; a masked pair (i, k) adds inf * (mask - 1) to
+            the logits of key k in row i (ending node: in column i).
+        layer_norm_weight, layer_norm_bias: (c,); linear_weight: (h, c), the triangle bias's projection (no bias).
+        query_weight, key_weight, value_weight, gate_weight: (h*d, c), q, k and v without biases; gate_bias (h*d,);
+        out_weight (c, h*d), out_bias (c,).
+        num_heads: h; starting: the starting node (else the ending node); inf: the mask's magnitude (the models'
+            1e9; below 1e9 the reference runs, with a one-time warning: the kernels' masked logit is -1e9).
+        precision, impl: as for `outer_product_mean`.
+    Returns:
+        (B, N, N, c) in pair_repr's dtype; the parameters are cast to it.
+    """
+    _check_options(precision)
+    if not isinstance(pair_repr, torch.Tensor) or pair_repr.dim() < 3 or pair_repr.shape[-3] != pair_repr.shape[-2]:
+        shape = tuple(pair_repr.shape) if isinstance(pair_repr, torch.Tensor) else type(pair_repr).__name__
+        raise (ValueError if isinstance(pair_repr, torch.Tensor) else TypeError)(
+            f"pair_repr must be a tensor of shape (..., N, N, c), got {shape}")
+    check_floating("pair_repr", pair_repr)
+    if pair_mask is not None:
+        if not isinstance(pair_mask, torch.Tensor):
+            raise TypeError(f"pair_mask must be a torch.Tensor, got {type(pair_mask).__name__}")
+        if pair_mask.is_complex():
+            raise TypeError(f"pair_mask must be bool, integer or real floating, got {pair_mask.dtype}")
+        if pair_mask.shape != pair_repr.shape[:-1]:
+            raise ValueError(f"pair_mask must have shape {tuple(pair_repr.shape[:-1])} (pair_repr's but its last), "
+                             f"got {tuple(pair_mask.shape)}")
+    params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, linear_weight=linear_weight,
+                  query_weight=query_weight, key_weight=key_weight, value_weight=value_weight, gate_weight=gate_weight,
+                  gate_bias=gate_bias, out_weight=out_weight, out_bias=out_bias)
+    check_params(pair_repr.device, params, source="pair_repr")
+    check_ranks(params, dict(layer_norm_weight=1, query_weight=2))
+    c, H = layer_norm_weight.shape[0], query_weight.shape[0]
+    if pair_repr.shape[-1] != c:
+        raise ValueError(f"pair_repr must have shape (..., N, N, {c}) ({c}: the size of layer_norm_weight): last "
+                         f"dimension is {pair_repr.shape[-1]}, expected {c}")
+    if not isinstance(num_heads, int) or num_heads < 1 or H % num_heads != 0:
+        raise ValueError(f"num_heads must be a positive integer dividing the inner width {H}, got {num_heads!r}")
+    check_param_shapes(params, dict(layer_norm_bias=(c,), linear_weight=(num_heads, c), query_weight=(H, c), key_weight=(H, c),
+                                    value_weight=(H, c), gate_weight=(H, c), gate_bias=(H,), out_weight=(c, H),
+                                    out_bias=(c,)))
+    if pair_mask is not None and pair_mask.device != pair_repr.device:
+        raise ValueError(f"pair_mask is on {pair_mask.device} but pair_repr is on {pair_repr.device}: all tensors "
+                         "must be on one device")
+    if inf < ref.TRIANGLE_MIN_INF and pair_mask is not None and impl != "torch":
+        warn_once(f"tri-inf-{inf}", f"evofuse: triangle attention with inf={inf} runs the PyTorch reference (the "
+                  f"kernels' masked logit is -1e9, equal for inf >= {ref.TRIANGLE_MIN_INF:g})")
+        impl = "torch"
+    if resolve_impl(impl, pair_repr) == "torch":
+        lead = pair_repr.shape[:-3]
+        z, mask = _batched(lead, pair_repr=pair_repr, pair_mask=pair_mask)
+        weights = _cast(params.values(), pair_repr.dtype)
+        return _unbatched(ref.triangle_attention_reference(z, mask, *weights, num_heads=num_heads, starting=starting,
+                                                           inf=inf), lead)
+    z = pair_repr if starting else pair_repr.transpose(-2, -3)  # (the ending node: strided views, no copies)
+    mask = pair_mask if starting or pair_mask is None else pair_mask.transpose(-1, -2)
+    out = msa_row_attention(z, z, mask, layer_norm_weight, layer_norm_bias, query_weight, None, key_weight, None,
+                            value_weight, None, gate_weight, gate_bias, out_weight, out_bias, linear_weight, None,
+                            num_heads=num_heads, pair_norm_weight=layer_norm_weight, pair_norm_bias=layer_norm_bias,
+                            mask_mode="add", precision=precision, impl="triton")
+    return out if starting else out.transpose(-2, -3)

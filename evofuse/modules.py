@@ -169,3 +169,56 @@ class PairWeightedAveraging(nn.Module):
             self.proj_m.weight, self.proj_g.weight, self.proj_z.weight, self.proj_o.weight, num_heads=self.num_heads,
             inf=self.inf, mask_mode=self.mask_mode, precision=self.precision,
             impl=impl if impl is not None else self.impl)
+
+
+class _GatedAttention(nn.Module):
+    """The projections of OpenFold's gated `Attention`, under its names: linear_q, linear_k, linear_v (no biases),
+    linear_g and linear_o."""
+
+    def __init__(self, c_in: int, c_hidden: int, no_heads: int):
+        super().__init__()
+        inner = c_hidden * no_heads
+        self.linear_q = nn.Linear(c_in, inner, bias=False)
+        self.linear_k = nn.Linear(c_in, inner, bias=False)
+        self.linear_v = nn.Linear(c_in, inner, bias=False)
+        self.linear_g = nn.Linear(c_in, inner)
+        self.linear_o = nn.Linear(inner, c_in)
+
+
+class TriangleAttention(nn.Module):
+    """Triangle attention around the starting node (AF2 Algorithm 13) or the ending node (14): (B, N, N, c_in) pair
+    -> (B, N, N, c_in). OpenFold's constructor and parameter names (`layer_norm`, `linear` (the triangle bias, no
+    bias), `mha.linear_{q,k,v,g,o}`), so an OpenFold, Boltz or OpenFold3 state_dict of the module loads unchanged.
+
+    Args:
+        c_in, c_hidden, no_heads: the pair's width, a head's width and the heads.
+        starting: the starting node (else the ending node); inf: the mask's magnitude (the models' 1e9).
+        precision, impl: as for OuterProductMean.
+
+    forward(x (B, N, N, c_in), mask (B, N, N) or None, chunk_size=None, ...) returns (B, N, N, c_in) in x's dtype
+    (any leading dimensions in place of B); the models' chunking and kernel switches (`chunk_size`,
+    `use_memory_efficient_kernel`, `use_deepspeed_evo_attention`, `use_lma`, `inplace_safe`, `use_kernels`, ...) are
+    accepted and change nothing.
+    """
+
+    def __init__(self, c_in: int, c_hidden: int, no_heads: int, starting: bool = True, inf: float = 1e9,
+                 precision: str = "default", impl: str | None = None):
+        super().__init__()
+        if not isinstance(no_heads, int) or no_heads < 1:
+            raise ValueError(f"no_heads must be a positive integer, got {no_heads!r}")
+        _check_options(precision, impl)
+        self.c_in, self.c_hidden, self.no_heads, self.starting, self.inf = c_in, c_hidden, no_heads, starting, inf
+        self.layer_norm = nn.LayerNorm(c_in)
+        self.linear = nn.Linear(c_in, no_heads, bias=False)
+        self.mha = _GatedAttention(c_in, c_hidden, no_heads)
+        self.precision = precision
+        self.impl = impl
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, chunk_size: int | None = None, *,
+                impl: str | None = None, **switches) -> torch.Tensor:
+        mha = self.mha
+        return functional.triangle_attention(
+            x, mask, self.layer_norm.weight, self.layer_norm.bias, self.linear.weight, mha.linear_q.weight,
+            mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight,
+            mha.linear_o.bias, num_heads=self.no_heads, starting=self.starting, inf=self.inf, precision=self.precision,
+            impl=impl if impl is not None else self.impl)

@@ -222,3 +222,34 @@ def pair_weighted_averaging_reference(
     g = torch.sigmoid(F.linear(m, proj_g_weight))
     o = torch.einsum("bhij,bhsjd->bhsid", w, v).permute(0, 2, 3, 1, 4).reshape(B, S, N, -1)
     return F.linear(g * o, proj_o_weight)
+
+
+TRIANGLE_MIN_INF = 1e9  # from this `inf` on, float32 rounds logit - inf to -inf for |logit| < 32: a masked key's term
+
+
+def triangle_attention_reference(pair_repr, pair_mask, layer_norm_weight, layer_norm_bias, linear_weight,
+                                 query_weight, key_weight, value_weight, gate_weight, gate_bias, out_weight, out_bias,
+                                 num_heads, starting=True, inf=TRIANGLE_MIN_INF):
+    """Triangle attention around the starting node (AF2 Algorithm 13) or the ending node (14), written as the models
+    compute it: z (B, N, N, c) (ending node: z and the mask transposed first, the output transposed back), x = LN(z),
+    q, k, v, g = heads of x's projections (no q/k/v biases), the triangle bias linear(x)[b, j, k, h] shared by every
+    row i, and inf * (mask[b, i, k] - 1) added to the logits of row i. For inf >= TRIANGLE_MIN_INF the mask term is
+    the value -1e9 with the gradient of the logit (row attention's "add" mode: what float32 arithmetic gives the
+    models; exact elsewhere); below it, inf * (mask - 1) is added in the input's dtype. Returns (B, N, N, c)."""
+    if not starting:
+        pair_repr = pair_repr.transpose(1, 2)
+        pair_mask = None if pair_mask is None else pair_mask.transpose(1, 2)
+    weights = (layer_norm_weight, layer_norm_bias, query_weight, None, key_weight, None, value_weight, None,
+               gate_weight, gate_bias, out_weight, out_bias)
+    if inf >= TRIANGLE_MIN_INF or pair_mask is None:
+        out = msa_row_attention_reference(pair_repr, pair_repr, pair_mask, *weights, linear_weight, None,
+                                          num_heads=num_heads, pair_norm_weight=layer_norm_weight,
+                                          pair_norm_bias=layer_norm_bias, mask_mode="add")
+    else:  # the mask term as a bias of its own row i: rows of one residue i at a time are rows of row attention
+        x = F.layer_norm(pair_repr, pair_repr.shape[-1:], layer_norm_weight, layer_norm_bias, LAYER_NORM_EPS)
+        bias = F.linear(x, linear_weight).permute(0, 3, 1, 2)  # (B, h, N, N)
+        term = inf * (pair_mask.to(pair_repr.dtype) - 1)  # (B, I, K)
+        rows = [msa_row_attention_with_bias(pair_repr[:, i:i + 1], bias + term[:, None, i:i + 1, :], None, *weights,
+                                            num_heads) for i in range(pair_repr.shape[1])]
+        out = torch.cat(rows, dim=1) if rows else pair_repr.new_empty(pair_repr.shape[:3] + (out_weight.shape[0],))
+    return out if starting else out.transpose(1, 2)

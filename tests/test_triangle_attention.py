@@ -1,0 +1,164 @@
+"""Triangle attention (`evofuse.TriangleAttention`, `evofuse.triangle_attention`) against OpenFold's module (the tests'
+`openfold` package) and the float64 reference: starting and ending node, masks, input forms and bad input."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import evofuse
+from evofuse import TriangleAttention
+
+from .conftest import DEVICE
+from .contract import (
+    AWKWARD_CASES,
+    argument_id,
+    bad_arguments,
+    check_bad_argument,
+    check_gradients,
+    check_nonfinite,
+    layout_case,
+    mask_form,
+    nonfinite_cases,
+)
+from .helpers import assert_contract, randomize
+
+LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16  # the interpreter's bf16 products are not checked
+
+
+def _module(c, d, h, starting=True, seed=0, **kw):
+    return randomize(TriangleAttention(c, d, h, starting=starting, **kw), seed)
+
+
+def _inputs(B, N, c, seed, fully_masked=True):
+    """A pair (B, N, N, c) and a mask with ~20% zeros and, if fully_masked, a residue i whose pairs are all masked
+    (a row whose keys are all masked for the starting node, a key masked in every row for the ending node)."""
+    g = torch.Generator().manual_seed(seed)
+    mask = (torch.rand(B, N, N, generator=g) > 0.2).float()
+    if fully_masked:
+        mask[:, N // 2] = 0
+    return torch.randn(B, N, N, c, generator=g), mask
+
+
+@pytest.fixture
+def openfold(monkeypatch):
+    """The tests' `openfold` package importable."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "openfold_modules"))
+    from openfold.model import triangular_attention
+
+    yield triangular_attention
+    for name in [n for n in sys.modules if n == "openfold" or n.startswith("openfold.")]:
+        del sys.modules[name]
+
+
+@pytest.mark.parametrize("starting", [True, False])
+@pytest.mark.parametrize("impl", ["torch", "triton"])
+def test_matches_openfold_module(openfold, starting, impl):
+    """OpenFold's module in float32, as the models run it (its logit - 1e9 rounds to -1e9: a row whose keys are all
+    masked weighs them alike), and evofuse's with its state_dict, on a mask with a fully masked residue."""
+    cls = openfold.TriangleAttentionStartingNode if starting else openfold.TriangleAttentionEndingNode
+    theirs = randomize(cls(12, 8, 3), 1)
+    ours = TriangleAttention(12, 8, 3, starting=starting)
+    ours.load_state_dict(theirs.state_dict())
+    z, mask = _inputs(2, 9, 12, 2)
+    expected = theirs(z, mask)
+    ours, z, mask = ours.to(DEVICE), z.to(DEVICE), mask.to(DEVICE)
+    torch.testing.assert_close(ours(z, mask, chunk_size=4, use_memory_efficient_kernel=True, inplace_safe=True,
+                                    impl=impl).cpu(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("inf", [1e4, 1e5])
+def test_smaller_inf_runs_the_reference_with_a_warning(openfold, inf, monkeypatch):
+    """Below inf = 1e9 a masked logit is not the kernels' -1e9: the reference runs, as the models compute it."""
+    monkeypatch.setattr(evofuse._dispatch, "_warned", set())
+    theirs = randomize(openfold.TriangleAttention(12, 8, 3, inf=inf), 1).double()
+    ours = TriangleAttention(12, 8, 3, inf=inf).double()
+    ours.load_state_dict(theirs.state_dict())
+    z, mask = (t.double() for t in _inputs(2, 9, 12, 2))
+    with pytest.warns(RuntimeWarning, match=f"inf={inf}"):
+        out = ours.to(DEVICE)(z.to(DEVICE), mask.to(DEVICE), impl="triton")
+    torch.testing.assert_close(out.cpu(), theirs(z, mask), rtol=1e-10, atol=1e-12)
+
+
+def _contract_case(B, N, form, layout, seed):
+    z, mask = _inputs(B, N, 8, seed)
+    return layout_case((z, mask_form(mask, form)), layout, [0, 0])
+
+
+@pytest.mark.parametrize("starting, dtype, layout", [
+    (True, torch.float32, "strided"), (False, LOW, "plain"),
+    pytest.param(False, torch.float32, "broadcast", marks=pytest.mark.full),
+    pytest.param(True, LOW, "strided", marks=pytest.mark.full)])
+def test_each_gradient_alone(starting, dtype, layout):
+    """Every gradient, then each input's and parameter's alone (each branch of the backward), against float64."""
+    mod = _module(8, 4, 2, starting, seed=3)
+    inputs, views = _contract_case(1 if layout != "broadcast" else 2, 17, "float", layout, 4)
+    check_gradients(mod, inputs, dtype, DEVICE, 1, views, strided_weights=layout == "strided", alone=True)
+
+
+# q's and k's gradients are exactly 0 at N = 1 (one key: a softmax of weight 1); 16-bit, the backward's delta, taken
+# from the rounded output, leaves them 5e-4 of the other weights' gradients (float16 in the interpreter) where
+# PyTorch's own are 0. Row attention's backward shares the defect (docs/TESTING.md)
+DELTA_ROUNDING = pytest.mark.xfail(strict=True, reason="16-bit q and k gradients, exactly 0 at N = 1, carry the "
+                                   "rounding of a delta taken from the rounded output")
+
+
+@pytest.mark.parametrize("N, form, layout, dtype", [
+    pytest.param(*case.values, dtype, marks=(*case.marks, DELTA_ROUNDING) if case.values[0] == 1 and dtype == LOW
+                 else case.marks) if hasattr(case, "values") else
+    pytest.param(*case, dtype, marks=DELTA_ROUNDING if case[0] == 1 and dtype == LOW else ())
+    for case in AWKWARD_CASES for dtype in (torch.float32, LOW)])
+def test_gradients_at_awkward_shapes(N, form, layout, dtype):
+    """Output and every gradient at the contract's awkward shapes, masks and layouts; the ending node at N = 17."""
+    mod = _module(8, 4, 2, starting=N != 17, seed=5)
+    inputs, views = _contract_case(2, N, form, layout, 6)
+    check_gradients(mod, inputs, dtype, DEVICE, 1, views, strided_weights=layout == "strided")
+
+
+@pytest.mark.parametrize("starting", [True, False])
+def test_leading_dimensions_and_unbatched_input(starting):
+    mod = _module(8, 4, 2, starting, seed=7).to(DEVICE)
+    z, mask = _inputs(6, 5, 8, 8)
+    z, mask = z.to(DEVICE).view(2, 3, 5, 5, 8), mask.to(DEVICE).view(2, 3, 5, 5)
+    flat = mod(z.view(6, 5, 5, 8), mask.view(6, 5, 5), impl="triton")
+    torch.testing.assert_close(mod(z, mask, impl="triton"), flat.view(2, 3, 5, 5, 8))
+    torch.testing.assert_close(mod(z[1, 2], mask[1, 2], impl="triton"), flat[5])
+    exact = mod.double()(z.double(), mask.double(), impl="torch")
+    assert_contract(mod.float()(z, mask, impl="triton").cpu(), exact.cpu(), torch.float32)
+
+
+@pytest.mark.parametrize("target, value", nonfinite_cases(_module(8, 4, 2), 1))
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # (the interpreter's NumPy on NaN and Inf)
+def test_nonfinite_shows_as_in_the_reference(target, value):
+    mod = _module(8, 4, 2, seed=2)
+    z, mask = _inputs(1, 5, 8, 3)
+    index = (0, 1, 2, 3) if target == "input0" else (1,) * mod.get_parameter(target).dim()
+    check_nonfinite(mod, (z, mask), DEVICE, 1, target, index, value)
+
+
+def _valid_arguments():
+    mod = _module(8, 4, 2)
+    names = {"linear.weight": "linear_weight", "layer_norm.weight": "layer_norm_weight",
+             "layer_norm.bias": "layer_norm_bias", "mha.linear_g.bias": "gate_bias", "mha.linear_o.bias": "out_bias",
+             **{f"mha.linear_{k}.weight": f"{name}_weight" for k, name in
+                (("q", "query"), ("k", "key"), ("v", "value"), ("g", "gate"), ("o", "out"))}}
+    return dict(pair_repr=torch.randn(2, 4, 4, 8), pair_mask=torch.ones(2, 4, 4),
+                **{names[name]: p.detach() for name, p in mod.named_parameters()})
+
+
+@pytest.mark.parametrize("name, value, exc", bad_arguments(_valid_arguments(), masks=("pair_mask",), leading="pair_repr"),
+                         ids=argument_id)
+def test_bad_arguments_are_named(name, value, exc):
+    check_bad_argument(evofuse.triangle_attention, _valid_arguments(), name, value, exc, num_heads=2)
+
+
+@pytest.mark.parametrize("change, pattern", [
+    (dict(num_heads=3), "num_heads must be a positive integer dividing the inner width 8"),
+    (dict(pair_repr=torch.randn(2, 4, 5, 8)), r"pair_repr must be a tensor of shape \(\.\.\., N, N, c\)"),
+    (dict(precision="tf32"), "precision must be one of"), (dict(impl="cuda"), "impl / EVOFUSE_IMPL must be one of")])
+def test_bad_options_are_named(change, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        evofuse.triangle_attention(**{**_valid_arguments(), "num_heads": 2, **change})
+    with pytest.raises(ValueError, match="no_heads must be a positive integer"):
+        TriangleAttention(8, 4, 0)
