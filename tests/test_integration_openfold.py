@@ -84,3 +84,58 @@ def test_patch_names_a_model_that_is_no_module():
     for call in (integration.patch, integration.unpatch):
         with pytest.raises(TypeError, match="model must be a torch.nn.Module, got dict"):
             call({})
+
+
+class EvoformerPairPart(nn.Module):
+    """The triangle attentions of an Evoformer block's pair stack: around the starting node, then the ending node."""
+
+    def __init__(self):
+        super().__init__()
+        from openfold.model.triangular_attention import TriangleAttentionEndingNode, TriangleAttentionStartingNode
+
+        self.tri_att_start = TriangleAttentionStartingNode(C_Z, 8, 3)
+        self.tri_att_end = TriangleAttentionEndingNode(C_Z, 8, 3)
+
+    def forward(self, z, z_update, pair_mask):
+        """z and the update the MSA stack adds to it (the block step's second differentiable input)."""
+        z = z + z_update
+        z = z + self.tri_att_start(z, mask=pair_mask, chunk_size=None, use_memory_efficient_kernel=False,
+                                   use_deepspeed_evo_attention=False, use_lma=False, inplace_safe=False)
+        return z + self.tri_att_end(z, mask=pair_mask, chunk_size=None, use_memory_efficient_kernel=False,
+                                    use_deepspeed_evo_attention=False, use_lma=False, inplace_safe=False)
+
+
+def _pair_inputs():
+    """z, an update to it and a pair mask with a padding residue (its row and column masked)."""
+    g = torch.Generator().manual_seed(3)
+    z, z_update = torch.randn(2, N, N, C_Z, generator=g), 0.3 * torch.randn(2, N, N, C_Z, generator=g)
+    pair_mask = (torch.rand(2, N, N, generator=g) > 0.2).float()
+    pair_mask[:, -1] = 0
+    pair_mask[:, :, -1] = 0
+    return [t.to(DEVICE) for t in (z, z_update, pair_mask)]
+
+
+def test_patched_triangle_attention_matches_openfold():
+    """Both triangle attentions patched: a training step (outputs, z's gradient, every parameter's) as OpenFold's."""
+    from evofuse.integrations import openfold as integration
+
+    torch.manual_seed(0)
+    assert_patched_block_matches(integration, randomize(EvoformerPairPart(), 4).to(DEVICE), _pair_inputs(),
+                                 ["tri_att_end", "tri_att_start"])
+
+
+def test_triangle_attention_with_a_smaller_inf_is_left_with_a_warning():
+    from openfold.model.triangular_attention import TriangleAttention
+
+    from evofuse.integrations import openfold as integration
+
+    assert_left_unpatched(integration, TriangleAttention(C_Z, 8, 2, inf=1e5),
+                          "0 (TriangleAttention) left unpatched: inf 100000.0")
+
+
+def test_patched_triangle_attention_under_autocast():
+    from evofuse.integrations import openfold as integration
+
+    z, _, pair_mask = _pair_inputs()
+    assert_autocast_like_original(integration, randomize(EvoformerPairPart(), 4).to(DEVICE), {
+        "tri_att_start": (z, pair_mask), "tri_att_end": (z, pair_mask)}, DEVICE)

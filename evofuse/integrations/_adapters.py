@@ -9,6 +9,9 @@ the outer products through linear_out, then divided by eps + the rows where resi
 `layer_norm_m`, `layer_norm_z`, `linear_z` and `mha` (an Attention with `linear_q`, `linear_k`, `linear_v`,
 `linear_g`, `linear_o`; inner width no_heads x c_hidden); the MSA mask as an additive `inf * (mask - 1)` on the
 keys; called as `att(m, z, mask, chunk_size, ...)` with the kernel switches as keywords.
+
+`FusedOpenFoldTriangleAttention` stands in for OpenFold's (and OpenFold3's) TriangleAttention, starting or ending
+node: submodules `layer_norm`, `linear` (the triangle bias) and `mha`; called as `tri(x, mask, chunk_size, ...)`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from torch import nn
 
 from .. import functional
 from ..ops.row_attention.op import MAX_HEAD_DIM
+from ..reference import TRIANGLE_MIN_INF
 from ._patching import check_layer_norm, check_linears, check_outer_product_mean, compute_dtype
 
 
@@ -103,3 +107,44 @@ class FusedOpenFoldRowAttention(nn.Module):
                 mha.linear_v.bias, mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias,
                 self.linear_z.weight, self.linear_z.bias, num_heads=self.no_heads,
                 pair_norm_weight=self.layer_norm_z.weight, pair_norm_bias=self.layer_norm_z.bias, mask_mode="add")
+
+
+class FusedOpenFoldTriangleAttention(nn.Module):
+    """An OpenFold-style TriangleAttention (starting or ending node) computed by `evofuse.triangle_attention`; holds
+    the original's submodules (`layer_norm`, `linear`, `mha`) under their names. The chunking and kernel switches of
+    OpenFold's call are accepted and not needed."""
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        self.c_in, self.c_hidden, self.no_heads = original.c_in, original.c_hidden, original.no_heads
+        self.starting, self.inf = original.starting, original.inf
+        for name in ("layer_norm", "linear", "mha"):
+            setattr(self, name, getattr(original, name))
+
+    @staticmethod
+    def unsupported_reason(module: nn.Module) -> str | None:
+        """Why `module` cannot be replaced (None if it can)."""
+        mha = module.mha
+        if mha.linear_g is None:
+            return "attention without gating"
+        if module.inf < TRIANGLE_MIN_INF:
+            return f"inf {module.inf} (fused: masked keys as -1e9, equal for inf >= {TRIANGLE_MIN_INF:g})"
+        reason = check_linears(mha.linear_q, mha.linear_k, mha.linear_v, mha.linear_g, mha.linear_o, module.linear)
+        if reason:
+            return reason
+        if any(linear.bias is not None for linear in (mha.linear_q, mha.linear_k, mha.linear_v, module.linear)):
+            return "q, k, v or triangle bias projections with biases"
+        if module.c_hidden > MAX_HEAD_DIM:
+            return f"head width {module.c_hidden} (fused: up to {MAX_HEAD_DIM})"
+        return check_layer_norm(module.layer_norm)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, chunk_size: int | None = None,
+                **kwargs) -> torch.Tensor:
+        """x (*, N, N, c_in), mask (*, N, N) or None -> (*, N, N, c_in) in the compute dtype."""
+        dtype = compute_dtype(x)
+        mha = self.mha
+        with torch.autocast(x.device.type, enabled=False):
+            return functional.triangle_attention(
+                x.to(dtype), mask, self.layer_norm.weight, self.layer_norm.bias, self.linear.weight,
+                mha.linear_q.weight, mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight, mha.linear_g.bias,
+                mha.linear_o.weight, mha.linear_o.bias, num_heads=self.no_heads, starting=self.starting, inf=self.inf)

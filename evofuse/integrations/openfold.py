@@ -1,6 +1,7 @@
 """OpenFold (AlphaFold 2): `patch(model)` puts evofuse's fused kernels in place of every
-`openfold.model.msa.MSARowAttentionWithPairBias` and `openfold.model.outer_product_mean.OuterProductMean`
-inside `model`, in place; `unpatch(model)` undoes it.
+`openfold.model.msa.MSARowAttentionWithPairBias`, `openfold.model.outer_product_mean.OuterProductMean` and
+`openfold.model.triangular_attention.TriangleAttention` (starting and ending node) inside `model`, in place;
+`unpatch(model)` undoes it.
 
 The replacements hold the original submodules (the same Parameters under the same names: checkpoints
 load unchanged) and take OpenFold's calls (`att(m, z, mask, chunk_size, use_memory_efficient_kernel,
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ._adapters import FusedOpenFoldOuterProductMean, FusedOpenFoldRowAttention
+from ._adapters import FusedOpenFoldOuterProductMean, FusedOpenFoldRowAttention, FusedOpenFoldTriangleAttention
 from ._patching import patch_modules, unpatch_modules
 
 __all__ = ["patch", "unpatch"]
@@ -20,12 +21,14 @@ __all__ = ["patch", "unpatch"]
 REPLACEMENTS = {
     ("openfold.model.msa", "MSARowAttentionWithPairBias"): FusedOpenFoldRowAttention,
     ("openfold.model.outer_product_mean", "OuterProductMean"): FusedOpenFoldOuterProductMean,
+    ("openfold.model.triangular_attention", "TriangleAttention"): FusedOpenFoldTriangleAttention,  # (starting node)
+    ("openfold.model.triangular_attention", "TriangleAttentionEndingNode"): FusedOpenFoldTriangleAttention,
 }
 
 
 def patch(model: nn.Module) -> list[str]:
-    """Replaces, in place, every OpenFold row attention with pair bias and Outer Product Mean among `model`'s
-    descendants by evofuse's; returns the names of the modules replaced."""
+    """Replaces, in place, every OpenFold row attention with pair bias, Outer Product Mean and triangle attention
+    among `model`'s descendants by evofuse's; returns the names of the modules replaced."""
     return patch_modules(model, REPLACEMENTS)
 
 
