@@ -362,9 +362,9 @@ def triangle_attention(
     key_weight: torch.Tensor,
     value_weight: torch.Tensor,
     gate_weight: torch.Tensor,
-    gate_bias: torch.Tensor,
+    gate_bias: torch.Tensor | None,
     out_weight: torch.Tensor,
-    out_bias: torch.Tensor,
+    out_bias: torch.Tensor | None,
     *,
     num_heads: int,
     starting: bool = True,
@@ -382,8 +382,8 @@ def triangle_attention(
         pair_mask: (B, N, N) 0/1 as bool, integer or floating, or None; a masked pair (i, k) adds inf * (mask - 1) to
             the logits of key k in row i (ending node: in column i).
         layer_norm_weight, layer_norm_bias: (c,); linear_weight: (h, c), the triangle bias's projection (no bias).
-        query_weight, key_weight, value_weight, gate_weight: (h*d, c), q, k and v without biases; gate_bias (h*d,);
-        out_weight (c, h*d), out_bias (c,).
+        query_weight, key_weight, value_weight, gate_weight: (h*d, c), q, k and v without biases; gate_bias (h*d,)
+        or None; out_weight (c, h*d), out_bias (c,) or None (Boltz's gate and output have no biases).
         num_heads: h; starting: the starting node (else the ending node); inf: the mask's magnitude (the models'
             1e9; below 1e9 the reference runs, with a one-time warning: the kernels' masked logit is -1e9).
         precision, impl: as for `outer_product_mean`.
@@ -407,7 +407,7 @@ def triangle_attention(
     params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, linear_weight=linear_weight,
                   query_weight=query_weight, key_weight=key_weight, value_weight=value_weight, gate_weight=gate_weight,
                   gate_bias=gate_bias, out_weight=out_weight, out_bias=out_bias)
-    check_params(pair_repr.device, params, source="pair_repr")
+    check_params(pair_repr.device, params, optional=("gate_bias", "out_bias"), source="pair_repr")
     check_ranks(params, dict(layer_norm_weight=1, query_weight=2))
     c, H = layer_norm_weight.shape[0], query_weight.shape[0]
     if pair_repr.shape[-1] != c:

@@ -175,24 +175,25 @@ class _GatedAttention(nn.Module):
     """The projections of OpenFold's gated `Attention`, under its names: linear_q, linear_k, linear_v (no biases),
     linear_g and linear_o."""
 
-    def __init__(self, c_in: int, c_hidden: int, no_heads: int):
+    def __init__(self, c_in: int, c_hidden: int, no_heads: int, bias: bool = True):
         super().__init__()
         inner = c_hidden * no_heads
         self.linear_q = nn.Linear(c_in, inner, bias=False)
         self.linear_k = nn.Linear(c_in, inner, bias=False)
         self.linear_v = nn.Linear(c_in, inner, bias=False)
-        self.linear_g = nn.Linear(c_in, inner)
-        self.linear_o = nn.Linear(inner, c_in)
+        self.linear_g = nn.Linear(c_in, inner, bias=bias)
+        self.linear_o = nn.Linear(inner, c_in, bias=bias)
 
 
 class TriangleAttention(nn.Module):
     """Triangle attention around the starting node (AF2 Algorithm 13) or the ending node (14): (B, N, N, c_in) pair
     -> (B, N, N, c_in). OpenFold's constructor and parameter names (`layer_norm`, `linear` (the triangle bias, no
-    bias), `mha.linear_{q,k,v,g,o}`), so an OpenFold, Boltz or OpenFold3 state_dict of the module loads unchanged.
+    bias), `mha.linear_{q,k,v,g,o}`), so an OpenFold or Boltz state_dict of the module loads unchanged.
 
     Args:
         c_in, c_hidden, no_heads: the pair's width, a head's width and the heads.
         starting: the starting node (else the ending node); inf: the mask's magnitude (the models' 1e9).
+        gate_and_output_bias: whether mha.linear_g and mha.linear_o have biases (OpenFold's do; Boltz's do not).
         precision, impl: as for OuterProductMean.
 
     forward(x (B, N, N, c_in), mask (B, N, N) or None, chunk_size=None, ...) returns (B, N, N, c_in) in x's dtype
@@ -202,7 +203,7 @@ class TriangleAttention(nn.Module):
     """
 
     def __init__(self, c_in: int, c_hidden: int, no_heads: int, starting: bool = True, inf: float = 1e9,
-                 precision: str = "default", impl: str | None = None):
+                 gate_and_output_bias: bool = True, precision: str = "default", impl: str | None = None):
         super().__init__()
         if not isinstance(no_heads, int) or no_heads < 1:
             raise ValueError(f"no_heads must be a positive integer, got {no_heads!r}")
@@ -210,7 +211,7 @@ class TriangleAttention(nn.Module):
         self.c_in, self.c_hidden, self.no_heads, self.starting, self.inf = c_in, c_hidden, no_heads, starting, inf
         self.layer_norm = nn.LayerNorm(c_in)
         self.linear = nn.Linear(c_in, no_heads, bias=False)
-        self.mha = _GatedAttention(c_in, c_hidden, no_heads)
+        self.mha = _GatedAttention(c_in, c_hidden, no_heads, gate_and_output_bias)
         self.precision = precision
         self.impl = impl
 

@@ -44,8 +44,9 @@ def fused_kernels(monkeypatch):
 def test_patched_msa_layer_matches_boltz():
     from evofuse.integrations import boltz as integration
 
-    assert_patched_block_matches(integration, _layer(), _inputs(), ["outer_product_mean", "pair_weighted_averaging"],
-                                 _call)
+    assert_patched_block_matches(integration, _layer(), _inputs(), [
+        "outer_product_mean", "pair_weighted_averaging", "pairformer_layer.tri_att_end", "pairformer_layer.tri_att_start"],
+        _call)
 
 
 def test_unsupported_module_is_left_with_a_warning():
@@ -64,3 +65,24 @@ def test_patched_modules_under_autocast():
     z, m, token_mask, msa_mask = _inputs()
     assert_autocast_like_original(integration, _layer(), {"pair_weighted_averaging": (m, z, token_mask),
                                                           "outer_product_mean": (m, msa_mask)}, DEVICE)
+
+
+def test_patched_pairformer_layer_matches_boltz():
+    """Boltz-2's PairformerLayer with its two triangle attentions patched (its triangle multiplications, transitions
+    and single attention stay): a training step as the original's, on a pair mask with a padding token, with Boltz's
+    chunk and kernel switches in the call. (Boltz 2.2.1's Boltz-1 form, v2=False, fails in Boltz's own attention.)"""
+    from boltz.model.layers.pairformer import PairformerLayer
+
+    from evofuse.integrations import boltz as integration
+
+    torch.manual_seed(0)
+    layer = randomize(PairformerLayer(16, 16, num_heads=2, dropout=0.0, pairwise_head_width=8, pairwise_num_heads=2,
+                                      v2=True), 3).to(DEVICE)
+    g = torch.Generator().manual_seed(4)
+    s, z = torch.randn(1, 7, 16, generator=g), torch.randn(1, 7, 7, 16, generator=g)
+    mask = torch.ones(1, 7)
+    mask[:, -1] = 0
+    pair_mask = mask[:, :, None] * mask[:, None, :]
+    assert_patched_block_matches(integration, layer, [t.to(DEVICE) for t in (s, z, mask, pair_mask)],
+                                 ["tri_att_end", "tri_att_start"],
+                                 lambda block, *x: block(*x, chunk_size_tri_attn=4, use_kernels=False))

@@ -1,10 +1,12 @@
 """Boltz-1 and Boltz-2 (`boltz` 2.2.1): `patch(model)` puts evofuse's fused kernels in place of every
-`boltz.model.layers.pair_averaging.PairWeightedAveraging` and `boltz.model.layers.outer_product_mean.OuterProductMean`
-inside `model`, in place.
+`boltz.model.layers.pair_averaging.PairWeightedAveraging`, `boltz.model.layers.outer_product_mean.OuterProductMean`
+and `boltz.model.layers.triangular_attention.attention.TriangleAttention` (starting and ending node: the
+Pairformer's and the MSA module's `tri_att_start`, `tri_att_end`) inside `model`, in place.
 
 The replacements hold the original submodules themselves (the same Parameters under the same names), so the
 model's checkpoints load unchanged and training updates the original modules too; they take Boltz's calls as
-Boltz makes them (`pwa(m, z, mask, chunk_heads)`, `opm(m, mask, chunk_size)`; chunking is not needed) and, under
+Boltz makes them (`pwa(m, z, mask, chunk_heads)`, `opm(m, mask, chunk_size)`, `tri(z, mask, chunk_size,
+use_kernels)`; chunking and cuEquivariance's kernels are not needed) and, under
 `torch.autocast`, compute in the autocast dtype as Boltz's linear layers do. A module evofuse cannot fuse
 (a head or hidden width it has no kernel for) stays as it is, with a warning naming it.
 """
@@ -15,6 +17,7 @@ import torch
 from torch import nn
 
 from .. import functional
+from ._adapters import FusedOpenFoldTriangleAttention
 from ._patching import (
     check_layer_norm,
     check_outer_product_mean,
@@ -77,12 +80,15 @@ class FusedOuterProductMean(nn.Module):
 REPLACEMENTS = {
     ("boltz.model.layers.pair_averaging", "PairWeightedAveraging"): FusedPairWeightedAveraging,
     ("boltz.model.layers.outer_product_mean", "OuterProductMean"): FusedOuterProductMean,
+    # (OpenFold's module, without the gate's and the output's biases)
+    ("boltz.model.layers.triangular_attention.attention", "TriangleAttention"): FusedOpenFoldTriangleAttention,
+    ("boltz.model.layers.triangular_attention.attention", "TriangleAttentionEndingNode"): FusedOpenFoldTriangleAttention,
 }
 
 
 def patch(model: nn.Module) -> list[str]:
-    """Replaces, in place, every Boltz pair-weighted averaging and Outer Product Mean module among `model`'s
-    descendants by evofuse's; returns the names of the modules replaced."""
+    """Replaces, in place, every Boltz pair-weighted averaging, Outer Product Mean and triangle attention module among
+    `model`'s descendants by evofuse's; returns the names of the modules replaced."""
     return patch_modules(model, REPLACEMENTS)
 
 
