@@ -88,8 +88,7 @@ def _contract_case(B, N, form, layout, seed):
 
 @pytest.mark.parametrize("starting, dtype, layout", [
     (True, torch.float32, "strided"), (False, LOW, "plain"),
-    pytest.param(False, torch.float32, "broadcast", marks=pytest.mark.full),
-    pytest.param(True, LOW, "strided", marks=pytest.mark.full)])
+    pytest.param(False, torch.float32, "broadcast", marks=pytest.mark.full)])
 def test_each_gradient_alone(starting, dtype, layout):
     """Every gradient, then each input's and parameter's alone (each branch of the backward), against float64."""
     mod = _module(8, 4, 2, starting, seed=3)
@@ -110,7 +109,9 @@ DELTA_ROUNDING = pytest.mark.xfail(strict=True, reason="16-bit q and k gradients
     pytest.param(*case, dtype, marks=DELTA_ROUNDING if case[0] == 1 and dtype == LOW else ())
     for case in AWKWARD_CASES for dtype in (torch.float32, LOW)])
 def test_gradients_at_awkward_shapes(N, form, layout, dtype):
-    """Output and every gradient at the contract's awkward shapes, masks and layouts; the ending node at N = 17."""
+    """Output and every gradient at the contract's awkward shapes, masks and layouts; the ending node at N = 17. In the
+    interpreter N = 97 becomes 33 (past two of its blocks of 16): a pair of 97 rows of 97 keys takes it minutes."""
+    N = 33 if N == 97 and DEVICE == "cpu" else N
     mod = _module(8, 4, 2, starting=N != 17, seed=5)
     inputs, views = _contract_case(2, N, form, layout, 6)
     check_gradients(mod, inputs, dtype, DEVICE, 1, views, strided_weights=layout == "strided")
@@ -147,7 +148,8 @@ def _valid_arguments():
                 **{names[name]: p.detach() for name, p in mod.named_parameters()})
 
 
-@pytest.mark.parametrize("name, value, exc", bad_arguments(_valid_arguments(), masks=("pair_mask",), leading="pair_repr"),
+@pytest.mark.parametrize("name, value, exc", bad_arguments(_valid_arguments(), masks=("pair_mask",),
+                                                            optional=("gate_bias", "out_bias"), leading="pair_repr"),
                          ids=argument_id)
 def test_bad_arguments_are_named(name, value, exc):
     check_bad_argument(evofuse.triangle_attention, _valid_arguments(), name, value, exc, num_heads=2)
