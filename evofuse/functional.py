@@ -368,6 +368,7 @@ def triangle_attention(
     *,
     num_heads: int,
     starting: bool = True,
+    transpose_bias: bool = False,
     inf: float = ref.TRIANGLE_MIN_INF,
     precision: str = "default",
     impl: str | None = None,
@@ -384,8 +385,10 @@ def triangle_attention(
         layer_norm_weight, layer_norm_bias: (c,); linear_weight: (h, c), the triangle bias's projection (no bias).
         query_weight, key_weight, value_weight, gate_weight: (h*d, c), q, k and v without biases; gate_bias (h*d,)
         or None; out_weight (c, h*d), out_bias (c,) or None (Boltz's gate and output have no biases).
-        num_heads: h; starting: the starting node (else the ending node); inf: the mask's magnitude (the models'
-            1e9; below 1e9 the reference runs, with a one-time warning: the kernels' masked logit is -1e9).
+        num_heads: h; starting: the starting node (else the ending node); transpose_bias: the triangle bias of key
+            k for query j taken from x[k, j] rather than x[j, k] (OpenFold3's flag, which its blocks set for the
+            ending node called on a transposed pair); inf: the mask's magnitude (the models' 1e9; below 1e9 the
+            reference runs, with a one-time warning: the kernels' masked logit is -1e9).
         precision, impl: as for `outer_product_mean`.
     Returns:
         (B, N, N, c) in pair_repr's dtype; the parameters are cast to it.
@@ -430,10 +433,11 @@ def triangle_attention(
         z, mask = _batched(lead, pair_repr=pair_repr, pair_mask=pair_mask)
         weights = _cast(params.values(), pair_repr.dtype)
         return _unbatched(ref.triangle_attention_reference(z, mask, *weights, num_heads=num_heads, starting=starting,
-                                                           inf=inf), lead)
+                                                           inf=inf, transpose_bias=transpose_bias), lead)
     z = pair_repr if starting else pair_repr.transpose(-2, -3)  # (the ending node: strided views, no copies)
     mask = pair_mask if starting or pair_mask is None else pair_mask.transpose(-1, -2)
-    out = msa_row_attention(z, z, mask, layer_norm_weight, layer_norm_bias, query_weight, None, key_weight, None,
+    bias_source = z.transpose(-2, -3) if transpose_bias else z  # (a strided view: the bias kernel takes strides)
+    out = msa_row_attention(z, bias_source, mask, layer_norm_weight, layer_norm_bias, query_weight, None, key_weight, None,
                             value_weight, None, gate_weight, gate_bias, out_weight, out_bias, linear_weight, None,
                             num_heads=num_heads, pair_norm_weight=layer_norm_weight, pair_norm_bias=layer_norm_bias,
                             mask_mode="add", precision=precision, impl="triton")

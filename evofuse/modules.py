@@ -196,8 +196,9 @@ class TriangleAttention(nn.Module):
         gate_and_output_bias: whether mha.linear_g and mha.linear_o have biases (OpenFold's do; Boltz's do not).
         precision, impl: as for OuterProductMean.
 
-    forward(x (B, N, N, c_in), mask (B, N, N) or None, chunk_size=None, ...) returns (B, N, N, c_in) in x's dtype
-    (any leading dimensions in place of B); the models' chunking and kernel switches (`chunk_size`,
+    forward(x (B, N, N, c_in), mask (B, N, N) or None, chunk_size=None, *, transpose_bias=False, ...) returns
+    (B, N, N, c_in) in x's dtype (any leading dimensions in place of B; transpose_bias as for
+    `evofuse.triangle_attention`, OpenFold3's flag); the models' chunking and kernel switches (`chunk_size`,
     `use_memory_efficient_kernel`, `use_deepspeed_evo_attention`, `use_lma`, `inplace_safe`, `use_kernels`, ...) are
     accepted and change nothing.
     """
@@ -216,10 +217,10 @@ class TriangleAttention(nn.Module):
         self.impl = impl
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, chunk_size: int | None = None, *,
-                impl: str | None = None, **switches) -> torch.Tensor:
+                transpose_bias: bool = False, impl: str | None = None, **switches) -> torch.Tensor:
         mha = self.mha
         return functional.triangle_attention(
             x, mask, self.layer_norm.weight, self.layer_norm.bias, self.linear.weight, mha.linear_q.weight,
             mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight,
-            mha.linear_o.bias, num_heads=self.no_heads, starting=self.starting, inf=self.inf, precision=self.precision,
-            impl=impl if impl is not None else self.impl)
+            mha.linear_o.bias, num_heads=self.no_heads, starting=self.starting, transpose_bias=transpose_bias,
+            inf=self.inf, precision=self.precision, impl=impl if impl is not None else self.impl)

@@ -229,11 +229,12 @@ TRIANGLE_MIN_INF = 1e9  # from this `inf` on, float32 rounds logit - inf to -inf
 
 def triangle_attention_reference(pair_repr, pair_mask, layer_norm_weight, layer_norm_bias, linear_weight,
                                  query_weight, key_weight, value_weight, gate_weight, gate_bias, out_weight, out_bias,
-                                 num_heads, starting=True, inf=TRIANGLE_MIN_INF):
+                                 num_heads, starting=True, inf=TRIANGLE_MIN_INF, transpose_bias=False):
     """Triangle attention around the starting node (AF2 Algorithm 13) or the ending node (14), written as the models
     compute it: z (B, N, N, c) (ending node: z and the mask transposed first, the output transposed back), x = LN(z),
     q, k, v, g = heads of x's projections (no q/k/v biases), the triangle bias linear(x)[b, j, k, h] shared by every
-    row i, and inf * (mask[b, i, k] - 1) added to the logits of row i. For inf >= TRIANGLE_MIN_INF the mask term is
+    row i (with transpose_bias, OpenFold3's flag: linear(x)[b, k, j, h]), and inf * (mask[b, i, k] - 1) added to the
+    logits of row i. For inf >= TRIANGLE_MIN_INF the mask term is
     the value -1e9 with the gradient of the logit (row attention's "add" mode: what float32 arithmetic gives the
     models; exact elsewhere); below it, inf * (mask - 1) is added in the input's dtype. Returns (B, N, N, c)."""
     if not starting:
@@ -242,12 +243,14 @@ def triangle_attention_reference(pair_repr, pair_mask, layer_norm_weight, layer_
     weights = (layer_norm_weight, layer_norm_bias, query_weight, None, key_weight, None, value_weight, None,
                gate_weight, gate_bias, out_weight, out_bias)
     if inf >= TRIANGLE_MIN_INF or pair_mask is None:
-        out = msa_row_attention_reference(pair_repr, pair_repr, pair_mask, *weights, linear_weight, None,
+        bias_source = pair_repr.transpose(1, 2) if transpose_bias else pair_repr
+        out = msa_row_attention_reference(pair_repr, bias_source, pair_mask, *weights, linear_weight, None,
                                           num_heads=num_heads, pair_norm_weight=layer_norm_weight,
                                           pair_norm_bias=layer_norm_bias, mask_mode="add")
     else:  # the mask term as a bias of its own row i: rows of one residue i at a time are rows of row attention
         x = F.layer_norm(pair_repr, pair_repr.shape[-1:], layer_norm_weight, layer_norm_bias, LAYER_NORM_EPS)
         bias = F.linear(x, linear_weight).permute(0, 3, 1, 2)  # (B, h, N, N)
+        bias = bias.transpose(2, 3) if transpose_bias else bias
         term = inf * (pair_mask.to(pair_repr.dtype) - 1)  # (B, I, K)
         rows = [msa_row_attention_with_bias(pair_repr[:, i:i + 1], bias + term[:, None, i:i + 1, :], None, *weights,
                                             num_heads) for i in range(pair_repr.shape[1])]

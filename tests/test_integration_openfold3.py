@@ -42,6 +42,10 @@ def _call(block, m, z, msa_mask, pair_mask):
     return block(m, z, msa_mask, pair_mask, chunk_size=None, use_lma=False, inplace_safe=False)
 
 
+# (the ending node is called on the transposed pair with OpenFold3's transpose_bias)
+PATCHED = ["msa_att_row", "outer_product_mean", "pair_stack.tri_att_end", "pair_stack.tri_att_start"]
+
+
 @pytest.fixture(autouse=True)
 def fused_kernels(monkeypatch):
     """The patched modules take the fused kernels: on CPU tensors, in Triton's interpreter."""
@@ -52,12 +56,13 @@ def fused_kernels(monkeypatch):
 def test_patched_msa_module_block_matches_openfold3(eps):
     from evofuse.integrations import openfold3 as integration
 
-    assert_patched_block_matches(integration, _block(eps), _inputs(), ["msa_att_row", "outer_product_mean"], _call)
+    assert_patched_block_matches(integration, _block(eps), _inputs(), PATCHED, _call)
 
 
 def test_patched_evoformer_block_matches_openfold3():
     """OpenFold3's AF2-style EvoformerBlock: row attention with pair bias (its q, k, v without biases, the pair's
-    LayerNorm fused) and the Outer Product Mean patched; a fully masked MSA row included."""
+    LayerNorm fused), the Outer Product Mean and the two triangle attentions patched; a fully masked MSA row
+    included."""
     from openfold3.core.model.latent.evoformer import EvoformerBlock
 
     from evofuse.integrations import openfold3 as integration
@@ -69,8 +74,7 @@ def test_patched_evoformer_block_matches_openfold3():
         no_column_attention=False, opm_first=False, fuse_projection_weights=False, inf=1e9, eps=1e-8), 1).to(DEVICE)
     m, z, msa_mask, pair_mask = _inputs()
     msa_mask[:, 1] = 0  # a padding row: OpenFold3's gradient flows through its -1e9 logits
-    assert_patched_block_matches(integration, original, (m, z, msa_mask, pair_mask),
-                                 ["msa_att_row", "outer_product_mean"], _call)
+    assert_patched_block_matches(integration, original, (m, z, msa_mask, pair_mask), PATCHED, _call)
 
 
 def test_projections_with_biases_are_left_with_a_warning():
@@ -90,4 +94,5 @@ def test_patched_modules_under_autocast():
 
     m, z, msa_mask, pair_mask = _inputs()
     assert_autocast_like_original(integration, _block(), {"msa_att_row": (m, z, pair_mask),
-                                                          "outer_product_mean": (m, msa_mask)}, DEVICE)
+                                                          "outer_product_mean": (m, msa_mask),
+                                                          "pair_stack.tri_att_start": (z, pair_mask)}, DEVICE)

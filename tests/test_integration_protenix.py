@@ -44,7 +44,29 @@ def test_patched_msa_block_matches_protenix():
     from evofuse.integrations import protenix as integration
 
     assert_patched_block_matches(integration, _block(), _inputs(),
-                                 ["msa_stack.msa_pair_weighted_averaging", "outer_product_mean_msa"])
+                                 ["msa_stack.msa_pair_weighted_averaging", "outer_product_mean_msa",
+                                  "pair_stack.tri_att_end", "pair_stack.tri_att_start"])
+
+
+def test_patched_pairformer_block_matches_protenix():
+    """Protenix's PairformerBlock with its two triangle attentions patched (its triangle multiplications, transitions
+    and single attention stay): a training step as the original's, on a pair mask with a padding token, with
+    Protenix's chunk size and kernel switch in the call."""
+    from protenix.model.modules.pairformer import PairformerBlock
+
+    from evofuse.integrations import protenix as integration
+
+    torch.manual_seed(0)
+    block = randomize(PairformerBlock(n_heads=2, c_z=C_Z, c_s=C_M, c_hidden_mul=8, c_hidden_pair_att=8,
+                                      no_heads_pair=2, dropout=0.0), 3).to(DEVICE)
+    g = torch.Generator().manual_seed(4)
+    s, z = torch.randn(N, C_M, generator=g), torch.randn(N, N, C_Z, generator=g)
+    mask = torch.ones(N)
+    mask[-1] = 0
+    pair_mask = mask[:, None] * mask[None, :]
+    assert_patched_block_matches(integration, block, [t.to(DEVICE) for t in (s, z, pair_mask)],
+                                 ["tri_att_end", "tri_att_start"],
+                                 lambda b, *x: b(*x, triangle_attention="torch", chunk_size=4))
 
 
 def test_unsupported_module_is_left_with_a_warning():
@@ -60,7 +82,8 @@ def test_patched_modules_under_autocast():
     float16 autocast)."""
     from evofuse.integrations import protenix as integration
 
-    m, z, _ = _inputs()
+    m, z, pair_mask = _inputs()
     mask = (torch.rand(S, N, generator=torch.Generator().manual_seed(3)) > 0.2).float().to(DEVICE)
     assert_autocast_like_original(integration, _block(), {"msa_stack.msa_pair_weighted_averaging": (m, z),
-                                                          "outer_product_mean_msa": (m, mask)}, DEVICE)
+                                                          "outer_product_mean_msa": (m, mask),
+                                                          "pair_stack.tri_att_end": (z, pair_mask)}, DEVICE)

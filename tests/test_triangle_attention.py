@@ -117,6 +117,49 @@ def test_gradients_at_awkward_shapes(N, form, layout, dtype):
     check_gradients(mod, inputs, dtype, DEVICE, 1, views, strided_weights=layout == "strided")
 
 
+class _TransposedBias(TriangleAttention):
+    """The module called with OpenFold3's transpose_bias, as its blocks call the ending node."""
+
+    def forward(self, x, mask=None, *args, **kwargs):
+        return super().forward(x, mask, *args, transpose_bias=True, **kwargs)
+
+
+def _transposed_bias_definition(mod, z, mask):
+    """OpenFold3's triangle attention with transpose_bias, written out in float64: the bias of key k for query j
+    from x[b, k, j], a masked key's logit -1e9 (as float32 rounds logit - 1e9 in the models; the starting node)."""
+    x = torch.nn.functional.layer_norm(z, z.shape[-1:], mod.layer_norm.weight, mod.layer_norm.bias)
+    h, mha = mod.no_heads, mod.mha
+
+    def heads(t):  # (B, I, J, h*d) -> (B, I, h, J, d)
+        return t.unflatten(-1, (h, -1)).transpose(-2, -3)
+
+    q, k, v = heads(mha.linear_q(x)), heads(mha.linear_k(x)), heads(mha.linear_v(x))
+    bias = mod.linear(x).permute(0, 3, 2, 1)  # (B, h, J, K): linear(x)[b, k, j, h]
+    logits = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5 + bias[:, None]
+    logits = logits.masked_fill(mask[:, :, None, None, :] == 0, -1e9)
+    o = (logits.softmax(-1) @ v).transpose(-2, -3).flatten(-2)
+    return mha.linear_o(torch.sigmoid(mha.linear_g(x)) * o)
+
+
+@pytest.mark.parametrize("impl", ["torch", "triton"])
+def test_transposed_bias_matches_its_definition(impl):
+    """transpose_bias (OpenFold3's flag): the reference and the fused path (the bias kernel on a strided view of
+    the pair) against the definition written out, on a mask with a fully masked residue."""
+    mod = _module(8, 4, 2, seed=9).double()
+    z, mask = (t.double() for t in _inputs(2, 7, 8, 10))
+    expected = _transposed_bias_definition(mod, z, mask)
+    dtype = torch.float64 if impl == "torch" else torch.float32
+    mod, z = mod.to(DEVICE, dtype), z.to(DEVICE, dtype)
+    out = mod(z, mask.to(DEVICE), transpose_bias=True, impl=impl)
+    torch.testing.assert_close(out.cpu().double(), expected, rtol=1e-5, atol=1e-5 if impl == "triton" else 1e-12)
+
+
+def test_transposed_bias_gradients():
+    mod = randomize(_TransposedBias(8, 4, 2), 11)
+    inputs, views = _contract_case(1, 17, "bool", "strided", 12)
+    check_gradients(mod, inputs, torch.float32, DEVICE, 1, views, strided_weights=True, alone=True)
+
+
 @pytest.mark.parametrize("starting", [True, False])
 def test_leading_dimensions_and_unbatched_input(starting):
     mod = _module(8, 4, 2, starting, seed=7).to(DEVICE)

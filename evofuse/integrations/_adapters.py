@@ -12,6 +12,8 @@ keys; called as `att(m, z, mask, chunk_size, ...)` with the kernel switches as k
 
 `FusedOpenFoldTriangleAttention` stands in for OpenFold's (and OpenFold3's) TriangleAttention, starting or ending
 node: submodules `layer_norm`, `linear` (the triangle bias) and `mha`; called as `tri(x, mask, chunk_size, ...)`.
+Protenix's is the same; OpenFold3's names the bias projection `linear_z` and takes `transpose_bias` (its
+integration's subclass).
 """
 
 from __future__ import annotations
@@ -111,28 +113,31 @@ class FusedOpenFoldRowAttention(nn.Module):
 
 class FusedOpenFoldTriangleAttention(nn.Module):
     """An OpenFold-style TriangleAttention (starting or ending node) computed by `evofuse.triangle_attention`; holds
-    the original's submodules (`layer_norm`, `linear`, `mha`) under their names. The chunking and kernel switches of
-    OpenFold's call are accepted and not needed."""
+    the original's submodules (`layer_norm`, the triangle bias's projection, `mha`) under their names. The chunking
+    and kernel switches of OpenFold's call are accepted and not needed. BIAS names the bias projection: OpenFold's,
+    Boltz's and Protenix's `linear`, OpenFold3's `linear_z`."""
+
+    BIAS = "linear"
 
     def __init__(self, original: nn.Module):
         super().__init__()
         self.c_in, self.c_hidden, self.no_heads = original.c_in, original.c_hidden, original.no_heads
         self.starting, self.inf = original.starting, original.inf
-        for name in ("layer_norm", "linear", "mha"):
+        for name in ("layer_norm", self.BIAS, "mha"):
             setattr(self, name, getattr(original, name))
 
-    @staticmethod
-    def unsupported_reason(module: nn.Module) -> str | None:
+    @classmethod
+    def unsupported_reason(cls, module: nn.Module) -> str | None:
         """Why `module` cannot be replaced (None if it can)."""
-        mha = module.mha
+        mha, bias = module.mha, getattr(module, cls.BIAS)
         if mha.linear_g is None:
             return "attention without gating"
         if module.inf < TRIANGLE_MIN_INF:
             return f"inf {module.inf} (fused: masked keys as -1e9, equal for inf >= {TRIANGLE_MIN_INF:g})"
-        reason = check_linears(mha.linear_q, mha.linear_k, mha.linear_v, mha.linear_g, mha.linear_o, module.linear)
+        reason = check_linears(mha.linear_q, mha.linear_k, mha.linear_v, mha.linear_g, mha.linear_o, bias)
         if reason:
             return reason
-        if any(linear.bias is not None for linear in (mha.linear_q, mha.linear_k, mha.linear_v, module.linear)):
+        if any(linear.bias is not None for linear in (mha.linear_q, mha.linear_k, mha.linear_v, bias)):
             return "q, k, v or triangle bias projections with biases"
         if module.c_hidden > MAX_HEAD_DIM:
             return f"head width {module.c_hidden} (fused: up to {MAX_HEAD_DIM})"
@@ -141,10 +146,14 @@ class FusedOpenFoldTriangleAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, chunk_size: int | None = None,
                 **kwargs) -> torch.Tensor:
         """x (*, N, N, c_in), mask (*, N, N) or None -> (*, N, N, c_in) in the compute dtype."""
+        return self.attend(x, mask)
+
+    def attend(self, x: torch.Tensor, mask: torch.Tensor | None, transpose_bias: bool = False) -> torch.Tensor:
         dtype = compute_dtype(x)
         mha = self.mha
         with torch.autocast(x.device.type, enabled=False):
             return functional.triangle_attention(
-                x.to(dtype), mask, self.layer_norm.weight, self.layer_norm.bias, self.linear.weight,
+                x.to(dtype), mask, self.layer_norm.weight, self.layer_norm.bias, getattr(self, self.BIAS).weight,
                 mha.linear_q.weight, mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight, mha.linear_g.bias,
-                mha.linear_o.weight, mha.linear_o.bias, num_heads=self.no_heads, starting=self.starting, inf=self.inf)
+                mha.linear_o.weight, mha.linear_o.bias, num_heads=self.no_heads, starting=self.starting,
+                transpose_bias=transpose_bias, inf=self.inf)

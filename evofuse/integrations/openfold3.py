@@ -1,11 +1,13 @@
 """OpenFold3 (`openfold3` 0.5.0): `patch(model)` puts evofuse's fused kernels in place of every
 `openfold3.core.model.layers.msa.MSAPairWeightedAveraging`, `...msa.MSARowAttentionWithPairBias` (the AF2-style
-blocks) and `openfold3.core.model.layers.outer_product_mean.OuterProductMean` inside `model`, in place;
-`unpatch(model)` undoes it.
+blocks), `openfold3.core.model.layers.outer_product_mean.OuterProductMean` and
+`openfold3.core.model.layers.triangular_attention.TriangleAttention` (and its `TriangleAttentionEndingNode`: every
+block's `tri_att_start` and `tri_att_end`) inside `model`, in place; `unpatch(model)` undoes it.
 
 The replacements hold the original submodules (the same Parameters under the same names), so checkpoints load
 unchanged, and take OpenFold3's calls (`pwa(m, z, mask, chunk_size, use_softmax_kernel)`,
-`opm(m, mask, chunk_size, inplace_safe)`; chunking and the softmax kernel are not needed). The pair mask is
+`opm(m, mask, chunk_size, inplace_safe)`, `tri(x, mask, transpose_bias, chunk_size, ...)`; chunking, the softmax
+kernel and the cuEquivariance, DeepSpeed and Triton kernel switches are not needed). The pair mask is
 OpenFold3's additive `inf * (mask - 1)` with the module's `inf`. A module evofuse cannot fuse (projections with
 biases, a head or hidden width without a kernel) stays as it is, with a warning naming it.
 """
@@ -16,7 +18,7 @@ import torch
 from torch import nn
 
 from .. import functional
-from ._adapters import FusedOpenFoldOuterProductMean, FusedOpenFoldRowAttention
+from ._adapters import FusedOpenFoldOuterProductMean, FusedOpenFoldRowAttention, FusedOpenFoldTriangleAttention
 from ._patching import (
     check_layer_norm,
     check_linears,
@@ -58,16 +60,31 @@ class FusedPairWeightedAveraging(nn.Module):
                 self.linear_z.weight, self.linear_o.weight, num_heads=self.no_heads, inf=self.inf, mask_mode="add")
 
 
+class FusedTriangleAttention(FusedOpenFoldTriangleAttention):
+    """OpenFold3's TriangleAttention: OpenFold's with the bias projection named `linear_z` and the `transpose_bias`
+    flag (its blocks call the ending node on the transposed pair with the bias transposed)."""
+
+    BIAS = "linear_z"
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, transpose_bias: bool = False,
+                chunk_size: int | None = None, **kwargs) -> torch.Tensor:
+        """x (*, N, N, c_in), mask (*, N, N) or None -> (*, N, N, c_in) in the compute dtype."""
+        return self.attend(x, mask, transpose_bias)
+
+
+_TRIANGLE = "openfold3.core.model.layers.triangular_attention"
 REPLACEMENTS = {
     ("openfold3.core.model.layers.msa", "MSAPairWeightedAveraging"): FusedPairWeightedAveraging,
     ("openfold3.core.model.layers.msa", "MSARowAttentionWithPairBias"): FusedOpenFoldRowAttention,
     ("openfold3.core.model.layers.outer_product_mean", "OuterProductMean"): FusedOpenFoldOuterProductMean,
+    (_TRIANGLE, "TriangleAttention"): FusedTriangleAttention,
+    (_TRIANGLE, "TriangleAttentionEndingNode"): FusedTriangleAttention,
 }
 
 
 def patch(model: nn.Module) -> list[str]:
-    """Replaces, in place, every OpenFold3 pair-weighted averaging, row attention with pair bias and Outer Product
-    Mean among `model`'s descendants by evofuse's; returns the names of the modules replaced."""
+    """Replaces, in place, every OpenFold3 pair-weighted averaging, row attention with pair bias, Outer Product Mean
+    and triangle attention among `model`'s descendants by evofuse's; returns the names of the modules replaced."""
     return patch_modules(model, REPLACEMENTS)
 
 
