@@ -1,8 +1,11 @@
-"""evofuse inside the models, on a CUDA machine: each installed family's MSA block at the model's default sizes,
-and the modules evofuse replaces in it, unpatched against patched, forward and training step, float32 and
-bfloat16 autocast (the models' mixed precision), in one run.
+"""evofuse inside the models, on a CUDA machine: each installed family's MSA block and pair-stack block at the model's
+default sizes, and the modules evofuse replaces in it, unpatched against patched, forward and training step, float32
+and bfloat16 autocast (the models' mixed precision), in one run. Where a model has kernels of its own (cuEquivariance's
+triangle kernels in Boltz-2, Protenix and OpenFold3), its block is timed with them too, unpatched and patched (evofuse's
+modules then ignore the switch; the model's other modules take its kernels).
 
-    python benchmarks/models.py [--families boltz,protenix,openfold3,openfold] [--msa-rows 1024] [--residues 384]
+    python benchmarks/models.py [--families boltz,boltz-pairformer,...] [--msa-rows 1024] [--residues 384]
+        [--precisions fp32,bf16]
 
 Median ms of `triton.testing.do_bench` and peak MiB beyond the inputs; a table on stdout and
 <out>/<gpu>/models.csv. The model packages go in without their dependency stacks:
@@ -39,7 +42,76 @@ def _boltz(S, N):
 
     modules = {"pair_weighted_averaging": lambda b, m, z, msa_mask, token_mask: b(m, z, token_mask),
                "outer_product_mean": lambda b, m, z, msa_mask, token_mask: b(m, msa_mask)}
-    return block, (m, z, msa_mask, token_mask), run, modules
+    return block, (m, z, msa_mask, token_mask), run, modules, {}
+
+
+def _tri_modules(starting, ending):
+    """The pair stack's two triangle attentions as a block calls them, z and its mask the block's inputs 1 and 2
+    (the ending node as the models' ending-node modules take it: their own transposition inside)."""
+    return {"tri_att_start": lambda b, s, z, mask, *_: starting(b, z, mask),
+            "tri_att_end": lambda b, s, z, mask, *_: ending(b, z, mask)}
+
+
+def _boltz_pairformer(S, N):
+    """Boltz-2's PairformerLayer (token_s 384, token_z 128, 4 pair heads x 32, v2); its cuEquivariance path is
+    `use_kernels=True` (triangle multiplication and attention), and patched with `use_cuequiv_mul=True` evofuse's
+    triangle attention beside cuEquivariance's triangle multiplication."""
+    from boltz.model.layers.pairformer import PairformerLayer
+
+    block = PairformerLayer(384, 128, num_heads=16, dropout=0.0, pairwise_head_width=32, pairwise_num_heads=4, v2=True)
+    s, z, mask = torch.randn(1, N, 384), torch.randn(1, N, N, 128), torch.ones(1, N)
+    inputs = (s, z, mask[:, :, None] * mask[:, None, :], mask)
+
+    def run(b, s, z, pair_mask, mask, **kernels):
+        return b(s, z, mask, pair_mask, **kernels)
+
+    modules = _tri_modules(lambda b, z, m: b(z, mask=m), lambda b, z, m: b(z, mask=m))
+    variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, use_kernels=True)),
+                "evofuse + cuEquivariance mul": ("evofuse", lambda b, *x: run(b, *x, use_cuequiv_mul=True))}
+    return block, inputs, run, modules, variants
+
+
+def _protenix_pairformer(S, N):
+    """Protenix's PairformerBlock (c_s 384, c_z 128, 4 pair heads x 32); its cuEquivariance path is
+    `triangle_attention=triangle_multiplicative="cuequivariance"`."""
+    os.environ.setdefault("LAYERNORM_TYPE", "torch")
+    from protenix.model.modules.pairformer import PairformerBlock
+
+    block = PairformerBlock(n_heads=16, c_z=128, c_s=384, c_hidden_mul=128, c_hidden_pair_att=32, no_heads_pair=4,
+                            dropout=0.0)
+    inputs = (torch.randn(N, 384), torch.randn(N, N, 128), torch.ones(N, N))
+
+    def run(b, s, z, pair_mask, kernels="torch"):
+        return b(s, z, pair_mask, triangle_multiplicative=kernels, triangle_attention=kernels)
+
+    modules = _tri_modules(lambda b, z, m: b(z, mask=m), lambda b, z, m: b(z, mask=m))
+    variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, kernels="cuequivariance")),
+                "evofuse + cuEquivariance mul": ("evofuse", lambda b, *x: b(*x, triangle_multiplicative="cuequivariance"))}
+    return block, inputs, run, modules, variants
+
+
+def _openfold3_evoformer(S, N):
+    """OpenFold3's AF2-style EvoformerBlock (S 512, c_m 256, c_z 128, 8 MSA heads x 32, 4 pair heads x 32, column
+    attention); its cuEquivariance path is `use_cueq_triangle_kernels=True`."""
+    from openfold3.core.model.latent.evoformer import EvoformerBlock
+
+    block = EvoformerBlock(c_m=256, c_z=128, c_hidden_msa_att=32, c_hidden_opm=32, c_hidden_mul=128,
+                           c_hidden_pair_att=32, no_heads_msa=8, no_heads_pair=4, transition_type="relu",
+                           transition_n=4, msa_dropout=0.0, pair_dropout=0.0, no_column_attention=False,
+                           opm_first=False, fuse_projection_weights=False, inf=1e9, eps=1e-8)
+    S = min(S, 512)
+    m, z = torch.randn(1, S, N, 256), torch.randn(1, N, N, 128)
+    inputs = (m, z, (torch.rand(1, S, N) > 0.1).float(), torch.ones(1, N, N))
+
+    def run(b, m, z, msa_mask, pair_mask, **kernels):
+        return b(m, z, msa_mask, pair_mask, chunk_size=None, use_lma=False, inplace_safe=False, **kernels)
+
+    modules = {"msa_att_row": lambda b, m, z, msa_mask, pair_mask: b(m, z=z, mask=msa_mask),
+               "outer_product_mean": lambda b, m, z, msa_mask, pair_mask: b(m, mask=msa_mask),
+               "pair_stack.tri_att_start": lambda b, m, z, msa_mask, pair_mask: b(z, mask=pair_mask)}
+    variants = {"unpatched cuEquivariance": ("unpatched",
+                                             lambda b, *x: run(b, *x, use_cueq_triangle_kernels=True))}
+    return block, inputs, run, modules, variants
 
 
 def _protenix(S, N):
@@ -51,7 +123,7 @@ def _protenix(S, N):
     m, z, pair_mask = torch.randn(S, N, 64), torch.randn(N, N, 128), torch.ones(N, N)
     modules = {"msa_stack.msa_pair_weighted_averaging": lambda b, m, z, mask: b(m, z),
                "outer_product_mean_msa": lambda b, m, z, mask: b(m)}
-    return block, (m, z, pair_mask), lambda b, m, z, mask: b(m.clone(), z, mask), modules
+    return block, (m, z, pair_mask), lambda b, m, z, mask: b(m.clone(), z, mask), modules, {}
 
 
 def _openfold3(S, N):
@@ -65,7 +137,7 @@ def _openfold3(S, N):
     msa_mask, pair_mask = (torch.rand(1, S, N) > 0.1).float(), torch.ones(1, N, N)
     modules = {"msa_att_row": lambda b, m, z, msa_mask, pair_mask: b(m, z=z, mask=pair_mask),
                "outer_product_mean": lambda b, m, z, msa_mask, pair_mask: b(m, mask=msa_mask)}
-    return block, (m, z, msa_mask, pair_mask), lambda b, *x: b(*x), modules
+    return block, (m, z, msa_mask, pair_mask), lambda b, *x: b(*x), modules, {}
 
 
 def _openfold(S, N):
@@ -89,10 +161,14 @@ def _openfold(S, N):
     msa_mask = (torch.rand(1, S, N) > 0.1).float()
     modules = {"msa_att_row": lambda b, m, z, msa_mask: b(m, z=z, mask=msa_mask),
                "outer_product_mean": lambda b, m, z, msa_mask: b(m, mask=msa_mask)}
-    return EvoformerMSAPart(), (m, z, msa_mask), lambda b, *x: b(*x), modules
+    return EvoformerMSAPart(), (m, z, msa_mask), lambda b, *x: b(*x), modules, {}
 
 
-FAMILIES = {"boltz": _boltz, "protenix": _protenix, "openfold3": _openfold3, "openfold": _openfold}
+# name -> (the integration that patches it, the block's builder)
+FAMILIES = {"boltz": ("boltz", _boltz), "protenix": ("protenix", _protenix), "openfold3": ("openfold3", _openfold3),
+            "openfold": ("openfold", _openfold), "boltz-pairformer": ("boltz", _boltz_pairformer),
+            "protenix-pairformer": ("protenix", _protenix_pairformer),
+            "openfold3-evoformer": ("openfold3", _openfold3_evoformer)}
 
 
 def _scalar(out) -> torch.Tensor:
@@ -101,24 +177,28 @@ def _scalar(out) -> torch.Tensor:
     return sum(o.float().sum() for o in outs if o is not None)
 
 
-def bench_family(name: str, S: int, N: int) -> list[dict]:
-    integration = importlib.import_module(f"evofuse.integrations.{name}")
+def bench_family(name: str, S: int, N: int, precisions: list[str]) -> list[dict]:
+    package, builder = FAMILIES[name]
+    integration = importlib.import_module(f"evofuse.integrations.{package}")
     torch.manual_seed(0)
-    block, inputs, run, modules = FAMILIES[name](S, N)
+    block, inputs, run, modules, variants = builder(S, N)
     block = block.cuda()
     patched = copy.deepcopy(block)
     replaced = integration.patch(patched)
     inputs = [t.cuda() for t in inputs]
     floats = inputs[:2]  # m and z
     rows = []
-    targets = [("block", block, patched, run)] + [
-        (path, block.get_submodule(path), patched.get_submodule(path), call) for path, call in modules.items()
-        if path in replaced]
-    for what, original, fused, call in targets:
-        for precision in ("fp32", "bf16 autocast"):
+    print(f"  {name}: patched {', '.join(replaced)}", flush=True)
+    block_impls = [("unpatched", block, run), ("evofuse", patched, run)] + [
+        (label, block if which == "unpatched" else patched, call) for label, (which, call) in variants.items()]
+    targets = [("block", block_impls)] + [
+        (path, [("unpatched", block.get_submodule(path), call), ("evofuse", patched.get_submodule(path), call)])
+        for path, call in modules.items() if path in replaced]
+    for what, impls in targets:
+        for precision in precisions:
             autocast = torch.autocast("cuda", dtype=torch.bfloat16) if precision != "fp32" else contextlib.nullcontext()
             for train in (False, True):
-                for impl, mod in (("unpatched", original), ("evofuse", fused)):
+                for impl, mod, call in impls:
                     mod.train(train)  # forward rows as inference runs them (the models' eval paths)
                     for t in floats:
                         t.requires_grad_(train)
@@ -130,13 +210,13 @@ def bench_family(name: str, S: int, N: int) -> list[dict]:
                     try:
                         ms, peak = measure(fn, train, floats)
                         status = "ok"
-                    except torch.OutOfMemoryError as exc:
-                        ms, peak, status = None, None, f"OutOfMemoryError: {str(exc)[:60]}"
+                    except Exception as exc:  # out of memory, or a model's own kernels not installed: kept as a row
+                        ms, peak, status = None, None, f"{type(exc).__name__}: {str(exc)[:60]}"
                     row = dict(family=name, what=what, precision=precision, mode="fwd+bwd" if train else "fwd",
                                impl=impl, ms=ms, peak_mib=peak, status=status)
                     rows.append(row)
                     shown = f"{ms:8.3f} ms {peak:9.1f} MiB" if ms is not None else status
-                    print(f"  {name:10s} {what:40s} {precision:14s} {row['mode']:8s} {impl:10s} {shown}", flush=True)
+                    print(f"  {name:10s} {what:28s} {precision:14s} {row['mode']:8s} {impl:28s} {shown}", flush=True)
                     torch.cuda.empty_cache()
     return rows
 
@@ -146,6 +226,7 @@ def main() -> int:
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--msa-rows", type=int, default=1024)
     parser.add_argument("--residues", type=int, default=384)
+    parser.add_argument("--precisions", default="fp32,bf16", help="fp32, bf16 (autocast) or both")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -154,7 +235,8 @@ def main() -> int:
     rows = []
     for name in args.families.split(","):
         try:
-            rows += bench_family(name, args.msa_rows, args.residues)
+            precisions = [{"fp32": "fp32", "bf16": "bf16 autocast"}[p] for p in args.precisions.split(",")]
+            rows += bench_family(name, args.msa_rows, args.residues, precisions)
         except ImportError as exc:
             print(f"  {name}: not installed ({exc})")
     folder = Path(args.out) / torch.cuda.get_device_name().replace(" ", "-")

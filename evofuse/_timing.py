@@ -23,6 +23,12 @@ def pwa_params(mod):
             mod.proj_g.weight, mod.proj_z.weight, mod.proj_o.weight)
 
 
+def tri_params(mod):
+    mha = mod.mha
+    return (mod.layer_norm.weight, mod.layer_norm.bias, mod.linear.weight, mha.linear_q.weight, mha.linear_k.weight,
+            mha.linear_v.weight, mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias)
+
+
 def training_step(fn, leaves=()):
     """The forward+backward row's call: the leaves' gradients set to None first (each step's own, none
     accumulated: under CUDA graphs a gradient is a graph's output, which the next replay overwrites), the

@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--precision", choices=["default", "fast"], default="default")
 
     bench = sub.add_parser("bench", help="time evofuse against every importable peer")
-    bench.add_argument("--suite", default="all", help="'all', 'opm', 'att', 'pwa', 'none' or comma-separated case names")
+    bench.add_argument("--suite", default="all",
+                       help="'all', 'opm', 'att', 'pwa', 'tri', 'none' or comma-separated case names")
     bench.add_argument("--dtype", action="append", choices=["float32", "bfloat16"],
                        help="evofuse dtype (repeatable; default both)")
     bench.add_argument("--train", action="store_true", help="also time forward+backward")
@@ -34,11 +35,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "check":
         import os
+        import subprocess
 
         import torch
 
-        if args.impl == "triton" and not torch.cuda.is_available():  # the kernels in Triton's interpreter
-            os.environ.setdefault("TRITON_INTERPRET", "1")  # (read when the kernels are built, on first use)
+        from ._runtime import interpreting
+
+        if args.impl == "triton" and not torch.cuda.is_available() and not interpreting():
+            # the kernels in Triton's interpreter: Triton reads TRITON_INTERPRET when `import evofuse` defines them,
+            # so the check runs in a fresh process that has it set
+            command = [sys.executable, "-m", "evofuse", *(sys.argv[1:] if argv is None else argv)]
+            return subprocess.call(command, env={**os.environ, "TRITON_INTERPRET": "1"})
         from .check import run_check
 
         return run_check(args.trials, args.dtype, args.case, args.impl, args.precision)

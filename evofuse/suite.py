@@ -1,4 +1,4 @@
-"""The benchmark and check suite (the shapes of the AF2 trunks), and seeded random modules and inputs for it."""
+"""The benchmark and check suite (the shapes of the AF2 and AF3 trunks), and seeded random modules and inputs for it."""
 
 from __future__ import annotations
 
@@ -6,16 +6,17 @@ from dataclasses import dataclass
 
 import torch
 
-from .modules import MSARowAttentionWithPairBias, OuterProductMean, PairWeightedAveraging
+from .modules import MSARowAttentionWithPairBias, OuterProductMean, PairWeightedAveraging, TriangleAttention
 
 
 @dataclass(frozen=True)
 class Case:
-    """One suite shape. `width` is hidden_dim c for the Outer Product Mean, num_heads for attention and
-    pair-weighted averaging; `head` the latter's width of a head."""
+    """One suite shape. `width` is hidden_dim c for the Outer Product Mean, num_heads for attention, pair-weighted
+    averaging and triangle attention; `head` the latter two's width of a head. Triangle attention's pair (B, N, N, D)
+    has S = N rows."""
 
     name: str
-    op: str  # "opm", "att" or "pwa"
+    op: str  # "opm", "att", "pwa" or "tri"
     B: int
     S: int
     N: int
@@ -34,7 +35,16 @@ class Case:
         if self.op == "pwa":
             hc = self.width * self.head
             return 2.0 * B * (S * N * D * 3 * hc + N * N * P * self.width + N * N * S * hc)
+        if self.op == "tri":
+            H = self.width * self.head
+            return 2.0 * B * (N * N * D * 5 * H + 2 * N * N * N * H + N * N * D * self.width)
         return 2.0 * B * (S * N * D * 5 * D + 2 * S * N * N * D + N * N * P * self.width)
+
+    @property
+    def reference_fits(self) -> bool:
+        """Whether the float64 reference's attention weights (B, S, h, N, N) take at most 16 GiB: where they do not
+        (tri-2048: 256 GiB) no error against it is measured."""
+        return self.op not in ("att", "tri") or self.B * self.S * self.width * self.N ** 2 * 8 <= 16 * 2**30
 
 
 SUITE = (
@@ -49,6 +59,10 @@ SUITE = (
     Case("pwa-boltz", "pwa", 1, 1024, 384, 64, 128, 8, 32),
     Case("pwa-af3", "pwa", 1, 1024, 384, 64, 128, 8, 8),
     Case("pwa-long", "pwa", 1, 256, 2048, 64, 128, 8, 32),
+    Case("tri-seed", "tri", 2, 24, 24, 32, 32, 2, 16),
+    Case("tri-384", "tri", 1, 384, 384, 128, 128, 4, 32),
+    Case("tri-768", "tri", 1, 768, 768, 128, 128, 4, 32),
+    Case("tri-2048", "tri", 1, 2048, 2048, 128, 128, 4, 32),
 )
 SEED_CASES = tuple(c for c in SUITE if c.name.endswith("-seed"))
 
@@ -62,6 +76,8 @@ def make_module(case: Case, seed: int = 0, **kwargs) -> torch.nn.Module:
             mod = OuterProductMean(case.D, case.pair, case.width, **kwargs)
         elif case.op == "att":
             mod = MSARowAttentionWithPairBias(case.D, case.pair, case.width, **kwargs)
+        elif case.op == "tri":
+            mod = TriangleAttention(case.D, case.head, case.width, **kwargs)
         else:
             mod = PairWeightedAveraging(case.D, case.pair, case.head, case.width, **kwargs)
             torch.nn.init.normal_(mod.proj_o.weight, std=mod.proj_o.in_features ** -0.5)  # (Boltz starts it at 0)
@@ -75,12 +91,19 @@ def make_module(case: Case, seed: int = 0, **kwargs) -> torch.nn.Module:
 def make_inputs(case: Case, device, dtype, seed: int = 0, zero_frac: float = 0.1,
                 fully_masked: bool = True) -> tuple[torch.Tensor, ...]:
     """Random inputs of a case: msa, [pair,] mask (float 0/1, ~zero_frac zeros; pair-weighted averaging's is a
-    (B, N, N) pair mask).
+    (B, N, N) pair mask); triangle attention's pair (B, N, N, D) and its (B, N, N) mask.
 
     With fully_masked, one residue of the Outer Product Mean is masked in every row, one MSA row of the
-    attention has every key masked, and one residue i of pair-weighted averaging has every pair masked.
+    attention has every key masked, and one residue i of pair-weighted averaging and of triangle attention has
+    every pair masked.
     """
     g = torch.Generator().manual_seed(seed)
+    if case.op == "tri":
+        pair = torch.randn(case.B, case.N, case.N, case.D, generator=g)
+        mask = (torch.rand(case.B, case.N, case.N, generator=g) >= zero_frac).float()
+        if fully_masked:
+            mask[:, case.N // 2] = 0
+        return pair.to(device=device, dtype=dtype), mask.to(device)
     msa = torch.randn(case.B, case.S, case.N, case.D, generator=g)
     mask = (torch.rand(case.B, case.S, case.N, generator=g) >= zero_frac).float()
     if fully_masked and case.op == "opm":

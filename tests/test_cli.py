@@ -1,5 +1,6 @@
 """`evofuse check` and `evofuse bench` as a user runs them."""
 
+import os
 import subprocess
 import sys
 
@@ -20,6 +21,18 @@ def test_check_runs_the_kernels_in_the_interpreter(capsys):
         pytest.skip("the interpreter run is for machines without a GPU")
     assert main(["check", "--trials", "1", "--impl", "triton", "--case", "att-seed"]) == 0
     assert "triton" in capsys.readouterr().out
+
+
+def test_check_in_the_interpreter_from_a_shell():
+    """`evofuse check --impl triton` without a GPU, from a shell that has not set TRITON_INTERPRET (Triton reads it
+    when `import evofuse` defines the kernels, before the command line is read)."""
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter run is for machines without a GPU")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-m", "evofuse", "check", "--trials", "1", "--impl", "triton", "--case",
+                           "tri-seed"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "tri-seed" in done.stdout and "1 passed, 0 failed" in done.stdout
 
 
 def test_check_rejects_unknown_case():
