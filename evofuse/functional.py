@@ -31,8 +31,9 @@ if triton_available():  # the operations' torch.library ops, registered here: `i
     from .ops import outer_product_mean as opm
     from .ops import pair_weighted_averaging as pwa
     from .ops import row_attention as att
+    from .ops import triangle_attention as tri
 else:  # (no Triton: every call takes the reference; `resolve_impl` refuses impl="triton")
-    opm = pwa = att = None
+    opm = pwa = att = tri = None
 
 
 def _check_options(precision: str, normalization: str | None = None) -> None:
@@ -428,17 +429,29 @@ def triangle_attention(
         warn_once(f"tri-inf-{inf}", f"evofuse: triangle attention with inf={inf} runs the PyTorch reference (the "
                   f"kernels' masked logit is -1e9, equal for inf >= {ref.TRIANGLE_MIN_INF:g})")
         impl = "torch"
+    lead = pair_repr.shape[:-3]
+    folded = len(lead) != 1  # (one batch dimension: no views in between)
+    z, mask = _batched(lead, pair_repr=pair_repr, pair_mask=pair_mask) if folded else (pair_repr, pair_mask)
+    weights = _cast(params.values(), z.dtype)
+
+    def unbatched(out):
+        return _unbatched(out, lead) if folded else out
+
+    def reference():
+        return unbatched(ref.triangle_attention_reference(z, mask, *weights, num_heads=num_heads, starting=starting,
+                                                          inf=inf, transpose_bias=transpose_bias))
+
     if resolve_impl(impl, pair_repr) == "torch":
-        lead = pair_repr.shape[:-3]
-        z, mask = _batched(lead, pair_repr=pair_repr, pair_mask=pair_mask)
-        weights = _cast(params.values(), pair_repr.dtype)
-        return _unbatched(ref.triangle_attention_reference(z, mask, *weights, num_heads=num_heads, starting=starting,
-                                                           inf=inf, transpose_bias=transpose_bias), lead)
-    z = pair_repr if starting else pair_repr.transpose(-2, -3)  # (the ending node: strided views, no copies)
-    mask = pair_mask if starting or pair_mask is None else pair_mask.transpose(-1, -2)
-    bias_source = z.transpose(-2, -3) if transpose_bias else z  # (a strided view: the bias kernel takes strides)
-    out = msa_row_attention(z, bias_source, mask, layer_norm_weight, layer_norm_bias, query_weight, None, key_weight, None,
-                            value_weight, None, gate_weight, gate_bias, out_weight, out_bias, linear_weight, None,
-                            num_heads=num_heads, pair_norm_weight=layer_norm_weight, pair_norm_bias=layer_norm_bias,
-                            mask_mode="add", precision=precision, impl="triton")
-    return out if starting else out.transpose(-2, -3)
+        return reference()
+    if not att.fused(H // num_heads, z.dtype):
+        warn_once(f"tri-{H // num_heads}-{z.dtype}", f"evofuse: no fused triangle attention for head_dim="
+                  f"{H // num_heads}, dtype={z.dtype}; running the PyTorch reference")
+        return reference()
+    if not starting:  # the ending node: strided views, no copies
+        z, mask = z.transpose(1, 2), None if mask is None else mask.transpose(1, 2)
+    lnw, lnb, linear_w, wq, wk, wv, wg, bg, wo, bo = weights
+    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (z, *weights))
+    with _on_device(z):  # (train: the op keeps what the backward takes)
+        proj = tri.joined_projections([wq, wk, wv, wg], linear_w, bg)
+        out = tri.triangle_attention(z, mask, lnw, lnb, *proj, wo, bo, num_heads, transpose_bias, precision, train)[0]
+    return unbatched(out if starting else out.transpose(1, 2))

@@ -5,7 +5,7 @@ place, new inputs each step), and one case per operation whose element offsets p
 import pytest
 import torch
 
-from evofuse import MSARowAttentionWithPairBias, OuterProductMean, PairWeightedAveraging
+from evofuse import MSARowAttentionWithPairBias, OuterProductMean, PairWeightedAveraging, TriangleAttention
 from evofuse.reference import msa_row_attention_with_bias, outer_product_mean_projections, outer_product_mean_rows
 
 from .contract import check_gradients, mask_form
@@ -34,6 +34,8 @@ MODEL_CASES = {
                                                    mask_mode="add"),  # OpenFold, OpenFold3's AF2-style block
     "pwa-boltz": lambda: PairWeightedAveraging(64, 128, 32, 8),
     "pwa-af3": lambda: PairWeightedAveraging(64, 128, 8, 8, inf=1e9, mask_mode="add"),  # AF3, Protenix, OpenFold3
+    "tri-af2": lambda: TriangleAttention(128, 32, 4),  # OpenFold
+    "tri-boltz": lambda: TriangleAttention(128, 32, 4, starting=False, gate_and_output_bias=False),  # Boltz, AF3
 }
 
 
@@ -41,6 +43,10 @@ def _model_inputs(name, S=33, N=97, seed=1):
     mod = MODEL_CASES[name]()
     D = mod.norm_m.normalized_shape[0] if name.startswith("pwa") else mod.layer_norm.normalized_shape[0]
     g = torch.Generator().manual_seed(seed)
+    if name.startswith("tri"):  # the pair (1, N, N, 128) and its mask, a padding residue's pairs all masked
+        mask = torch.rand(1, N, N, generator=g) > 0.1
+        mask[:, -1] = mask[:, :, -1] = False
+        return randomize(mod, seed), (torch.randn(1, N, N, D, generator=g), mask)
     x = torch.randn(1, S, N, D, generator=g)
     if name.startswith("opm"):
         return randomize(mod, seed), (x, random_mask(1, S, N, "rows", seed))
@@ -59,7 +65,7 @@ def test_gradients_at_the_models_widths(name, dtype, autotuned):
 
 def _small_case(op, seed):
     """A module and inputs of `op` small enough for many steps."""
-    name = {"opm": "opm-boltz", "att": "att-af2", "pwa": "pwa-boltz"}[op]
+    name = {"opm": "opm-boltz", "att": "att-af2", "pwa": "pwa-boltz", "tri": "tri-boltz"}[op]
     mod, inputs = _model_inputs(name, S=6, N=19, seed=seed)
     return mod, tuple(mask_form(t, "bool") if k == len(inputs) - 1 else t for k, t in enumerate(inputs))
 
@@ -75,7 +81,7 @@ def _cuda_graphed(mod, sample):
 
 @pytest.mark.no_poison
 @pytest.mark.parametrize("mode", ["fullgraph", "reduce-overhead", "cuda-graph"])
-@pytest.mark.parametrize("op", ["opm", "att", "pwa"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri"])
 def test_training_loop_under_compile_and_graphs(op, mode):
     """Three training steps of each operation under torch.compile(fullgraph=True), mode="reduce-overhead" and a
     captured CUDA graph, the weights updated in place and new inputs each step: outputs and every gradient as the

@@ -94,6 +94,50 @@ def test_opcheck_row_attention_core_backward():
                                              "replace", "default"))
 
 
+def _tri_args(train, transpose_bias=False, mask=True, gate_bias=True):
+    """The triangle attention op's arguments: a pair (1, 6, 6, 8), 2 heads of 4, the projections joined."""
+    from evofuse import TriangleAttention
+    from evofuse.ops.triangle_attention import joined_projections
+
+    from .helpers import randomize
+
+    mod = randomize(TriangleAttention(8, 4, 2, gate_and_output_bias=gate_bias), 7).to(DEVICE)
+    x = torch.randn(1, 6, 6, 8, device=DEVICE, requires_grad=train)
+    pair_mask = random_mask(1, 6, 6, "rows", 8).to(DEVICE) if mask else None
+    mha = mod.mha
+    with torch.no_grad():  # (the op's own leaves)
+        proj = [t if t is None else t.requires_grad_(train) for t in joined_projections(
+            [mha.linear_q.weight, mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight], mod.linear.weight,
+            mha.linear_g.bias)]
+    params = [t if t is None else t.detach().requires_grad_(train) for t in (
+        mod.layer_norm.weight, mod.layer_norm.bias, *proj, mha.linear_o.weight, mha.linear_o.bias)]
+    return (x, pair_mask, *params, 2, transpose_bias, "default", train)
+
+
+@pytest.mark.no_poison
+@pytest.mark.parametrize("train", [False, True])
+def test_opcheck_triangle_attention(train):
+    from evofuse.ops.triangle_attention import triangle_attention_op
+
+    torch.library.opcheck(triangle_attention_op, _tri_args(train))
+    torch.library.opcheck(triangle_attention_op, _tri_args(train, transpose_bias=True, mask=False, gate_bias=False))
+
+
+def test_triangle_projection_rows_stay_aligned():
+    """The joined projection's width is a multiple of 16 (every row of it starts aligned for the attention kernels),
+    its padding rows zero and without a gradient, its bias the gate's alone."""
+    from evofuse.ops.triangle_attention import joined_projections
+
+    weights = [torch.randn(12, 8, requires_grad=True) for _ in range(4)]
+    bias_weight, gate_bias = torch.randn(3, 8, requires_grad=True), torch.randn(12)
+    w, b = joined_projections(weights, bias_weight, gate_bias)
+    assert w.shape == (64, 8) and b.shape == (64,)
+    torch.testing.assert_close(w[48:51], bias_weight)
+    assert not w[51:].any() and not b[:36].any() and not b[48:].any()
+    torch.testing.assert_close(b[36:48], gate_bias)
+    assert joined_projections(weights, bias_weight, None)[1] is None
+
+
 def test_every_fused_size_has_a_config(monkeypatch):
     """The config tables hold a tile that fits each hidden_dim and form of operands the fused path takes."""
     from evofuse.ops.outer_product_mean import configs
@@ -149,14 +193,15 @@ def test_pair_weighted_averaging_keeps_nothing_for_inference(dtype):
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri"])
 def test_backward_makes_no_zero_gradients_for_the_kept_outputs(op):
     """The outputs an op keeps for its backward (projections, weighted or gated sums, weights) get no gradient: autograd
     must not fill zeros of their size (at pwa-long ~0.9 GiB and a pass over memory each step)."""
     from evofuse.ops.pair_weighted_averaging import pair_weighted_averaging_op
+    from evofuse.ops.triangle_attention import triangle_attention_op
 
     fn, args = {"opm": (outer_product_mean_op, _opm_args(True)), "att": (row_attention_op, _att_args(True)),
-                "pwa": (pair_weighted_averaging_op, _pwa_args(True))}[op]
+                "pwa": (pair_weighted_averaging_op, _pwa_args(True)), "tri": (triangle_attention_op, _tri_args(True))}[op]
     outputs = fn(*args)
     kept = {tuple(t.shape) for t in outputs[1:] if t.numel()}
     with torch.profiler.profile(record_shapes=True) as prof:
@@ -182,11 +227,17 @@ def _nested_op_cases():
                                                               (torch.rand(1, 5, 5) > 0.3).float()),
            [("evofuse.ops.pair_weighted_averaging.op", "core_backward_op"),
             ("evofuse.ops.pair_heads", "pair_heads_backward_op"), ("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
-    return {"opm": opm, "att": att, "pwa": pwa}
+    from evofuse import TriangleAttention
+
+    tri = (randomize(TriangleAttention(8, 4, 2, impl="triton"), 7), (torch.randn(1, 6, 6, 8),
+                                                                      (torch.rand(1, 6, 6) > 0.3).float()),
+           [("evofuse.ops.triangle_attention.op", "core_backward_op"),
+            ("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
+    return {"opm": opm, "att": att, "pwa": pwa, "tri": tri}
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri"])
 def test_backward_nested_ops_dispatched_only_when_traced(op, monkeypatch):
     """An eager backward calls the Python functions behind its nested ops (no dispatcher in between); a traced one
     (torch.compile through AOTAutograd, fake and functional tensors) calls the registered ops, which it keeps
@@ -220,7 +271,7 @@ def test_backward_nested_ops_dispatched_only_when_traced(op, monkeypatch):
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri"])
 def test_eager_call_skips_the_dispatcher(op):
     """Eagerly on plain tensors an operation runs under a torch.autograd.Function (`_runtime.eager_or_dispatched`),
     not through its custom op: its output's gradient node is that Function's, and the gradients match the custom

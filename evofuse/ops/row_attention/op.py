@@ -60,11 +60,9 @@ def _mask_args(mask: Tensor | None, like: Tensor) -> tuple:
     return (like, 0, 0, 0) if mask is None else (mask, *mask.stride())
 
 
-def _constants(qkvg: Tensor, mask: Tensor | None, num_heads: int, precision: str) -> dict:
-    D = qkvg.shape[-1] // 4
-    d = D // num_heads
-    return dict(MASKED=max(MASK_LOGIT, torch.finfo(qkvg.dtype).min), HAS_MASK=mask is not None,
-                BLOCK_D=max(16, next_pow2(d)), PRECISION=dot_precision(qkvg.dtype, precision))
+def _constants(dtype: torch.dtype, mask: Tensor | None, head_dim: int, precision: str) -> dict:
+    return dict(MASKED=max(MASK_LOGIT, torch.finfo(dtype).min), HAS_MASK=mask is not None,
+                BLOCK_D=max(16, next_pow2(head_dim)), PRECISION=dot_precision(dtype, precision))
 
 
 def joined_qkvg(weights: list[Tensor], biases: list[Tensor | None]) -> tuple[Tensor, Tensor | None]:
@@ -87,28 +85,38 @@ def row_attention_forward(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor 
     arguments for a traced call); H = num_heads * head_dim is the inner width; any bias may be None; with
     pair_norm_weight and pair_norm_bias the pair is layer-normed in the bias projection's kernel; mask_mode
     ("replace" or "add") matters to the backward alone. Every tensor argument has msa_repr's dtype."""
-    B, S, N, _ = msa_repr.shape
-    h = num_heads
     H = qkvg_weight.shape[0] // 4
-    d = H // h
     qkvg = layer_norm_linear(msa_repr, layer_norm_weight, layer_norm_bias, qkvg_weight, qkvg_bias, None, precision)
     z = pair_heads(pair_repr, pair_norm_weight, pair_norm_bias, pair_bias_weight, pair_bias_bias)  # (B, h, N, N)
-    gated = torch.empty(B, S, N, H, dtype=msa_repr.dtype, device=msa_repr.device)
-    lse = torch.empty(2, B, S, N, h if train else 0, dtype=torch.float32, device=msa_repr.device)
+    gated, lse = attention(qkvg, z, msa_mask, H, num_heads, mask_mode, precision, train)
+    if not train:  # (their memory free before the output's is taken)
+        qkvg, z = qkvg.new_empty(0), z.new_empty(0)
+    out = F.linear(gated, out_proj_weight, out_proj_bias)
+    return out, qkvg, gated if train else gated.new_empty(0), lse, z
+
+
+def attention(qkvg: Tensor, z: Tensor, mask: Tensor | None, H: int, num_heads: int, mask_mode: str, precision: str,
+              train: bool) -> tuple[Tensor, Tensor]:
+    """(gated (B, S, N, H), lse (2, B, S, N, h) float32, empty unless `train`): the attention core of rows whose
+    projections qkvg (B, S, N, W) hold q, k, v and the gate in their first 4H channels (W >= 4H, the channels
+    unit-strided), with the bias z (B, h, N, N) (any strides) and the mask (B, S, N) or None: the gated output and
+    the rows' softmax statistics (their largest logit and log2 of their sum, base 2)."""
+    B, S, N, _ = qkvg.shape
+    h = num_heads
+    d = H // h
+    gated = torch.empty(B, S, N, H, dtype=qkvg.dtype, device=qkvg.device)
+    lse = torch.empty(2, B, S, N, h if train else 0, dtype=torch.float32, device=qkvg.device)
     if gated.numel():
-        consts = _constants(qkvg, msa_mask, h, precision)
+        consts = _constants(qkvg.dtype, mask, d, precision)
 
         def grid(meta):
             return B * h * cdiv(N, meta["BLOCK_M"]) * S,
 
         stats = (lse, *lse.stride()[1:], lse.stride(0)) if train else (gated, 0, 0, 0, 0, 0)
-        _kernels()[0][grid](qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(msa_mask, qkvg), gated,
+        _kernels()[0][grid](qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(mask, qkvg), gated,
                             *gated.stride()[:3], *stats, S, N, h, H, d, math.log2(math.e) / math.sqrt(d), bucket(N),
                             TRAIN=train, ADDITIVE_MASK=mask_mode == "add", **consts)
-    if not train:  # (their memory free before the output's is taken)
-        qkvg, z = qkvg.new_empty(0), z.new_empty(0)
-    out = F.linear(gated, out_proj_weight, out_proj_bias)
-    return out, qkvg, gated if train else gated.new_empty(0), lse, z
+    return gated, lse
 
 
 row_attention_op = torch.library.custom_op("evofuse::msa_row_attention", mutates_args=())(row_attention_forward)
@@ -130,11 +138,12 @@ def _(msa_repr, pair_repr, msa_mask, *params_and_options):
 def core_backward(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, grad_out: Tensor, out_proj_weight: Tensor,
                   gated: Tensor, lse: Tensor, num_heads: int, mask_mode: str,
                   precision: str) -> tuple[Tensor, Tensor]:
-    """(d_qkvg (B, S, N, 4H), dz (B, h, N, N) float32): the gradients of the projections and of the pair bias for
-    the output's gradient grad_out (B, S, N, D), from out_proj's weight (D, H), the forward's projections, gated
-    output (B, S, N, H) and statistics lse (2, B, S, N, h)."""
-    B, S, N, D4 = qkvg.shape
-    D = D4 // 4  # the inner width H
+    """(d_qkvg (B, S, N, W), dz (B, h, N, N) float32): the gradients of the projections and of the pair bias for
+    the output's gradient grad_out (B, S, N, D), from out_proj's weight (D, H), the forward's projections qkvg
+    (B, S, N, W) contiguous (q, k, v and the gate in its first 4H channels; d_qkvg's channels past them are left
+    unwritten), gated output (B, S, N, H) and statistics lse (2, B, S, N, h)."""
+    B, S, N, W = qkvg.shape
+    D = out_proj_weight.shape[1]  # the inner width H
     h = num_heads
     d = D // h
     M = B * S * N
@@ -143,10 +152,10 @@ def core_backward(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, grad_out: Te
     delta = torch.empty(B, S, N, h, dtype=torch.float32, device=gated.device)  # rowsum(do * o) per head
     gate = configs.gate_launch(h, d)
     gate_backward_kernel[(cdiv(M, gate["BLOCK_M"]),)](
-        do, gated, D, qkvg[..., 3 * D:], d_qkvg[..., 3 * D:], 4 * D, do, delta, h, M, h, **gate)
+        do, gated, D, qkvg[..., 3 * D:], d_qkvg[..., 3 * D:], W, do, delta, h, M, h, **gate)
     splits = dz_splits(B * h * cdiv(N, DZ_TILE) ** 2, S, z.device)
     dz = torch.empty(splits, *z.shape, dtype=torch.float32, device=z.device)
-    consts = dict(_constants(qkvg, msa_mask, h, precision), ADDITIVE_MASK=mask_mode == "add")
+    consts = dict(_constants(qkvg.dtype, msa_mask, d, precision), ADDITIVE_MASK=mask_mode == "add")
     common = (qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(msa_mask, qkvg), do, *do.stride()[:3], lse, delta,
               *lse.stride()[1:], lse.stride(0))
     sizes = (S, N, h, D, d, math.log2(math.e) / math.sqrt(d))

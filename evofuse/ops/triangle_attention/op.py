@@ -1,0 +1,105 @@
+"""Triangle attention as a torch.library custom op, `evofuse::triangle_attention`, with its fake and its backward
+(`register_autograd`); the attention core and its backward are row attention's (`..row_attention.op`).
+
+Forward: one LayerNorm of the pair x (B, I, J, c) feeds one projection (`layer_norm_linear`) whose (B, I, J, W)
+output holds q, k, v, the gate and, in the next h channels, the triangle bias (W = 4H + h rounded up to 16, so that
+every row stays aligned); the bias's channels are copied out as z (B, h, J, K) (a small tensor that every row i
+reads), then row attention's core over the rows i, and the output projection by cuBLAS. No (B, I, h, J, K) tensor
+and no second LayerNorm.
+Backward: the core's kernels give the projections' gradient and z's (summed over the rows i); z's is written into
+the bias channels of the projections' gradient, and one `layer_norm_linear_backward` gives every gradient of x, the
+LayerNorm and the joined weight.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..._runtime import eager_or_dispatched, traced
+from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
+from ..row_attention.op import attention, core_backward, core_backward_op
+
+ALIGN = 16  # the joined projection's width is a multiple of this: its rows start aligned for the attention kernels
+
+
+def joined_projections(weights: list[Tensor], bias_weight: Tensor, gate_bias: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """The query, key, value and gate weights (H, c), the triangle bias's (h, c) and zero rows up to a multiple of
+    ALIGN, stacked as the op takes them: (W, c), and the joined bias (W,) (the gate's, zeros elsewhere) or None.
+    Called outside the op, so that autograd hands each weight its share of the stacked gradient."""
+    H, h = weights[0].shape[0], bias_weight.shape[0]
+    pad = bias_weight.new_zeros(-(4 * H + h) % ALIGN, bias_weight.shape[1])
+    stacked = [*weights, bias_weight, pad]
+    return torch.cat(stacked), joined_bias([None, None, None, gate_bias, None, None], stacked)
+
+
+def triangle_attention_forward(pair_repr: Tensor, pair_mask: Tensor | None, layer_norm_weight: Tensor,
+                               layer_norm_bias: Tensor, proj_weight: Tensor, proj_bias: Tensor | None,
+                               out_weight: Tensor, out_bias: Tensor | None, num_heads: int, transpose_bias: bool,
+                               precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(out (B, I, J, c), proj (B, I, J, W), gated (B, I, J, H), lse (2, B, I, J, h) float32, z (B, h, J, K)): the
+    output, then what the backward takes (each empty unless `train`). pair_repr (B, I, J, c) any strides (the ending
+    node: the transposed pair's view); pair_mask (B, I, K) 0/1 of any real dtype or None, added as inf * (mask - 1)
+    for inf >= 1e9 (row attention's "add" mode); proj_weight (W, c) and proj_bias (W,) or None from
+    `joined_projections`; out_weight (c, H), out_bias (c,) or None; transpose_bias: z[b, h, j, k] from x[b, k, j]."""
+    H = out_weight.shape[1]
+    proj = layer_norm_linear(pair_repr, layer_norm_weight, layer_norm_bias, proj_weight, proj_bias, None, precision)
+    bias = proj[..., 4 * H:4 * H + num_heads].permute(0, 3, 1, 2)  # (B, h, J, K), a view
+    z = (bias.transpose(-1, -2) if transpose_bias else bias).contiguous()  # (read by every row: unit-strided)
+    gated, lse = attention(proj, z, pair_mask, H, num_heads, "add", precision, train)
+    if not train:  # (their memory free before the output's is taken)
+        proj, z = proj.new_empty(0), z.new_empty(0)
+    out = F.linear(gated, out_weight, out_bias)
+    return out, proj, gated if train else gated.new_empty(0), lse, z
+
+
+triangle_attention_op = torch.library.custom_op("evofuse::triangle_attention", mutates_args=())(
+    triangle_attention_forward)
+
+
+@triangle_attention_op.register_fake
+def _(pair_repr, pair_mask, layer_norm_weight, layer_norm_bias, proj_weight, proj_bias, out_weight, out_bias,
+      num_heads, transpose_bias, precision, train):
+    B, N, _, c = pair_repr.shape
+    H, W = out_weight.shape[1], proj_weight.shape[0]
+    out = pair_repr.new_empty(B, N, N, c)
+    lse = pair_repr.new_empty(2, B, N, N, num_heads if train else 0, dtype=torch.float32)
+    if not train:
+        return out, pair_repr.new_empty(0), pair_repr.new_empty(0), lse, pair_repr.new_empty(0)
+    return (out, pair_repr.new_empty(B, N, N, W), pair_repr.new_empty(B, N, N, H), lse,
+            pair_repr.new_empty(B, num_heads, N, N))
+
+
+def _setup_context(ctx, inputs, output):
+    pair_repr, pair_mask, *params, num_heads, transpose_bias, precision, _ = inputs
+    _, proj, gated, lse, z = output
+    ctx.save_for_backward(pair_repr, pair_mask, *params, proj, gated, lse, z)
+    ctx.mark_non_differentiable(proj, gated, lse, z)
+    ctx.set_materialize_grads(False)  # the outputs kept for the backward get no zero-filled gradients
+    ctx.num_heads = num_heads
+    ctx.transpose_bias = transpose_bias
+    ctx.precision = precision
+
+
+def _backward(ctx, grad_out, *_):
+    pair_repr, mask, lnw, lnb, w_proj, _, wo, _, proj, gated, lse, z = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    c, H, h = pair_repr.shape[-1], wo.shape[1], ctx.num_heads
+    d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(pair_repr.dtype) if needs[7] else None
+    d_wo = grad_out.reshape(-1, c).t() @ gated.reshape(-1, H) if needs[6] else None
+    if not any(needs[:6]):  # the output projection's alone
+        return (None,) * 6 + (d_wo, d_bo) + (None,) * 4
+    backward = core_backward_op if traced(grad_out) else core_backward
+    d_proj, dz = backward(proj, z, mask, grad_out, wo, gated, lse, h, "add", ctx.precision)
+    dz = dz.transpose(-1, -2) if ctx.transpose_bias else dz
+    d_proj[..., 4 * H:4 * H + h] = dz.permute(0, 2, 3, 1)  # (B, J, K, h): the bias channels' gradient
+    d_proj[..., 4 * H + h:] = 0
+    dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(pair_repr, lnw, lnb, w_proj, d_proj, needs[0:1] + needs[2:6],
+                                                           ctx.precision)
+    return dx, None, dlnw, dlnb, dw, dbias, d_wo, d_bo, None, None, None, None
+
+
+triangle_attention_op.register_autograd(_backward, setup_context=_setup_context)
+# the op's call: eagerly on plain tensors the same functions without the dispatcher
+triangle_attention = eager_or_dispatched(triangle_attention_op, triangle_attention_forward, _setup_context, _backward)
