@@ -45,13 +45,21 @@ def triangle_attention_forward(pair_repr: Tensor, pair_mask: Tensor | None, laye
     `joined_projections`; out_weight (c, H), out_bias (c,) or None; transpose_bias: z[b, h, j, k] from x[b, k, j]."""
     H = out_weight.shape[1]
     proj = layer_norm_linear(pair_repr, layer_norm_weight, layer_norm_bias, proj_weight, proj_bias, None, precision)
-    bias = proj[..., 4 * H:4 * H + num_heads].permute(0, 3, 1, 2)  # (B, h, J, K), a view
-    z = (bias.transpose(-1, -2) if transpose_bias else bias).contiguous()  # (read by every row: unit-strided)
+    # (B, h, J, K), copied out (every row reads it: unit-strided); no view of proj outlives it, so that proj's
+    # memory is free before the output's is taken
+    z = _bias_of(proj, H, num_heads, transpose_bias).contiguous()
     gated, lse = attention(proj, z, pair_mask, H, num_heads, "add", precision, train)
     if not train:  # (their memory free before the output's is taken)
         proj, z = proj.new_empty(0), z.new_empty(0)
     out = F.linear(gated, out_weight, out_bias)
     return out, proj, gated if train else gated.new_empty(0), lse, z
+
+
+def _bias_of(proj: Tensor, H: int, num_heads: int, transpose_bias: bool) -> Tensor:
+    """The bias channels of the projections (B, I, J, W) as a (B, h, J, K) view (transposed: z[b, h, j, k] from
+    x[b, k, j])."""
+    bias = proj[..., 4 * H:4 * H + num_heads].permute(0, 3, 1, 2)
+    return bias.transpose(-1, -2) if transpose_bias else bias
 
 
 triangle_attention_op = torch.library.custom_op("evofuse::triangle_attention", mutates_args=())(
@@ -92,8 +100,7 @@ def _backward(ctx, grad_out, *_):
         return (None,) * 6 + (d_wo, d_bo) + (None,) * 4
     backward = core_backward_op if traced(grad_out) else core_backward
     d_proj, dz = backward(proj, z, mask, grad_out, wo, gated, lse, h, "add", ctx.precision)
-    dz = dz.transpose(-1, -2) if ctx.transpose_bias else dz
-    d_proj[..., 4 * H:4 * H + h] = dz.permute(0, 2, 3, 1)  # (B, J, K, h): the bias channels' gradient
+    _bias_of(d_proj, H, h, ctx.transpose_bias).copy_(dz)  # the bias channels' gradient
     d_proj[..., 4 * H + h:] = 0
     dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(pair_repr, lnw, lnb, w_proj, d_proj, needs[0:1] + needs[2:6],
                                                            ctx.precision)
