@@ -255,3 +255,41 @@ def test_pair_weighted_averaging_past_2_31_elements():
     for grads_ in (got, lowp, exact):  # the pair's gradient: its last rows i, past 2**31 elements (all of it would
         grads_["input1"] = grads_["input1"][:, -64:]  # take 34 GiB in float64 to compare)
     _assert_bf16_contract(out, got, exact_out, exact, lowp_out, lowp)
+
+
+@pytest.mark.full
+@pytest.mark.big
+@pytest.mark.no_poison
+def test_triangle_attention_past_2_31_elements():
+    """The joined projections (B, N, N, 4H + 16) pass 2**31 elements (N 2048, 4 heads of 32, c 128; bf16): the last
+    row i against the reference given the bias from the whole pair (rows are independent given it), the output's
+    gradient nonzero there alone, so that the pair's gradient (every (j, k) through the bias) is the reference's."""
+    torch.manual_seed(0)
+    mod = randomize(TriangleAttention(128, 32, 4), 1).cuda().bfloat16()
+    N = 2048
+    z = torch.randn(1, N, N, 128, device="cuda", dtype=torch.bfloat16)
+    mask = (torch.rand(1, N, N, device="cuda") > 0.1).float()
+    grad = _last_rows_gradient((1, N, N, 128), 1, 1, torch.bfloat16)
+    out, got = _fused_step(mod, [z, mask], grad, 1)
+    assert N * N * (4 * 128 + 16) > 2**31
+    out = out[:, -1:].clone()
+    got = {k: v.clone() for k, v in got.items()}
+    del grad
+    z.grad = None  # (held in `got`)
+    torch.cuda.empty_cache()
+
+    def reference(dtype):
+        ref = {n: p.detach().to(dtype).requires_grad_() for n, p in mod.named_parameters()}
+        zr = z.detach().to(dtype).requires_grad_()
+        x = torch.nn.functional.layer_norm(zr, (128,), ref["layer_norm.weight"], ref["layer_norm.bias"])
+        bias = torch.nn.functional.linear(x, ref["linear.weight"]).permute(0, 3, 1, 2)  # (1, h, J, K)
+        o = msa_row_attention_with_bias(zr[:, -1:], bias, mask[:, -1:], ref["layer_norm.weight"], ref["layer_norm.bias"],
+                                        *(t for name in ("q", "k", "v", "g", "o") for t in (
+                                            ref[f"mha.linear_{name}.weight"], ref.get(f"mha.linear_{name}.bias"))),
+                                        num_heads=4, mask_mode="add")
+        o.backward(_last_rows_gradient((1, N, N, 128), 1, 1, dtype)[:, -1:])
+        return o.detach(), {"input0": zr.grad, **{n: t.grad for n, t in ref.items()}}
+
+    lowp_out, lowp = reference(torch.bfloat16)
+    exact_out, exact = reference(torch.float32)
+    _assert_bf16_contract(out, got, exact_out, exact, lowp_out, lowp)
