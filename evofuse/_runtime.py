@@ -28,9 +28,10 @@ def traced(tensor: torch.Tensor) -> bool:
 def eager_or_dispatched(op, forward, setup_context, backward):
     """The call of a custom op `op` whose implementation is `forward`, with its autograd's `setup_context` and
     `backward`: through the dispatcher when traced, else eagerly the same three functions under a
-    `torch.autograd.Function`, whose host time is about half the custom op's autograd's (docs/DESIGN.md). The
-    context is set inside its forward: a separate `setup_context` has every `apply` bind the arguments to the
-    forward's signature."""
+    `torch.autograd.Function`, whose host time is about half the custom op's autograd's (docs/DESIGN.md), or,
+    where the op's last argument `train` is false (nothing records a gradient), `forward` alone (an `apply` costs
+    ~7 us even then). The context is set inside its forward: a separate `setup_context` has every `apply` bind the
+    arguments to the forward's signature."""
 
     class Eager(torch.autograd.Function):
         @staticmethod
@@ -44,7 +45,9 @@ def eager_or_dispatched(op, forward, setup_context, backward):
             return backward(ctx, *grads)
 
     def call(*args):
-        return op(*args) if traced(args[0]) else Eager.apply(*args)
+        if traced(args[0]):
+            return op(*args)
+        return Eager.apply(*args) if args[-1] else forward(*args)
 
     return call
 
