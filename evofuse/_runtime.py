@@ -52,6 +52,16 @@ def eager_or_dispatched(op, forward, setup_context, backward):
     return call
 
 
+def keep_for_backward(ctx, saved: list, kept: list, **options) -> None:
+    """An op's setup_context: the inputs `saved` and the op's extra outputs `kept` (what its backward needs, marked
+    non-differentiable, with no zero-filled gradients made for them) saved, and the non-tensor `options` set on ctx."""
+    ctx.save_for_backward(*saved, *kept)
+    ctx.mark_non_differentiable(*kept)
+    ctx.set_materialize_grads(False)
+    for name, value in options.items():
+        setattr(ctx, name, value)
+
+
 def tuning_candidates(table: list, fits, interpreter_config, fallback: bool = True) -> list:
     """The configs of `table` that Triton's autotuner tries for a call: the interpreter's alone under Triton's
     interpreter; else those for which fits(config) holds (the table's last where none does, unless not `fallback`),

@@ -25,7 +25,7 @@ import torch
 import triton
 from torch import Tensor
 
-from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, multiprocessors, next_pow2, traced
+from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, keep_for_backward, multiprocessors, next_pow2, traced
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from . import configs, kernels
 from .kernels import float16_operands_kernel, operand_maxima_kernel, opm_forward_kernel
@@ -323,12 +323,8 @@ def _(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, pro
 
 def _setup_context(ctx, inputs, output):
     msa_repr, msa_mask, *params, normalization, count_eps, precision, _ = inputs
-    ctx.save_for_backward(msa_repr, msa_mask, *params, output[1])
-    ctx.mark_non_differentiable(output[1])
-    ctx.set_materialize_grads(False)  # the outputs kept for the backward get no zero-filled gradients
-    ctx.normalization = normalization
-    ctx.count_eps = count_eps
-    ctx.precision = precision
+    keep_for_backward(ctx, [msa_repr, msa_mask, *params], [output[1]], normalization=normalization,
+                      count_eps=count_eps, precision=precision)
 
 
 def _backward(ctx, grad_out, _grad_ab):

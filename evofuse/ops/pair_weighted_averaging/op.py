@@ -32,7 +32,17 @@ import torch
 import triton
 from torch import Tensor
 
-from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, l2_cache_bytes, multiprocessors, next_pow2, traced
+from ..._runtime import (
+    bucket,
+    cdiv,
+    dot_precision,
+    eager_or_dispatched,
+    keep_for_backward,
+    l2_cache_bytes,
+    multiprocessors,
+    next_pow2,
+    traced,
+)
 from ...reference import LAYER_NORM_EPS
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
 from ..pair_heads import pair_heads, pair_heads_backward
@@ -285,11 +295,7 @@ def _(v, w, grad_out, msa_repr, norm_m_weight, norm_m_bias, proj_mg_weight, proj
 
 def _setup_context(ctx, inputs, output):
     msa_repr, pair_repr, pair_mask, *params, inf, mask_mode, precision, _ = inputs
-    _, v, u, w = output
-    ctx.save_for_backward(msa_repr, pair_repr, *params, v, u, w)
-    ctx.mark_non_differentiable(v, u, w)
-    ctx.set_materialize_grads(False)  # the outputs kept for the backward get no zero-filled gradients
-    ctx.precision = precision
+    keep_for_backward(ctx, [msa_repr, pair_repr, *params], list(output[1:]), precision=precision)
 
 
 def _backward(ctx, grad_out, *_):

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 import triton
 from torch import Tensor
 
-from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, multiprocessors, next_pow2, traced
+from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, keep_for_backward, multiprocessors, next_pow2, traced
 from ...reference import MASK_LOGIT
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from ..pair_heads import pair_heads, pair_heads_backward
@@ -197,13 +197,8 @@ def _(qkvg, z, msa_mask, grad_out, out_proj_weight, gated, lse, num_heads, mask_
 
 def _setup_context(ctx, inputs, output):
     msa_repr, pair_repr, msa_mask, *params, num_heads, mask_mode, precision, _ = inputs
-    _, qkvg, gated, lse, z = output
-    ctx.save_for_backward(msa_repr, pair_repr, msa_mask, *params, qkvg, gated, lse, z)
-    ctx.mark_non_differentiable(qkvg, gated, lse, z)
-    ctx.set_materialize_grads(False)  # the outputs kept for the backward get no zero-filled gradients
-    ctx.num_heads = num_heads
-    ctx.mask_mode = mask_mode
-    ctx.precision = precision
+    keep_for_backward(ctx, [msa_repr, pair_repr, msa_mask, *params], list(output[1:]), num_heads=num_heads,
+                      mask_mode=mask_mode, precision=precision)
 
 
 def _backward(ctx, grad_out, *_):

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..._runtime import eager_or_dispatched, traced
+from ..._runtime import eager_or_dispatched, keep_for_backward, traced
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from ..row_attention.op import attention, core_backward, core_backward_op
 
@@ -81,13 +81,8 @@ def _(pair_repr, pair_mask, layer_norm_weight, layer_norm_bias, proj_weight, pro
 
 def _setup_context(ctx, inputs, output):
     pair_repr, pair_mask, *params, num_heads, transpose_bias, precision, _ = inputs
-    _, proj, gated, lse, z = output
-    ctx.save_for_backward(pair_repr, pair_mask, *params, proj, gated, lse, z)
-    ctx.mark_non_differentiable(proj, gated, lse, z)
-    ctx.set_materialize_grads(False)  # the outputs kept for the backward get no zero-filled gradients
-    ctx.num_heads = num_heads
-    ctx.transpose_bias = transpose_bias
-    ctx.precision = precision
+    keep_for_backward(ctx, [pair_repr, pair_mask, *params], list(output[1:]), num_heads=num_heads,
+                      transpose_bias=transpose_bias, precision=precision)
 
 
 def _backward(ctx, grad_out, *_):
