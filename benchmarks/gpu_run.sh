@@ -6,7 +6,7 @@
 # call with an empty Triton cache) or full (EVOFUSE_FULL_TESTS=1: every kernel config, the suite's shapes, the
 # cases past 2**31 elements); TESTS=0 skips the tests; BENCH=0 skips the benchmark; SUITE (default all; none for
 # the grid alone); PEERS (default all; none times evofuse alone); GRID=1 adds the awkward-shape grid (GRID=pwa or
-# GRID=opm,att a part of it); MODELS=1 adds the model families' blocks (benchmarks/models.py); LIMIT seconds for
+# GRID=opm,att a part of it); HOST=1 adds each row's host time of a call (`--host`); MODELS=1 adds the model families' blocks (benchmarks/models.py); LIMIT seconds for
 # each part (default 420).
 set -uo pipefail
 out="${OUT:-benchmarks/results}"
@@ -45,7 +45,7 @@ if [ "${BENCH:-1}" = 1 ]; then
   grid="${GRID:-}"
   [ "$grid" = 1 ] && grid=all
   timeout "$limit" python3 -m evofuse bench --suite "${SUITE:-all}" --train --peers "${PEERS:-all}" \
-    ${grid:+--grid "$grid"} --out "$out" > "$out/bench.log" 2>&1
+    ${grid:+--grid "$grid"} $([ "${HOST:-0}" = 1 ] && echo --host) --out "$out" > "$out/bench.log" 2>&1
   check bench $?
   grep -E "^  |worst|written" "$out/bench.log"
 fi

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import statistics
+import time
 
 import torch
 
@@ -56,3 +58,19 @@ def measure(fn, train: bool, tensors: list[torch.Tensor]) -> tuple[float, float]
     peak = (torch.cuda.max_memory_allocated() - base) / 2**20
     ms = triton.testing.do_bench(run, warmup=25, rep=100, return_mode="median")
     return ms, peak
+
+
+def host_ms(run, synchronize, calls: int = 200) -> float:
+    """The median host time of one call of `run` (ms) with the device idle: `synchronize` (the device's) before each
+    call, the clock stopped when the call returns, before its kernels finish. What a call waits for beyond its own
+    host work (a synchronization inside it) shows too."""
+    run()
+    synchronize()
+    times = []
+    for _ in range(calls):
+        synchronize()
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    synchronize()
+    return statistics.median(times) * 1e3

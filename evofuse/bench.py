@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from . import reference as ref
-from ._timing import att_params, measure, opm_params, pwa_params, tri_params
+from ._timing import att_params, host_ms, measure, opm_params, pwa_params, training_step, tri_params
 from .numerics import rel_error
 from .suite import SUITE, Case, make_inputs, make_module
 
@@ -211,8 +211,7 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
     for dt in dtypes:
         short = {"float32": "fp32", "bfloat16": "bf16"}[dt]
         impls.append((f"evofuse {short}", dt, lambda mod: mod))
-        if case.name.endswith("-seed") or case.op in ("pwa", "tri"):  # captured by hand: the GPU's time without the host's
-            impls.append((f"evofuse {short} CUDA graph", dt, _graphed))
+        impls.append((f"evofuse {short} CUDA graph", dt, _graphed))  # captured by hand: the GPU's time alone
         if case.name.endswith("-seed") or dt == "bfloat16":  # CUDA graphs through torch.compile, both modes
             impls.append((f"evofuse {short} reduce-overhead", dt, _reduce_overhead))
     return impls
@@ -310,7 +309,9 @@ def _worst_error(fn, inputs, leaves, exact) -> float | None:
     return max([rel_error(out, out_exact), *errors])
 
 
-def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | None) -> list[dict]:
+def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | None, host: bool = False) -> list[dict]:
+    """Every implementation's row for one case (forward, or a training step where `train`); with `host`, each row's
+    host time of a call with the GPU idle beside its median (`_timing.host_ms`)."""
     rows = []
     exact = _exact(case, train)
     for name, dt, build in implementations(case, dtypes):
@@ -333,6 +334,10 @@ def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | Non
                 err = _worst_error(fn, inputs, tensors, exact)
             tflops = case.flops * (3 if train else 1) / ms / 1e9
             row.update(ms=ms, peak_mib=peak, tflops=tflops, rel_err=err, status="ok")
+            if host:
+                with torch.set_grad_enabled(train):
+                    call = training_step(lambda: fn(*inputs), tensors) if train else lambda: fn(*inputs)
+                    row["host_ms"] = host_ms(call, torch.cuda.synchronize)
         except Exception as exc:  # a peer that fails keeps its row, with the reason
             kind = "out of memory" if isinstance(exc, torch.cuda.OutOfMemoryError) else type(exc).__name__
             reason = str(exc).splitlines()[0][:160] if str(exc) else ""
@@ -342,6 +347,7 @@ def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | Non
             torch.cuda.empty_cache()
         print(f"  {case.name:<14} {row['mode']:<7} {name:<22} "
               + (f"{row['ms']:9.3f} ms {row['peak_mib']:9.1f} MiB" if row["ms"] is not None else row["status"])
+              + (f" host {row['host_ms']:.3f} ms" if row.get("host_ms") is not None else "")
               + f"   ({time.time() - t0:.0f}s)", flush=True)
         rows.append(row)
     return rows
@@ -371,19 +377,23 @@ def _baseline(rows: list[dict]) -> dict:
 
 
 def markdown(rows: list[dict]) -> str:
+    """The rows as a markdown table; a host-time column where a row has one (`--host`)."""
+    host = any(r.get("host_ms") is not None for r in rows)
     lines = ["| case | mode | implementation | dtype | median ms | peak MiB | TFLOP/s | speedup vs eager bf16 "
-             "| rel err vs fp64 |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| rel err vs fp64 |" + (" host ms |" if host else ""),
+             "|---|---|---|---|---|---|---|---|---|" + ("---|" if host else "")]
     base = _baseline(rows)
     for r in rows:
         if r["ms"] is None:
-            lines.append(f"| {r['case']} | {r['mode']} | {r['impl']} | {r['dtype']} | {r['status']} | | | | |")
+            lines.append(f"| {r['case']} | {r['mode']} | {r['impl']} | {r['dtype']} | {r['status']} | | | | |"
+                         + (" |" if host else ""))
             continue
         b = base.get((r["case"], r["mode"]))
         speedup = f"{b / r['ms']:.2f}x" if b else ""
         err = f"{r['rel_err']:.1e}" if r.get("rel_err") is not None else ""
         lines.append(f"| {r['case']} | {r['mode']} | {r['impl']} | {r['dtype']} | {r['ms']:.3f} | "
-                     f"{r['peak_mib']:.0f} | {r['tflops']:.1f} | {speedup} | {err} |")
+                     f"{r['peak_mib']:.0f} | {r['tflops']:.1f} | {speedup} | {err} |"
+                     + (f" {r['host_ms']:.3f} |" if r.get("host_ms") is not None else " |" if host else ""))
     return "\n".join(lines)
 
 
@@ -418,7 +428,8 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers: str, grid: str | None = None) -> int:
+def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers: str, grid: str | None = None,
+              host: bool = False) -> int:
     """Times the suite's cases (see the module's docstring), then with `grid` ('all' or comma-separated
     operations) the awkward shapes of `evofuse.grid` against eager PyTorch in the same dtype."""
     if not torch.cuda.is_available():
@@ -436,9 +447,9 @@ def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers
     rows = []
     folder = _gpu_folder(Path(out), gpu)
     for case in _select(suite):
-        rows += bench_case(case, dtypes, False, peer_set)
+        rows += bench_case(case, dtypes, False, peer_set, host)
         if train:
-            rows += bench_case(case, dtypes, True, peer_set)
+            rows += bench_case(case, dtypes, True, peer_set, host)
         # the rows so far, so that a run stopped by a time limit keeps them
         (folder / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     folder = write_results(rows, meta, Path(out)) if rows else _gpu_folder(Path(out), gpu)
@@ -463,7 +474,8 @@ def write_results(rows: list[dict], meta: dict, out: Path) -> Path:
     folder = _gpu_folder(out, meta["gpu"])
     (folder / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     with open(folder / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["case", "mode", "impl", "dtype", "ms", "peak_mib", "tflops", "rel_err", "status"])
+        fields = ["case", "mode", "impl", "dtype", "ms", "peak_mib", "tflops", "rel_err", "status"]
+        writer = csv.DictWriter(f, fieldnames=fields + (["host_ms"] if any("host_ms" in r for r in rows) else []))
         writer.writeheader()
         writer.writerows(rows)
     (folder / "results.md").write_text(

@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--out", default="benchmarks/results", help="results folder (a subfolder per GPU)")
     bench.add_argument("--peers", default="all",
                        help="'all', 'none' (evofuse and eager bf16, the baseline, alone) or comma-separated peer names")
+    bench.add_argument("--host", action="store_true",
+                       help="also time each row's host cost: the median time to enqueue one call with the GPU idle")
     bench.add_argument("--grid", nargs="?", const="all", default=None, metavar="OPS",
                        help="also time a grid of awkward shapes against eager PyTorch in the same dtype (worst ratio):"
                             " 'all' (the default) or comma-separated operations (opm, att, pwa)")
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_check(args.trials, args.dtype, args.case, args.impl, args.precision)
     from .bench import run_bench
 
-    return run_bench(args.suite, args.dtype, args.train, args.out, args.peers, args.grid)
+    return run_bench(args.suite, args.dtype, args.train, args.out, args.peers, args.grid, args.host)
 
 
 if __name__ == "__main__":

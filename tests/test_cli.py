@@ -75,6 +75,44 @@ def test_bench_report_files(tmp_path):
     assert (folder / "speedup.png").stat().st_size > 1000
 
 
+def test_bench_report_host_column(tmp_path):
+    """With `--host` rows a host-time column, empty for a row without one (a failed peer)."""
+    from evofuse.bench import markdown
+
+    rows = [{"case": "pwa-seed", "impl": "eager bf16", "dtype": "bfloat16", "mode": "fwd", "ms": 0.2, "peak_mib": 1.0,
+             "tflops": 1.0, "rel_err": 1e-3, "status": "ok", "host_ms": 0.15},
+            {"case": "pwa-seed", "impl": "trifast bf16", "dtype": "bfloat16", "mode": "fwd", "ms": None,
+             "peak_mib": None, "tflops": None, "rel_err": None, "status": "ImportError: x"}]
+    md = markdown(rows).splitlines()
+    assert md[0].endswith("| host ms |") and md[2].endswith("| 0.150 |")
+    assert md[3].count("|") == md[0].count("|")
+
+
+def test_host_time_of_a_call():
+    """`_timing.host_ms`: the median time of a call, the device synchronized before each (here a stand-in that
+    counts), after one warm-up call."""
+    import time
+
+    from evofuse._timing import host_ms
+
+    syncs = []
+    ms = host_ms(lambda: time.sleep(0.002), lambda: syncs.append(1), calls=15)
+    assert 2.0 <= ms < 20 and len(syncs) == 17
+
+
+@pytest.mark.gpu
+def test_bench_host_rows():
+    """`evofuse bench --host`: every row that ran has its host time of a call, training rows too."""
+    from evofuse.bench import bench_case
+    from evofuse.suite import SUITE
+
+    case = next(c for c in SUITE if c.name == "pwa-seed")
+    for train in (False, True):
+        rows = [r for r in bench_case(case, ["bfloat16"], train, {"none"}, host=True) if r["status"] == "ok"]
+        assert {r["impl"] for r in rows} >= {"eager bf16", "evofuse bf16", "evofuse bf16 CUDA graph"}
+        assert all(0 < r["host_ms"] < 100 for r in rows)
+
+
 def test_grid_report(tmp_path, monkeypatch, capsys):
     """`evofuse bench --grid`'s table, worst ratios and CSV, with stand-in timings (the timings need a GPU)."""
     import csv
