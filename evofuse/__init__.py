@@ -1,16 +1,29 @@
 """evofuse: fused Triton kernels for the MSA operations of AlphaFold-family trunks.
 
-`OuterProductMean`, `MSARowAttentionWithPairBias`, `PairWeightedAveraging` and `TriangleAttention` are drop-in
-modules; `outer_product_mean`, `msa_row_attention`, `pair_weighted_averaging` and `triangle_attention` their
-functional forms;
+`OuterProductMean`, `MSARowAttentionWithPairBias`, `PairWeightedAveraging`, `TriangleAttention` and
+`TriangleMultiplication` are drop-in modules; `outer_product_mean`, `msa_row_attention`, `pair_weighted_averaging`,
+`triangle_attention` and `triangle_multiplication` their functional forms;
 `evofuse.reference` the plain-PyTorch definitions.
 Importing registers every operation's torch.library ops (`torch.ops.evofuse.*`, where Triton is installed), so
 that a program exported with them loads after `import evofuse`; it touches no GPU and compiles no kernel.
 """
 
-from .functional import msa_row_attention, outer_product_mean, pair_weighted_averaging, triangle_attention
-from .modules import MSARowAttentionWithPairBias, OuterProductMean, PairWeightedAveraging, TriangleAttention
+from .functional import (
+    msa_row_attention,
+    outer_product_mean,
+    pair_weighted_averaging,
+    triangle_attention,
+    triangle_multiplication,
+)
+from .modules import (
+    MSARowAttentionWithPairBias,
+    OuterProductMean,
+    PairWeightedAveraging,
+    TriangleAttention,
+    TriangleMultiplication,
+)
 
 __version__ = "0.2.0"
 __all__ = ["MSARowAttentionWithPairBias", "OuterProductMean", "PairWeightedAveraging", "TriangleAttention",
-           "msa_row_attention", "outer_product_mean", "pair_weighted_averaging", "triangle_attention"]
+           "TriangleMultiplication", "msa_row_attention", "outer_product_mean", "pair_weighted_averaging",
+           "triangle_attention", "triangle_multiplication"]

@@ -110,3 +110,24 @@ def check_param_shapes(params: dict[str, torch.Tensor], expected: dict[str, tupl
     for name, shape in expected.items():
         if params[name] is not None and params[name].shape != shape:
             raise ValueError(f"{name} must have shape {shape}, got {tuple(params[name].shape)}")
+
+
+def check_pair_input(pair_repr: object, pair_mask: object) -> torch.Tensor:
+    """The pair stack's input: pair_repr a real floating (..., N, N, c) tensor, pair_mask None or a real tensor of its
+    shape but the last, on its device."""
+    if not isinstance(pair_repr, torch.Tensor) or pair_repr.dim() < 3 or pair_repr.shape[-3] != pair_repr.shape[-2]:
+        shape = tuple(pair_repr.shape) if isinstance(pair_repr, torch.Tensor) else type(pair_repr).__name__
+        raise (ValueError if isinstance(pair_repr, torch.Tensor) else TypeError)(
+            f"pair_repr must be a tensor of shape (..., N, N, c), got {shape}")
+    check_floating("pair_repr", pair_repr)
+    if pair_mask is not None:
+        mask = _require_tensor("pair_mask", pair_mask)
+        if mask.is_complex():
+            raise TypeError(f"pair_mask must be bool, integer or real floating, got {mask.dtype}")
+        if mask.shape != pair_repr.shape[:-1]:
+            raise ValueError(f"pair_mask must have shape {tuple(pair_repr.shape[:-1])} (pair_repr's but its last), "
+                             f"got {tuple(mask.shape)}")
+        if mask.device != pair_repr.device:
+            raise ValueError(f"pair_mask is on {mask.device} but pair_repr is on {pair_repr.device}: all tensors "
+                             "must be on one device")
+    return pair_repr

@@ -16,10 +16,10 @@ from . import reference as ref
 from ._dispatch import resolve_impl, triton_available, warn_once
 from ._runtime import PRECISIONS
 from ._validation import (
-    check_floating,
     check_mask,
     check_msa,
     check_pair,
+    check_pair_input,
     check_pair_mask,
     check_param_shapes,
     check_params,
@@ -32,8 +32,9 @@ if triton_available():  # the operations' torch.library ops, registered here: `i
     from .ops import pair_weighted_averaging as pwa
     from .ops import row_attention as att
     from .ops import triangle_attention as tri
+    from .ops import triangle_multiplication as trimul
 else:  # (no Triton: every call takes the reference; `resolve_impl` refuses impl="triton")
-    opm = pwa = att = tri = None
+    opm = pwa = att = tri = trimul = None
 
 
 def _check_options(precision: str, normalization: str | None = None) -> None:
@@ -395,19 +396,7 @@ def triangle_attention(
         (B, N, N, c) in pair_repr's dtype; the parameters are cast to it.
     """
     _check_options(precision)
-    if not isinstance(pair_repr, torch.Tensor) or pair_repr.dim() < 3 or pair_repr.shape[-3] != pair_repr.shape[-2]:
-        shape = tuple(pair_repr.shape) if isinstance(pair_repr, torch.Tensor) else type(pair_repr).__name__
-        raise (ValueError if isinstance(pair_repr, torch.Tensor) else TypeError)(
-            f"pair_repr must be a tensor of shape (..., N, N, c), got {shape}")
-    check_floating("pair_repr", pair_repr)
-    if pair_mask is not None:
-        if not isinstance(pair_mask, torch.Tensor):
-            raise TypeError(f"pair_mask must be a torch.Tensor, got {type(pair_mask).__name__}")
-        if pair_mask.is_complex():
-            raise TypeError(f"pair_mask must be bool, integer or real floating, got {pair_mask.dtype}")
-        if pair_mask.shape != pair_repr.shape[:-1]:
-            raise ValueError(f"pair_mask must have shape {tuple(pair_repr.shape[:-1])} (pair_repr's but its last), "
-                             f"got {tuple(pair_mask.shape)}")
+    check_pair_input(pair_repr, pair_mask)
     params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, linear_weight=linear_weight,
                   query_weight=query_weight, key_weight=key_weight, value_weight=value_weight, gate_weight=gate_weight,
                   gate_bias=gate_bias, out_weight=out_weight, out_bias=out_bias)
@@ -422,9 +411,6 @@ def triangle_attention(
     check_param_shapes(params, dict(layer_norm_bias=(c,), linear_weight=(num_heads, c), query_weight=(H, c), key_weight=(H, c),
                                     value_weight=(H, c), gate_weight=(H, c), gate_bias=(H,), out_weight=(c, H),
                                     out_bias=(c,)))
-    if pair_mask is not None and pair_mask.device != pair_repr.device:
-        raise ValueError(f"pair_mask is on {pair_mask.device} but pair_repr is on {pair_repr.device}: all tensors "
-                         "must be on one device")
     if inf < ref.TRIANGLE_MIN_INF and pair_mask is not None and impl != "torch":
         warn_once(f"tri-inf-{inf}", f"evofuse: triangle attention with inf={inf} runs the PyTorch reference (the "
                   f"kernels' masked logit is -1e9, equal for inf >= {ref.TRIANGLE_MIN_INF:g})")
@@ -455,3 +441,74 @@ def triangle_attention(
         proj = tri.joined_projections([wq, wk, wv, wg], linear_w, bg)
         out = tri.triangle_attention(z, mask, lnw, lnb, *proj, wo, bo, num_heads, transpose_bias, precision, train)[0]
     return unbatched(out if starting else out.transpose(1, 2))
+
+
+def triangle_multiplication(
+    pair_repr: torch.Tensor,
+    pair_mask: torch.Tensor | None,
+    norm_in_weight: torch.Tensor,
+    norm_in_bias: torch.Tensor,
+    p_in_weight: torch.Tensor,
+    p_in_bias: torch.Tensor | None,
+    g_in_weight: torch.Tensor,
+    g_in_bias: torch.Tensor | None,
+    norm_out_weight: torch.Tensor,
+    norm_out_bias: torch.Tensor,
+    p_out_weight: torch.Tensor,
+    p_out_bias: torch.Tensor | None,
+    g_out_weight: torch.Tensor,
+    g_out_bias: torch.Tensor | None,
+    *,
+    outgoing: bool = True,
+    precision: str = "default",
+    impl: str | None = None,
+) -> torch.Tensor:
+    """The triangle multiplicative update, outgoing (AF2 Algorithm 11, AF3 12) or incoming (12, 13), in Boltz-2's and
+    AF3's form (`evofuse.reference.triangle_multiplication_reference` is the definition; OpenFold's separate a and b
+    projections are these stacked, a's first).
+
+    Args:
+        pair_repr: (B, N, N, c_z) float16, bfloat16, float32 or float64, any strides; any leading dimensions in
+            place of B (none: an unbatched (N, N, c_z)), which the mask and the output share.
+        pair_mask: (B, N, N) 0/1 as bool, integer or floating, or None; a and b are zero at a masked pair (i, k).
+        norm_in_weight, norm_in_bias: (c_z,); p_in_weight, g_in_weight: (2c, c_z), a's c rows then b's; p_in_bias,
+            g_in_bias: (2c,) or None; norm_out_weight, norm_out_bias: (c,); p_out_weight (c_z, c), p_out_bias (c_z,)
+            or None; g_out_weight (c_z, c_z), g_out_bias (c_z,) or None (Boltz's and AF3's have no biases).
+        outgoing: t[i, j] = sum_k a[i, k] b[j, k] (else incoming: sum_k a[k, i] b[k, j]).
+        precision, impl: as for `outer_product_mean`.
+    Returns:
+        (B, N, N, c_z) in pair_repr's dtype; the parameters are cast to it. 16-bit inputs accumulate in float32.
+    """
+    _check_options(precision)
+    check_pair_input(pair_repr, pair_mask)
+    params = dict(norm_in_weight=norm_in_weight, norm_in_bias=norm_in_bias, p_in_weight=p_in_weight,
+                  p_in_bias=p_in_bias, g_in_weight=g_in_weight, g_in_bias=g_in_bias, norm_out_weight=norm_out_weight,
+                  norm_out_bias=norm_out_bias, p_out_weight=p_out_weight, p_out_bias=p_out_bias,
+                  g_out_weight=g_out_weight, g_out_bias=g_out_bias)
+    check_params(pair_repr.device, params, optional=("p_in_bias", "g_in_bias", "p_out_bias", "g_out_bias"),
+                 source="pair_repr")
+    check_ranks(params, dict(norm_in_weight=1, norm_out_weight=1, p_in_weight=2))
+    cz, c = norm_in_weight.shape[0], norm_out_weight.shape[0]
+    if pair_repr.shape[-1] != cz:
+        raise ValueError(f"pair_repr must have shape (..., N, N, {cz}) ({cz}: the size of norm_in_weight): last "
+                         f"dimension is {pair_repr.shape[-1]}, expected {cz}")
+    check_param_shapes(params, dict(norm_in_bias=(cz,), p_in_weight=(2 * c, cz), p_in_bias=(2 * c,),
+                                    g_in_weight=(2 * c, cz), g_in_bias=(2 * c,), norm_out_bias=(c,),
+                                    p_out_weight=(cz, c), p_out_bias=(cz,), g_out_weight=(cz, cz), g_out_bias=(cz,)))
+    lead = pair_repr.shape[:-3]
+    folded = len(lead) != 1  # (one batch dimension: no views in between)
+    z, mask = _batched(lead, pair_repr=pair_repr, pair_mask=pair_mask) if folded else (pair_repr, pair_mask)
+    weights = _cast(params.values(), z.dtype)
+    if resolve_impl(impl, pair_repr) == "torch" or z.dtype == torch.float64:
+        if z.dtype == torch.float64 and impl == "triton":
+            warn_once("trimul-float64", "evofuse: no fused triangle multiplication for float64; running the PyTorch "
+                      "reference")
+        out = ref.triangle_multiplication_reference(z, mask, *weights, outgoing=outgoing)
+        return _unbatched(out, lead) if folded else out
+    nw_in, nb_in, p_in_w, p_in_b, g_in_w, g_in_b, nw_out, nb_out, p_out_w, p_out_b, g_out_w, g_out_b = weights
+    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (z, *weights))
+    with _on_device(z):  # (train: the op keeps what the backward takes)
+        joined = trimul.joined_inputs([p_in_w, g_in_w, g_out_w], [p_in_b, g_in_b, g_out_b])
+        out = trimul.triangle_multiplication(z, mask, nw_in, nb_in, *joined, nw_out, nb_out, p_out_w, p_out_b, outgoing,
+                                             precision, train)[0]
+    return _unbatched(out, lead) if folded else out

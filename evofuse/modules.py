@@ -224,3 +224,46 @@ class TriangleAttention(nn.Module):
             mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight,
             mha.linear_o.bias, num_heads=self.no_heads, starting=self.starting, transpose_bias=transpose_bias,
             inf=self.inf, precision=self.precision, impl=impl if impl is not None else self.impl)
+
+
+class TriangleMultiplication(nn.Module):
+    """The triangle multiplicative update, outgoing (AF2 Algorithm 11) or incoming (12): (B, N, N, c_z) pair ->
+    (B, N, N, c_z). Boltz-2's parameter names (`norm_in`, `p_in` and `g_in` of width 2c, a's rows then b's,
+    `norm_out`, `p_out`, `g_out`), so a Boltz-2 state_dict of the module loads unchanged; OpenFold's separate
+    projections are these stacked (`evofuse.integrations`).
+
+    Args:
+        c_z, c_hidden: the pair's width and a and b's (default c_z, as Boltz-2 and AF3).
+        outgoing: the outgoing edges (else incoming); bias: whether the projections have biases (OpenFold's do;
+            Boltz's and AF3's do not).
+        precision, impl: as for OuterProductMean.
+
+    forward(x (B, N, N, c_z), mask (B, N, N) or None, ...) returns (B, N, N, c_z) in x's dtype (any leading
+    dimensions in place of B); the models' switches (`use_kernels`, `inplace_safe`, ...) are accepted and change
+    nothing.
+    """
+
+    def __init__(self, c_z: int, c_hidden: int | None = None, outgoing: bool = True, bias: bool = False,
+                 precision: str = "default", impl: str | None = None):
+        super().__init__()
+        _check_options(precision, impl)
+        c = c_z if c_hidden is None else c_hidden
+        if not isinstance(c, int) or c < 1:
+            raise ValueError(f"c_hidden must be a positive integer, got {c_hidden!r}")
+        self.c_z, self.c_hidden, self.outgoing = c_z, c, outgoing
+        self.norm_in = nn.LayerNorm(c_z)
+        self.p_in = nn.Linear(c_z, 2 * c, bias=bias)
+        self.g_in = nn.Linear(c_z, 2 * c, bias=bias)
+        self.norm_out = nn.LayerNorm(c)
+        self.p_out = nn.Linear(c, c_z, bias=bias)
+        self.g_out = nn.Linear(c_z, c_z, bias=bias)
+        self.precision = precision
+        self.impl = impl
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, impl: str | None = None,
+                **switches) -> torch.Tensor:
+        return functional.triangle_multiplication(
+            x, mask, self.norm_in.weight, self.norm_in.bias, self.p_in.weight, self.p_in.bias, self.g_in.weight,
+            self.g_in.bias, self.norm_out.weight, self.norm_out.bias, self.p_out.weight, self.p_out.bias,
+            self.g_out.weight, self.g_out.bias, outgoing=self.outgoing, precision=self.precision,
+            impl=impl if impl is not None else self.impl)

@@ -256,3 +256,22 @@ def triangle_attention_reference(pair_repr, pair_mask, layer_norm_weight, layer_
                                             num_heads) for i in range(pair_repr.shape[1])]
         out = torch.cat(rows, dim=1) if rows else pair_repr.new_empty(pair_repr.shape[:3] + (out_weight.shape[0],))
     return out if starting else out.transpose(1, 2)
+
+
+def triangle_multiplication_reference(pair_repr, pair_mask, norm_in_weight, norm_in_bias, p_in_weight, p_in_bias,
+                                      g_in_weight, g_in_bias, norm_out_weight, norm_out_bias, p_out_weight, p_out_bias,
+                                      g_out_weight, g_out_bias, outgoing=True):
+    """The triangle multiplicative update, outgoing (AF2 Algorithm 11, AF3 12) or incoming (12, 13), in Boltz-2's
+    and AF3's form (OpenFold's separate a and b projections stacked): z (B, N, N, c_z), x = LN_in(z); a and b (the
+    halves of p_in(x) * sigmoid(g_in(x)), c channels each) times the mask (B, N, N) or None; outgoing
+    t[b, i, j] = sum_k a[b, i, k] b[b, j, k], incoming sum_k a[b, k, i] b[b, k, j]; out = p_out(LN_out(t)) *
+    sigmoid(g_out(x)). Weights: p_in, g_in (2c, c_z); p_out (c_z, c); g_out (c_z, c_z); biases (or None) of their
+    output widths; LayerNorms of eps 1e-5. Every product in the input's dtype. Returns (B, N, N, c_z)."""
+    x = F.layer_norm(pair_repr, pair_repr.shape[-1:], norm_in_weight, norm_in_bias, LAYER_NORM_EPS)
+    ab = F.linear(x, p_in_weight, p_in_bias) * torch.sigmoid(F.linear(x, g_in_weight, g_in_bias))
+    if pair_mask is not None:
+        ab = ab * pair_mask.to(ab.dtype)[..., None]
+    a, b = ab.chunk(2, dim=-1)
+    t = torch.einsum("bikc,bjkc->bijc" if outgoing else "bkic,bkjc->bijc", a, b)
+    t = F.layer_norm(t, t.shape[-1:], norm_out_weight, norm_out_bias, LAYER_NORM_EPS)
+    return F.linear(t, p_out_weight, p_out_bias) * torch.sigmoid(F.linear(x, g_out_weight, g_out_bias))
