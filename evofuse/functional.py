@@ -488,12 +488,12 @@ def triangle_multiplication(
     check_params(pair_repr.device, params, optional=("p_in_bias", "g_in_bias", "p_out_bias", "g_out_bias"),
                  source="pair_repr")
     check_ranks(params, dict(norm_in_weight=1, norm_out_weight=1, p_in_weight=2))
-    cz, c = norm_in_weight.shape[0], norm_out_weight.shape[0]
+    cz, c = norm_in_weight.shape[0], p_in_weight.shape[0] // 2
     if pair_repr.shape[-1] != cz:
         raise ValueError(f"pair_repr must have shape (..., N, N, {cz}) ({cz}: the size of norm_in_weight): last "
                          f"dimension is {pair_repr.shape[-1]}, expected {cz}")
     check_param_shapes(params, dict(norm_in_bias=(cz,), p_in_weight=(2 * c, cz), p_in_bias=(2 * c,),
-                                    g_in_weight=(2 * c, cz), g_in_bias=(2 * c,), norm_out_bias=(c,),
+                                    g_in_weight=(2 * c, cz), g_in_bias=(2 * c,), norm_out_weight=(c,), norm_out_bias=(c,),
                                     p_out_weight=(cz, c), p_out_bias=(cz,), g_out_weight=(cz, cz), g_out_bias=(cz,)))
     lead = pair_repr.shape[:-3]
     folded = len(lead) != 1  # (one batch dimension: no views in between)

@@ -2,10 +2,18 @@
 operation under torch.compile(fullgraph=True) and CUDA-graph replay through a training loop (weights updated in
 place, new inputs each step), and one case per operation whose element offsets pass 2**31."""
 
+import copy
+
 import pytest
 import torch
 
-from evofuse import MSARowAttentionWithPairBias, OuterProductMean, PairWeightedAveraging, TriangleAttention
+from evofuse import (
+    MSARowAttentionWithPairBias,
+    OuterProductMean,
+    PairWeightedAveraging,
+    TriangleAttention,
+    TriangleMultiplication,
+)
 from evofuse.reference import msa_row_attention_with_bias, outer_product_mean_projections, outer_product_mean_rows
 
 from .contract import check_gradients, mask_form
@@ -36,12 +44,15 @@ MODEL_CASES = {
     "pwa-af3": lambda: PairWeightedAveraging(64, 128, 8, 8, inf=1e9, mask_mode="add"),  # AF3, Protenix, OpenFold3
     "tri-af2": lambda: TriangleAttention(128, 32, 4),  # OpenFold
     "tri-boltz": lambda: TriangleAttention(128, 32, 4, starting=False, gate_and_output_bias=False),  # Boltz, AF3
+    "trimul-af2": lambda: TriangleMultiplication(128, 128, bias=True),  # OpenFold
+    "trimul-boltz": lambda: TriangleMultiplication(128, outgoing=False),  # Boltz-2, AF3
 }
 
 
 def _model_inputs(name, S=33, N=97, seed=1):
     mod = MODEL_CASES[name]()
-    D = mod.norm_m.normalized_shape[0] if name.startswith("pwa") else mod.layer_norm.normalized_shape[0]
+    norm = mod.norm_m if name.startswith("pwa") else mod.norm_in if name.startswith("trimul") else mod.layer_norm
+    D = norm.normalized_shape[0]
     g = torch.Generator().manual_seed(seed)
     if name.startswith("tri"):  # the pair (1, N, N, 128) and its mask, a padding residue's pairs all masked
         mask = torch.rand(1, N, N, generator=g) > 0.1
@@ -65,7 +76,7 @@ def test_gradients_at_the_models_widths(name, dtype, autotuned):
 
 def _small_case(op, seed):
     """A module and inputs of `op` small enough for many steps."""
-    name = {"opm": "opm-boltz", "att": "att-af2", "pwa": "pwa-boltz", "tri": "tri-boltz"}[op]
+    name = {"opm": "opm-boltz", "att": "att-af2", "pwa": "pwa-boltz", "tri": "tri-boltz", "trimul": "trimul-boltz"}[op]
     mod, inputs = _model_inputs(name, S=6, N=19, seed=seed)
     return mod, tuple(mask_form(t, "bool") if k == len(inputs) - 1 else t for k, t in enumerate(inputs))
 
@@ -81,7 +92,7 @@ def _cuda_graphed(mod, sample):
 
 @pytest.mark.no_poison
 @pytest.mark.parametrize("mode", ["fullgraph", "reduce-overhead", "cuda-graph"])
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul"])
 def test_training_loop_under_compile_and_graphs(op, mode):
     """Three training steps of each operation under torch.compile(fullgraph=True), mode="reduce-overhead" and a
     captured CUDA graph, the weights updated in place and new inputs each step: outputs and every gradient as the
@@ -289,6 +300,35 @@ def test_triangle_attention_past_2_31_elements():
                                         num_heads=4, mask_mode="add")
         o.backward(_last_rows_gradient((1, N, N, 128), 1, 1, dtype)[:, -1:])
         return o.detach(), {"input0": zr.grad, **{n: t.grad for n, t in ref.items()}}
+
+    lowp_out, lowp = reference(torch.bfloat16)
+    exact_out, exact = reference(torch.float32)
+    _assert_bf16_contract(out, got, exact_out, exact, lowp_out, lowp)
+
+
+@pytest.mark.full
+@pytest.mark.big
+@pytest.mark.no_poison
+def test_triangle_multiplication_past_2_31_elements():
+    """The input projections (4c + c_z, B, N, N) pass 2**31 elements (N 2048, c = c_z = 128; bf16): the whole output
+    and every gradient against the reference in float32 (exact) and bf16 (the allowance)."""
+    torch.manual_seed(0)
+    mod = randomize(TriangleMultiplication(128), 1).cuda().bfloat16()
+    N = 2048
+    z = torch.randn(1, N, N, 128, device="cuda", dtype=torch.bfloat16)
+    mask = (torch.rand(1, N, N, device="cuda") > 0.1).float()
+    grad = torch.randn(1, N, N, 128, device="cuda", dtype=torch.bfloat16)
+    out, got = _fused_step(mod, [z, mask], grad, 1)
+    assert (4 * 128 + 128) * N * N > 2**31
+    z.grad = None  # (held in `got`)
+    torch.cuda.empty_cache()
+
+    def reference(dtype):
+        ref = copy.deepcopy(mod).to(dtype)
+        zr = z.detach().to(dtype).requires_grad_()
+        o = ref(zr, mask, impl="torch")
+        o.backward(grad.to(dtype))
+        return o.detach(), {"input0": zr.grad, **{n: p.grad for n, p in ref.named_parameters()}}
 
     lowp_out, lowp = reference(torch.bfloat16)
     exact_out, exact = reference(torch.float32)

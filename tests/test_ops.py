@@ -123,6 +123,34 @@ def test_opcheck_triangle_attention(train):
     torch.library.opcheck(triangle_attention_op, _tri_args(train, transpose_bias=True, mask=False, gate_bias=False))
 
 
+def _trimul_args(train, outgoing=True, mask=True, bias=True):
+    """The triangle multiplication op's arguments: a pair (1, 6, 6, 8), c 4, the input projections joined."""
+    from evofuse import TriangleMultiplication
+    from evofuse.ops.triangle_multiplication import joined_inputs
+
+    from .helpers import randomize
+
+    mod = randomize(TriangleMultiplication(8, 4, outgoing=outgoing, bias=bias), 9).to(DEVICE)
+    x = torch.randn(1, 6, 6, 8, device=DEVICE, requires_grad=train)
+    pair_mask = random_mask(1, 6, 6, "rows", 10).to(DEVICE) if mask else None
+    with torch.no_grad():  # (the op's own leaves)
+        joined = [t if t is None else t.requires_grad_(train) for t in joined_inputs(
+            [mod.p_in.weight, mod.g_in.weight, mod.g_out.weight], [mod.p_in.bias, mod.g_in.bias, mod.g_out.bias])]
+    params = [t if t is None else t.detach().requires_grad_(train) for t in (
+        mod.norm_in.weight, mod.norm_in.bias, *joined, mod.norm_out.weight, mod.norm_out.bias, mod.p_out.weight,
+        mod.p_out.bias)]
+    return (x, pair_mask, *params, outgoing, "default", train)
+
+
+@pytest.mark.no_poison
+@pytest.mark.parametrize("train", [False, True])
+def test_opcheck_triangle_multiplication(train):
+    from evofuse.ops.triangle_multiplication import triangle_multiplication_op
+
+    torch.library.opcheck(triangle_multiplication_op, _trimul_args(train))
+    torch.library.opcheck(triangle_multiplication_op, _trimul_args(train, outgoing=False, mask=False, bias=False))
+
+
 def test_triangle_projection_rows_stay_aligned():
     """The joined projection's width is a multiple of 16 (every row of it starts aligned for the attention kernels),
     its padding rows zero and without a gradient, its bias the gate's alone."""
@@ -193,15 +221,17 @@ def test_pair_weighted_averaging_keeps_nothing_for_inference(dtype):
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul"])
 def test_backward_makes_no_zero_gradients_for_the_kept_outputs(op):
     """The outputs an op keeps for its backward (projections, weighted or gated sums, weights) get no gradient: autograd
     must not fill zeros of their size (at pwa-long ~0.9 GiB and a pass over memory each step)."""
     from evofuse.ops.pair_weighted_averaging import pair_weighted_averaging_op
     from evofuse.ops.triangle_attention import triangle_attention_op
+    from evofuse.ops.triangle_multiplication import triangle_multiplication_op
 
     fn, args = {"opm": (outer_product_mean_op, _opm_args(True)), "att": (row_attention_op, _att_args(True)),
-                "pwa": (pair_weighted_averaging_op, _pwa_args(True)), "tri": (triangle_attention_op, _tri_args(True))}[op]
+                "pwa": (pair_weighted_averaging_op, _pwa_args(True)), "tri": (triangle_attention_op, _tri_args(True)),
+                "trimul": (triangle_multiplication_op, _trimul_args(True))}[op]
     outputs = fn(*args)
     kept = {tuple(t.shape) for t in outputs[1:] if t.numel()}
     with torch.profiler.profile(record_shapes=True) as prof:
@@ -233,11 +263,16 @@ def _nested_op_cases():
                                                                       (torch.rand(1, 6, 6) > 0.3).float()),
            [("evofuse.ops.triangle_attention.op", "core_backward_op"),
             ("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
-    return {"opm": opm, "att": att, "pwa": pwa, "tri": tri}
+    from evofuse import TriangleMultiplication
+
+    trimul = (randomize(TriangleMultiplication(8, 4, impl="triton"), 9), (torch.randn(1, 6, 6, 8),
+                                                                         (torch.rand(1, 6, 6) > 0.3).float()),
+              [("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
+    return {"opm": opm, "att": att, "pwa": pwa, "tri": tri, "trimul": trimul}
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul"])
 def test_backward_nested_ops_dispatched_only_when_traced(op, monkeypatch):
     """An eager backward calls the Python functions behind its nested ops (no dispatcher in between); a traced one
     (torch.compile through AOTAutograd, fake and functional tensors) calls the registered ops, which it keeps
@@ -271,7 +306,7 @@ def test_backward_nested_ops_dispatched_only_when_traced(op, monkeypatch):
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul"])
 def test_eager_call_skips_the_dispatcher(op):
     """Eagerly on plain tensors an operation runs under a torch.autograd.Function (`_runtime.eager_or_dispatched`),
     not through its custom op: its output's gradient node is that Function's, and the gradients match the custom

@@ -1,0 +1,127 @@
+"""Triangle multiplication (`evofuse.TriangleMultiplication`, `evofuse.triangle_multiplication`) against Boltz-2's
+modules (boltz 2.2.1) and the float64 reference: outgoing and incoming, masks, input forms and bad input."""
+
+import importlib.util
+
+import pytest
+import torch
+
+import evofuse
+from evofuse import TriangleMultiplication
+
+from .conftest import DEVICE
+from .contract import (
+    AWKWARD_CASES,
+    argument_id,
+    bad_arguments,
+    check_bad_argument,
+    check_gradients,
+    check_nonfinite,
+    layout_case,
+    mask_form,
+    nonfinite_cases,
+)
+from .helpers import assert_contract, randomize
+
+LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16  # the interpreter's bf16 products are not checked
+
+
+def _module(c_z, c, outgoing=True, seed=0, **kw):
+    return randomize(TriangleMultiplication(c_z, c, outgoing=outgoing, **kw), seed)
+
+
+def _inputs(B, N, c_z, seed, fully_masked=True):
+    """A pair (B, N, N, c_z) and a mask with ~20% zeros and, if fully_masked, a residue whose pairs are all masked."""
+    g = torch.Generator().manual_seed(seed)
+    mask = (torch.rand(B, N, N, generator=g) > 0.2).float()
+    if fully_masked:
+        mask[:, N // 2] = 0
+    return torch.randn(B, N, N, c_z, generator=g), mask
+
+
+@pytest.mark.skipif(importlib.util.find_spec("boltz") is None, reason="boltz 2.2.1 is not installed")
+@pytest.mark.parametrize("outgoing", [True, False])
+@pytest.mark.parametrize("impl", ["torch", "triton"])
+def test_matches_boltz_module(outgoing, impl):
+    """Boltz-2's TriangleMultiplicationOutgoing / Incoming in float32 and evofuse's with its state_dict, on a mask with
+    a fully masked residue; Boltz's switch in the call."""
+    from boltz.model.layers.triangular_mult import TriangleMultiplicationIncoming, TriangleMultiplicationOutgoing
+
+    theirs = randomize((TriangleMultiplicationOutgoing if outgoing else TriangleMultiplicationIncoming)(16), 1)
+    ours = TriangleMultiplication(16, outgoing=outgoing)
+    ours.load_state_dict(theirs.state_dict())
+    z, mask = _inputs(2, 9, 16, 2)
+    expected = theirs(z, mask)
+    ours, z, mask = ours.to(DEVICE), z.to(DEVICE), mask.to(DEVICE)
+    torch.testing.assert_close(ours(z, mask, use_kernels=False, impl=impl).cpu(), expected, rtol=1e-5, atol=1e-5)
+
+
+def _contract_case(B, N, form, layout, seed):
+    z, mask = _inputs(B, N, 8, seed)
+    return layout_case((z, mask_form(mask, form)), layout, [0, 0])
+
+
+@pytest.mark.parametrize("outgoing, dtype, layout, bias", [
+    (True, torch.float32, "strided", True), (False, LOW, "plain", False),
+    pytest.param(False, torch.float32, "broadcast", True, marks=pytest.mark.full)])
+def test_each_gradient_alone(outgoing, dtype, layout, bias):
+    """Every gradient, then each input's and parameter's alone (each branch of the backward), against float64."""
+    mod = _module(8, 6, outgoing, seed=3, bias=bias)
+    inputs, views = _contract_case(1 if layout != "broadcast" else 2, 17, "float", layout, 4)
+    check_gradients(mod, inputs, dtype, DEVICE, 1, views, strided_weights=layout == "strided", alone=True)
+
+
+@pytest.mark.parametrize("N, form, layout, dtype", [
+    pytest.param(*case.values, dtype, marks=case.marks) if hasattr(case, "values") else pytest.param(*case, dtype)
+    for case in AWKWARD_CASES for dtype in (torch.float32, LOW)])
+def test_gradients_at_awkward_shapes(N, form, layout, dtype):
+    """Output and every gradient at the contract's awkward shapes, masks and layouts; incoming at N = 17. In the
+    interpreter N = 97 becomes 33 (past two of its blocks of 16)."""
+    N = 33 if N == 97 and DEVICE == "cpu" else N
+    mod = _module(8, 6, outgoing=N != 17, seed=5, bias=True)
+    inputs, views = _contract_case(2, N, form, layout, 6)
+    check_gradients(mod, inputs, dtype, DEVICE, 1, views, strided_weights=layout == "strided")
+
+
+@pytest.mark.parametrize("outgoing", [True, False])
+def test_leading_dimensions_and_unbatched_input(outgoing):
+    mod = _module(8, 6, outgoing, seed=7).to(DEVICE)
+    z, mask = _inputs(6, 5, 8, 8)
+    z, mask = z.to(DEVICE).view(2, 3, 5, 5, 8), mask.to(DEVICE).view(2, 3, 5, 5)
+    flat = mod(z.view(6, 5, 5, 8), mask.view(6, 5, 5), impl="triton")
+    torch.testing.assert_close(mod(z, mask, impl="triton"), flat.view(2, 3, 5, 5, 8))
+    torch.testing.assert_close(mod(z[1, 2], mask[1, 2], impl="triton"), flat[5])
+    exact = mod.double()(z.double(), mask.double(), impl="torch")
+    assert_contract(mod.float()(z, mask, impl="triton").cpu(), exact.cpu(), torch.float32)
+
+
+@pytest.mark.parametrize("target, value", nonfinite_cases(_module(8, 6, bias=True), 1))
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # (the interpreter's NumPy on NaN and Inf)
+def test_nonfinite_shows_as_in_the_reference(target, value):
+    mod = _module(8, 6, seed=2, bias=True)
+    z, mask = _inputs(1, 5, 8, 3)
+    index = (0, 1, 2, 3) if target == "input0" else (1,) * mod.get_parameter(target).dim()
+    check_nonfinite(mod, (z, mask), DEVICE, 1, target, index, value)
+
+
+def _valid_arguments():
+    mod = _module(8, 6, bias=True)
+    return dict(pair_repr=torch.randn(2, 4, 4, 8), pair_mask=torch.ones(2, 4, 4),
+                **{name.replace(".", "_"): p.detach() for name, p in mod.named_parameters()})
+
+
+@pytest.mark.parametrize("name, value, exc", bad_arguments(
+    _valid_arguments(), masks=("pair_mask",), optional=("p_in_bias", "g_in_bias", "p_out_bias", "g_out_bias"),
+    leading="pair_repr"), ids=argument_id)
+def test_bad_arguments_are_named(name, value, exc):
+    check_bad_argument(evofuse.triangle_multiplication, _valid_arguments(), name, value, exc)
+
+
+@pytest.mark.parametrize("change, pattern", [
+    (dict(pair_repr=torch.randn(2, 4, 5, 8)), r"pair_repr must be a tensor of shape \(\.\.\., N, N, c\)"),
+    (dict(precision="tf32"), "precision must be one of"), (dict(impl="cuda"), "impl / EVOFUSE_IMPL must be one of")])
+def test_bad_options_are_named(change, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        evofuse.triangle_multiplication(**{**_valid_arguments(), **change})
+    with pytest.raises(ValueError, match="c_hidden must be a positive integer"):
+        TriangleMultiplication(8, 0)
