@@ -16,13 +16,13 @@ pytestmark = pytest.mark.skipif(
 S, N, C_M, C_Z = 5, 7, 16, 16
 
 
-def _block(eps=1e-8):
+def _block(eps=1e-8, fuse=False):
     from openfold3.core.model.latent.msa_module import MSAModuleBlock
 
     torch.manual_seed(0)
     block = MSAModuleBlock(c_m=C_M, c_z=C_Z, c_hidden_msa_att=8, c_hidden_opm=8, c_hidden_mul=8, c_hidden_pair_att=8,
                            no_heads_msa=2, no_heads_pair=2, transition_type="swiglu", transition_n=2, msa_dropout=0.0,
-                           pair_dropout=0.0, opm_first=True, fuse_projection_weights=False, inf=1e9, eps=eps)
+                           pair_dropout=0.0, opm_first=True, fuse_projection_weights=fuse, inf=1e9, eps=eps)
     return randomize(block, 1).to(DEVICE)
 
 
@@ -43,7 +43,8 @@ def _call(block, m, z, msa_mask, pair_mask):
 
 
 # (the ending node is called on the transposed pair with OpenFold3's transpose_bias)
-PATCHED = ["msa_att_row", "outer_product_mean", "pair_stack.tri_att_end", "pair_stack.tri_att_start"]
+PATCHED = ["msa_att_row", "outer_product_mean", "pair_stack.tri_att_end", "pair_stack.tri_att_start",
+           "pair_stack.tri_mul_in", "pair_stack.tri_mul_out"]
 
 
 @pytest.fixture(autouse=True)
@@ -52,11 +53,13 @@ def fused_kernels(monkeypatch):
     monkeypatch.setenv("EVOFUSE_IMPL", "triton")
 
 
-@pytest.mark.parametrize("eps", [1e-8, 1e-3])
-def test_patched_msa_module_block_matches_openfold3(eps):
+@pytest.mark.parametrize("eps, fuse", [(1e-8, False), (1e-3, False), (1e-8, True)])
+def test_patched_msa_module_block_matches_openfold3(eps, fuse):
+    """The MSA module block (fuse: its triangle multiplications in OpenFold3's fused form, linear_ab_p and
+    linear_ab_g)."""
     from evofuse.integrations import openfold3 as integration
 
-    assert_patched_block_matches(integration, _block(eps), _inputs(), PATCHED, _call)
+    assert_patched_block_matches(integration, _block(eps, fuse), _inputs(), PATCHED, _call)
 
 
 def test_patched_evoformer_block_matches_openfold3():
@@ -95,4 +98,5 @@ def test_patched_modules_under_autocast():
     m, z, msa_mask, pair_mask = _inputs()
     assert_autocast_like_original(integration, _block(), {"msa_att_row": (m, z, pair_mask),
                                                           "outer_product_mean": (m, msa_mask),
-                                                          "pair_stack.tri_att_start": (z, pair_mask)}, DEVICE)
+                                                          "pair_stack.tri_att_start": (z, pair_mask),
+                                                          "pair_stack.tri_mul_in": (z, pair_mask)}, DEVICE)

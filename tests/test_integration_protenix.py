@@ -45,12 +45,13 @@ def test_patched_msa_block_matches_protenix():
 
     assert_patched_block_matches(integration, _block(), _inputs(),
                                  ["msa_stack.msa_pair_weighted_averaging", "outer_product_mean_msa",
-                                  "pair_stack.tri_att_end", "pair_stack.tri_att_start"])
+                                  "pair_stack.tri_att_end", "pair_stack.tri_att_start", "pair_stack.tri_mul_in",
+                                  "pair_stack.tri_mul_out"])
 
 
 def test_patched_pairformer_block_matches_protenix():
-    """Protenix's PairformerBlock with its two triangle attentions patched (its triangle multiplications, transitions
-    and single attention stay): a training step as the original's, on a pair mask with a padding token, with
+    """Protenix's PairformerBlock with its two triangle attentions and two triangle multiplications patched (its
+    transitions and single attention stay): a training step as the original's, on a pair mask with a padding token, with
     Protenix's chunk size and kernel switch in the call."""
     from protenix.model.modules.pairformer import PairformerBlock
 
@@ -65,7 +66,7 @@ def test_patched_pairformer_block_matches_protenix():
     mask[-1] = 0
     pair_mask = mask[:, None] * mask[None, :]
     assert_patched_block_matches(integration, block, [t.to(DEVICE) for t in (s, z, pair_mask)],
-                                 ["tri_att_end", "tri_att_start"],
+                                 ["tri_att_end", "tri_att_start", "tri_mul_in", "tri_mul_out"],
                                  lambda b, *x: b(*x, triangle_attention="torch", chunk_size=4))
 
 
@@ -86,4 +87,5 @@ def test_patched_modules_under_autocast():
     mask = (torch.rand(S, N, generator=torch.Generator().manual_seed(3)) > 0.2).float().to(DEVICE)
     assert_autocast_like_original(integration, _block(), {"msa_stack.msa_pair_weighted_averaging": (m, z),
                                                           "outer_product_mean_msa": (m, mask),
-                                                          "pair_stack.tri_att_end": (z, pair_mask)}, DEVICE)
+                                                          "pair_stack.tri_att_end": (z, pair_mask),
+                                                          "pair_stack.tri_mul_out": (z, pair_mask)}, DEVICE)

@@ -14,6 +14,12 @@ keys; called as `att(m, z, mask, chunk_size, ...)` with the kernel switches as k
 node: submodules `layer_norm`, `linear` (the triangle bias) and `mha`; called as `tri(x, mask, chunk_size, ...)`.
 Protenix's is the same; OpenFold3's names the bias projection `linear_z` and takes `transpose_bias` (its
 integration's subclass).
+
+`FusedOpenFoldTriangleMultiplication` stands in for OpenFold's, OpenFold3's and Protenix's
+TriangleMultiplicativeUpdate (outgoing or incoming by `_outgoing`): submodules `layer_norm_in`, `linear_a_p`,
+`linear_a_g`, `linear_b_p`, `linear_b_g` (OpenFold3's fused form: `linear_ab_p`, `linear_ab_g`), `layer_norm_out`,
+`linear_z`, `linear_g`; called as `tri_mul(z, mask, inplace_safe=False, _add_with_inplace=False, ...)` (with both
+set it returns z + the update, as the models' in-place inference path does).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import torch
 from torch import nn
 
 from .. import functional
+from ..ops.layer_norm_linear import joined_bias
 from ..ops.row_attention.op import MAX_HEAD_DIM
 from ..reference import TRIANGLE_MIN_INF
 from ._patching import check_layer_norm, check_linears, check_outer_product_mean, compute_dtype
@@ -157,3 +164,58 @@ class FusedOpenFoldTriangleAttention(nn.Module):
                 mha.linear_q.weight, mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight, mha.linear_g.bias,
                 mha.linear_o.weight, mha.linear_o.bias, num_heads=self.no_heads, starting=self.starting,
                 transpose_bias=transpose_bias, inf=self.inf)
+
+
+class FusedOpenFoldTriangleMultiplication(nn.Module):
+    """An OpenFold-style TriangleMultiplicativeUpdate computed by `evofuse.triangle_multiplication`; holds the
+    original's submodules under their names (a's and b's projections stacked on each call: autograd hands each its
+    gradient). The models' kernel switches and chunk sizes are accepted and not needed."""
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        self.c_z, self.c_hidden, self._outgoing = original.c_z, original.c_hidden, original._outgoing
+        names = self._names(original)
+        for name, child in original.named_children():  # (in the original's order: its state_dict's)
+            if name in names:
+                setattr(self, name, child)
+
+    @staticmethod
+    def _projections(module: nn.Module) -> tuple[str, ...]:
+        """The input projections' names: p then g (OpenFold3's fused form), or a's p, b's p, a's g, b's g."""
+        if hasattr(module, "linear_ab_p"):
+            return "linear_ab_p", "linear_ab_g"
+        return "linear_a_p", "linear_b_p", "linear_a_g", "linear_b_g"
+
+    @classmethod
+    def _names(cls, module: nn.Module) -> tuple[str, ...]:
+        return ("layer_norm_in", *cls._projections(module), "layer_norm_out", "linear_z", "linear_g")
+
+    @classmethod
+    def unsupported_reason(cls, module: nn.Module) -> str | None:
+        """Why `module` cannot be replaced (None if it can)."""
+        linears = [getattr(module, name) for name in cls._names(module) if name.startswith("linear")]
+        return check_linears(*linears) or check_layer_norm(module.layer_norm_in) or check_layer_norm(
+            module.layer_norm_out)
+
+    def _stacked(self, names: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        layers = [getattr(self, name) for name in names]
+        if len(layers) == 1:
+            return layers[0].weight, layers[0].bias
+        weights = [layer.weight for layer in layers]
+        return torch.cat(weights), joined_bias([layer.bias for layer in layers], weights)
+
+    def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None, inplace_safe: bool = False,
+                _add_with_inplace: bool = False, **kwargs) -> torch.Tensor:
+        """z (*, N, N, c_z), mask (*, N, N) or None -> the update (*, N, N, c_z) in the compute dtype (z + it with
+        inplace_safe and _add_with_inplace)."""
+        projections = self._projections(self)
+        half = len(projections) // 2
+        p_in, p_bias = self._stacked(projections[:half])
+        g_in, g_bias = self._stacked(projections[half:])
+        dtype = compute_dtype(z)
+        with torch.autocast(z.device.type, enabled=False):
+            out = functional.triangle_multiplication(
+                z.to(dtype), mask, self.layer_norm_in.weight, self.layer_norm_in.bias, p_in, p_bias, g_in, g_bias,
+                self.layer_norm_out.weight, self.layer_norm_out.bias, self.linear_z.weight, self.linear_z.bias,
+                self.linear_g.weight, self.linear_g.bias, outgoing=self._outgoing)
+        return out + z if inplace_safe and _add_with_inplace else out

@@ -1,12 +1,14 @@
 """Boltz-1 and Boltz-2 (`boltz` 2.2.1): `patch(model)` puts evofuse's fused kernels in place of every
 `boltz.model.layers.pair_averaging.PairWeightedAveraging`, `boltz.model.layers.outer_product_mean.OuterProductMean`
-and `boltz.model.layers.triangular_attention.attention.TriangleAttention` (starting and ending node: the
-Pairformer's and the MSA module's `tri_att_start`, `tri_att_end`) inside `model`, in place.
+`boltz.model.layers.triangular_attention.attention.TriangleAttention` (starting and ending node: the Pairformer's
+and the MSA module's `tri_att_start`, `tri_att_end`) and `boltz.model.layers.triangular_mult`'s
+`TriangleMultiplicationOutgoing` and `TriangleMultiplicationIncoming` (`tri_mul_out`, `tri_mul_in`) inside `model`,
+in place.
 
 The replacements hold the original submodules themselves (the same Parameters under the same names), so the
 model's checkpoints load unchanged and training updates the original modules too; they take Boltz's calls as
 Boltz makes them (`pwa(m, z, mask, chunk_heads)`, `opm(m, mask, chunk_size)`, `tri(z, mask, chunk_size,
-use_kernels)`; chunking and cuEquivariance's kernels are not needed) and, under
+use_kernels)`, `tri_mul(z, mask, use_kernels)`; chunking and cuEquivariance's kernels are not needed) and, under
 `torch.autocast`, compute in the autocast dtype as Boltz's linear layers do. A module evofuse cannot fuse
 (a head or hidden width it has no kernel for) stays as it is, with a warning naming it.
 """
@@ -77,18 +79,44 @@ class FusedOuterProductMean(nn.Module):
                 None, self.proj_o.weight, self.proj_o.bias, normalization="count_ij")
 
 
+class FusedTriangleMultiplication(nn.Module):
+    """Boltz-2's TriangleMultiplicationOutgoing / Incoming (submodules `norm_in`, `p_in`, `g_in`, `norm_out`, `p_out`,
+    `g_out`, no biases) computed by `evofuse.triangle_multiplication`."""
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        self.outgoing = type(original).__name__.endswith("Outgoing")
+        for name in ("norm_in", "p_in", "g_in", "norm_out", "p_out", "g_out"):
+            setattr(self, name, getattr(original, name))
+
+    @staticmethod
+    def unsupported_reason(module: nn.Module) -> str | None:
+        return check_layer_norm(module.norm_in) or check_layer_norm(module.norm_out)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, use_kernels: bool = False) -> torch.Tensor:
+        dtype = compute_dtype(x)
+        with torch.autocast(x.device.type, enabled=False):
+            return functional.triangle_multiplication(
+                x.to(dtype), mask, self.norm_in.weight, self.norm_in.bias, self.p_in.weight, self.p_in.bias,
+                self.g_in.weight, self.g_in.bias, self.norm_out.weight, self.norm_out.bias, self.p_out.weight,
+                self.p_out.bias, self.g_out.weight, self.g_out.bias, outgoing=self.outgoing)
+
+
+_TRIANGLE_MULT = "boltz.model.layers.triangular_mult"
 REPLACEMENTS = {
     ("boltz.model.layers.pair_averaging", "PairWeightedAveraging"): FusedPairWeightedAveraging,
     ("boltz.model.layers.outer_product_mean", "OuterProductMean"): FusedOuterProductMean,
     # (OpenFold's module, without the gate's and the output's biases)
     ("boltz.model.layers.triangular_attention.attention", "TriangleAttention"): FusedOpenFoldTriangleAttention,
     ("boltz.model.layers.triangular_attention.attention", "TriangleAttentionEndingNode"): FusedOpenFoldTriangleAttention,
+    (_TRIANGLE_MULT, "TriangleMultiplicationOutgoing"): FusedTriangleMultiplication,
+    (_TRIANGLE_MULT, "TriangleMultiplicationIncoming"): FusedTriangleMultiplication,
 }
 
 
 def patch(model: nn.Module) -> list[str]:
-    """Replaces, in place, every Boltz pair-weighted averaging, Outer Product Mean and triangle attention module among
-    `model`'s descendants by evofuse's; returns the names of the modules replaced."""
+    """Replaces, in place, every Boltz pair-weighted averaging, Outer Product Mean, triangle attention and triangle
+    multiplication module among `model`'s descendants by evofuse's; returns the names of the modules replaced."""
     return patch_modules(model, REPLACEMENTS)
 
 

@@ -2,7 +2,8 @@
 `openfold3.core.model.layers.msa.MSAPairWeightedAveraging`, `...msa.MSARowAttentionWithPairBias` (the AF2-style
 blocks), `openfold3.core.model.layers.outer_product_mean.OuterProductMean` and
 `openfold3.core.model.layers.triangular_attention.TriangleAttention` (and its `TriangleAttentionEndingNode`: every
-block's `tri_att_start` and `tri_att_end`) inside `model`, in place; `unpatch(model)` undoes it.
+block's `tri_att_start` and `tri_att_end`) and `...triangular_multiplicative_update`'s TriangleMultiplication{Outgoing,
+Incoming} and their fused forms (`tri_mul_out`, `tri_mul_in`) inside `model`, in place; `unpatch(model)` undoes it.
 
 The replacements hold the original submodules (the same Parameters under the same names), so checkpoints load
 unchanged, and take OpenFold3's calls (`pwa(m, z, mask, chunk_size, use_softmax_kernel)`,
@@ -18,7 +19,12 @@ import torch
 from torch import nn
 
 from .. import functional
-from ._adapters import FusedOpenFoldOuterProductMean, FusedOpenFoldRowAttention, FusedOpenFoldTriangleAttention
+from ._adapters import (
+    FusedOpenFoldOuterProductMean,
+    FusedOpenFoldRowAttention,
+    FusedOpenFoldTriangleAttention,
+    FusedOpenFoldTriangleMultiplication,
+)
 from ._patching import (
     check_layer_norm,
     check_linears,
@@ -73,18 +79,22 @@ class FusedTriangleAttention(FusedOpenFoldTriangleAttention):
 
 
 _TRIANGLE = "openfold3.core.model.layers.triangular_attention"
+_TRIANGLE_MULT = "openfold3.core.model.layers.triangular_multiplicative_update"
 REPLACEMENTS = {
     ("openfold3.core.model.layers.msa", "MSAPairWeightedAveraging"): FusedPairWeightedAveraging,
     ("openfold3.core.model.layers.msa", "MSARowAttentionWithPairBias"): FusedOpenFoldRowAttention,
     ("openfold3.core.model.layers.outer_product_mean", "OuterProductMean"): FusedOpenFoldOuterProductMean,
     (_TRIANGLE, "TriangleAttention"): FusedTriangleAttention,
     (_TRIANGLE, "TriangleAttentionEndingNode"): FusedTriangleAttention,
+    **{(_TRIANGLE_MULT, f"{fused}TriangleMultiplication{edges}"): FusedOpenFoldTriangleMultiplication
+       for fused in ("", "Fused") for edges in ("Outgoing", "Incoming")},
 }
 
 
 def patch(model: nn.Module) -> list[str]:
-    """Replaces, in place, every OpenFold3 pair-weighted averaging, row attention with pair bias, Outer Product Mean
-    and triangle attention among `model`'s descendants by evofuse's; returns the names of the modules replaced."""
+    """Replaces, in place, every OpenFold3 pair-weighted averaging, row attention with pair bias, Outer Product Mean,
+    triangle attention and triangle multiplication among `model`'s descendants by evofuse's; returns the names of the
+    modules replaced."""
     return patch_modules(model, REPLACEMENTS)
 
 

@@ -1,11 +1,14 @@
 """Protenix (`protenix` 2.0.0): `patch(model)` puts evofuse's fused kernels in place of every
 `protenix.model.modules.pairformer.MSAPairWeightedAveraging`, `protenix.model.triangular.layers.OuterProductMean`
-and `protenix.model.triangular.triangular.TriangleAttention` (and `TriangleAttentionEndingNode`: the Pairformer's
-and the MSA module's `tri_att_start`, `tri_att_end`) inside `model`, in place; `unpatch(model)` undoes it.
+`protenix.model.triangular.triangular.TriangleAttention` (and `TriangleAttentionEndingNode`: the Pairformer's and
+the MSA module's `tri_att_start`, `tri_att_end`) and its `TriangleMultiplicationOutgoing` and
+`TriangleMultiplicationIncoming` (`tri_mul_out`, `tri_mul_in`) inside `model`, in place; `unpatch(model)` undoes
+it.
 
 The replacements hold the original submodules (the same Parameters under the same names), so checkpoints load
 unchanged, and take Protenix's calls (`pwa(m, z)`, `opm(m, mask, chunk_size, inplace_safe)`, `tri(x, mask,
-chunk_size, triangle_attention, inplace_safe)`: the kernel choice, cuEquivariance's included, is not needed). Protenix runs
+chunk_size, triangle_attention, inplace_safe)`, `tri_mul(z, mask, inplace_safe, _add_with_inplace, ...,
+triangle_multiplicative)`: the kernel choice, cuEquivariance's included, is not needed). Protenix runs
 its Outer Product Mean in float32 under float16 autocast, and so does the replacement. A module evofuse cannot
 fuse stays as it is, with a warning naming it.
 """
@@ -16,7 +19,11 @@ import torch
 from torch import nn
 
 from .. import functional
-from ._adapters import FusedOpenFoldOuterProductMean, FusedOpenFoldTriangleAttention
+from ._adapters import (
+    FusedOpenFoldOuterProductMean,
+    FusedOpenFoldTriangleAttention,
+    FusedOpenFoldTriangleMultiplication,
+)
 from ._patching import check_layer_norm, check_pair_weighted_averaging, compute_dtype, patch_modules, unpatch_modules
 
 __all__ = ["patch", "unpatch"]
@@ -68,12 +75,14 @@ REPLACEMENTS = {
     # (OpenFold's module, without the gate's and the output's biases)
     ("protenix.model.triangular.triangular", "TriangleAttention"): FusedOpenFoldTriangleAttention,
     ("protenix.model.triangular.triangular", "TriangleAttentionEndingNode"): FusedOpenFoldTriangleAttention,
+    ("protenix.model.triangular.triangular", "TriangleMultiplicationOutgoing"): FusedOpenFoldTriangleMultiplication,
+    ("protenix.model.triangular.triangular", "TriangleMultiplicationIncoming"): FusedOpenFoldTriangleMultiplication,
 }
 
 
 def patch(model: nn.Module) -> list[str]:
-    """Replaces, in place, every Protenix pair-weighted averaging, Outer Product Mean and triangle attention among
-    `model`'s descendants by evofuse's; returns the names of the modules replaced."""
+    """Replaces, in place, every Protenix pair-weighted averaging, Outer Product Mean, triangle attention and triangle
+    multiplication among `model`'s descendants by evofuse's; returns the names of the modules replaced."""
     return patch_modules(model, REPLACEMENTS)
 
 
