@@ -1,8 +1,7 @@
 """evofuse inside the models, on a CUDA machine: each installed family's MSA block and pair-stack block at the model's
 default sizes, and the modules evofuse replaces in it, unpatched against patched, forward and training step, float32
 and bfloat16 autocast (the models' mixed precision), in one run. Where a model has kernels of its own (cuEquivariance's
-triangle kernels in Boltz-2, Protenix and OpenFold3), its block is timed with them too, unpatched and patched (evofuse's
-modules then ignore the switch; the model's other modules take its kernels).
+triangle kernels in Boltz-2, Protenix and OpenFold3), its unpatched block is timed with them too.
 
     python benchmarks/models.py [--families boltz,boltz-pairformer,...] [--msa-rows 1024] [--residues 384]
         [--precisions fp32,bf16]
@@ -46,16 +45,17 @@ def _boltz(S, N):
 
 
 def _tri_modules(starting, ending):
-    """The pair stack's two triangle attentions as a block calls them, z and its mask the block's inputs 1 and 2
-    (the ending node as the models' ending-node modules take it: their own transposition inside)."""
+    """The pair stack's two triangle attentions and its outgoing triangle multiplication as a block calls them, z
+    and its mask the block's inputs 1 and 2 (the ending node as the models' ending-node modules take it: their own
+    transposition inside)."""
     return {"tri_att_start": lambda b, s, z, mask, *_: starting(b, z, mask),
-            "tri_att_end": lambda b, s, z, mask, *_: ending(b, z, mask)}
+            "tri_att_end": lambda b, s, z, mask, *_: ending(b, z, mask),
+            "tri_mul_out": lambda b, s, z, mask, *_: b(z, mask=mask)}
 
 
 def _boltz_pairformer(S, N):
     """Boltz-2's PairformerLayer (token_s 384, token_z 128, 4 pair heads x 32, v2); its cuEquivariance path is
-    `use_kernels=True` (triangle multiplication and attention), and patched with `use_cuequiv_mul=True` evofuse's
-    triangle attention beside cuEquivariance's triangle multiplication."""
+    `use_kernels=True` (triangle multiplication and attention); patched, evofuse's modules ignore the switches."""
     from boltz.model.layers.pairformer import PairformerLayer
 
     block = PairformerLayer(384, 128, num_heads=16, dropout=0.0, pairwise_head_width=32, pairwise_num_heads=4, v2=True)
@@ -66,8 +66,7 @@ def _boltz_pairformer(S, N):
         return b(s, z, mask, pair_mask, **kernels)
 
     modules = _tri_modules(lambda b, z, m: b(z, mask=m), lambda b, z, m: b(z, mask=m))
-    variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, use_kernels=True)),
-                "evofuse + cuEquivariance mul": ("evofuse", lambda b, *x: run(b, *x, use_cuequiv_mul=True))}
+    variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, use_kernels=True))}
     return block, inputs, run, modules, variants
 
 
@@ -85,8 +84,7 @@ def _protenix_pairformer(S, N):
         return b(s, z, pair_mask, triangle_multiplicative=kernels, triangle_attention=kernels)
 
     modules = _tri_modules(lambda b, z, m: b(z, mask=m), lambda b, z, m: b(z, mask=m))
-    variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, kernels="cuequivariance")),
-                "evofuse + cuEquivariance mul": ("evofuse", lambda b, *x: b(*x, triangle_multiplicative="cuequivariance"))}
+    variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, kernels="cuequivariance"))}
     return block, inputs, run, modules, variants
 
 
@@ -108,7 +106,8 @@ def _openfold3_evoformer(S, N):
 
     modules = {"msa_att_row": lambda b, m, z, msa_mask, pair_mask: b(m, z=z, mask=msa_mask),
                "outer_product_mean": lambda b, m, z, msa_mask, pair_mask: b(m, mask=msa_mask),
-               "pair_stack.tri_att_start": lambda b, m, z, msa_mask, pair_mask: b(z, mask=pair_mask)}
+               "pair_stack.tri_att_start": lambda b, m, z, msa_mask, pair_mask: b(z, mask=pair_mask),
+               "pair_stack.tri_mul_out": lambda b, m, z, msa_mask, pair_mask: b(z, mask=pair_mask)}
     variants = {"unpatched cuEquivariance": ("unpatched",
                                              lambda b, *x: run(b, *x, use_cueq_triangle_kernels=True))}
     return block, inputs, run, modules, variants

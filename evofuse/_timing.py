@@ -31,6 +31,11 @@ def tri_params(mod):
             mha.linear_v.weight, mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias)
 
 
+def trimul_params(mod):
+    return (mod.norm_in.weight, mod.norm_in.bias, mod.p_in.weight, mod.p_in.bias, mod.g_in.weight, mod.g_in.bias,
+            mod.norm_out.weight, mod.norm_out.bias, mod.p_out.weight, mod.p_out.bias, mod.g_out.weight, mod.g_out.bias)
+
+
 def training_step(fn, leaves=()):
     """The forward+backward row's call: the leaves' gradients set to None first (each step's own, none
     accumulated: under CUDA graphs a gradient is a graph's output, which the next replay overwrites), the

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from . import reference as ref
-from ._timing import att_params, host_ms, measure, opm_params, pwa_params, training_step, tri_params
+from ._timing import att_params, host_ms, measure, opm_params, pwa_params, training_step, tri_params, trimul_params
 from .numerics import rel_error
 from .suite import SUITE, Case, make_inputs, make_module
 
@@ -146,6 +146,20 @@ def _trifast_peer():
     return _triangle_peer(core)
 
 
+def _cueq_trimul_peer():
+    """cuEquivariance's triangle_multiplicative_update (Boltz-2's `use_kernels=True`, Protenix's default)."""
+    from cuequivariance_torch import triangle_multiplicative_update
+
+    def run(mod, z, mask):
+        return triangle_multiplicative_update(
+            z, direction="outgoing" if mod.outgoing else "incoming", mask=mask, norm_in_weight=mod.norm_in.weight,
+            norm_in_bias=mod.norm_in.bias, p_in_weight=mod.p_in.weight, g_in_weight=mod.g_in.weight,
+            norm_out_weight=mod.norm_out.weight, norm_out_bias=mod.norm_out.bias, p_out_weight=mod.p_out.weight,
+            g_out_weight=mod.g_out.weight, eps=1e-5)
+
+    return run
+
+
 # ---------------------------------------------------------------- peers: pair-weighted averaging
 
 
@@ -175,6 +189,7 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
         "att": (partial(ref.msa_row_attention_reference, num_heads=case.width), att_params),
         "pwa": (partial(ref.pair_weighted_averaging_reference, num_heads=case.width), pwa_params),
         "tri": (partial(ref.triangle_attention_reference, num_heads=case.width), tri_params),
+        "trimul": (ref.triangle_multiplication_reference, trimul_params),
     }[case.op]
 
     def eager(mod):
@@ -202,6 +217,8 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
                   ("eager bf16 CUDA graph", "bfloat16", _graphed_reference),
                   ("torch.compile bf16 reduce-overhead", "bfloat16", _compiled_reduce_overhead),
                   ("torch.compile bf16 CUDA graph", "bfloat16", _graphed_compiled)]
+    elif case.op == "trimul":
+        impls += [("cuEquivariance bf16", "bfloat16", lambda mod: partial(_cueq_trimul_peer(), mod))]
     elif case.op == "tri":
         impls += [("cuEquivariance bf16", "bfloat16", lambda mod: partial(_cueq_triangle_peer(), mod)),
                   ("trifast bf16", "bfloat16", lambda mod: partial(_trifast_peer(), mod))]
@@ -358,7 +375,7 @@ def _select(suite: str) -> list[Case]:
         return []
     if suite == "all":
         return list(SUITE)
-    if suite in ("opm", "att", "pwa", "tri"):
+    if suite in ("opm", "att", "pwa", "tri", "trimul"):
         return [c for c in SUITE if c.op == suite]
     names = suite.split(",")
     by_name = {c.name: c for c in SUITE}

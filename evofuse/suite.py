@@ -6,17 +6,23 @@ from dataclasses import dataclass
 
 import torch
 
-from .modules import MSARowAttentionWithPairBias, OuterProductMean, PairWeightedAveraging, TriangleAttention
+from .modules import (
+    MSARowAttentionWithPairBias,
+    OuterProductMean,
+    PairWeightedAveraging,
+    TriangleAttention,
+    TriangleMultiplication,
+)
 
 
 @dataclass(frozen=True)
 class Case:
-    """One suite shape. `width` is hidden_dim c for the Outer Product Mean, num_heads for attention, pair-weighted
-    averaging and triangle attention; `head` the latter two's width of a head. Triangle attention's pair (B, N, N, D)
-    has S = N rows."""
+    """One suite shape. `width` is hidden_dim c for the Outer Product Mean and triangle multiplication, num_heads for
+    attention, pair-weighted averaging and triangle attention; `head` the latter two's width of a head. The pair stack's
+    pair (B, N, N, D) has S = N rows."""
 
     name: str
-    op: str  # "opm", "att", "pwa" or "tri"
+    op: str  # "opm", "att", "pwa", "tri" or "trimul"
     B: int
     S: int
     N: int
@@ -38,12 +44,17 @@ class Case:
         if self.op == "tri":
             H = self.width * self.head
             return 2.0 * B * (N * N * D * 5 * H + 2 * N * N * N * H + N * N * D * self.width)
+        if self.op == "trimul":
+            c = self.width
+            return 2.0 * B * (N * N * D * (4 * c + D) + N * N * N * c + N * N * c * D)
         return 2.0 * B * (S * N * D * 5 * D + 2 * S * N * N * D + N * N * P * self.width)
 
     @property
     def reference_fits(self) -> bool:
-        """Whether the float64 reference's attention weights (B, S, h, N, N) take at most 16 GiB: where they do not
-        (tri-2048: 256 GiB) no error against it is measured."""
+        """Whether the float64 reference's largest tensor, attention weights (B, S, h, N, N) or triangle multiplication's
+        projections, takes at most 16 GiB: where it does not (tri-2048: 256 GiB) no error against it is measured."""
+        if self.op == "trimul":  # (its largest: the input projections, (B, N, N, 4c + c_z))
+            return self.B * self.N ** 2 * (4 * self.width + self.D) * 8 <= 16 * 2**30
         return self.op not in ("att", "tri") or self.B * self.S * self.width * self.N ** 2 * 8 <= 16 * 2**30
 
 
@@ -63,6 +74,11 @@ SUITE = (
     Case("tri-384", "tri", 1, 384, 384, 128, 128, 4, 32),
     Case("tri-768", "tri", 1, 768, 768, 128, 128, 4, 32),
     Case("tri-2048", "tri", 1, 2048, 2048, 128, 128, 4, 32),
+    Case("trimul-seed", "trimul", 2, 24, 24, 32, 32, 16),
+    Case("trimul-384", "trimul", 1, 384, 384, 128, 128, 128),
+    Case("trimul-768", "trimul", 1, 768, 768, 128, 128, 128),
+    Case("trimul-2048", "trimul", 1, 2048, 2048, 128, 128, 128),
+    Case("trimul-4096", "trimul", 1, 4096, 4096, 128, 128, 128),
 )
 SEED_CASES = tuple(c for c in SUITE if c.name.endswith("-seed"))
 
@@ -78,10 +94,12 @@ def make_module(case: Case, seed: int = 0, **kwargs) -> torch.nn.Module:
             mod = MSARowAttentionWithPairBias(case.D, case.pair, case.width, **kwargs)
         elif case.op == "tri":
             mod = TriangleAttention(case.D, case.head, case.width, **kwargs)
+        elif case.op == "trimul":
+            mod = TriangleMultiplication(case.D, case.width, **kwargs)
         else:
             mod = PairWeightedAveraging(case.D, case.pair, case.head, case.width, **kwargs)
             torch.nn.init.normal_(mod.proj_o.weight, std=mod.proj_o.in_features ** -0.5)  # (Boltz starts it at 0)
-    norm = mod.norm_m if case.op == "pwa" else mod.layer_norm
+    norm = mod.norm_m if case.op == "pwa" else mod.norm_in if case.op == "trimul" else mod.layer_norm
     with torch.no_grad():
         norm.weight.copy_(1 + 0.2 * torch.randn(case.D, generator=g))
         norm.bias.copy_(0.2 * torch.randn(case.D, generator=g))
@@ -91,14 +109,14 @@ def make_module(case: Case, seed: int = 0, **kwargs) -> torch.nn.Module:
 def make_inputs(case: Case, device, dtype, seed: int = 0, zero_frac: float = 0.1,
                 fully_masked: bool = True) -> tuple[torch.Tensor, ...]:
     """Random inputs of a case: msa, [pair,] mask (float 0/1, ~zero_frac zeros; pair-weighted averaging's is a
-    (B, N, N) pair mask); triangle attention's pair (B, N, N, D) and its (B, N, N) mask.
+    (B, N, N) pair mask); the pair stack's pair (B, N, N, D) and its (B, N, N) mask.
 
     With fully_masked, one residue of the Outer Product Mean is masked in every row, one MSA row of the
-    attention has every key masked, and one residue i of pair-weighted averaging and of triangle attention has
-    every pair masked.
+    attention has every key masked, and one residue i of pair-weighted averaging and of the pair stack has every pair
+    masked.
     """
     g = torch.Generator().manual_seed(seed)
-    if case.op == "tri":
+    if case.op in ("tri", "trimul"):
         pair = torch.randn(case.B, case.N, case.N, case.D, generator=g)
         mask = (torch.rand(case.B, case.N, case.N, generator=g) >= zero_frac).float()
         if fully_masked:
