@@ -87,18 +87,27 @@ def test_patch_names_a_model_that_is_no_module():
 
 
 class EvoformerPairPart(nn.Module):
-    """The triangle attentions of an Evoformer block's pair stack: around the starting node, then the ending node."""
+    """An Evoformer block's pair stack but its transition: the triangle multiplications (outgoing, incoming, with
+    OpenFold's biases), then the triangle attentions around the starting node and the ending node."""
 
     def __init__(self):
         super().__init__()
         from openfold.model.triangular_attention import TriangleAttentionEndingNode, TriangleAttentionStartingNode
+        from openfold.model.triangular_multiplicative_update import (
+            TriangleMultiplicationIncoming,
+            TriangleMultiplicationOutgoing,
+        )
 
+        self.tri_mul_out = TriangleMultiplicationOutgoing(C_Z, 6)
+        self.tri_mul_in = TriangleMultiplicationIncoming(C_Z, 6)
         self.tri_att_start = TriangleAttentionStartingNode(C_Z, 8, 3)
         self.tri_att_end = TriangleAttentionEndingNode(C_Z, 8, 3)
 
     def forward(self, z, z_update, pair_mask):
         """z and the update the MSA stack adds to it (the block step's second differentiable input)."""
         z = z + z_update
+        z = z + self.tri_mul_out(z, mask=pair_mask, inplace_safe=False, _add_with_inplace=False)
+        z = z + self.tri_mul_in(z, mask=pair_mask, inplace_safe=False, _add_with_inplace=False)
         z = z + self.tri_att_start(z, mask=pair_mask, chunk_size=None, use_memory_efficient_kernel=False,
                                    use_deepspeed_evo_attention=False, use_lma=False, inplace_safe=False)
         return z + self.tri_att_end(z, mask=pair_mask, chunk_size=None, use_memory_efficient_kernel=False,
@@ -115,13 +124,14 @@ def _pair_inputs():
     return [t.to(DEVICE) for t in (z, z_update, pair_mask)]
 
 
-def test_patched_triangle_attention_matches_openfold():
-    """Both triangle attentions patched: a training step (outputs, z's gradient, every parameter's) as OpenFold's."""
+def test_patched_pair_stack_matches_openfold():
+    """Both triangle multiplications and both triangle attentions patched: a training step (outputs, z's gradient,
+    every parameter's) as OpenFold's."""
     from evofuse.integrations import openfold as integration
 
     torch.manual_seed(0)
     assert_patched_block_matches(integration, randomize(EvoformerPairPart(), 4).to(DEVICE), _pair_inputs(),
-                                 ["tri_att_end", "tri_att_start"])
+                                 ["tri_att_end", "tri_att_start", "tri_mul_in", "tri_mul_out"])
 
 
 def test_triangle_attention_with_a_smaller_inf_is_left_with_a_warning():
@@ -133,9 +143,10 @@ def test_triangle_attention_with_a_smaller_inf_is_left_with_a_warning():
                           "0 (TriangleAttention) left unpatched: inf 100000.0")
 
 
-def test_patched_triangle_attention_under_autocast():
+def test_patched_pair_stack_under_autocast():
     from evofuse.integrations import openfold as integration
 
     z, _, pair_mask = _pair_inputs()
     assert_autocast_like_original(integration, randomize(EvoformerPairPart(), 4).to(DEVICE), {
-        "tri_att_start": (z, pair_mask), "tri_att_end": (z, pair_mask)}, DEVICE)
+        "tri_att_start": (z, pair_mask), "tri_att_end": (z, pair_mask), "tri_mul_out": (z, pair_mask),
+        "tri_mul_in": (z, pair_mask)}, DEVICE)
