@@ -1,14 +1,15 @@
 """evofuse: fused Triton kernels for the MSA operations of AlphaFold-family trunks.
 
-`OuterProductMean`, `MSARowAttentionWithPairBias`, `PairWeightedAveraging`, `TriangleAttention` and
-`TriangleMultiplication` are drop-in modules; `outer_product_mean`, `msa_row_attention`, `pair_weighted_averaging`,
-`triangle_attention` and `triangle_multiplication` their functional forms;
+`OuterProductMean`, `MSARowAttentionWithPairBias`, `MSAColumnAttention`, `PairWeightedAveraging`, `TriangleAttention`
+and `TriangleMultiplication` are drop-in modules; `outer_product_mean`, `msa_row_attention`, `msa_column_attention`,
+`pair_weighted_averaging`, `triangle_attention` and `triangle_multiplication` their functional forms;
 `evofuse.reference` the plain-PyTorch definitions.
 Importing registers every operation's torch.library ops (`torch.ops.evofuse.*`, where Triton is installed), so
 that a program exported with them loads after `import evofuse`; it touches no GPU and compiles no kernel.
 """
 
 from .functional import (
+    msa_column_attention,
     msa_row_attention,
     outer_product_mean,
     pair_weighted_averaging,
@@ -16,6 +17,7 @@ from .functional import (
     triangle_multiplication,
 )
 from .modules import (
+    MSAColumnAttention,
     MSARowAttentionWithPairBias,
     OuterProductMean,
     PairWeightedAveraging,
@@ -24,6 +26,6 @@ from .modules import (
 )
 
 __version__ = "0.2.0"
-__all__ = ["MSARowAttentionWithPairBias", "OuterProductMean", "PairWeightedAveraging", "TriangleAttention",
-           "TriangleMultiplication", "msa_row_attention", "outer_product_mean", "pair_weighted_averaging",
-           "triangle_attention", "triangle_multiplication"]
+__all__ = ["MSAColumnAttention", "MSARowAttentionWithPairBias", "OuterProductMean", "PairWeightedAveraging",
+           "TriangleAttention", "TriangleMultiplication", "msa_column_attention", "msa_row_attention",
+           "outer_product_mean", "pair_weighted_averaging", "triangle_attention", "triangle_multiplication"]

@@ -267,3 +267,48 @@ class TriangleMultiplication(nn.Module):
             self.g_in.bias, self.norm_out.weight, self.norm_out.bias, self.p_out.weight, self.p_out.bias,
             self.g_out.weight, self.g_out.bias, outgoing=self.outgoing, precision=self.precision,
             impl=impl if impl is not None else self.impl)
+
+
+class _MSAAttentionParts(nn.Module):
+    """The parameters of OpenFold's MSAAttention without pair bias, under its names: layer_norm_m and mha."""
+
+    def __init__(self, c_m: int, c_hidden: int, no_heads: int, bias: bool):
+        super().__init__()
+        self.layer_norm_m = nn.LayerNorm(c_m)
+        self.mha = _GatedAttention(c_m, c_hidden, no_heads, bias)
+
+
+class MSAColumnAttention(nn.Module):
+    """MSA column attention (AF2 Algorithm 8): (B, S, N, c_m) -> (B, S, N, c_m), attention over the MSA rows within
+    each residue's column. OpenFold's constructor and parameter names (`_msa_att.layer_norm_m`,
+    `_msa_att.mha.linear_{q,k,v,g,o}`), so an OpenFold or OpenFold3 state_dict of the module loads unchanged.
+
+    Args:
+        c_m, c_hidden, no_heads: the MSA's width, a head's width and the heads; inf: the mask's magnitude (1e9).
+        gate_and_output_bias: whether mha.linear_g and mha.linear_o have biases (OpenFold's do; OpenFold3's do not).
+        precision, impl: as for OuterProductMean.
+
+    forward(m (B, S, N, c_m), mask (B, S, N) or None, chunk_size=None, ...) returns (B, S, N, c_m) in m's dtype (any
+    leading dimensions in place of B); the models' chunking and kernel switches are accepted and change nothing.
+    """
+
+    def __init__(self, c_m: int, c_hidden: int, no_heads: int, inf: float = 1e9, gate_and_output_bias: bool = True,
+                 precision: str = "default", impl: str | None = None):
+        super().__init__()
+        if not isinstance(no_heads, int) or no_heads < 1:
+            raise ValueError(f"no_heads must be a positive integer, got {no_heads!r}")
+        _check_options(precision, impl)
+        self.c_m, self.c_hidden, self.no_heads, self.inf = c_m, c_hidden, no_heads, inf
+        self._msa_att = _MSAAttentionParts(c_m, c_hidden, no_heads, gate_and_output_bias)
+        self.precision = precision
+        self.impl = impl
+
+    def forward(self, m: torch.Tensor, mask: torch.Tensor | None = None, chunk_size: int | None = None, *,
+                impl: str | None = None, **switches) -> torch.Tensor:
+        parts = self._msa_att
+        mha = parts.mha
+        return functional.msa_column_attention(
+            m, mask, parts.layer_norm_m.weight, parts.layer_norm_m.bias, mha.linear_q.weight, mha.linear_k.weight,
+            mha.linear_v.weight, mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias,
+            num_heads=self.no_heads, inf=self.inf, precision=self.precision,
+            impl=impl if impl is not None else self.impl)

@@ -275,3 +275,25 @@ def triangle_multiplication_reference(pair_repr, pair_mask, norm_in_weight, norm
     t = torch.einsum("bikc,bjkc->bijc" if outgoing else "bkic,bkjc->bijc", a, b)
     t = F.layer_norm(t, t.shape[-1:], norm_out_weight, norm_out_bias, LAYER_NORM_EPS)
     return F.linear(t, p_out_weight, p_out_bias) * torch.sigmoid(F.linear(x, g_out_weight, g_out_bias))
+
+
+def msa_column_attention_reference(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, query_weight, key_weight,
+                                   value_weight, gate_weight, gate_bias, out_weight, out_bias, num_heads,
+                                   inf=TRIANGLE_MIN_INF):
+    """MSA column attention (AF2 Algorithm 8) as OpenFold computes it: the MSA (B, S, N, D) and its mask transposed,
+    attention over the S rows within each residue's column with no pair bias, inf * (mask - 1) added to a masked row's
+    logits (for inf >= TRIANGLE_MIN_INF the value -1e9 with the gradient of the logit, as in triangle attention), gated;
+    q, k and v without biases. Returns (B, S, N, D)."""
+    x = msa_repr.transpose(1, 2)  # (B, N, S, D): a residue's column as a row
+    mask = None if msa_mask is None else msa_mask.transpose(1, 2)
+    bias = x.new_zeros(x.shape[0], num_heads, x.shape[2], x.shape[2])
+    weights = (layer_norm_weight, layer_norm_bias, query_weight, None, key_weight, None, value_weight, None,
+               gate_weight, gate_bias, out_weight, out_bias)
+    if inf >= TRIANGLE_MIN_INF or mask is None:
+        out = msa_row_attention_with_bias(x, bias, mask, *weights, num_heads, mask_mode="add")
+    else:  # the mask term as a bias of its own column: one residue's column at a time
+        term = inf * (mask.to(x.dtype) - 1)  # (B, N, S)
+        cols = [msa_row_attention_with_bias(x[:, i:i + 1], bias + term[:, None, i:i + 1, :], None, *weights, num_heads)
+                for i in range(x.shape[1])]
+        out = torch.cat(cols, dim=1) if cols else x.new_empty(x.shape[:3] + (out_weight.shape[0],))
+    return out.transpose(1, 2)

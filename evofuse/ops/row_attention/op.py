@@ -137,11 +137,12 @@ def _(msa_repr, pair_repr, msa_mask, *params_and_options):
 
 def core_backward(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, grad_out: Tensor, out_proj_weight: Tensor,
                   gated: Tensor, lse: Tensor, num_heads: int, mask_mode: str,
-                  precision: str) -> tuple[Tensor, Tensor]:
+                  precision: str, bias_grad: bool = True) -> tuple[Tensor, Tensor]:
     """(d_qkvg (B, S, N, W), dz (B, h, N, N) float32): the gradients of the projections and of the pair bias for
     the output's gradient grad_out (B, S, N, D), from out_proj's weight (D, H), the forward's projections qkvg
     (B, S, N, W) contiguous (q, k, v and the gate in its first 4H channels; d_qkvg's channels past them are left
-    unwritten), gated output (B, S, N, H) and statistics lse (2, B, S, N, h)."""
+    unwritten), gated output (B, S, N, H) and statistics lse (2, B, S, N, h). Without `bias_grad` (attention
+    without a bias: z of zero strides) dz is empty and its kernel does not run."""
     B, S, N, W = qkvg.shape
     D = out_proj_weight.shape[1]  # the inner width H
     h = num_heads
@@ -153,8 +154,6 @@ def core_backward(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, grad_out: Te
     gate = configs.gate_launch(h, d)
     gate_backward_kernel[(cdiv(M, gate["BLOCK_M"]),)](
         do, gated, D, qkvg[..., 3 * D:], d_qkvg[..., 3 * D:], W, do, delta, h, M, h, **gate)
-    splits = dz_splits(B * h * cdiv(N, DZ_TILE) ** 2, S, z.device)
-    dz = torch.empty(splits, *z.shape, dtype=torch.float32, device=z.device)
     consts = dict(_constants(qkvg.dtype, msa_mask, d, precision), ADDITIVE_MASK=mask_mode == "add")
     common = (qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(msa_mask, qkvg), do, *do.stride()[:3], lse, delta,
               *lse.stride()[1:], lse.stride(0))
@@ -164,6 +163,10 @@ def core_backward(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, grad_out: Te
         *common, d_qkvg, *d_qkvg.stride()[:3], *sizes, 1 / math.sqrt(d), bucket(N), **consts)
     dkdv_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_N"]) * S,)](
         *common, d_qkvg[..., D:], *d_qkvg.stride()[:3], *sizes, 1 / math.sqrt(d), bucket(N), **consts)
+    if not bias_grad:
+        return d_qkvg, delta.new_empty(0)
+    splits = dz_splits(B * h * cdiv(N, DZ_TILE) ** 2, S, z.device)
+    dz = torch.empty(splits, *z.shape, dtype=torch.float32, device=z.device)
     dz_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]) * splits,)](
         *common, dz, dz.stride(0), S, N, h, D, splits, *sizes[4:], bucket(N), **consts)
     dz = dz[0] if splits == 1 else dz.sum(0)
@@ -191,8 +194,8 @@ core_backward_op = torch.library.custom_op("evofuse::msa_row_attention_core_back
 
 
 @core_backward_op.register_fake
-def _(qkvg, z, msa_mask, grad_out, out_proj_weight, gated, lse, num_heads, mask_mode, precision):
-    return torch.empty_like(qkvg), z.new_empty(z.shape, dtype=torch.float32)
+def _(qkvg, z, msa_mask, grad_out, out_proj_weight, gated, lse, num_heads, mask_mode, precision, bias_grad=True):
+    return torch.empty_like(qkvg), z.new_empty(z.shape if bias_grad else (0,), dtype=torch.float32)
 
 
 def _setup_context(ctx, inputs, output):

@@ -1,0 +1,83 @@
+"""MSA column attention as a torch.library custom op, `evofuse::msa_column_attention`, with its fake and its backward
+(`register_autograd`): gated attention over the rows of x (B, R, L, D) (the MSA transposed: a residue's column of S
+MSA rows as a row of L = S keys) with no bias, on row attention's core (`..row_attention.op.attention`, its bias a
+zero of zero strides that every load reads from one address) and core backward (`bias_grad=False`: no bias gradient
+kernel). One `layer_norm_linear` for q, k, v and the gate; out_proj by cuBLAS; the backward's LayerNorm and
+projections by one `layer_norm_linear_backward`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..._runtime import eager_or_dispatched, keep_for_backward, traced
+from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
+from ..row_attention.op import attention, core_backward, core_backward_op
+
+
+def _no_bias(qkvg: Tensor, num_heads: int) -> Tensor:
+    """The attention core's bias (B, h, L, L): a zero of zero strides."""
+    B, _, L, _ = qkvg.shape
+    return qkvg.new_zeros(()).expand(B, num_heads, L, L)
+
+
+def msa_column_attention_forward(x: Tensor, mask: Tensor | None, layer_norm_weight: Tensor, layer_norm_bias: Tensor,
+                                 qkvg_weight: Tensor, qkvg_bias: Tensor | None, out_weight: Tensor,
+                                 out_bias: Tensor | None, num_heads: int, precision: str,
+                                 train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(out (B, R, L, D), qkvg (B, R, L, 4H), gated (B, R, L, H), lse (2, B, R, L, h) float32): the output, then what
+    the backward takes (each empty unless `train`). x (B, R, L, D) any strides (the MSA's transposed view); mask
+    (B, R, L) 0/1 of any real dtype or None, a masked key's logit -1e9 with the logit's gradient (an additive mask
+    of inf >= 1e9, as the models' float32 arithmetic gives it); qkvg_weight (4H, D) and qkvg_bias (4H,) or None: the
+    query, key, value and gate projections stacked; out_weight (D, H), out_bias (D,) or None."""
+    H = out_weight.shape[1]
+    qkvg = layer_norm_linear(x, layer_norm_weight, layer_norm_bias, qkvg_weight, qkvg_bias, None, precision)
+    gated, lse = attention(qkvg, _no_bias(qkvg, num_heads), mask, H, num_heads, "add", precision, train)
+    if not train:  # (its memory free before the output's is taken)
+        qkvg = qkvg.new_empty(0)
+    out = F.linear(gated, out_weight, out_bias)
+    return out, qkvg, gated if train else gated.new_empty(0), lse
+
+
+msa_column_attention_op = torch.library.custom_op("evofuse::msa_column_attention", mutates_args=())(
+    msa_column_attention_forward)
+
+
+@msa_column_attention_op.register_fake
+def _(x, mask, layer_norm_weight, layer_norm_bias, qkvg_weight, qkvg_bias, out_weight, out_bias, num_heads, precision,
+      train):
+    B, R, L, D = x.shape
+    H = out_weight.shape[1]
+    lse = x.new_empty(2, B, R, L, num_heads if train else 0, dtype=torch.float32)
+    if not train:
+        return x.new_empty(B, R, L, D), x.new_empty(0), x.new_empty(0), lse
+    return x.new_empty(B, R, L, D), x.new_empty(B, R, L, 4 * H), x.new_empty(B, R, L, H), lse
+
+
+def _setup_context(ctx, inputs, output):
+    x, mask, *params, num_heads, precision, _ = inputs
+    keep_for_backward(ctx, [x, mask, *params], list(output[1:]), num_heads=num_heads, precision=precision)
+
+
+def _backward(ctx, grad_out, *_):
+    x, mask, lnw, lnb, w_qkvg, _, wo, _, qkvg, gated, lse = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    D, H = x.shape[-1], wo.shape[1]
+    d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(x.dtype) if needs[7] else None
+    d_wo = grad_out.reshape(-1, D).t() @ gated.reshape(-1, H) if needs[6] else None
+    if not any(needs[:6]):  # the output projection's alone
+        return (None,) * 6 + (d_wo, d_bo) + (None,) * 3
+    backward = core_backward_op if traced(grad_out) else core_backward
+    d_qkvg, _ = backward(qkvg, _no_bias(qkvg, ctx.num_heads), mask, grad_out, wo, gated, lse, ctx.num_heads, "add",
+                         ctx.precision, False)
+    dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(x, lnw, lnb, w_qkvg, d_qkvg, needs[0:1] + needs[2:6],
+                                                           ctx.precision)
+    return dx, None, dlnw, dlnb, dw, dbias, d_wo, d_bo, None, None, None
+
+
+msa_column_attention_op.register_autograd(_backward, setup_context=_setup_context)
+# the op's call: eagerly on plain tensors the same functions without the dispatcher
+msa_column_attention = eager_or_dispatched(msa_column_attention_op, msa_column_attention_forward, _setup_context,
+                                           _backward)
