@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from evofuse import (
+    MSAColumnAttention,
     MSARowAttentionWithPairBias,
     OuterProductMean,
     PairWeightedAveraging,
@@ -46,12 +47,15 @@ MODEL_CASES = {
     "tri-boltz": lambda: TriangleAttention(128, 32, 4, starting=False, gate_and_output_bias=False),  # Boltz, AF3
     "trimul-af2": lambda: TriangleMultiplication(128, 128, bias=True),  # OpenFold
     "trimul-boltz": lambda: TriangleMultiplication(128, outgoing=False),  # Boltz-2, AF3
+    "col-af2": lambda: MSAColumnAttention(256, 32, 8),  # OpenFold
+    "col-of3": lambda: MSAColumnAttention(256, 32, 8, gate_and_output_bias=False),  # OpenFold3's AF2-style block
 }
 
 
 def _model_inputs(name, S=33, N=97, seed=1):
     mod = MODEL_CASES[name]()
-    norm = mod.norm_m if name.startswith("pwa") else mod.norm_in if name.startswith("trimul") else mod.layer_norm
+    norm = (mod.norm_m if name.startswith("pwa") else mod.norm_in if name.startswith("trimul")
+            else mod._msa_att.layer_norm_m if name.startswith("col") else mod.layer_norm)
     D = norm.normalized_shape[0]
     g = torch.Generator().manual_seed(seed)
     if name.startswith("tri"):  # the pair (1, N, N, 128) and its mask, a padding residue's pairs all masked
@@ -59,7 +63,7 @@ def _model_inputs(name, S=33, N=97, seed=1):
         mask[:, -1] = mask[:, :, -1] = False
         return randomize(mod, seed), (torch.randn(1, N, N, D, generator=g), mask)
     x = torch.randn(1, S, N, D, generator=g)
-    if name.startswith("opm"):
+    if name.startswith(("opm", "col")):
         return randomize(mod, seed), (x, random_mask(1, S, N, "rows", seed))
     z = torch.randn(1, N, N, 128, generator=g)
     mask = random_mask(1, S, N, "rows", seed) if name.startswith("att") else (torch.rand(1, N, N, generator=g) > 0.1)
@@ -76,7 +80,8 @@ def test_gradients_at_the_models_widths(name, dtype, autotuned):
 
 def _small_case(op, seed):
     """A module and inputs of `op` small enough for many steps."""
-    name = {"opm": "opm-boltz", "att": "att-af2", "pwa": "pwa-boltz", "tri": "tri-boltz", "trimul": "trimul-boltz"}[op]
+    name = {"opm": "opm-boltz", "att": "att-af2", "pwa": "pwa-boltz", "tri": "tri-boltz", "trimul": "trimul-boltz",
+            "col": "col-of3"}[op]
     mod, inputs = _model_inputs(name, S=6, N=19, seed=seed)
     return mod, tuple(mask_form(t, "bool") if k == len(inputs) - 1 else t for k, t in enumerate(inputs))
 
@@ -92,7 +97,7 @@ def _cuda_graphed(mod, sample):
 
 @pytest.mark.no_poison
 @pytest.mark.parametrize("mode", ["fullgraph", "reduce-overhead", "cuda-graph"])
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col"])
 def test_training_loop_under_compile_and_graphs(op, mode):
     """Three training steps of each operation under torch.compile(fullgraph=True), mode="reduce-overhead" and a
     captured CUDA graph, the weights updated in place and new inputs each step: outputs and every gradient as the

@@ -151,6 +151,34 @@ def test_opcheck_triangle_multiplication(train):
     torch.library.opcheck(triangle_multiplication_op, _trimul_args(train, outgoing=False, mask=False, bias=False))
 
 
+def _col_args(train, mask=True, bias=True):
+    """The column attention op's arguments: the transposed view of an MSA (1, 5, 6, 8), 2 heads of 4."""
+    from evofuse import MSAColumnAttention
+
+    from .helpers import randomize
+
+    mod = randomize(MSAColumnAttention(8, 4, 2, gate_and_output_bias=bias), 11).to(DEVICE)
+    m = torch.randn(1, 5, 6, 8, device=DEVICE, requires_grad=train)
+    msa_mask = random_mask(1, 5, 6, "rows", 12).to(DEVICE) if mask else None
+    ln, mha = mod._msa_att.layer_norm_m, mod._msa_att.mha
+    with torch.no_grad():  # (the op's own leaves)
+        qkvg = [t if t is None else t.requires_grad_(train) for t in joined_qkvg(
+            [mha.linear_q.weight, mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight],
+            [None, None, None, mha.linear_g.bias])]
+    params = [t if t is None else t.detach().requires_grad_(train) for t in (
+        ln.weight, ln.bias, *qkvg, mha.linear_o.weight, mha.linear_o.bias)]
+    return (m.transpose(1, 2), None if msa_mask is None else msa_mask.transpose(1, 2), *params, 2, "default", train)
+
+
+@pytest.mark.no_poison
+@pytest.mark.parametrize("train", [False, True])
+def test_opcheck_msa_column_attention(train):
+    from evofuse.ops.msa_column_attention import msa_column_attention_op
+
+    torch.library.opcheck(msa_column_attention_op, _col_args(train))
+    torch.library.opcheck(msa_column_attention_op, _col_args(train, mask=False, bias=False))
+
+
 def test_triangle_projection_rows_stay_aligned():
     """The joined projection's width is a multiple of 16 (every row of it starts aligned for the attention kernels),
     its padding rows zero and without a gradient, its bias the gate's alone."""
@@ -221,15 +249,17 @@ def test_pair_weighted_averaging_keeps_nothing_for_inference(dtype):
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col"])
 def test_backward_makes_no_zero_gradients_for_the_kept_outputs(op):
     """The outputs an op keeps for its backward (projections, weighted or gated sums, weights) get no gradient: autograd
     must not fill zeros of their size (at pwa-long ~0.9 GiB and a pass over memory each step)."""
+    from evofuse.ops.msa_column_attention import msa_column_attention_op
     from evofuse.ops.pair_weighted_averaging import pair_weighted_averaging_op
     from evofuse.ops.triangle_attention import triangle_attention_op
     from evofuse.ops.triangle_multiplication import triangle_multiplication_op
 
-    fn, args = {"opm": (outer_product_mean_op, _opm_args(True)), "att": (row_attention_op, _att_args(True)),
+    fn, args = {"col": (msa_column_attention_op, _col_args(True)), "opm": (outer_product_mean_op, _opm_args(True)),
+                "att": (row_attention_op, _att_args(True)),
                 "pwa": (pair_weighted_averaging_op, _pwa_args(True)), "tri": (triangle_attention_op, _tri_args(True)),
                 "trimul": (triangle_multiplication_op, _trimul_args(True))}[op]
     outputs = fn(*args)
@@ -268,11 +298,17 @@ def _nested_op_cases():
     trimul = (randomize(TriangleMultiplication(8, 4, impl="triton"), 9), (torch.randn(1, 6, 6, 8),
                                                                          (torch.rand(1, 6, 6) > 0.3).float()),
               [("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
-    return {"opm": opm, "att": att, "pwa": pwa, "tri": tri, "trimul": trimul}
+    from evofuse import MSAColumnAttention
+
+    col = (randomize(MSAColumnAttention(8, 4, 2, impl="triton"), 11), (torch.randn(1, 5, 6, 8),
+                                                                       (torch.rand(1, 5, 6) > 0.3).float()),
+           [("evofuse.ops.msa_column_attention.op", "core_backward_op"),
+            ("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
+    return {"opm": opm, "att": att, "pwa": pwa, "tri": tri, "trimul": trimul, "col": col}
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col"])
 def test_backward_nested_ops_dispatched_only_when_traced(op, monkeypatch):
     """An eager backward calls the Python functions behind its nested ops (no dispatcher in between); a traced one
     (torch.compile through AOTAutograd, fake and functional tensors) calls the registered ops, which it keeps
@@ -306,7 +342,7 @@ def test_backward_nested_ops_dispatched_only_when_traced(op, monkeypatch):
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col"])
 def test_eager_call_skips_the_dispatcher(op):
     """Eagerly on plain tensors an operation runs under a torch.autograd.Function (`_runtime.eager_or_dispatched`),
     not through its custom op: its output's gradient node is that Function's, and the gradients match the custom
@@ -315,7 +351,11 @@ def test_eager_call_skips_the_dispatcher(op):
     mod = mod.to(DEVICE)
     x = [t.to(DEVICE).requires_grad_(t.is_floating_point() and k < len(inputs) - 1) for k, t in enumerate(inputs)]
     out = mod(*x)
-    assert type(out.grad_fn).__name__ == "EagerBackward"
+    node = out.grad_fn
+    if op == "col":  # (its output: a transposed view of the op's)
+        assert type(node).__name__ == "TransposeBackward0"
+        node = node.next_functions[0][0]
+    assert type(node).__name__ == "EagerBackward"
     with torch.no_grad():
         assert mod(*x).grad_fn is None
 

@@ -1,4 +1,5 @@
-"""OpenFold's MSA row attention with pair bias, as its msa.py computes it (without the chunked paths)."""
+"""OpenFold's MSA row attention with pair bias and column attention, as its msa.py computes them (without the
+chunked paths)."""
 
 from torch import nn
 
@@ -35,3 +36,20 @@ class MSAAttention(nn.Module):
 class MSARowAttentionWithPairBias(MSAAttention):
     def __init__(self, c_m, c_z, c_hidden, no_heads, inf=1e9):
         super().__init__(c_m, c_hidden, no_heads, pair_bias=True, c_z=c_z, inf=inf)
+
+
+class MSAColumnAttention(nn.Module):
+    """Attention over the MSA rows within each residue's column: MSAAttention without pair bias on the transposed
+    MSA."""
+
+    def __init__(self, c_m, c_hidden, no_heads, inf=1e9):
+        super().__init__()
+        self.c_m, self.c_hidden, self.no_heads, self.inf = c_m, c_hidden, no_heads, inf
+        self._msa_att = MSAAttention(c_m, c_hidden, no_heads, pair_bias=False, inf=inf)
+
+    def forward(self, m, mask=None, chunk_size=None, inplace_safe=False, use_lma=False, use_flash=False):
+        m = m.transpose(-2, -3)  # [*, N_res, N_seq, C_in]
+        if mask is not None:
+            mask = mask.transpose(-1, -2)
+        m = self._msa_att(m, mask=mask, chunk_size=chunk_size, use_lma=use_lma, use_flash=use_flash)
+        return m.transpose(-2, -3)
