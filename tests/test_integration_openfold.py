@@ -1,6 +1,6 @@
-"""evofuse inside OpenFold (AlphaFold 2): its MSA row attention with pair bias and Outer Product Mean, patched,
-against the unpatched modules. OpenFold is not on the package index in a usable form: the modules are the
-small `openfold` package under tests/openfold_modules, which follows OpenFold's public module code."""
+"""evofuse inside OpenFold (AlphaFold 2): its MSA row and column attention, Outer Product Mean and pair stack's
+triangle modules, patched, against the unpatched modules. OpenFold is not on the package index in a usable form: the
+modules are the small `openfold` package under tests/openfold_modules, which follows OpenFold's public module code."""
 
 import sys
 from pathlib import Path
@@ -26,19 +26,22 @@ def openfold_modules(monkeypatch):
 
 
 class EvoformerMSAPart(nn.Module):
-    """The MSA half of an Evoformer block: row attention with pair bias, then the Outer Product Mean."""
+    """The MSA half of an Evoformer block: row attention with pair bias, column attention, then the Outer Product
+    Mean."""
 
     def __init__(self):
         super().__init__()
-        from openfold.model.msa import MSARowAttentionWithPairBias
+        from openfold.model.msa import MSAColumnAttention, MSARowAttentionWithPairBias
         from openfold.model.outer_product_mean import OuterProductMean
 
         self.msa_att_row = MSARowAttentionWithPairBias(C_M, C_Z, c_hidden=8, no_heads=3)  # inner 24, not 16
+        self.msa_att_col = MSAColumnAttention(C_M, c_hidden=8, no_heads=2)
         self.outer_product_mean = OuterProductMean(C_M, C_Z, c_hidden=8, eps=1e-3)
 
     def forward(self, m, z, msa_mask):
         m = m + self.msa_att_row(m, z=z, mask=msa_mask, chunk_size=None, use_memory_efficient_kernel=False,
                                  use_lma=False, inplace_safe=False)
+        m = m + self.msa_att_col(m, mask=msa_mask, chunk_size=None, inplace_safe=False, use_lma=False)
         return m, z + self.outer_product_mean(m, mask=msa_mask, chunk_size=None, inplace_safe=False)
 
 
@@ -56,7 +59,7 @@ def test_patched_evoformer_msa_part_matches_openfold():
 
     torch.manual_seed(0)
     assert_patched_block_matches(integration, randomize(EvoformerMSAPart(), 1).to(DEVICE), _inputs(),
-                                 ["msa_att_row", "outer_product_mean"])
+                                 ["msa_att_col", "msa_att_row", "outer_product_mean"])
 
 
 def test_unsupported_module_is_left_with_a_warning():
@@ -75,7 +78,7 @@ def test_patched_modules_under_autocast():
     m, z, msa_mask = _inputs()
     msa_mask[:, -1] = 1
     assert_autocast_like_original(integration, randomize(EvoformerMSAPart(), 1).to(DEVICE), {
-        "msa_att_row": (m, z, msa_mask), "outer_product_mean": (m, msa_mask)}, DEVICE)
+        "msa_att_row": (m, z, msa_mask), "msa_att_col": (m, msa_mask), "outer_product_mean": (m, msa_mask)}, DEVICE)
 
 
 def test_patch_names_a_model_that_is_no_module():

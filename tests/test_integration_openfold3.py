@@ -64,8 +64,8 @@ def test_patched_msa_module_block_matches_openfold3(eps, fuse):
 
 def test_patched_evoformer_block_matches_openfold3():
     """OpenFold3's AF2-style EvoformerBlock: row attention with pair bias (its q, k, v without biases, the pair's
-    LayerNorm fused), the Outer Product Mean and the two triangle attentions patched; a fully masked MSA row
-    included."""
+    LayerNorm fused), column attention, the Outer Product Mean and the pair stack's triangle modules patched; a fully
+    masked MSA row included."""
     from openfold3.core.model.latent.evoformer import EvoformerBlock
 
     from evofuse.integrations import openfold3 as integration
@@ -77,7 +77,7 @@ def test_patched_evoformer_block_matches_openfold3():
         no_column_attention=False, opm_first=False, fuse_projection_weights=False, inf=1e9, eps=1e-8), 1).to(DEVICE)
     m, z, msa_mask, pair_mask = _inputs()
     msa_mask[:, 1] = 0  # a padding row: OpenFold3's gradient flows through its -1e9 logits
-    assert_patched_block_matches(integration, original, (m, z, msa_mask, pair_mask), PATCHED, _call)
+    assert_patched_block_matches(integration, original, (m, z, msa_mask, pair_mask), ["msa_att_col", *PATCHED], _call)
 
 
 def test_projections_with_biases_are_left_with_a_warning():

@@ -15,6 +15,9 @@ node: submodules `layer_norm`, `linear` (the triangle bias) and `mha`; called as
 Protenix's is the same; OpenFold3's names the bias projection `linear_z` and takes `transpose_bias` (its
 integration's subclass).
 
+`FusedOpenFoldColumnAttention` stands in for OpenFold's and OpenFold3's MSAColumnAttention: submodule `_msa_att` (an
+MSAAttention without pair bias: `layer_norm_m`, `mha`); called as `att(m, mask, chunk_size, ...)`.
+
 `FusedOpenFoldTriangleMultiplication` stands in for OpenFold's, OpenFold3's and Protenix's
 TriangleMultiplicativeUpdate (outgoing or incoming by `_outgoing`): submodules `layer_norm_in`, `linear_a_p`,
 `linear_a_g`, `linear_b_p`, `linear_b_g` (OpenFold3's fused form: `linear_ab_p`, `linear_ab_g`), `layer_norm_out`,
@@ -164,6 +167,45 @@ class FusedOpenFoldTriangleAttention(nn.Module):
                 mha.linear_q.weight, mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight, mha.linear_g.bias,
                 mha.linear_o.weight, mha.linear_o.bias, num_heads=self.no_heads, starting=self.starting,
                 transpose_bias=transpose_bias, inf=self.inf)
+
+
+class FusedOpenFoldColumnAttention(nn.Module):
+    """An OpenFold-style MSAColumnAttention computed by `evofuse.msa_column_attention`; holds the original's `_msa_att`
+    (its parameters under their names). The chunking and kernel switches of the models' calls are accepted and not
+    needed."""
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        self.c_m, self.c_hidden, self.no_heads, self.inf = original.c_m, original.c_hidden, original.no_heads, original.inf
+        self._msa_att = original._msa_att
+
+    @staticmethod
+    def unsupported_reason(module: nn.Module) -> str | None:
+        """Why `module` cannot be replaced (None if it can)."""
+        mha = module._msa_att.mha
+        if mha.linear_g is None:
+            return "attention without gating"
+        if module.inf < TRIANGLE_MIN_INF:
+            return f"inf {module.inf} (fused: masked keys as -1e9, equal for inf >= {TRIANGLE_MIN_INF:g})"
+        reason = check_linears(mha.linear_q, mha.linear_k, mha.linear_v, mha.linear_g, mha.linear_o)
+        if reason:
+            return reason
+        if any(linear.bias is not None for linear in (mha.linear_q, mha.linear_k, mha.linear_v)):
+            return "q, k or v projections with biases"
+        if module.c_hidden > MAX_HEAD_DIM:
+            return f"head width {module.c_hidden} (fused: up to {MAX_HEAD_DIM})"
+        return check_layer_norm(module._msa_att.layer_norm_m)
+
+    def forward(self, m: torch.Tensor, mask: torch.Tensor | None = None, chunk_size: int | None = None,
+                **kwargs) -> torch.Tensor:
+        """m (*, S, N, c_m), mask (*, S, N) or None -> (*, S, N, c_m) in the compute dtype."""
+        dtype = compute_dtype(m)
+        ln, mha = self._msa_att.layer_norm_m, self._msa_att.mha
+        with torch.autocast(m.device.type, enabled=False):
+            return functional.msa_column_attention(
+                m.to(dtype), mask, ln.weight, ln.bias, mha.linear_q.weight, mha.linear_k.weight, mha.linear_v.weight,
+                mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias,
+                num_heads=self.no_heads, inf=self.inf)
 
 
 class FusedOpenFoldTriangleMultiplication(nn.Module):

@@ -1,12 +1,13 @@
 """OpenFold (AlphaFold 2): `patch(model)` puts evofuse's fused kernels in place of every
-`openfold.model.msa.MSARowAttentionWithPairBias`, `openfold.model.outer_product_mean.OuterProductMean`,
-`openfold.model.triangular_attention.TriangleAttention` (starting and ending node) and
-`openfold.model.triangular_multiplicative_update.TriangleMultiplication{Outgoing,Incoming}` inside `model`, in place;
-`unpatch(model)` undoes it.
+`openfold.model.msa.MSARowAttentionWithPairBias` and `...msa.MSAColumnAttention`,
+`openfold.model.outer_product_mean.OuterProductMean`, `openfold.model.triangular_attention.TriangleAttention`
+(starting and ending node) and `openfold.model.triangular_multiplicative_update.TriangleMultiplication{Outgoing,
+Incoming}` inside `model`, in place; `unpatch(model)` undoes it.
 
 The replacements hold the original submodules (the same Parameters under the same names: checkpoints
 load unchanged) and take OpenFold's calls (`att(m, z, mask, chunk_size, use_memory_efficient_kernel,
-use_deepspeed_evo_attention, use_lma, use_flash, inplace_safe, ...)`, `opm(m, mask, chunk_size, inplace_safe)`,
+use_deepspeed_evo_attention, use_lma, use_flash, inplace_safe, ...)`, `col(m, mask, chunk_size, ...)`,
+`opm(m, mask, chunk_size, inplace_safe)`,
 `tri_mul(z, mask, inplace_safe, _add_with_inplace)`).
 A module evofuse cannot fuse stays as it is, with a warning naming it.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 from torch import nn
 
 from ._adapters import (
+    FusedOpenFoldColumnAttention,
     FusedOpenFoldOuterProductMean,
     FusedOpenFoldRowAttention,
     FusedOpenFoldTriangleAttention,
@@ -26,6 +28,7 @@ from ._patching import patch_modules, unpatch_modules
 __all__ = ["patch", "unpatch"]
 
 REPLACEMENTS = {
+    ("openfold.model.msa", "MSAColumnAttention"): FusedOpenFoldColumnAttention,
     ("openfold.model.msa", "MSARowAttentionWithPairBias"): FusedOpenFoldRowAttention,
     ("openfold.model.outer_product_mean", "OuterProductMean"): FusedOpenFoldOuterProductMean,
     ("openfold.model.triangular_attention", "TriangleAttention"): FusedOpenFoldTriangleAttention,  # (starting node)
@@ -38,8 +41,8 @@ REPLACEMENTS = {
 
 
 def patch(model: nn.Module) -> list[str]:
-    """Replaces, in place, every OpenFold row attention with pair bias, Outer Product Mean, triangle attention and
-    triangle multiplication among `model`'s descendants by evofuse's; returns the names of the modules replaced."""
+    """Replaces, in place, every OpenFold row attention with pair bias, column attention, Outer Product Mean, triangle
+    attention and triangle multiplication among `model`'s descendants by evofuse's; returns the names replaced."""
     return patch_modules(model, REPLACEMENTS)
 
 

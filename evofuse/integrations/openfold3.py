@@ -1,6 +1,6 @@
 """OpenFold3 (`openfold3` 0.5.0): `patch(model)` puts evofuse's fused kernels in place of every
-`openfold3.core.model.layers.msa.MSAPairWeightedAveraging`, `...msa.MSARowAttentionWithPairBias` (the AF2-style
-blocks), `openfold3.core.model.layers.outer_product_mean.OuterProductMean` and
+`openfold3.core.model.layers.msa.MSAPairWeightedAveraging`, `...msa.MSARowAttentionWithPairBias` and
+`...msa.MSAColumnAttention` (the AF2-style blocks), `openfold3.core.model.layers.outer_product_mean.OuterProductMean`,
 `openfold3.core.model.layers.triangular_attention.TriangleAttention` (and its `TriangleAttentionEndingNode`: every
 block's `tri_att_start` and `tri_att_end`) and `...triangular_multiplicative_update`'s TriangleMultiplication{Outgoing,
 Incoming} and their fused forms (`tri_mul_out`, `tri_mul_in`) inside `model`, in place; `unpatch(model)` undoes it.
@@ -20,6 +20,7 @@ from torch import nn
 
 from .. import functional
 from ._adapters import (
+    FusedOpenFoldColumnAttention,
     FusedOpenFoldOuterProductMean,
     FusedOpenFoldRowAttention,
     FusedOpenFoldTriangleAttention,
@@ -81,6 +82,7 @@ class FusedTriangleAttention(FusedOpenFoldTriangleAttention):
 _TRIANGLE = "openfold3.core.model.layers.triangular_attention"
 _TRIANGLE_MULT = "openfold3.core.model.layers.triangular_multiplicative_update"
 REPLACEMENTS = {
+    ("openfold3.core.model.layers.msa", "MSAColumnAttention"): FusedOpenFoldColumnAttention,
     ("openfold3.core.model.layers.msa", "MSAPairWeightedAveraging"): FusedPairWeightedAveraging,
     ("openfold3.core.model.layers.msa", "MSARowAttentionWithPairBias"): FusedOpenFoldRowAttention,
     ("openfold3.core.model.layers.outer_product_mean", "OuterProductMean"): FusedOpenFoldOuterProductMean,
@@ -92,7 +94,7 @@ REPLACEMENTS = {
 
 
 def patch(model: nn.Module) -> list[str]:
-    """Replaces, in place, every OpenFold3 pair-weighted averaging, row attention with pair bias, Outer Product Mean,
+    """Replaces, in place, every OpenFold3 pair-weighted averaging, row and column attention, Outer Product Mean,
     triangle attention and triangle multiplication among `model`'s descendants by evofuse's; returns the names of the
     modules replaced."""
     return patch_modules(model, REPLACEMENTS)
