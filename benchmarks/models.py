@@ -105,6 +105,7 @@ def _openfold3_evoformer(S, N):
         return b(m, z, msa_mask, pair_mask, chunk_size=None, use_lma=False, inplace_safe=False, **kernels)
 
     modules = {"msa_att_row": lambda b, m, z, msa_mask, pair_mask: b(m, z=z, mask=msa_mask),
+               "msa_att_col": lambda b, m, z, msa_mask, pair_mask: b(m, mask=msa_mask),
                "outer_product_mean": lambda b, m, z, msa_mask, pair_mask: b(m, mask=msa_mask),
                "pair_stack.tri_att_start": lambda b, m, z, msa_mask, pair_mask: b(z, mask=pair_mask),
                "pair_stack.tri_mul_out": lambda b, m, z, msa_mask, pair_mask: b(z, mask=pair_mask)}

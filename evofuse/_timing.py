@@ -36,6 +36,12 @@ def trimul_params(mod):
             mod.norm_out.weight, mod.norm_out.bias, mod.p_out.weight, mod.p_out.bias, mod.g_out.weight, mod.g_out.bias)
 
 
+def col_params(mod):
+    ln, mha = mod._msa_att.layer_norm_m, mod._msa_att.mha
+    return (ln.weight, ln.bias, mha.linear_q.weight, mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight,
+            mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias)
+
+
 def training_step(fn, leaves=()):
     """The forward+backward row's call: the leaves' gradients set to None first (each step's own, none
     accumulated: under CUDA graphs a gradient is a graph's output, which the next replay overwrites), the

@@ -19,7 +19,17 @@ from pathlib import Path
 import torch
 
 from . import reference as ref
-from ._timing import att_params, host_ms, measure, opm_params, pwa_params, training_step, tri_params, trimul_params
+from ._timing import (
+    att_params,
+    col_params,
+    host_ms,
+    measure,
+    opm_params,
+    pwa_params,
+    training_step,
+    tri_params,
+    trimul_params,
+)
 from .numerics import rel_error
 from .suite import SUITE, Case, make_inputs, make_module
 
@@ -101,6 +111,24 @@ def _cueq_peer():
         return out.reshape(B, S, N, D)
 
     return run
+
+
+def _sdpa_column_peer(mod, msa, mask):
+    """Column attention on `torch.nn.functional.scaled_dot_product_attention` with the additive mask (1e9 (mask - 1)),
+    the projections in eager PyTorch (SPEC 6's peer for column attention)."""
+    parts, h, d = mod._msa_att, mod.no_heads, mod.c_hidden
+    mha = parts.mha
+    x = parts.layer_norm_m(msa.transpose(1, 2))  # (B, N, S, D)
+    B, N, S, _ = x.shape
+
+    def heads(t):  # (B, N, S, h*d) -> (B*N, h, S, d)
+        return t.reshape(B * N, S, h, d).transpose(1, 2)
+
+    bias = 1e9 * (mask.transpose(1, 2).reshape(B * N, 1, 1, S).to(x.dtype) - 1)
+    o = torch.nn.functional.scaled_dot_product_attention(heads(mha.linear_q(x)), heads(mha.linear_k(x)),
+                                                         heads(mha.linear_v(x)), attn_mask=bias)
+    o = o.transpose(1, 2).reshape(B, N, S, h * d) * torch.sigmoid(mha.linear_g(x))
+    return mha.linear_o(o).transpose(1, 2)
 
 
 # ---------------------------------------------------------------- peers: triangle attention
@@ -190,6 +218,7 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
         "pwa": (partial(ref.pair_weighted_averaging_reference, num_heads=case.width), pwa_params),
         "tri": (partial(ref.triangle_attention_reference, num_heads=case.width), tri_params),
         "trimul": (ref.triangle_multiplication_reference, trimul_params),
+        "col": (partial(ref.msa_column_attention_reference, num_heads=case.width), col_params),
     }[case.op]
 
     def eager(mod):
@@ -219,6 +248,8 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
                   ("torch.compile bf16 CUDA graph", "bfloat16", _graphed_compiled)]
     elif case.op == "trimul":
         impls += [("cuEquivariance bf16", "bfloat16", lambda mod: partial(_cueq_trimul_peer(), mod))]
+    elif case.op == "col":
+        impls += [("SDPA bf16", "bfloat16", lambda mod: partial(_sdpa_column_peer, mod))]
     elif case.op == "tri":
         impls += [("cuEquivariance bf16", "bfloat16", lambda mod: partial(_cueq_triangle_peer(), mod)),
                   ("trifast bf16", "bfloat16", lambda mod: partial(_trifast_peer(), mod))]
@@ -375,7 +406,7 @@ def _select(suite: str) -> list[Case]:
         return []
     if suite == "all":
         return list(SUITE)
-    if suite in ("opm", "att", "pwa", "tri", "trimul"):
+    if suite in ("opm", "att", "pwa", "tri", "trimul", "col"):
         return [c for c in SUITE if c.op == suite]
     names = suite.split(",")
     by_name = {c.name: c for c in SUITE}

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from .modules import (
+    MSAColumnAttention,
     MSARowAttentionWithPairBias,
     OuterProductMean,
     PairWeightedAveraging,
@@ -18,11 +19,11 @@ from .modules import (
 @dataclass(frozen=True)
 class Case:
     """One suite shape. `width` is hidden_dim c for the Outer Product Mean and triangle multiplication, num_heads for
-    attention, pair-weighted averaging and triangle attention; `head` the latter two's width of a head. The pair stack's
-    pair (B, N, N, D) has S = N rows."""
+    the attentions and pair-weighted averaging; `head` the width of a head of pair-weighted averaging, triangle and
+    column attention. The pair stack's pair (B, N, N, D) has S = N rows."""
 
     name: str
-    op: str  # "opm", "att", "pwa", "tri" or "trimul"
+    op: str  # "opm", "att", "pwa", "tri", "trimul" or "col"
     B: int
     S: int
     N: int
@@ -47,6 +48,9 @@ class Case:
         if self.op == "trimul":
             c = self.width
             return 2.0 * B * (N * N * D * (4 * c + D) + N * N * N * c + N * N * c * D)
+        if self.op == "col":
+            H = self.width * self.head
+            return 2.0 * B * (S * N * D * 5 * H + 2 * N * S * S * H)
         return 2.0 * B * (S * N * D * 5 * D + 2 * S * N * N * D + N * N * P * self.width)
 
     @property
@@ -55,6 +59,8 @@ class Case:
         projections, takes at most 16 GiB: where it does not (tri-2048: 256 GiB) no error against it is measured."""
         if self.op == "trimul":  # (its largest: the input projections, (B, N, N, 4c + c_z))
             return self.B * self.N ** 2 * (4 * self.width + self.D) * 8 <= 16 * 2**30
+        if self.op == "col":  # (the weights of each column, (B, N, h, S, S))
+            return self.B * self.N * self.width * self.S ** 2 * 8 <= 16 * 2**30
         return self.op not in ("att", "tri") or self.B * self.S * self.width * self.N ** 2 * 8 <= 16 * 2**30
 
 
@@ -79,6 +85,8 @@ SUITE = (
     Case("trimul-768", "trimul", 1, 768, 768, 128, 128, 128),
     Case("trimul-2048", "trimul", 1, 2048, 2048, 128, 128, 128),
     Case("trimul-4096", "trimul", 1, 4096, 4096, 128, 128, 128),
+    Case("col-seed", "col", 2, 8, 32, 64, 0, 4, 16),
+    Case("col-af2", "col", 1, 512, 384, 256, 0, 8, 32),
 )
 SEED_CASES = tuple(c for c in SUITE if c.name.endswith("-seed"))
 
@@ -96,10 +104,13 @@ def make_module(case: Case, seed: int = 0, **kwargs) -> torch.nn.Module:
             mod = TriangleAttention(case.D, case.head, case.width, **kwargs)
         elif case.op == "trimul":
             mod = TriangleMultiplication(case.D, case.width, **kwargs)
+        elif case.op == "col":
+            mod = MSAColumnAttention(case.D, case.head, case.width, **kwargs)
         else:
             mod = PairWeightedAveraging(case.D, case.pair, case.head, case.width, **kwargs)
             torch.nn.init.normal_(mod.proj_o.weight, std=mod.proj_o.in_features ** -0.5)  # (Boltz starts it at 0)
-    norm = mod.norm_m if case.op == "pwa" else mod.norm_in if case.op == "trimul" else mod.layer_norm
+    norm = {"pwa": lambda: mod.norm_m, "trimul": lambda: mod.norm_in, "col": lambda: mod._msa_att.layer_norm_m}.get(
+        case.op, lambda: mod.layer_norm)()
     with torch.no_grad():
         norm.weight.copy_(1 + 0.2 * torch.randn(case.D, generator=g))
         norm.bias.copy_(0.2 * torch.randn(case.D, generator=g))
@@ -124,7 +135,7 @@ def make_inputs(case: Case, device, dtype, seed: int = 0, zero_frac: float = 0.1
         return pair.to(device=device, dtype=dtype), mask.to(device)
     msa = torch.randn(case.B, case.S, case.N, case.D, generator=g)
     mask = (torch.rand(case.B, case.S, case.N, generator=g) >= zero_frac).float()
-    if fully_masked and case.op == "opm":
+    if fully_masked and case.op in ("opm", "col"):
         mask[:, :, case.N // 2] = 0
     if fully_masked and case.op == "att":
         mask[:, case.S // 2, :] = 0
@@ -134,7 +145,7 @@ def make_inputs(case: Case, device, dtype, seed: int = 0, zero_frac: float = 0.1
             mask[:, case.N // 2, :] = 0
     msa = msa.to(device=device, dtype=dtype)
     mask = mask.to(device)
-    if case.op == "opm":
+    if case.op in ("opm", "col"):
         return msa, mask
     pair = torch.randn(case.B, case.N, case.N, case.pair, generator=g).to(device=device, dtype=dtype)
     return msa, pair, mask
