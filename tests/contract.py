@@ -119,6 +119,16 @@ AWKWARD_CASES = [(1, "float", "plain"), (17, "bool", "strided"), (17, "int", "br
                  pytest.param(97, "float", "plain", marks=pytest.mark.full)]
 
 
+def gated_attention_arguments(mod, prefix: str, layer_norm: str, **inputs) -> dict:
+    """The functional form's arguments from a module with OpenFold's gated attention (`<prefix>mha.linear_{q,k,v,g,o}`,
+    the LayerNorm `<prefix><layer_norm>`), its other parameters named as `<name>_<weight or bias>`, and `inputs`."""
+    names = {f"{prefix}{layer_norm}.weight": "layer_norm_weight", f"{prefix}{layer_norm}.bias": "layer_norm_bias",
+             f"{prefix}mha.linear_g.bias": "gate_bias", f"{prefix}mha.linear_o.bias": "out_bias",
+             **{f"{prefix}mha.linear_{k}.weight": f"{name}_weight" for k, name in
+                (("q", "query"), ("k", "key"), ("v", "value"), ("g", "gate"), ("o", "out"))}}
+    return {**inputs, **{names.get(name, name.replace(".", "_")): p.detach() for name, p in mod.named_parameters()}}
+
+
 def argument_id(value) -> str | None:
     """The test id of a `bad_arguments` case: its argument's name."""
     return value if isinstance(value, str) else None

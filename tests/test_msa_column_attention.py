@@ -18,6 +18,7 @@ from .contract import (
     check_bad_argument,
     check_gradients,
     check_nonfinite,
+    gated_attention_arguments,
     layout_case,
     mask_form,
     nonfinite_cases,
@@ -134,13 +135,8 @@ def test_nonfinite_shows_as_in_the_reference(target, value):
 
 
 def _valid_arguments():
-    mod = _module(8, 4, 2)
-    names = {"_msa_att.layer_norm_m.weight": "layer_norm_weight", "_msa_att.layer_norm_m.bias": "layer_norm_bias",
-             "_msa_att.mha.linear_g.bias": "gate_bias", "_msa_att.mha.linear_o.bias": "out_bias",
-             **{f"_msa_att.mha.linear_{k}.weight": f"{name}_weight" for k, name in
-                (("q", "query"), ("k", "key"), ("v", "value"), ("g", "gate"), ("o", "out"))}}
-    return dict(msa_repr=torch.randn(2, 3, 4, 8), msa_mask=torch.ones(2, 3, 4),
-                **{names[name]: p.detach() for name, p in mod.named_parameters()})
+    return gated_attention_arguments(_module(8, 4, 2), "_msa_att.", "layer_norm_m", msa_repr=torch.randn(2, 3, 4, 8),
+                                     msa_mask=torch.ones(2, 3, 4))
 
 
 @pytest.mark.parametrize("name, value, exc", bad_arguments(_valid_arguments(), masks=("msa_mask",),

@@ -18,6 +18,7 @@ from .contract import (
     check_bad_argument,
     check_gradients,
     check_nonfinite,
+    gated_attention_arguments,
     layout_case,
     mask_form,
     nonfinite_cases,
@@ -182,13 +183,8 @@ def test_nonfinite_shows_as_in_the_reference(target, value):
 
 
 def _valid_arguments():
-    mod = _module(8, 4, 2)
-    names = {"linear.weight": "linear_weight", "layer_norm.weight": "layer_norm_weight",
-             "layer_norm.bias": "layer_norm_bias", "mha.linear_g.bias": "gate_bias", "mha.linear_o.bias": "out_bias",
-             **{f"mha.linear_{k}.weight": f"{name}_weight" for k, name in
-                (("q", "query"), ("k", "key"), ("v", "value"), ("g", "gate"), ("o", "out"))}}
-    return dict(pair_repr=torch.randn(2, 4, 4, 8), pair_mask=torch.ones(2, 4, 4),
-                **{names[name]: p.detach() for name, p in mod.named_parameters()})
+    return gated_attention_arguments(_module(8, 4, 2), "", "layer_norm", pair_repr=torch.randn(2, 4, 4, 8),
+                                     pair_mask=torch.ones(2, 4, 4))
 
 
 @pytest.mark.parametrize("name, value, exc", bad_arguments(_valid_arguments(), masks=("pair_mask",),
