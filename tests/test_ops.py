@@ -179,6 +179,19 @@ def test_opcheck_msa_column_attention(train):
     torch.library.opcheck(msa_column_attention_op, _col_args(train, mask=False, bias=False))
 
 
+@pytest.mark.no_poison
+@pytest.mark.parametrize("outgoing, mask", [(True, True), (False, False)])
+def test_opcheck_triangle_multiplication_core_backward(outgoing, mask):
+    from evofuse.ops.triangle_multiplication import triangle_multiplication_op
+    from evofuse.ops.triangle_multiplication.op import core_backward_op
+
+    args = _trimul_args(True, outgoing=outgoing, mask=mask)
+    with torch.no_grad():
+        _, proj, t, _ = triangle_multiplication_op(*(a.detach() if isinstance(a, torch.Tensor) else a for a in args))
+    dt, d_gate_out = torch.randn_like(t), torch.randn(8, *proj.shape[1:], device=DEVICE)
+    torch.library.opcheck(core_backward_op, (proj, args[1], dt, d_gate_out, outgoing))
+
+
 def test_triangle_projection_rows_stay_aligned():
     """The joined projection's width is a multiple of 16 (every row of it starts aligned for the attention kernels),
     its padding rows zero and without a gradient, its bias the gate's alone."""
@@ -297,7 +310,8 @@ def _nested_op_cases():
 
     trimul = (randomize(TriangleMultiplication(8, 4, impl="triton"), 9), (torch.randn(1, 6, 6, 8),
                                                                          (torch.rand(1, 6, 6) > 0.3).float()),
-              [("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
+              [("evofuse.ops.triangle_multiplication.op", "core_backward_op"),
+               ("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
     from evofuse import MSAColumnAttention
 
     col = (randomize(MSAColumnAttention(8, 4, 2, impl="triton"), 11), (torch.randn(1, 5, 6, 8),

@@ -3,11 +3,12 @@ and its backward (`register_autograd`).
 
 Forward: one `layer_norm_linear` of the pair z (B, N, N, c_z) writes p_a, p_b, g_a, g_b and g_out channel major
 (K = 4c + c_z planes of (B, N, N): the layout cuBLAS's batched product wants); a and b = sigmoid(g) * p * mask, a
-(B, N, N) plane a channel; t = a b^T (outgoing) or a^T b (incoming) by cuBLAS, one product a (channel, batch
-element), accumulated in float32; `layer_norm_linear` of t (its channels strided) for LN_out and p_out; the output
-gate sigmoid(g_out) applied. Backward: the gate's and the output projection's gradients (`layer_norm_linear_backward`
-on t), da and db by cuBLAS, the gates' and projections' gradients channel major, then one
-`layer_norm_linear_backward` of the pair for every input projection and LN_in.
+(B, N, N) plane a channel, in one pass (`kernels.gate_kernel`); t = a b^T (outgoing) or a^T b (incoming) by cuBLAS,
+one product a (channel, batch element), accumulated in float32; `layer_norm_linear` of t (its channels strided) for
+LN_out and p_out; the output gate sigmoid(g_out) applied. Backward: the gate's and the output projection's gradients
+(`layer_norm_linear_backward` on t), da and db by cuBLAS into one (2c, B, N, N) tensor, the gates' and projections'
+gradients channel major in one pass (`kernels.gate_backward_kernel`), then one `layer_norm_linear_backward` of the
+pair for every input projection and LN_in.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import eager_or_dispatched, keep_for_backward
+from ..._runtime import cdiv, eager_or_dispatched, keep_for_backward, traced
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
+from .kernels import gate_backward_kernel, gate_kernel
+
+GATE_BLOCK = 1024  # pairs a program of the gating kernels (a plane each: elementwise, memory bound)
 
 
 def joined_inputs(weights: list[Tensor], biases: list[Tensor | None]) -> tuple[Tensor, Tensor | None]:
@@ -26,12 +30,22 @@ def joined_inputs(weights: list[Tensor], biases: list[Tensor | None]) -> tuple[T
     return torch.cat(weights), joined_bias(biases, weights)
 
 
-def _gated(proj: Tensor, mask: Tensor | None, c: int) -> tuple[Tensor, Tensor, Tensor]:
-    """(ab (2c, B, N, N) in proj's dtype, sigmoid(g) and p (float32)): a and b = sigmoid(g) * p * mask from the
-    channel-major projections proj (4c + c_z, B, N, N)."""
-    p, g = proj[:2 * c].float(), torch.sigmoid(proj[2 * c:4 * c].float())
-    ab = p * g if mask is None else p * g * mask.to(torch.float32)
-    return ab.to(proj.dtype), g, p
+def _mask_rows(mask: Tensor | None, like: Tensor) -> tuple[Tensor, bool]:
+    """The pair mask as the gating kernels read it, (M,) unit-strided (a copy only where it is not), and whether
+    there is one."""
+    return (like, False) if mask is None else (mask.reshape(-1), True)
+
+
+def _gated(proj: Tensor, mask: Tensor | None, c: int) -> Tensor:
+    """ab (2c, B, N, N) in proj's dtype: a and b = sigmoid(g) * p * mask from the channel-major projections proj
+    (4c + c_z, B, N, N), in one pass (`kernels.gate_kernel`)."""
+    ab = proj.new_empty(2 * c, *proj.shape[1:])
+    M = proj[0].numel()
+    mask_rows, has_mask = _mask_rows(mask, proj)
+    if M:
+        gate_kernel[(cdiv(M, GATE_BLOCK), 2 * c)](proj, proj.stride(0), mask_rows, ab, ab.stride(0), M, 2 * c,
+                                                  HAS_MASK=has_mask, BLOCK=GATE_BLOCK)
+    return ab
 
 
 def triangle_multiplication_forward(pair_repr: Tensor, pair_mask: Tensor | None, norm_in_weight: Tensor,
@@ -49,7 +63,7 @@ def triangle_multiplication_forward(pair_repr: Tensor, pair_mask: Tensor | None,
     proj = pair_repr.new_empty(in_weight.shape[0], B, N, N)
     layer_norm_linear(pair_repr, norm_in_weight, norm_in_bias, in_weight, in_bias, None, precision,
                       out=proj.permute(1, 2, 3, 0).unsqueeze(-1))
-    ab = _gated(proj, pair_mask, c)[0]
+    ab = _gated(proj, pair_mask, c)
     t = _bmm(ab[:c], ab[c:], None if outgoing else True)  # outgoing a b^T (sum over k of a[i, k] b[j, k]), else a^T b
     del ab
     y = layer_norm_linear(t.permute(1, 2, 3, 0), norm_out_weight, norm_out_bias, p_out_weight, p_out_bias, None,
@@ -81,42 +95,69 @@ def _setup_context(ctx, inputs, output):
     keep_for_backward(ctx, [pair_repr, pair_mask, *params], list(output[1:]), outgoing=outgoing, precision=precision)
 
 
+def core_backward(proj: Tensor, mask: Tensor | None, dt: Tensor, d_gate_out: Tensor, outgoing: bool) -> Tensor:
+    """d_proj (K, B, N, N): the projections' gradient, channel major, from the forward's projections proj (K, B, N,
+    N), the product's gradient dt (c, B, N, N) and g_out's (c_z, B, N, N): a and b again, da and db by cuBLAS into one
+    (2c, B, N, N) tensor, then p's and g's gradients in one pass (`kernels.gate_backward_kernel`)."""
+    c = dt.shape[0]
+    d_proj = torch.empty_like(proj)
+    d_proj[4 * c:] = d_gate_out
+    ab = _gated(proj, mask, c)
+    a, b = ab[:c], ab[c:]
+    dab = torch.empty_like(ab)  # (da and db written by cuBLAS into its halves)
+    if outgoing:  # t = a b^T: da = dt b, db = dt^T a
+        _bmm(dt, b, False, out=dab[:c]), _bmm(dt, a, True, out=dab[c:])
+    else:  # t = a^T b: da = b dt^T, db = a dt
+        _bmm(b, dt, None, out=dab[:c]), _bmm(a, dt, False, out=dab[c:])
+    del ab, a, b
+    M = proj[0].numel()
+    mask_rows, has_mask = _mask_rows(mask, proj)
+    if M:
+        gate_backward_kernel[(cdiv(M, GATE_BLOCK), 2 * c)](proj, proj.stride(0), mask_rows, dab, dab.stride(0), d_proj,
+                                                           d_proj.stride(0), M, 2 * c, HAS_MASK=has_mask,
+                                                           BLOCK=GATE_BLOCK)
+    return d_proj
+
+
+core_backward_op = torch.library.custom_op("evofuse::triangle_multiplication_core_backward", mutates_args=())(
+    core_backward)
+
+
+@core_backward_op.register_fake
+def _(proj, mask, dt, d_gate_out, outgoing):
+    return torch.empty_like(proj)
+
+
 def _backward(ctx, grad_out, *_):
     pair_repr, mask, nw_in, nb_in, w_in, _, nw_out, nb_out, w_out, _, proj, t, y = ctx.saved_tensors
     needs = ctx.needs_input_grad
     c = nw_out.shape[0]
     gate = torch.sigmoid(proj[4 * c:].float()).permute(1, 2, 3, 0)  # (B, N, N, c_z)
-    d_proj = torch.empty_like(proj)
-    d_proj[4 * c:] = (grad_out * y * gate * (1 - gate)).permute(3, 0, 1, 2)  # g_out's pre-activation
+    d_gate_out = (grad_out * y * gate * (1 - gate)).to(proj.dtype).permute(3, 0, 1, 2)  # g_out's pre-activation
     dy = (grad_out * gate).to(grad_out.dtype)
     dt, d_nw_out, d_nb_out, d_w_out, d_b_out = layer_norm_linear_backward(
         t.permute(1, 2, 3, 0), nw_out, nb_out, w_out, dy, (True, *needs[6:10]), ctx.precision)
     dt = dt.view(*y.shape[:3], c).permute(3, 0, 1, 2)  # (c, B, N, N)
-    ab, g, p = _gated(proj, mask, c)
-    a, b = ab[:c], ab[c:]
-    if ctx.outgoing:  # t = a b^T: da = dt b, db = dt^T a
-        da, db = _bmm(dt, b, False), _bmm(dt, a, True)
-    else:  # t = a^T b: da = b dt^T, db = a dt
-        da, db = _bmm(b, dt, None), _bmm(a, dt, False)
-    dab = torch.cat([da, db]).float()
-    if mask is not None:
-        dab = dab * mask.to(torch.float32)
-    d_proj[:2 * c] = dab * g
-    d_proj[2 * c:4 * c] = dab * p * g * (1 - g)
+    backward = core_backward_op if traced(grad_out) else core_backward
+    d_proj = backward(proj, mask, dt, d_gate_out, ctx.outgoing)
     dx, d_nw_in, d_nb_in, d_w_in, d_b_in = layer_norm_linear_backward(
         pair_repr, nw_in, nb_in, w_in, d_proj.permute(1, 2, 3, 0), (needs[0], *needs[2:6]), ctx.precision)
     return dx, None, d_nw_in, d_nb_in, d_w_in, d_b_in, d_nw_out, d_nb_out, d_w_out, d_b_out, None, None, None
 
 
-def _bmm(u: Tensor, v: Tensor, transpose: bool | None) -> Tensor:
-    """Per (channel, batch element) planes (c, B, N, N): u v (transpose False), u^T v (True) or u v^T (None)."""
+def _bmm(u: Tensor, v: Tensor, transpose: bool | None, out: Tensor | None = None) -> Tensor:
+    """Per (channel, batch element) planes (c, B, N, N): u v (transpose False), u^T v (True) or u v^T (None); into
+    `out` (c, B, N, N) contiguous where given."""
     c, B, N, _ = u.shape
     u, v = u.reshape(c * B, N, N), v.reshape(c * B, N, N)
     if transpose:
         u = u.transpose(1, 2)
     elif transpose is None:
         v = v.transpose(1, 2)
-    return torch.bmm(u, v).view(c, B, N, N)
+    if out is None:
+        return torch.bmm(u, v).view(c, B, N, N)
+    torch.bmm(u, v, out=out.view(c * B, N, N))
+    return out
 
 
 triangle_multiplication_op.register_autograd(_backward, setup_context=_setup_context)
