@@ -88,6 +88,8 @@ def _launches():
     from evofuse.ops.pair_weighted_averaging import op as pwa_op
     from evofuse.ops.row_attention import configs as att_configs
     from evofuse.ops.row_attention import kernels as att
+    from evofuse.ops.triangle_multiplication import kernels as trimul
+    from evofuse.ops.triangle_multiplication.op import GATE_BLOCK
 
     def cfg(config):
         return config.kwargs, config.num_warps, config.num_stages
@@ -162,6 +164,10 @@ def _launches():
             kw, warps, stages = cfg(pwa_configs.projection_candidates(8 * C, 64, 2 if dtype == "bf16" else 4)[0])
             yield (f"gated projection backward {dtype} C {C}", pwa.gated_projection_backward_kernel, dtype,
                    dict(C=C, BLOCK_O=64, PRECISION=precision, **kw), warps, stages, {"part_ptr": "*fp32"})
+        for has_mask in (True, False):
+            for kernel in (trimul.gate_kernel, trimul.gate_backward_kernel):
+                yield (f"{kernel.__name__} {dtype} mask={has_mask}", kernel, dtype,
+                       dict(HAS_MASK=has_mask, BLOCK=GATE_BLOCK), 4, 1, {"mask_ptr": "*fp32"})
         tiles = pwa_op._softmax_tiles(384)
         yield (f"masked softmax {dtype}", pwa.masked_softmax_kernel, dtype,
                dict(HAS_MASK=True, RELATIVE=True, STORE_W=True, STORE_LOW=dtype == "bf16", **tiles), 4, 3,
