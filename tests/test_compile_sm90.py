@@ -89,6 +89,7 @@ def _launches():
     from evofuse.ops.row_attention import configs as att_configs
     from evofuse.ops.row_attention import kernels as att
     from evofuse.ops.triangle_multiplication import kernels as trimul
+    from evofuse.ops.triangle_multiplication import op as trimul_op
     from evofuse.ops.triangle_multiplication.op import GATE_BLOCK
 
     def cfg(config):
@@ -168,6 +169,9 @@ def _launches():
             for kernel in (trimul.gate_kernel, trimul.gate_backward_kernel):
                 yield (f"{kernel.__name__} {dtype} mask={has_mask}", kernel, dtype,
                        dict(HAS_MASK=has_mask, BLOCK=GATE_BLOCK), 4, 1, {"mask_ptr": "*fp32"})
+        block_m, block_c = trimul_op._out_gate_tiles(128)
+        for kernel in (trimul.out_gate_kernel, trimul.out_gate_backward_kernel):
+            yield (f"{kernel.__name__} {dtype}", kernel, dtype, dict(BLOCK_M=block_m, BLOCK_C=block_c), 4, 1, {})
         tiles = pwa_op._softmax_tiles(384)
         yield (f"masked softmax {dtype}", pwa.masked_softmax_kernel, dtype,
                dict(HAS_MASK=True, RELATIVE=True, STORE_W=True, STORE_LOW=dtype == "bf16", **tiles), 4, 3,

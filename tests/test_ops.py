@@ -190,6 +190,11 @@ def test_opcheck_triangle_multiplication_core_backward(outgoing, mask):
         _, proj, t, _ = triangle_multiplication_op(*(a.detach() if isinstance(a, torch.Tensor) else a for a in args))
     dt, d_gate_out = torch.randn_like(t), torch.randn(8, *proj.shape[1:], device=DEVICE)
     torch.library.opcheck(core_backward_op, (proj, args[1], dt, d_gate_out, outgoing))
+    from evofuse.ops.triangle_multiplication.op import out_gate_backward_op
+
+    y = torch.randn(*proj.shape[1:], 8, device=DEVICE)
+    for grad_out in (torch.randn_like(y), torch.ones(()).expand_as(y)):  # (a broadcast gradient too)
+        torch.library.opcheck(out_gate_backward_op, (grad_out, y, proj, 4))
 
 
 def test_triangle_projection_rows_stay_aligned():
@@ -311,6 +316,7 @@ def _nested_op_cases():
     trimul = (randomize(TriangleMultiplication(8, 4, impl="triton"), 9), (torch.randn(1, 6, 6, 8),
                                                                          (torch.rand(1, 6, 6) > 0.3).float()),
               [("evofuse.ops.triangle_multiplication.op", "core_backward_op"),
+               ("evofuse.ops.triangle_multiplication.op", "out_gate_backward_op"),
                ("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
     from evofuse import MSAColumnAttention
 

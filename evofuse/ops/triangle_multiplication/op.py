@@ -16,11 +16,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import cdiv, eager_or_dispatched, keep_for_backward, traced
+from ..._runtime import cdiv, eager_or_dispatched, keep_for_backward, next_pow2, traced
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
-from .kernels import gate_backward_kernel, gate_kernel
+from .kernels import gate_backward_kernel, gate_kernel, out_gate_backward_kernel, out_gate_kernel
 
 GATE_BLOCK = 1024  # pairs a program of the gating kernels (a plane each: elementwise, memory bound)
+OUT_GATE_TILE = 4096  # elements a program of the output gate's kernels (pairs x every channel)
 
 
 def joined_inputs(weights: list[Tensor], biases: list[Tensor | None]) -> tuple[Tensor, Tensor | None]:
@@ -28,6 +29,12 @@ def joined_inputs(weights: list[Tensor], biases: list[Tensor | None]) -> tuple[T
     one pass over the pair), and their biases (or None where all are None). Called outside the op, so that autograd
     hands each weight its share of the stacked gradient."""
     return torch.cat(weights), joined_bias(biases, weights)
+
+
+def _out_gate_tiles(cz: int) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_C) of the output gate's kernels: every channel, about OUT_GATE_TILE elements."""
+    block_c = next_pow2(cz)
+    return max(1, OUT_GATE_TILE // block_c), block_c
 
 
 def _mask_rows(mask: Tensor | None, like: Tensor) -> tuple[Tensor, bool]:
@@ -68,10 +75,15 @@ def triangle_multiplication_forward(pair_repr: Tensor, pair_mask: Tensor | None,
     del ab
     y = layer_norm_linear(t.permute(1, 2, 3, 0), norm_out_weight, norm_out_bias, p_out_weight, p_out_bias, None,
                           precision)
-    gate = torch.sigmoid(proj[4 * c:].permute(1, 2, 3, 0))
+    out = y if not train else torch.empty_like(y)  # (without a backward: in place)
+    M = y[..., 0].numel()
+    if M:
+        block_m, block_c = _out_gate_tiles(cz)
+        out_gate_kernel[(cdiv(M, block_m),)](y, proj[4 * c:], proj.stride(0), out, M, cz, BLOCK_M=block_m,
+                                             BLOCK_C=block_c)
     if not train:
-        return y.mul_(gate), proj.new_empty(0), t.new_empty(0), y.new_empty(0)
-    return y * gate, proj, t, y
+        return out, proj.new_empty(0), t.new_empty(0), y.new_empty(0)
+    return out, proj, t, y
 
 
 triangle_multiplication_op = torch.library.custom_op("evofuse::triangle_multiplication", mutates_args=())(
@@ -93,6 +105,32 @@ def _(pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, no
 def _setup_context(ctx, inputs, output):
     pair_repr, pair_mask, *params, outgoing, precision, _ = inputs
     keep_for_backward(ctx, [pair_repr, pair_mask, *params], list(output[1:]), outgoing=outgoing, precision=precision)
+
+
+def out_gate_backward(grad_out: Tensor, y: Tensor, proj: Tensor, c: int) -> tuple[Tensor, Tensor]:
+    """(dy (B, N, N, c_z), d_gate_out (c_z, B, N, N)): the output gate's backward in one pass
+    (`kernels.out_gate_backward_kernel`): y's gradient grad_out * sigmoid(g_out), and g_out's pre-activation's,
+    channel major as the projections proj (K, B, N, N) whose planes 4c .. K hold it."""
+    cz = y.shape[-1]
+    M = y[..., 0].numel()
+    dy = torch.empty_like(y)
+    d_gate_out = proj.new_empty(cz, *proj.shape[1:])
+    if M:
+        grad_rows = grad_out.reshape(M, cz)  # (a view where it can be: a broadcast gradient stays one)
+        block_m, block_c = _out_gate_tiles(cz)
+        out_gate_backward_kernel[(cdiv(M, block_m),)](
+            grad_rows, *grad_rows.stride(), y, proj[4 * c:], proj.stride(0), dy, d_gate_out, d_gate_out.stride(0), M,
+            cz, BLOCK_M=block_m, BLOCK_C=block_c)
+    return dy, d_gate_out
+
+
+out_gate_backward_op = torch.library.custom_op("evofuse::triangle_multiplication_out_gate_backward",
+                                               mutates_args=())(out_gate_backward)
+
+
+@out_gate_backward_op.register_fake
+def _(grad_out, y, proj, c):
+    return torch.empty_like(y), proj.new_empty(y.shape[-1], *proj.shape[1:])
 
 
 def core_backward(proj: Tensor, mask: Tensor | None, dt: Tensor, d_gate_out: Tensor, outgoing: bool) -> Tensor:
@@ -132,9 +170,8 @@ def _backward(ctx, grad_out, *_):
     pair_repr, mask, nw_in, nb_in, w_in, _, nw_out, nb_out, w_out, _, proj, t, y = ctx.saved_tensors
     needs = ctx.needs_input_grad
     c = nw_out.shape[0]
-    gate = torch.sigmoid(proj[4 * c:].float()).permute(1, 2, 3, 0)  # (B, N, N, c_z)
-    d_gate_out = (grad_out * y * gate * (1 - gate)).to(proj.dtype).permute(3, 0, 1, 2)  # g_out's pre-activation
-    dy = (grad_out * gate).to(grad_out.dtype)
+    gate_backward = out_gate_backward_op if traced(grad_out) else out_gate_backward
+    dy, d_gate_out = gate_backward(grad_out, y, proj, c)
     dt, d_nw_out, d_nb_out, d_w_out, d_b_out = layer_norm_linear_backward(
         t.permute(1, 2, 3, 0), nw_out, nb_out, w_out, dy, (True, *needs[6:10]), ctx.precision)
     dt = dt.view(*y.shape[:3], c).permute(3, 0, 1, 2)  # (c, B, N, N)
