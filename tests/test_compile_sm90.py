@@ -114,7 +114,7 @@ def _launches():
                warps, stages, {})
         yield (f"opm Gs {dtype}", opm.opm_grad_scale_kernel, dtype,
                dict(DIVIDE_BIAS=True, EPS=1e-3, HAS_COUNTS=True, BLOCK_P=128, BLOCK_R=64), 4, 3, {})
-        for D, K, group in ((256, 1024, 32), (512, 256, 0), (64, 128, 8), (64, 72, 3)):
+        for D, K, group in ((256, 1024, 32), (512, 256, 0), (64, 128, 8), (64, 72, 3), (128, 640, 1)):
             block_d = min(next_pow2(D), lnl.MAX_BLOCK_D)
             lnl_terms = 0 if dtype == "bf16" else 3
             table = lnl.CONFIGS if lnl_terms == 0 else lnl.FLOAT32_CONFIGS
