@@ -44,13 +44,14 @@ def _boltz(S, N):
     return block, (m, z, msa_mask, token_mask), run, modules, {}
 
 
-def _tri_modules(starting, ending):
+def _tri_modules():
     """The pair stack's two triangle attentions and its outgoing triangle multiplication as a block calls them, z
     and its mask the block's inputs 1 and 2 (the ending node as the models' ending-node modules take it: their own
     transposition inside)."""
-    return {"tri_att_start": lambda b, s, z, mask, *_: starting(b, z, mask),
-            "tri_att_end": lambda b, s, z, mask, *_: ending(b, z, mask),
-            "tri_mul_out": lambda b, s, z, mask, *_: b(z, mask=mask)}
+    def call(b, s, z, mask, *_):
+        return b(z, mask=mask)
+
+    return {"tri_att_start": call, "tri_att_end": call, "tri_mul_out": call}
 
 
 def _boltz_pairformer(S, N):
@@ -65,7 +66,7 @@ def _boltz_pairformer(S, N):
     def run(b, s, z, pair_mask, mask, **kernels):
         return b(s, z, mask, pair_mask, **kernels)
 
-    modules = _tri_modules(lambda b, z, m: b(z, mask=m), lambda b, z, m: b(z, mask=m))
+    modules = _tri_modules()
     variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, use_kernels=True))}
     return block, inputs, run, modules, variants
 
@@ -83,7 +84,7 @@ def _protenix_pairformer(S, N):
     def run(b, s, z, pair_mask, kernels="torch"):
         return b(s, z, pair_mask, triangle_multiplicative=kernels, triangle_attention=kernels)
 
-    modules = _tri_modules(lambda b, z, m: b(z, mask=m), lambda b, z, m: b(z, mask=m))
+    modules = _tri_modules()
     variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, kernels="cuequivariance"))}
     return block, inputs, run, modules, variants
 

@@ -70,6 +70,17 @@ def _unbatched(out: torch.Tensor, lead: tuple[int, ...]) -> torch.Tensor:
     return out.reshape(*lead, *out.shape[1:]) if lead else out[0]
 
 
+def _pair_batched(pair_repr: torch.Tensor, pair_mask: torch.Tensor | None):
+    """(pair (B, N, N, c), mask (B, N, N) or None, restore): the pair stack's checked input with its leading
+    dimensions folded into one batch dimension (as it is, no views, where it has one), and the function that gives
+    an output its leading dimensions back."""
+    lead = pair_repr.shape[:-3]
+    if len(lead) == 1:
+        return pair_repr, pair_mask, lambda out: out
+    z, mask = _batched(lead, pair_repr=pair_repr, pair_mask=pair_mask)
+    return z, mask, lambda out: _unbatched(out, lead)
+
+
 def _on_device(t: torch.Tensor):
     """Triton launches on the current CUDA device: the input's is made current for an eager call (a compiled
     graph guards its devices itself)."""
@@ -416,13 +427,8 @@ def triangle_attention(
         warn_once(f"tri-inf-{inf}", f"evofuse: triangle attention with inf={inf} runs the PyTorch reference (the "
                   f"kernels' masked logit is -1e9, equal for inf >= {ref.TRIANGLE_MIN_INF:g})")
         impl = "torch"
-    lead = pair_repr.shape[:-3]
-    folded = len(lead) != 1  # (one batch dimension: no views in between)
-    z, mask = _batched(lead, pair_repr=pair_repr, pair_mask=pair_mask) if folded else (pair_repr, pair_mask)
+    z, mask, unbatched = _pair_batched(pair_repr, pair_mask)
     weights = _cast(params.values(), z.dtype)
-
-    def unbatched(out):
-        return _unbatched(out, lead) if folded else out
 
     def reference():
         return unbatched(ref.triangle_attention_reference(z, mask, *weights, num_heads=num_heads, starting=starting,
@@ -496,23 +502,20 @@ def triangle_multiplication(
     check_param_shapes(params, dict(norm_in_bias=(cz,), p_in_weight=(2 * c, cz), p_in_bias=(2 * c,),
                                     g_in_weight=(2 * c, cz), g_in_bias=(2 * c,), norm_out_weight=(c,), norm_out_bias=(c,),
                                     p_out_weight=(cz, c), p_out_bias=(cz,), g_out_weight=(cz, cz), g_out_bias=(cz,)))
-    lead = pair_repr.shape[:-3]
-    folded = len(lead) != 1  # (one batch dimension: no views in between)
-    z, mask = _batched(lead, pair_repr=pair_repr, pair_mask=pair_mask) if folded else (pair_repr, pair_mask)
+    z, mask, unbatched = _pair_batched(pair_repr, pair_mask)
     weights = _cast(params.values(), z.dtype)
     if resolve_impl(impl, pair_repr) == "torch" or z.dtype == torch.float64:
         if z.dtype == torch.float64 and impl == "triton":
             warn_once("trimul-float64", "evofuse: no fused triangle multiplication for float64; running the PyTorch "
                       "reference")
-        out = ref.triangle_multiplication_reference(z, mask, *weights, outgoing=outgoing)
-        return _unbatched(out, lead) if folded else out
+        return unbatched(ref.triangle_multiplication_reference(z, mask, *weights, outgoing=outgoing))
     nw_in, nb_in, p_in_w, p_in_b, g_in_w, g_in_b, nw_out, nb_out, p_out_w, p_out_b, g_out_w, g_out_b = weights
     train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (z, *weights))
     with _on_device(z):  # (train: the op keeps what the backward takes)
         joined = trimul.joined_inputs([p_in_w, g_in_w, g_out_w], [p_in_b, g_in_b, g_out_b])
         out = trimul.triangle_multiplication(z, mask, nw_in, nb_in, *joined, nw_out, nb_out, p_out_w, p_out_b, outgoing,
                                              precision, train)[0]
-    return _unbatched(out, lead) if folded else out
+    return unbatched(out)
 
 
 def msa_column_attention(
