@@ -107,7 +107,7 @@ def test_modules_read_parametrized_and_replaced_weights():
 def test_fused_calls_launch_on_the_inputs_gpu(monkeypatch):
     """Triton launches on the current device: an eager fused call makes its input's GPU current; under
     torch.compile the graph guards devices itself; CPU tensors (Triton's interpreter) ask CUDA nothing."""
-    from evofuse import functional as F
+    from evofuse.functional import _common as F
 
     entered = []
     monkeypatch.setattr(torch.cuda, "device", lambda d: entered.append(d) or "guard")
@@ -116,10 +116,10 @@ def test_fused_calls_launch_on_the_inputs_gpu(monkeypatch):
         is_cuda = True
         device = torch.device("cuda", 1)
 
-    assert F._on_device(OnGpu()) == "guard" and entered == [torch.device("cuda", 1)]
+    assert F.on_device(OnGpu()) == "guard" and entered == [torch.device("cuda", 1)]
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    F._on_device(OnGpu())
+    F.on_device(OnGpu())
     assert len(entered) == 1
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)
-    F._on_device(torch.zeros(1))
+    F.on_device(torch.zeros(1))
     assert len(entered) == 1

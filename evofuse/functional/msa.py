@@ -1,100 +1,34 @@
-"""The public functional API: each operation with its weights passed explicitly.
-
-A call validates its inputs, chooses the path (the fused Triton kernels for CUDA tensors, the PyTorch
-reference of `evofuse.reference` otherwise; `impl` or EVOFUSE_IMPL override it), casts the parameters to
-the input's dtype and calls the operation's custom op, which autograd, CUDA graphs and torch.compile see as
-one node with a registered backward. `precision` ("default" or "fast") chooses the float32 contract.
-"""
+"""The MSA's operations' functional forms: the Outer Product Mean, row attention with pair bias, pair-weighted
+averaging and column attention (see `evofuse.functional`)."""
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
-from . import reference as ref
-from ._dispatch import resolve_impl, triton_available, warn_once
-from ._runtime import PRECISIONS
-from ._validation import (
+from .. import reference as ref
+from .._dispatch import resolve_impl, warn_once
+from .._validation import (
     check_mask,
     check_msa,
     check_pair,
-    check_pair_input,
     check_pair_mask,
     check_param_shapes,
     check_params,
     check_ranks,
     check_width,
 )
-
-if triton_available():  # the operations' torch.library ops, registered here: `import evofuse` makes torch.ops.evofuse.*
-    from .ops import msa_column_attention as col
-    from .ops import outer_product_mean as opm
-    from .ops import pair_weighted_averaging as pwa
-    from .ops import row_attention as att
-    from .ops import triangle_attention as tri
-    from .ops import triangle_multiplication as trimul
-else:  # (no Triton: every call takes the reference; `resolve_impl` refuses impl="triton")
-    opm = pwa = att = tri = trimul = col = None
-
-
-def _check_options(precision: str, normalization: str | None = None) -> None:
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if normalization is not None and normalization not in ref.NORMALIZATIONS:
-        raise ValueError(f"normalization must be one of {ref.NORMALIZATIONS}, got {normalization!r}")
-
-
-def _leading(msa_repr: object) -> tuple[int, ...] | None:
-    """msa_repr's dimensions before (S, N, D) when they are not one batch dimension (None when they are, or when
-    msa_repr is no tensor of rank >= 3: the checks then name what is wrong)."""
-    if not isinstance(msa_repr, torch.Tensor) or msa_repr.dim() < 3 or msa_repr.dim() == 4:
-        return None
-    return tuple(msa_repr.shape[:-3])
-
-
-def _batched(lead: tuple[int, ...], **tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
-    """Each tensor with the leading dimensions `lead` (checked) folded into one batch dimension."""
-    out = []
-    for name, t in tensors.items():
-        if t is not None:
-            if not isinstance(t, torch.Tensor) or tuple(t.shape[:len(lead)]) != lead:
-                shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-                raise ValueError(f"{name} must have the leading dimensions {lead} of msa_repr, got {shape}")
-            t = t.reshape(-1, *t.shape[len(lead):]) if lead else t[None]
-        out.append(t)
-    return out
-
-
-def _unbatched(out: torch.Tensor, lead: tuple[int, ...]) -> torch.Tensor:
-    return out.reshape(*lead, *out.shape[1:]) if lead else out[0]
-
-
-def _pair_batched(pair_repr: torch.Tensor, pair_mask: torch.Tensor | None):
-    """(pair (B, N, N, c), mask (B, N, N) or None, restore): the pair stack's checked input with its leading
-    dimensions folded into one batch dimension (as it is, no views, where it has one), and the function that gives
-    an output its leading dimensions back."""
-    lead = pair_repr.shape[:-3]
-    if len(lead) == 1:
-        return pair_repr, pair_mask, lambda out: out
-    z, mask = _batched(lead, pair_repr=pair_repr, pair_mask=pair_mask)
-    return z, mask, lambda out: _unbatched(out, lead)
-
-
-def _on_device(t: torch.Tensor):
-    """Triton launches on the current CUDA device: the input's is made current for an eager call (a compiled
-    graph guards its devices itself)."""
-    if t.is_cuda and not torch.compiler.is_compiling():
-        return torch.cuda.device(t.device)
-    return contextlib.nullcontext()
-
-
-def _cast(tensors, dtype: torch.dtype) -> list:
-    """The tensors in dtype, vectors (LayerNorm weights, biases) with unit stride, which the kernels take without
-    strides (None stays None); one that is so already is passed as it is, without the dispatcher call of a no-op
-    `.to` (a call's host time counts at small sizes)."""
-    return [t if t is None or (t.dtype == dtype and (t.dim() != 1 or t.stride(0) == 1))
-            else t.to(dtype).contiguous() if t.dim() == 1 else t.to(dtype) for t in tensors]
+from ._common import (
+    att,
+    batched,
+    cast,
+    check_options,
+    col,
+    leading,
+    on_device,
+    opm,
+    pwa,
+    unbatched,
+)
 
 
 def outer_product_mean(
@@ -136,13 +70,13 @@ def outer_product_mean(
         accumulate in float32. The fused kernels take hidden_dim c in (8, 16, 32, 64) and 16/32-bit floats;
         anything else runs the reference, with a one-time warning.
     """
-    _check_options(precision, normalization)
+    check_options(precision, normalization)
     if not count_eps > 0:
         raise ValueError(f"count_eps must be > 0, got {count_eps!r}")
-    lead = _leading(msa_repr)
+    lead = leading(msa_repr)
     if lead is not None:  # any leading dimensions: folded into one batch dimension
-        msa_repr, msa_mask = _batched(lead, msa_repr=msa_repr, msa_mask=msa_mask)
-        return _unbatched(outer_product_mean(
+        msa_repr, msa_mask = batched(lead, msa_repr=msa_repr, msa_mask=msa_mask)
+        return unbatched(outer_product_mean(
             msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
             proj_b_bias, out_proj_weight, out_proj_bias, normalization=normalization, count_eps=count_eps,
             precision=precision, impl=impl), lead)
@@ -158,7 +92,7 @@ def outer_product_mean(
     check_param_shapes(params, dict(layer_norm_bias=(D,), proj_a_weight=(c, D), proj_a_bias=(c,),
                                     proj_b_weight=(c, D), proj_b_bias=(c,), out_proj_weight=(R, c * c),
                                     out_proj_bias=(R,)))
-    weights = _cast(params.values(), msa_repr.dtype)
+    weights = cast(params.values(), msa_repr.dtype)
     if resolve_impl(impl, msa_repr) == "torch":
         return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization, count_eps)
     if not opm.fused(c, msa_repr.dtype):
@@ -166,7 +100,7 @@ def outer_product_mean(
                   f"dtype={msa_repr.dtype}; running the PyTorch reference")
         return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization, count_eps)
     train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (msa_repr, *weights))
-    with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
+    with on_device(msa_repr):  # (train: the op keeps what the backward takes)
         return opm.outer_product_mean(msa_repr, msa_mask, *weights, normalization, float(count_eps), precision,
                                       train)[0]
 
@@ -223,11 +157,11 @@ def msa_row_attention(
         (B, S, N, D) in msa_repr's dtype; 16-bit inputs accumulate in float32. The fused kernels take
         head_dim <= 128 and 16/32-bit floats; anything else runs the reference, with a one-time warning.
     """
-    _check_options(precision)
-    lead = _leading(msa_repr)
+    check_options(precision)
+    lead = leading(msa_repr)
     if lead is not None:  # any leading dimensions: folded into one batch dimension
-        msa_repr, pair_repr, msa_mask = _batched(lead, msa_repr=msa_repr, pair_repr=pair_repr, msa_mask=msa_mask)
-        return _unbatched(msa_row_attention(
+        msa_repr, pair_repr, msa_mask = batched(lead, msa_repr=msa_repr, pair_repr=pair_repr, msa_mask=msa_mask)
+        return unbatched(msa_row_attention(
             msa_repr, pair_repr, msa_mask, layer_norm_weight, layer_norm_bias, query_weight, query_bias, key_weight,
             key_bias, value_weight, value_bias, gate_weight, gate_bias, out_proj_weight, out_proj_bias,
             pair_bias_weight, pair_bias_bias, num_heads=num_heads, pair_norm_weight=pair_norm_weight,
@@ -260,7 +194,7 @@ def msa_row_attention(
                                     pair_norm_weight=(P,), pair_norm_bias=(P,)))
 
     dtype = msa_repr.dtype
-    pair_repr, *weights = _cast([pair_repr, *params.values()], dtype)
+    pair_repr, *weights = cast([pair_repr, *params.values()], dtype)
 
     def reference():
         return ref.msa_row_attention_reference(msa_repr, pair_repr, msa_mask, *weights[:-2], num_heads=num_heads,
@@ -277,7 +211,7 @@ def msa_row_attention(
                   f"head_dim={H // num_heads}, dtype={msa_repr.dtype}; running the PyTorch reference")
         return reference()
     train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (msa_repr, pair_repr, *weights))
-    with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
+    with on_device(msa_repr):  # (train: the op keeps what the backward takes)
         qkvg = att.joined_qkvg(weights[2:10:2], weights[3:10:2])
         return att.row_attention(msa_repr, pair_repr, msa_mask, *weights[:2], *qkvg, *weights[10:], num_heads,
                                  mask_mode, precision, train)[0]
@@ -321,13 +255,13 @@ def pair_weighted_averaging(
     Returns:
         (B, S, N, c_m) in msa_repr's dtype; the parameters and the pair input are cast to it.
     """
-    _check_options(precision)
+    check_options(precision)
     if mask_mode not in ref.PAIR_MASK_MODES:
         raise ValueError(f"mask_mode must be one of {ref.PAIR_MASK_MODES}, got {mask_mode!r}")
-    lead = _leading(msa_repr)
+    lead = leading(msa_repr)
     if lead is not None:  # any leading dimensions: folded into one batch dimension
-        msa_repr, pair_repr, pair_mask = _batched(lead, msa_repr=msa_repr, pair_repr=pair_repr, pair_mask=pair_mask)
-        return _unbatched(pair_weighted_averaging(
+        msa_repr, pair_repr, pair_mask = batched(lead, msa_repr=msa_repr, pair_repr=pair_repr, pair_mask=pair_mask)
+        return unbatched(pair_weighted_averaging(
             msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight, norm_z_bias, proj_m_weight,
             proj_g_weight, proj_z_weight, proj_o_weight, num_heads=num_heads, inf=inf, mask_mode=mask_mode,
             precision=precision, impl=impl), lead)
@@ -347,7 +281,7 @@ def pair_weighted_averaging(
                                     proj_g_weight=(inner, c_m), proj_z_weight=(num_heads, c_z),
                                     proj_o_weight=(c_m, inner)))
     dtype = msa_repr.dtype
-    pair_repr, *weights = _cast([pair_repr, *params.values()], dtype)
+    pair_repr, *weights = cast([pair_repr, *params.values()], dtype)
 
     def reference():
         return ref.pair_weighted_averaging_reference(msa_repr, pair_repr, pair_mask, *weights, num_heads=num_heads,
@@ -361,161 +295,9 @@ def pair_weighted_averaging(
         return reference()
     train = torch.is_grad_enabled() and any(t.requires_grad for t in (msa_repr, pair_repr, *weights))
     proj_mg = torch.cat(weights[4:6])  # (the op takes proj_m's and proj_g's weights stacked)
-    with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
+    with on_device(msa_repr):  # (train: the op keeps what the backward takes)
         return pwa.pair_weighted_averaging(msa_repr, pair_repr, pair_mask, *weights[:4], proj_mg, *weights[6:],
                                            float(inf), mask_mode, precision, train)[0]
-
-
-def triangle_attention(
-    pair_repr: torch.Tensor,
-    pair_mask: torch.Tensor | None,
-    layer_norm_weight: torch.Tensor,
-    layer_norm_bias: torch.Tensor,
-    linear_weight: torch.Tensor,
-    query_weight: torch.Tensor,
-    key_weight: torch.Tensor,
-    value_weight: torch.Tensor,
-    gate_weight: torch.Tensor,
-    gate_bias: torch.Tensor | None,
-    out_weight: torch.Tensor,
-    out_bias: torch.Tensor | None,
-    *,
-    num_heads: int,
-    starting: bool = True,
-    transpose_bias: bool = False,
-    inf: float = ref.TRIANGLE_MIN_INF,
-    precision: str = "default",
-    impl: str | None = None,
-) -> torch.Tensor:
-    """Triangle attention around the starting node (AF2 Algorithm 13, AF3 14) or the ending node (14, 15): row
-    attention with pair bias over the pair's own rows, one LayerNorm feeding q, k, v, the gate and the triangle bias
-    (`evofuse.reference.triangle_attention_reference` is the definition). No (B, N, h, N, N) tensor is formed.
-
-    Args:
-        pair_repr: (B, N, N, c) float16, bfloat16, float32 or float64, any strides; any leading dimensions in place
-            of B (none: an unbatched (N, N, c)), which the mask and the output share.
-        pair_mask: (B, N, N) 0/1 as bool, integer or floating, or None; a masked pair (i, k) adds inf * (mask - 1) to
-            the logits of key k in row i (ending node: in column i).
-        layer_norm_weight, layer_norm_bias: (c,); linear_weight: (h, c), the triangle bias's projection (no bias).
-        query_weight, key_weight, value_weight, gate_weight: (h*d, c), q, k and v without biases; gate_bias (h*d,)
-        or None; out_weight (c, h*d), out_bias (c,) or None (Boltz's gate and output have no biases).
-        num_heads: h; starting: the starting node (else the ending node); transpose_bias: the triangle bias of key
-            k for query j taken from x[k, j] rather than x[j, k] (OpenFold3's flag, which its blocks set for the
-            ending node called on a transposed pair); inf: the mask's magnitude (the models' 1e9; below 1e9 the
-            reference runs, with a one-time warning: the kernels' masked logit is -1e9).
-        precision, impl: as for `outer_product_mean`.
-    Returns:
-        (B, N, N, c) in pair_repr's dtype; the parameters are cast to it.
-    """
-    _check_options(precision)
-    check_pair_input(pair_repr, pair_mask)
-    params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, linear_weight=linear_weight,
-                  query_weight=query_weight, key_weight=key_weight, value_weight=value_weight, gate_weight=gate_weight,
-                  gate_bias=gate_bias, out_weight=out_weight, out_bias=out_bias)
-    check_params(pair_repr.device, params, optional=("gate_bias", "out_bias"), source="pair_repr")
-    check_ranks(params, dict(layer_norm_weight=1, query_weight=2))
-    c, H = layer_norm_weight.shape[0], query_weight.shape[0]
-    if pair_repr.shape[-1] != c:
-        raise ValueError(f"pair_repr must have shape (..., N, N, {c}) ({c}: the size of layer_norm_weight): last "
-                         f"dimension is {pair_repr.shape[-1]}, expected {c}")
-    if not isinstance(num_heads, int) or num_heads < 1 or H % num_heads != 0:
-        raise ValueError(f"num_heads must be a positive integer dividing the inner width {H}, got {num_heads!r}")
-    check_param_shapes(params, dict(layer_norm_bias=(c,), linear_weight=(num_heads, c), query_weight=(H, c), key_weight=(H, c),
-                                    value_weight=(H, c), gate_weight=(H, c), gate_bias=(H,), out_weight=(c, H),
-                                    out_bias=(c,)))
-    if inf < ref.TRIANGLE_MIN_INF and pair_mask is not None and impl != "torch":
-        warn_once(f"tri-inf-{inf}", f"evofuse: triangle attention with inf={inf} runs the PyTorch reference (the "
-                  f"kernels' masked logit is -1e9, equal for inf >= {ref.TRIANGLE_MIN_INF:g})")
-        impl = "torch"
-    z, mask, unbatched = _pair_batched(pair_repr, pair_mask)
-    weights = _cast(params.values(), z.dtype)
-
-    def reference():
-        return unbatched(ref.triangle_attention_reference(z, mask, *weights, num_heads=num_heads, starting=starting,
-                                                          inf=inf, transpose_bias=transpose_bias))
-
-    if resolve_impl(impl, pair_repr) == "torch":
-        return reference()
-    if not att.fused(H // num_heads, z.dtype):
-        warn_once(f"tri-{H // num_heads}-{z.dtype}", f"evofuse: no fused triangle attention for head_dim="
-                  f"{H // num_heads}, dtype={z.dtype}; running the PyTorch reference")
-        return reference()
-    if not starting:  # the ending node: strided views, no copies
-        z, mask = z.transpose(1, 2), None if mask is None else mask.transpose(1, 2)
-    lnw, lnb, linear_w, wq, wk, wv, wg, bg, wo, bo = weights
-    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (z, *weights))
-    with _on_device(z):  # (train: the op keeps what the backward takes)
-        proj = tri.joined_projections([wq, wk, wv, wg], linear_w, bg)
-        out = tri.triangle_attention(z, mask, lnw, lnb, *proj, wo, bo, num_heads, transpose_bias, precision, train)[0]
-    return unbatched(out if starting else out.transpose(1, 2))
-
-
-def triangle_multiplication(
-    pair_repr: torch.Tensor,
-    pair_mask: torch.Tensor | None,
-    norm_in_weight: torch.Tensor,
-    norm_in_bias: torch.Tensor,
-    p_in_weight: torch.Tensor,
-    p_in_bias: torch.Tensor | None,
-    g_in_weight: torch.Tensor,
-    g_in_bias: torch.Tensor | None,
-    norm_out_weight: torch.Tensor,
-    norm_out_bias: torch.Tensor,
-    p_out_weight: torch.Tensor,
-    p_out_bias: torch.Tensor | None,
-    g_out_weight: torch.Tensor,
-    g_out_bias: torch.Tensor | None,
-    *,
-    outgoing: bool = True,
-    precision: str = "default",
-    impl: str | None = None,
-) -> torch.Tensor:
-    """The triangle multiplicative update, outgoing (AF2 Algorithm 11, AF3 12) or incoming (12, 13), in Boltz-2's and
-    AF3's form (`evofuse.reference.triangle_multiplication_reference` is the definition; OpenFold's separate a and b
-    projections are these stacked, a's first).
-
-    Args:
-        pair_repr: (B, N, N, c_z) float16, bfloat16, float32 or float64, any strides; any leading dimensions in
-            place of B (none: an unbatched (N, N, c_z)), which the mask and the output share.
-        pair_mask: (B, N, N) 0/1 as bool, integer or floating, or None; a and b are zero at a masked pair (i, k).
-        norm_in_weight, norm_in_bias: (c_z,); p_in_weight, g_in_weight: (2c, c_z), a's c rows then b's; p_in_bias,
-            g_in_bias: (2c,) or None; norm_out_weight, norm_out_bias: (c,); p_out_weight (c_z, c), p_out_bias (c_z,)
-            or None; g_out_weight (c_z, c_z), g_out_bias (c_z,) or None (Boltz's and AF3's have no biases).
-        outgoing: t[i, j] = sum_k a[i, k] b[j, k] (else incoming: sum_k a[k, i] b[k, j]).
-        precision, impl: as for `outer_product_mean`.
-    Returns:
-        (B, N, N, c_z) in pair_repr's dtype; the parameters are cast to it. 16-bit inputs accumulate in float32.
-    """
-    _check_options(precision)
-    check_pair_input(pair_repr, pair_mask)
-    params = dict(norm_in_weight=norm_in_weight, norm_in_bias=norm_in_bias, p_in_weight=p_in_weight,
-                  p_in_bias=p_in_bias, g_in_weight=g_in_weight, g_in_bias=g_in_bias, norm_out_weight=norm_out_weight,
-                  norm_out_bias=norm_out_bias, p_out_weight=p_out_weight, p_out_bias=p_out_bias,
-                  g_out_weight=g_out_weight, g_out_bias=g_out_bias)
-    check_params(pair_repr.device, params, optional=("p_in_bias", "g_in_bias", "p_out_bias", "g_out_bias"),
-                 source="pair_repr")
-    check_ranks(params, dict(norm_in_weight=1, norm_out_weight=1, p_in_weight=2))
-    cz, c = norm_in_weight.shape[0], p_in_weight.shape[0] // 2
-    if pair_repr.shape[-1] != cz:
-        raise ValueError(f"pair_repr must have shape (..., N, N, {cz}) ({cz}: the size of norm_in_weight): last "
-                         f"dimension is {pair_repr.shape[-1]}, expected {cz}")
-    check_param_shapes(params, dict(norm_in_bias=(cz,), p_in_weight=(2 * c, cz), p_in_bias=(2 * c,),
-                                    g_in_weight=(2 * c, cz), g_in_bias=(2 * c,), norm_out_weight=(c,), norm_out_bias=(c,),
-                                    p_out_weight=(cz, c), p_out_bias=(cz,), g_out_weight=(cz, cz), g_out_bias=(cz,)))
-    z, mask, unbatched = _pair_batched(pair_repr, pair_mask)
-    weights = _cast(params.values(), z.dtype)
-    if resolve_impl(impl, pair_repr) == "torch" or z.dtype == torch.float64:
-        if z.dtype == torch.float64 and impl == "triton":
-            warn_once("trimul-float64", "evofuse: no fused triangle multiplication for float64; running the PyTorch "
-                      "reference")
-        return unbatched(ref.triangle_multiplication_reference(z, mask, *weights, outgoing=outgoing))
-    nw_in, nb_in, p_in_w, p_in_b, g_in_w, g_in_b, nw_out, nb_out, p_out_w, p_out_b, g_out_w, g_out_b = weights
-    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (z, *weights))
-    with _on_device(z):  # (train: the op keeps what the backward takes)
-        joined = trimul.joined_inputs([p_in_w, g_in_w, g_out_w], [p_in_b, g_in_b, g_out_b])
-        out = trimul.triangle_multiplication(z, mask, nw_in, nb_in, *joined, nw_out, nb_out, p_out_w, p_out_b, outgoing,
-                                             precision, train)[0]
-    return unbatched(out)
 
 
 def msa_column_attention(
@@ -553,11 +335,11 @@ def msa_column_attention(
     Returns:
         (B, S, N, D) in msa_repr's dtype; the parameters are cast to it.
     """
-    _check_options(precision)
-    lead = _leading(msa_repr)
+    check_options(precision)
+    lead = leading(msa_repr)
     if lead is not None:  # any leading dimensions: folded into one batch dimension
-        msa_repr, msa_mask = _batched(lead, msa_repr=msa_repr, msa_mask=msa_mask)
-        return _unbatched(msa_column_attention(
+        msa_repr, msa_mask = batched(lead, msa_repr=msa_repr, msa_mask=msa_mask)
+        return unbatched(msa_column_attention(
             msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, query_weight, key_weight, value_weight,
             gate_weight, gate_bias, out_weight, out_bias, num_heads=num_heads, inf=inf, precision=precision,
             impl=impl), lead)
@@ -574,7 +356,7 @@ def msa_column_attention(
     check_mask(msa_mask, B, S, N, msa_repr.device)
     check_param_shapes(params, dict(layer_norm_bias=(D,), query_weight=(H, D), key_weight=(H, D), value_weight=(H, D),
                                     gate_weight=(H, D), gate_bias=(H,), out_weight=(D, H), out_bias=(D,)))
-    weights = _cast(params.values(), msa_repr.dtype)
+    weights = cast(params.values(), msa_repr.dtype)
 
     def reference():
         return ref.msa_column_attention_reference(msa_repr, msa_mask, *weights, num_heads=num_heads, inf=inf)
@@ -593,7 +375,7 @@ def msa_column_attention(
     train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (msa_repr, *weights))
     x = msa_repr.transpose(1, 2)  # (B, N, S, D): each residue's column a row (a view: the kernels take strides)
     mask = None if msa_mask is None else msa_mask.transpose(1, 2)
-    with _on_device(msa_repr):  # (train: the op keeps what the backward takes)
+    with on_device(msa_repr):  # (train: the op keeps what the backward takes)
         qkvg = att.joined_qkvg([wq, wk, wv, wg], [None, None, None, bg])
         out = col.msa_column_attention(x, mask, lnw, lnb, *qkvg, wo, bo, num_heads, precision, train)[0]
     return out.transpose(1, 2)

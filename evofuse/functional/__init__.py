@@ -1,0 +1,13 @@
+"""The public functional API: each operation with its weights passed explicitly.
+
+A call validates its inputs, chooses the path (the fused Triton kernels for CUDA tensors, the PyTorch
+reference of `evofuse.reference` otherwise; `impl` or EVOFUSE_IMPL override it), casts the parameters to
+the input's dtype and calls the operation's custom op, which autograd, CUDA graphs and torch.compile see as
+one node with a registered backward. `precision` ("default" or "fast") chooses the float32 contract.
+"""
+
+from .msa import msa_column_attention, msa_row_attention, outer_product_mean, pair_weighted_averaging
+from .pair import triangle_attention, triangle_multiplication
+
+__all__ = ["msa_column_attention", "msa_row_attention", "outer_product_mean", "pair_weighted_averaging",
+           "triangle_attention", "triangle_multiplication"]

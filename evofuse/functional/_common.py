@@ -1,0 +1,83 @@
+"""What every functional form shares: the operations' packages (the one place where operations are listed, so that
+`import evofuse` registers their torch.library ops), the option checks, the folding of leading dimensions, the casts
+and the device guard."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from .. import reference as ref
+from .._dispatch import triton_available
+from .._runtime import PRECISIONS
+
+if triton_available():  # the operations' torch.library ops, registered here: `import evofuse` makes torch.ops.evofuse.*
+    from ..ops import msa_column_attention as col
+    from ..ops import outer_product_mean as opm
+    from ..ops import pair_weighted_averaging as pwa
+    from ..ops import row_attention as att
+    from ..ops import triangle_attention as tri
+    from ..ops import triangle_multiplication as trimul
+else:  # (no Triton: every call takes the reference; `resolve_impl` refuses impl="triton")
+    opm = pwa = att = tri = trimul = col = None
+
+
+def check_options(precision: str, normalization: str | None = None) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if normalization is not None and normalization not in ref.NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {ref.NORMALIZATIONS}, got {normalization!r}")
+
+
+def leading(msa_repr: object) -> tuple[int, ...] | None:
+    """msa_repr's dimensions before (S, N, D) when they are not one batch dimension (None when they are, or when
+    msa_repr is no tensor of rank >= 3: the checks then name what is wrong)."""
+    if not isinstance(msa_repr, torch.Tensor) or msa_repr.dim() < 3 or msa_repr.dim() == 4:
+        return None
+    return tuple(msa_repr.shape[:-3])
+
+
+def batched(lead: tuple[int, ...], **tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """Each tensor with the leading dimensions `lead` (checked) folded into one batch dimension."""
+    out = []
+    for name, t in tensors.items():
+        if t is not None:
+            if not isinstance(t, torch.Tensor) or tuple(t.shape[:len(lead)]) != lead:
+                shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"{name} must have the leading dimensions {lead} of msa_repr, got {shape}")
+            t = t.reshape(-1, *t.shape[len(lead):]) if lead else t[None]
+        out.append(t)
+    return out
+
+
+def unbatched(out: torch.Tensor, lead: tuple[int, ...]) -> torch.Tensor:
+    return out.reshape(*lead, *out.shape[1:]) if lead else out[0]
+
+
+def pair_batched(pair_repr: torch.Tensor, pair_mask: torch.Tensor | None):
+    """(pair (B, N, N, c), mask (B, N, N) or None, restore): the pair stack's checked input with its leading
+    dimensions folded into one batch dimension (as it is, no views, where it has one), and the function that gives
+    an output its leading dimensions back."""
+    lead = pair_repr.shape[:-3]
+    if len(lead) == 1:
+        return pair_repr, pair_mask, lambda out: out
+    z, mask = batched(lead, pair_repr=pair_repr, pair_mask=pair_mask)
+    return z, mask, lambda out: unbatched(out, lead)
+
+
+def on_device(t: torch.Tensor):
+    """Triton launches on the current CUDA device: the input's is made current for an eager call (a compiled
+    graph guards its devices itself)."""
+    if t.is_cuda and not torch.compiler.is_compiling():
+        return torch.cuda.device(t.device)
+    return contextlib.nullcontext()
+
+
+def cast(tensors, dtype: torch.dtype) -> list:
+    """The tensors in dtype, vectors (LayerNorm weights, biases) with unit stride, which the kernels take without
+    strides (None stays None); one that is so already is passed as it is, without the dispatcher call of a no-op
+    `.to` (a call's host time counts at small sizes)."""
+    return [t if t is None or (t.dtype == dtype and (t.dim() != 1 or t.stride(0) == 1))
+            else t.to(dtype).contiguous() if t.dim() == 1 else t.to(dtype) for t in tensors]
+

@@ -1,0 +1,178 @@
+"""The pair stack's operations' functional forms: triangle attention and triangle multiplication (see
+`evofuse.functional`)."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import reference as ref
+from .._dispatch import resolve_impl, warn_once
+from .._validation import (
+    check_pair_input,
+    check_param_shapes,
+    check_params,
+    check_ranks,
+)
+from ._common import (
+    att,
+    cast,
+    check_options,
+    on_device,
+    pair_batched,
+    tri,
+    trimul,
+)
+
+
+def triangle_attention(
+    pair_repr: torch.Tensor,
+    pair_mask: torch.Tensor | None,
+    layer_norm_weight: torch.Tensor,
+    layer_norm_bias: torch.Tensor,
+    linear_weight: torch.Tensor,
+    query_weight: torch.Tensor,
+    key_weight: torch.Tensor,
+    value_weight: torch.Tensor,
+    gate_weight: torch.Tensor,
+    gate_bias: torch.Tensor | None,
+    out_weight: torch.Tensor,
+    out_bias: torch.Tensor | None,
+    *,
+    num_heads: int,
+    starting: bool = True,
+    transpose_bias: bool = False,
+    inf: float = ref.TRIANGLE_MIN_INF,
+    precision: str = "default",
+    impl: str | None = None,
+) -> torch.Tensor:
+    """Triangle attention around the starting node (AF2 Algorithm 13, AF3 14) or the ending node (14, 15): row
+    attention with pair bias over the pair's own rows, one LayerNorm feeding q, k, v, the gate and the triangle bias
+    (`evofuse.reference.triangle_attention_reference` is the definition). No (B, N, h, N, N) tensor is formed.
+
+    Args:
+        pair_repr: (B, N, N, c) float16, bfloat16, float32 or float64, any strides; any leading dimensions in place
+            of B (none: an unbatched (N, N, c)), which the mask and the output share.
+        pair_mask: (B, N, N) 0/1 as bool, integer or floating, or None; a masked pair (i, k) adds inf * (mask - 1) to
+            the logits of key k in row i (ending node: in column i).
+        layer_norm_weight, layer_norm_bias: (c,); linear_weight: (h, c), the triangle bias's projection (no bias).
+        query_weight, key_weight, value_weight, gate_weight: (h*d, c), q, k and v without biases; gate_bias (h*d,)
+        or None; out_weight (c, h*d), out_bias (c,) or None (Boltz's gate and output have no biases).
+        num_heads: h; starting: the starting node (else the ending node); transpose_bias: the triangle bias of key
+            k for query j taken from x[k, j] rather than x[j, k] (OpenFold3's flag, which its blocks set for the
+            ending node called on a transposed pair); inf: the mask's magnitude (the models' 1e9; below 1e9 the
+            reference runs, with a one-time warning: the kernels' masked logit is -1e9).
+        precision, impl: as for `outer_product_mean`.
+    Returns:
+        (B, N, N, c) in pair_repr's dtype; the parameters are cast to it.
+    """
+    check_options(precision)
+    check_pair_input(pair_repr, pair_mask)
+    params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, linear_weight=linear_weight,
+                  query_weight=query_weight, key_weight=key_weight, value_weight=value_weight, gate_weight=gate_weight,
+                  gate_bias=gate_bias, out_weight=out_weight, out_bias=out_bias)
+    check_params(pair_repr.device, params, optional=("gate_bias", "out_bias"), source="pair_repr")
+    check_ranks(params, dict(layer_norm_weight=1, query_weight=2))
+    c, H = layer_norm_weight.shape[0], query_weight.shape[0]
+    if pair_repr.shape[-1] != c:
+        raise ValueError(f"pair_repr must have shape (..., N, N, {c}) ({c}: the size of layer_norm_weight): last "
+                         f"dimension is {pair_repr.shape[-1]}, expected {c}")
+    if not isinstance(num_heads, int) or num_heads < 1 or H % num_heads != 0:
+        raise ValueError(f"num_heads must be a positive integer dividing the inner width {H}, got {num_heads!r}")
+    check_param_shapes(params, dict(layer_norm_bias=(c,), linear_weight=(num_heads, c), query_weight=(H, c), key_weight=(H, c),
+                                    value_weight=(H, c), gate_weight=(H, c), gate_bias=(H,), out_weight=(c, H),
+                                    out_bias=(c,)))
+    if inf < ref.TRIANGLE_MIN_INF and pair_mask is not None and impl != "torch":
+        warn_once(f"tri-inf-{inf}", f"evofuse: triangle attention with inf={inf} runs the PyTorch reference (the "
+                  f"kernels' masked logit is -1e9, equal for inf >= {ref.TRIANGLE_MIN_INF:g})")
+        impl = "torch"
+    z, mask, unbatched = pair_batched(pair_repr, pair_mask)
+    weights = cast(params.values(), z.dtype)
+
+    def reference():
+        return unbatched(ref.triangle_attention_reference(z, mask, *weights, num_heads=num_heads, starting=starting,
+                                                          inf=inf, transpose_bias=transpose_bias))
+
+    if resolve_impl(impl, pair_repr) == "torch":
+        return reference()
+    if not att.fused(H // num_heads, z.dtype):
+        warn_once(f"tri-{H // num_heads}-{z.dtype}", f"evofuse: no fused triangle attention for head_dim="
+                  f"{H // num_heads}, dtype={z.dtype}; running the PyTorch reference")
+        return reference()
+    if not starting:  # the ending node: strided views, no copies
+        z, mask = z.transpose(1, 2), None if mask is None else mask.transpose(1, 2)
+    lnw, lnb, linear_w, wq, wk, wv, wg, bg, wo, bo = weights
+    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (z, *weights))
+    with on_device(z):  # (train: the op keeps what the backward takes)
+        proj = tri.joined_projections([wq, wk, wv, wg], linear_w, bg)
+        out = tri.triangle_attention(z, mask, lnw, lnb, *proj, wo, bo, num_heads, transpose_bias, precision, train)[0]
+    return unbatched(out if starting else out.transpose(1, 2))
+
+
+def triangle_multiplication(
+    pair_repr: torch.Tensor,
+    pair_mask: torch.Tensor | None,
+    norm_in_weight: torch.Tensor,
+    norm_in_bias: torch.Tensor,
+    p_in_weight: torch.Tensor,
+    p_in_bias: torch.Tensor | None,
+    g_in_weight: torch.Tensor,
+    g_in_bias: torch.Tensor | None,
+    norm_out_weight: torch.Tensor,
+    norm_out_bias: torch.Tensor,
+    p_out_weight: torch.Tensor,
+    p_out_bias: torch.Tensor | None,
+    g_out_weight: torch.Tensor,
+    g_out_bias: torch.Tensor | None,
+    *,
+    outgoing: bool = True,
+    precision: str = "default",
+    impl: str | None = None,
+) -> torch.Tensor:
+    """The triangle multiplicative update, outgoing (AF2 Algorithm 11, AF3 12) or incoming (12, 13), in Boltz-2's and
+    AF3's form (`evofuse.reference.triangle_multiplication_reference` is the definition; OpenFold's separate a and b
+    projections are these stacked, a's first).
+
+    Args:
+        pair_repr: (B, N, N, c_z) float16, bfloat16, float32 or float64, any strides; any leading dimensions in
+            place of B (none: an unbatched (N, N, c_z)), which the mask and the output share.
+        pair_mask: (B, N, N) 0/1 as bool, integer or floating, or None; a and b are zero at a masked pair (i, k).
+        norm_in_weight, norm_in_bias: (c_z,); p_in_weight, g_in_weight: (2c, c_z), a's c rows then b's; p_in_bias,
+            g_in_bias: (2c,) or None; norm_out_weight, norm_out_bias: (c,); p_out_weight (c_z, c), p_out_bias (c_z,)
+            or None; g_out_weight (c_z, c_z), g_out_bias (c_z,) or None (Boltz's and AF3's have no biases).
+        outgoing: t[i, j] = sum_k a[i, k] b[j, k] (else incoming: sum_k a[k, i] b[k, j]).
+        precision, impl: as for `outer_product_mean`.
+    Returns:
+        (B, N, N, c_z) in pair_repr's dtype; the parameters are cast to it. 16-bit inputs accumulate in float32.
+    """
+    check_options(precision)
+    check_pair_input(pair_repr, pair_mask)
+    params = dict(norm_in_weight=norm_in_weight, norm_in_bias=norm_in_bias, p_in_weight=p_in_weight,
+                  p_in_bias=p_in_bias, g_in_weight=g_in_weight, g_in_bias=g_in_bias, norm_out_weight=norm_out_weight,
+                  norm_out_bias=norm_out_bias, p_out_weight=p_out_weight, p_out_bias=p_out_bias,
+                  g_out_weight=g_out_weight, g_out_bias=g_out_bias)
+    check_params(pair_repr.device, params, optional=("p_in_bias", "g_in_bias", "p_out_bias", "g_out_bias"),
+                 source="pair_repr")
+    check_ranks(params, dict(norm_in_weight=1, norm_out_weight=1, p_in_weight=2))
+    cz, c = norm_in_weight.shape[0], p_in_weight.shape[0] // 2
+    if pair_repr.shape[-1] != cz:
+        raise ValueError(f"pair_repr must have shape (..., N, N, {cz}) ({cz}: the size of norm_in_weight): last "
+                         f"dimension is {pair_repr.shape[-1]}, expected {cz}")
+    check_param_shapes(params, dict(norm_in_bias=(cz,), p_in_weight=(2 * c, cz), p_in_bias=(2 * c,),
+                                    g_in_weight=(2 * c, cz), g_in_bias=(2 * c,), norm_out_weight=(c,), norm_out_bias=(c,),
+                                    p_out_weight=(cz, c), p_out_bias=(cz,), g_out_weight=(cz, cz), g_out_bias=(cz,)))
+    z, mask, unbatched = pair_batched(pair_repr, pair_mask)
+    weights = cast(params.values(), z.dtype)
+    if resolve_impl(impl, pair_repr) == "torch" or z.dtype == torch.float64:
+        if z.dtype == torch.float64 and impl == "triton":
+            warn_once("trimul-float64", "evofuse: no fused triangle multiplication for float64; running the PyTorch "
+                      "reference")
+        return unbatched(ref.triangle_multiplication_reference(z, mask, *weights, outgoing=outgoing))
+    nw_in, nb_in, p_in_w, p_in_b, g_in_w, g_in_b, nw_out, nb_out, p_out_w, p_out_b, g_out_w, g_out_b = weights
+    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (z, *weights))
+    with on_device(z):  # (train: the op keeps what the backward takes)
+        joined = trimul.joined_inputs([p_in_w, g_in_w, g_out_w], [p_in_b, g_in_b, g_out_b])
+        out = trimul.triangle_multiplication(z, mask, nw_in, nb_in, *joined, nw_out, nb_out, p_out_w, p_out_b, outgoing,
+                                             precision, train)[0]
+    return unbatched(out)
+
+
