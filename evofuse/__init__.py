@@ -1,8 +1,9 @@
 """evofuse: fused Triton kernels for the MSA operations of AlphaFold-family trunks.
 
-`OuterProductMean`, `MSARowAttentionWithPairBias`, `MSAColumnAttention`, `PairWeightedAveraging`, `TriangleAttention`
-and `TriangleMultiplication` are drop-in modules; `outer_product_mean`, `msa_row_attention`, `msa_column_attention`,
-`pair_weighted_averaging`, `triangle_attention` and `triangle_multiplication` their functional forms;
+`OuterProductMean`, `MSARowAttentionWithPairBias`, `MSAColumnAttention`, `PairWeightedAveraging`, `TriangleAttention`,
+`TriangleMultiplication` and `Transition` are drop-in modules; `outer_product_mean`, `msa_row_attention`,
+`msa_column_attention`, `pair_weighted_averaging`, `triangle_attention`, `triangle_multiplication` and `transition` their
+functional forms;
 `evofuse.reference` the plain-PyTorch definitions.
 Importing registers every operation's torch.library ops (`torch.ops.evofuse.*`, where Triton is installed), so
 that a program exported with them loads after `import evofuse`; it touches no GPU and compiles no kernel.
@@ -13,6 +14,7 @@ from .functional import (
     msa_row_attention,
     outer_product_mean,
     pair_weighted_averaging,
+    transition,
     triangle_attention,
     triangle_multiplication,
 )
@@ -21,11 +23,13 @@ from .modules import (
     MSARowAttentionWithPairBias,
     OuterProductMean,
     PairWeightedAveraging,
+    Transition,
     TriangleAttention,
     TriangleMultiplication,
 )
 
 __version__ = "0.2.0"
 __all__ = ["MSAColumnAttention", "MSARowAttentionWithPairBias", "OuterProductMean", "PairWeightedAveraging",
-           "TriangleAttention", "TriangleMultiplication", "msa_column_attention", "msa_row_attention",
-           "outer_product_mean", "pair_weighted_averaging", "triangle_attention", "triangle_multiplication"]
+           "Transition", "TriangleAttention", "TriangleMultiplication", "msa_column_attention", "msa_row_attention",
+           "outer_product_mean", "pair_weighted_averaging", "transition", "triangle_attention",
+           "triangle_multiplication"]

@@ -131,3 +131,20 @@ def check_pair_input(pair_repr: object, pair_mask: object) -> torch.Tensor:
             raise ValueError(f"pair_mask is on {mask.device} but pair_repr is on {pair_repr.device}: all tensors "
                              "must be on one device")
     return pair_repr
+
+
+def check_rows_input(x: object, mask: object, name: str = "x") -> torch.Tensor:
+    """A row-wise operation's input: x a real floating (..., D) tensor of rank >= 1, mask None or a real tensor of its
+    shape but the last, on its device."""
+    t = check_floating(name, x)
+    if t.dim() < 1:
+        raise ValueError(f"{name} must have shape (..., D), got a scalar")
+    if mask is not None:
+        m = _require_tensor("mask", mask)
+        if m.is_complex():
+            raise TypeError(f"mask must be bool, integer or real floating, got {m.dtype}")
+        if m.shape != t.shape[:-1]:
+            raise ValueError(f"mask must have shape {tuple(t.shape[:-1])} ({name}'s but its last), got {tuple(m.shape)}")
+        if m.device != t.device:
+            raise ValueError(f"mask is on {m.device} but {name} is on {t.device}: all tensors must be on one device")
+    return t

@@ -1,4 +1,4 @@
-"""The two operations in plain PyTorch.
+"""Every operation in plain PyTorch.
 
 This module is the single definition of what evofuse computes: the tests and benchmarks import it,
 the float64 evaluations that the numerics contract is checked against run through it, and it is the
@@ -297,3 +297,19 @@ def msa_column_attention_reference(msa_repr, msa_mask, layer_norm_weight, layer_
                 for i in range(x.shape[1])]
         out = torch.cat(cols, dim=1) if cols else x.new_empty(x.shape[:3] + (out_weight.shape[0],))
     return out.transpose(1, 2)
+
+
+ACTIVATIONS = ("swiglu", "relu")  # the transition's: silu(a) * b (AF3 Algorithm 11), relu(a) (AF2 Algorithms 9, 15)
+
+
+def transition_reference(x, mask, layer_norm_weight, layer_norm_bias, a_weight, a_bias, b_weight, b_bias, out_weight,
+                         out_bias, activation="swiglu"):
+    """The transition, as the models compute it: y = LN(x) (eps 1e-5); h = silu(a(y)) * b(y) ("swiglu") or relu(a(y))
+    ("relu", b_weight and b_bias None); out = o(h) times the mask (x's leading shape, or None) as a column. x (..., D);
+    a, b (H, D) with biases (H,) or None; o (C, H) with its bias (C,) or None. Every product in x's dtype. Returns
+    (..., C)."""
+    y = F.layer_norm(x, x.shape[-1:], layer_norm_weight, layer_norm_bias, LAYER_NORM_EPS)
+    a = F.linear(y, a_weight, a_bias)
+    h = F.silu(a) * F.linear(y, b_weight, b_bias) if activation == "swiglu" else F.relu(a)
+    out = F.linear(h, out_weight, out_bias)
+    return out if mask is None else out * mask.to(out.dtype)[..., None]

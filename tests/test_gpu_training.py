@@ -12,6 +12,7 @@ from evofuse import (
     MSARowAttentionWithPairBias,
     OuterProductMean,
     PairWeightedAveraging,
+    Transition,
     TriangleAttention,
     TriangleMultiplication,
 )
@@ -49,21 +50,26 @@ MODEL_CASES = {
     "trimul-boltz": lambda: TriangleMultiplication(128, outgoing=False),  # Boltz-2, AF3
     "col-af2": lambda: MSAColumnAttention(256, 32, 8),  # OpenFold
     "col-of3": lambda: MSAColumnAttention(256, 32, 8, gate_and_output_bias=False),  # OpenFold3's AF2-style block
+    "trans-af2": lambda: Transition(256, 1024, activation="relu", bias=True),  # OpenFold's MSA transition
+    "trans-boltz": lambda: Transition(128, 512),  # Boltz, AF3, Protenix, OpenFold3: the pair transition
+    "trans-af3-single": lambda: Transition(384, 1536),  # AF3's single transition (rows past one 256-channel chunk)
 }
 
 
 def _model_inputs(name, S=33, N=97, seed=1):
     mod = MODEL_CASES[name]()
     norm = (mod.norm_m if name.startswith("pwa") else mod.norm_in if name.startswith("trimul")
+            else mod.norm if name.startswith("trans")
             else mod._msa_att.layer_norm_m if name.startswith("col") else mod.layer_norm)
     D = norm.normalized_shape[0]
     g = torch.Generator().manual_seed(seed)
-    if name.startswith("tri"):  # the pair (1, N, N, 128) and its mask, a padding residue's pairs all masked
+    if name.startswith("tri") and not name.startswith("trans"):
+        # the pair (1, N, N, 128) and its mask, a padding residue's pairs all masked
         mask = torch.rand(1, N, N, generator=g) > 0.1
         mask[:, -1] = mask[:, :, -1] = False
         return randomize(mod, seed), (torch.randn(1, N, N, D, generator=g), mask)
     x = torch.randn(1, S, N, D, generator=g)
-    if name.startswith(("opm", "col")):
+    if name.startswith(("opm", "col", "trans")):
         return randomize(mod, seed), (x, random_mask(1, S, N, "rows", seed))
     z = torch.randn(1, N, N, 128, generator=g)
     mask = random_mask(1, S, N, "rows", seed) if name.startswith("att") else (torch.rand(1, N, N, generator=g) > 0.1)
@@ -81,7 +87,7 @@ def test_gradients_at_the_models_widths(name, dtype, autotuned):
 def _small_case(op, seed):
     """A module and inputs of `op` small enough for many steps."""
     name = {"opm": "opm-boltz", "att": "att-af2", "pwa": "pwa-boltz", "tri": "tri-boltz", "trimul": "trimul-boltz",
-            "col": "col-of3"}[op]
+            "col": "col-of3", "trans": "trans-boltz"}[op]
     mod, inputs = _model_inputs(name, S=6, N=19, seed=seed)
     return mod, tuple(mask_form(t, "bool") if k == len(inputs) - 1 else t for k, t in enumerate(inputs))
 
@@ -97,7 +103,7 @@ def _cuda_graphed(mod, sample):
 
 @pytest.mark.no_poison
 @pytest.mark.parametrize("mode", ["fullgraph", "reduce-overhead", "cuda-graph"])
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col", "trans"])
 def test_training_loop_under_compile_and_graphs(op, mode):
     """Three training steps of each operation under torch.compile(fullgraph=True), mode="reduce-overhead" and a
     captured CUDA graph, the weights updated in place and new inputs each step: outputs and every gradient as the
@@ -334,6 +340,34 @@ def test_triangle_multiplication_past_2_31_elements():
         o = ref(zr, mask, impl="torch")
         o.backward(grad.to(dtype))
         return o.detach(), {"input0": zr.grad, **{n: p.grad for n, p in ref.named_parameters()}}
+
+    lowp_out, lowp = reference(torch.bfloat16)
+    exact_out, exact = reference(torch.float32)
+    _assert_bf16_contract(out, got, exact_out, exact, lowp_out, lowp)
+
+
+@pytest.mark.full
+@pytest.mark.big
+@pytest.mark.no_poison
+def test_transition_past_2_31_elements():
+    """The pre-activations (M, 2H) pass 2**31 elements (M = 2**21 + 17 rows, c 128, H 512; bf16): the whole output and
+    every gradient against the reference in float32 (exact) and bf16 (the allowance)."""
+    torch.manual_seed(0)
+    mod = randomize(Transition(128, 512), 1).cuda().bfloat16()
+    M = 2**21 + 17
+    x = torch.randn(1, M, 128, device="cuda", dtype=torch.bfloat16)
+    grad = torch.randn(1, M, 128, device="cuda", dtype=torch.bfloat16)
+    out, got = _fused_step(mod, [x, None], grad, 1)
+    assert M * 2 * 512 > 2**31
+    x.grad = None  # (held in `got`)
+    torch.cuda.empty_cache()
+
+    def reference(dtype):
+        ref = copy.deepcopy(mod).to(dtype)
+        xr = x.detach().to(dtype).requires_grad_()
+        o = ref(xr, None, impl="torch")
+        o.backward(grad.to(dtype))
+        return o.detach(), {"input0": xr.grad, **{n: p.grad for n, p in ref.named_parameters()}}
 
     lowp_out, lowp = reference(torch.bfloat16)
     exact_out, exact = reference(torch.float32)

@@ -45,8 +45,9 @@ def test_patched_msa_layer_matches_boltz():
     from evofuse.integrations import boltz as integration
 
     assert_patched_block_matches(integration, _layer(), _inputs(), [
-        "outer_product_mean", "pair_weighted_averaging", "pairformer_layer.tri_att_end", "pairformer_layer.tri_att_start",
-        "pairformer_layer.tri_mul_in", "pairformer_layer.tri_mul_out"],
+        "msa_transition", "outer_product_mean", "pair_weighted_averaging", "pairformer_layer.transition_z",
+        "pairformer_layer.tri_att_end", "pairformer_layer.tri_att_start", "pairformer_layer.tri_mul_in",
+        "pairformer_layer.tri_mul_out"],
         _call)
 
 
@@ -65,13 +66,14 @@ def test_patched_modules_under_autocast():
 
     z, m, token_mask, msa_mask = _inputs()
     assert_autocast_like_original(integration, _layer(), {"pair_weighted_averaging": (m, z, token_mask),
-                                                          "outer_product_mean": (m, msa_mask)}, DEVICE)
+                                                          "outer_product_mean": (m, msa_mask), "msa_transition": (m,)},
+                                  DEVICE)
 
 
 def test_patched_pairformer_layer_matches_boltz():
-    """Boltz-2's PairformerLayer with its two triangle attentions and two triangle multiplications patched (its
-    transitions and single attention stay): a training step as the original's, on a pair mask with a padding token, with Boltz's
-    chunk and kernel switches in the call. (Boltz 2.2.1's Boltz-1 form, v2=False, fails in Boltz's own attention.)"""
+    """Boltz-2's PairformerLayer with its two triangle attentions, two triangle multiplications and two transitions
+    patched (its single attention stays): a training step as the original's, on a pair mask with a padding token, with
+    Boltz's chunk and kernel switches in the call. (Boltz 2.2.1's Boltz-1 form, v2=False, fails in Boltz's own attention.)"""
     from boltz.model.layers.pairformer import PairformerLayer
 
     from evofuse.integrations import boltz as integration
@@ -85,5 +87,6 @@ def test_patched_pairformer_layer_matches_boltz():
     mask[:, -1] = 0
     pair_mask = mask[:, :, None] * mask[:, None, :]
     assert_patched_block_matches(integration, layer, [t.to(DEVICE) for t in (s, z, mask, pair_mask)],
-                                 ["tri_att_end", "tri_att_start", "tri_mul_in", "tri_mul_out"],
+                                 ["transition_s", "transition_z", "tri_att_end", "tri_att_start", "tri_mul_in",
+                                  "tri_mul_out"],
                                  lambda block, *x: block(*x, chunk_size_tri_attn=4, use_kernels=False))

@@ -26,22 +26,25 @@ def openfold_modules(monkeypatch):
 
 
 class EvoformerMSAPart(nn.Module):
-    """The MSA half of an Evoformer block: row attention with pair bias, column attention, then the Outer Product
-    Mean."""
+    """The MSA half of an Evoformer block: row attention with pair bias, column attention, the MSA transition, then
+    the Outer Product Mean."""
 
     def __init__(self):
         super().__init__()
+        from openfold.model.evoformer import MSATransition
         from openfold.model.msa import MSAColumnAttention, MSARowAttentionWithPairBias
         from openfold.model.outer_product_mean import OuterProductMean
 
         self.msa_att_row = MSARowAttentionWithPairBias(C_M, C_Z, c_hidden=8, no_heads=3)  # inner 24, not 16
         self.msa_att_col = MSAColumnAttention(C_M, c_hidden=8, no_heads=2)
+        self.msa_transition = MSATransition(C_M, 3)
         self.outer_product_mean = OuterProductMean(C_M, C_Z, c_hidden=8, eps=1e-3)
 
     def forward(self, m, z, msa_mask):
         m = m + self.msa_att_row(m, z=z, mask=msa_mask, chunk_size=None, use_memory_efficient_kernel=False,
                                  use_lma=False, inplace_safe=False)
         m = m + self.msa_att_col(m, mask=msa_mask, chunk_size=None, inplace_safe=False, use_lma=False)
+        m = m + self.msa_transition(m, mask=msa_mask, chunk_size=None)
         return m, z + self.outer_product_mean(m, mask=msa_mask, chunk_size=None, inplace_safe=False)
 
 
@@ -59,7 +62,7 @@ def test_patched_evoformer_msa_part_matches_openfold():
 
     torch.manual_seed(0)
     assert_patched_block_matches(integration, randomize(EvoformerMSAPart(), 1).to(DEVICE), _inputs(),
-                                 ["msa_att_col", "msa_att_row", "outer_product_mean"])
+                                 ["msa_att_col", "msa_att_row", "msa_transition", "outer_product_mean"])
 
 
 def test_unsupported_module_is_left_with_a_warning():
@@ -78,7 +81,8 @@ def test_patched_modules_under_autocast():
     m, z, msa_mask = _inputs()
     msa_mask[:, -1] = 1
     assert_autocast_like_original(integration, randomize(EvoformerMSAPart(), 1).to(DEVICE), {
-        "msa_att_row": (m, z, msa_mask), "msa_att_col": (m, msa_mask), "outer_product_mean": (m, msa_mask)}, DEVICE)
+        "msa_att_row": (m, z, msa_mask), "msa_att_col": (m, msa_mask), "outer_product_mean": (m, msa_mask),
+        "msa_transition": (m, msa_mask)}, DEVICE)
 
 
 def test_patch_names_a_model_that_is_no_module():
@@ -95,6 +99,7 @@ class EvoformerPairPart(nn.Module):
 
     def __init__(self):
         super().__init__()
+        from openfold.model.pair_transition import PairTransition
         from openfold.model.triangular_attention import TriangleAttentionEndingNode, TriangleAttentionStartingNode
         from openfold.model.triangular_multiplicative_update import (
             TriangleMultiplicationIncoming,
@@ -105,6 +110,7 @@ class EvoformerPairPart(nn.Module):
         self.tri_mul_in = TriangleMultiplicationIncoming(C_Z, 6)
         self.tri_att_start = TriangleAttentionStartingNode(C_Z, 8, 3)
         self.tri_att_end = TriangleAttentionEndingNode(C_Z, 8, 3)
+        self.pair_transition = PairTransition(C_Z, 2)
 
     def forward(self, z, z_update, pair_mask):
         """z and the update the MSA stack adds to it (the block step's second differentiable input)."""
@@ -113,8 +119,9 @@ class EvoformerPairPart(nn.Module):
         z = z + self.tri_mul_in(z, mask=pair_mask, inplace_safe=False, _add_with_inplace=False)
         z = z + self.tri_att_start(z, mask=pair_mask, chunk_size=None, use_memory_efficient_kernel=False,
                                    use_deepspeed_evo_attention=False, use_lma=False, inplace_safe=False)
-        return z + self.tri_att_end(z, mask=pair_mask, chunk_size=None, use_memory_efficient_kernel=False,
-                                    use_deepspeed_evo_attention=False, use_lma=False, inplace_safe=False)
+        z = z + self.tri_att_end(z, mask=pair_mask, chunk_size=None, use_memory_efficient_kernel=False,
+                                 use_deepspeed_evo_attention=False, use_lma=False, inplace_safe=False)
+        return z + self.pair_transition(z, pair_mask, None)
 
 
 def _pair_inputs():
@@ -128,13 +135,13 @@ def _pair_inputs():
 
 
 def test_patched_pair_stack_matches_openfold():
-    """Both triangle multiplications and both triangle attentions patched: a training step (outputs, z's gradient,
-    every parameter's) as OpenFold's."""
+    """Both triangle multiplications, both triangle attentions and the pair transition patched: a training step
+    (outputs, z's gradient, every parameter's) as OpenFold's."""
     from evofuse.integrations import openfold as integration
 
     torch.manual_seed(0)
     assert_patched_block_matches(integration, randomize(EvoformerPairPart(), 4).to(DEVICE), _pair_inputs(),
-                                 ["tri_att_end", "tri_att_start", "tri_mul_in", "tri_mul_out"])
+                                 ["pair_transition", "tri_att_end", "tri_att_start", "tri_mul_in", "tri_mul_out"])
 
 
 def test_triangle_attention_with_a_smaller_inf_is_left_with_a_warning():

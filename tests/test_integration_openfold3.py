@@ -43,8 +43,8 @@ def _call(block, m, z, msa_mask, pair_mask):
 
 
 # (the ending node is called on the transposed pair with OpenFold3's transpose_bias)
-PATCHED = ["msa_att_row", "outer_product_mean", "pair_stack.tri_att_end", "pair_stack.tri_att_start",
-           "pair_stack.tri_mul_in", "pair_stack.tri_mul_out"]
+PATCHED = ["msa_att_row", "msa_transition", "outer_product_mean", "pair_stack.pair_transition",
+           "pair_stack.tri_att_end", "pair_stack.tri_att_start", "pair_stack.tri_mul_in", "pair_stack.tri_mul_out"]
 
 
 @pytest.fixture(autouse=True)

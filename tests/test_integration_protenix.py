@@ -44,14 +44,14 @@ def test_patched_msa_block_matches_protenix():
     from evofuse.integrations import protenix as integration
 
     assert_patched_block_matches(integration, _block(), _inputs(),
-                                 ["msa_stack.msa_pair_weighted_averaging", "outer_product_mean_msa",
-                                  "pair_stack.tri_att_end", "pair_stack.tri_att_start", "pair_stack.tri_mul_in",
-                                  "pair_stack.tri_mul_out"])
+                                 ["msa_stack.msa_pair_weighted_averaging", "msa_stack.transition_m",
+                                  "outer_product_mean_msa", "pair_stack.pair_transition", "pair_stack.tri_att_end",
+                                  "pair_stack.tri_att_start", "pair_stack.tri_mul_in", "pair_stack.tri_mul_out"])
 
 
 def test_patched_pairformer_block_matches_protenix():
-    """Protenix's PairformerBlock with its two triangle attentions and two triangle multiplications patched (its
-    transitions and single attention stay): a training step as the original's, on a pair mask with a padding token, with
+    """Protenix's PairformerBlock with its two triangle attentions, two triangle multiplications and two transitions
+    patched (its single attention stays): a training step as the original's, on a pair mask with a padding token, with
     Protenix's chunk size and kernel switch in the call."""
     from protenix.model.modules.pairformer import PairformerBlock
 
@@ -66,7 +66,8 @@ def test_patched_pairformer_block_matches_protenix():
     mask[-1] = 0
     pair_mask = mask[:, None] * mask[None, :]
     assert_patched_block_matches(integration, block, [t.to(DEVICE) for t in (s, z, pair_mask)],
-                                 ["tri_att_end", "tri_att_start", "tri_mul_in", "tri_mul_out"],
+                                 ["pair_transition", "single_transition", "tri_att_end", "tri_att_start", "tri_mul_in",
+                                  "tri_mul_out"],
                                  lambda b, *x: b(*x, triangle_attention="torch", chunk_size=4))
 
 

@@ -179,6 +179,36 @@ def test_opcheck_msa_column_attention(train):
     torch.library.opcheck(msa_column_attention_op, _col_args(train, mask=False, bias=False))
 
 
+def _trans_args(train, glu=True, mask=True, bias=True):
+    """The transition op's arguments: rows (2, 5, 8), hidden 12, output 8, a and b joined (SwiGLU)."""
+    from evofuse import Transition
+
+    from .helpers import randomize
+
+    mod = randomize(Transition(8, 12, activation="swiglu" if glu else "relu", bias=bias), 13).to(DEVICE)
+    x = torch.randn(2, 5, 8, device=DEVICE, requires_grad=train)
+    row_mask = random_mask(1, 2, 5, "rows", 14)[0].to(DEVICE) if mask else None
+    with torch.no_grad():  # (the op's own leaves)
+        w_in = torch.cat([mod.fc1.weight, mod.fc2.weight]) if glu else mod.fc1.weight.clone()
+        b_in = None if not bias else torch.cat([mod.fc1.bias, mod.fc2.bias]) if glu else mod.fc1.bias.clone()
+    params = [t if t is None else t.detach().requires_grad_(train) for t in (
+        mod.norm.weight, mod.norm.bias, w_in, b_in, mod.fc3.weight, mod.fc3.bias)]
+    return (x, row_mask, *params, glu, "default", train)
+
+
+@pytest.mark.no_poison
+@pytest.mark.parametrize("train", [False, True])
+def test_opcheck_transition(train):
+    from evofuse.ops.transition import transition_op
+    from evofuse.ops.transition.op import activation_backward_op
+
+    torch.library.opcheck(transition_op, _trans_args(train))
+    torch.library.opcheck(transition_op, _trans_args(train, glu=False, mask=False, bias=False))
+    for glu in (True, False):
+        pre = torch.randn(10, 24 if glu else 12, device=DEVICE)
+        torch.library.opcheck(activation_backward_op, (pre, torch.randn(10, 12, device=DEVICE), glu))
+
+
 @pytest.mark.no_poison
 @pytest.mark.parametrize("outgoing, mask", [(True, True), (False, False)])
 def test_opcheck_triangle_multiplication_core_backward(outgoing, mask):
@@ -267,16 +297,18 @@ def test_pair_weighted_averaging_keeps_nothing_for_inference(dtype):
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col", "trans"])
 def test_backward_makes_no_zero_gradients_for_the_kept_outputs(op):
     """The outputs an op keeps for its backward (projections, weighted or gated sums, weights) get no gradient: autograd
     must not fill zeros of their size (at pwa-long ~0.9 GiB and a pass over memory each step)."""
     from evofuse.ops.msa_column_attention import msa_column_attention_op
     from evofuse.ops.pair_weighted_averaging import pair_weighted_averaging_op
+    from evofuse.ops.transition import transition_op
     from evofuse.ops.triangle_attention import triangle_attention_op
     from evofuse.ops.triangle_multiplication import triangle_multiplication_op
 
-    fn, args = {"col": (msa_column_attention_op, _col_args(True)), "opm": (outer_product_mean_op, _opm_args(True)),
+    fn, args = {"col": (msa_column_attention_op, _col_args(True)), "trans": (transition_op, _trans_args(True)),
+                "opm": (outer_product_mean_op, _opm_args(True)),
                 "att": (row_attention_op, _att_args(True)),
                 "pwa": (pair_weighted_averaging_op, _pwa_args(True)), "tri": (triangle_attention_op, _tri_args(True)),
                 "trimul": (triangle_multiplication_op, _trimul_args(True))}[op]
@@ -324,11 +356,16 @@ def _nested_op_cases():
                                                                        (torch.rand(1, 5, 6) > 0.3).float()),
            [("evofuse.ops.msa_column_attention.op", "core_backward_op"),
             ("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
-    return {"opm": opm, "att": att, "pwa": pwa, "tri": tri, "trimul": trimul, "col": col}
+    from evofuse import Transition
+
+    trans = (randomize(Transition(8, 12, impl="triton"), 13), (torch.randn(2, 5, 8), (torch.rand(2, 5) > 0.3).float()),
+             [("evofuse.ops.transition.op", "activation_backward_op"),
+              ("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
+    return {"opm": opm, "att": att, "pwa": pwa, "tri": tri, "trimul": trimul, "col": col, "trans": trans}
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col", "trans"])
 def test_backward_nested_ops_dispatched_only_when_traced(op, monkeypatch):
     """An eager backward calls the Python functions behind its nested ops (no dispatcher in between); a traced one
     (torch.compile through AOTAutograd, fake and functional tensors) calls the registered ops, which it keeps
@@ -362,7 +399,7 @@ def test_backward_nested_ops_dispatched_only_when_traced(op, monkeypatch):
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col", "trans"])
 def test_eager_call_skips_the_dispatcher(op):
     """Eagerly on plain tensors an operation runs under a torch.autograd.Function (`_runtime.eager_or_dispatched`),
     not through its custom op: its output's gradient node is that Function's, and the gradients match the custom

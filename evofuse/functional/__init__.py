@@ -8,6 +8,7 @@ one node with a registered backward. `precision` ("default" or "fast") chooses t
 
 from .msa import msa_column_attention, msa_row_attention, outer_product_mean, pair_weighted_averaging
 from .pair import triangle_attention, triangle_multiplication
+from .transition import transition
 
 __all__ = ["msa_column_attention", "msa_row_attention", "outer_product_mean", "pair_weighted_averaging",
-           "triangle_attention", "triangle_multiplication"]
+           "transition", "triangle_attention", "triangle_multiplication"]

@@ -17,10 +17,11 @@ if triton_available():  # the operations' torch.library ops, registered here: `i
     from ..ops import outer_product_mean as opm
     from ..ops import pair_weighted_averaging as pwa
     from ..ops import row_attention as att
+    from ..ops import transition as trans
     from ..ops import triangle_attention as tri
     from ..ops import triangle_multiplication as trimul
 else:  # (no Triton: every call takes the reference; `resolve_impl` refuses impl="triton")
-    opm = pwa = att = tri = trimul = col = None
+    opm = pwa = att = tri = trimul = col = trans = None
 
 
 def check_options(precision: str, normalization: str | None = None) -> None:

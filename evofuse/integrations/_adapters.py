@@ -23,6 +23,9 @@ TriangleMultiplicativeUpdate (outgoing or incoming by `_outgoing`): submodules `
 `linear_a_g`, `linear_b_p`, `linear_b_g` (OpenFold3's fused form: `linear_ab_p`, `linear_ab_g`), `layer_norm_out`,
 `linear_z`, `linear_g`; called as `tri_mul(z, mask, inplace_safe=False, _add_with_inplace=False, ...)` (with both
 set it returns z + the update, as the models' in-place inference path does).
+
+`FusedTransition` stands in for a transition (LayerNorm, then a SwiGLU or ReLU MLP): Boltz's as it is, the other
+families' through subclasses that name their parts.
 """
 
 from __future__ import annotations
@@ -261,3 +264,47 @@ class FusedOpenFoldTriangleMultiplication(nn.Module):
                 self.layer_norm_out.weight, self.layer_norm_out.bias, self.linear_z.weight, self.linear_z.bias,
                 self.linear_g.weight, self.linear_g.bias, outgoing=self._outgoing)
         return out + z if inplace_safe and _add_with_inplace else out
+
+
+class FusedTransition(nn.Module):
+    """A transition (LayerNorm, then a two-layer MLP) computed by `evofuse.transition`; holds the original's submodules
+    under their names. A family's subclass names its parts (`PARTS`: the LayerNorm, a, b or None, the output linear,
+    as paths from the module), its `ACTIVATION`, and whether its call takes a mask (`MASKED`: OpenFold's and
+    OpenFold3's `t(x, mask, chunk_size, ...)`; Boltz's `t(x, chunk_size)` and Protenix's `t(x)` take none). Chunk
+    sizes are accepted and not needed: an inference call holds the hidden rows in blocks. This class is Boltz's."""
+
+    PARTS: tuple[str, str, str | None, str] = ("norm", "fc1", "fc2", "fc3")
+    ACTIVATION = "swiglu"
+    MASKED = False
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        for name, value in vars(original).items():  # (the original's sizes: c_in, n, hidden, ...)
+            if not name.startswith("_") and name != "training" and isinstance(value, (int, float, str)):
+                setattr(self, name, value)
+        for name, child in original.named_children():  # (in the original's order: its state_dict's)
+            setattr(self, name, child)
+
+    @classmethod
+    def _parts(cls, module: nn.Module) -> list[nn.Module | None]:
+        return [None if path is None else module.get_submodule(path) for path in cls.PARTS]
+
+    @classmethod
+    def unsupported_reason(cls, module: nn.Module) -> str | None:
+        """Why `module` cannot be replaced (None if it can)."""
+        norm, *linears = cls._parts(module)
+        return check_linears(*(linear for linear in linears if linear is not None)) or check_layer_norm(norm)
+
+    def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        """x (*, c) (and mask (*) or None where `MASKED`) -> (*, c_out) in the compute dtype."""
+        mask = (args[0] if args else kwargs.get("mask")) if self.MASKED else None
+        norm, a, b, out = self._parts(self)
+        dtype = compute_dtype(x)
+        with torch.autocast(x.device.type, enabled=False):
+            y = functional.transition(
+                x.to(dtype), mask, norm.weight, norm.bias, a.weight, a.bias, None if b is None else b.weight,
+                None if b is None else b.bias, out.weight, out.bias, activation=self.ACTIVATION)
+        if not self.MASKED:
+            return y
+        # (the models multiply by the mask, or by ones of x's dtype, which promotes a 16-bit output under autocast)
+        return y.to(torch.promote_types(y.dtype, (x if mask is None else mask).dtype))

@@ -2,15 +2,16 @@
 `boltz.model.layers.pair_averaging.PairWeightedAveraging`, `boltz.model.layers.outer_product_mean.OuterProductMean`
 `boltz.model.layers.triangular_attention.attention.TriangleAttention` (starting and ending node: the Pairformer's
 and the MSA module's `tri_att_start`, `tri_att_end`) and `boltz.model.layers.triangular_mult`'s
-`TriangleMultiplicationOutgoing` and `TriangleMultiplicationIncoming` (`tri_mul_out`, `tri_mul_in`) inside `model`,
-in place.
+`TriangleMultiplicationOutgoing` and `TriangleMultiplicationIncoming` (`tri_mul_out`, `tri_mul_in`) and
+`boltz.model.layers.transition.Transition` (`transition_s`, `transition_z`, `msa_transition`, `z_transition`, the
+encoders') inside `model`, in place.
 
-The replacements hold the original submodules themselves (the same Parameters under the same names), so the
-model's checkpoints load unchanged and training updates the original modules too; they take Boltz's calls as
-Boltz makes them (`pwa(m, z, mask, chunk_heads)`, `opm(m, mask, chunk_size)`, `tri(z, mask, chunk_size,
-use_kernels)`, `tri_mul(z, mask, use_kernels)`; chunking and cuEquivariance's kernels are not needed) and, under
-`torch.autocast`, compute in the autocast dtype as Boltz's linear layers do. A module evofuse cannot fuse
-(a head or hidden width it has no kernel for) stays as it is, with a warning naming it.
+The replacements hold the original submodules themselves (the same Parameters under the same names), so the model's
+checkpoints load unchanged and training updates the original modules too; they take Boltz's calls as Boltz makes
+them (`pwa(m, z, mask, chunk_heads)`, `opm(m, mask, chunk_size)`, `tri(z, mask, chunk_size, use_kernels)`,
+`tri_mul(z, mask, use_kernels)`, `transition(x, chunk_size)`; chunking and cuEquivariance's kernels are not needed)
+and, under `torch.autocast`, compute in the autocast dtype as Boltz's linear layers do. A module evofuse cannot
+fuse (a head or hidden width it has no kernel for) stays as it is, with a warning naming it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from torch import nn
 
 from .. import functional
-from ._adapters import FusedOpenFoldTriangleAttention
+from ._adapters import FusedOpenFoldTriangleAttention, FusedTransition
 from ._patching import (
     check_layer_norm,
     check_outer_product_mean,
@@ -111,12 +112,13 @@ REPLACEMENTS = {
     ("boltz.model.layers.triangular_attention.attention", "TriangleAttentionEndingNode"): FusedOpenFoldTriangleAttention,
     (_TRIANGLE_MULT, "TriangleMultiplicationOutgoing"): FusedTriangleMultiplication,
     (_TRIANGLE_MULT, "TriangleMultiplicationIncoming"): FusedTriangleMultiplication,
+    ("boltz.model.layers.transition", "Transition"): FusedTransition,
 }
 
 
 def patch(model: nn.Module) -> list[str]:
-    """Replaces, in place, every Boltz pair-weighted averaging, Outer Product Mean, triangle attention and triangle
-    multiplication module among `model`'s descendants by evofuse's; returns the names of the modules replaced."""
+    """Replaces, in place, every Boltz pair-weighted averaging, Outer Product Mean, triangle attention, triangle
+    multiplication and transition module among `model`'s descendants by evofuse's; returns the names of the modules replaced."""
     return patch_modules(model, REPLACEMENTS)
 
 

@@ -3,11 +3,13 @@
 `...msa.MSAColumnAttention` (the AF2-style blocks), `openfold3.core.model.layers.outer_product_mean.OuterProductMean`,
 `openfold3.core.model.layers.triangular_attention.TriangleAttention` (and its `TriangleAttentionEndingNode`: every
 block's `tri_att_start` and `tri_att_end`) and `...triangular_multiplicative_update`'s TriangleMultiplication{Outgoing,
-Incoming} and their fused forms (`tri_mul_out`, `tri_mul_in`) inside `model`, in place; `unpatch(model)` undoes it.
+Incoming} and their fused forms (`tri_mul_out`, `tri_mul_in`) and `openfold3.core.model.layers.transition`'s
+`SwiGLUTransition` and `ReLUTransition` inside `model`, in place; `unpatch(model)` undoes it.
 
 The replacements hold the original submodules (the same Parameters under the same names), so checkpoints load
 unchanged, and take OpenFold3's calls (`pwa(m, z, mask, chunk_size, use_softmax_kernel)`,
-`opm(m, mask, chunk_size, inplace_safe)`, `tri(x, mask, transpose_bias, chunk_size, ...)`; chunking, the softmax
+`opm(m, mask, chunk_size, inplace_safe)`, `tri(x, mask, transpose_bias, chunk_size, ...)`, `transition(x, mask,
+chunk_size, ckpt_chunk_size)`; chunking, the softmax
 kernel and the cuEquivariance, DeepSpeed and Triton kernel switches are not needed). The pair mask is
 OpenFold3's additive `inf * (mask - 1)` with the module's `inf`. A module evofuse cannot fuse (projections with
 biases, a head or hidden width without a kernel) stays as it is, with a warning naming it.
@@ -25,6 +27,7 @@ from ._adapters import (
     FusedOpenFoldRowAttention,
     FusedOpenFoldTriangleAttention,
     FusedOpenFoldTriangleMultiplication,
+    FusedTransition,
 )
 from ._patching import (
     check_layer_norm,
@@ -79,6 +82,29 @@ class FusedTriangleAttention(FusedOpenFoldTriangleAttention):
         return self.attend(x, mask, transpose_bias)
 
 
+class FusedSwiGLUTransition(FusedTransition):
+    """OpenFold3's SwiGLUTransition (AF3 Algorithm 11: `layer_norm`, `swiglu.linear_a`, `swiglu.linear_b`,
+    `linear_out`; the output times the mask)."""
+
+    PARTS = ("layer_norm", "swiglu.linear_a", "swiglu.linear_b", "linear_out")
+    MASKED = True
+
+
+class FusedReLUTransition(FusedTransition):
+    """OpenFold3's ReLUTransition (AF2 Algorithms 9 and 15: `layer_norm`, `transition_mlp.layers[0][0]`,
+    `transition_mlp.linear_out`; the output times the mask), with one linear and ReLU layer."""
+
+    PARTS = ("layer_norm", "transition_mlp.layers.0.0", None, "transition_mlp.linear_out")
+    ACTIVATION = "relu"
+    MASKED = True
+
+    @classmethod
+    def unsupported_reason(cls, module: nn.Module) -> str | None:
+        if module.transition_mlp.num_relu_layers != 1:
+            return f"{module.transition_mlp.num_relu_layers} linear and ReLU layers (fused: 1)"
+        return super().unsupported_reason(module)
+
+
 _TRIANGLE = "openfold3.core.model.layers.triangular_attention"
 _TRIANGLE_MULT = "openfold3.core.model.layers.triangular_multiplicative_update"
 REPLACEMENTS = {
@@ -90,12 +116,14 @@ REPLACEMENTS = {
     (_TRIANGLE, "TriangleAttentionEndingNode"): FusedTriangleAttention,
     **{(_TRIANGLE_MULT, f"{fused}TriangleMultiplication{edges}"): FusedOpenFoldTriangleMultiplication
        for fused in ("", "Fused") for edges in ("Outgoing", "Incoming")},
+    ("openfold3.core.model.layers.transition", "SwiGLUTransition"): FusedSwiGLUTransition,
+    ("openfold3.core.model.layers.transition", "ReLUTransition"): FusedReLUTransition,
 }
 
 
 def patch(model: nn.Module) -> list[str]:
     """Replaces, in place, every OpenFold3 pair-weighted averaging, row and column attention, Outer Product Mean,
-    triangle attention and triangle multiplication among `model`'s descendants by evofuse's; returns the names of the
+    triangle attention, triangle multiplication and transition among `model`'s descendants by evofuse's; returns the names of the
     modules replaced."""
     return patch_modules(model, REPLACEMENTS)
 

@@ -2,13 +2,13 @@
 `protenix.model.modules.pairformer.MSAPairWeightedAveraging`, `protenix.model.triangular.layers.OuterProductMean`
 `protenix.model.triangular.triangular.TriangleAttention` (and `TriangleAttentionEndingNode`: the Pairformer's and
 the MSA module's `tri_att_start`, `tri_att_end`) and its `TriangleMultiplicationOutgoing` and
-`TriangleMultiplicationIncoming` (`tri_mul_out`, `tri_mul_in`) inside `model`, in place; `unpatch(model)` undoes
-it.
+`TriangleMultiplicationIncoming` (`tri_mul_out`, `tri_mul_in`) and `protenix.model.modules.primitives.Transition`
+(the Pairformer's and the MSA module's transitions) inside `model`, in place; `unpatch(model)` undoes it.
 
 The replacements hold the original submodules (the same Parameters under the same names), so checkpoints load
 unchanged, and take Protenix's calls (`pwa(m, z)`, `opm(m, mask, chunk_size, inplace_safe)`, `tri(x, mask,
 chunk_size, triangle_attention, inplace_safe)`, `tri_mul(z, mask, inplace_safe, _add_with_inplace, ...,
-triangle_multiplicative)`: the kernel choice, cuEquivariance's included, is not needed). Protenix runs
+triangle_multiplicative)`, `transition(x)`: the kernel choice, cuEquivariance's included, is not needed). Protenix runs
 its Outer Product Mean in float32 under float16 autocast, and so does the replacement. A module evofuse cannot
 fuse stays as it is, with a warning naming it.
 """
@@ -23,6 +23,7 @@ from ._adapters import (
     FusedOpenFoldOuterProductMean,
     FusedOpenFoldTriangleAttention,
     FusedOpenFoldTriangleMultiplication,
+    FusedTransition,
 )
 from ._patching import check_layer_norm, check_pair_weighted_averaging, compute_dtype, patch_modules, unpatch_modules
 
@@ -69,6 +70,13 @@ class FusedOuterProductMean(FusedOpenFoldOuterProductMean):
         return torch.float32 if is_fp16_enabled() else compute_dtype(m)
 
 
+class FusedProtenixTransition(FusedTransition):
+    """Protenix's Transition (AF3 Algorithm 11: `layernorm1`, `linear_no_bias_a`, `linear_no_bias_b`,
+    `linear_no_bias`; called as `t(x)`)."""
+
+    PARTS = ("layernorm1", "linear_no_bias_a", "linear_no_bias_b", "linear_no_bias")
+
+
 REPLACEMENTS = {
     ("protenix.model.modules.pairformer", "MSAPairWeightedAveraging"): FusedPairWeightedAveraging,
     ("protenix.model.triangular.layers", "OuterProductMean"): FusedOuterProductMean,
@@ -77,12 +85,13 @@ REPLACEMENTS = {
     ("protenix.model.triangular.triangular", "TriangleAttentionEndingNode"): FusedOpenFoldTriangleAttention,
     ("protenix.model.triangular.triangular", "TriangleMultiplicationOutgoing"): FusedOpenFoldTriangleMultiplication,
     ("protenix.model.triangular.triangular", "TriangleMultiplicationIncoming"): FusedOpenFoldTriangleMultiplication,
+    ("protenix.model.modules.primitives", "Transition"): FusedProtenixTransition,
 }
 
 
 def patch(model: nn.Module) -> list[str]:
-    """Replaces, in place, every Protenix pair-weighted averaging, Outer Product Mean, triangle attention and triangle
-    multiplication among `model`'s descendants by evofuse's; returns the names of the modules replaced."""
+    """Replaces, in place, every Protenix pair-weighted averaging, Outer Product Mean, triangle attention, triangle
+    multiplication and transition among `model`'s descendants by evofuse's; returns the names of the modules replaced."""
     return patch_modules(model, REPLACEMENTS)
 
 

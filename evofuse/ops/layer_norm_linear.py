@@ -20,7 +20,7 @@ from torch import Tensor
 from .._runtime import bucket, cdiv, dot_precision, multiprocessors, next_pow2, traced, tuning_candidates
 from ..reference import LAYER_NORM_EPS
 from .float16_halves import finite_abs, power_of_two_scales, store_halves
-from .layer_norm_rows import centred_rows
+from .layer_norm_rows import centred_rows, row_moments
 
 
 @triton.jit
@@ -81,7 +81,7 @@ def _layer_norm_linear_kernel(
             _store(acc, pid_m * BLOCK_M, k0, M, K, bias_ptr, m_ptr, stride_mm, y_ptr, stride_yg, GROUP, HAS_BIAS,
                    HAS_MASK, BLOCK_M, BLOCK_K)
     else:
-        mean, rstd = _moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M, BLOCK_D)
+        mean, rstd = row_moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M, BLOCK_D)
         offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
         acc = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
         for d0 in range(0, D, BLOCK_D):
@@ -157,29 +157,6 @@ def _weight_halves_kernel(
         folded_bias += tl.load(bias_ptr + offs_k, mask=k_ok, other=0.0)
     tl.store(inv_ptr + offs_k, 1.0 / scale, mask=k_ok)
     tl.store(folded_bias_ptr + offs_k, folded_bias, mask=k_ok)
-
-
-@triton.jit
-def _moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
-    """The rows' mean and 1 / sqrt(variance + eps) in float32, over chunks of BLOCK_D (the variance about
-    the mean, in a second pass, which also takes back the mean's rounding: see `centred_rows`)."""
-    mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    for d0 in range(0, D, BLOCK_D):
-        offs_d = d0 + tl.arange(0, BLOCK_D)
-        x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=m_ok[:, None] & (offs_d < D)[None, :], other=0.0)
-        mean += tl.sum(x.to(tl.float32), axis=1)
-    mean = mean / D
-    var = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    shift = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    for d0 in range(0, D, BLOCK_D):
-        offs_d = d0 + tl.arange(0, BLOCK_D)
-        ok = m_ok[:, None] & (offs_d < D)[None, :]
-        x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=ok, other=0.0)
-        xc = tl.where(ok, x.to(tl.float32) - mean[:, None], 0.0)  # [BLOCK_M, BLOCK_D]
-        var += tl.sum(xc * xc, axis=1)
-        shift += tl.sum(xc, axis=1)
-    shift = shift / D
-    return mean + shift, 1.0 / tl.sqrt(tl.maximum(var / D - shift * shift, 0.0) + eps)
 
 
 @triton.jit

@@ -1,6 +1,6 @@
 """A LayerNorm's arithmetic on rows held on chip, shared by the kernels that normalize rows: `centred_rows` (the
-rows less their mean, and their variance) and `layer_norm_rows` (the standardized rows, 1 / std and the
-LayerNorm's output rounded as the reference's)."""
+rows less their mean, and their variance), `layer_norm_rows` (the standardized rows, 1 / std and the
+LayerNorm's output rounded as the reference's) and `row_moments` (mean and 1 / std of rows read in chunks)."""
 
 import triton
 import triton.language as tl
@@ -28,3 +28,27 @@ def layer_norm_rows(x, p_ok, P, eps, lnw, lnb, dtype: tl.constexpr):
     rstd = 1.0 / tl.sqrt(var + eps)
     xhat = xc * rstd[:, None]
     return xhat, rstd, (xhat * lnw[None, :] + lnb[None, :]).to(dtype).to(tl.float32)
+
+
+@triton.jit
+def row_moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The mean and 1 / sqrt(variance + eps) in float32 of the rows at x_rows [BLOCK_M, 1] (channels stride_xd
+    apart), over chunks of BLOCK_D (the variance about the mean, in a second pass, which also takes back the mean's
+    rounding: see `centred_rows`)."""
+    mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for d0 in range(0, D, BLOCK_D):
+        offs_d = d0 + tl.arange(0, BLOCK_D)
+        x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=m_ok[:, None] & (offs_d < D)[None, :], other=0.0)
+        mean += tl.sum(x.to(tl.float32), axis=1)
+    mean = mean / D
+    var = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    shift = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for d0 in range(0, D, BLOCK_D):
+        offs_d = d0 + tl.arange(0, BLOCK_D)
+        ok = m_ok[:, None] & (offs_d < D)[None, :]
+        x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=ok, other=0.0)
+        xc = tl.where(ok, x.to(tl.float32) - mean[:, None], 0.0)  # [BLOCK_M, BLOCK_D]
+        var += tl.sum(xc * xc, axis=1)
+        shift += tl.sum(xc, axis=1)
+    shift = shift / D
+    return mean + shift, 1.0 / tl.sqrt(tl.maximum(var / D - shift * shift, 0.0) + eps)

@@ -1,0 +1,73 @@
+"""The transition's functional form (see `evofuse.functional`)."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import reference as ref
+from .._dispatch import resolve_impl, warn_once
+from .._validation import check_param_shapes, check_params, check_ranks, check_rows_input
+from ._common import cast, check_options, on_device, trans
+
+
+def transition(
+    x: torch.Tensor,
+    mask: torch.Tensor | None,
+    layer_norm_weight: torch.Tensor,
+    layer_norm_bias: torch.Tensor,
+    a_weight: torch.Tensor,
+    a_bias: torch.Tensor | None,
+    b_weight: torch.Tensor | None,
+    b_bias: torch.Tensor | None,
+    out_weight: torch.Tensor,
+    out_bias: torch.Tensor | None,
+    *,
+    activation: str = "swiglu",
+    precision: str = "default",
+    impl: str | None = None,
+) -> torch.Tensor:
+    """The transition: LayerNorm, then a two-layer MLP, over every row of x (the MSA's, the pair's or the single
+    representation's; `evofuse.reference.transition_reference` is the definition).
+
+    Args:
+        x: (..., D) float16, bfloat16, float32 or float64, any strides and leading dimensions.
+        mask: x's leading shape, 0/1 as bool, integer or floating, or None: the output's rows times it (OpenFold's and
+            OpenFold3's; Boltz's and Protenix's have none).
+        layer_norm_weight, layer_norm_bias: (D,).
+        a_weight: (H, D), a_bias (H,) or None; b_weight (H, D) and b_bias (H,) or None for "swiglu", both None for
+            "relu"; out_weight (C, H), out_bias (C,) or None.
+        activation: "swiglu" (silu(a) * b: AF3 Algorithm 11, Boltz, Protenix, OpenFold3) or "relu" (relu(a): AF2
+            Algorithms 9 and 15, OpenFold).
+        precision, impl: as for `outer_product_mean`.
+    Returns:
+        (..., C) in x's dtype; the parameters are cast to it. 16-bit inputs accumulate in float32; the hidden rows are
+        never in memory whole in an inference call (blocks of rows), and a training call keeps only a and b.
+    """
+    check_options(precision)
+    if activation not in ref.ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ref.ACTIVATIONS}, got {activation!r}")
+    check_rows_input(x, mask)
+    glu = activation == "swiglu"
+    params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, a_weight=a_weight,
+                  a_bias=a_bias, b_weight=b_weight, b_bias=b_bias, out_weight=out_weight, out_bias=out_bias)
+    if not glu and (b_weight is not None or b_bias is not None):
+        raise ValueError("b_weight and b_bias must be None for activation='relu'")
+    check_params(x.device, params, optional=("a_bias", "b_bias", "out_bias") + (() if glu else ("b_weight",)),
+                 source="x")
+    check_ranks(params, dict(layer_norm_weight=1, a_weight=2, out_weight=2))
+    D, (H, C) = layer_norm_weight.shape[0], (a_weight.shape[0], out_weight.shape[0])
+    if x.shape[-1] != D:
+        raise ValueError(f"x must have shape (..., {D}) ({D}: the size of layer_norm_weight): last dimension is "
+                         f"{x.shape[-1]}, expected {D}")
+    check_param_shapes(params, dict(layer_norm_bias=(D,), a_weight=(H, D), a_bias=(H,), b_weight=(H, D), b_bias=(H,),
+                                    out_weight=(C, H), out_bias=(C,)))
+    weights = cast(params.values(), x.dtype)
+    if resolve_impl(impl, x) == "torch" or x.dtype == torch.float64 or H == 0:
+        if x.dtype == torch.float64 and impl == "triton":
+            warn_once("transition-float64", "evofuse: no fused transition for float64; running the PyTorch reference")
+        return ref.transition_reference(x, mask, *weights, activation=activation)
+    lnw, lnb, wa, ba, wb, bb, wo, bo = weights
+    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *weights))
+    with on_device(x):  # (train: the op keeps what the backward takes)
+        w_in, b_in = (wa, ba) if not glu else (torch.cat([wa, wb]), trans.joined_bias([ba, bb], [wa, wb]))
+        return trans.transition(x, mask, lnw, lnb, w_in, b_in, wo, bo, glu, precision, train)[0]

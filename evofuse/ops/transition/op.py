@@ -1,0 +1,143 @@
+"""The transition as a torch.library custom op, `evofuse::transition`, with its fake and its backward
+(`register_autograd`): out = (act(LayerNorm(x) @ W_in^T + b_in) @ W_out^T + b_out) * mask, act SwiGLU (silu(a) * b,
+AF3 Algorithm 11) or ReLU (AF2 Algorithms 9 and 15).
+
+Forward: `kernels.transition_in_kernel` makes the hidden rows h = act(a, b) from x in one pass (the normalized rows on
+chip), for blocks of rows whose hidden rows take at most BLOCK_BYTES, each block's output rows by one cuBLAS product
+with W_out; a training call also writes the pre-activations [a, b], all that its backward keeps besides the input.
+Backward: dh = g W_out by cuBLAS; `kernels.activation_backward_kernel` gives the pre-activations' gradient and h again
+in one pass; W_out's gradient g^T h by cuBLAS; then `layer_norm_linear_backward` for x, the LayerNorm and W_in.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+from torch import Tensor
+
+from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, keep_for_backward, traced
+from ...reference import LAYER_NORM_EPS
+from ..layer_norm_linear import layer_norm_linear_backward
+from . import configs
+from .kernels import activation_backward_kernel, transition_in_kernel
+
+BLOCK_BYTES = 320 * 2**20  # the hidden rows a forward holds at a time (one block at the suite's shapes)
+ACTIVATION_BLOCK = 1024  # elements a program of the activation's backward (elementwise, memory bound)
+
+
+@functools.cache
+def _tuned():
+    return triton.autotune(configs.CONFIGS + configs.FLOAT32_CONFIGS,
+                           key=["M_BUCKET", "H_BUCKET", "D", "GLU", "HAS_BIAS", "STORE_PRE", "PRECISION"],
+                           prune_configs_by={"early_config_prune": configs.prune})(transition_in_kernel)
+
+
+def _hidden(rows: Tensor, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None, pre: Tensor,
+            h: Tensor, glu: bool, store_pre: bool, precision: str) -> None:
+    """Writes h (M, H) = act(LayerNorm(rows) @ in_weight^T + in_bias) for rows (M, D), and where `store_pre` the
+    pre-activations pre (M, K)."""
+    M, D = rows.shape
+    H = h.shape[1]
+
+    def grid(meta):
+        return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"])
+
+    _tuned()[grid](rows, *rows.stride(), ln_weight, ln_bias, in_weight, *in_weight.stride(),
+                   in_weight if in_bias is None else in_bias, pre, h, M, D, H, LAYER_NORM_EPS, bucket(M), bucket(H),
+                   GLU=glu, HAS_BIAS=in_bias is not None, STORE_PRE=store_pre,
+                   PRECISION=dot_precision(rows.dtype, precision))
+
+
+def transition_forward(x: Tensor, mask: Tensor | None, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tensor,
+                       in_bias: Tensor | None, out_weight: Tensor, out_bias: Tensor | None, glu: bool, precision: str,
+                       train: bool) -> tuple[Tensor, Tensor]:
+    """(out (..., C), pre (..., K)): the output, and the pre-activations its backward takes (empty unless `train`).
+    x (..., D) float16, bfloat16 or float32, any strides; mask of x's leading shape, 0/1 of any real dtype, or None;
+    ln_weight, ln_bias (D,); in_weight (K, D) with K = 2H (`glu`: a's H rows, then b's) or H, in_bias (K,) or None;
+    out_weight (C, H) with H >= 1, out_bias (C,) or None; all in x's dtype."""
+    D, K = x.shape[-1], in_weight.shape[0]
+    C, H = out_weight.shape
+    lead = x.shape[:-1]
+    rows = x.reshape(-1, D)
+    M = rows.shape[0]
+    out = x.new_empty(M, C)
+    pre = x.new_empty(M, K) if train else x.new_empty(0)
+    block = max(1, min(M, BLOCK_BYTES // (H * x.element_size())))
+    h = x.new_empty(block if M else 0, H)
+    for r0 in range(0, M, block):
+        n = min(M, r0 + block) - r0
+        _hidden(rows[r0:r0 + n], ln_weight, ln_bias, in_weight, in_bias, pre[r0:r0 + n] if train else pre, h[:n],
+                glu, train, precision)
+        if out_bias is None:
+            torch.mm(h[:n], out_weight.t(), out=out[r0:r0 + n])
+        else:
+            torch.addmm(out_bias, h[:n], out_weight.t(), out=out[r0:r0 + n])
+    if mask is not None:
+        out *= mask.reshape(M, 1)
+    return out.view(*lead, C), pre.view(*lead, K) if train else pre
+
+
+transition_op = torch.library.custom_op("evofuse::transition", mutates_args=())(transition_forward)
+
+
+@transition_op.register_fake
+def _(x, mask, ln_weight, ln_bias, in_weight, in_bias, out_weight, out_bias, glu, precision, train):
+    lead = x.shape[:-1]
+    pre = x.new_empty(*lead, in_weight.shape[0]) if train else x.new_empty(0)
+    return x.new_empty(*lead, out_weight.shape[0]), pre
+
+
+def _setup_context(ctx, inputs, output):
+    x, mask, *params, glu, precision, _ = inputs
+    keep_for_backward(ctx, [x, mask, *params], [output[1]], glu=glu, precision=precision)
+
+
+def activation_backward(pre: Tensor, dh: Tensor, glu: bool) -> tuple[Tensor, Tensor]:
+    """(d_pre (M, K), h (M, H)): the pre-activations' gradient from pre (M, K) contiguous and the hidden rows'
+    gradient dh (M, H), and the hidden rows again, in one pass (`kernels.activation_backward_kernel`)."""
+    M, H = dh.shape
+    d_pre = torch.empty_like(pre)
+    h = pre.new_empty(M, H)
+    if M * H:
+        activation_backward_kernel[(cdiv(M * H, ACTIVATION_BLOCK),)](pre, dh.contiguous(), d_pre, h, M, H, GLU=glu,
+                                                                     BLOCK=ACTIVATION_BLOCK)
+    return d_pre, h
+
+
+activation_backward_op = torch.library.custom_op("evofuse::transition_activation_backward", mutates_args=())(
+    activation_backward)
+
+
+@activation_backward_op.register_fake
+def _(pre, dh, glu):
+    return torch.empty_like(pre), pre.new_empty(dh.shape)
+
+
+def _backward(ctx, grad_out, _):
+    x, mask, lnw, lnb, w_in, _, w_out, _, pre = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    C, H = w_out.shape
+    g = grad_out.reshape(-1, C)
+    if mask is not None:
+        g = g * mask.reshape(-1, 1).to(g.dtype)
+    d_b_out = g.sum(0, dtype=torch.float32).to(w_out.dtype) if needs[7] else None
+    if not (any(needs[:6]) or needs[6]):
+        return (None,) * 7 + (d_b_out,) + (None,) * 3
+    dh = g @ w_out  # (M, H)
+    backward = activation_backward_op if traced(grad_out) else activation_backward
+    d_pre, h = backward(pre.reshape(-1, w_in.shape[0]), dh, ctx.glu)
+    del dh
+    d_w_out = g.t() @ h if needs[6] else None
+    del h
+    dx = d_lnw = d_lnb = d_w_in = d_b_in = None
+    if any(needs[:6]):
+        dx, d_lnw, d_lnb, d_w_in, d_b_in = layer_norm_linear_backward(x, lnw, lnb, w_in, d_pre,
+                                                                      (needs[0], *needs[2:6]), ctx.precision)
+    return dx, None, d_lnw, d_lnb, d_w_in, d_b_in, d_w_out, d_b_out, None, None, None
+
+
+transition_op.register_autograd(_backward, setup_context=_setup_context)
+# the op's call: eagerly on plain tensors the same functions without the dispatcher
+transition = eager_or_dispatched(transition_op, transition_forward, _setup_context, _backward)
