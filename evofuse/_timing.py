@@ -42,6 +42,11 @@ def col_params(mod):
             mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias)
 
 
+def trans_params(mod):
+    fc2 = (None, None) if mod.fc2 is None else (mod.fc2.weight, mod.fc2.bias)
+    return (mod.norm.weight, mod.norm.bias, mod.fc1.weight, mod.fc1.bias, *fc2, mod.fc3.weight, mod.fc3.bias)
+
+
 def training_step(fn, leaves=()):
     """The forward+backward row's call: the leaves' gradients set to None first (each step's own, none
     accumulated: under CUDA graphs a gradient is a graph's output, which the next replay overwrites), the

@@ -27,6 +27,7 @@ from ._timing import (
     opm_params,
     pwa_params,
     training_step,
+    trans_params,
     tri_params,
     trimul_params,
 )
@@ -219,6 +220,7 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
         "tri": (partial(ref.triangle_attention_reference, num_heads=case.width), tri_params),
         "trimul": (ref.triangle_multiplication_reference, trimul_params),
         "col": (partial(ref.msa_column_attention_reference, num_heads=case.width), col_params),
+        "trans": (ref.transition_reference, trans_params),
     }[case.op]
 
     def eager(mod):
@@ -250,6 +252,8 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
         impls += [("cuEquivariance bf16", "bfloat16", lambda mod: partial(_cueq_trimul_peer(), mod))]
     elif case.op == "col":
         impls += [("SDPA bf16", "bfloat16", lambda mod: partial(_sdpa_column_peer, mod))]
+    elif case.op == "trans":  # (Boltz's and the others' own modules compute the reference's function in eager PyTorch)
+        impls += [("torch.compile bf16 reduce-overhead", "bfloat16", _compiled_reduce_overhead)]
     elif case.op == "tri":
         impls += [("cuEquivariance bf16", "bfloat16", lambda mod: partial(_cueq_triangle_peer(), mod)),
                   ("trifast bf16", "bfloat16", lambda mod: partial(_trifast_peer(), mod))]
@@ -406,7 +410,7 @@ def _select(suite: str) -> list[Case]:
         return []
     if suite == "all":
         return list(SUITE)
-    if suite in ("opm", "att", "pwa", "tri", "trimul", "col"):
+    if suite in ("opm", "att", "pwa", "tri", "trimul", "col", "trans"):
         return [c for c in SUITE if c.op == suite]
     names = suite.split(",")
     by_name = {c.name: c for c in SUITE}

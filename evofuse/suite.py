@@ -11,6 +11,7 @@ from .modules import (
     MSARowAttentionWithPairBias,
     OuterProductMean,
     PairWeightedAveraging,
+    Transition,
     TriangleAttention,
     TriangleMultiplication,
 )
@@ -19,11 +20,12 @@ from .modules import (
 @dataclass(frozen=True)
 class Case:
     """One suite shape. `width` is hidden_dim c for the Outer Product Mean and triangle multiplication, num_heads for
-    the attentions and pair-weighted averaging; `head` the width of a head of pair-weighted averaging, triangle and
-    column attention. The pair stack's pair (B, N, N, D) has S = N rows."""
+    the attentions and pair-weighted averaging, the hidden width H for the transition (SwiGLU); `head` the width of a
+    head of pair-weighted averaging, triangle and column attention. The pair stack's pair (B, N, N, D) has S = N rows;
+    the transition's rows are (B, S, N) of D channels (a pair's where S = N)."""
 
     name: str
-    op: str  # "opm", "att", "pwa", "tri", "trimul" or "col"
+    op: str  # "opm", "att", "pwa", "tri", "trimul", "col" or "trans"
     B: int
     S: int
     N: int
@@ -51,6 +53,8 @@ class Case:
         if self.op == "col":
             H = self.width * self.head
             return 2.0 * B * (S * N * D * 5 * H + 2 * N * S * S * H)
+        if self.op == "trans":
+            return 2.0 * B * S * N * D * 3 * self.width
         return 2.0 * B * (S * N * D * 5 * D + 2 * S * N * N * D + N * N * P * self.width)
 
     @property
@@ -61,6 +65,8 @@ class Case:
             return self.B * self.N ** 2 * (4 * self.width + self.D) * 8 <= 16 * 2**30
         if self.op == "col":  # (the weights of each column, (B, N, h, S, S))
             return self.B * self.N * self.width * self.S ** 2 * 8 <= 16 * 2**30
+        if self.op == "trans":  # (a, b, silu(a) and h: (B, S, N, H) each)
+            return self.B * self.S * self.N * self.width * 8 * 4 <= 16 * 2**30
         return self.op not in ("att", "tri") or self.B * self.S * self.width * self.N ** 2 * 8 <= 16 * 2**30
 
 
@@ -87,6 +93,10 @@ SUITE = (
     Case("trimul-4096", "trimul", 1, 4096, 4096, 128, 128, 128),
     Case("col-seed", "col", 2, 8, 32, 64, 0, 4, 16),
     Case("col-af2", "col", 1, 512, 384, 256, 0, 8, 32),
+    Case("trans-seed", "trans", 2, 8, 32, 64, 0, 256),
+    Case("trans-msa-af3", "trans", 1, 1024, 384, 64, 0, 256),  # the AF3-family MSA module's transition (c_m 64)
+    Case("trans-pair-384", "trans", 1, 384, 384, 128, 0, 512),  # the Pairformer's pair transition (c_z 128)
+    Case("trans-pair-768", "trans", 1, 768, 768, 128, 0, 512),
 )
 SEED_CASES = tuple(c for c in SUITE if c.name.endswith("-seed"))
 
@@ -106,11 +116,13 @@ def make_module(case: Case, seed: int = 0, **kwargs) -> torch.nn.Module:
             mod = TriangleMultiplication(case.D, case.width, **kwargs)
         elif case.op == "col":
             mod = MSAColumnAttention(case.D, case.head, case.width, **kwargs)
+        elif case.op == "trans":
+            mod = Transition(case.D, case.width, **kwargs)
         else:
             mod = PairWeightedAveraging(case.D, case.pair, case.head, case.width, **kwargs)
             torch.nn.init.normal_(mod.proj_o.weight, std=mod.proj_o.in_features ** -0.5)  # (Boltz starts it at 0)
-    norm = {"pwa": lambda: mod.norm_m, "trimul": lambda: mod.norm_in, "col": lambda: mod._msa_att.layer_norm_m}.get(
-        case.op, lambda: mod.layer_norm)()
+    norm = {"pwa": lambda: mod.norm_m, "trimul": lambda: mod.norm_in, "col": lambda: mod._msa_att.layer_norm_m,
+            "trans": lambda: mod.norm}.get(case.op, lambda: mod.layer_norm)()
     with torch.no_grad():
         norm.weight.copy_(1 + 0.2 * torch.randn(case.D, generator=g))
         norm.bias.copy_(0.2 * torch.randn(case.D, generator=g))
@@ -135,7 +147,7 @@ def make_inputs(case: Case, device, dtype, seed: int = 0, zero_frac: float = 0.1
         return pair.to(device=device, dtype=dtype), mask.to(device)
     msa = torch.randn(case.B, case.S, case.N, case.D, generator=g)
     mask = (torch.rand(case.B, case.S, case.N, generator=g) >= zero_frac).float()
-    if fully_masked and case.op in ("opm", "col"):
+    if fully_masked and case.op in ("opm", "col", "trans"):
         mask[:, :, case.N // 2] = 0
     if fully_masked and case.op == "att":
         mask[:, case.S // 2, :] = 0
@@ -145,7 +157,7 @@ def make_inputs(case: Case, device, dtype, seed: int = 0, zero_frac: float = 0.1
             mask[:, case.N // 2, :] = 0
     msa = msa.to(device=device, dtype=dtype)
     mask = mask.to(device)
-    if case.op in ("opm", "col"):
+    if case.op in ("opm", "col", "trans"):
         return msa, mask
     pair = torch.randn(case.B, case.N, case.N, case.pair, generator=g).to(device=device, dtype=dtype)
     return msa, pair, mask

@@ -39,9 +39,10 @@ def rebuild_kernels() -> None:
     from evofuse.ops.outer_product_mean import op as opm_op
     from evofuse.ops.pair_weighted_averaging import op as pwa_op
     from evofuse.ops.row_attention import op as att_op
+    from evofuse.ops.transition import op as trans_op
 
     for cached in (pwa_op._kernels, opm_op._tuned, opm_op._tuned_dx, opm_op._tuned_dw, opm_op._tuned_project,
-                   opm_configs._workspace_slot, att_op._kernels, layer_norm_linear._tuned):
+                   opm_configs._workspace_slot, att_op._kernels, layer_norm_linear._tuned, trans_op._tuned):
         cached.cache_clear()
 
 

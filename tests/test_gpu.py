@@ -16,6 +16,7 @@ from evofuse.ops import layer_norm_linear
 from evofuse.ops.outer_product_mean import configs as opm_configs
 from evofuse.ops.pair_weighted_averaging import configs as pwa_configs
 from evofuse.ops.row_attention import configs as att_configs
+from evofuse.ops.transition import configs as trans_configs
 from evofuse.suite import SUITE, make_inputs, make_module
 
 from .contract import check_gradients
@@ -28,7 +29,8 @@ DTYPES = [torch.float32, torch.bfloat16]
 @pytest.fixture
 def one_config(monkeypatch):
     """Makes each kernel take the given config alone (the cached autotuned kernels rebuilt around it)."""
-    def use(opm=None, forward=None, backward=None, linear=None, dx=None, pwa=None, project=None, gated=None, dw=None):
+    def use(opm=None, forward=None, backward=None, linear=None, dx=None, pwa=None, project=None, gated=None, dw=None,
+            trans=None):
         if opm is not None:
             terms, config = opm
             monkeypatch.setattr(opm_configs, "CONFIGS", {terms: [config]})
@@ -38,7 +40,8 @@ def one_config(monkeypatch):
                                      (layer_norm_linear, "FLOAT32_CONFIGS", linear), (opm_configs, "DX_CONFIGS", dx),
                                      (opm_configs, "DW_CONFIGS", dw),
                                      (opm_configs, "PROJECT_CONFIGS", project), (pwa_configs, "CONFIGS", pwa),
-                                     (pwa_configs, "PROJECTION_CONFIGS", gated)):
+                                     (pwa_configs, "PROJECTION_CONFIGS", gated), (trans_configs, "CONFIGS", trans),
+                                     (trans_configs, "FLOAT32_CONFIGS", trans)):
             if config is not None:
                 monkeypatch.setattr(module, name, [config])
         rebuild_kernels()
@@ -179,6 +182,26 @@ def test_every_layer_norm_linear_config(dtype, index, one_config):
         pytest.skip("the predicate drops this config here")
     one_config(linear=cfg)
     _opm_check(dtype, 32, N=33, S=9)
+
+
+@pytest.mark.full  # a sweep: compiles a kernel for each config
+@pytest.mark.parametrize("dtype, index", [(torch.bfloat16, i) for i in range(len(trans_configs.CONFIGS))]
+                         + [(torch.float32, i) for i in range(len(trans_configs.FLOAT32_CONFIGS))])
+@pytest.mark.parametrize("activation", ["swiglu", "relu"])
+def test_every_transition_config(dtype, index, activation, one_config):
+    """The transition's input kernel with each of its configs alone: 97 x 37 rows of 160 channels (past a 128-wide
+    chunk), hidden 200 (past one block of 128): the output and every gradient against float64."""
+    from evofuse import Transition
+
+    from .helpers import randomize
+
+    cfg = (trans_configs.CONFIGS if dtype == torch.bfloat16 else trans_configs.FLOAT32_CONFIGS)[index]
+    if not trans_configs.fits(cfg, 97 * 37, 160, 200, activation == "swiglu", dtype.itemsize):
+        pytest.skip("the predicate drops this config here")
+    one_config(trans=cfg)
+    mod = randomize(Transition(160, 200, activation=activation, bias=activation == "relu"), 9)
+    x, mask = torch.randn(1, 37, 97, 160), random_mask(1, 37, 97, "rows", 10)
+    check_gradients(mod, (x, mask), dtype, "cuda")
 
 
 @pytest.mark.full  # a sweep: compiles a kernel for each config (or autotunes at the suite's shapes)
