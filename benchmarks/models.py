@@ -5,6 +5,7 @@ triangle kernels in Boltz-2, Protenix and OpenFold3), its unpatched block is tim
 
     python benchmarks/models.py [--families boltz,boltz-pairformer,...] [--msa-rows 1024] [--residues 384]
         [--precisions fp32,bf16]
+    python benchmarks/models.py --families boltz-pairformer-stack --residues 1024 --precisions bf16  # (and 2048)
 
 Median ms of `triton.testing.do_bench` and peak MiB beyond the inputs; a table on stdout and
 <out>/<gpu>/models.csv. The model packages go in without their dependency stacks:
@@ -40,18 +41,24 @@ def _boltz(S, N):
         return z_out, m_out
 
     modules = {"pair_weighted_averaging": lambda b, m, z, msa_mask, token_mask: b(m, z, token_mask),
-               "outer_product_mean": lambda b, m, z, msa_mask, token_mask: b(m, msa_mask)}
+               "outer_product_mean": lambda b, m, z, msa_mask, token_mask: b(m, msa_mask),
+               "msa_transition": lambda b, m, z, msa_mask, token_mask: b(m)}
     return block, (m, z, msa_mask, token_mask), run, modules, {}
 
 
 def _tri_modules():
-    """The pair stack's two triangle attentions and its outgoing triangle multiplication as a block calls them, z
-    and its mask the block's inputs 1 and 2 (the ending node as the models' ending-node modules take it: their own
-    transposition inside)."""
+    """The pair stack's two triangle attentions, its outgoing triangle multiplication and its pair transition as a
+    block calls them, z and its mask the block's inputs 1 and 2 (the ending node as the models' ending-node modules
+    take it: their own transposition inside)."""
     def call(b, s, z, mask, *_):
         return b(z, mask=mask)
 
     return {"tri_att_start": call, "tri_att_end": call, "tri_mul_out": call}
+
+
+def _pair_transition(path):
+    """A Pairformer's pair transition, `path`, as its block calls it (z alone)."""
+    return {path: lambda b, s, z, *_: b(z)}
 
 
 def _boltz_pairformer(S, N):
@@ -66,9 +73,26 @@ def _boltz_pairformer(S, N):
     def run(b, s, z, pair_mask, mask, **kernels):
         return b(s, z, mask, pair_mask, **kernels)
 
-    modules = _tri_modules()
+    modules = _tri_modules() | _pair_transition("transition_z")
     variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, use_kernels=True))}
     return block, inputs, run, modules, variants
+
+
+def _boltz_pairformer_stack(S, N):
+    """Four of Boltz-2's PairformerLayers (its PairformerModule, no activation checkpointing) at N residues: the
+    whole stack's step time and peak memory, unpatched, with its cuEquivariance path and patched."""
+    from boltz.model.layers.pairformer import PairformerModule
+
+    block = PairformerModule(384, 128, num_blocks=4, num_heads=16, dropout=0.0, pairwise_head_width=32,
+                             pairwise_num_heads=4, v2=True)
+    s, z, mask = torch.randn(1, N, 384), torch.randn(1, N, N, 128), torch.ones(1, N)
+    inputs = (s, z, mask[:, :, None] * mask[:, None, :], mask)
+
+    def run(b, s, z, pair_mask, mask, **kernels):
+        return b(s, z, mask, pair_mask, **kernels)
+
+    variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, use_kernels=True))}
+    return block, inputs, run, {}, variants
 
 
 def _protenix_pairformer(S, N):
@@ -84,7 +108,7 @@ def _protenix_pairformer(S, N):
     def run(b, s, z, pair_mask, kernels="torch"):
         return b(s, z, pair_mask, triangle_multiplicative=kernels, triangle_attention=kernels)
 
-    modules = _tri_modules()
+    modules = _tri_modules() | _pair_transition("pair_transition")
     variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, kernels="cuequivariance"))}
     return block, inputs, run, modules, variants
 
@@ -109,7 +133,9 @@ def _openfold3_evoformer(S, N):
                "msa_att_col": lambda b, m, z, msa_mask, pair_mask: b(m, mask=msa_mask),
                "outer_product_mean": lambda b, m, z, msa_mask, pair_mask: b(m, mask=msa_mask),
                "pair_stack.tri_att_start": lambda b, m, z, msa_mask, pair_mask: b(z, mask=pair_mask),
-               "pair_stack.tri_mul_out": lambda b, m, z, msa_mask, pair_mask: b(z, mask=pair_mask)}
+               "pair_stack.tri_mul_out": lambda b, m, z, msa_mask, pair_mask: b(z, mask=pair_mask),
+               "msa_transition": lambda b, m, z, msa_mask, pair_mask: b(m, mask=msa_mask),
+               "pair_stack.pair_transition": lambda b, m, z, msa_mask, pair_mask: b(z, mask=pair_mask)}
     variants = {"unpatched cuEquivariance": ("unpatched",
                                              lambda b, *x: run(b, *x, use_cueq_triangle_kernels=True))}
     return block, inputs, run, modules, variants
@@ -123,7 +149,7 @@ def _protenix(S, N):
                      msa_max_size=S)
     m, z, pair_mask = torch.randn(S, N, 64), torch.randn(N, N, 128), torch.ones(N, N)
     modules = {"msa_stack.msa_pair_weighted_averaging": lambda b, m, z, mask: b(m, z),
-               "outer_product_mean_msa": lambda b, m, z, mask: b(m)}
+               "outer_product_mean_msa": lambda b, m, z, mask: b(m), "msa_stack.transition_m": lambda b, m, z, mask: b(m)}
     return block, (m, z, pair_mask), lambda b, m, z, mask: b(m.clone(), z, mask), modules, {}
 
 
@@ -169,6 +195,7 @@ def _openfold(S, N):
 FAMILIES = {"boltz": ("boltz", _boltz), "protenix": ("protenix", _protenix), "openfold3": ("openfold3", _openfold3),
             "openfold": ("openfold", _openfold), "boltz-pairformer": ("boltz", _boltz_pairformer),
             "protenix-pairformer": ("protenix", _protenix_pairformer),
+            "boltz-pairformer-stack": ("boltz", _boltz_pairformer_stack),
             "openfold3-evoformer": ("openfold3", _openfold3_evoformer)}
 
 
