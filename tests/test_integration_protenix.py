@@ -1,6 +1,7 @@
 """evofuse inside Protenix (protenix 2.0.0, installed without its dependencies: `pip install --no-deps
 protenix==2.0.0 scipy optree rdkit`): Protenix's own MSA block, patched, against the unpatched one."""
 
+import copy
 import importlib.util
 import os
 
@@ -90,3 +91,30 @@ def test_patched_modules_under_autocast():
                                                           "outer_product_mean_msa": (m, mask),
                                                           "pair_stack.tri_att_end": (z, pair_mask),
                                                           "pair_stack.tri_mul_out": (z, pair_mask)}, DEVICE)
+
+
+def test_triangle_multiplication_under_float16_autocast_computes_in_float32(monkeypatch):
+    """Under CUDA float16 autocast (Protenix's `is_fp16_enabled`, made true here: CPU autocast stands in) Protenix
+    scales a and b and takes their product in float32; the replacement computes in float32 and returns the model's
+    float16, within float16's rounding of the original's output, where a float16 product would overflow."""
+    import protenix.model.triangular.triangular as triangular
+    import protenix.model.utils as utils
+    from protenix.model.triangular.triangular import TriangleMultiplicationOutgoing
+
+    from evofuse.integrations import protenix as integration
+
+    monkeypatch.setattr(utils, "is_fp16_enabled", lambda: True)
+    monkeypatch.setattr(triangular, "is_fp16_enabled", lambda: True)
+    block = torch.nn.Sequential(randomize(TriangleMultiplicationOutgoing(C_Z, 8), 5)).to(DEVICE)
+    with torch.no_grad():  # a and b large: their float16 product over 40 k would pass 65504
+        for name in ("linear_a_p", "linear_b_p"):
+            getattr(block[0], name).weight.mul_(300.0)
+    patched = copy.deepcopy(block)
+    integration.patch(patched)
+    g = torch.Generator().manual_seed(6)
+    z = torch.randn(1, 40, 40, C_Z, generator=g).to(DEVICE)
+    with torch.no_grad(), torch.autocast(DEVICE, dtype=torch.float16):
+        ours, theirs = patched(z), block(z)
+    assert ours.dtype == theirs.dtype == torch.float16
+    assert torch.isfinite(ours).all() and torch.isfinite(theirs).all()
+    torch.testing.assert_close(ours.float(), theirs.float(), rtol=2e-2, atol=2e-2)

@@ -242,6 +242,9 @@ class FusedOpenFoldTriangleMultiplication(nn.Module):
         return check_linears(*linears) or check_layer_norm(module.layer_norm_in) or check_layer_norm(
             module.layer_norm_out)
 
+    def compute_dtype(self, z: torch.Tensor) -> torch.dtype:
+        return compute_dtype(z)
+
     def _stacked(self, names: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
         layers = [getattr(self, name) for name in names]
         if len(layers) == 1:
@@ -257,12 +260,13 @@ class FusedOpenFoldTriangleMultiplication(nn.Module):
         half = len(projections) // 2
         p_in, p_bias = self._stacked(projections[:half])
         g_in, g_bias = self._stacked(projections[half:])
-        dtype = compute_dtype(z)
+        dtype = self.compute_dtype(z)
         with torch.autocast(z.device.type, enabled=False):
             out = functional.triangle_multiplication(
                 z.to(dtype), mask, self.layer_norm_in.weight, self.layer_norm_in.bias, p_in, p_bias, g_in, g_bias,
                 self.layer_norm_out.weight, self.layer_norm_out.bias, self.linear_z.weight, self.linear_z.bias,
                 self.linear_g.weight, self.linear_g.bias, outgoing=self._outgoing)
+        out = out.to(compute_dtype(z))  # (the model's dtype where the family computes in another: a no-op otherwise)
         return out + z if inplace_safe and _add_with_inplace else out
 
 

@@ -9,7 +9,8 @@ The replacements hold the original submodules (the same Parameters under the sam
 unchanged, and take Protenix's calls (`pwa(m, z)`, `opm(m, mask, chunk_size, inplace_safe)`, `tri(x, mask,
 chunk_size, triangle_attention, inplace_safe)`, `tri_mul(z, mask, inplace_safe, _add_with_inplace, ...,
 triangle_multiplicative)`, `transition(x)`: the kernel choice, cuEquivariance's included, is not needed). Protenix runs
-its Outer Product Mean in float32 under float16 autocast, and so does the replacement. A module evofuse cannot
+its Outer Product Mean in float32 under float16 autocast, and so does the replacement; its triangle multiplications
+take their product in float32 there (after scaling a and b), and the replacements compute in float32. A module evofuse cannot
 fuse stays as it is, with a warning naming it.
 """
 
@@ -70,6 +71,17 @@ class FusedOuterProductMean(FusedOpenFoldOuterProductMean):
         return torch.float32 if is_fp16_enabled() else compute_dtype(m)
 
 
+class FusedTriangleMultiplication(FusedOpenFoldTriangleMultiplication):
+    """Protenix's TriangleMultiplicativeUpdate: OpenFold's, computed in float32 under CUDA float16 autocast, where
+    Protenix divides a and b by their standard deviations and takes their product in float32 (so that it stays in
+    range: a float16 product would overflow where Protenix's does not)."""
+
+    def compute_dtype(self, z: torch.Tensor) -> torch.dtype:
+        from protenix.model.utils import is_fp16_enabled  # Protenix's own test: CUDA autocast to float16
+
+        return torch.float32 if is_fp16_enabled() else compute_dtype(z)
+
+
 class FusedProtenixTransition(FusedTransition):
     """Protenix's Transition (AF3 Algorithm 11: `layernorm1`, `linear_no_bias_a`, `linear_no_bias_b`,
     `linear_no_bias`; called as `t(x)`)."""
@@ -83,8 +95,8 @@ REPLACEMENTS = {
     # (OpenFold's module, without the gate's and the output's biases)
     ("protenix.model.triangular.triangular", "TriangleAttention"): FusedOpenFoldTriangleAttention,
     ("protenix.model.triangular.triangular", "TriangleAttentionEndingNode"): FusedOpenFoldTriangleAttention,
-    ("protenix.model.triangular.triangular", "TriangleMultiplicationOutgoing"): FusedOpenFoldTriangleMultiplication,
-    ("protenix.model.triangular.triangular", "TriangleMultiplicationIncoming"): FusedOpenFoldTriangleMultiplication,
+    ("protenix.model.triangular.triangular", "TriangleMultiplicationOutgoing"): FusedTriangleMultiplication,
+    ("protenix.model.triangular.triangular", "TriangleMultiplicationIncoming"): FusedTriangleMultiplication,
     ("protenix.model.modules.primitives", "Transition"): FusedProtenixTransition,
 }
 
