@@ -116,7 +116,7 @@ def _cueq_peer():
 
 def _sdpa_column_peer(mod, msa, mask):
     """Column attention on `torch.nn.functional.scaled_dot_product_attention` with the additive mask (1e9 (mask - 1)),
-    the projections in eager PyTorch (SPEC 6's peer for column attention)."""
+    the projections in eager PyTorch (the peer column attention's training target is set against)."""
     parts, h, d = mod._msa_att, mod.no_heads, mod.c_hidden
     mha = parts.mha
     x = parts.layer_norm_m(msa.transpose(1, 2))  # (B, N, S, D)
