@@ -42,7 +42,8 @@ def rebuild_kernels() -> None:
     from evofuse.ops.transition import op as trans_op
 
     for cached in (pwa_op._kernels, opm_op._tuned, opm_op._tuned_dx, opm_op._tuned_dw, opm_op._tuned_project,
-                   opm_configs._workspace_slot, att_op._kernels, layer_norm_linear._tuned, trans_op._tuned):
+                   opm_configs._workspace_slot, att_op._kernels, layer_norm_linear._tuned, trans_op._tuned,
+                   trans_op._tuned_backward):
         cached.cache_clear()
 
 

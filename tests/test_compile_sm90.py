@@ -50,6 +50,7 @@ UNIT_STRIDES = {
     "masked_softmax_kernel": ("stride_xj", "stride_mj", "stride_wj"),
     "masked_softmax_backward_kernel": ("stride_wj", "stride_gj", "stride_dj"),
     "transition_in_kernel": ("stride_xd", "stride_wd"),
+    "transition_backward_kernel": ("stride_gc", "stride_wh"),
 }
 
 
@@ -91,7 +92,6 @@ def _launches():
     from evofuse.ops.row_attention import kernels as att
     from evofuse.ops.transition import configs as trans_configs
     from evofuse.ops.transition import kernels as trans
-    from evofuse.ops.transition import op as trans_op
     from evofuse.ops.triangle_multiplication import kernels as trimul
     from evofuse.ops.triangle_multiplication import op as trimul_op
     from evofuse.ops.triangle_multiplication.op import GATE_BLOCK
@@ -176,16 +176,16 @@ def _launches():
         block_m, block_c = trimul_op._out_gate_tiles(128)
         for kernel in (trimul.out_gate_kernel, trimul.out_gate_backward_kernel):
             yield (f"{kernel.__name__} {dtype}", kernel, dtype, dict(BLOCK_M=block_m, BLOCK_C=block_c), 4, 1, {})
-        # the transition's input kernel: every tile the autotuner may try (SwiGLU), the first for ReLU
+        # the transition's kernels: every tile the autotuner may try (SwiGLU), the first for ReLU
         table = trans_configs.CONFIGS if dtype == "bf16" else trans_configs.FLOAT32_CONFIGS
         for k, config in enumerate(table):
             for glu in (True, False) if k == 0 else (True,):
                 kw, warps, stages = cfg(config)
                 yield (f"transition in {dtype} tile {k} glu={glu}", trans.transition_in_kernel, dtype,
-                       dict(GLU=glu, HAS_BIAS=True, STORE_PRE=True, PRECISION=precision, **kw), warps, stages, {})
-        for glu in (True, False):
-            yield (f"transition activation backward {dtype} glu={glu}", trans.activation_backward_kernel, dtype,
-                   dict(GLU=glu, BLOCK=trans_op.ACTIVATION_BLOCK), 4, 1, {})
+                       dict(GLU=glu, HAS_BIAS=True, HAS_MASK=True, STORE_PRE=True, PRECISION=precision, **kw), warps,
+                       stages, {"m_ptr": "*fp32"})
+                yield (f"transition backward {dtype} tile {k} glu={glu}", trans.transition_backward_kernel, dtype,
+                       dict(GLU=glu, HAS_MASK=True, PRECISION=precision, **kw), warps, stages, {"m_ptr": "*fp32"})
         tiles = pwa_op._softmax_tiles(384)
         yield (f"masked softmax {dtype}", pwa.masked_softmax_kernel, dtype,
                dict(HAS_MASK=True, RELATIVE=True, STORE_W=True, STORE_LOW=dtype == "bf16", **tiles), 4, 3,

@@ -200,13 +200,16 @@ def _trans_args(train, glu=True, mask=True, bias=True):
 @pytest.mark.parametrize("train", [False, True])
 def test_opcheck_transition(train):
     from evofuse.ops.transition import transition_op
-    from evofuse.ops.transition.op import activation_backward_op
+    from evofuse.ops.transition.op import core_backward_op
 
     torch.library.opcheck(transition_op, _trans_args(train))
     torch.library.opcheck(transition_op, _trans_args(train, glu=False, mask=False, bias=False))
     for glu in (True, False):
         pre = torch.randn(10, 24 if glu else 12, device=DEVICE)
-        torch.library.opcheck(activation_backward_op, (pre, torch.randn(10, 12, device=DEVICE), glu))
+        w_out = torch.randn(8, 12, device=DEVICE)
+        for grad, mask in ((torch.randn(10, 8, device=DEVICE), (torch.rand(10, device=DEVICE) > 0.3).float()),
+                           (torch.ones(()).expand(10, 8).to(DEVICE), None)):  # (a broadcast gradient too)
+            torch.library.opcheck(core_backward_op, (grad, mask, w_out, pre, glu, "default"))
 
 
 @pytest.mark.no_poison
@@ -359,7 +362,7 @@ def _nested_op_cases():
     from evofuse import Transition
 
     trans = (randomize(Transition(8, 12, impl="triton"), 13), (torch.randn(2, 5, 8), (torch.rand(2, 5) > 0.3).float()),
-             [("evofuse.ops.transition.op", "activation_backward_op"),
+             [("evofuse.ops.transition.op", "core_backward_op"),
               ("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
     return {"opm": opm, "att": att, "pwa": pwa, "tri": tri, "trimul": trimul, "col": col, "trans": trans}
 

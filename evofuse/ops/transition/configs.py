@@ -1,7 +1,8 @@
-"""The transition's input kernel's tiles, as data, and the predicate that keeps those that fit a call.
+"""The transition's kernels' tiles, as data, and the predicate that keeps those that fit a call.
 
-BLOCK_M rows and BLOCK_N hidden channels a program, the LayerNorm's channels BLOCK_D a step; a tile is kept when it is
-no larger than the call needs and its pipelined operand tiles fit shared memory.
+BLOCK_M rows and BLOCK_N hidden channels a program, the reduced channels BLOCK_D a step (the input's in the forward,
+the output's in the backward); a tile is kept when it is no larger than the call needs and its pipelined operand tiles
+fit shared memory.
 """
 
 from __future__ import annotations
@@ -37,4 +38,11 @@ def prune(configs, named_args, **kwargs):
     element_size = named_args["x_ptr"].element_size()
     table = FLOAT32_CONFIGS if element_size == 4 else CONFIGS
     return tuning_candidates(table, lambda c: fits(c, named_args["M"], named_args["D"], named_args["H"], kwargs["GLU"],
+                                                   element_size), INTERPRETER_CONFIG)
+
+
+def prune_backward(configs, named_args, **kwargs):
+    element_size = named_args["pre_ptr"].element_size()
+    table = FLOAT32_CONFIGS if element_size == 4 else CONFIGS
+    return tuning_candidates(table, lambda c: fits(c, named_args["M"], named_args["C"], named_args["H"], False,
                                                    element_size), INTERPRETER_CONFIG)

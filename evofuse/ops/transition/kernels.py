@@ -1,6 +1,7 @@
 """The transition's kernels: the LayerNorm, the input projection and the activation in one pass (the normalized rows
-never in memory), and the activation's backward, which also gives back the hidden rows for the output projection's
-weight gradient (so the forward keeps only the pre-activations)."""
+never in memory), and the backward from the output's gradient to the pre-activations' (the hidden rows' gradient on
+chip), which also gives back the hidden rows for the output projection's weight gradient (so the forward keeps only
+the pre-activations)."""
 
 import triton
 import triton.language as tl
@@ -14,12 +15,14 @@ def transition_in_kernel(
     lnw_ptr, lnb_ptr,  # the LayerNorm's weight and bias (D,)
     w_ptr, stride_wk, stride_wd,  # the input projection (K, D), K = 2H (GLU: a's H rows, then b's) or H
     bias_ptr,  # HAS_BIAS: (K,)
+    m_ptr,  # HAS_MASK: the row mask (M,), 0/1 of any dtype
     pre_ptr,  # STORE_PRE: out, the pre-activations (M, K) contiguous, in x's dtype
-    h_ptr,  # out: the hidden rows (M, H) contiguous, in x's dtype
+    h_ptr,  # out: the hidden rows (M, H) contiguous, in x's dtype, times the row mask
     M, D, H, eps,
     M_BUCKET, H_BUCKET,  # autotuning key only
     GLU: tl.constexpr,  # h = silu(a) * b (SwiGLU), else relu(a)
     HAS_BIAS: tl.constexpr,
+    HAS_MASK: tl.constexpr,
     STORE_PRE: tl.constexpr,
     PRECISION: tl.constexpr,  # tl.dot's input_precision for float32 rows
     BLOCK_M: tl.constexpr,
@@ -29,7 +32,7 @@ def transition_in_kernel(
     """BLOCK_M rows and BLOCK_N hidden channels: the rows' moments in float32, then LayerNorm(x) chunk by chunk of
     BLOCK_D channels (rounded to x's dtype as the reference's LayerNorm output is) against the projection's a (and b)
     rows on tensor cores, accumulated in float32; a and b rounded to x's dtype (as the reference's linears give them),
-    the activation in float32, h rounded once."""
+    the activation in float32, h times the row mask (a masked row's output is then the bias alone), rounded once."""
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
     m_ok = offs_m < M
@@ -70,6 +73,8 @@ def transition_in_kernel(
         h = tl.maximum(a.to(tl.float32), 0.0)
     if STORE_PRE:
         tl.store(pre_ptr + rows * (H * (1 + GLU)) + offs_n[None, :], a, mask=ok)
+    if HAS_MASK:
+        h *= tl.load(m_ptr + offs_m, mask=m_ok, other=0).to(tl.float32)[:, None]
     tl.store(h_ptr + rows * H + offs_n[None, :], h.to(dtype), mask=ok)
 
 
@@ -79,26 +84,47 @@ def _silu(a):
 
 
 @triton.jit
-def activation_backward_kernel(
+def transition_backward_kernel(
+    g_ptr, stride_gm, stride_gc,  # the output's gradient (M, C), any strides (a broadcast one included)
+    m_ptr,  # HAS_MASK: the row mask (M,), 0/1 of any dtype
+    wo_ptr, stride_wc, stride_wh,  # the output projection (C, H)
     pre_ptr,  # the pre-activations (M, K) contiguous, K = 2H (GLU) or H
-    dh_ptr,  # the hidden rows' gradient (M, H) contiguous
     dpre_ptr,  # out: the pre-activations' gradient (M, K) contiguous
-    h_ptr,  # out: the hidden rows again (M, H) contiguous, as the forward made them
-    M, H,
+    h_ptr,  # out: the hidden rows again, times the row mask (M, H) contiguous, as the forward made them
+    M, C, H,
+    M_BUCKET, H_BUCKET,  # autotuning key only
     GLU: tl.constexpr,
-    BLOCK: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,  # output channels c a step
 ):
-    """For BLOCK elements (m, n) of the hidden rows, in float32: GLU h = silu(a) b, da = dh b silu'(a) with silu'(a) =
-    s (1 + a (1 - s)) for s = sigmoid(a), db = dh silu(a); else h = relu(a), da = dh [a > 0]."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]: m * H + n
-    ok = offs < M * H
-    m = offs // H
-    n = offs % H
-    a_at = pre_ptr + m * (H * (1 + GLU)) + n
+    """BLOCK_M rows and BLOCK_N hidden channels: dh = (g mask) W_out on tensor cores in float32 (never in memory),
+    then from a (and b), in float32: GLU h = silu(a) b, da = dh b silu'(a) with silu'(a) = s (1 + a (1 - s)) for
+    s = sigmoid(a), db = dh silu(a); else h = relu(a), da = dh [a > 0]."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    m_ok = offs_m < M
+    n_ok = offs_n < H
+    rows = offs_m.to(tl.int64)[:, None]  # [BLOCK_M, 1]
+    dtype = pre_ptr.dtype.element_ty
+    keep = tl.load(m_ptr + offs_m, mask=m_ok, other=0).to(tl.float32) if HAS_MASK else m_ok.to(tl.float32)
+    dh = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for c0 in range(0, C, BLOCK_D):
+        offs_c = c0 + tl.arange(0, BLOCK_D)
+        c_ok = offs_c < C
+        g = tl.load(g_ptr + rows * stride_gm + offs_c[None, :] * stride_gc, mask=m_ok[:, None] & c_ok[None, :],
+                    other=0.0)  # [BLOCK_M, BLOCK_D]
+        if HAS_MASK:
+            g = (g.to(tl.float32) * keep[:, None]).to(dtype)
+        w = tl.load(wo_ptr + offs_c[:, None] * stride_wc + offs_n[None, :] * stride_wh,
+                    mask=c_ok[:, None] & n_ok[None, :], other=0.0)  # [BLOCK_D, BLOCK_N]
+        dh = tl.dot(g.to(dtype), w.to(dtype), dh, input_precision=PRECISION)
+    ok = m_ok[:, None] & n_ok[None, :]
+    a_at = pre_ptr + rows * (H * (1 + GLU)) + offs_n[None, :]
     a = tl.load(a_at, mask=ok, other=0.0).to(tl.float32)
-    dh = tl.load(dh_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-    dtype = dpre_ptr.dtype.element_ty
-    da_at = dpre_ptr + m * (H * (1 + GLU)) + n
+    da_at = dpre_ptr + rows * (H * (1 + GLU)) + offs_n[None, :]
     if GLU:
         b = tl.load(a_at + H, mask=ok, other=0.0).to(tl.float32)
         s = tl.sigmoid(a)
@@ -109,4 +135,4 @@ def activation_backward_kernel(
     else:
         tl.store(da_at, tl.where(a > 0.0, dh, 0.0).to(dtype), mask=ok)
         h = tl.maximum(a, 0.0)
-    tl.store(h_ptr + offs, h.to(h_ptr.dtype.element_ty), mask=ok)
+    tl.store(h_ptr + rows * H + offs_n[None, :], (h * keep[:, None]).to(dtype), mask=ok)

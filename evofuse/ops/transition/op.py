@@ -2,11 +2,12 @@
 (`register_autograd`): out = (act(LayerNorm(x) @ W_in^T + b_in) @ W_out^T + b_out) * mask, act SwiGLU (silu(a) * b,
 AF3 Algorithm 11) or ReLU (AF2 Algorithms 9 and 15).
 
-Forward: `kernels.transition_in_kernel` makes the hidden rows h = act(a, b) from x in one pass (the normalized rows on
-chip), for blocks of rows whose hidden rows take at most BLOCK_BYTES, each block's output rows by one cuBLAS product
-with W_out; a training call also writes the pre-activations [a, b], all that its backward keeps besides the input.
-Backward: dh = g W_out by cuBLAS; `kernels.activation_backward_kernel` gives the pre-activations' gradient and h again
-in one pass; W_out's gradient g^T h by cuBLAS; then `layer_norm_linear_backward` for x, the LayerNorm and W_in.
+Forward: `kernels.transition_in_kernel` makes the hidden rows h = act(a, b) * mask from x in one pass (the normalized
+rows on chip), for blocks of rows whose hidden rows take at most BLOCK_BYTES, each block's output rows by one cuBLAS
+product with W_out; a training call also writes the pre-activations [a, b], all that its backward keeps besides the
+input. Backward: `kernels.transition_backward_kernel` makes dh = (g mask) W_out on chip and from it the
+pre-activations' gradient, and h * mask again, in one pass; W_out's gradient g^T (h mask) by cuBLAS; then
+`layer_norm_linear_backward` for x, the LayerNorm and W_in.
 """
 
 from __future__ import annotations
@@ -21,23 +22,29 @@ from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, keep_f
 from ...reference import LAYER_NORM_EPS
 from ..layer_norm_linear import layer_norm_linear_backward
 from . import configs
-from .kernels import activation_backward_kernel, transition_in_kernel
+from .kernels import transition_backward_kernel, transition_in_kernel
 
 BLOCK_BYTES = 320 * 2**20  # the hidden rows a forward holds at a time (one block at the suite's shapes)
-ACTIVATION_BLOCK = 1024  # elements a program of the activation's backward (elementwise, memory bound)
 
 
 @functools.cache
 def _tuned():
     return triton.autotune(configs.CONFIGS + configs.FLOAT32_CONFIGS,
-                           key=["M_BUCKET", "H_BUCKET", "D", "GLU", "HAS_BIAS", "STORE_PRE", "PRECISION"],
+                           key=["M_BUCKET", "H_BUCKET", "D", "GLU", "HAS_BIAS", "HAS_MASK", "STORE_PRE", "PRECISION"],
                            prune_configs_by={"early_config_prune": configs.prune})(transition_in_kernel)
 
 
-def _hidden(rows: Tensor, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None, pre: Tensor,
-            h: Tensor, glu: bool, store_pre: bool, precision: str) -> None:
-    """Writes h (M, H) = act(LayerNorm(rows) @ in_weight^T + in_bias) for rows (M, D), and where `store_pre` the
-    pre-activations pre (M, K)."""
+@functools.cache
+def _tuned_backward():
+    return triton.autotune(configs.CONFIGS + configs.FLOAT32_CONFIGS,
+                           key=["M_BUCKET", "H_BUCKET", "C", "GLU", "HAS_MASK", "PRECISION"],
+                           prune_configs_by={"early_config_prune": configs.prune_backward})(transition_backward_kernel)
+
+
+def _hidden(rows: Tensor, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None,
+            mask: Tensor | None, pre: Tensor, h: Tensor, glu: bool, store_pre: bool, precision: str) -> None:
+    """Writes h (M, H) = act(LayerNorm(rows) @ in_weight^T + in_bias) * mask for rows (M, D) and mask (M,) or None,
+    and where `store_pre` the pre-activations pre (M, K)."""
     M, D = rows.shape
     H = h.shape[1]
 
@@ -45,9 +52,9 @@ def _hidden(rows: Tensor, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tensor,
         return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"])
 
     _tuned()[grid](rows, *rows.stride(), ln_weight, ln_bias, in_weight, *in_weight.stride(),
-                   in_weight if in_bias is None else in_bias, pre, h, M, D, H, LAYER_NORM_EPS, bucket(M), bucket(H),
-                   GLU=glu, HAS_BIAS=in_bias is not None, STORE_PRE=store_pre,
-                   PRECISION=dot_precision(rows.dtype, precision))
+                   in_weight if in_bias is None else in_bias, h if mask is None else mask, pre, h, M, D, H,
+                   LAYER_NORM_EPS, bucket(M), bucket(H), GLU=glu, HAS_BIAS=in_bias is not None,
+                   HAS_MASK=mask is not None, STORE_PRE=store_pre, PRECISION=dot_precision(rows.dtype, precision))
 
 
 def transition_forward(x: Tensor, mask: Tensor | None, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tensor,
@@ -62,20 +69,22 @@ def transition_forward(x: Tensor, mask: Tensor | None, ln_weight: Tensor, ln_bia
     lead = x.shape[:-1]
     rows = x.reshape(-1, D)
     M = rows.shape[0]
+    mask_rows = None if mask is None else mask.reshape(M)
     out = x.new_empty(M, C)
     pre = x.new_empty(M, K) if train else x.new_empty(0)
     block = max(1, min(M, BLOCK_BYTES // (H * x.element_size())))
     h = x.new_empty(block if M else 0, H)
     for r0 in range(0, M, block):
         n = min(M, r0 + block) - r0
-        _hidden(rows[r0:r0 + n], ln_weight, ln_bias, in_weight, in_bias, pre[r0:r0 + n] if train else pre, h[:n],
-                glu, train, precision)
+        _hidden(rows[r0:r0 + n], ln_weight, ln_bias, in_weight, in_bias,
+                None if mask is None else mask_rows[r0:r0 + n], pre[r0:r0 + n] if train else pre, h[:n], glu, train,
+                precision)
         if out_bias is None:
             torch.mm(h[:n], out_weight.t(), out=out[r0:r0 + n])
         else:
             torch.addmm(out_bias, h[:n], out_weight.t(), out=out[r0:r0 + n])
-    if mask is not None:
-        out *= mask.reshape(M, 1)
+    if mask is not None and out_bias is not None:  # (the masked rows' h is zero: their output the bias alone)
+        out *= mask_rows[:, None]
     return out.view(*lead, C), pre.view(*lead, K) if train else pre
 
 
@@ -94,42 +103,49 @@ def _setup_context(ctx, inputs, output):
     keep_for_backward(ctx, [x, mask, *params], [output[1]], glu=glu, precision=precision)
 
 
-def activation_backward(pre: Tensor, dh: Tensor, glu: bool) -> tuple[Tensor, Tensor]:
-    """(d_pre (M, K), h (M, H)): the pre-activations' gradient from pre (M, K) contiguous and the hidden rows'
-    gradient dh (M, H), and the hidden rows again, in one pass (`kernels.activation_backward_kernel`)."""
-    M, H = dh.shape
+def core_backward(grad: Tensor, mask: Tensor | None, out_weight: Tensor, pre: Tensor, glu: bool,
+                  precision: str) -> tuple[Tensor, Tensor]:
+    """(d_pre (M, K), h (M, H)): the pre-activations' gradient from the output's gradient grad (M, C) (any strides),
+    the row mask (M,) or None, out_weight (C, H) and the pre-activations pre (M, K) contiguous, with the hidden rows'
+    gradient on chip; and the hidden rows again, times the mask, for out_weight's gradient
+    (`kernels.transition_backward_kernel`)."""
+    M, C = grad.shape
+    H = out_weight.shape[1]
     d_pre = torch.empty_like(pre)
     h = pre.new_empty(M, H)
-    if M * H:
-        activation_backward_kernel[(cdiv(M * H, ACTIVATION_BLOCK),)](pre, dh.contiguous(), d_pre, h, M, H, GLU=glu,
-                                                                     BLOCK=ACTIVATION_BLOCK)
+    if M:
+        def grid(meta):
+            return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"])
+
+        _tuned_backward()[grid](grad, *grad.stride(), h if mask is None else mask, out_weight, *out_weight.stride(),
+                                pre, d_pre, h, M, C, H, bucket(M), bucket(H), GLU=glu, HAS_MASK=mask is not None,
+                                PRECISION=dot_precision(pre.dtype, precision))
     return d_pre, h
 
 
-activation_backward_op = torch.library.custom_op("evofuse::transition_activation_backward", mutates_args=())(
-    activation_backward)
+core_backward_op = torch.library.custom_op("evofuse::transition_core_backward", mutates_args=())(core_backward)
 
 
-@activation_backward_op.register_fake
-def _(pre, dh, glu):
-    return torch.empty_like(pre), pre.new_empty(dh.shape)
+@core_backward_op.register_fake
+def _(grad, mask, out_weight, pre, glu, precision):
+    return torch.empty_like(pre), pre.new_empty(grad.shape[0], out_weight.shape[1])
 
 
 def _backward(ctx, grad_out, _):
     x, mask, lnw, lnb, w_in, _, w_out, _, pre = ctx.saved_tensors
     needs = ctx.needs_input_grad
-    C, H = w_out.shape
-    g = grad_out.reshape(-1, C)
-    if mask is not None:
-        g = g * mask.reshape(-1, 1).to(g.dtype)
-    d_b_out = g.sum(0, dtype=torch.float32).to(w_out.dtype) if needs[7] else None
+    C = w_out.shape[0]
+    grad = grad_out.reshape(-1, C)  # (a view where it can be: a broadcast gradient stays one)
+    mask_rows = None if mask is None else mask.reshape(-1).to(grad.dtype)
+    d_b_out = None
+    if needs[7]:  # the mask's rows of the gradient summed: a product, no masked copy
+        d_b_out = grad.sum(0) if mask_rows is None else grad.t() @ mask_rows
+        d_b_out = d_b_out.to(w_out.dtype)
     if not (any(needs[:6]) or needs[6]):
         return (None,) * 7 + (d_b_out,) + (None,) * 3
-    dh = g @ w_out  # (M, H)
-    backward = activation_backward_op if traced(grad_out) else activation_backward
-    d_pre, h = backward(pre.reshape(-1, w_in.shape[0]), dh, ctx.glu)
-    del dh
-    d_w_out = g.t() @ h if needs[6] else None
+    backward = core_backward_op if traced(grad_out) else core_backward
+    d_pre, h = backward(grad, mask_rows, w_out, pre.reshape(-1, w_in.shape[0]), ctx.glu, ctx.precision)
+    d_w_out = grad.t() @ h if needs[6] else None  # (h masked: the masked gradient's product)
     del h
     dx = d_lnw = d_lnb = d_w_in = d_b_in = None
     if any(needs[:6]):
