@@ -11,7 +11,7 @@ import sys
 import pytest
 
 SHARED_LIMIT = 227 * 1024  # bytes of shared memory a block may take on sm_90
-FLOATS = ("eps", "qk_scale", "sm_scale", "inf", "x_scale")
+FLOATS = ("eps", "qk_scale", "sm_scale", "inf", "x_scale", "alpha")
 FLOAT32_POINTERS = ("m_ptr", "lse_ptr", "delta_ptr", "dz_ptr", "dw_ptr", "cnt_ptr", "inv_ptr", "ws_ptr",
                     "partial_ptr", "dln_ptr", "folded_bias_ptr", "sum_ptr")
 
@@ -51,6 +51,7 @@ UNIT_STRIDES = {
     "masked_softmax_backward_kernel": ("stride_wj", "stride_gj", "stride_dj"),
     "transition_in_kernel": ("stride_xd", "stride_wd"),
     "transition_backward_kernel": ("stride_gc", "stride_wh"),
+    "_matmul_kernel": ("stride_ak", "stride_bn"),
 }
 
 
@@ -82,7 +83,7 @@ def _launches():
     """(name, kernel, dtype, constexprs, num_warps, num_stages, pointer overrides) of the default launches."""
     from evofuse._runtime import next_pow2
     from evofuse.ops import layer_norm_linear as lnl
-    from evofuse.ops import pair_heads
+    from evofuse.ops import matmul, pair_heads
     from evofuse.ops.outer_product_mean import configs as opm_configs
     from evofuse.ops.outer_product_mean import kernels as opm
     from evofuse.ops.pair_weighted_averaging import configs as pwa_configs
@@ -192,6 +193,9 @@ def _launches():
                {"x_ptr": f"*{dtype}", "w_ptr": "*fp32"})
         yield (f"masked softmax backward {dtype}", pwa.masked_softmax_backward_kernel, dtype, tiles, 4, 3,
                {"w_ptr": "*fp32", "g_ptr": "*fp32"})
+    for k, config in enumerate(matmul.CONFIGS):  # the float32 paths' products: every tile the autotuner may try
+        kw, warps, stages = cfg(config)
+        yield f"matmul tile {k}", matmul._matmul_kernel, "fp32", kw, warps, stages, {}
     yield ("weight halves", lnl._weight_halves_kernel, "fp32",
            dict(HAS_BIAS=True, TERMS=3, BLOCK_K=lnl.SPLIT_BLOCK_K, BLOCK_D=256), 4, 2, {"halves_ptr": "*fp16"})
     for c in (8, 64):

@@ -13,6 +13,7 @@ import triton
 from evofuse import MSARowAttentionWithPairBias, OuterProductMean
 from evofuse.numerics import FP32_FAST_BOUND, bound, rel_error
 from evofuse.ops import layer_norm_linear
+from evofuse.ops import matmul as matmul_module
 from evofuse.ops.outer_product_mean import configs as opm_configs
 from evofuse.ops.pair_weighted_averaging import configs as pwa_configs
 from evofuse.ops.row_attention import configs as att_configs
@@ -30,7 +31,7 @@ DTYPES = [torch.float32, torch.bfloat16]
 def one_config(monkeypatch):
     """Makes each kernel take the given config alone (the cached autotuned kernels rebuilt around it)."""
     def use(opm=None, forward=None, backward=None, linear=None, dx=None, pwa=None, project=None, gated=None, dw=None,
-            trans=None):
+            trans=None, matmul=None):
         if opm is not None:
             terms, config = opm
             monkeypatch.setattr(opm_configs, "CONFIGS", {terms: [config]})
@@ -41,7 +42,7 @@ def one_config(monkeypatch):
                                      (opm_configs, "DW_CONFIGS", dw),
                                      (opm_configs, "PROJECT_CONFIGS", project), (pwa_configs, "CONFIGS", pwa),
                                      (pwa_configs, "PROJECTION_CONFIGS", gated), (trans_configs, "CONFIGS", trans),
-                                     (trans_configs, "FLOAT32_CONFIGS", trans)):
+                                     (trans_configs, "FLOAT32_CONFIGS", trans), (matmul_module, "CONFIGS", matmul)):
             if config is not None:
                 monkeypatch.setattr(module, name, [config])
         rebuild_kernels()
@@ -182,6 +183,22 @@ def test_every_layer_norm_linear_config(dtype, index, one_config):
         pytest.skip("the predicate drops this config here")
     one_config(linear=cfg)
     _opm_check(dtype, 32, N=33, S=9)
+
+
+@pytest.mark.full  # a sweep: compiles a kernel for each config
+@pytest.mark.parametrize("index", range(len(matmul_module.CONFIGS)))
+def test_every_matmul_config(index, one_config):
+    """The float32 paths' products with each config alone: a batched product at awkward sizes against float64
+    (within 1e-6 of its largest value: three TF32 products keep ~1e-7), then the Outer Product Mean's float32
+    gradients (its backward's three batched products)."""
+    cfg = matmul_module.CONFIGS[index]
+    if not matmul_module.fits(cfg, 97, 200, 333):
+        pytest.skip("the predicate drops this config here")
+    one_config(matmul=cfg)
+    a, b = torch.randn(3, 97, 333, device="cuda"), torch.randn(3, 333, 200, device="cuda").mT.contiguous().mT
+    exact = a.double() @ b.double()
+    assert (matmul_module.matmul(a, b).double() - exact).abs().max() <= 1e-6 * exact.abs().max()
+    _opm_check(torch.float32, 16, N=33, S=9)
 
 
 @pytest.mark.full  # a sweep: compiles a kernel for each config

@@ -222,7 +222,7 @@ def test_opcheck_triangle_multiplication_core_backward(outgoing, mask):
     with torch.no_grad():
         _, proj, t, _ = triangle_multiplication_op(*(a.detach() if isinstance(a, torch.Tensor) else a for a in args))
     dt, d_gate_out = torch.randn_like(t), torch.randn(8, *proj.shape[1:], device=DEVICE)
-    torch.library.opcheck(core_backward_op, (proj, args[1], dt, d_gate_out, outgoing))
+    torch.library.opcheck(core_backward_op, (proj, args[1], dt, d_gate_out, outgoing, "default"))
     from evofuse.ops.triangle_multiplication.op import out_gate_backward_op
 
     y = torch.randn(*proj.shape[1:], 8, device=DEVICE)

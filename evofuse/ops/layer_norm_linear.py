@@ -21,6 +21,7 @@ from .._runtime import bucket, cdiv, dot_precision, multiprocessors, next_pow2, 
 from ..reference import LAYER_NORM_EPS
 from .float16_halves import finite_abs, power_of_two_scales, store_halves
 from .layer_norm_rows import centred_rows, row_moments
+from .matmul import matmul
 
 
 @triton.jit
@@ -569,9 +570,9 @@ def layer_norm_linear_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, we
         if mask_rows is not None:
             dy = dy * mask_rows.to(dy.dtype)[:, None]
         d_bias = dy.sum(0) if needs[4] else None
-        dxn = dy @ weight if any(needs[:3]) else None
+        dxn = matmul(dy, weight, precision) if any(needs[:3]) else None
         xn, dx, d_ln, _, _ = backward(rows, ln_weight, ln_bias, dxn, None, None, needs[3], needs[0], precision)
-        d_weight = dy.t() @ xn if needs[3] else None
+        d_weight = matmul(dy.t(), xn, precision) if needs[3] else None
     d_ln_weight, d_ln_bias = d_ln.to(ln_weight.dtype)
     return (dx.view(x.shape) if needs[0] else None, d_ln_weight if needs[1] else None,
             d_ln_bias if needs[2] else None, d_weight, d_bias)

@@ -9,11 +9,11 @@ projections by one `layer_norm_linear_backward`.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..._runtime import eager_or_dispatched, keep_for_backward, traced
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
+from ..matmul import linear, matmul
 from ..row_attention.op import attention, core_backward, core_backward_op
 
 
@@ -37,7 +37,7 @@ def msa_column_attention_forward(x: Tensor, mask: Tensor | None, layer_norm_weig
     gated, lse = attention(qkvg, _no_bias(qkvg, num_heads), mask, H, num_heads, "add", precision, train)
     if not train:  # (its memory free before the output's is taken)
         qkvg = qkvg.new_empty(0)
-    out = F.linear(gated, out_weight, out_bias)
+    out = linear(gated, out_weight, out_bias, precision)
     return out, qkvg, gated if train else gated.new_empty(0), lse
 
 
@@ -66,7 +66,7 @@ def _backward(ctx, grad_out, *_):
     needs = ctx.needs_input_grad
     D, H = x.shape[-1], wo.shape[1]
     d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(x.dtype) if needs[7] else None
-    d_wo = grad_out.reshape(-1, D).t() @ gated.reshape(-1, H) if needs[6] else None
+    d_wo = matmul(grad_out.reshape(-1, D).t(), gated.reshape(-1, H), ctx.precision) if needs[6] else None
     if not any(needs[:6]):  # the output projection's alone
         return (None,) * 6 + (d_wo, d_bo) + (None,) * 3
     backward = core_backward_op if traced(grad_out) else core_backward

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, keep_for_backward, multiprocessors, next_pow2, traced
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
+from ..matmul import matmul, uses_tensor_cores
 from . import configs, kernels
 from .kernels import float16_operands_kernel, operand_maxima_kernel, opm_forward_kernel
 
@@ -114,9 +115,11 @@ def _outer_products_scale(S: int) -> float:
     return 1.0 / next_pow2(S)
 
 
-def _outer_products(a_rows: Tensor, b_flat: Tensor, scale: float) -> Tensor:
+def _outer_products(a_rows: Tensor, b_flat: Tensor, scale: float, precision: str = "default") -> Tensor:
     """X[b, (i p), (j q)] = scale * sum_s a_rows[b, s, (i p)] b_flat[b, s, (j q)], (B, n*c, N*c) in their dtype, by
-    cuBLAS (float32 sums, scaled, then rounded once)."""
+    cuBLAS (float32 sums, scaled, then rounded once); float32 by `matmul`'s three TF32 products."""
+    if uses_tensor_cores(a_rows.dtype, precision):
+        return matmul(a_rows.mT, b_flat, precision, scale)
     B, _, rows = a_rows.shape
     x = torch.empty(B, rows, b_flat.shape[-1], dtype=a_rows.dtype, device=a_rows.device)
     return x.baddbmm_(a_rows.mT, b_flat, beta=0.0, alpha=scale)
@@ -283,12 +286,12 @@ def core_backward(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight: T
         a_rows = a[:, :, i0:i0 + n].reshape(B, S, n * c)  # [s, (i p)]
         if need_ab:
             dx = _outer_products_grad(g, weight, c, precision)  # [(i p), (j q)]
-            da_blocks.append(torch.bmm(b_flat, dx.mT).view(B, S, n, c))
-            db_block = torch.bmm(a_rows, dx)  # one block: db itself; else summed over the blocks in float32
+            da_blocks.append(matmul(b_flat, dx.mT, precision).view(B, S, n, c))
+            db_block = matmul(a_rows, dx, precision)  # one block: db itself; else summed over the blocks in float32
             db = db_block if rows == N else db_block.float() if db is None else db.add_(db_block)
             del dx
         if need_weight:  # (X scaled, as the forward's: undone once the sums are made)
-            _add_weight_grad(g, _outer_products(a_rows, b_flat, x_scale), partial, i0 > 0, precision)
+            _add_weight_grad(g, _outer_products(a_rows, b_flat, x_scale, precision), partial, i0 > 0, precision)
     d_weight = partial.sum(0) / x_scale if need_weight else d_bias.new_empty(R, 0)
     if not need_ab:
         return ab.new_empty(0), d_weight, d_bias

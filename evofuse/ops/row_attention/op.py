@@ -17,13 +17,13 @@ import functools
 import math
 
 import torch
-import torch.nn.functional as F
 import triton
 from torch import Tensor
 
 from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, keep_for_backward, multiprocessors, next_pow2, traced
 from ...reference import MASK_LOGIT
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
+from ..matmul import linear, matmul
 from ..pair_heads import pair_heads, pair_heads_backward
 from . import configs
 from .kernels import (
@@ -91,7 +91,7 @@ def row_attention_forward(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor 
     gated, lse = attention(qkvg, z, msa_mask, H, num_heads, mask_mode, precision, train)
     if not train:  # (their memory free before the output's is taken)
         qkvg, z = qkvg.new_empty(0), z.new_empty(0)
-    out = F.linear(gated, out_proj_weight, out_proj_bias)
+    out = linear(gated, out_proj_weight, out_proj_bias, precision)
     return out, qkvg, gated if train else gated.new_empty(0), lse, z
 
 
@@ -149,7 +149,8 @@ def core_backward(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, grad_out: Te
     d = D // h
     M = B * S * N
     d_qkvg = torch.empty_like(qkvg)
-    do = grad_out @ out_proj_weight  # the gated output's gradient, overwritten in place by the un-gated one's
+    # the gated output's gradient, overwritten in place by the un-gated one's
+    do = matmul(grad_out.reshape(M, -1), out_proj_weight, precision).view(B, S, N, D)
     delta = torch.empty(B, S, N, h, dtype=torch.float32, device=gated.device)  # rowsum(do * o) per head
     gate = configs.gate_launch(h, d)
     gate_backward_kernel[(cdiv(M, gate["BLOCK_M"]),)](
@@ -211,7 +212,7 @@ def _backward(ctx, grad_out, *_):
     H = w_qkvg.shape[0] // 4
     dtype = msa_repr.dtype
     d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs[8] else None
-    d_wo = grad_out.reshape(-1, D).t() @ gated.reshape(-1, H) if needs[7] else None
+    d_wo = matmul(grad_out.reshape(-1, D).t(), gated.reshape(-1, H), ctx.precision) if needs[7] else None
     if not (needs[0] or needs[1] or any(needs[3:7]) or any(needs[9:13])):  # out_proj's alone
         return (None,) * 7 + (d_wo, d_bo) + (None,) * 8
 

@@ -21,6 +21,7 @@ from torch import Tensor
 from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, keep_for_backward, traced
 from ...reference import LAYER_NORM_EPS
 from ..layer_norm_linear import layer_norm_linear_backward
+from ..matmul import linear, matmul, uses_tensor_cores
 from . import configs
 from .kernels import transition_backward_kernel, transition_in_kernel
 
@@ -79,7 +80,9 @@ def transition_forward(x: Tensor, mask: Tensor | None, ln_weight: Tensor, ln_bia
         _hidden(rows[r0:r0 + n], ln_weight, ln_bias, in_weight, in_bias,
                 None if mask is None else mask_rows[r0:r0 + n], pre[r0:r0 + n] if train else pre, h[:n], glu, train,
                 precision)
-        if out_bias is None:
+        if uses_tensor_cores(x.dtype, precision):
+            out[r0:r0 + n] = linear(h[:n], out_weight, out_bias, precision)
+        elif out_bias is None:
             torch.mm(h[:n], out_weight.t(), out=out[r0:r0 + n])
         else:
             torch.addmm(out_bias, h[:n], out_weight.t(), out=out[r0:r0 + n])
@@ -145,7 +148,7 @@ def _backward(ctx, grad_out, _):
         return (None,) * 7 + (d_b_out,) + (None,) * 3
     backward = core_backward_op if traced(grad_out) else core_backward
     d_pre, h = backward(grad, mask_rows, w_out, pre.reshape(-1, w_in.shape[0]), ctx.glu, ctx.precision)
-    d_w_out = grad.t() @ h if needs[6] else None  # (h masked: the masked gradient's product)
+    d_w_out = matmul(grad.t(), h, ctx.precision) if needs[6] else None  # (h masked: the masked gradient's product)
     del h
     dx = d_lnw = d_lnb = d_w_in = d_b_in = None
     if any(needs[:6]):

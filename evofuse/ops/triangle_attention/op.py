@@ -14,11 +14,11 @@ LayerNorm and the joined weight.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..._runtime import eager_or_dispatched, keep_for_backward, traced
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
+from ..matmul import linear, matmul
 from ..row_attention.op import attention, core_backward, core_backward_op
 
 ALIGN = 16  # the joined projection's width is a multiple of this: its rows start aligned for the attention kernels
@@ -51,7 +51,7 @@ def triangle_attention_forward(pair_repr: Tensor, pair_mask: Tensor | None, laye
     gated, lse = attention(proj, z, pair_mask, H, num_heads, "add", precision, train)
     if not train:  # (their memory free before the output's is taken)
         proj, z = proj.new_empty(0), z.new_empty(0)
-    out = F.linear(gated, out_weight, out_bias)
+    out = linear(gated, out_weight, out_bias, precision)
     return out, proj, gated if train else gated.new_empty(0), lse, z
 
 
@@ -90,7 +90,7 @@ def _backward(ctx, grad_out, *_):
     needs = ctx.needs_input_grad
     c, H, h = pair_repr.shape[-1], wo.shape[1], ctx.num_heads
     d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(pair_repr.dtype) if needs[7] else None
-    d_wo = grad_out.reshape(-1, c).t() @ gated.reshape(-1, H) if needs[6] else None
+    d_wo = matmul(grad_out.reshape(-1, c).t(), gated.reshape(-1, H), ctx.precision) if needs[6] else None
     if not any(needs[:6]):  # the output projection's alone
         return (None,) * 6 + (d_wo, d_bo) + (None,) * 4
     backward = core_backward_op if traced(grad_out) else core_backward

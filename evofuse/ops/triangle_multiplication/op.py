@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..._runtime import cdiv, eager_or_dispatched, keep_for_backward, next_pow2, traced
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
+from ..matmul import matmul_into, uses_tensor_cores
 from .kernels import gate_backward_kernel, gate_kernel, out_gate_backward_kernel, out_gate_kernel
 
 GATE_BLOCK = 1024  # pairs a program of the gating kernels (a plane each: elementwise, memory bound)
@@ -71,7 +72,7 @@ def triangle_multiplication_forward(pair_repr: Tensor, pair_mask: Tensor | None,
     layer_norm_linear(pair_repr, norm_in_weight, norm_in_bias, in_weight, in_bias, None, precision,
                       out=proj.permute(1, 2, 3, 0).unsqueeze(-1))
     ab = _gated(proj, pair_mask, c)
-    t = _bmm(ab[:c], ab[c:], None if outgoing else True)  # outgoing a b^T (sum over k of a[i, k] b[j, k]), else a^T b
+    t = _bmm(ab[:c], ab[c:], None if outgoing else True, precision)  # outgoing a b^T (sum_k a[i, k] b[j, k]), else a^T b
     del ab
     y = layer_norm_linear(t.permute(1, 2, 3, 0), norm_out_weight, norm_out_bias, p_out_weight, p_out_bias, None,
                           precision)
@@ -133,7 +134,8 @@ def _(grad_out, y, proj, c):
     return torch.empty_like(y), proj.new_empty(y.shape[-1], *proj.shape[1:])
 
 
-def core_backward(proj: Tensor, mask: Tensor | None, dt: Tensor, d_gate_out: Tensor, outgoing: bool) -> Tensor:
+def core_backward(proj: Tensor, mask: Tensor | None, dt: Tensor, d_gate_out: Tensor, outgoing: bool,
+                  precision: str) -> Tensor:
     """d_proj (K, B, N, N): the projections' gradient, channel major, from the forward's projections proj (K, B, N,
     N), the product's gradient dt (c, B, N, N) and g_out's (c_z, B, N, N): a and b again, da and db by cuBLAS into one
     (2c, B, N, N) tensor, then p's and g's gradients in one pass (`kernels.gate_backward_kernel`)."""
@@ -144,9 +146,9 @@ def core_backward(proj: Tensor, mask: Tensor | None, dt: Tensor, d_gate_out: Ten
     a, b = ab[:c], ab[c:]
     dab = torch.empty_like(ab)  # (da and db written by cuBLAS into its halves)
     if outgoing:  # t = a b^T: da = dt b, db = dt^T a
-        _bmm(dt, b, False, out=dab[:c]), _bmm(dt, a, True, out=dab[c:])
+        _bmm(dt, b, False, precision, out=dab[:c]), _bmm(dt, a, True, precision, out=dab[c:])
     else:  # t = a^T b: da = b dt^T, db = a dt
-        _bmm(b, dt, None, out=dab[:c]), _bmm(a, dt, False, out=dab[c:])
+        _bmm(b, dt, None, precision, out=dab[:c]), _bmm(a, dt, False, precision, out=dab[c:])
     del ab, a, b
     M = proj[0].numel()
     mask_rows, has_mask = _mask_rows(mask, proj)
@@ -162,7 +164,7 @@ core_backward_op = torch.library.custom_op("evofuse::triangle_multiplication_cor
 
 
 @core_backward_op.register_fake
-def _(proj, mask, dt, d_gate_out, outgoing):
+def _(proj, mask, dt, d_gate_out, outgoing, precision):
     return torch.empty_like(proj)
 
 
@@ -176,21 +178,25 @@ def _backward(ctx, grad_out, *_):
         t.permute(1, 2, 3, 0), nw_out, nb_out, w_out, dy, (True, *needs[6:10]), ctx.precision)
     dt = dt.view(*y.shape[:3], c).permute(3, 0, 1, 2)  # (c, B, N, N)
     backward = core_backward_op if traced(grad_out) else core_backward
-    d_proj = backward(proj, mask, dt, d_gate_out, ctx.outgoing)
+    d_proj = backward(proj, mask, dt, d_gate_out, ctx.outgoing, ctx.precision)
     dx, d_nw_in, d_nb_in, d_w_in, d_b_in = layer_norm_linear_backward(
         pair_repr, nw_in, nb_in, w_in, d_proj.permute(1, 2, 3, 0), (needs[0], *needs[2:6]), ctx.precision)
     return dx, None, d_nw_in, d_nb_in, d_w_in, d_b_in, d_nw_out, d_nb_out, d_w_out, d_b_out, None, None, None
 
 
-def _bmm(u: Tensor, v: Tensor, transpose: bool | None, out: Tensor | None = None) -> Tensor:
+def _bmm(u: Tensor, v: Tensor, transpose: bool | None, precision: str, out: Tensor | None = None) -> Tensor:
     """Per (channel, batch element) planes (c, B, N, N): u v (transpose False), u^T v (True) or u v^T (None); into
-    `out` (c, B, N, N) contiguous where given."""
+    `out` (c, B, N, N) contiguous where given. float32 by `matmul`'s three TF32 products, else cuBLAS."""
     c, B, N, _ = u.shape
     u, v = u.reshape(c * B, N, N), v.reshape(c * B, N, N)
     if transpose:
         u = u.transpose(1, 2)
     elif transpose is None:
         v = v.transpose(1, 2)
+    if uses_tensor_cores(u.dtype, precision):
+        t = u.new_empty(c, B, N, N) if out is None else out
+        matmul_into(u, v, t.view(c * B, N, N))
+        return t
     if out is None:
         return torch.bmm(u, v).view(c, B, N, N)
     torch.bmm(u, v, out=out.view(c * B, N, N))
