@@ -62,6 +62,30 @@ def keep_for_backward(ctx, saved: list, kept: list, **options) -> None:
         setattr(ctx, name, value)
 
 
+_AUTOTUNED: dict = {}  # kernel -> its kernel under Triton's autotuner, built on its first launch
+
+
+def autotuned(kernel, configs, key: list[str], prune, restore_value: tuple[str, ...] = ()):
+    """`kernel` under Triton's autotuner: the candidates `configs()` (a function: the tables as they are at the first
+    launch), pruned for each call by `prune` (through `tuning_candidates`), the choice cached per value of the
+    arguments named in `key` (their size buckets) and the dtypes; `restore_value`: pointer arguments that the timing
+    runs must leave unchanged. Built once per kernel, on its first launch, and looked up by it after; every kernel's
+    autotuning goes through here."""
+    tuner = _AUTOTUNED.get(kernel)
+    if tuner is None:
+        import triton
+
+        tuner = _AUTOTUNED[kernel] = triton.autotune(configs(), key=key, restore_value=list(restore_value),
+                                                     prune_configs_by={"early_config_prune": prune})(kernel)
+    return tuner
+
+
+def forget_autotuned() -> None:
+    """Drops every kernel's autotuner and its cached choices: the next launch of each builds it again from the tables
+    and EVOFUSE_AUTOTUNE as they then are."""
+    _AUTOTUNED.clear()
+
+
 def tuning_candidates(table: list, fits, interpreter_config, fallback: bool = True) -> list:
     """The configs of `table` that Triton's autotuner tries for a call: the interpreter's alone under Triton's
     interpreter; else those for which fits(config) holds (the table's last where none does, unless not `fallback`),

@@ -32,19 +32,13 @@ def att_module(D, pair, h, seed=0, **kw):
 
 
 def rebuild_kernels() -> None:
-    """Forget every cached autotuned kernel (and what was derived from the config tables), so that the next call
-    tunes again under the environment and tables it then finds."""
-    from evofuse.ops import layer_norm_linear, matmul
+    """Forget every autotuned kernel (and what was derived from the config tables), so that the next call tunes again
+    under the environment and tables it then finds."""
+    from evofuse._runtime import forget_autotuned
     from evofuse.ops.outer_product_mean import configs as opm_configs
-    from evofuse.ops.outer_product_mean import op as opm_op
-    from evofuse.ops.pair_weighted_averaging import op as pwa_op
-    from evofuse.ops.row_attention import op as att_op
-    from evofuse.ops.transition import op as trans_op
 
-    for cached in (pwa_op._kernels, opm_op._tuned, opm_op._tuned_dx, opm_op._tuned_dw, opm_op._tuned_project,
-                   opm_configs._workspace_slot, att_op._kernels, layer_norm_linear._tuned, trans_op._tuned,
-                   trans_op._tuned_backward, matmul._tuned):
-        cached.cache_clear()
+    forget_autotuned()
+    opm_configs._workspace_slot.cache_clear()
 
 
 def random_mask(B, S, N, kind: str, seed: int) -> torch.Tensor | None:

@@ -10,14 +10,12 @@ bias gradients taken in that pass too, a wider one cuBLAS products around it.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._runtime import bucket, cdiv, dot_precision, multiprocessors, next_pow2, traced, tuning_candidates
+from .._runtime import autotuned, bucket, cdiv, dot_precision, multiprocessors, next_pow2, traced, tuning_candidates
 from ..reference import LAYER_NORM_EPS
 from .float16_halves import finite_abs, power_of_two_scales, store_halves
 from .layer_norm_rows import centred_rows, row_moments
@@ -246,11 +244,7 @@ def _prune(configs, named_args, **kwargs):
         INTERPRETER_CONFIG)
 
 
-@functools.cache
-def _tuned():
-    return triton.autotune(CONFIGS + FLOAT32_CONFIGS, key=["K_BUCKET", "D", "HAS_BIAS", "HAS_MASK", "WHOLE_ROW",
-                                                        "TERMS"],
-                           prune_configs_by={"early_config_prune": _prune})(_layer_norm_linear_kernel)
+KEY = ["K_BUCKET", "D", "HAS_BIAS", "HAS_MASK", "WHOLE_ROW", "TERMS"]  # what the autotuner's choice is kept by
 
 
 # 16-bit linears with at least CUBLAS_MIN_ROWS rows, CUBLAS_MIN_D input channels and D * K >= CUBLAS_MIN_WORK take
@@ -333,11 +327,12 @@ def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.T
     def grid(meta):
         return cdiv(M, meta["BLOCK_M"]), 1 if whole_row else cdiv(K, meta["BLOCK_K"])
 
-    _tuned()[grid](x, *x_layout, ln_weight, ln_bias, weight, *weight.stride(), w_stride_h,
-                   weight if bias is None else bias, inverse, mask_rows, 0 if mask is None else mask_rows.stride(0), y,
-                   stride_group, M, D, K, sizes[1], sizes[2], LAYER_NORM_EPS, bucket(K), GROUP=group,
-                   HAS_BIAS=bias is not None, HAS_MASK=mask is not None, WHOLE_ROW=whole_row, TERMS=terms,
-                   BLOCK_D=block_d)
+    kernel = autotuned(_layer_norm_linear_kernel, lambda: CONFIGS + FLOAT32_CONFIGS, KEY, _prune)
+    kernel[grid](x, *x_layout, ln_weight, ln_bias, weight, *weight.stride(), w_stride_h,
+                 weight if bias is None else bias, inverse, mask_rows, 0 if mask is None else mask_rows.stride(0), y,
+                 stride_group, M, D, K, sizes[1], sizes[2], LAYER_NORM_EPS, bucket(K), GROUP=group,
+                 HAS_BIAS=bias is not None, HAS_MASK=mask is not None, WHOLE_ROW=whole_row, TERMS=terms,
+                 BLOCK_D=block_d)
     return y.view(*lead, K) if out is None else out
 
 

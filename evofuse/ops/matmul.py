@@ -9,14 +9,12 @@ through the custom op `evofuse::matmul`, eagerly the same function without the d
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._runtime import bucket, cdiv, next_pow2, traced, tuning_candidates
+from .._runtime import autotuned, bucket, cdiv, next_pow2, traced, tuning_candidates
 
 
 @triton.jit
@@ -86,10 +84,7 @@ def _prune(configs, named_args, **kwargs):
                              INTERPRETER_CONFIG)
 
 
-@functools.cache
-def _tuned():
-    return triton.autotune(CONFIGS, key=["M_BUCKET", "N_BUCKET", "K_BUCKET"],
-                           prune_configs_by={"early_config_prune": _prune})(_matmul_kernel)
+KEY = ["M_BUCKET", "N_BUCKET", "K_BUCKET"]  # what the autotuner's choice is kept by
 
 
 def uses_tensor_cores(dtype: torch.dtype, precision: str) -> bool:
@@ -122,8 +117,9 @@ def matmul_into(a: Tensor, b: Tensor, out: Tensor, alpha: float = 1.0) -> Tensor
         def grid(meta):
             return cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]), n
 
-        _tuned()[grid](chunk_a, *chunk_a.stride(), chunk_b, stride_bb, *chunk_b.stride()[1:], chunk_out,
-                       chunk_out.stride(0), chunk_out.stride(1), M, N, K, float(alpha), bucket(M), bucket(N), bucket(K))
+        autotuned(_matmul_kernel, lambda: CONFIGS, KEY, _prune)[grid](
+            chunk_a, *chunk_a.stride(), chunk_b, stride_bb, *chunk_b.stride()[1:], chunk_out, chunk_out.stride(0),
+            chunk_out.stride(1), M, N, K, float(alpha), bucket(M), bucket(N), bucket(K))
     return out
 
 

@@ -19,13 +19,21 @@ LayerNorm's gradients come from `layer_norm_linear_backward`.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 from torch import Tensor
 
-from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, keep_for_backward, multiprocessors, next_pow2, traced
+from ..._runtime import (
+    autotuned,
+    bucket,
+    cdiv,
+    dot_precision,
+    eager_or_dispatched,
+    keep_for_backward,
+    multiprocessors,
+    next_pow2,
+    traced,
+)
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from ..matmul import matmul, uses_tensor_cores
 from . import configs, kernels
@@ -180,34 +188,29 @@ def _float16_operands(ab: Tensor, weight: Tensor, terms: int) -> tuple[Tensor, T
     return ab_h, w_h, inverse
 
 
-@functools.cache
 def _tuned():
-    """The float32 route's fused contraction kernel under Triton's autotuner (built on first use)."""
-    return triton.autotune(configs.ALL_CONFIGS, key=["C", "R", "S_BUCKET", "N_BUCKET", "DIVIDE_BIAS", "HAS_COUNTS",
-                                                 "TERMS"],
-                           prune_configs_by={"early_config_prune": configs.prune})(opm_forward_kernel)
+    """The float32 route's fused contraction kernel under Triton's autotuner (`_runtime.autotuned`)."""
+    return autotuned(opm_forward_kernel, lambda: configs.ALL_CONFIGS,
+                     ["C", "R", "S_BUCKET", "N_BUCKET", "DIVIDE_BIAS", "HAS_COUNTS", "TERMS"], configs.prune)
 
 
-@functools.cache
 def _tuned_project():
-    """The 16-bit route's product with out_proj's weight under Triton's autotuner (built on first use)."""
-    return triton.autotune(configs.PROJECT_CONFIGS, key=["C", "R", "N_BUCKET", "DIVIDE_BIAS", "HAS_COUNTS"],
-                           prune_configs_by={"early_config_prune": configs.project_prune})(kernels.opm_project_kernel)
+    """The 16-bit route's product with out_proj's weight under Triton's autotuner."""
+    return autotuned(kernels.opm_project_kernel, lambda: configs.PROJECT_CONFIGS,
+                     ["C", "R", "N_BUCKET", "DIVIDE_BIAS", "HAS_COUNTS"], configs.project_prune)
 
 
-@functools.cache
 def _tuned_dw():
-    """The backward's dW kernel under Triton's autotuner (built on first use; its partial sums restored after
-    each timing run, since it may add to them)."""
-    return triton.autotune(configs.DW_CONFIGS, key=["C", "R", "N_BUCKET", "PRECISION"], restore_value=["ws_ptr"],
-                           prune_configs_by={"early_config_prune": configs.dw_prune})(kernels.opm_dw_kernel)
+    """The backward's dW kernel under Triton's autotuner (its partial sums restored after each timing run, since it
+    may add to them)."""
+    return autotuned(kernels.opm_dw_kernel, lambda: configs.DW_CONFIGS, ["C", "R", "N_BUCKET", "PRECISION"],
+                     configs.dw_prune, restore_value=("ws_ptr",))
 
 
-@functools.cache
 def _tuned_dx():
-    """The backward's dX kernel under Triton's autotuner (built on first use)."""
-    return triton.autotune(configs.DX_CONFIGS, key=["C", "R", "N_BUCKET", "PRECISION"],
-                           prune_configs_by={"early_config_prune": configs.dx_prune})(kernels.opm_dx_kernel)
+    """The backward's dX kernel under Triton's autotuner."""
+    return autotuned(kernels.opm_dx_kernel, lambda: configs.DX_CONFIGS, ["C", "R", "N_BUCKET", "PRECISION"],
+                     configs.dx_prune)
 
 
 def _outer_products_grad(gs: Tensor, weight: Tensor, c: int, precision: str) -> Tensor:

@@ -26,13 +26,11 @@ pair's size but dz is made).
 
 from __future__ import annotations
 
-import functools
-
 import torch
-import triton
 from torch import Tensor
 
 from ..._runtime import (
+    autotuned,
     bucket,
     cdiv,
     dot_precision,
@@ -66,21 +64,12 @@ def fused(head_width: int, msa_width: int, dtype: torch.dtype) -> bool:
             and dtype in (torch.float16, torch.bfloat16, torch.float32))
 
 
-def _autotuned(kernel):
-    return triton.autotune(configs.CONFIGS, key=["N_BUCKET", "C", "PRECISION"],
-                           prune_configs_by={"early_config_prune": configs.prune})(kernel)
-
-
-def _autotuned_projection(kernel):
-    return triton.autotune(configs.PROJECTION_CONFIGS, key=["HC", "C_OUT", "S_BUCKET", "C"],
-                           prune_configs_by={"early_config_prune": configs.prune_projection})(kernel)
-
-
-@functools.cache
 def _kernels():
-    """The kernels under Triton's autotuner (built on first use): the weighted sum (the backward's dv) and the
-    gated projection's backward."""
-    return _autotuned(weighted_sum_kernel), _autotuned_projection(gated_projection_backward_kernel)
+    """The kernels under Triton's autotuner (`_runtime.autotuned`: built on their first launch): the weighted sum (the
+    backward's dv) and the gated projection's backward."""
+    return (autotuned(weighted_sum_kernel, lambda: configs.CONFIGS, ["N_BUCKET", "C", "PRECISION"], configs.prune),
+            autotuned(gated_projection_backward_kernel, lambda: configs.PROJECTION_CONFIGS,
+                      ["HC", "C_OUT", "S_BUCKET", "C"], configs.prune_projection))
 
 
 # Residues j a step of the softmax kernels (a program a row (b, h, i)); the backward's rows of 2048 and more

@@ -13,14 +13,22 @@ then `layer_norm_linear_backward` and the pair bias projection's gradients (`pai
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
-import triton
 from torch import Tensor
 
-from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, keep_for_backward, multiprocessors, next_pow2, traced
+from ..._runtime import (
+    autotuned,
+    bucket,
+    cdiv,
+    dot_precision,
+    eager_or_dispatched,
+    keep_for_backward,
+    multiprocessors,
+    next_pow2,
+    traced,
+)
 from ...reference import MASK_LOGIT
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from ..matmul import linear, matmul
@@ -42,18 +50,16 @@ def fused(head_dim: int, dtype: torch.dtype) -> bool:
     return head_dim <= MAX_HEAD_DIM and dtype in (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _autotuned(kernel, candidates, *key):
-    return triton.autotune(candidates, key=["N_BUCKET", "HEAD_DIM", "HAS_MASK", "PRECISION", *key],
-                           prune_configs_by={"early_config_prune": configs.prune})(kernel)
+KEY = ["N_BUCKET", "HEAD_DIM", "HAS_MASK", "PRECISION"]  # what the autotuner's choices are kept by
 
 
-@functools.cache
 def _kernels():
-    """The four kernels under Triton's autotuner (built on first use)."""
-    return (_autotuned(attention_forward_kernel, configs.FORWARD_CONFIGS),
-            _autotuned(attention_dq_kernel, configs.BACKWARD_CONFIGS),
-            _autotuned(attention_dkdv_kernel, configs.BACKWARD_CONFIGS),
-            _autotuned(attention_dz_kernel, configs.BACKWARD_CONFIGS, "SPLITS"))  # (its grid grows with them)
+    """The four kernels under Triton's autotuner (`_runtime.autotuned`: built on their first launch)."""
+    forward, backward = (lambda: configs.FORWARD_CONFIGS), (lambda: configs.BACKWARD_CONFIGS)
+    return (autotuned(attention_forward_kernel, forward, KEY, configs.prune),
+            autotuned(attention_dq_kernel, backward, KEY, configs.prune),
+            autotuned(attention_dkdv_kernel, backward, KEY, configs.prune),
+            autotuned(attention_dz_kernel, backward, KEY + ["SPLITS"], configs.prune))  # (its grid grows with them)
 
 
 def _mask_args(mask: Tensor | None, like: Tensor) -> tuple:

@@ -12,13 +12,10 @@ pre-activations' gradient, and h * mask again, in one pass; W_out's gradient g^T
 
 from __future__ import annotations
 
-import functools
-
 import torch
-import triton
 from torch import Tensor
 
-from ..._runtime import bucket, cdiv, dot_precision, eager_or_dispatched, keep_for_backward, traced
+from ..._runtime import autotuned, bucket, cdiv, dot_precision, eager_or_dispatched, keep_for_backward, traced
 from ...reference import LAYER_NORM_EPS
 from ..layer_norm_linear import layer_norm_linear_backward
 from ..matmul import linear, matmul, uses_tensor_cores
@@ -28,18 +25,13 @@ from .kernels import transition_backward_kernel, transition_in_kernel
 BLOCK_BYTES = 320 * 2**20  # the hidden rows a forward holds at a time (one block at the suite's shapes)
 
 
-@functools.cache
-def _tuned():
-    return triton.autotune(configs.CONFIGS + configs.FLOAT32_CONFIGS,
-                           key=["M_BUCKET", "H_BUCKET", "D", "GLU", "HAS_BIAS", "HAS_MASK", "STORE_PRE", "PRECISION"],
-                           prune_configs_by={"early_config_prune": configs.prune})(transition_in_kernel)
+# what the autotuner's choices are kept by
+KEY = ["M_BUCKET", "H_BUCKET", "D", "GLU", "HAS_BIAS", "HAS_MASK", "STORE_PRE", "PRECISION"]
+BACKWARD_KEY = ["M_BUCKET", "H_BUCKET", "C", "GLU", "HAS_MASK", "PRECISION"]
 
 
-@functools.cache
-def _tuned_backward():
-    return triton.autotune(configs.CONFIGS + configs.FLOAT32_CONFIGS,
-                           key=["M_BUCKET", "H_BUCKET", "C", "GLU", "HAS_MASK", "PRECISION"],
-                           prune_configs_by={"early_config_prune": configs.prune_backward})(transition_backward_kernel)
+def _tables():
+    return configs.CONFIGS + configs.FLOAT32_CONFIGS
 
 
 def _hidden(rows: Tensor, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None,
@@ -52,10 +44,11 @@ def _hidden(rows: Tensor, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tensor,
     def grid(meta):
         return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"])
 
-    _tuned()[grid](rows, *rows.stride(), ln_weight, ln_bias, in_weight, *in_weight.stride(),
-                   in_weight if in_bias is None else in_bias, h if mask is None else mask, pre, h, M, D, H,
-                   LAYER_NORM_EPS, bucket(M), bucket(H), GLU=glu, HAS_BIAS=in_bias is not None,
-                   HAS_MASK=mask is not None, STORE_PRE=store_pre, PRECISION=dot_precision(rows.dtype, precision))
+    kernel = autotuned(transition_in_kernel, _tables, KEY, configs.prune)
+    kernel[grid](rows, *rows.stride(), ln_weight, ln_bias, in_weight, *in_weight.stride(),
+                 in_weight if in_bias is None else in_bias, h if mask is None else mask, pre, h, M, D, H,
+                 LAYER_NORM_EPS, bucket(M), bucket(H), GLU=glu, HAS_BIAS=in_bias is not None,
+                 HAS_MASK=mask is not None, STORE_PRE=store_pre, PRECISION=dot_precision(rows.dtype, precision))
 
 
 def transition_forward(x: Tensor, mask: Tensor | None, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tensor,
@@ -120,9 +113,10 @@ def core_backward(grad: Tensor, mask: Tensor | None, out_weight: Tensor, pre: Te
         def grid(meta):
             return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"])
 
-        _tuned_backward()[grid](grad, *grad.stride(), h if mask is None else mask, out_weight, *out_weight.stride(),
-                                pre, d_pre, h, M, C, H, bucket(M), bucket(H), GLU=glu, HAS_MASK=mask is not None,
-                                PRECISION=dot_precision(pre.dtype, precision))
+        kernel = autotuned(transition_backward_kernel, _tables, BACKWARD_KEY, configs.prune_backward)
+        kernel[grid](grad, *grad.stride(), h if mask is None else mask, out_weight, *out_weight.stride(), pre, d_pre, h,
+                     M, C, H, bucket(M), bucket(H), GLU=glu, HAS_MASK=mask is not None,
+                     PRECISION=dot_precision(pre.dtype, precision))
     return d_pre, h
 
 
