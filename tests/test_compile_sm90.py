@@ -49,7 +49,7 @@ UNIT_STRIDES = {
     "gated_projection_backward_kernel": ("stride_wk", "stride_xd", "stride_gd"),
     "masked_softmax_kernel": ("stride_xj", "stride_mj", "stride_wj"),
     "masked_softmax_backward_kernel": ("stride_wj", "stride_gj", "stride_dj"),
-    "transition_in_kernel": ("stride_xd", "stride_wd"),
+    "layer_norm_glu_kernel": ("stride_xd", "stride_wd"),
     "transition_backward_kernel": ("stride_gc", "stride_wh"),
     "_matmul_kernel": ("stride_ak", "stride_bn"),
 }
@@ -82,6 +82,7 @@ def _compile(kernel, dtype, consts, num_warps, num_stages, pointers=None):
 def _launches():
     """(name, kernel, dtype, constexprs, num_warps, num_stages, pointer overrides) of the default launches."""
     from evofuse._runtime import next_pow2
+    from evofuse.ops import layer_norm_glu as glu
     from evofuse.ops import layer_norm_linear as lnl
     from evofuse.ops import matmul, pair_heads
     from evofuse.ops.outer_product_mean import configs as opm_configs
@@ -91,7 +92,6 @@ def _launches():
     from evofuse.ops.pair_weighted_averaging import op as pwa_op
     from evofuse.ops.row_attention import configs as att_configs
     from evofuse.ops.row_attention import kernels as att
-    from evofuse.ops.transition import configs as trans_configs
     from evofuse.ops.transition import kernels as trans
     from evofuse.ops.triangle_multiplication import kernels as trimul
     from evofuse.ops.triangle_multiplication import op as trimul_op
@@ -177,16 +177,19 @@ def _launches():
         block_m, block_c = trimul_op._out_gate_tiles(128)
         for kernel in (trimul.out_gate_kernel, trimul.out_gate_backward_kernel):
             yield (f"{kernel.__name__} {dtype}", kernel, dtype, dict(BLOCK_M=block_m, BLOCK_C=block_c), 4, 1, {})
-        # the transition's kernels: every tile the autotuner may try (SwiGLU), the first for ReLU
-        table = trans_configs.CONFIGS if dtype == "bf16" else trans_configs.FLOAT32_CONFIGS
+        # LayerNorm + gated linear and the transition's backward: every tile the autotuner may try (SwiGLU, rows
+        # out), the first for ReLU and for triangle multiplication's gate (channel planes out: unit row strides)
+        table = glu.CONFIGS if dtype == "bf16" else glu.FLOAT32_CONFIGS
         for k, config in enumerate(table):
-            for glu in (True, False) if k == 0 else (True,):
-                kw, warps, stages = cfg(config)
-                yield (f"transition in {dtype} tile {k} glu={glu}", trans.transition_in_kernel, dtype,
-                       dict(GLU=glu, HAS_BIAS=True, HAS_MASK=True, STORE_PRE=True, PRECISION=precision, **kw), warps,
-                       stages, {"m_ptr": "*fp32"})
-                yield (f"transition backward {dtype} tile {k} glu={glu}", trans.transition_backward_kernel, dtype,
-                       dict(GLU=glu, HAS_MASK=True, PRECISION=precision, **kw), warps, stages, {"m_ptr": "*fp32"})
+            kw, warps, stages = cfg(config)
+            for activation in ("swiglu", "relu", "sigmoid") if k == 0 else ("swiglu",):
+                planes = dict(stride_hm=1, stride_pm=1) if activation == "sigmoid" else dict(stride_hn=1, stride_pk=1)
+                yield (f"layer_norm_glu {dtype} tile {k} {activation}", glu.layer_norm_glu_kernel, dtype,
+                       dict(ACTIVATION=activation, HAS_BIAS=True, HAS_MASK=True, STORE_PRE=True, PRECISION=precision,
+                            **planes, **kw), warps, stages, {"m_ptr": "*fp32"})
+            for gated in (True, False) if k == 0 else (True,):
+                yield (f"transition backward {dtype} tile {k} glu={gated}", trans.transition_backward_kernel, dtype,
+                       dict(GLU=gated, HAS_MASK=True, PRECISION=precision, **kw), warps, stages, {"m_ptr": "*fp32"})
         tiles = pwa_op._softmax_tiles(384)
         yield (f"masked softmax {dtype}", pwa.masked_softmax_kernel, dtype,
                dict(HAS_MASK=True, RELATIVE=True, STORE_W=True, STORE_LOW=dtype == "bf16", **tiles), 4, 3,

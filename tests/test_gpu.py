@@ -12,12 +12,11 @@ import triton
 
 from evofuse import MSARowAttentionWithPairBias, OuterProductMean
 from evofuse.numerics import FP32_FAST_BOUND, bound, rel_error
-from evofuse.ops import layer_norm_linear
+from evofuse.ops import layer_norm_glu, layer_norm_linear
 from evofuse.ops import matmul as matmul_module
 from evofuse.ops.outer_product_mean import configs as opm_configs
 from evofuse.ops.pair_weighted_averaging import configs as pwa_configs
 from evofuse.ops.row_attention import configs as att_configs
-from evofuse.ops.transition import configs as trans_configs
 from evofuse.suite import SUITE, make_inputs, make_module
 
 from .contract import check_gradients
@@ -41,8 +40,8 @@ def one_config(monkeypatch):
                                      (layer_norm_linear, "FLOAT32_CONFIGS", linear), (opm_configs, "DX_CONFIGS", dx),
                                      (opm_configs, "DW_CONFIGS", dw),
                                      (opm_configs, "PROJECT_CONFIGS", project), (pwa_configs, "CONFIGS", pwa),
-                                     (pwa_configs, "PROJECTION_CONFIGS", gated), (trans_configs, "CONFIGS", trans),
-                                     (trans_configs, "FLOAT32_CONFIGS", trans), (matmul_module, "CONFIGS", matmul)):
+                                     (pwa_configs, "PROJECTION_CONFIGS", gated), (layer_norm_glu, "CONFIGS", trans),
+                                     (layer_norm_glu, "FLOAT32_CONFIGS", trans), (matmul_module, "CONFIGS", matmul)):
             if config is not None:
                 monkeypatch.setattr(module, name, [config])
         rebuild_kernels()
@@ -202,18 +201,19 @@ def test_every_matmul_config(index, one_config):
 
 
 @pytest.mark.full  # a sweep: compiles a kernel for each config
-@pytest.mark.parametrize("dtype, index", [(torch.bfloat16, i) for i in range(len(trans_configs.CONFIGS))]
-                         + [(torch.float32, i) for i in range(len(trans_configs.FLOAT32_CONFIGS))])
+@pytest.mark.parametrize("dtype, index", [(torch.bfloat16, i) for i in range(len(layer_norm_glu.CONFIGS))]
+                         + [(torch.float32, i) for i in range(len(layer_norm_glu.FLOAT32_CONFIGS))])
 @pytest.mark.parametrize("activation", ["swiglu", "relu"])
 def test_every_transition_config(dtype, index, activation, one_config):
-    """The transition's input kernel with each of its configs alone: 97 x 37 rows of 160 channels (past a 128-wide
-    chunk), hidden 200 (past one block of 128): the output and every gradient against float64."""
+    """The transition's kernels (`layer_norm_glu` and its backward) with each of their configs alone: 97 x 37 rows of
+    160 channels (past a 128-wide chunk), hidden 200 (past one block of 128): the output and every gradient against
+    float64. (Triangle multiplication's gate takes `layer_norm_glu` too: its tests run at the default tile.)"""
     from evofuse import Transition
 
     from .helpers import randomize
 
-    cfg = (trans_configs.CONFIGS if dtype == torch.bfloat16 else trans_configs.FLOAT32_CONFIGS)[index]
-    if not trans_configs.fits(cfg, 97 * 37, 160, 200, activation == "swiglu", dtype.itemsize):
+    cfg = (layer_norm_glu.CONFIGS if dtype == torch.bfloat16 else layer_norm_glu.FLOAT32_CONFIGS)[index]
+    if not layer_norm_glu.fits(cfg, 97 * 37, 160, 200, 2 if activation == "swiglu" else 1, dtype.itemsize):
         pytest.skip("the predicate drops this config here")
     one_config(trans=cfg)
     mod = randomize(Transition(160, 200, activation=activation, bias=activation == "relu"), 9)

@@ -2,8 +2,8 @@
 (`register_autograd`): out = (act(LayerNorm(x) @ W_in^T + b_in) @ W_out^T + b_out) * mask, act SwiGLU (silu(a) * b,
 AF3 Algorithm 11) or ReLU (AF2 Algorithms 9 and 15).
 
-Forward: `kernels.transition_in_kernel` makes the hidden rows h = act(a, b) * mask from x in one pass (the normalized
-rows on chip), for blocks of rows whose hidden rows take at most BLOCK_BYTES, each block's output rows by one cuBLAS
+Forward: the shared `layer_norm_glu` kernel makes the hidden rows h = act(a, b) * mask from x in one pass (the
+normalized rows on chip), for blocks of rows whose hidden rows take at most BLOCK_BYTES, each block's output rows by one cuBLAS
 product with W_out; a training call also writes the pre-activations [a, b], all that its backward keeps besides the
 input. Backward: `kernels.transition_backward_kernel` makes dh = (g mask) W_out on chip and from it the
 pre-activations' gradient, and h * mask again, in one pass; W_out's gradient g^T (h mask) by cuBLAS; then
@@ -16,39 +16,14 @@ import torch
 from torch import Tensor
 
 from ..._runtime import autotuned, bucket, cdiv, dot_precision, eager_or_dispatched, keep_for_backward, traced
-from ...reference import LAYER_NORM_EPS
+from ..layer_norm_glu import layer_norm_glu
 from ..layer_norm_linear import layer_norm_linear_backward
 from ..matmul import linear, matmul, uses_tensor_cores
 from . import configs
-from .kernels import transition_backward_kernel, transition_in_kernel
+from .kernels import transition_backward_kernel
 
 BLOCK_BYTES = 320 * 2**20  # the hidden rows a forward holds at a time (one block at the suite's shapes)
-
-
-# what the autotuner's choices are kept by
-KEY = ["M_BUCKET", "H_BUCKET", "D", "GLU", "HAS_BIAS", "HAS_MASK", "STORE_PRE", "PRECISION"]
-BACKWARD_KEY = ["M_BUCKET", "H_BUCKET", "C", "GLU", "HAS_MASK", "PRECISION"]
-
-
-def _tables():
-    return configs.CONFIGS + configs.FLOAT32_CONFIGS
-
-
-def _hidden(rows: Tensor, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None,
-            mask: Tensor | None, pre: Tensor, h: Tensor, glu: bool, store_pre: bool, precision: str) -> None:
-    """Writes h (M, H) = act(LayerNorm(rows) @ in_weight^T + in_bias) * mask for rows (M, D) and mask (M,) or None,
-    and where `store_pre` the pre-activations pre (M, K)."""
-    M, D = rows.shape
-    H = h.shape[1]
-
-    def grid(meta):
-        return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"])
-
-    kernel = autotuned(transition_in_kernel, _tables, KEY, configs.prune)
-    kernel[grid](rows, *rows.stride(), ln_weight, ln_bias, in_weight, *in_weight.stride(),
-                 in_weight if in_bias is None else in_bias, h if mask is None else mask, pre, h, M, D, H,
-                 LAYER_NORM_EPS, bucket(M), bucket(H), GLU=glu, HAS_BIAS=in_bias is not None,
-                 HAS_MASK=mask is not None, STORE_PRE=store_pre, PRECISION=dot_precision(rows.dtype, precision))
+BACKWARD_KEY = ["M_BUCKET", "H_BUCKET", "C", "GLU", "HAS_MASK", "PRECISION"]  # what the autotuner's choice is kept by
 
 
 def transition_forward(x: Tensor, mask: Tensor | None, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tensor,
@@ -70,9 +45,9 @@ def transition_forward(x: Tensor, mask: Tensor | None, ln_weight: Tensor, ln_bia
     h = x.new_empty(block if M else 0, H)
     for r0 in range(0, M, block):
         n = min(M, r0 + block) - r0
-        _hidden(rows[r0:r0 + n], ln_weight, ln_bias, in_weight, in_bias,
-                None if mask is None else mask_rows[r0:r0 + n], pre[r0:r0 + n] if train else pre, h[:n], glu, train,
-                precision)
+        layer_norm_glu(rows[r0:r0 + n], ln_weight, ln_bias, in_weight, in_bias,
+                       None if mask is None else mask_rows[r0:r0 + n], h[:n], "swiglu" if glu else "relu", precision,
+                       pre[r0:r0 + n] if train else None)
         if uses_tensor_cores(x.dtype, precision):
             out[r0:r0 + n] = linear(h[:n], out_weight, out_bias, precision)
         elif out_bias is None:
@@ -113,7 +88,7 @@ def core_backward(grad: Tensor, mask: Tensor | None, out_weight: Tensor, pre: Te
         def grid(meta):
             return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"])
 
-        kernel = autotuned(transition_backward_kernel, _tables, BACKWARD_KEY, configs.prune_backward)
+        kernel = autotuned(transition_backward_kernel, configs.tables, BACKWARD_KEY, configs.prune_backward)
         kernel[grid](grad, *grad.stride(), h if mask is None else mask, out_weight, *out_weight.stride(), pre, d_pre, h,
                      M, C, H, bucket(M), bucket(H), GLU=glu, HAS_MASK=mask is not None,
                      PRECISION=dot_precision(pre.dtype, precision))

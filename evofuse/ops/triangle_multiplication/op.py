@@ -1,14 +1,15 @@
 """The triangle multiplicative update as a torch.library custom op, `evofuse::triangle_multiplication`, with its fake
 and its backward (`register_autograd`).
 
-Forward: one `layer_norm_linear` of the pair z (B, N, N, c_z) writes p_a, p_b, g_a, g_b and g_out channel major
-(K = 4c + c_z planes of (B, N, N): the layout cuBLAS's batched product wants); a and b = sigmoid(g) * p * mask, a
-(B, N, N) plane a channel, in one pass (`kernels.gate_kernel`); t = a b^T (outgoing) or a^T b (incoming) by cuBLAS,
-one product a (channel, batch element), accumulated in float32; `layer_norm_linear` of t (its channels strided) for
-LN_out and p_out; the output gate sigmoid(g_out) applied. Backward: the gate's and the output projection's gradients
-(`layer_norm_linear_backward` on t), da and db by cuBLAS into one (2c, B, N, N) tensor, the gates' and projections'
-gradients channel major in one pass (`kernels.gate_backward_kernel`), then one `layer_norm_linear_backward` of the
-pair for every input projection and LN_in.
+Forward: one pass of the pair z (B, N, N, c_z) (`layer_norm_glu`: LayerNorm, p_in and g_in on chip) writes a and b =
+p * sigmoid(g) * mask channel major (2c planes of (B, N, N): the layout cuBLAS's batched product wants), and in
+training p and g too for the backward; one `layer_norm_linear` writes g_out's planes; t = a b^T (outgoing) or a^T b
+(incoming) by cuBLAS, one product a (channel, batch element), accumulated in float32; `layer_norm_linear` of t (its
+channels strided) for LN_out and p_out; the output gate sigmoid(g_out) applied. Backward: the gate's and the output
+projection's gradients (`layer_norm_linear_backward` on t), a and b again from p and g, da and db by cuBLAS into one
+(2c, B, N, N) tensor, the gates' and projections' gradients channel major in one pass
+(`kernels.gate_backward_kernel`), then one `layer_norm_linear_backward` of the pair for every input projection and
+LN_in.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from torch import Tensor
 
 from ..._runtime import cdiv, eager_or_dispatched, keep_for_backward, next_pow2, traced
+from ..layer_norm_glu import layer_norm_glu
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from ..matmul import matmul_into, uses_tensor_cores
 from .kernels import gate_backward_kernel, gate_kernel, out_gate_backward_kernel, out_gate_kernel
@@ -68,19 +70,25 @@ def triangle_multiplication_forward(pair_repr: Tensor, pair_mask: Tensor | None,
     (c,); p_out_weight (c_z, c), p_out_bias (c_z,) or None."""
     B, N, _, cz = pair_repr.shape
     c = norm_out_weight.shape[0]
-    proj = pair_repr.new_empty(in_weight.shape[0], B, N, N)
-    layer_norm_linear(pair_repr, norm_in_weight, norm_in_bias, in_weight, in_bias, None, precision,
-                      out=proj.permute(1, 2, 3, 0).unsqueeze(-1))
-    ab = _gated(proj, pair_mask, c)
+    M = B * N * N
+    # (training: the backward's projections, p and g then g_out, channel major; else g_out's planes alone)
+    proj = pair_repr.new_empty(in_weight.shape[0] if train else cz, B, N, N)
+    gate_out = proj[4 * c:] if train else proj
+    layer_norm_linear(pair_repr, norm_in_weight, norm_in_bias, in_weight[4 * c:],
+                      None if in_bias is None else in_bias[4 * c:], None, precision,
+                      out=gate_out.permute(1, 2, 3, 0).unsqueeze(-1))
+    ab = proj.new_empty(2 * c, B, N, N)  # a and b, channel major: the layout of cuBLAS's batched product
+    layer_norm_glu(pair_repr.reshape(M, cz), norm_in_weight, norm_in_bias, in_weight[:4 * c],
+                   None if in_bias is None else in_bias[:4 * c], None if pair_mask is None else pair_mask.reshape(M),
+                   ab.view(2 * c, M).t(), "sigmoid", precision, proj[:4 * c].view(4 * c, M).t() if train else None)
     t = _bmm(ab[:c], ab[c:], None if outgoing else True, precision)  # outgoing a b^T (sum_k a[i, k] b[j, k]), else a^T b
     del ab
     y = layer_norm_linear(t.permute(1, 2, 3, 0), norm_out_weight, norm_out_bias, p_out_weight, p_out_bias, None,
                           precision)
     out = y if not train else torch.empty_like(y)  # (without a backward: in place)
-    M = y[..., 0].numel()
     if M:
         block_m, block_c = _out_gate_tiles(cz)
-        out_gate_kernel[(cdiv(M, block_m),)](y, proj[4 * c:], proj.stride(0), out, M, cz, BLOCK_M=block_m,
+        out_gate_kernel[(cdiv(M, block_m),)](y, gate_out, gate_out.stride(0), out, M, cz, BLOCK_M=block_m,
                                              BLOCK_C=block_c)
     if not train:
         return out, proj.new_empty(0), t.new_empty(0), y.new_empty(0)

@@ -1,0 +1,158 @@
+"""LayerNorm, a linear layer of two halves a and b, and an activation that joins them, in one pass with the normalized
+rows made on chip: h = silu(a) * b (SwiGLU: the transition's), a * sigmoid(b) (the triangle multiplication's gated
+projections) or relu(a) (no b: AF2's transition), times a row mask. Only h is written, in any layout (the transition's
+rows, triangle multiplication's channel planes), and the pre-activations [a, b] where a backward needs them.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from .._runtime import autotuned, bucket, cdiv, dot_precision, next_pow2, tuning_candidates
+from ..reference import LAYER_NORM_EPS
+from .layer_norm_rows import row_moments
+
+ACTIVATIONS = ("swiglu", "sigmoid", "relu")
+
+
+@triton.jit
+def layer_norm_glu_kernel(
+    x_ptr, stride_xm, stride_xd,  # x: (M, D)
+    lnw_ptr, lnb_ptr,  # the LayerNorm's weight and bias (D,)
+    w_ptr, stride_wk, stride_wd,  # the projection (K, D): a's H rows, then b's (K = 2H; "relu": a's alone, K = H)
+    bias_ptr,  # HAS_BIAS: (K,)
+    m_ptr,  # HAS_MASK: the row mask (M,), 0/1 of any dtype
+    pre_ptr, stride_pm, stride_pk,  # STORE_PRE: out, the pre-activations (M, K) in x's dtype
+    h_ptr, stride_hm, stride_hn,  # out: h (M, H) in x's dtype
+    M, D, H, eps,
+    M_BUCKET, H_BUCKET,  # autotuning key only
+    ACTIVATION: tl.constexpr,  # "swiglu": silu(a) * b, "sigmoid": a * sigmoid(b), "relu": relu(a)
+    HAS_BIAS: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    STORE_PRE: tl.constexpr,
+    PRECISION: tl.constexpr,  # tl.dot's input_precision for float32 rows
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """BLOCK_M rows and BLOCK_N channels of h: the rows' moments in float32, then LayerNorm(x) chunk by chunk of
+    BLOCK_D channels (rounded to x's dtype as the reference's LayerNorm output is) against a's (and b's) weight rows
+    on tensor cores, accumulated in float32; a and b rounded to x's dtype (as the reference's linears give them), the
+    activation in float32, times the row mask, rounded once."""
+    GATED: tl.constexpr = ACTIVATION != "relu"
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    m_ok = offs_m < M
+    n_ok = offs_n < H
+    x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm  # [BLOCK_M, 1]
+    mean, rstd = row_moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M, BLOCK_D)
+    dtype = x_ptr.dtype.element_ty
+    acc_a = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    w_a = w_ptr + offs_n.to(tl.int64)[None, :] * stride_wk  # [1, BLOCK_N]
+    w_b = w_a + H * stride_wk
+    for d0 in range(0, D, BLOCK_D):
+        offs_d = d0 + tl.arange(0, BLOCK_D)
+        d_ok = offs_d < D
+        x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+        xhat = (x.to(tl.float32) - mean[:, None]) * rstd[:, None]  # [BLOCK_M, BLOCK_D]
+        lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+        lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+        xn = tl.where(d_ok[None, :], xhat * lnw[None, :] + lnb[None, :], 0.0).to(dtype)
+        w_ok = d_ok[:, None] & n_ok[None, :]  # [BLOCK_D, BLOCK_N]
+        w_d = offs_d[:, None] * stride_wd
+        acc_a = tl.dot(xn, tl.load(w_a + w_d, mask=w_ok, other=0.0), acc_a, input_precision=PRECISION)
+        if GATED:
+            acc_b = tl.dot(xn, tl.load(w_b + w_d, mask=w_ok, other=0.0), acc_b, input_precision=PRECISION)
+    if HAS_BIAS:
+        acc_a += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        if GATED:
+            acc_b += tl.load(bias_ptr + H + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    a = acc_a.to(dtype)
+    b = acc_b.to(dtype)
+    ok = m_ok[:, None] & n_ok[None, :]
+    rows = offs_m.to(tl.int64)[:, None]  # [BLOCK_M, 1]
+    cols = offs_n.to(tl.int64)[None, :]  # [1, BLOCK_N]
+    if STORE_PRE:
+        tl.store(pre_ptr + rows * stride_pm + cols * stride_pk, a, mask=ok)
+        if GATED:
+            tl.store(pre_ptr + rows * stride_pm + (cols + H) * stride_pk, b, mask=ok)
+    h = activation(a.to(tl.float32), b.to(tl.float32), ACTIVATION)
+    if HAS_MASK:
+        h *= tl.load(m_ptr + offs_m, mask=m_ok, other=0).to(tl.float32)[:, None]
+    tl.store(h_ptr + rows * stride_hm + cols * stride_hn, h.to(dtype), mask=ok)
+
+
+@triton.jit
+def activation(a, b, ACTIVATION: tl.constexpr):
+    """h from the pre-activations a and b (float32; b unused for "relu"), as the backwards recompute it."""
+    if ACTIVATION == "swiglu":
+        h = a * tl.sigmoid(a) * b
+    elif ACTIVATION == "sigmoid":
+        h = a * tl.sigmoid(b)
+    else:
+        h = tl.maximum(a, 0.0)
+    return h
+
+
+def _configs(tiles) -> list[triton.Config]:
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": bd}, num_warps=warps, num_stages=stages)
+            for bm, bn, bd, warps, stages in tiles]
+
+
+# (BLOCK_M, BLOCK_N, BLOCK_D, num_warps, num_stages) for 16-bit rows and for float32 rows; the first that fits is the
+# default where autotuning is off
+CONFIGS = _configs(((128, 64, 64, 4, 3), (128, 128, 64, 8, 3), (64, 128, 64, 4, 3), (64, 64, 64, 4, 3),
+                    (128, 128, 32, 8, 4), (64, 64, 32, 4, 2), (32, 64, 32, 4, 2), (16, 32, 32, 4, 2)))
+FLOAT32_CONFIGS = _configs(((64, 64, 32, 4, 3), (128, 64, 32, 8, 3), (64, 128, 32, 8, 3), (32, 64, 32, 4, 2),
+                            (16, 32, 32, 4, 2)))
+INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_D": 16}, num_warps=1, num_stages=1)
+SHARED_LIMIT = 200 * 1024  # bytes of shared memory a config's pipelined operand tiles may take (sm_90: 227 KB)
+KEY = ["M_BUCKET", "H_BUCKET", "D", "ACTIVATION", "HAS_BIAS", "HAS_MASK", "STORE_PRE", "PRECISION"]
+
+
+def fits(config: triton.Config, M: int, D: int, H: int, operands: int, element_size: int) -> bool:
+    """A tile is kept when it is no larger than the call needs and its pipelined x tile and `operands` weight tiles
+    fit shared memory."""
+    bm, bn, bd = (config.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_D"))
+    if bm > max(16, next_pow2(M)) or bn > max(16, next_pow2(H)) or bd > max(16, next_pow2(D)):
+        return False
+    return (bm * bd + operands * bd * bn) * element_size * max(1, config.num_stages) <= SHARED_LIMIT
+
+
+def _prune(configs, named_args, **kwargs):
+    element_size = named_args["x_ptr"].element_size()
+    operands = 1 if kwargs["ACTIVATION"] == "relu" else 2
+    return tuning_candidates(FLOAT32_CONFIGS if element_size == 4 else CONFIGS,
+                             lambda c: fits(c, named_args["M"], named_args["D"], named_args["H"], operands,
+                                            element_size), INTERPRETER_CONFIG)
+
+
+def _tables():
+    return CONFIGS + FLOAT32_CONFIGS
+
+
+def layer_norm_glu(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor, bias: Tensor | None,
+                   mask: Tensor | None, h: Tensor, activation: str, precision: str, pre: Tensor | None = None) -> Tensor:
+    """Writes h (M, H), any strides, = act(a, b) * mask for [a, b] = LayerNorm(x) @ weight^T + bias (eps 1e-5), and
+    returns it; where `pre` (M, K), any strides, is given, [a, b] there too. x (M, D) float16, bfloat16 or float32, any
+    strides; ln_weight, ln_bias (D,); weight (K, D) with K = 2H (a's rows, then b's; H for "relu"), bias (K,) or None,
+    in x's dtype; mask (M,) 0/1 of any real dtype, or None."""
+    M, D = x.shape
+    H = h.shape[1]
+    if M == 0 or H == 0:
+        return h
+
+    def grid(meta):
+        return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"])
+
+    pre_args = (h, 0, 0) if pre is None else (pre, *pre.stride())
+    autotuned(layer_norm_glu_kernel, _tables, KEY, _prune)[grid](
+        x, *x.stride(), ln_weight, ln_bias, weight, *weight.stride(), weight if bias is None else bias,
+        h if mask is None else mask, *pre_args, h, *h.stride(), M, D, H, LAYER_NORM_EPS, bucket(M), bucket(H),
+        ACTIVATION=activation, HAS_BIAS=bias is not None, HAS_MASK=mask is not None, STORE_PRE=pre is not None,
+        PRECISION=dot_precision(x.dtype, precision))
+    return h
+
