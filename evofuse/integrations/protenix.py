@@ -61,25 +61,35 @@ class FusedPairWeightedAveraging(nn.Module):
                 num_heads=self.n_heads)
 
 
-class FusedOuterProductMean(FusedOpenFoldOuterProductMean):
-    """Protenix's OuterProductMean: OpenFold's, computed in float32 under CUDA float16 autocast (as Protenix
-    decides it)."""
+class _Float32UnderFloat16:
+    """A replacement that computes in float32 under CUDA float16 autocast, as Protenix decides it with its own
+    `is_fp16_enabled` (bound once, when the model is patched: no import per call)."""
 
-    def compute_dtype(self, m: torch.Tensor) -> torch.dtype:
-        from protenix.model.utils import is_fp16_enabled  # Protenix's own test: CUDA autocast to float16
+    def bind_float16_test(self) -> None:
+        from protenix.model.utils import is_fp16_enabled
 
-        return torch.float32 if is_fp16_enabled() else compute_dtype(m)
+        self.is_fp16_enabled = is_fp16_enabled
+
+    def compute_dtype(self, x: torch.Tensor) -> torch.dtype:
+        return torch.float32 if self.is_fp16_enabled() else compute_dtype(x)
 
 
-class FusedTriangleMultiplication(FusedOpenFoldTriangleMultiplication):
+class FusedOuterProductMean(_Float32UnderFloat16, FusedOpenFoldOuterProductMean):
+    """Protenix's OuterProductMean: OpenFold's, computed in float32 under CUDA float16 autocast (as Protenix does)."""
+
+    def __init__(self, original: nn.Module):
+        super().__init__(original)
+        self.bind_float16_test()
+
+
+class FusedTriangleMultiplication(_Float32UnderFloat16, FusedOpenFoldTriangleMultiplication):
     """Protenix's TriangleMultiplicativeUpdate: OpenFold's, computed in float32 under CUDA float16 autocast, where
     Protenix divides a and b by their standard deviations and takes their product in float32 (so that it stays in
     range: a float16 product would overflow where Protenix's does not)."""
 
-    def compute_dtype(self, z: torch.Tensor) -> torch.dtype:
-        from protenix.model.utils import is_fp16_enabled  # Protenix's own test: CUDA autocast to float16
-
-        return torch.float32 if is_fp16_enabled() else compute_dtype(z)
+    def __init__(self, original: nn.Module):
+        super().__init__(original)
+        self.bind_float16_test()
 
 
 class FusedProtenixTransition(FusedTransition):
