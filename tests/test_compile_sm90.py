@@ -171,7 +171,7 @@ def _launches():
             yield (f"gated projection backward {dtype} C {C}", pwa.gated_projection_backward_kernel, dtype,
                    dict(C=C, BLOCK_O=64, PRECISION=precision, **kw), warps, stages, {"part_ptr": "*fp32"})
         for has_mask in (True, False):
-            for kernel in (trimul.gate_kernel, trimul.gate_backward_kernel):
+            for kernel in (trimul.gate_backward_kernel,):
                 yield (f"{kernel.__name__} {dtype} mask={has_mask}", kernel, dtype,
                        dict(HAS_MASK=has_mask, BLOCK=GATE_BLOCK), 4, 1, {"mask_ptr": "*fp32"})
         block_m, block_c = trimul_op._out_gate_tiles(128)

@@ -321,8 +321,9 @@ def test_triangle_attention_past_2_31_elements():
 @pytest.mark.big
 @pytest.mark.no_poison
 def test_triangle_multiplication_past_2_31_elements():
-    """The input projections (4c + c_z, B, N, N) pass 2**31 elements (N 2048, c = c_z = 128; bf16): the whole output
-    and every gradient against the reference in float32 (exact) and bf16 (the allowance)."""
+    """The input projections' gradient (4c + c_z, B, N, N) passes 2**31 elements, p and g (4c planes) reach it (N 2048,
+    c = c_z = 128; bf16): the whole output and every gradient against the reference in float32 (exact) and bf16 (the
+    allowance)."""
     torch.manual_seed(0)
     mod = randomize(TriangleMultiplication(128), 1).cuda().bfloat16()
     N = 2048

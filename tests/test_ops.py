@@ -219,15 +219,18 @@ def test_opcheck_triangle_multiplication_core_backward(outgoing, mask):
     from evofuse.ops.triangle_multiplication.op import core_backward_op
 
     args = _trimul_args(True, outgoing=outgoing, mask=mask)
+    plain = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
     with torch.no_grad():
-        _, proj, t, _ = triangle_multiplication_op(*(a.detach() if isinstance(a, torch.Tensor) else a for a in args))
-    dt, d_gate_out = torch.randn_like(t), torch.randn(8, *proj.shape[1:], device=DEVICE)
-    torch.library.opcheck(core_backward_op, (proj, args[1], dt, d_gate_out, outgoing, "default"))
+        _, gate_out, t, _ = triangle_multiplication_op(*plain)
+    dt, d_gate_out = torch.randn_like(t), torch.randn_like(gate_out)
+    pair, pair_mask, norm_w, norm_b, w_in, b_in = plain[:6]
+    torch.library.opcheck(core_backward_op, (pair, norm_w, norm_b, w_in, b_in, pair_mask, dt, d_gate_out, outgoing,
+                                             "default"))
     from evofuse.ops.triangle_multiplication.op import out_gate_backward_op
 
-    y = torch.randn(*proj.shape[1:], 8, device=DEVICE)
+    y = torch.randn(*gate_out.shape[1:], 8, device=DEVICE)
     for grad_out in (torch.randn_like(y), torch.ones(()).expand_as(y)):  # (a broadcast gradient too)
-        torch.library.opcheck(out_gate_backward_op, (grad_out, y, proj, 4))
+        torch.library.opcheck(out_gate_backward_op, (grad_out, y, gate_out))
 
 
 def test_triangle_projection_rows_stay_aligned():

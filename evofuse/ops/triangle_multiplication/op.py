@@ -21,7 +21,7 @@ from ..._runtime import cdiv, eager_or_dispatched, keep_for_backward, next_pow2,
 from ..layer_norm_glu import layer_norm_glu
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from ..matmul import matmul_into, uses_tensor_cores
-from .kernels import gate_backward_kernel, gate_kernel, out_gate_backward_kernel, out_gate_kernel
+from .kernels import gate_backward_kernel, out_gate_backward_kernel, out_gate_kernel
 
 GATE_BLOCK = 1024  # pairs a program of the gating kernels (a plane each: elementwise, memory bound)
 OUT_GATE_TILE = 4096  # elements a program of the output gate's kernels (pairs x every channel)
@@ -46,15 +46,17 @@ def _mask_rows(mask: Tensor | None, like: Tensor) -> tuple[Tensor, bool]:
     return (like, False) if mask is None else (mask.reshape(-1), True)
 
 
-def _gated(proj: Tensor, mask: Tensor | None, c: int) -> Tensor:
-    """ab (2c, B, N, N) in proj's dtype: a and b = sigmoid(g) * p * mask from the channel-major projections proj
-    (4c + c_z, B, N, N), in one pass (`kernels.gate_kernel`)."""
-    ab = proj.new_empty(2 * c, *proj.shape[1:])
-    M = proj[0].numel()
-    mask_rows, has_mask = _mask_rows(mask, proj)
-    if M:
-        gate_kernel[(cdiv(M, GATE_BLOCK), 2 * c)](proj, proj.stride(0), mask_rows, ab, ab.stride(0), M, 2 * c,
-                                                  HAS_MASK=has_mask, BLOCK=GATE_BLOCK)
+def _gated(pair_repr: Tensor, mask: Tensor | None, norm_in_weight: Tensor, norm_in_bias: Tensor, in_weight: Tensor,
+           in_bias: Tensor | None, c: int, precision: str, proj: Tensor | None = None) -> Tensor:
+    """ab (2c, B, N, N) in the pair's dtype: a and b = p * sigmoid(g) * mask channel major (the layout of cuBLAS's
+    batched product), from one pass of the pair (`layer_norm_glu`: LN_in, p_in and g_in on chip); with proj (4c, B,
+    N, N), p and g written there too, channel major."""
+    B, N, _, cz = pair_repr.shape
+    M = B * N * N
+    ab = pair_repr.new_empty(2 * c, B, N, N)
+    layer_norm_glu(pair_repr.reshape(M, cz), norm_in_weight, norm_in_bias, in_weight[:4 * c],
+                   None if in_bias is None else in_bias[:4 * c], None if mask is None else mask.reshape(M),
+                   ab.view(2 * c, M).t(), "sigmoid", precision, None if proj is None else proj.view(4 * c, M).t())
     return ab
 
 
@@ -63,24 +65,19 @@ def triangle_multiplication_forward(pair_repr: Tensor, pair_mask: Tensor | None,
                                     norm_out_weight: Tensor, norm_out_bias: Tensor, p_out_weight: Tensor,
                                     p_out_bias: Tensor | None, outgoing: bool, precision: str,
                                     train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(out (B, N, N, c_z), proj (4c + c_z, B, N, N), t (c, B, N, N), y (B, N, N, c_z)): the output, then what the
-    backward takes (each empty unless `train`): the input projections channel major, the product and the output
-    projection before its gate. pair_repr (B, N, N, c_z) any strides; pair_mask (B, N, N) 0/1 of any real dtype or
-    None; in_weight (4c + c_z, c_z): p_a, p_b, g_a, g_b and g_out stacked, in_bias (4c + c_z,) or None; LN_out's
-    (c,); p_out_weight (c_z, c), p_out_bias (c_z,) or None."""
+    """(out (B, N, N, c_z), gate_out (c_z, B, N, N), t (c, B, N, N), y (B, N, N, c_z)): the output, then what the
+    backward takes (each empty unless `train`): g_out's pre-activation channel major, the product and the output
+    projection before its gate (the backward makes p and g again from the pair). pair_repr (B, N, N, c_z) any
+    strides; pair_mask (B, N, N) 0/1 of any real dtype or None; in_weight (4c + c_z, c_z): p_a, p_b, g_a, g_b and
+    g_out stacked, in_bias (4c + c_z,) or None; LN_out's (c,); p_out_weight (c_z, c), p_out_bias (c_z,) or None."""
     B, N, _, cz = pair_repr.shape
     c = norm_out_weight.shape[0]
     M = B * N * N
-    # (training: the backward's projections, p and g then g_out, channel major; else g_out's planes alone)
-    proj = pair_repr.new_empty(in_weight.shape[0] if train else cz, B, N, N)
-    gate_out = proj[4 * c:] if train else proj
+    gate_out = pair_repr.new_empty(cz, B, N, N)  # g_out's planes (the backward's too)
     layer_norm_linear(pair_repr, norm_in_weight, norm_in_bias, in_weight[4 * c:],
                       None if in_bias is None else in_bias[4 * c:], None, precision,
                       out=gate_out.permute(1, 2, 3, 0).unsqueeze(-1))
-    ab = proj.new_empty(2 * c, B, N, N)  # a and b, channel major: the layout of cuBLAS's batched product
-    layer_norm_glu(pair_repr.reshape(M, cz), norm_in_weight, norm_in_bias, in_weight[:4 * c],
-                   None if in_bias is None else in_bias[:4 * c], None if pair_mask is None else pair_mask.reshape(M),
-                   ab.view(2 * c, M).t(), "sigmoid", precision, proj[:4 * c].view(4 * c, M).t() if train else None)
+    ab = _gated(pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, c, precision)
     t = _bmm(ab[:c], ab[c:], None if outgoing else True, precision)  # outgoing a b^T (sum_k a[i, k] b[j, k]), else a^T b
     del ab
     y = layer_norm_linear(t.permute(1, 2, 3, 0), norm_out_weight, norm_out_bias, p_out_weight, p_out_bias, None,
@@ -91,8 +88,8 @@ def triangle_multiplication_forward(pair_repr: Tensor, pair_mask: Tensor | None,
         out_gate_kernel[(cdiv(M, block_m),)](y, gate_out, gate_out.stride(0), out, M, cz, BLOCK_M=block_m,
                                              BLOCK_C=block_c)
     if not train:
-        return out, proj.new_empty(0), t.new_empty(0), y.new_empty(0)
-    return out, proj, t, y
+        return out, gate_out.new_empty(0), t.new_empty(0), y.new_empty(0)
+    return out, gate_out, t, y
 
 
 triangle_multiplication_op = torch.library.custom_op("evofuse::triangle_multiplication", mutates_args=())(
@@ -107,7 +104,7 @@ def _(pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, no
     out = pair_repr.new_empty(B, N, N, cz)
     if not train:
         return out, pair_repr.new_empty(0), pair_repr.new_empty(0), pair_repr.new_empty(0)
-    return (out, pair_repr.new_empty(in_weight.shape[0], B, N, N), pair_repr.new_empty(c, B, N, N),
+    return (out, pair_repr.new_empty(cz, B, N, N), pair_repr.new_empty(c, B, N, N),
             pair_repr.new_empty(B, N, N, cz))
 
 
@@ -116,19 +113,19 @@ def _setup_context(ctx, inputs, output):
     keep_for_backward(ctx, [pair_repr, pair_mask, *params], list(output[1:]), outgoing=outgoing, precision=precision)
 
 
-def out_gate_backward(grad_out: Tensor, y: Tensor, proj: Tensor, c: int) -> tuple[Tensor, Tensor]:
+def out_gate_backward(grad_out: Tensor, y: Tensor, gate_out: Tensor) -> tuple[Tensor, Tensor]:
     """(dy (B, N, N, c_z), d_gate_out (c_z, B, N, N)): the output gate's backward in one pass
     (`kernels.out_gate_backward_kernel`): y's gradient grad_out * sigmoid(g_out), and g_out's pre-activation's,
-    channel major as the projections proj (K, B, N, N) whose planes 4c .. K hold it."""
+    channel major as g_out's planes gate_out (c_z, B, N, N)."""
     cz = y.shape[-1]
     M = y[..., 0].numel()
     dy = torch.empty_like(y)
-    d_gate_out = proj.new_empty(cz, *proj.shape[1:])
+    d_gate_out = torch.empty_like(gate_out)
     if M:
         grad_rows = grad_out.reshape(M, cz)  # (a view where it can be: a broadcast gradient stays one)
         block_m, block_c = _out_gate_tiles(cz)
         out_gate_backward_kernel[(cdiv(M, block_m),)](
-            grad_rows, *grad_rows.stride(), y, proj[4 * c:], proj.stride(0), dy, d_gate_out, d_gate_out.stride(0), M,
+            grad_rows, *grad_rows.stride(), y, gate_out, gate_out.stride(0), dy, d_gate_out, d_gate_out.stride(0), M,
             cz, BLOCK_M=block_m, BLOCK_C=block_c)
     return dy, d_gate_out
 
@@ -138,19 +135,23 @@ out_gate_backward_op = torch.library.custom_op("evofuse::triangle_multiplication
 
 
 @out_gate_backward_op.register_fake
-def _(grad_out, y, proj, c):
-    return torch.empty_like(y), proj.new_empty(y.shape[-1], *proj.shape[1:])
+def _(grad_out, y, gate_out):
+    return torch.empty_like(y), torch.empty_like(gate_out)
 
 
-def core_backward(proj: Tensor, mask: Tensor | None, dt: Tensor, d_gate_out: Tensor, outgoing: bool,
+def core_backward(pair_repr: Tensor, norm_in_weight: Tensor, norm_in_bias: Tensor, in_weight: Tensor,
+                  in_bias: Tensor | None, mask: Tensor | None, dt: Tensor, d_gate_out: Tensor, outgoing: bool,
                   precision: str) -> Tensor:
-    """d_proj (K, B, N, N): the projections' gradient, channel major, from the forward's projections proj (K, B, N,
-    N), the product's gradient dt (c, B, N, N) and g_out's (c_z, B, N, N): a and b again, da and db by cuBLAS into one
+    """d_proj (4c + c_z, B, N, N): the input projections' gradient, channel major, from the pair, LN_in's parameters
+    and the stacked projections (as the forward took them), the product's gradient dt (c, B, N, N) and g_out's (c_z, B,
+    N, N): a and b, and p and g, again from one pass of the pair (`layer_norm_glu`), da and db by cuBLAS into one
     (2c, B, N, N) tensor, then p's and g's gradients in one pass (`kernels.gate_backward_kernel`)."""
     c = dt.shape[0]
-    d_proj = torch.empty_like(proj)
+    B, N = pair_repr.shape[:2]
+    d_proj = pair_repr.new_empty(4 * c + d_gate_out.shape[0], B, N, N)
     d_proj[4 * c:] = d_gate_out
-    ab = _gated(proj, mask, c)
+    proj = pair_repr.new_empty(4 * c, B, N, N)  # p and g, channel major
+    ab = _gated(pair_repr, mask, norm_in_weight, norm_in_bias, in_weight, in_bias, c, precision, proj)
     a, b = ab[:c], ab[c:]
     dab = torch.empty_like(ab)  # (da and db written by cuBLAS into its halves)
     if outgoing:  # t = a b^T: da = dt b, db = dt^T a
@@ -172,21 +173,22 @@ core_backward_op = torch.library.custom_op("evofuse::triangle_multiplication_cor
 
 
 @core_backward_op.register_fake
-def _(proj, mask, dt, d_gate_out, outgoing, precision):
-    return torch.empty_like(proj)
+def _(pair_repr, norm_in_weight, norm_in_bias, in_weight, in_bias, mask, dt, d_gate_out, outgoing, precision):
+    B, N = pair_repr.shape[:2]
+    return pair_repr.new_empty(4 * dt.shape[0] + d_gate_out.shape[0], B, N, N)
 
 
 def _backward(ctx, grad_out, *_):
-    pair_repr, mask, nw_in, nb_in, w_in, _, nw_out, nb_out, w_out, _, proj, t, y = ctx.saved_tensors
+    pair_repr, mask, nw_in, nb_in, w_in, b_in, nw_out, nb_out, w_out, _, gate_out, t, y = ctx.saved_tensors
     needs = ctx.needs_input_grad
     c = nw_out.shape[0]
     gate_backward = out_gate_backward_op if traced(grad_out) else out_gate_backward
-    dy, d_gate_out = gate_backward(grad_out, y, proj, c)
+    dy, d_gate_out = gate_backward(grad_out, y, gate_out)
     dt, d_nw_out, d_nb_out, d_w_out, d_b_out = layer_norm_linear_backward(
         t.permute(1, 2, 3, 0), nw_out, nb_out, w_out, dy, (True, *needs[6:10]), ctx.precision)
     dt = dt.view(*y.shape[:3], c).permute(3, 0, 1, 2)  # (c, B, N, N)
     backward = core_backward_op if traced(grad_out) else core_backward
-    d_proj = backward(proj, mask, dt, d_gate_out, ctx.outgoing, ctx.precision)
+    d_proj = backward(pair_repr, nw_in, nb_in, w_in, b_in, mask, dt, d_gate_out, ctx.outgoing, ctx.precision)
     dx, d_nw_in, d_nb_in, d_w_in, d_b_in = layer_norm_linear_backward(
         pair_repr, nw_in, nb_in, w_in, d_proj.permute(1, 2, 3, 0), (needs[0], *needs[2:6]), ctx.precision)
     return dx, None, d_nw_in, d_nb_in, d_w_in, d_b_in, d_nw_out, d_nb_out, d_w_out, d_b_out, None, None, None
