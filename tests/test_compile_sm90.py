@@ -50,7 +50,7 @@ UNIT_STRIDES = {
     "masked_softmax_kernel": ("stride_xj", "stride_mj", "stride_wj"),
     "masked_softmax_backward_kernel": ("stride_wj", "stride_gj", "stride_dj"),
     "layer_norm_glu_kernel": ("stride_xd", "stride_wd"),
-    "transition_backward_kernel": ("stride_gc", "stride_wh"),
+    "transition_backward_kernel": ("stride_xd", "stride_wd", "stride_gc", "stride_wh"),
     "_matmul_kernel": ("stride_ak", "stride_bn"),
 }
 
@@ -189,7 +189,8 @@ def _launches():
                             **planes, **kw), warps, stages, {"m_ptr": "*fp32"})
             for gated in (True, False) if k == 0 else (True,):
                 yield (f"transition backward {dtype} tile {k} glu={gated}", trans.transition_backward_kernel, dtype,
-                       dict(GLU=gated, HAS_MASK=True, PRECISION=precision, **kw), warps, stages, {"m_ptr": "*fp32"})
+                       dict(GLU=gated, HAS_BIAS=True, HAS_MASK=True, PRECISION=precision, **kw), warps, stages,
+                       {"m_ptr": "*fp32"})
         tiles = pwa_op._softmax_tiles(384)
         yield (f"masked softmax {dtype}", pwa.masked_softmax_kernel, dtype,
                dict(HAS_MASK=True, RELATIVE=True, STORE_W=True, STORE_LOW=dtype == "bf16", **tiles), 4, 3,

@@ -205,11 +205,12 @@ def test_opcheck_transition(train):
     torch.library.opcheck(transition_op, _trans_args(train))
     torch.library.opcheck(transition_op, _trans_args(train, glu=False, mask=False, bias=False))
     for glu in (True, False):
-        pre = torch.randn(10, 24 if glu else 12, device=DEVICE)
-        w_out = torch.randn(8, 12, device=DEVICE)
+        x, lnw, lnb, w_out = (torch.randn(*shape, device=DEVICE) for shape in ((10, 8), (8,), (8,), (8, 12)))
+        w_in, b_in = torch.randn(24 if glu else 12, 8, device=DEVICE), torch.randn(24 if glu else 12, device=DEVICE)
         for grad, mask in ((torch.randn(10, 8, device=DEVICE), (torch.rand(10, device=DEVICE) > 0.3).float()),
                            (torch.ones(()).expand(10, 8).to(DEVICE), None)):  # (a broadcast gradient too)
-            torch.library.opcheck(core_backward_op, (grad, mask, w_out, pre, glu, "default"))
+            torch.library.opcheck(core_backward_op, (x, lnw, lnb, w_in, b_in if glu else None, grad, mask, w_out, glu,
+                                                     "default"))
 
 
 @pytest.mark.no_poison
@@ -303,18 +304,17 @@ def test_pair_weighted_averaging_keeps_nothing_for_inference(dtype):
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col", "trans"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col"])
 def test_backward_makes_no_zero_gradients_for_the_kept_outputs(op):
     """The outputs an op keeps for its backward (projections, weighted or gated sums, weights) get no gradient: autograd
-    must not fill zeros of their size (at pwa-long ~0.9 GiB and a pass over memory each step)."""
+    must not fill zeros of their size (at pwa-long ~0.9 GiB and a pass over memory each step). (The transition keeps
+    none: `test_transition_keeps_only_its_input`.)"""
     from evofuse.ops.msa_column_attention import msa_column_attention_op
     from evofuse.ops.pair_weighted_averaging import pair_weighted_averaging_op
-    from evofuse.ops.transition import transition_op
     from evofuse.ops.triangle_attention import triangle_attention_op
     from evofuse.ops.triangle_multiplication import triangle_multiplication_op
 
-    fn, args = {"col": (msa_column_attention_op, _col_args(True)), "trans": (transition_op, _trans_args(True)),
-                "opm": (outer_product_mean_op, _opm_args(True)),
+    fn, args = {"col": (msa_column_attention_op, _col_args(True)), "opm": (outer_product_mean_op, _opm_args(True)),
                 "att": (row_attention_op, _att_args(True)),
                 "pwa": (pair_weighted_averaging_op, _pwa_args(True)), "tri": (triangle_attention_op, _tri_args(True)),
                 "trimul": (triangle_multiplication_op, _trimul_args(True))}[op]
@@ -324,6 +324,21 @@ def test_backward_makes_no_zero_gradients_for_the_kept_outputs(op):
         outputs[0].sum().backward()
     zeroed = {tuple(e.input_shapes[0]) for e in prof.events() if e.name == "aten::zero_" and e.input_shapes}
     assert kept and not kept & zeroed, kept & zeroed
+
+
+@pytest.mark.no_poison
+def test_transition_keeps_only_its_input():
+    """A training call of the transition saves its input and parameters and no tensor of its own for the backward
+    (the backward makes a and b again): nothing of the hidden rows' size outlives the forward."""
+    from evofuse.ops.transition import transition_op
+
+    args = _trans_args(True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = transition_op(*args)
+    storages = {t.data_ptr() for t in args if isinstance(t, torch.Tensor)}
+    assert saved and all(t.data_ptr() in storages for t in saved), [tuple(t.shape) for t in saved]
+    out.sum().backward()
 
 
 def _nested_op_cases():

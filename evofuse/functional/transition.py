@@ -41,7 +41,7 @@ def transition(
         precision, impl: as for `outer_product_mean`.
     Returns:
         (..., C) in x's dtype; the parameters are cast to it. 16-bit inputs accumulate in float32; the hidden rows are
-        never in memory whole in an inference call (blocks of rows), and a training call keeps only a and b.
+        never in memory whole (blocks of rows), and a training call keeps nothing but x for the backward.
     """
     check_options(precision)
     if activation not in ref.ACTIVATIONS:
@@ -70,4 +70,4 @@ def transition(
     train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *weights))
     with on_device(x):  # (train: the op keeps what the backward takes)
         w_in, b_in = (wa, ba) if not glu else (torch.cat([wa, wb]), trans.joined_bias([ba, bb], [wa, wb]))
-        return trans.transition(x, mask, lnw, lnb, w_in, b_in, wo, bo, glu, precision, train)[0]
+        return trans.transition(x, mask, lnw, lnb, w_in, b_in, wo, bo, glu, precision, train)

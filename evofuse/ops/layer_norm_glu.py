@@ -46,13 +46,34 @@ def layer_norm_glu_kernel(
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
     m_ok = offs_m < M
     n_ok = offs_n < H
-    x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm  # [BLOCK_M, 1]
-    mean, rstd = row_moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M, BLOCK_D)
     dtype = x_ptr.dtype.element_ty
+    a, b = projected_rows(x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm, stride_xd, m_ok, lnw_ptr, lnb_ptr,
+                          w_ptr + offs_n.to(tl.int64)[None, :] * stride_wk, stride_wk, stride_wd, bias_ptr, offs_n, n_ok,
+                          D, H, eps, dtype, GATED, HAS_BIAS, PRECISION, BLOCK_M, BLOCK_N, BLOCK_D)
+    ok = m_ok[:, None] & n_ok[None, :]
+    rows = offs_m.to(tl.int64)[:, None]  # [BLOCK_M, 1]
+    cols = offs_n.to(tl.int64)[None, :]  # [1, BLOCK_N]
+    if STORE_PRE:
+        tl.store(pre_ptr + rows * stride_pm + cols * stride_pk, a, mask=ok)
+        if GATED:
+            tl.store(pre_ptr + rows * stride_pm + (cols + H) * stride_pk, b, mask=ok)
+    h = activation(a.to(tl.float32), b.to(tl.float32), ACTIVATION)
+    if HAS_MASK:
+        h *= tl.load(m_ptr + offs_m, mask=m_ok, other=0).to(tl.float32)[:, None]
+    tl.store(h_ptr + rows * stride_hm + cols * stride_hn, h.to(dtype), mask=ok)
+
+
+@triton.jit
+def projected_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, w_a, stride_wk, stride_wd, bias_ptr, offs_n, n_ok, D, H,
+                   eps, dtype: tl.constexpr, GATED: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """(a, b) [BLOCK_M, BLOCK_N] in `dtype` (b zeros unless GATED): LayerNorm of the rows at x_rows [BLOCK_M, 1]
+    (moments in float32; the normalized rows rounded to `dtype`, as the reference's LayerNorm output) against a's
+    weight columns at w_a [1, BLOCK_N] and b's H rows on, BLOCK_D channels a step on tensor cores, accumulated in
+    float32, the bias added (a's at offs_n, b's H on), rounded to `dtype` as the reference's linears give them."""
+    mean, rstd = row_moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M, BLOCK_D)
     acc_a = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    w_a = w_ptr + offs_n.to(tl.int64)[None, :] * stride_wk  # [1, BLOCK_N]
-    w_b = w_a + H * stride_wk
     for d0 in range(0, D, BLOCK_D):
         offs_d = d0 + tl.arange(0, BLOCK_D)
         d_ok = offs_d < D
@@ -65,24 +86,13 @@ def layer_norm_glu_kernel(
         w_d = offs_d[:, None] * stride_wd
         acc_a = tl.dot(xn, tl.load(w_a + w_d, mask=w_ok, other=0.0), acc_a, input_precision=PRECISION)
         if GATED:
-            acc_b = tl.dot(xn, tl.load(w_b + w_d, mask=w_ok, other=0.0), acc_b, input_precision=PRECISION)
+            acc_b = tl.dot(xn, tl.load(w_a + H * stride_wk + w_d, mask=w_ok, other=0.0), acc_b,
+                           input_precision=PRECISION)
     if HAS_BIAS:
         acc_a += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         if GATED:
             acc_b += tl.load(bias_ptr + H + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    a = acc_a.to(dtype)
-    b = acc_b.to(dtype)
-    ok = m_ok[:, None] & n_ok[None, :]
-    rows = offs_m.to(tl.int64)[:, None]  # [BLOCK_M, 1]
-    cols = offs_n.to(tl.int64)[None, :]  # [1, BLOCK_N]
-    if STORE_PRE:
-        tl.store(pre_ptr + rows * stride_pm + cols * stride_pk, a, mask=ok)
-        if GATED:
-            tl.store(pre_ptr + rows * stride_pm + (cols + H) * stride_pk, b, mask=ok)
-    h = activation(a.to(tl.float32), b.to(tl.float32), ACTIVATION)
-    if HAS_MASK:
-        h *= tl.load(m_ptr + offs_m, mask=m_ok, other=0).to(tl.float32)[:, None]
-    tl.store(h_ptr + rows * stride_hm + cols * stride_hn, h.to(dtype), mask=ok)
+    return acc_a.to(dtype), acc_b.to(dtype)
 
 
 @triton.jit

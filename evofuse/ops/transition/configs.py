@@ -1,6 +1,6 @@
 """The transition's backward kernel's tiles: the shared LayerNorm + gated linear kernel's tables (`layer_norm_glu`),
-BLOCK_M rows and BLOCK_N hidden channels a program, the output's channels BLOCK_D a step, and the predicate that keeps
-those that fit a call (one operand tile beside the gradient's)."""
+BLOCK_M rows and BLOCK_N hidden channels a program, the input's and then the output's channels BLOCK_D a step, and the
+predicate that keeps those that fit a call."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ def tables():
 
 
 def prune_backward(configs, named_args, **kwargs):
-    element_size = named_args["pre_ptr"].element_size()
+    element_size = named_args["x_ptr"].element_size()
     table = layer_norm_glu.FLOAT32_CONFIGS if element_size == 4 else layer_norm_glu.CONFIGS
-    return tuning_candidates(table, lambda c: layer_norm_glu.fits(c, named_args["M"], named_args["C"], named_args["H"],
-                                                                  1, element_size), layer_norm_glu.INTERPRETER_CONFIG)
+    widest = max(named_args["D"], named_args["C"])
+    operands = 2 if kwargs["GLU"] else 1  # (the pass that makes a and b again: the larger of its two loops)
+    return tuning_candidates(table, lambda c: layer_norm_glu.fits(c, named_args["M"], widest, named_args["H"], operands,
+                                                                  element_size), layer_norm_glu.INTERPRETER_CONFIG)

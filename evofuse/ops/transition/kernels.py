@@ -1,37 +1,48 @@
-"""The transition's backward kernel: from the output's gradient to the pre-activations' (the hidden rows' gradient on
-chip), which also gives back the hidden rows for the output projection's weight gradient (so the forward keeps only
-the pre-activations). Its forward is the shared `layer_norm_glu` kernel."""
+"""The transition's backward kernel: from the output's gradient to the pre-activations' gradient, a and b made again
+from the input (the shared `layer_norm_glu` rows on chip) and the hidden rows' gradient on chip, which also gives back
+the hidden rows for the output projection's weight gradient: the forward keeps nothing but its input. Its forward is
+the shared `layer_norm_glu` kernel."""
 
 import triton
 import triton.language as tl
 
+from ..layer_norm_glu import projected_rows
+
 
 @triton.jit
 def transition_backward_kernel(
+    x_ptr, stride_xm, stride_xd,  # the input x (M, D)
+    lnw_ptr, lnb_ptr,  # the LayerNorm's weight and bias (D,)
+    w_ptr, stride_wk, stride_wd,  # the input projection (K, D), K = 2H (GLU: a's H rows, then b's) or H
+    bias_ptr,  # HAS_BIAS: (K,)
     g_ptr, stride_gm, stride_gc,  # the output's gradient (M, C), any strides (a broadcast one included)
     m_ptr,  # HAS_MASK: the row mask (M,), 0/1 of any dtype
     wo_ptr, stride_wc, stride_wh,  # the output projection (C, H)
-    pre_ptr,  # the pre-activations (M, K) contiguous, K = 2H (GLU) or H
     dpre_ptr,  # out: the pre-activations' gradient (M, K) contiguous
-    h_ptr,  # out: the hidden rows again, times the row mask (M, H) contiguous, as the forward made them
-    M, C, H,
+    h_ptr,  # out: the hidden rows again, times the row mask (M, H) contiguous
+    M, D, C, H, eps,
     M_BUCKET, H_BUCKET,  # autotuning key only
     GLU: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
     HAS_MASK: tl.constexpr,
     PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,  # output channels c a step
+    BLOCK_D: tl.constexpr,  # input, then output, channels a step
 ):
-    """BLOCK_M rows and BLOCK_N hidden channels: dh = (g mask) W_out on tensor cores in float32 (never in memory),
-    then from a (and b), in float32: GLU h = silu(a) b, da = dh b silu'(a) with silu'(a) = s (1 + a (1 - s)) for
-    s = sigmoid(a), db = dh silu(a); else h = relu(a), da = dh [a > 0]."""
+    """BLOCK_M rows and BLOCK_N hidden channels: a (and b) again from x as the forward makes them (`projected_rows`),
+    dh = (g mask) W_out on tensor cores in float32 (never in memory), then in float32: GLU h = silu(a) b,
+    da = dh b silu'(a) with silu'(a) = s (1 + a (1 - s)) for s = sigmoid(a), db = dh silu(a); else h = relu(a),
+    da = dh [a > 0]."""
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
     m_ok = offs_m < M
     n_ok = offs_n < H
     rows = offs_m.to(tl.int64)[:, None]  # [BLOCK_M, 1]
-    dtype = pre_ptr.dtype.element_ty
+    dtype = x_ptr.dtype.element_ty
+    a, b = projected_rows(x_ptr + rows * stride_xm, stride_xd, m_ok, lnw_ptr, lnb_ptr,
+                          w_ptr + offs_n.to(tl.int64)[None, :] * stride_wk, stride_wk, stride_wd, bias_ptr, offs_n, n_ok,
+                          D, H, eps, dtype, GLU, HAS_BIAS, PRECISION, BLOCK_M, BLOCK_N, BLOCK_D)
     keep = tl.load(m_ptr + offs_m, mask=m_ok, other=0).to(tl.float32) if HAS_MASK else m_ok.to(tl.float32)
     dh = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for c0 in range(0, C, BLOCK_D):
@@ -45,11 +56,10 @@ def transition_backward_kernel(
                     mask=c_ok[:, None] & n_ok[None, :], other=0.0)  # [BLOCK_D, BLOCK_N]
         dh = tl.dot(g.to(dtype), w.to(dtype), dh, input_precision=PRECISION)
     ok = m_ok[:, None] & n_ok[None, :]
-    a_at = pre_ptr + rows * (H * (1 + GLU)) + offs_n[None, :]
-    a = tl.load(a_at, mask=ok, other=0.0).to(tl.float32)
+    a = a.to(tl.float32)
     da_at = dpre_ptr + rows * (H * (1 + GLU)) + offs_n[None, :]
     if GLU:
-        b = tl.load(a_at + H, mask=ok, other=0.0).to(tl.float32)
+        b = b.to(tl.float32)
         s = tl.sigmoid(a)
         silu = a * s
         tl.store(da_at, (dh * b * s * (1.0 + a * (1.0 - s))).to(dtype), mask=ok)

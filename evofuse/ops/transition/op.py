@@ -3,10 +3,10 @@
 AF3 Algorithm 11) or ReLU (AF2 Algorithms 9 and 15).
 
 Forward: the shared `layer_norm_glu` kernel makes the hidden rows h = act(a, b) * mask from x in one pass (the
-normalized rows on chip), for blocks of rows whose hidden rows take at most BLOCK_BYTES, each block's output rows by one cuBLAS
-product with W_out; a training call also writes the pre-activations [a, b], all that its backward keeps besides the
-input. Backward: `kernels.transition_backward_kernel` makes dh = (g mask) W_out on chip and from it the
-pre-activations' gradient, and h * mask again, in one pass; W_out's gradient g^T (h mask) by cuBLAS; then
+normalized rows on chip), for blocks of rows whose hidden rows take at most BLOCK_BYTES, each block's output rows by
+one cuBLAS product with W_out. Nothing but the input is kept for the backward. Backward:
+`kernels.transition_backward_kernel` makes a and b again from x and dh = (g mask) W_out on chip and from them the
+pre-activations' gradient, and h * mask, in one pass; W_out's gradient g^T (h mask) by cuBLAS; then
 `layer_norm_linear_backward` for x, the LayerNorm and W_in.
 """
 
@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from ..._runtime import autotuned, bucket, cdiv, dot_precision, eager_or_dispatched, keep_for_backward, traced
+from ...reference import LAYER_NORM_EPS
 from ..layer_norm_glu import layer_norm_glu
 from ..layer_norm_linear import layer_norm_linear_backward
 from ..matmul import linear, matmul, uses_tensor_cores
@@ -23,31 +24,30 @@ from . import configs
 from .kernels import transition_backward_kernel
 
 BLOCK_BYTES = 320 * 2**20  # the hidden rows a forward holds at a time (one block at the suite's shapes)
-BACKWARD_KEY = ["M_BUCKET", "H_BUCKET", "C", "GLU", "HAS_MASK", "PRECISION"]  # what the autotuner's choice is kept by
+# what the backward kernel's autotuned choice is kept by
+BACKWARD_KEY = ["M_BUCKET", "H_BUCKET", "D", "C", "GLU", "HAS_BIAS", "HAS_MASK", "PRECISION"]
 
 
 def transition_forward(x: Tensor, mask: Tensor | None, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tensor,
                        in_bias: Tensor | None, out_weight: Tensor, out_bias: Tensor | None, glu: bool, precision: str,
-                       train: bool) -> tuple[Tensor, Tensor]:
-    """(out (..., C), pre (..., K)): the output, and the pre-activations its backward takes (empty unless `train`).
-    x (..., D) float16, bfloat16 or float32, any strides; mask of x's leading shape, 0/1 of any real dtype, or None;
-    ln_weight, ln_bias (D,); in_weight (K, D) with K = 2H (`glu`: a's H rows, then b's) or H, in_bias (K,) or None;
-    out_weight (C, H) with H >= 1, out_bias (C,) or None; all in x's dtype."""
-    D, K = x.shape[-1], in_weight.shape[0]
+                       train: bool) -> Tensor:
+    """out (..., C). x (..., D) float16, bfloat16 or float32, any strides; mask of x's leading shape, 0/1 of any real
+    dtype, or None; ln_weight, ln_bias (D,); in_weight (K, D) with K = 2H (`glu`: a's H rows, then b's) or H, in_bias
+    (K,) or None; out_weight (C, H) with H >= 1, out_bias (C,) or None; all in x's dtype. A training call computes
+    as an inference call: the backward needs x and the parameters alone."""
+    D = x.shape[-1]
     C, H = out_weight.shape
     lead = x.shape[:-1]
     rows = x.reshape(-1, D)
     M = rows.shape[0]
     mask_rows = None if mask is None else mask.reshape(M)
     out = x.new_empty(M, C)
-    pre = x.new_empty(M, K) if train else x.new_empty(0)
     block = max(1, min(M, BLOCK_BYTES // (H * x.element_size())))
     h = x.new_empty(block if M else 0, H)
     for r0 in range(0, M, block):
         n = min(M, r0 + block) - r0
         layer_norm_glu(rows[r0:r0 + n], ln_weight, ln_bias, in_weight, in_bias,
-                       None if mask is None else mask_rows[r0:r0 + n], h[:n], "swiglu" if glu else "relu", precision,
-                       pre[r0:r0 + n] if train else None)
+                       None if mask is None else mask_rows[r0:r0 + n], h[:n], "swiglu" if glu else "relu", precision)
         if uses_tensor_cores(x.dtype, precision):
             out[r0:r0 + n] = linear(h[:n], out_weight, out_bias, precision)
         elif out_bias is None:
@@ -56,7 +56,7 @@ def transition_forward(x: Tensor, mask: Tensor | None, ln_weight: Tensor, ln_bia
             torch.addmm(out_bias, h[:n], out_weight.t(), out=out[r0:r0 + n])
     if mask is not None and out_bias is not None:  # (the masked rows' h is zero: their output the bias alone)
         out *= mask_rows[:, None]
-    return out.view(*lead, C), pre.view(*lead, K) if train else pre
+    return out.view(*lead, C)
 
 
 transition_op = torch.library.custom_op("evofuse::transition", mutates_args=())(transition_forward)
@@ -64,34 +64,35 @@ transition_op = torch.library.custom_op("evofuse::transition", mutates_args=())(
 
 @transition_op.register_fake
 def _(x, mask, ln_weight, ln_bias, in_weight, in_bias, out_weight, out_bias, glu, precision, train):
-    lead = x.shape[:-1]
-    pre = x.new_empty(*lead, in_weight.shape[0]) if train else x.new_empty(0)
-    return x.new_empty(*lead, out_weight.shape[0]), pre
+    return x.new_empty(*x.shape[:-1], out_weight.shape[0])
 
 
 def _setup_context(ctx, inputs, output):
     x, mask, *params, glu, precision, _ = inputs
-    keep_for_backward(ctx, [x, mask, *params], [output[1]], glu=glu, precision=precision)
+    keep_for_backward(ctx, [x, mask, *params], [], glu=glu, precision=precision)
 
 
-def core_backward(grad: Tensor, mask: Tensor | None, out_weight: Tensor, pre: Tensor, glu: bool,
+def core_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None,
+                  grad: Tensor, mask: Tensor | None, out_weight: Tensor, glu: bool,
                   precision: str) -> tuple[Tensor, Tensor]:
-    """(d_pre (M, K), h (M, H)): the pre-activations' gradient from the output's gradient grad (M, C) (any strides),
-    the row mask (M,) or None, out_weight (C, H) and the pre-activations pre (M, K) contiguous, with the hidden rows'
-    gradient on chip; and the hidden rows again, times the mask, for out_weight's gradient
-    (`kernels.transition_backward_kernel`)."""
-    M, C = grad.shape
-    H = out_weight.shape[1]
-    d_pre = torch.empty_like(pre)
-    h = pre.new_empty(M, H)
+    """(d_pre (M, K), h (M, H)): the pre-activations' gradient, from the rows x (M, D) any strides, the LayerNorm's and
+    the input projection's parameters as the forward took them, the output's gradient grad (M, C) (any strides), the
+    row mask (M,) or None and out_weight (C, H); a and b made again and the hidden rows' gradient on chip; and the
+    hidden rows again, times the mask, for out_weight's gradient (`kernels.transition_backward_kernel`)."""
+    M, D = x.shape
+    C, H = out_weight.shape
+    d_pre = x.new_empty(M, in_weight.shape[0])
+    h = x.new_empty(M, H)
     if M:
         def grid(meta):
             return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"])
 
         kernel = autotuned(transition_backward_kernel, configs.tables, BACKWARD_KEY, configs.prune_backward)
-        kernel[grid](grad, *grad.stride(), h if mask is None else mask, out_weight, *out_weight.stride(), pre, d_pre, h,
-                     M, C, H, bucket(M), bucket(H), GLU=glu, HAS_MASK=mask is not None,
-                     PRECISION=dot_precision(pre.dtype, precision))
+        kernel[grid](x, *x.stride(), ln_weight, ln_bias, in_weight, *in_weight.stride(),
+                     in_weight if in_bias is None else in_bias, grad, *grad.stride(), h if mask is None else mask,
+                     out_weight, *out_weight.stride(), d_pre, h, M, D, C, H, LAYER_NORM_EPS, bucket(M), bucket(H),
+                     GLU=glu, HAS_BIAS=in_bias is not None, HAS_MASK=mask is not None,
+                     PRECISION=dot_precision(x.dtype, precision))
     return d_pre, h
 
 
@@ -99,12 +100,12 @@ core_backward_op = torch.library.custom_op("evofuse::transition_core_backward", 
 
 
 @core_backward_op.register_fake
-def _(grad, mask, out_weight, pre, glu, precision):
-    return torch.empty_like(pre), pre.new_empty(grad.shape[0], out_weight.shape[1])
+def _(x, ln_weight, ln_bias, in_weight, in_bias, grad, mask, out_weight, glu, precision):
+    return x.new_empty(x.shape[0], in_weight.shape[0]), x.new_empty(x.shape[0], out_weight.shape[1])
 
 
-def _backward(ctx, grad_out, _):
-    x, mask, lnw, lnb, w_in, _, w_out, _, pre = ctx.saved_tensors
+def _backward(ctx, grad_out):
+    x, mask, lnw, lnb, w_in, b_in, w_out, _ = ctx.saved_tensors
     needs = ctx.needs_input_grad
     C = w_out.shape[0]
     grad = grad_out.reshape(-1, C)  # (a view where it can be: a broadcast gradient stays one)
@@ -116,7 +117,8 @@ def _backward(ctx, grad_out, _):
     if not (any(needs[:6]) or needs[6]):
         return (None,) * 7 + (d_b_out,) + (None,) * 3
     backward = core_backward_op if traced(grad_out) else core_backward
-    d_pre, h = backward(grad, mask_rows, w_out, pre.reshape(-1, w_in.shape[0]), ctx.glu, ctx.precision)
+    d_pre, h = backward(x.reshape(-1, x.shape[-1]), lnw, lnb, w_in, b_in, grad, mask_rows, w_out, ctx.glu,
+                        ctx.precision)
     d_w_out = matmul(grad.t(), h, ctx.precision) if needs[6] else None  # (h masked: the masked gradient's product)
     del h
     dx = d_lnw = d_lnb = d_w_in = d_b_in = None
