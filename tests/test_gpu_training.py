@@ -163,6 +163,23 @@ def _fused_step(mod, inputs, grad, differentiable):
                           **{n: p.grad for n, p in mod.named_parameters()}}
 
 
+def _assert_like_module_reference(mod, x, mask, grad, out, got):
+    """A bf16 module's fused step (`out`, `got`) on (x, mask) for the output gradient `grad` against the module's own
+    reference path (`impl="torch"`) in float32 (standing in for exact) and bf16 (the allowance)."""
+    torch.cuda.empty_cache()
+
+    def reference(dtype):
+        ref = copy.deepcopy(mod).to(dtype)
+        xr = x.detach().to(dtype).requires_grad_()
+        o = ref(xr, mask, impl="torch")
+        o.backward(grad.to(dtype))
+        return o.detach(), {"input0": xr.grad, **{n: p.grad for n, p in ref.named_parameters()}}
+
+    lowp_out, lowp = reference(torch.bfloat16)
+    exact_out, exact = reference(torch.float32)
+    _assert_bf16_contract(out, got, exact_out, exact, lowp_out, lowp)
+
+
 def _assert_bf16_contract(out, got, exact_out, exact, lowp_out, lowp):
     """The bf16 contract for the output and every gradient, float32 standing in for the exact values (its error is
     ~1e-3 of bf16's); a softmax's shift-invariant biases get their exact gradient, 0."""
@@ -333,26 +350,15 @@ def test_triangle_multiplication_past_2_31_elements():
     out, got = _fused_step(mod, [z, mask], grad, 1)
     assert (4 * 128 + 128) * N * N > 2**31
     z.grad = None  # (held in `got`)
-    torch.cuda.empty_cache()
-
-    def reference(dtype):
-        ref = copy.deepcopy(mod).to(dtype)
-        zr = z.detach().to(dtype).requires_grad_()
-        o = ref(zr, mask, impl="torch")
-        o.backward(grad.to(dtype))
-        return o.detach(), {"input0": zr.grad, **{n: p.grad for n, p in ref.named_parameters()}}
-
-    lowp_out, lowp = reference(torch.bfloat16)
-    exact_out, exact = reference(torch.float32)
-    _assert_bf16_contract(out, got, exact_out, exact, lowp_out, lowp)
+    _assert_like_module_reference(mod, z, mask, grad, out, got)
 
 
 @pytest.mark.full
 @pytest.mark.big
 @pytest.mark.no_poison
 def test_transition_past_2_31_elements():
-    """The pre-activations (M, 2H) pass 2**31 elements (M = 2**21 + 17 rows, c 128, H 512; bf16): the whole output and
-    every gradient against the reference in float32 (exact) and bf16 (the allowance)."""
+    """The pre-activations' gradient (M, 2H) passes 2**31 elements (M = 2**21 + 17 rows, c 128, H 512; bf16): the whole
+    output and every gradient against the reference in float32 (exact) and bf16 (the allowance)."""
     torch.manual_seed(0)
     mod = randomize(Transition(128, 512), 1).cuda().bfloat16()
     M = 2**21 + 17
@@ -361,15 +367,4 @@ def test_transition_past_2_31_elements():
     out, got = _fused_step(mod, [x, None], grad, 1)
     assert M * 2 * 512 > 2**31
     x.grad = None  # (held in `got`)
-    torch.cuda.empty_cache()
-
-    def reference(dtype):
-        ref = copy.deepcopy(mod).to(dtype)
-        xr = x.detach().to(dtype).requires_grad_()
-        o = ref(xr, None, impl="torch")
-        o.backward(grad.to(dtype))
-        return o.detach(), {"input0": xr.grad, **{n: p.grad for n, p in ref.named_parameters()}}
-
-    lowp_out, lowp = reference(torch.bfloat16)
-    exact_out, exact = reference(torch.float32)
-    _assert_bf16_contract(out, got, exact_out, exact, lowp_out, lowp)
+    _assert_like_module_reference(mod, x, None, grad, out, got)
