@@ -25,6 +25,23 @@ def traced(tensor: torch.Tensor) -> bool:
     return torch.compiler.is_compiling() or type(tensor) is not torch.Tensor
 
 
+def custom_op(name: str, impl, fake):
+    """`evofuse::<name>`, a torch.library custom op of `impl` (its schema from impl's annotations; no argument
+    mutated) with `fake` as its fake implementation: a nested op that a traced backward calls (`traced`)."""
+    op = torch.library.custom_op(f"evofuse::{name}", mutates_args=())(impl)
+    op.register_fake(fake)
+    return op
+
+
+def operation(name: str, forward, fake, setup_context, backward):
+    """(op, call): an operation's custom op `evofuse::<name>` of `forward` with its fake and its autograd
+    (`setup_context`, `backward`), and the call the functional forms make (`eager_or_dispatched`). Every operation is
+    defined through here (docs/DESIGN.md, "Adding an operation")."""
+    op = custom_op(name, forward, fake)
+    op.register_autograd(backward, setup_context=setup_context)
+    return op, eager_or_dispatched(op, forward, setup_context, backward)
+
+
 def eager_or_dispatched(op, forward, setup_context, backward):
     """The call of a custom op `op` whose implementation is `forward`, with its autograd's `setup_context` and
     `backward`: through the dispatcher when traced, else eagerly the same three functions under a

@@ -15,7 +15,17 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._runtime import autotuned, bucket, cdiv, dot_precision, multiprocessors, next_pow2, traced, tuning_candidates
+from .._runtime import (
+    autotuned,
+    bucket,
+    cdiv,
+    custom_op,
+    dot_precision,
+    multiprocessors,
+    next_pow2,
+    traced,
+    tuning_candidates,
+)
 from ..reference import LAYER_NORM_EPS
 from .float16_halves import finite_abs, power_of_two_scales, store_halves
 from .layer_norm_rows import centred_rows, row_moments
@@ -524,11 +534,7 @@ def layer_norm_pass(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: Tensor 
             d_b.sum(0) if project else d_b.new_empty(0))
 
 
-layer_norm_backward_op = torch.library.custom_op("evofuse::layer_norm_backward", mutates_args=())(layer_norm_pass)
-
-
-@layer_norm_backward_op.register_fake
-def _(x, ln_weight, ln_bias, grad, weight, row_mask, store_xn, store_dx, precision):
+def _layer_norm_backward_fake(x, ln_weight, ln_bias, grad, weight, row_mask, store_xn, store_dx, precision):
     M, D = x.shape
     project = grad is not None and weight is not None
     return (x.new_empty((M, D) if store_xn and not project else (0,)),
@@ -536,6 +542,9 @@ def _(x, ln_weight, ln_bias, grad, weight, row_mask, store_xn, store_dx, precisi
             x.new_empty((2, D) if grad is not None else (2, 0), dtype=torch.float32),
             x.new_empty((weight.shape[0], D) if project else (0,), dtype=torch.float32),
             x.new_empty((weight.shape[0],) if project else (0,), dtype=torch.float32))
+
+
+layer_norm_backward_op = custom_op("layer_norm_backward", layer_norm_pass, _layer_norm_backward_fake)
 
 
 def layer_norm_linear_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor, dy: Tensor,

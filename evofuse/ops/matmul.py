@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._runtime import autotuned, bucket, cdiv, next_pow2, traced, tuning_candidates
+from .._runtime import autotuned, bucket, cdiv, custom_op, next_pow2, traced, tuning_candidates
 
 
 @triton.jit
@@ -123,12 +123,11 @@ def matmul_into(a: Tensor, b: Tensor, out: Tensor, alpha: float = 1.0) -> Tensor
     return out
 
 
-matmul_op = torch.library.custom_op("evofuse::matmul", mutates_args=())(matmul_impl)
-
-
-@matmul_op.register_fake
-def _(a, b, alpha):
+def _matmul_fake(a, b, alpha):
     return a.new_empty(*a.shape[:-1], b.shape[-1])
+
+
+matmul_op = custom_op("matmul", matmul_impl, _matmul_fake)
 
 
 def matmul(a: Tensor, b: Tensor, precision: str = "default", alpha: float = 1.0) -> Tensor:

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._runtime import cdiv, dot_precision, multiprocessors, next_pow2, traced
+from .._runtime import cdiv, custom_op, dot_precision, multiprocessors, next_pow2, traced
 from ..reference import LAYER_NORM_EPS
 from .layer_norm_rows import centred_rows, layer_norm_rows
 
@@ -264,14 +264,13 @@ def pair_heads_backward_pass(pair_repr: Tensor, norm_weight: Tensor | None, norm
     return d_pair, part.sum(0)
 
 
-pair_heads_backward_op = torch.library.custom_op("evofuse::pair_heads_backward", mutates_args=())(pair_heads_backward_pass)
-
-
-@pair_heads_backward_op.register_fake
-def _(pair_repr, norm_weight, norm_bias, weight, grad, store_dx):
+def _pair_heads_backward_fake(pair_repr, norm_weight, norm_bias, weight, grad, store_dx):
     h, P = weight.shape
     return (pair_repr.new_empty(pair_repr.shape) if store_dx else pair_repr.new_empty(0),
             pair_repr.new_empty((h + 2) * P + h, dtype=torch.float32))
+
+
+pair_heads_backward_op = custom_op("pair_heads_backward", pair_heads_backward_pass, _pair_heads_backward_fake)
 
 
 def pair_heads_backward(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor | None, weight: Tensor,

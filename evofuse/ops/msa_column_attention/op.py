@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import eager_or_dispatched, keep_for_backward, traced
+from ..._runtime import keep_for_backward, operation, traced
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
 from ..matmul import linear, matmul
 from ..row_attention.op import attention, core_backward, core_backward_op
@@ -41,13 +41,8 @@ def msa_column_attention_forward(x: Tensor, mask: Tensor | None, layer_norm_weig
     return out, qkvg, gated if train else gated.new_empty(0), lse
 
 
-msa_column_attention_op = torch.library.custom_op("evofuse::msa_column_attention", mutates_args=())(
-    msa_column_attention_forward)
-
-
-@msa_column_attention_op.register_fake
-def _(x, mask, layer_norm_weight, layer_norm_bias, qkvg_weight, qkvg_bias, out_weight, out_bias, num_heads, precision,
-      train):
+def _fake(x, mask, layer_norm_weight, layer_norm_bias, qkvg_weight, qkvg_bias, out_weight, out_bias, num_heads, precision,
+          train):
     B, R, L, D = x.shape
     H = out_weight.shape[1]
     lse = x.new_empty(2, B, R, L, num_heads if train else 0, dtype=torch.float32)
@@ -77,7 +72,6 @@ def _backward(ctx, grad_out, *_):
     return dx, None, dlnw, dlnb, dw, dbias, d_wo, d_bo, None, None, None
 
 
-msa_column_attention_op.register_autograd(_backward, setup_context=_setup_context)
-# the op's call: eagerly on plain tensors the same functions without the dispatcher
-msa_column_attention = eager_or_dispatched(msa_column_attention_op, msa_column_attention_forward, _setup_context,
-                                           _backward)
+# the op, and its call: eagerly on plain tensors the same functions without the dispatcher
+msa_column_attention_op, msa_column_attention = operation("msa_column_attention", msa_column_attention_forward, _fake,
+                                                          _setup_context, _backward)

@@ -27,11 +27,12 @@ from ..._runtime import (
     autotuned,
     bucket,
     cdiv,
+    custom_op,
     dot_precision,
-    eager_or_dispatched,
     keep_for_backward,
     multiprocessors,
     next_pow2,
+    operation,
     traced,
 )
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
@@ -302,11 +303,7 @@ def core_backward(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight: T
     return torch.cat([da, db.view(B, S, N, c).to(ab.dtype)], dim=-1), d_weight, d_bias
 
 
-core_backward_op = torch.library.custom_op("evofuse::outer_product_mean_core_backward", mutates_args=())(core_backward)
-
-
-@core_backward_op.register_fake
-def _(ab, grad_out, counts, weight, normalization, count_eps, need_ab, need_weight, precision):
+def _core_backward_fake(ab, grad_out, counts, weight, normalization, count_eps, need_ab, need_weight, precision):
     B, S, N, c2 = ab.shape
     R = weight.shape[0]
     return (ab.new_empty((B, S, N, c2) if need_ab else (0,)),
@@ -314,12 +311,11 @@ def _(ab, grad_out, counts, weight, normalization, count_eps, need_ab, need_weig
             ab.new_empty((R,), dtype=torch.float32))
 
 
-outer_product_mean_op = torch.library.custom_op("evofuse::outer_product_mean", mutates_args=())(outer_product_mean_forward)
+core_backward_op = custom_op("outer_product_mean_core_backward", core_backward, _core_backward_fake)
 
 
-@outer_product_mean_op.register_fake
-def _(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight, proj_b_bias,
-      out_proj_weight, out_proj_bias, normalization, count_eps, precision, train):
+def _fake(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight, proj_b_bias,
+          out_proj_weight, out_proj_bias, normalization, count_eps, precision, train):
     B, S, N, _ = msa_repr.shape
     c = proj_a_weight.shape[0]
     ab = msa_repr.new_empty(B, S, N, 2 * c) if train or B * N * N * out_proj_weight.shape[0] == 0 else \
@@ -368,6 +364,6 @@ def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab
             dbb if needs[7] else None, d_wo, d_bo)
 
 
-outer_product_mean_op.register_autograd(_backward, setup_context=_setup_context)
-# the op's call: eagerly on plain tensors the same functions without the dispatcher
-outer_product_mean = eager_or_dispatched(outer_product_mean_op, outer_product_mean_forward, _setup_context, _backward)
+# the op, and its call: eagerly on plain tensors the same functions without the dispatcher
+outer_product_mean_op, outer_product_mean = operation("outer_product_mean", outer_product_mean_forward, _fake,
+                                                      _setup_context, _backward)

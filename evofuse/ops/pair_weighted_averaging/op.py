@@ -33,12 +33,13 @@ from ..._runtime import (
     autotuned,
     bucket,
     cdiv,
+    custom_op,
     dot_precision,
-    eager_or_dispatched,
     keep_for_backward,
     l2_cache_bytes,
     multiprocessors,
     next_pow2,
+    operation,
     traced,
 )
 from ...reference import LAYER_NORM_EPS
@@ -193,13 +194,8 @@ def pair_weighted_averaging_forward(msa_repr: Tensor, pair_repr: Tensor, pair_ma
     return out, v, u if train else u.new_empty(0), w if train else w.new_empty(0)
 
 
-pair_weighted_averaging_op = torch.library.custom_op("evofuse::pair_weighted_averaging",
-                                                     mutates_args=())(pair_weighted_averaging_forward)
-
-
-@pair_weighted_averaging_op.register_fake
-def _(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight, norm_z_bias, proj_mg_weight,
-      proj_z_weight, proj_o_weight, inf, mask_mode, precision, train):
+def _fake(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight, norm_z_bias, proj_mg_weight,
+          proj_z_weight, proj_o_weight, inf, mask_mode, precision, train):
     B, S, N, _ = msa_repr.shape
     inner, H = proj_mg_weight.shape[0] // 2, proj_z_weight.shape[0]
     u = msa_repr.new_empty(H, B, N, S, inner // H) if train else msa_repr.new_empty(0)
@@ -276,14 +272,13 @@ def _float32_products(a: Tensor, b: Tensor, precision: str) -> Tensor:
     return torch.bmm(a.float(), b.float())
 
 
-core_backward_op = torch.library.custom_op("evofuse::pair_weighted_averaging_core_backward", mutates_args=())(core_backward)
-
-
-@core_backward_op.register_fake
-def _(v, w, grad_out, msa_repr, norm_m_weight, norm_m_bias, proj_mg_weight, proj_o_weight, u, precision):
+def _core_backward_fake(v, w, grad_out, msa_repr, norm_m_weight, norm_m_bias, proj_mg_weight, proj_o_weight, u, precision):
     H, B, N, S, C = v.shape
     return (v.new_empty(B, S, N, 2 * H * C), v.new_empty(B, H, N, N),
             v.new_empty(grad_out.shape[-1], H * C, dtype=torch.float32))
+
+
+core_backward_op = custom_op("pair_weighted_averaging_core_backward", core_backward, _core_backward_fake)
 
 
 def _setup_context(ctx, inputs, output):
@@ -305,7 +300,7 @@ def _backward(ctx, grad_out, *_):
     return dm, dz, None, dnmw, dnmb, dnzw, dnzb, dwmg, dwz, d_wo, None, None, None, None
 
 
-pair_weighted_averaging_op.register_autograd(_backward, setup_context=_setup_context)
-# the op's call: eagerly on plain tensors the same functions without the dispatcher
-pair_weighted_averaging = eager_or_dispatched(pair_weighted_averaging_op, pair_weighted_averaging_forward,
-                                              _setup_context, _backward)
+# the op, and its call: eagerly on plain tensors the same functions without the dispatcher
+pair_weighted_averaging_op, pair_weighted_averaging = operation("pair_weighted_averaging",
+                                                                pair_weighted_averaging_forward, _fake,
+                                                                _setup_context, _backward)

@@ -22,11 +22,12 @@ from ..._runtime import (
     autotuned,
     bucket,
     cdiv,
+    custom_op,
     dot_precision,
-    eager_or_dispatched,
     keep_for_backward,
     multiprocessors,
     next_pow2,
+    operation,
     traced,
 )
 from ...reference import MASK_LOGIT
@@ -125,11 +126,7 @@ def attention(qkvg: Tensor, z: Tensor, mask: Tensor | None, H: int, num_heads: i
     return gated, lse
 
 
-row_attention_op = torch.library.custom_op("evofuse::msa_row_attention", mutates_args=())(row_attention_forward)
-
-
-@row_attention_op.register_fake
-def _(msa_repr, pair_repr, msa_mask, *params_and_options):
+def _fake(msa_repr, pair_repr, msa_mask, *params_and_options):
     *_, num_heads, _mask_mode, _precision, train = params_and_options
     B, S, N, D = msa_repr.shape
     H = params_and_options[2].shape[0] // 4  # qkvg_weight's rows: four times the inner width
@@ -197,12 +194,12 @@ def dz_splits(tiles: int, S: int, device: torch.device) -> int:
     return max(1, min(DZ_MAX_SPLITS, S, cdiv(DZ_WAVES * multiprocessors(device), max(1, tiles))))
 
 
-core_backward_op = torch.library.custom_op("evofuse::msa_row_attention_core_backward", mutates_args=())(core_backward)
-
-
-@core_backward_op.register_fake
-def _(qkvg, z, msa_mask, grad_out, out_proj_weight, gated, lse, num_heads, mask_mode, precision, bias_grad=True):
+def _core_backward_fake(qkvg, z, msa_mask, grad_out, out_proj_weight, gated, lse, num_heads, mask_mode, precision,
+                        bias_grad=True):
     return torch.empty_like(qkvg), z.new_empty(z.shape if bias_grad else (0,), dtype=torch.float32)
+
+
+core_backward_op = custom_op("msa_row_attention_core_backward", core_backward, _core_backward_fake)
 
 
 def _setup_context(ctx, inputs, output):
@@ -232,6 +229,6 @@ def _backward(ctx, grad_out, *_):
     return (dx, d_pair, None, dlnw, dlnb, dw, dbias, d_wo, d_bo, d_wz, d_bz, d_pnw, d_pnb, None, None, None, None)
 
 
-row_attention_op.register_autograd(_backward, setup_context=_setup_context)
-# the op's call: eagerly on plain tensors the same functions without the dispatcher
-row_attention = eager_or_dispatched(row_attention_op, row_attention_forward, _setup_context, _backward)
+# the op, and its call: eagerly on plain tensors the same functions without the dispatcher
+row_attention_op, row_attention = operation("msa_row_attention", row_attention_forward, _fake, _setup_context,
+                                            _backward)

@@ -15,7 +15,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import autotuned, bucket, cdiv, dot_precision, eager_or_dispatched, keep_for_backward, traced
+from ..._runtime import (
+    autotuned,
+    bucket,
+    cdiv,
+    custom_op,
+    dot_precision,
+    keep_for_backward,
+    operation,
+    traced,
+)
 from ...reference import LAYER_NORM_EPS
 from ..layer_norm_glu import layer_norm_glu
 from ..layer_norm_linear import layer_norm_linear_backward
@@ -59,11 +68,7 @@ def transition_forward(x: Tensor, mask: Tensor | None, ln_weight: Tensor, ln_bia
     return out.view(*lead, C)
 
 
-transition_op = torch.library.custom_op("evofuse::transition", mutates_args=())(transition_forward)
-
-
-@transition_op.register_fake
-def _(x, mask, ln_weight, ln_bias, in_weight, in_bias, out_weight, out_bias, glu, precision, train):
+def _fake(x, mask, ln_weight, ln_bias, in_weight, in_bias, out_weight, out_bias, glu, precision, train):
     return x.new_empty(*x.shape[:-1], out_weight.shape[0])
 
 
@@ -96,12 +101,11 @@ def core_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tens
     return d_pre, h
 
 
-core_backward_op = torch.library.custom_op("evofuse::transition_core_backward", mutates_args=())(core_backward)
-
-
-@core_backward_op.register_fake
-def _(x, ln_weight, ln_bias, in_weight, in_bias, grad, mask, out_weight, glu, precision):
+def _core_backward_fake(x, ln_weight, ln_bias, in_weight, in_bias, grad, mask, out_weight, glu, precision):
     return x.new_empty(x.shape[0], in_weight.shape[0]), x.new_empty(x.shape[0], out_weight.shape[1])
+
+
+core_backward_op = custom_op("transition_core_backward", core_backward, _core_backward_fake)
 
 
 def _backward(ctx, grad_out):
@@ -128,6 +132,5 @@ def _backward(ctx, grad_out):
     return dx, None, d_lnw, d_lnb, d_w_in, d_b_in, d_w_out, d_b_out, None, None, None
 
 
-transition_op.register_autograd(_backward, setup_context=_setup_context)
-# the op's call: eagerly on plain tensors the same functions without the dispatcher
-transition = eager_or_dispatched(transition_op, transition_forward, _setup_context, _backward)
+# the op, and its call: eagerly on plain tensors the same functions without the dispatcher
+transition_op, transition = operation("transition", transition_forward, _fake, _setup_context, _backward)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import eager_or_dispatched, keep_for_backward, traced
+from ..._runtime import keep_for_backward, operation, traced
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from ..matmul import linear, matmul
 from ..row_attention.op import attention, core_backward, core_backward_op
@@ -62,13 +62,8 @@ def _bias_of(proj: Tensor, H: int, num_heads: int, transpose_bias: bool) -> Tens
     return bias.transpose(-1, -2) if transpose_bias else bias
 
 
-triangle_attention_op = torch.library.custom_op("evofuse::triangle_attention", mutates_args=())(
-    triangle_attention_forward)
-
-
-@triangle_attention_op.register_fake
-def _(pair_repr, pair_mask, layer_norm_weight, layer_norm_bias, proj_weight, proj_bias, out_weight, out_bias,
-      num_heads, transpose_bias, precision, train):
+def _fake(pair_repr, pair_mask, layer_norm_weight, layer_norm_bias, proj_weight, proj_bias, out_weight, out_bias,
+          num_heads, transpose_bias, precision, train):
     B, N, _, c = pair_repr.shape
     H, W = out_weight.shape[1], proj_weight.shape[0]
     out = pair_repr.new_empty(B, N, N, c)
@@ -102,6 +97,6 @@ def _backward(ctx, grad_out, *_):
     return dx, None, dlnw, dlnb, dw, dbias, d_wo, d_bo, None, None, None, None
 
 
-triangle_attention_op.register_autograd(_backward, setup_context=_setup_context)
-# the op's call: eagerly on plain tensors the same functions without the dispatcher
-triangle_attention = eager_or_dispatched(triangle_attention_op, triangle_attention_forward, _setup_context, _backward)
+# the op, and its call: eagerly on plain tensors the same functions without the dispatcher
+triangle_attention_op, triangle_attention = operation("triangle_attention", triangle_attention_forward, _fake,
+                                                      _setup_context, _backward)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import cdiv, eager_or_dispatched, keep_for_backward, next_pow2, traced
+from ..._runtime import cdiv, custom_op, keep_for_backward, next_pow2, operation, traced
 from ..layer_norm_glu import layer_norm_glu
 from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
 from ..matmul import matmul_into, uses_tensor_cores
@@ -92,13 +92,8 @@ def triangle_multiplication_forward(pair_repr: Tensor, pair_mask: Tensor | None,
     return out, gate_out, t, y
 
 
-triangle_multiplication_op = torch.library.custom_op("evofuse::triangle_multiplication", mutates_args=())(
-    triangle_multiplication_forward)
-
-
-@triangle_multiplication_op.register_fake
-def _(pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, norm_out_weight, norm_out_bias,
-      p_out_weight, p_out_bias, outgoing, precision, train):
+def _fake(pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, norm_out_weight, norm_out_bias,
+          p_out_weight, p_out_bias, outgoing, precision, train):
     B, N, _, cz = pair_repr.shape
     c = norm_out_weight.shape[0]
     out = pair_repr.new_empty(B, N, N, cz)
@@ -130,13 +125,12 @@ def out_gate_backward(grad_out: Tensor, y: Tensor, gate_out: Tensor) -> tuple[Te
     return dy, d_gate_out
 
 
-out_gate_backward_op = torch.library.custom_op("evofuse::triangle_multiplication_out_gate_backward",
-                                               mutates_args=())(out_gate_backward)
-
-
-@out_gate_backward_op.register_fake
-def _(grad_out, y, gate_out):
+def _out_gate_backward_fake(grad_out, y, gate_out):
     return torch.empty_like(y), torch.empty_like(gate_out)
+
+
+out_gate_backward_op = custom_op("triangle_multiplication_out_gate_backward", out_gate_backward,
+                                 _out_gate_backward_fake)
 
 
 def core_backward(pair_repr: Tensor, norm_in_weight: Tensor, norm_in_bias: Tensor, in_weight: Tensor,
@@ -168,14 +162,12 @@ def core_backward(pair_repr: Tensor, norm_in_weight: Tensor, norm_in_bias: Tenso
     return d_proj
 
 
-core_backward_op = torch.library.custom_op("evofuse::triangle_multiplication_core_backward", mutates_args=())(
-    core_backward)
-
-
-@core_backward_op.register_fake
-def _(pair_repr, norm_in_weight, norm_in_bias, in_weight, in_bias, mask, dt, d_gate_out, outgoing, precision):
+def _core_backward_fake(pair_repr, norm_in_weight, norm_in_bias, in_weight, in_bias, mask, dt, d_gate_out, outgoing, precision):
     B, N = pair_repr.shape[:2]
     return pair_repr.new_empty(4 * dt.shape[0] + d_gate_out.shape[0], B, N, N)
+
+
+core_backward_op = custom_op("triangle_multiplication_core_backward", core_backward, _core_backward_fake)
 
 
 def _backward(ctx, grad_out, *_):
@@ -213,7 +205,7 @@ def _bmm(u: Tensor, v: Tensor, transpose: bool | None, precision: str, out: Tens
     return out
 
 
-triangle_multiplication_op.register_autograd(_backward, setup_context=_setup_context)
-# the op's call: eagerly on plain tensors the same functions without the dispatcher
-triangle_multiplication = eager_or_dispatched(triangle_multiplication_op, triangle_multiplication_forward,
-                                              _setup_context, _backward)
+# the op, and its call: eagerly on plain tensors the same functions without the dispatcher
+triangle_multiplication_op, triangle_multiplication = operation("triangle_multiplication",
+                                                                triangle_multiplication_forward, _fake,
+                                                                _setup_context, _backward)
