@@ -50,6 +50,7 @@ UNIT_STRIDES = {
     "masked_softmax_kernel": ("stride_xj", "stride_mj", "stride_wj"),
     "masked_softmax_backward_kernel": ("stride_wj", "stride_gj", "stride_dj"),
     "layer_norm_glu_kernel": ("stride_xd", "stride_wd"),
+    "output_kernel": ("stride_tm", "stride_pc", "stride_zd", "stride_gd"),
     "transition_backward_kernel": ("stride_xd", "stride_wd", "stride_gc", "stride_wh"),
     "_matmul_kernel": ("stride_ak", "stride_bn"),
 }
@@ -175,8 +176,11 @@ def _launches():
                 yield (f"{kernel.__name__} {dtype} mask={has_mask}", kernel, dtype,
                        dict(HAS_MASK=has_mask, BLOCK=GATE_BLOCK), 4, 1, {"mask_ptr": "*fp32"})
         block_m, block_c = trimul_op._out_gate_tiles(128)
-        for kernel in (trimul.out_gate_kernel, trimul.out_gate_backward_kernel):
-            yield (f"{kernel.__name__} {dtype}", kernel, dtype, dict(BLOCK_M=block_m, BLOCK_C=block_c), 4, 1, {})
+        yield (f"out_gate_backward_kernel {dtype}", trimul.out_gate_backward_kernel, dtype,
+               dict(BLOCK_M=block_m, BLOCK_C=block_c), 4, 1, {})
+        kw, warps, stages = cfg((glu.CONFIGS if dtype == "bf16" else glu.FLOAT32_CONFIGS)[0])
+        yield (f"triangle multiplication output {dtype}", trimul.output_kernel, dtype,
+               dict(HAS_P_BIAS=True, HAS_G_BIAS=True, STORE=True, PRECISION=precision, **kw), warps, stages, {})
         # LayerNorm + gated linear and the transition's backward: every tile the autotuner may try (SwiGLU, rows
         # out), the first for ReLU and for triangle multiplication's gate (channel planes out: unit row strides)
         table = glu.CONFIGS if dtype == "bf16" else glu.FLOAT32_CONFIGS

@@ -2,12 +2,12 @@
 and its backward (`register_autograd`).
 
 Forward: one pass of the pair z (B, N, N, c_z) (`layer_norm_glu`: LayerNorm, p_in and g_in on chip) writes a and b =
-p * sigmoid(g) * mask channel major (2c planes of (B, N, N): the layout cuBLAS's batched product wants), and in
-training p and g too for the backward; one `layer_norm_linear` writes g_out's planes; t = a b^T (outgoing) or a^T b
-(incoming) by cuBLAS, one product a (channel, batch element), accumulated in float32; `layer_norm_linear` of t (its
-channels strided) for LN_out and p_out; the output gate sigmoid(g_out) applied. Backward: the gate's and the output
-projection's gradients (`layer_norm_linear_backward` on t), a and b again from p and g, da and db by cuBLAS into one
-(2c, B, N, N) tensor, the gates' and projections' gradients channel major in one pass
+p * sigmoid(g) * mask channel major (2c planes of (B, N, N): the layout cuBLAS's batched product wants); t = a b^T
+(outgoing) or a^T b (incoming) by cuBLAS, one product a (channel, batch element), accumulated in float32; then one pass
+for the output (`kernels.output_kernel`): LN_out and p_out of t, LN_in and g_out of z, the gate. A training call also
+writes y = p_out(LN_out(t)) and g_out's planes for the backward. Backward: the output gate's backward, then the output
+projection's gradients (`layer_norm_linear_backward` on t); a and b, p and g made again from z (`layer_norm_glu`), da
+and db by cuBLAS into one (2c, B, N, N) tensor, the gates' and projections' gradients channel major in one pass
 (`kernels.gate_backward_kernel`), then one `layer_norm_linear_backward` of the pair for every input projection and
 LN_in.
 """
@@ -17,14 +17,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import cdiv, custom_op, keep_for_backward, next_pow2, operation, traced
+from ..._runtime import autotuned, bucket, cdiv, custom_op, dot_precision, keep_for_backward, next_pow2, operation, traced
+from ...reference import LAYER_NORM_EPS
 from ..layer_norm_glu import layer_norm_glu
-from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
+from ..layer_norm_linear import joined_bias, layer_norm_linear_backward
 from ..matmul import matmul_into, uses_tensor_cores
-from .kernels import gate_backward_kernel, out_gate_backward_kernel, out_gate_kernel
+from . import configs
+from .kernels import gate_backward_kernel, out_gate_backward_kernel, output_kernel
 
 GATE_BLOCK = 1024  # pairs a program of the gating kernels (a plane each: elementwise, memory bound)
-OUT_GATE_TILE = 4096  # elements a program of the output gate's kernels (pairs x every channel)
+# what the output kernel's autotuned choice is kept by
+OUTPUT_KEY = ["M_BUCKET", "CZ_BUCKET", "C", "HAS_P_BIAS", "HAS_G_BIAS", "STORE", "PRECISION"]
+OUT_GATE_TILE = 4096  # elements a program of the output gate's backward (pairs x every channel)
 
 
 def joined_inputs(weights: list[Tensor], biases: list[Tensor | None]) -> tuple[Tensor, Tensor | None]:
@@ -35,7 +39,7 @@ def joined_inputs(weights: list[Tensor], biases: list[Tensor | None]) -> tuple[T
 
 
 def _out_gate_tiles(cz: int) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_C) of the output gate's kernels: every channel, about OUT_GATE_TILE elements."""
+    """(BLOCK_M, BLOCK_C) of the output gate's backward: every channel, about OUT_GATE_TILE elements."""
     block_c = next_pow2(cz)
     return max(1, OUT_GATE_TILE // block_c), block_c
 
@@ -73,22 +77,27 @@ def triangle_multiplication_forward(pair_repr: Tensor, pair_mask: Tensor | None,
     B, N, _, cz = pair_repr.shape
     c = norm_out_weight.shape[0]
     M = B * N * N
-    gate_out = pair_repr.new_empty(cz, B, N, N)  # g_out's planes (the backward's too)
-    layer_norm_linear(pair_repr, norm_in_weight, norm_in_bias, in_weight[4 * c:],
-                      None if in_bias is None else in_bias[4 * c:], None, precision,
-                      out=gate_out.permute(1, 2, 3, 0).unsqueeze(-1))
     ab = _gated(pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, c, precision)
     t = _bmm(ab[:c], ab[c:], None if outgoing else True, precision)  # outgoing a b^T (sum_k a[i, k] b[j, k]), else a^T b
     del ab
-    y = layer_norm_linear(t.permute(1, 2, 3, 0), norm_out_weight, norm_out_bias, p_out_weight, p_out_bias, None,
-                          precision)
-    out = y if not train else torch.empty_like(y)  # (without a backward: in place)
+    out = pair_repr.new_empty(B, N, N, cz)
+    gate_out = pair_repr.new_empty(cz, B, N, N) if train else out.new_empty(0)  # g_out's planes, for the backward
+    y = torch.empty_like(out) if train else out.new_empty(0)  # the output projection before its gate
     if M:
-        block_m, block_c = _out_gate_tiles(cz)
-        out_gate_kernel[(cdiv(M, block_m),)](y, gate_out, gate_out.stride(0), out, M, cz, BLOCK_M=block_m,
-                                             BLOCK_C=block_c)
+        z = pair_repr.reshape(M, cz)
+
+        def grid(meta):
+            return cdiv(M, meta["BLOCK_M"]), cdiv(cz, meta["BLOCK_N"])
+
+        autotuned(output_kernel, configs.tables, OUTPUT_KEY, configs.prune_output)[grid](
+            t, 1, t.stride(0), norm_out_weight, norm_out_bias, p_out_weight, *p_out_weight.stride(),
+            p_out_weight if p_out_bias is None else p_out_bias, z, *z.stride(), norm_in_weight, norm_in_bias,
+            in_weight[4 * c:], *in_weight.stride(), in_weight if in_bias is None else in_bias[4 * c:], out,
+            y if train else out, gate_out if train else out, M, c, cz, LAYER_NORM_EPS, bucket(M), bucket(cz),
+            HAS_P_BIAS=p_out_bias is not None, HAS_G_BIAS=in_bias is not None, STORE=train,
+            PRECISION=dot_precision(pair_repr.dtype, precision))
     if not train:
-        return out, gate_out.new_empty(0), t.new_empty(0), y.new_empty(0)
+        return out, gate_out, t.new_empty(0), y
     return out, gate_out, t, y
 
 
