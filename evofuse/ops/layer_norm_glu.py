@@ -132,16 +132,21 @@ def fits(config: triton.Config, M: int, D: int, H: int, operands: int, element_s
     return (bm * bd + operands * bd * bn) * element_size * max(1, config.num_stages) <= SHARED_LIMIT
 
 
-def _prune(configs, named_args, **kwargs):
-    element_size = named_args["x_ptr"].element_size()
-    operands = 1 if kwargs["ACTIVATION"] == "relu" else 2
+def candidates(M: int, D: int, H: int, operands: int, element_size: int) -> list[triton.Config]:
+    """The tiles tried for a call (`fits`; the table of the rows' dtype) by this kernel and by the kernels built on
+    `projected_rows` (the transition's backward, triangle multiplication's output), whose predicates call here."""
     return tuning_candidates(FLOAT32_CONFIGS if element_size == 4 else CONFIGS,
-                             lambda c: fits(c, named_args["M"], named_args["D"], named_args["H"], operands,
-                                            element_size), INTERPRETER_CONFIG)
+                             lambda c: fits(c, M, D, H, operands, element_size), INTERPRETER_CONFIG)
 
 
-def _tables():
+def tables() -> list[triton.Config]:
+    """Every tile of both tables: what the autotuners of the kernels that use them are built with."""
     return CONFIGS + FLOAT32_CONFIGS
+
+
+def _prune(configs, named_args, **kwargs):
+    operands = 1 if kwargs["ACTIVATION"] == "relu" else 2
+    return candidates(named_args["M"], named_args["D"], named_args["H"], operands, named_args["x_ptr"].element_size())
 
 
 def layer_norm_glu(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor, bias: Tensor | None,
@@ -159,7 +164,7 @@ def layer_norm_glu(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor
         return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"])
 
     pre_args = (h, 0, 0) if pre is None else (pre, *pre.stride())
-    autotuned(layer_norm_glu_kernel, _tables, KEY, _prune)[grid](
+    autotuned(layer_norm_glu_kernel, tables, KEY, _prune)[grid](
         x, *x.stride(), ln_weight, ln_bias, weight, *weight.stride(), weight if bias is None else bias,
         h if mask is None else mask, *pre_args, h, *h.stride(), M, D, H, LAYER_NORM_EPS, bucket(M), bucket(H),
         ACTIVATION=activation, HAS_BIAS=bias is not None, HAS_MASK=mask is not None, STORE_PRE=pre is not None,

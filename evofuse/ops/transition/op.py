@@ -26,7 +26,7 @@ from ..._runtime import (
     traced,
 )
 from ...reference import LAYER_NORM_EPS
-from ..layer_norm_glu import layer_norm_glu
+from .. import layer_norm_glu
 from ..layer_norm_linear import layer_norm_linear_backward
 from ..matmul import linear, matmul, uses_tensor_cores
 from . import configs
@@ -55,8 +55,9 @@ def transition_forward(x: Tensor, mask: Tensor | None, ln_weight: Tensor, ln_bia
     h = x.new_empty(block if M else 0, H)
     for r0 in range(0, M, block):
         n = min(M, r0 + block) - r0
-        layer_norm_glu(rows[r0:r0 + n], ln_weight, ln_bias, in_weight, in_bias,
-                       None if mask is None else mask_rows[r0:r0 + n], h[:n], "swiglu" if glu else "relu", precision)
+        layer_norm_glu.layer_norm_glu(rows[r0:r0 + n], ln_weight, ln_bias, in_weight, in_bias,
+                                      None if mask is None else mask_rows[r0:r0 + n], h[:n], "swiglu" if glu else "relu",
+                                      precision)
         if uses_tensor_cores(x.dtype, precision):
             out[r0:r0 + n] = linear(h[:n], out_weight, out_bias, precision)
         elif out_bias is None:
@@ -92,7 +93,7 @@ def core_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tens
         def grid(meta):
             return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"])
 
-        kernel = autotuned(transition_backward_kernel, configs.tables, BACKWARD_KEY, configs.prune_backward)
+        kernel = autotuned(transition_backward_kernel, layer_norm_glu.tables, BACKWARD_KEY, configs.prune_backward)
         kernel[grid](x, *x.stride(), ln_weight, ln_bias, in_weight, *in_weight.stride(),
                      in_weight if in_bias is None else in_bias, grad, *grad.stride(), h if mask is None else mask,
                      out_weight, *out_weight.stride(), d_pre, h, M, D, C, H, LAYER_NORM_EPS, bucket(M), bucket(H),

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ..._runtime import autotuned, bucket, cdiv, custom_op, dot_precision, keep_for_backward, next_pow2, operation, traced
 from ...reference import LAYER_NORM_EPS
-from ..layer_norm_glu import layer_norm_glu
+from .. import layer_norm_glu
 from ..layer_norm_linear import joined_bias, layer_norm_linear_backward
 from ..matmul import matmul_into, uses_tensor_cores
 from . import configs
@@ -58,9 +58,10 @@ def _gated(pair_repr: Tensor, mask: Tensor | None, norm_in_weight: Tensor, norm_
     B, N, _, cz = pair_repr.shape
     M = B * N * N
     ab = pair_repr.new_empty(2 * c, B, N, N)
-    layer_norm_glu(pair_repr.reshape(M, cz), norm_in_weight, norm_in_bias, in_weight[:4 * c],
-                   None if in_bias is None else in_bias[:4 * c], None if mask is None else mask.reshape(M),
-                   ab.view(2 * c, M).t(), "sigmoid", precision, None if proj is None else proj.view(4 * c, M).t())
+    layer_norm_glu.layer_norm_glu(pair_repr.reshape(M, cz), norm_in_weight, norm_in_bias, in_weight[:4 * c],
+                                  None if in_bias is None else in_bias[:4 * c],
+                                  None if mask is None else mask.reshape(M), ab.view(2 * c, M).t(), "sigmoid",
+                                  precision, None if proj is None else proj.view(4 * c, M).t())
     return ab
 
 
@@ -89,7 +90,7 @@ def triangle_multiplication_forward(pair_repr: Tensor, pair_mask: Tensor | None,
         def grid(meta):
             return cdiv(M, meta["BLOCK_M"]), cdiv(cz, meta["BLOCK_N"])
 
-        autotuned(output_kernel, configs.tables, OUTPUT_KEY, configs.prune_output)[grid](
+        autotuned(output_kernel, layer_norm_glu.tables, OUTPUT_KEY, configs.prune_output)[grid](
             t, 1, t.stride(0), norm_out_weight, norm_out_bias, p_out_weight, *p_out_weight.stride(),
             p_out_weight if p_out_bias is None else p_out_bias, z, *z.stride(), norm_in_weight, norm_in_bias,
             in_weight[4 * c:], *in_weight.stride(), in_weight if in_bias is None else in_bias[4 * c:], out,
