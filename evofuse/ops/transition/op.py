@@ -28,7 +28,7 @@ from ..._runtime import (
 from ...reference import LAYER_NORM_EPS
 from .. import layer_norm_glu
 from ..layer_norm_linear import layer_norm_linear_backward
-from ..matmul import linear, matmul, uses_tensor_cores
+from ..matmul import matmul, matmul_into, uses_tensor_cores
 from . import configs
 from .kernels import transition_backward_kernel
 
@@ -58,8 +58,10 @@ def transition_forward(x: Tensor, mask: Tensor | None, ln_weight: Tensor, ln_bia
         layer_norm_glu.layer_norm_glu(rows[r0:r0 + n], ln_weight, ln_bias, in_weight, in_bias,
                                       None if mask is None else mask_rows[r0:r0 + n], h[:n], "swiglu" if glu else "relu",
                                       precision)
-        if uses_tensor_cores(x.dtype, precision):
-            out[r0:r0 + n] = linear(h[:n], out_weight, out_bias, precision)
+        if uses_tensor_cores(x.dtype, precision):  # (float32: three TF32 products, written in place)
+            matmul_into(h[:n], out_weight.t(), out[r0:r0 + n])
+            if out_bias is not None:
+                out[r0:r0 + n] += out_bias
         elif out_bias is None:
             torch.mm(h[:n], out_weight.t(), out=out[r0:r0 + n])
         else:
