@@ -14,8 +14,6 @@ from .._runtime import autotuned, bucket, cdiv, dot_precision, next_pow2, tuning
 from ..reference import LAYER_NORM_EPS
 from .layer_norm_rows import row_moments
 
-ACTIVATIONS = ("swiglu", "sigmoid", "relu")
-
 
 @triton.jit
 def layer_norm_glu_kernel(
@@ -97,7 +95,8 @@ def projected_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, w_a, stride_wk, st
 
 @triton.jit
 def activation(a, b, ACTIVATION: tl.constexpr):
-    """h from the pre-activations a and b (float32; b unused for "relu"), as the backwards recompute it."""
+    """h from the pre-activations a and b (float32; b unused for "relu"), its products in the order the backwards'
+    kernels follow where they make h again (`transition_backward_kernel`): from the same a and b, the same bits."""
     if ACTIVATION == "swiglu":
         h = a * tl.sigmoid(a) * b
     elif ACTIVATION == "sigmoid":
