@@ -76,6 +76,17 @@ def measure(fn, train: bool, tensors: list[torch.Tensor]) -> tuple[float, float]
     return ms, peak
 
 
+def kernel_launches(run) -> int:
+    """The GPU kernels (memory copies and fills included) one call of `run` enqueues, counted by torch.profiler
+    after a first call (compilation and autotuning outside the count): what a regression in the call path shows."""
+    run()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    return sum(1 for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA)
+
+
 def host_ms(run, synchronize, calls: int = 200) -> float:
     """The median host time of one call of `run` (ms) with the device idle: `synchronize` (the device's) before each
     call, the clock stopped when the call returns, before its kernels finish. What a call waits for beyond its own

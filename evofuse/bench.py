@@ -23,6 +23,7 @@ from ._timing import (
     att_params,
     col_params,
     host_ms,
+    kernel_launches,
     measure,
     opm_params,
     pwa_params,
@@ -390,6 +391,7 @@ def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | Non
                 with torch.set_grad_enabled(train):
                     call = training_step(lambda: fn(*inputs), tensors) if train else lambda: fn(*inputs)
                     row["host_ms"] = host_ms(call, torch.cuda.synchronize)
+                    row["launches"] = kernel_launches(call)
         except Exception as exc:  # a peer that fails keeps its row, with the reason
             kind = "out of memory" if isinstance(exc, torch.cuda.OutOfMemoryError) else type(exc).__name__
             reason = str(exc).splitlines()[0][:160] if str(exc) else ""
@@ -399,7 +401,8 @@ def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | Non
             torch.cuda.empty_cache()
         print(f"  {case.name:<14} {row['mode']:<7} {name:<22} "
               + (f"{row['ms']:9.3f} ms {row['peak_mib']:9.1f} MiB" if row["ms"] is not None else row["status"])
-              + (f" host {row['host_ms']:.3f} ms" if row.get("host_ms") is not None else "")
+              + (f" host {row['host_ms']:.3f} ms, {row['launches']} kernels" if row.get("host_ms") is not None
+                 else "")
               + f"   ({time.time() - t0:.0f}s)", flush=True)
         rows.append(row)
     return rows
@@ -429,23 +432,24 @@ def _baseline(rows: list[dict]) -> dict:
 
 
 def markdown(rows: list[dict]) -> str:
-    """The rows as a markdown table; a host-time column where a row has one (`--host`)."""
+    """The rows as a markdown table; host-time and kernel-count columns where a row has them (`--host`)."""
     host = any(r.get("host_ms") is not None for r in rows)
     lines = ["| case | mode | implementation | dtype | median ms | peak MiB | TFLOP/s | speedup vs eager bf16 "
-             "| rel err vs fp64 |" + (" host ms |" if host else ""),
-             "|---|---|---|---|---|---|---|---|---|" + ("---|" if host else "")]
+             "| rel err vs fp64 |" + (" host ms | kernels |" if host else ""),
+             "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if host else "")]
     base = _baseline(rows)
     for r in rows:
         if r["ms"] is None:
             lines.append(f"| {r['case']} | {r['mode']} | {r['impl']} | {r['dtype']} | {r['status']} | | | | |"
-                         + (" |" if host else ""))
+                         + (" | |" if host else ""))
             continue
         b = base.get((r["case"], r["mode"]))
         speedup = f"{b / r['ms']:.2f}x" if b else ""
         err = f"{r['rel_err']:.1e}" if r.get("rel_err") is not None else ""
         lines.append(f"| {r['case']} | {r['mode']} | {r['impl']} | {r['dtype']} | {r['ms']:.3f} | "
                      f"{r['peak_mib']:.0f} | {r['tflops']:.1f} | {speedup} | {err} |"
-                     + (f" {r['host_ms']:.3f} |" if r.get("host_ms") is not None else " |" if host else ""))
+                     + (f" {r['host_ms']:.3f} | {r['launches']} |" if r.get("host_ms") is not None
+                        else " | |" if host else ""))
     return "\n".join(lines)
 
 
@@ -527,7 +531,8 @@ def write_results(rows: list[dict], meta: dict, out: Path) -> Path:
     (folder / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     with open(folder / "results.csv", "w", newline="") as f:
         fields = ["case", "mode", "impl", "dtype", "ms", "peak_mib", "tflops", "rel_err", "status"]
-        writer = csv.DictWriter(f, fieldnames=fields + (["host_ms"] if any("host_ms" in r for r in rows) else []))
+        extra = ["host_ms", "launches"] if any("host_ms" in r for r in rows) else []
+        writer = csv.DictWriter(f, fieldnames=fields + extra)
         writer.writeheader()
         writer.writerows(rows)
     (folder / "results.md").write_text(

@@ -76,15 +76,15 @@ def test_bench_report_files(tmp_path):
 
 
 def test_bench_report_host_column(tmp_path):
-    """With `--host` rows a host-time column, empty for a row without one (a failed peer)."""
+    """With `--host` rows host-time and kernel-count columns, empty for a row without them (a failed peer)."""
     from evofuse.bench import markdown
 
     rows = [{"case": "pwa-seed", "impl": "eager bf16", "dtype": "bfloat16", "mode": "fwd", "ms": 0.2, "peak_mib": 1.0,
-             "tflops": 1.0, "rel_err": 1e-3, "status": "ok", "host_ms": 0.15},
+             "tflops": 1.0, "rel_err": 1e-3, "status": "ok", "host_ms": 0.15, "launches": 12},
             {"case": "pwa-seed", "impl": "trifast bf16", "dtype": "bfloat16", "mode": "fwd", "ms": None,
              "peak_mib": None, "tflops": None, "rel_err": None, "status": "ImportError: x"}]
     md = markdown(rows).splitlines()
-    assert md[0].endswith("| host ms |") and md[2].endswith("| 0.150 |")
+    assert md[0].endswith("| host ms | kernels |") and md[2].endswith("| 0.150 | 12 |")
     assert md[3].count("|") == md[0].count("|")
 
 
@@ -102,7 +102,8 @@ def test_host_time_of_a_call():
 
 @pytest.mark.gpu
 def test_bench_host_rows():
-    """`evofuse bench --host`: every row that ran has its host time of a call, training rows too."""
+    """`evofuse bench --host`: every row that ran has its host time of a call and its kernel count, training rows
+    too; evofuse's bf16 forward at pwa-seed launches no more kernels than eager PyTorch's."""
     from evofuse.bench import bench_case
     from evofuse.suite import SUITE
 
@@ -110,7 +111,10 @@ def test_bench_host_rows():
     for train in (False, True):
         rows = [r for r in bench_case(case, ["bfloat16"], train, {"none"}, host=True) if r["status"] == "ok"]
         assert {r["impl"] for r in rows} >= {"eager bf16", "evofuse bf16", "evofuse bf16 CUDA graph"}
-        assert all(0 < r["host_ms"] < 100 for r in rows)
+        assert all(0 < r["host_ms"] < 100 and r["launches"] >= 0 for r in rows)
+        assert all(r["launches"] > 0 for r in rows if "graph" not in r["impl"])  # (a replay may show as one launch)
+        launches = {r["impl"]: r["launches"] for r in rows}
+        assert train or launches["evofuse bf16"] <= launches["eager bf16"], launches
 
 
 def test_grid_report(tmp_path, monkeypatch, capsys):
