@@ -169,24 +169,32 @@ def _openfold3(S, N):
 
 def _openfold(S, N):
     """OpenFold (AlphaFold 2) is not on the package index in a usable form: its modules come from the small
-    `openfold` package of the tests, which follows OpenFold's public module code; AF2's Evoformer sizes."""
+    `openfold` package of the tests, which follows OpenFold's public module code; AF2's Evoformer sizes, the MSA half
+    of a block (row and column attention, the MSA transition, the Outer Product Mean)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "openfold_modules"))
-    from openfold.model.msa import MSARowAttentionWithPairBias
+    from openfold.model.evoformer import MSATransition
+    from openfold.model.msa import MSAColumnAttention, MSARowAttentionWithPairBias
     from openfold.model.outer_product_mean import OuterProductMean
 
     class EvoformerMSAPart(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.msa_att_row = MSARowAttentionWithPairBias(256, 128, c_hidden=32, no_heads=8)
+            self.msa_att_col = MSAColumnAttention(256, c_hidden=32, no_heads=8)
+            self.msa_transition = MSATransition(256, 4)
             self.outer_product_mean = OuterProductMean(256, 128, c_hidden=32)
 
         def forward(self, m, z, msa_mask):
             m = m + self.msa_att_row(m, z=z, mask=msa_mask)
+            m = m + self.msa_att_col(m, mask=msa_mask)
+            m = m + self.msa_transition(m, mask=msa_mask)
             return m, z + self.outer_product_mean(m, mask=msa_mask)
 
     m, z = torch.randn(1, S, N, 256), torch.randn(1, N, N, 128)
     msa_mask = (torch.rand(1, S, N) > 0.1).float()
     modules = {"msa_att_row": lambda b, m, z, msa_mask: b(m, z=z, mask=msa_mask),
+               "msa_att_col": lambda b, m, z, msa_mask: b(m, mask=msa_mask),
+               "msa_transition": lambda b, m, z, msa_mask: b(m, mask=msa_mask),
                "outer_product_mean": lambda b, m, z, msa_mask: b(m, mask=msa_mask)}
     return EvoformerMSAPart(), (m, z, msa_mask), lambda b, *x: b(*x), modules, {}
 
