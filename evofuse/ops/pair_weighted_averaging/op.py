@@ -44,7 +44,7 @@ from ..._runtime import (
 )
 from ...reference import LAYER_NORM_EPS
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
-from ..matmul import matmul, uses_tensor_cores
+from ..matmul import matmul
 from ..pair_heads import pair_heads, pair_heads_backward
 from . import configs
 from .kernels import (
@@ -178,10 +178,7 @@ def pair_weighted_averaging_forward(msa_repr: Tensor, pair_repr: Tensor, pair_ma
     logits = pair_heads(pair_repr, norm_z_weight, norm_z_bias, proj_z_weight, None)  # (B, h, N, N)
     w, w_low = _weights(logits, pair_mask, inf, mask_mode, train)
     del logits
-    if uses_tensor_cores(v.dtype, precision):
-        u = matmul(w_low.view(H * B, N, N), v.view(H * B, N, S * C), precision).view(H, B, N, S, C)
-    else:
-        u = torch.bmm(w_low.view(H * B, N, N), v.view(H * B, N, S * C)).view(H, B, N, S, C)
+    u = matmul(w_low.view(H * B, N, N), v.view(H * B, N, S * C), precision).view(H, B, N, S, C)
     del w_low  # (the peak: v, w, its copy and u)
     out = msa_repr.new_empty(B, S, N, c_m)
     if out.numel():
