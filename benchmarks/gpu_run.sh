@@ -9,7 +9,8 @@
 # GRID=opm,att a part of it); TEST_PATHS (default tests) and TEST_K (a pytest -k expression) take a part of the tests
 # (the quick tier nears one 10-minute device call); HOST=1 adds each row's host time of a call (`--host`); MODELS=1
 # adds the model families' blocks (benchmarks/models.py); LIMIT seconds for each part (default 420; the quick tier
-# took 418 s at e754c24, before triangle multiplication's and column attention's GPU cases: LIMIT=560, or a part).
+# took 418 s at e754c24, before triangle multiplication's and column attention's GPU cases: LIMIT=560, or a part);
+# WORKERS pytest-xdist workers (default 8).
 set -uo pipefail
 out="${OUT:-benchmarks/results}"
 limit="${LIMIT:-420}"
@@ -32,8 +33,9 @@ if [ "${TESTS:-1}" = 1 ]; then
   full=0
   [ "${TIER:-quick}" = full ] && full=1
   # (one worker a CPU pair compiles in parallel; the `big` cases, tens of GiB each, alone afterwards)
-  workers=$(python3 -c "import importlib.util as u; print('-n 8' if u.find_spec('xdist') else '')")
-  EVOFUSE_FULL_TESTS=$full timeout "$limit" python3 -m pytest -q $workers -m "not big" -p no:cacheprovider \
+  workers=$(python3 -c "import importlib.util as u; print('-n ${WORKERS:-8}' if u.find_spec('xdist') else '')")
+  # (SIGINT at the limit: pytest still prints the failures it has seen)
+  EVOFUSE_FULL_TESTS=$full timeout -s INT -k 30 "$limit" python3 -m pytest -q $workers -m "not big" -p no:cacheprovider \
     ${TEST_K:+-k "$TEST_K"} ${TEST_PATHS:-tests} > "$out/tests.log" 2>&1
   check "tests (${TIER:-quick} tier)" $?
   grep -E "^FAILED|^ERROR|passed|failed" "$out/tests.log" | tail -15
