@@ -1,9 +1,9 @@
 """evofuse: fused Triton kernels for the MSA operations of AlphaFold-family trunks.
 
-`OuterProductMean`, `MSARowAttentionWithPairBias`, `MSAColumnAttention`, `PairWeightedAveraging`, `TriangleAttention`,
-`TriangleMultiplication` and `Transition` are drop-in modules; `outer_product_mean`, `msa_row_attention`,
-`msa_column_attention`, `pair_weighted_averaging`, `triangle_attention`, `triangle_multiplication` and `transition` their
-functional forms;
+`OuterProductMean`, `MSARowAttentionWithPairBias`, `MSAColumnAttention`, `MSAColumnGlobalAttention`,
+`PairWeightedAveraging`, `TriangleAttention`, `TriangleMultiplication` and `Transition` are drop-in modules;
+`outer_product_mean`, `msa_row_attention`, `msa_column_attention`, `msa_column_global_attention`,
+`pair_weighted_averaging`, `triangle_attention`, `triangle_multiplication` and `transition` their functional forms;
 `evofuse.reference` the plain-PyTorch definitions.
 Importing registers every operation's torch.library ops (`torch.ops.evofuse.*`, where Triton is installed), so
 that a program exported with them loads after `import evofuse`; it touches no GPU and compiles no kernel.
@@ -11,6 +11,7 @@ that a program exported with them loads after `import evofuse`; it touches no GP
 
 from .functional import (
     msa_column_attention,
+    msa_column_global_attention,
     msa_row_attention,
     outer_product_mean,
     pair_weighted_averaging,
@@ -20,6 +21,7 @@ from .functional import (
 )
 from .modules import (
     MSAColumnAttention,
+    MSAColumnGlobalAttention,
     MSARowAttentionWithPairBias,
     OuterProductMean,
     PairWeightedAveraging,
@@ -29,7 +31,7 @@ from .modules import (
 )
 
 __version__ = "0.2.0"
-__all__ = ["MSAColumnAttention", "MSARowAttentionWithPairBias", "OuterProductMean", "PairWeightedAveraging",
-           "Transition", "TriangleAttention", "TriangleMultiplication", "msa_column_attention", "msa_row_attention",
-           "outer_product_mean", "pair_weighted_averaging", "transition", "triangle_attention",
-           "triangle_multiplication"]
+__all__ = ["MSAColumnAttention", "MSAColumnGlobalAttention", "MSARowAttentionWithPairBias", "OuterProductMean",
+           "PairWeightedAveraging", "Transition", "TriangleAttention", "TriangleMultiplication", "msa_column_attention",
+           "msa_column_global_attention", "msa_row_attention", "outer_product_mean", "pair_weighted_averaging",
+           "transition", "triangle_attention", "triangle_multiplication"]

@@ -313,3 +313,37 @@ def transition_reference(x, mask, layer_norm_weight, layer_norm_bias, a_weight, 
     h = F.silu(a) * F.linear(y, b_weight, b_bias) if activation == "swiglu" else F.relu(a)
     out = F.linear(h, out_weight, out_bias)
     return out if mask is None else out * mask.to(out.dtype)[..., None]
+
+
+GLOBAL_COUNT_EPS = 1e-10  # OpenFold's MSAColumnGlobalAttention default (its model config passes 1e-8)
+
+
+def msa_column_global_attention_reference(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, query_weight,
+                                          query_bias, key_weight, key_bias, value_weight, value_bias, gate_weight,
+                                          gate_bias, out_weight, out_bias, num_heads, inf=1e9, eps=GLOBAL_COUNT_EPS):
+    """MSA global column attention (AF2 Algorithm 19, the extra-MSA stack's) as OpenFold computes it: in each residue's
+    column, one query a head from the masked mean of the LayerNorm'd rows, q = W_q mean + b_q scaled by d**-0.5; one
+    key and one value a row shared by the heads (width d); inf * (mask - 1) added to a masked row's logit (for inf >=
+    TRIANGLE_MIN_INF the value -1e9 with the logit's gradient, as in triangle attention); each row's output its own
+    sigmoid gate times its column's attention result, then W_o. msa_repr (B, S, N, D); msa_mask (B, S, N)
+    or None; query_weight, gate_weight (h*d, D); key_weight, value_weight (d, D); out_weight (D, h*d); every bias of its
+    output's width, or None. Returns (B, S, N, D)."""
+    x = msa_repr.transpose(1, 2)  # (B, N, S, D): a residue's column as a row
+    B, N, S, _ = x.shape
+    mask = x.new_ones(B, N, S) if msa_mask is None else msa_mask.transpose(1, 2).to(x.dtype)
+    m = F.layer_norm(x, x.shape[-1:], layer_norm_weight, layer_norm_bias, LAYER_NORM_EPS)
+    q = torch.sum(m * mask[..., None], dim=-2) / (torch.sum(mask, dim=-1)[..., None] + eps)  # (B, N, D)
+    q = F.linear(q, query_weight, query_bias)
+    d = q.shape[-1] // num_heads
+    q = (q * d ** -0.5).view(B, N, num_heads, d)
+    k = F.linear(m, key_weight, key_bias)  # (B, N, S, d)
+    v = F.linear(m, value_weight, value_bias)
+    a = torch.matmul(q, k.transpose(-1, -2))  # (B, N, h, S)
+    if inf >= TRIANGLE_MIN_INF:  # the value -1e9 with the logit's gradient, as float32 rounds logit - inf
+        a = torch.where(mask[..., None, :] == 0, max(MASK_LOGIT, torch.finfo(a.dtype).min) + (a - a.detach()), a)
+    else:
+        a = a + (inf * (mask - 1))[..., None, :]
+    o = torch.matmul(torch.softmax(a, dim=-1), v)  # (B, N, h, d)
+    g = torch.sigmoid(F.linear(m, gate_weight, gate_bias)).view(B, N, S, num_heads, d)
+    out = F.linear((o[:, :, None] * g).reshape(B, N, S, num_heads * d), out_weight, out_bias)
+    return out.transpose(1, 2)

@@ -65,6 +65,35 @@ def test_patched_evoformer_msa_part_matches_openfold():
                                  ["msa_att_col", "msa_att_row", "msa_transition", "outer_product_mean"])
 
 
+class ExtraMSAPart(nn.Module):
+    """The MSA half of an extra-MSA block (AF2 Algorithm 18): row attention with pair bias, global column attention
+    (OpenFold's model config: eps 1e-8) and the MSA transition."""
+
+    def __init__(self):
+        super().__init__()
+        from openfold.model.evoformer import MSATransition
+        from openfold.model.msa import MSAColumnGlobalAttention, MSARowAttentionWithPairBias
+
+        self.msa_att_row = MSARowAttentionWithPairBias(C_M, C_Z, c_hidden=4, no_heads=4)
+        self.msa_att_col = MSAColumnGlobalAttention(C_M, c_hidden=4, no_heads=4, inf=1e9, eps=1e-8)
+        self.msa_transition = MSATransition(C_M, 2)
+
+    def forward(self, m, z, msa_mask):
+        m = m + self.msa_att_row(m, z=z, mask=msa_mask, chunk_size=None, use_lma=False)
+        m = m + self.msa_att_col(m, mask=msa_mask, chunk_size=None, use_lma=False)
+        return m + self.msa_transition(m, mask=msa_mask, chunk_size=None), z
+
+
+def test_patched_extra_msa_part_matches_openfold():
+    from evofuse.integrations import openfold as integration
+
+    torch.manual_seed(0)
+    m, z, msa_mask = _inputs()
+    msa_mask[:, :, 2] = 0  # a residue with no rows: its column's mean over none, every key masked
+    assert_patched_block_matches(integration, randomize(ExtraMSAPart(), 1).to(DEVICE), (m, z, msa_mask),
+                                 ["msa_att_col", "msa_att_row", "msa_transition"])
+
+
 def test_unsupported_module_is_left_with_a_warning():
     from openfold.model.msa import MSARowAttentionWithPairBias
 
@@ -83,6 +112,8 @@ def test_patched_modules_under_autocast():
     assert_autocast_like_original(integration, randomize(EvoformerMSAPart(), 1).to(DEVICE), {
         "msa_att_row": (m, z, msa_mask), "msa_att_col": (m, msa_mask), "outer_product_mean": (m, msa_mask),
         "msa_transition": (m, msa_mask)}, DEVICE)
+    assert_autocast_like_original(integration, randomize(ExtraMSAPart(), 1).to(DEVICE), {
+        "msa_att_col": (m, msa_mask)}, DEVICE)
 
 
 def test_patch_names_a_model_that_is_no_module():

@@ -80,6 +80,31 @@ def test_patched_evoformer_block_matches_openfold3():
     assert_patched_block_matches(integration, original, (m, z, msa_mask, pair_mask), ["msa_att_col", *PATCHED], _call)
 
 
+class _GlobalColumnAttention(torch.nn.Module):
+    """OpenFold3's MSAColumnGlobalAttention (AF2 Algorithm 19: its extra-MSA stack's, with OpenFold's initialization:
+    gate and output biases) in a residual update of m."""
+
+    def __init__(self):
+        super().__init__()
+        from openfold3.core.model.layers.msa import MSAColumnGlobalAttention
+
+        self.msa_att_col = MSAColumnGlobalAttention(C_M, 4, 4, inf=1e9, eps=1e-8)
+
+    def forward(self, m, z, msa_mask, pair_mask, **kwargs):
+        return m + self.msa_att_col(m, mask=msa_mask, chunk_size=None, use_lma=False), z
+
+
+def test_patched_global_column_attention_matches_openfold3():
+    from evofuse.integrations import openfold3 as integration
+
+    torch.manual_seed(0)
+    m, z, msa_mask, pair_mask = _inputs()
+    msa_mask[:, :, 3] = 0  # a residue with no rows
+    block = randomize(_GlobalColumnAttention(), 1).to(DEVICE)
+    assert_patched_block_matches(integration, block, (m, z, msa_mask, pair_mask), ["msa_att_col"], _call)
+    assert_autocast_like_original(integration, block, {"msa_att_col": (m, msa_mask)}, DEVICE)
+
+
 def test_projections_with_biases_are_left_with_a_warning():
     from ml_collections import ConfigDict
     from openfold3.core.model.layers.msa import MSAPairWeightedAveraging

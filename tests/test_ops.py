@@ -179,6 +179,36 @@ def test_opcheck_msa_column_attention(train):
     torch.library.opcheck(msa_column_attention_op, _col_args(train, mask=False, bias=False))
 
 
+def _gcol_args(train, mask=True, query_bias=False):
+    """The global column attention op's arguments: the transposed view of an MSA (1, 5, 6, 8), 2 heads of 4; the
+    projections joined as the functional form joins them (gate, query, key, value)."""
+    from evofuse import MSAColumnGlobalAttention
+
+    from .helpers import randomize
+
+    mod = randomize(MSAColumnGlobalAttention(8, 4, 2), 11).to(DEVICE)
+    m = torch.randn(1, 5, 6, 8, device=DEVICE, requires_grad=train)
+    msa_mask = random_mask(1, 5, 6, "rows", 12).to(DEVICE) if mask else None
+    att = mod.global_attention
+    proj_bias = torch.cat([att.linear_g.bias, att.linear_g.bias.new_zeros(8 + 4 + 4)])
+    b_q = torch.randn(8, device=DEVICE) if query_bias else None
+    params = [t if t is None else t.detach().requires_grad_(train) for t in (
+        mod.layer_norm_m.weight, mod.layer_norm_m.bias,
+        torch.cat([att.linear_g.weight, att.linear_q.weight, att.linear_k.weight, att.linear_v.weight]), proj_bias, b_q,
+        att.linear_o.weight, att.linear_o.bias)]
+    return (m.transpose(1, 2), None if msa_mask is None else msa_mask.transpose(1, 2), *params, 2, 1e9, 1e-8,
+            "default", train)
+
+
+@pytest.mark.no_poison
+@pytest.mark.parametrize("train", [False, True])
+def test_opcheck_msa_column_global_attention(train):
+    from evofuse.ops.msa_column_global_attention import msa_column_global_attention_op
+
+    torch.library.opcheck(msa_column_global_attention_op, _gcol_args(train))
+    torch.library.opcheck(msa_column_global_attention_op, _gcol_args(train, mask=False, query_bias=True))
+
+
 def _trans_args(train, glu=True, mask=True, bias=True):
     """The transition op's arguments: rows (2, 5, 8), hidden 12, output 8, a and b joined (SwiGLU)."""
     from evofuse import Transition
@@ -304,12 +334,13 @@ def test_pair_weighted_averaging_keeps_nothing_for_inference(dtype):
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col", "gcol"])
 def test_backward_makes_no_zero_gradients_for_the_kept_outputs(op):
     """The outputs an op keeps for its backward (projections, weighted or gated sums, weights) get no gradient: autograd
     must not fill zeros of their size (at pwa-long ~0.9 GiB and a pass over memory each step). (The transition keeps
     none: `test_transition_keeps_only_its_input`.)"""
     from evofuse.ops.msa_column_attention import msa_column_attention_op
+    from evofuse.ops.msa_column_global_attention import msa_column_global_attention_op
     from evofuse.ops.pair_weighted_averaging import pair_weighted_averaging_op
     from evofuse.ops.triangle_attention import triangle_attention_op
     from evofuse.ops.triangle_multiplication import triangle_multiplication_op
@@ -317,7 +348,8 @@ def test_backward_makes_no_zero_gradients_for_the_kept_outputs(op):
     fn, args = {"col": (msa_column_attention_op, _col_args(True)), "opm": (outer_product_mean_op, _opm_args(True)),
                 "att": (row_attention_op, _att_args(True)),
                 "pwa": (pair_weighted_averaging_op, _pwa_args(True)), "tri": (triangle_attention_op, _tri_args(True)),
-                "trimul": (triangle_multiplication_op, _trimul_args(True))}[op]
+                "trimul": (triangle_multiplication_op, _trimul_args(True)),
+                "gcol": (msa_column_global_attention_op, _gcol_args(True))}[op]
     outputs = fn(*args)
     kept = {tuple(t.shape) for t in outputs[1:] if t.numel()}
     with torch.profiler.profile(record_shapes=True) as prof:
@@ -377,16 +409,21 @@ def _nested_op_cases():
                                                                        (torch.rand(1, 5, 6) > 0.3).float()),
            [("evofuse.ops.msa_column_attention.op", "core_backward_op"),
             ("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
+    from evofuse import MSAColumnGlobalAttention
+
+    gcol = (randomize(MSAColumnGlobalAttention(8, 4, 2, impl="triton"), 11), (torch.randn(1, 5, 6, 8),
+                                                                              (torch.rand(1, 5, 6) > 0.3).float()),
+            [("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
     from evofuse import Transition
 
     trans = (randomize(Transition(8, 12, impl="triton"), 13), (torch.randn(2, 5, 8), (torch.rand(2, 5) > 0.3).float()),
              [("evofuse.ops.transition.op", "core_backward_op"),
               ("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
-    return {"opm": opm, "att": att, "pwa": pwa, "tri": tri, "trimul": trimul, "col": col, "trans": trans}
+    return {"opm": opm, "att": att, "pwa": pwa, "tri": tri, "trimul": trimul, "col": col, "gcol": gcol, "trans": trans}
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col", "trans"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col", "gcol", "trans"])
 def test_backward_nested_ops_dispatched_only_when_traced(op, monkeypatch):
     """An eager backward calls the Python functions behind its nested ops (no dispatcher in between); a traced one
     (torch.compile through AOTAutograd, fake and functional tensors) calls the registered ops, which it keeps
@@ -420,7 +457,7 @@ def test_backward_nested_ops_dispatched_only_when_traced(op, monkeypatch):
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col", "trans"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col", "gcol", "trans"])
 def test_eager_call_skips_the_dispatcher(op):
     """Eagerly on plain tensors an operation runs under a torch.autograd.Function (`_runtime.eager_or_dispatched`),
     not through its custom op: its output's gradient node is that Function's, and the gradients match the custom
@@ -430,7 +467,7 @@ def test_eager_call_skips_the_dispatcher(op):
     x = [t.to(DEVICE).requires_grad_(t.is_floating_point() and k < len(inputs) - 1) for k, t in enumerate(inputs)]
     out = mod(*x)
     node = out.grad_fn
-    if op == "col":  # (its output: a transposed view of the op's)
+    if op in ("col", "gcol"):  # (their output: a transposed view of the op's)
         assert type(node).__name__ == "TransposeBackward0"
         node = node.next_functions[0][0]
     assert type(node).__name__ == "EagerBackward"

@@ -6,9 +6,15 @@ the input's dtype and calls the operation's custom op, which autograd, CUDA grap
 one node with a registered backward. `precision` ("default" or "fast") chooses the float32 contract.
 """
 
-from .msa import msa_column_attention, msa_row_attention, outer_product_mean, pair_weighted_averaging
+from .msa import (
+    msa_column_attention,
+    msa_column_global_attention,
+    msa_row_attention,
+    outer_product_mean,
+    pair_weighted_averaging,
+)
 from .pair import triangle_attention, triangle_multiplication
 from .transition import transition
 
-__all__ = ["msa_column_attention", "msa_row_attention", "outer_product_mean", "pair_weighted_averaging",
-           "transition", "triangle_attention", "triangle_multiplication"]
+__all__ = ["msa_column_attention", "msa_column_global_attention", "msa_row_attention", "outer_product_mean",
+           "pair_weighted_averaging", "transition", "triangle_attention", "triangle_multiplication"]

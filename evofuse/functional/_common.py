@@ -14,6 +14,7 @@ from .._runtime import PRECISIONS
 
 if triton_available():  # the operations' torch.library ops, registered here: `import evofuse` makes torch.ops.evofuse.*
     from ..ops import msa_column_attention as col
+    from ..ops import msa_column_global_attention as gcol
     from ..ops import outer_product_mean as opm
     from ..ops import pair_weighted_averaging as pwa
     from ..ops import row_attention as att
@@ -21,7 +22,7 @@ if triton_available():  # the operations' torch.library ops, registered here: `i
     from ..ops import triangle_attention as tri
     from ..ops import triangle_multiplication as trimul
 else:  # (no Triton: every call takes the reference; `resolve_impl` refuses impl="triton")
-    opm = pwa = att = tri = trimul = col = trans = None
+    opm = pwa = att = tri = trimul = col = gcol = trans = None
 
 
 def check_options(precision: str, normalization: str | None = None) -> None:

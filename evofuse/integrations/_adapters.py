@@ -211,6 +211,40 @@ class FusedOpenFoldColumnAttention(nn.Module):
                 num_heads=self.no_heads, inf=self.inf)
 
 
+class FusedOpenFoldGlobalColumnAttention(nn.Module):
+    """An OpenFold-style MSAColumnGlobalAttention (the extra-MSA stack's) computed by
+    `evofuse.msa_column_global_attention`; holds the original's `layer_norm_m` and `global_attention` (its parameters
+    under their names). The chunking and kernel switches of the models' calls are accepted and not needed."""
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        self.c_in, self.c_hidden, self.no_heads = original.c_in, original.c_hidden, original.no_heads
+        self.inf, self.eps = original.inf, original.eps
+        self.layer_norm_m = original.layer_norm_m
+        self.global_attention = original.global_attention
+
+    @staticmethod
+    def unsupported_reason(module: nn.Module) -> str | None:
+        """Why `module` cannot be replaced (None if it can)."""
+        att = module.global_attention
+        if not module.eps > 0:
+            return f"eps {module.eps} (fused: > 0)"
+        return (check_linears(att.linear_q, att.linear_k, att.linear_v, att.linear_g, att.linear_o)
+                or check_layer_norm(module.layer_norm_m))
+
+    def forward(self, m: torch.Tensor, mask: torch.Tensor | None = None, chunk_size: int | None = None,
+                **kwargs) -> torch.Tensor:
+        """m (*, S, N, c_in), mask (*, S, N) or None -> (*, S, N, c_in) in the compute dtype."""
+        dtype = compute_dtype(m)
+        att = self.global_attention
+        params = [p for name in "qkvgo" for p in (getattr(att, f"linear_{name}").weight,
+                                                 getattr(att, f"linear_{name}").bias)]
+        with torch.autocast(m.device.type, enabled=False):
+            return functional.msa_column_global_attention(
+                m.to(dtype), mask, self.layer_norm_m.weight, self.layer_norm_m.bias, *params, num_heads=self.no_heads,
+                inf=self.inf, eps=self.eps)
+
+
 class FusedOpenFoldTriangleMultiplication(nn.Module):
     """An OpenFold-style TriangleMultiplicativeUpdate computed by `evofuse.triangle_multiplication`; holds the
     original's submodules under their names (a's and b's projections stacked on each call: autograd hands each its

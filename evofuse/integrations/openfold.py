@@ -1,14 +1,15 @@
 """OpenFold (AlphaFold 2): `patch(model)` puts evofuse's fused kernels in place of every
-`openfold.model.msa.MSARowAttentionWithPairBias` and `...msa.MSAColumnAttention`,
-`openfold.model.outer_product_mean.OuterProductMean`, `openfold.model.triangular_attention.TriangleAttention`
-(starting and ending node) and `openfold.model.triangular_multiplicative_update.TriangleMultiplication{Outgoing,
-Incoming}`, `openfold.model.evoformer.MSATransition` and `openfold.model.pair_transition.PairTransition` inside
+`openfold.model.msa.MSARowAttentionWithPairBias`, `...msa.MSAColumnAttention` and `...msa.MSAColumnGlobalAttention`
+(the extra-MSA stack's), `openfold.model.outer_product_mean.OuterProductMean`,
+`openfold.model.triangular_attention.TriangleAttention` (starting and ending node) and
+`openfold.model.triangular_multiplicative_update.TriangleMultiplication{Outgoing, Incoming}`,
+`openfold.model.evoformer.MSATransition` and `openfold.model.pair_transition.PairTransition` inside
 `model`, in place; `unpatch(model)` undoes it.
 
 The replacements hold the original submodules (the same Parameters under the same names: checkpoints
 load unchanged) and take OpenFold's calls (`att(m, z, mask, chunk_size, use_memory_efficient_kernel,
-use_deepspeed_evo_attention, use_lma, use_flash, inplace_safe, ...)`, `col(m, mask, chunk_size, ...)`,
-`opm(m, mask, chunk_size, inplace_safe)`,
+use_deepspeed_evo_attention, use_lma, use_flash, inplace_safe, ...)`, `col(m, mask, chunk_size, ...)` (the global
+one's `col(m, mask, chunk_size, use_lma)`), `opm(m, mask, chunk_size, inplace_safe)`,
 `tri_mul(z, mask, inplace_safe, _add_with_inplace)`, `transition(m, mask, chunk_size)`).
 A module evofuse cannot fuse stays as it is, with a warning naming it.
 """
@@ -19,6 +20,7 @@ from torch import nn
 
 from ._adapters import (
     FusedOpenFoldColumnAttention,
+    FusedOpenFoldGlobalColumnAttention,
     FusedOpenFoldOuterProductMean,
     FusedOpenFoldRowAttention,
     FusedOpenFoldTriangleAttention,
@@ -40,6 +42,7 @@ class FusedOpenFoldTransition(FusedTransition):
 
 REPLACEMENTS = {
     ("openfold.model.msa", "MSAColumnAttention"): FusedOpenFoldColumnAttention,
+    ("openfold.model.msa", "MSAColumnGlobalAttention"): FusedOpenFoldGlobalColumnAttention,
     ("openfold.model.msa", "MSARowAttentionWithPairBias"): FusedOpenFoldRowAttention,
     ("openfold.model.outer_product_mean", "OuterProductMean"): FusedOpenFoldOuterProductMean,
     ("openfold.model.triangular_attention", "TriangleAttention"): FusedOpenFoldTriangleAttention,  # (starting node)
@@ -54,8 +57,9 @@ REPLACEMENTS = {
 
 
 def patch(model: nn.Module) -> list[str]:
-    """Replaces, in place, every OpenFold row attention with pair bias, column attention, Outer Product Mean, triangle
-    attention, triangle multiplication and transition among `model`'s descendants by evofuse's; returns the names replaced."""
+    """Replaces, in place, every OpenFold row attention with pair bias, column and global column attention, Outer
+    Product Mean, triangle attention, triangle multiplication and transition among `model`'s descendants by evofuse's;
+    returns the names replaced."""
     return patch_modules(model, REPLACEMENTS)
 
 

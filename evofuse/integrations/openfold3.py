@@ -1,10 +1,12 @@
 """OpenFold3 (`openfold3` 0.5.0): `patch(model)` puts evofuse's fused kernels in place of every
-`openfold3.core.model.layers.msa.MSAPairWeightedAveraging`, `...msa.MSARowAttentionWithPairBias` and
-`...msa.MSAColumnAttention` (the AF2-style blocks), `openfold3.core.model.layers.outer_product_mean.OuterProductMean`,
+`openfold3.core.model.layers.msa.MSAPairWeightedAveraging`, `...msa.MSARowAttentionWithPairBias`,
+`...msa.MSAColumnAttention` and `...msa.MSAColumnGlobalAttention` (the AF2-style blocks),
+`openfold3.core.model.layers.outer_product_mean.OuterProductMean`,
 `openfold3.core.model.layers.triangular_attention.TriangleAttention` (and its `TriangleAttentionEndingNode`: every
-block's `tri_att_start` and `tri_att_end`) and `...triangular_multiplicative_update`'s TriangleMultiplication{Outgoing,
-Incoming} and their fused forms (`tri_mul_out`, `tri_mul_in`) and `openfold3.core.model.layers.transition`'s
-`SwiGLUTransition` and `ReLUTransition` inside `model`, in place; `unpatch(model)` undoes it.
+block's `tri_att_start` and `tri_att_end`) and `...triangular_multiplicative_update`'s
+TriangleMultiplication{Outgoing, Incoming} and their fused forms (`tri_mul_out`, `tri_mul_in`) and
+`openfold3.core.model.layers.transition`'s `SwiGLUTransition` and `ReLUTransition` inside `model`, in place;
+`unpatch(model)` undoes it.
 
 The replacements hold the original submodules (the same Parameters under the same names), so checkpoints load
 unchanged, and take OpenFold3's calls (`pwa(m, z, mask, chunk_size, use_softmax_kernel)`,
@@ -23,6 +25,7 @@ from torch import nn
 from .. import functional
 from ._adapters import (
     FusedOpenFoldColumnAttention,
+    FusedOpenFoldGlobalColumnAttention,
     FusedOpenFoldOuterProductMean,
     FusedOpenFoldRowAttention,
     FusedOpenFoldTriangleAttention,
@@ -109,6 +112,7 @@ _TRIANGLE = "openfold3.core.model.layers.triangular_attention"
 _TRIANGLE_MULT = "openfold3.core.model.layers.triangular_multiplicative_update"
 REPLACEMENTS = {
     ("openfold3.core.model.layers.msa", "MSAColumnAttention"): FusedOpenFoldColumnAttention,
+    ("openfold3.core.model.layers.msa", "MSAColumnGlobalAttention"): FusedOpenFoldGlobalColumnAttention,
     ("openfold3.core.model.layers.msa", "MSAPairWeightedAveraging"): FusedPairWeightedAveraging,
     ("openfold3.core.model.layers.msa", "MSARowAttentionWithPairBias"): FusedOpenFoldRowAttention,
     ("openfold3.core.model.layers.outer_product_mean", "OuterProductMean"): FusedOpenFoldOuterProductMean,
@@ -122,9 +126,9 @@ REPLACEMENTS = {
 
 
 def patch(model: nn.Module) -> list[str]:
-    """Replaces, in place, every OpenFold3 pair-weighted averaging, row and column attention, Outer Product Mean,
-    triangle attention, triangle multiplication and transition among `model`'s descendants by evofuse's; returns the names of the
-    modules replaced."""
+    """Replaces, in place, every OpenFold3 pair-weighted averaging, row, column and global column attention, Outer
+    Product Mean, triangle attention, triangle multiplication and transition among `model`'s descendants by evofuse's;
+    returns the names of the modules replaced."""
     return patch_modules(model, REPLACEMENTS)
 
 

@@ -146,3 +146,14 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, precision: str = "def
         return torch.nn.functional.linear(x, weight, bias)
     out = matmul(x.reshape(-1, x.shape[-1]), weight.t(), precision)
     return (out if bias is None else out + bias).view(*x.shape[:-1], weight.shape[0])
+
+
+def float32_products(a: Tensor, b: Tensor, precision: str) -> Tensor:
+    """a @ b for (n, M, K) and (n, K, N) of one dtype, written in float32 (n, M, N): 16-bit products accumulate
+    in float32 and stay there (cuBLAS's out_dtype on CUDA; PyTorch's CPU bmm, which Triton's interpreter runs
+    on, has none, so there the operands are widened first: the same exact products); float32 ones by `matmul`."""
+    if a.dtype == torch.float32:
+        return matmul(a, b, precision)
+    if a.is_cuda:
+        return torch.bmm(a, b, out_dtype=torch.float32)
+    return torch.bmm(a.float(), b.float())

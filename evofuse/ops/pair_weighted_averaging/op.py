@@ -44,7 +44,7 @@ from ..._runtime import (
 )
 from ...reference import LAYER_NORM_EPS
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
-from ..matmul import matmul
+from ..matmul import float32_products, matmul
 from ..pair_heads import pair_heads, pair_heads_backward
 from . import configs
 from .kernels import (
@@ -254,19 +254,8 @@ def core_backward(v: Tensor, w: Tensor, grad_out: Tensor, msa_repr: Tensor, norm
     w_bh = w.transpose(0, 1)  # (B, h, N, N)
     _weighted_sum(w_bh.to(v.dtype).transpose(2, 3), _heads(du), _row_heads(d_vg[..., :inner], H), precision)
     # dw[h, b] = du v^T over each head's (MSA row, channel) pairs: one cuBLAS product a (head, batch element)
-    dw = _float32_products(du.view(H * B, N, S * C), v.view(H * B, N, S * C).transpose(1, 2), precision)
+    dw = float32_products(du.view(H * B, N, S * C), v.view(H * B, N, S * C).transpose(1, 2), precision)
     return d_vg, _weights_backward(w_bh, dw.view(H, B, N, N).transpose(0, 1), v.dtype), part.sum(0)
-
-
-def _float32_products(a: Tensor, b: Tensor, precision: str) -> Tensor:
-    """a @ b for (n, M, K) and (n, K, N) of one dtype, written in float32 (n, M, N): 16-bit products accumulate
-    in float32 and stay there (cuBLAS's out_dtype on CUDA; PyTorch's CPU bmm, which Triton's interpreter runs
-    on, has none, so there the operands are widened first: the same exact products); float32 ones by `matmul`."""
-    if a.dtype == torch.float32:
-        return matmul(a, b, precision)
-    if a.is_cuda:
-        return torch.bmm(a, b, out_dtype=torch.float32)
-    return torch.bmm(a.float(), b.float())
 
 
 def _core_backward_fake(v, w, grad_out, msa_repr, norm_m_weight, norm_m_bias, proj_mg_weight, proj_o_weight, u, precision):
