@@ -42,6 +42,12 @@ def col_params(mod):
             mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias)
 
 
+def gcol_params(mod):
+    att = mod.global_attention
+    return (mod.layer_norm_m.weight, mod.layer_norm_m.bias, *(t for name in "qkvgo" for t in (
+        getattr(att, f"linear_{name}").weight, getattr(att, f"linear_{name}").bias)))
+
+
 def trans_params(mod):
     fc2 = (None, None) if mod.fc2 is None else (mod.fc2.weight, mod.fc2.bias)
     return (mod.norm.weight, mod.norm.bias, mod.fc1.weight, mod.fc1.bias, *fc2, mod.fc3.weight, mod.fc3.bias)

@@ -22,6 +22,7 @@ from . import reference as ref
 from ._timing import (
     att_params,
     col_params,
+    gcol_params,
     host_ms,
     kernel_launches,
     measure,
@@ -221,6 +222,7 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
         "tri": (partial(ref.triangle_attention_reference, num_heads=case.width), tri_params),
         "trimul": (ref.triangle_multiplication_reference, trimul_params),
         "col": (partial(ref.msa_column_attention_reference, num_heads=case.width), col_params),
+        "gcol": (partial(ref.msa_column_global_attention_reference, num_heads=case.width, eps=1e-8), gcol_params),
         "trans": (ref.transition_reference, trans_params),
     }[case.op]
 
@@ -253,7 +255,7 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
         impls += [("cuEquivariance bf16", "bfloat16", lambda mod: partial(_cueq_trimul_peer(), mod))]
     elif case.op == "col":
         impls += [("SDPA bf16", "bfloat16", lambda mod: partial(_sdpa_column_peer, mod))]
-    elif case.op == "trans":  # (Boltz's and the others' own modules compute the reference's function in eager PyTorch)
+    elif case.op in ("trans", "gcol"):  # (the models' own modules compute the reference's function in eager PyTorch)
         impls += [("torch.compile bf16 reduce-overhead", "bfloat16", _compiled_reduce_overhead)]
     elif case.op == "tri":
         impls += [("cuEquivariance bf16", "bfloat16", lambda mod: partial(_cueq_triangle_peer(), mod)),
@@ -413,7 +415,7 @@ def _select(suite: str) -> list[Case]:
         return []
     if suite == "all":
         return list(SUITE)
-    if suite in ("opm", "att", "pwa", "tri", "trimul", "col", "trans"):
+    if suite in ("opm", "att", "pwa", "tri", "trimul", "col", "gcol", "trans"):
         return [c for c in SUITE if c.op == suite]
     names = suite.split(",")
     by_name = {c.name: c for c in SUITE}

@@ -8,6 +8,7 @@ import torch
 
 from .modules import (
     MSAColumnAttention,
+    MSAColumnGlobalAttention,
     MSARowAttentionWithPairBias,
     OuterProductMean,
     PairWeightedAveraging,
@@ -25,7 +26,7 @@ class Case:
     the transition's rows are (B, S, N) of D channels (a pair's where S = N)."""
 
     name: str
-    op: str  # "opm", "att", "pwa", "tri", "trimul", "col" or "trans"
+    op: str  # "opm", "att", "pwa", "tri", "trimul", "col", "gcol" or "trans"
     B: int
     S: int
     N: int
@@ -53,6 +54,9 @@ class Case:
         if self.op == "col":
             H = self.width * self.head
             return 2.0 * B * (S * N * D * 5 * H + 2 * N * S * S * H)
+        if self.op == "gcol":  # (every row's gate, query, key, value and output; the columns' logits and sums)
+            H = self.width * self.head
+            return 2.0 * B * (S * N * D * (3 * H + 2 * self.head) + 2 * N * S * H)
         if self.op == "trans":
             return 2.0 * B * S * N * D * 3 * self.width
         return 2.0 * B * (S * N * D * 5 * D + 2 * S * N * N * D + N * N * P * self.width)
@@ -93,6 +97,9 @@ SUITE = (
     Case("trimul-4096", "trimul", 1, 4096, 4096, 128, 128, 128),
     Case("col-seed", "col", 2, 8, 32, 64, 0, 4, 16),
     Case("col-af2", "col", 1, 512, 384, 256, 0, 8, 32),
+    Case("gcol-seed", "gcol", 2, 8, 32, 64, 0, 4, 16),
+    Case("gcol-af2-extra", "gcol", 1, 1024, 384, 64, 0, 8, 8),  # AF2's extra-MSA stack in training (c_e 64, 8 heads of 8)
+    Case("gcol-af2-extra-5120", "gcol", 1, 5120, 384, 64, 0, 8, 8),  # its inference depth
     Case("trans-seed", "trans", 2, 8, 32, 64, 0, 256),
     Case("trans-msa-af3", "trans", 1, 1024, 384, 64, 0, 256),  # the AF3-family MSA module's transition (c_m 64)
     Case("trans-pair-384", "trans", 1, 384, 384, 128, 0, 512),  # the Pairformer's pair transition (c_z 128)
@@ -116,12 +123,15 @@ def make_module(case: Case, seed: int = 0, **kwargs) -> torch.nn.Module:
             mod = TriangleMultiplication(case.D, case.width, **kwargs)
         elif case.op == "col":
             mod = MSAColumnAttention(case.D, case.head, case.width, **kwargs)
+        elif case.op == "gcol":
+            mod = MSAColumnGlobalAttention(case.D, case.head, case.width, eps=1e-8, **kwargs)
         elif case.op == "trans":
             mod = Transition(case.D, case.width, **kwargs)
         else:
             mod = PairWeightedAveraging(case.D, case.pair, case.head, case.width, **kwargs)
             torch.nn.init.normal_(mod.proj_o.weight, std=mod.proj_o.in_features ** -0.5)  # (Boltz starts it at 0)
     norm = {"pwa": lambda: mod.norm_m, "trimul": lambda: mod.norm_in, "col": lambda: mod._msa_att.layer_norm_m,
+            "gcol": lambda: mod.layer_norm_m,
             "trans": lambda: mod.norm}.get(case.op, lambda: mod.layer_norm)()
     with torch.no_grad():
         norm.weight.copy_(1 + 0.2 * torch.randn(case.D, generator=g))
@@ -147,7 +157,7 @@ def make_inputs(case: Case, device, dtype, seed: int = 0, zero_frac: float = 0.1
         return pair.to(device=device, dtype=dtype), mask.to(device)
     msa = torch.randn(case.B, case.S, case.N, case.D, generator=g)
     mask = (torch.rand(case.B, case.S, case.N, generator=g) >= zero_frac).float()
-    if fully_masked and case.op in ("opm", "col", "trans"):
+    if fully_masked and case.op in ("opm", "col", "gcol", "trans"):
         mask[:, :, case.N // 2] = 0
     if fully_masked and case.op == "att":
         mask[:, case.S // 2, :] = 0
@@ -157,7 +167,7 @@ def make_inputs(case: Case, device, dtype, seed: int = 0, zero_frac: float = 0.1
             mask[:, case.N // 2, :] = 0
     msa = msa.to(device=device, dtype=dtype)
     mask = mask.to(device)
-    if case.op in ("opm", "col", "trans"):
+    if case.op in ("opm", "col", "gcol", "trans"):
         return msa, mask
     pair = torch.randn(case.B, case.N, case.N, case.pair, generator=g).to(device=device, dtype=dtype)
     return msa, pair, mask
