@@ -10,7 +10,7 @@
 # (the quick tier nears one 10-minute device call); HOST=1 adds each row's host time of a call (`--host`); MODELS=1
 # adds the model families' blocks (benchmarks/models.py); LIMIT seconds for each part (default 420; the quick tier
 # took 418 s at e754c24, before triangle multiplication's and column attention's GPU cases: LIMIT=560, or a part);
-# WORKERS pytest-xdist workers (default 8).
+# WORKERS pytest-xdist workers (default 8); DTYPE the benchmark's dtypes (default float32,bfloat16).
 set -uo pipefail
 out="${OUT:-benchmarks/results}"
 limit="${LIMIT:-420}"
@@ -49,7 +49,8 @@ if [ "${BENCH:-1}" = 1 ]; then
   grid="${GRID:-}"
   [ "$grid" = 1 ] && grid=all
   timeout "$limit" python3 -m evofuse bench --suite "${SUITE:-all}" --train --peers "${PEERS:-all}" \
-    ${grid:+--grid "$grid"} $([ "${HOST:-0}" = 1 ] && echo --host) --out "$out" > "$out/bench.log" 2>&1
+    ${DTYPE:+--dtype "$DTYPE"} ${grid:+--grid "$grid"} $([ "${HOST:-0}" = 1 ] && echo --host) --out "$out" \
+    > "$out/bench.log" 2>&1
   check bench $?
   grep -E "^  |worst|written" "$out/bench.log"
 fi
