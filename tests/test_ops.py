@@ -260,7 +260,7 @@ def test_opcheck_triangle_multiplication_core_backward(outgoing, mask):
     from evofuse.ops.triangle_multiplication.op import out_gate_backward_op
 
     y = torch.randn(*gate_out.shape[1:], 8, device=DEVICE)
-    for grad_out in (torch.randn_like(y), torch.ones(()).expand_as(y)):  # (a broadcast gradient too)
+    for grad_out in (torch.randn_like(y), torch.ones((), device=DEVICE).expand_as(y)):  # (a broadcast gradient too)
         torch.library.opcheck(out_gate_backward_op, (grad_out, y, gate_out))
 
 
