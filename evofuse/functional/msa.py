@@ -458,27 +458,8 @@ def msa_column_global_attention(
     x = msa_repr.transpose(1, 2)  # (B, N, S, D): each residue's column a row (a view: the kernels take strides)
     mask = None if msa_mask is None else msa_mask.transpose(1, 2)
     proj_weight = torch.cat([wg, wq, wk, wv])  # (the op projects every row's gate, query, key and value at once)
-    proj_bias = _joined_bias(((bg, H), (None, H), (bk, d), (bv, d)))  # (the queries' bias comes after their mean)
+    proj_bias = gcol.joined_bias([bg, None, bk, bv], [wg, wq, wk, wv])  # (the queries' bias comes after their mean)
     with on_device(msa_repr):  # (train: the op keeps what the backward takes)
         out = gcol.msa_column_global_attention(x, mask, lnw, lnb, proj_weight, proj_bias, bq, wo, bo, num_heads,
                                                float(inf), float(eps), precision, train)[0]
     return out.transpose(1, 2)
-
-
-def _joined_bias(parts) -> torch.Tensor | None:
-    """The biases (tensor or None, width) of joined projections as one vector, zeros where a part has none (each run
-    of such parts one fill); None where no part has one."""
-    if all(b is None for b, _ in parts):
-        return None
-    pieces, zeros = [], 0
-    for b, n in parts:
-        if b is None:
-            zeros += n
-            continue
-        if zeros:
-            pieces.append(b.new_zeros(zeros))
-            zeros = 0
-        pieces.append(b)
-    if zeros:
-        pieces.append(pieces[-1].new_zeros(zeros))
-    return torch.cat(pieces)

@@ -276,10 +276,21 @@ def normalizes_first(M: int, D: int, K: int, dtype: torch.dtype) -> bool:
 
 def joined_bias(biases: list[torch.Tensor | None], weights: list[torch.Tensor]) -> torch.Tensor | None:
     """The biases of projections whose weights are stacked into one, as one bias: None where every one is None,
-    else each None as zeros of its weight's output width."""
+    else each None as zeros of its weight's output width (a run of them one fill: each is a launch)."""
     if all(b is None for b in biases):
         return None
-    return torch.cat([w.new_zeros(w.shape[0]) if b is None else b for b, w in zip(biases, weights)])
+    pieces, zeros = [], 0
+    for b, w in zip(biases, weights):
+        if b is None:
+            zeros += w.shape[0]
+            continue
+        if zeros:
+            pieces.append(b.new_zeros(zeros))
+            zeros = 0
+        pieces.append(b)
+    if zeros:
+        pieces.append(pieces[-1].new_zeros(zeros))
+    return torch.cat(pieces)
 
 
 def layer_norm_linear(x: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.Tensor, weight: torch.Tensor,
