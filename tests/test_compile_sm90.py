@@ -195,6 +195,13 @@ def _launches():
                 yield (f"transition backward {dtype} tile {k} glu={gated}", trans.transition_backward_kernel, dtype,
                        dict(GLU=gated, HAS_BIAS=True, HAS_MASK=True, PRECISION=precision, **kw), warps, stages,
                        {"m_ptr": "*fp32"})
+        for k, config in enumerate(glu.ROW_CONFIGS if dtype == "bf16" else glu.FLOAT32_ROW_CONFIGS):
+            kw, warps, stages = cfg(config)
+            for activation in ("swiglu", "sigmoid") if k == 0 else ("swiglu",):
+                planes = dict(stride_hm=1, stride_pm=1) if activation == "sigmoid" else dict(stride_hn=1, stride_pk=1)
+                yield (f"layer_norm_glu {dtype} whole-row tile {k} {activation}", glu.layer_norm_glu_kernel, dtype,
+                       dict(ACTIVATION=activation, HAS_BIAS=True, HAS_MASK=True, STORE_PRE=True, PRECISION=precision,
+                            **planes, **kw), warps, stages, {"m_ptr": "*fp32"})
         tiles = pwa_op._softmax_tiles(384)
         yield (f"masked softmax {dtype}", pwa.masked_softmax_kernel, dtype,
                dict(HAS_MASK=True, RELATIVE=True, STORE_W=True, STORE_LOW=dtype == "bf16", **tiles), 4, 3,

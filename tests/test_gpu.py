@@ -221,6 +221,28 @@ def test_every_transition_config(dtype, index, activation, one_config):
     check_gradients(mod, (x, mask), dtype, "cuda")
 
 
+@pytest.mark.full  # a sweep: compiles a kernel for each config
+@pytest.mark.parametrize("dtype, index", [(torch.bfloat16, i) for i in range(len(layer_norm_glu.ROW_CONFIGS))]
+                         + [(torch.float32, i) for i in range(len(layer_norm_glu.FLOAT32_ROW_CONFIGS))])
+def test_every_whole_row_tile(dtype, index, monkeypatch):
+    """`layer_norm_glu`'s whole-row tiles alone: a SwiGLU transition of 97 x 37 rows of 100 channels (one chunk of
+    128, or of 256), hidden 300 (past every tile's steps), the output and every gradient against float64."""
+    from evofuse import Transition
+
+    from .helpers import randomize
+
+    tile = (layer_norm_glu.ROW_CONFIGS if dtype == torch.bfloat16 else layer_norm_glu.FLOAT32_ROW_CONFIGS)[index]
+    D = 100 if tile.kwargs["BLOCK_D"] >= 128 else 60
+    monkeypatch.setattr(layer_norm_glu, "_prune", lambda configs, named_args, **kwargs: [tile])
+    rebuild_kernels()
+    try:
+        mod = randomize(Transition(D, 300), 9)
+        x, mask = torch.randn(1, 37, 97, D), random_mask(1, 37, 97, "rows", 10)
+        check_gradients(mod, (x, mask), dtype, "cuda")
+    finally:
+        rebuild_kernels()
+
+
 @pytest.mark.full  # a sweep: compiles a kernel for each config (or autotunes at the suite's shapes)
 @pytest.mark.parametrize("case", [c for c in SUITE if not c.name.endswith("-seed") and c.reference_fits],
                          ids=lambda c: c.name)

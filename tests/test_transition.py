@@ -163,6 +163,45 @@ def test_rows_in_blocks_equal_one_block(train, monkeypatch):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.fixture
+def whole_row_tiles(monkeypatch):
+    """`layer_norm_glu` takes one whole-row tile (its rows normalized once, then ROW_STEPS blocks of outputs): 16 rows,
+    16 outputs a step, 2 steps, a chunk of 64 channels (the GPU's: the first fitting whole-row tile)."""
+    import triton
+
+    from evofuse.ops import layer_norm_glu
+
+    from .helpers import rebuild_kernels
+
+    if DEVICE == "cpu":
+        tile = triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_D": 64, "ROW_STEPS": 2}, num_warps=1, num_stages=1)
+    else:
+        tile = next(c for c in layer_norm_glu.ROW_CONFIGS if c.kwargs["BLOCK_D"] == 64)
+    monkeypatch.setattr(layer_norm_glu, "_prune", lambda configs, named_args, **kwargs: [tile])
+    rebuild_kernels()
+    yield
+    rebuild_kernels()
+
+
+@pytest.mark.parametrize("activation, dtype", [("swiglu", torch.float32), ("relu", torch.float32), ("swiglu", LOW)])
+def test_whole_row_tiles(activation, dtype, whole_row_tiles):
+    """The forward's whole-row tiles: rows of 40 channels (one chunk), hidden 40 (three blocks of 16, the last part
+    padding: a program of two steps, then one of one), the output and every gradient against float64."""
+    mod = _module(40, 40, activation, seed=11, bias=activation == "relu")
+    x, mask = _inputs((2, 3, 11), 40, 12)
+    check_gradients(mod, (x, mask), dtype, DEVICE, 1)
+
+
+def test_whole_row_tiles_in_triangle_multiplication(whole_row_tiles):
+    """Triangle multiplication's gated projections (channel planes out) through the whole-row tiles, float32."""
+    from evofuse import TriangleMultiplication
+
+    mod = randomize(TriangleMultiplication(24, 20), 13)
+    g = torch.Generator().manual_seed(14)
+    z, mask = torch.randn(1, 9, 9, 24, generator=g), (torch.rand(1, 9, 9, generator=g) > 0.2).float()
+    check_gradients(mod, (z, mask), torch.float32, DEVICE, 1)
+
+
 @pytest.mark.parametrize("target, value", nonfinite_cases(_module(bias=True), 1))
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # (the interpreter's NumPy on NaN and Inf)
 def test_nonfinite_shows_as_in_the_reference(target, value):

@@ -34,31 +34,83 @@ def layer_norm_glu_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    ROW_STEPS: tl.constexpr = 1,  # > 1: whole rows (BLOCK_D >= D) normalized once for up to ROW_STEPS blocks of BLOCK_N
 ):
-    """BLOCK_M rows and BLOCK_N channels of h: the rows' moments in float32, then LayerNorm(x) chunk by chunk of
-    BLOCK_D channels (rounded to x's dtype as the reference's LayerNorm output is) against a's (and b's) weight rows
-    on tensor cores, accumulated in float32; a and b rounded to x's dtype (as the reference's linears give them), the
-    activation in float32, times the row mask, rounded once."""
+    """BLOCK_M rows and BLOCK_N (ROW_STEPS x BLOCK_N) channels of h: the rows' moments in float32, then LayerNorm(x)
+    chunk by chunk of BLOCK_D channels (rounded to x's dtype as the reference's LayerNorm output is) against a's (and
+    b's) weight rows on tensor cores, accumulated in float32; a and b rounded to x's dtype (as the reference's linears
+    give them), the activation in float32, times the row mask, rounded once. With ROW_STEPS > 1 a program reads and
+    normalizes its rows once (one chunk: the same arithmetic) and steps through the output blocks, where one block a
+    program reads its rows three times (two for the moments) for each block of BLOCK_N."""
     GATED: tl.constexpr = ACTIVATION != "relu"
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
     m_ok = offs_m < M
-    n_ok = offs_n < H
     dtype = x_ptr.dtype.element_ty
-    a, b = projected_rows(x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm, stride_xd, m_ok, lnw_ptr, lnb_ptr,
-                          w_ptr + offs_n.to(tl.int64)[None, :] * stride_wk, stride_wk, stride_wd, bias_ptr, offs_n, n_ok,
-                          D, H, eps, dtype, GATED, HAS_BIAS, PRECISION, BLOCK_M, BLOCK_N, BLOCK_D)
+    x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm  # [BLOCK_M, 1]
+    if ROW_STEPS == 1:
+        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+        n_ok = offs_n < H
+        a, b = projected_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, w_ptr + offs_n.to(tl.int64)[None, :] * stride_wk,
+                              stride_wk, stride_wd, bias_ptr, offs_n, n_ok, D, H, eps, dtype, GATED, HAS_BIAS, PRECISION,
+                              BLOCK_M, BLOCK_N, BLOCK_D)
+        _store_h(a, b, offs_m, m_ok, offs_n, n_ok, m_ptr, pre_ptr, stride_pm, stride_pk, h_ptr, stride_hm, stride_hn, H,
+                 ACTIVATION, HAS_MASK, STORE_PRE)
+    else:
+        offs_d = tl.arange(0, BLOCK_D)
+        d_ok = offs_d < D
+        xn = _normalized_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, D, eps, dtype, BLOCK_D)  # [BLOCK_M, BLOCK_D]
+        n_start = tl.program_id(1) * (ROW_STEPS * BLOCK_N)
+        for n0 in range(n_start, tl.minimum(n_start + ROW_STEPS * BLOCK_N, H), BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+            n_ok = offs_n < H
+            w_ok = d_ok[:, None] & n_ok[None, :]  # [BLOCK_D, BLOCK_N]
+            w_a = w_ptr + offs_n.to(tl.int64)[None, :] * stride_wk + offs_d[:, None] * stride_wd
+            acc_a = tl.dot(xn, tl.load(w_a, mask=w_ok, other=0.0), input_precision=PRECISION)
+            acc_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            if GATED:
+                acc_b = tl.dot(xn, tl.load(w_a + H * stride_wk, mask=w_ok, other=0.0), input_precision=PRECISION)
+            if HAS_BIAS:
+                acc_a += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+                if GATED:
+                    acc_b += tl.load(bias_ptr + H + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+            _store_h(acc_a.to(dtype), acc_b.to(dtype), offs_m, m_ok, offs_n, n_ok, m_ptr, pre_ptr, stride_pm, stride_pk,
+                     h_ptr, stride_hm, stride_hn, H, ACTIVATION, HAS_MASK, STORE_PRE)
+
+
+@triton.jit
+def _store_h(a, b, offs_m, m_ok, offs_n, n_ok, m_ptr, pre_ptr, stride_pm, stride_pk, h_ptr, stride_hm, stride_hn, H,
+             ACTIVATION: tl.constexpr, HAS_MASK: tl.constexpr, STORE_PRE: tl.constexpr):
+    """The pre-activations a, b [BLOCK_M, BLOCK_N] (x's dtype) stored where STORE_PRE, and h = act(a, b) times the row
+    mask, rounded once, at rows offs_m and channels offs_n."""
     ok = m_ok[:, None] & n_ok[None, :]
     rows = offs_m.to(tl.int64)[:, None]  # [BLOCK_M, 1]
     cols = offs_n.to(tl.int64)[None, :]  # [1, BLOCK_N]
     if STORE_PRE:
         tl.store(pre_ptr + rows * stride_pm + cols * stride_pk, a, mask=ok)
-        if GATED:
+        if ACTIVATION != "relu":
             tl.store(pre_ptr + rows * stride_pm + (cols + H) * stride_pk, b, mask=ok)
     h = activation(a.to(tl.float32), b.to(tl.float32), ACTIVATION)
     if HAS_MASK:
         h *= tl.load(m_ptr + offs_m, mask=m_ok, other=0).to(tl.float32)[:, None]
-    tl.store(h_ptr + rows * stride_hm + cols * stride_hn, h.to(dtype), mask=ok)
+    tl.store(h_ptr + rows * stride_hm + cols * stride_hn, h.to(h_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _normalized_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, D, eps, dtype: tl.constexpr, BLOCK_D: tl.constexpr):
+    """LayerNorm of whole rows at x_rows [BLOCK_M, 1] (D <= BLOCK_D), [BLOCK_M, BLOCK_D] in `dtype`, zero in the padding
+    channels: `row_moments`' and `projected_rows`' arithmetic on one chunk, from one read."""
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    ok = m_ok[:, None] & d_ok[None, :]
+    x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=ok, other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_D]
+    mean = tl.sum(x, axis=1) / D
+    xc = tl.where(ok, x - mean[:, None], 0.0)
+    shift = tl.sum(xc, axis=1) / D
+    rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(xc * xc, axis=1) / D - shift * shift, 0.0) + eps)
+    xhat = (x - (mean + shift)[:, None]) * rstd[:, None]
+    lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    return tl.where(d_ok[None, :], xhat * lnw[None, :] + lnb[None, :], 0.0).to(dtype)
 
 
 @triton.jit
@@ -117,6 +169,18 @@ CONFIGS = _configs(((128, 64, 64, 4, 3), (128, 128, 64, 8, 3), (64, 128, 64, 4, 
                     (128, 128, 32, 8, 4), (64, 64, 32, 4, 2), (32, 64, 32, 4, 2), (16, 32, 32, 4, 2)))
 FLOAT32_CONFIGS = _configs(((64, 64, 32, 4, 3), (128, 64, 32, 8, 3), (64, 128, 32, 8, 3), (32, 64, 32, 4, 2),
                             (16, 32, 32, 4, 2)))
+# layer_norm_glu_kernel's whole-row tiles, (BLOCK_M, BLOCK_N, BLOCK_D, ROW_STEPS, num_warps, num_stages): tried by its
+# autotuner beside the tiles above where a row fits one chunk (not the default: not yet timed)
+ROW_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": bd, "ROW_STEPS": steps}, num_warps=warps,
+                             num_stages=stages)
+               for bm, bn, bd, steps, warps, stages in (
+                   (64, 64, 128, 8, 4, 3), (128, 64, 128, 8, 8, 3), (64, 128, 128, 4, 8, 2), (64, 64, 128, 4, 4, 3),
+                   (128, 64, 128, 4, 8, 3), (64, 64, 64, 8, 4, 3), (128, 64, 64, 8, 4, 3), (64, 64, 256, 4, 8, 2),
+                   (32, 64, 128, 8, 4, 3))]
+FLOAT32_ROW_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": bd, "ROW_STEPS": steps},
+                                     num_warps=warps, num_stages=stages)
+                       for bm, bn, bd, steps, warps, stages in (
+                           (64, 32, 128, 8, 4, 2), (32, 64, 128, 8, 4, 2), (64, 64, 64, 8, 4, 2))]
 INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_D": 16}, num_warps=1, num_stages=1)
 SHARED_LIMIT = 200 * 1024  # bytes of shared memory a config's pipelined operand tiles may take (sm_90: 227 KB)
 KEY = ["M_BUCKET", "H_BUCKET", "D", "ACTIVATION", "HAS_BIAS", "HAS_MASK", "STORE_PRE", "PRECISION"]
@@ -124,9 +188,11 @@ KEY = ["M_BUCKET", "H_BUCKET", "D", "ACTIVATION", "HAS_BIAS", "HAS_MASK", "STORE
 
 def fits(config: triton.Config, M: int, D: int, H: int, operands: int, element_size: int) -> bool:
     """A tile is kept when it is no larger than the call needs and its pipelined x tile and `operands` weight tiles
-    fit shared memory."""
+    fit shared memory; a whole-row tile (ROW_STEPS > 1) where a row fits its chunk."""
     bm, bn, bd = (config.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_D"))
     if bm > max(16, next_pow2(M)) or bn > max(16, next_pow2(H)) or bd > max(16, next_pow2(D)):
+        return False
+    if config.kwargs.get("ROW_STEPS", 1) > 1 and bd < D:
         return False
     return (bm * bd + operands * bd * bn) * element_size * max(1, config.num_stages) <= SHARED_LIMIT
 
@@ -143,9 +209,16 @@ def tables() -> list[triton.Config]:
     return CONFIGS + FLOAT32_CONFIGS
 
 
+def _glu_tables() -> list[triton.Config]:
+    """layer_norm_glu_kernel's tiles: both tables, then the whole-row ones."""
+    return tables() + ROW_CONFIGS + FLOAT32_ROW_CONFIGS
+
+
 def _prune(configs, named_args, **kwargs):
     operands = 1 if kwargs["ACTIVATION"] == "relu" else 2
-    return candidates(named_args["M"], named_args["D"], named_args["H"], operands, named_args["x_ptr"].element_size())
+    M, D, H, size = named_args["M"], named_args["D"], named_args["H"], named_args["x_ptr"].element_size()
+    table = (FLOAT32_CONFIGS + FLOAT32_ROW_CONFIGS) if size == 4 else (CONFIGS + ROW_CONFIGS)
+    return tuning_candidates(table, lambda c: fits(c, M, D, H, operands, size), INTERPRETER_CONFIG)
 
 
 def layer_norm_glu(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor, bias: Tensor | None,
@@ -160,10 +233,10 @@ def layer_norm_glu(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor
         return h
 
     def grid(meta):
-        return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"])
+        return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"] * meta.get("ROW_STEPS", 1))
 
     pre_args = (h, 0, 0) if pre is None else (pre, *pre.stride())
-    autotuned(layer_norm_glu_kernel, tables, KEY, _prune)[grid](
+    autotuned(layer_norm_glu_kernel, _glu_tables, KEY, _prune)[grid](
         x, *x.stride(), ln_weight, ln_bias, weight, *weight.stride(), weight if bias is None else bias,
         h if mask is None else mask, *pre_args, h, *h.stride(), M, D, H, LAYER_NORM_EPS, bucket(M), bucket(H),
         ACTIVATION=activation, HAS_BIAS=bias is not None, HAS_MASK=mask is not None, STORE_PRE=pre is not None,
