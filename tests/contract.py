@@ -11,7 +11,7 @@ from typing import Callable
 import pytest
 import torch
 
-from .helpers import compare, grads
+from .helpers import assert_contract, compare, grads
 
 MASK_FORMS = ("float", "bool", "int")
 
@@ -185,3 +185,15 @@ def layout_case(inputs: tuple, layout: str, broadcast_dims: list) -> tuple[tuple
     leaves = tuple(t if t is None or dim is None else t.narrow(dim, 0, 1).contiguous()
                    for t, dim in zip(inputs, broadcast_dims))
     return leaves, expanded([None if t is None else t.shape for t in inputs])
+
+
+def check_msa_leading_dimensions(mod, m: torch.Tensor, mask: torch.Tensor, device) -> None:
+    """An MSA operation's module on m (6, S, N, D) and its mask (6, S, N) viewed as (2, 3, ...): the leading dimensions
+    folded, and an unbatched MSA, give the batched result; float32 within the contract against float64."""
+    mod = mod.to(device)
+    m, mask = m.to(device).view(2, 3, *m.shape[1:]), mask.to(device).view(2, 3, *mask.shape[1:])
+    flat = mod(m.flatten(0, 1), mask.flatten(0, 1), impl="triton")
+    torch.testing.assert_close(mod(m, mask, impl="triton"), flat.view(2, 3, *flat.shape[1:]))
+    torch.testing.assert_close(mod(m[1, 2], mask[1, 2], impl="triton"), flat[5])
+    exact = mod.double()(m.double(), mask.double(), impl="torch")
+    assert_contract(mod.float()(m, mask, impl="triton").cpu(), exact.cpu(), torch.float32)

@@ -41,6 +41,16 @@ def rebuild_kernels() -> None:
     opm_configs._workspace_slot.cache_clear()
 
 
+def masked_msa(B, S, N, D, seed, fully_masked=True) -> tuple[torch.Tensor, torch.Tensor]:
+    """An MSA (B, S, N, D) and a mask with ~20% zeros and, if fully_masked, a residue whose rows are all masked (for the
+    column attentions a column whose keys are all masked)."""
+    g = torch.Generator().manual_seed(seed)
+    mask = (torch.rand(B, S, N, generator=g) > 0.2).float()
+    if fully_masked:
+        mask[:, :, N // 2] = 0
+    return torch.randn(B, S, N, D, generator=g), mask
+
+
 def random_mask(B, S, N, kind: str, seed: int) -> torch.Tensor | None:
     """kind: "random" (~30% zeros), "ones", "none", "rows" (random + a fully masked MSA row and a
     residue masked in every row), "empty" (all zeros)."""

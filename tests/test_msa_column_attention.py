@@ -17,13 +17,14 @@ from .contract import (
     bad_arguments,
     check_bad_argument,
     check_gradients,
+    check_msa_leading_dimensions,
     check_nonfinite,
     gated_attention_arguments,
     layout_case,
     mask_form,
     nonfinite_cases,
 )
-from .helpers import assert_contract, randomize
+from .helpers import masked_msa, randomize
 
 LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16  # the interpreter's bf16 products are not checked
 
@@ -32,14 +33,7 @@ def _module(c_m, d, h, seed=0, **kw):
     return randomize(MSAColumnAttention(c_m, d, h, **kw), seed)
 
 
-def _inputs(B, S, N, c_m, seed, fully_masked=True):
-    """An MSA (B, S, N, c_m) and a mask with ~20% zeros and, if fully_masked, a residue whose rows are all masked (a
-    column whose keys are all masked)."""
-    g = torch.Generator().manual_seed(seed)
-    mask = (torch.rand(B, S, N, generator=g) > 0.2).float()
-    if fully_masked:
-        mask[:, :, N // 2] = 0
-    return torch.randn(B, S, N, c_m, generator=g), mask
+_inputs = masked_msa  # (B, S, N, D, seed, fully_masked=True) -> (m, mask)
 
 
 @pytest.fixture
@@ -118,14 +112,7 @@ def test_one_msa_row(dtype):
 
 
 def test_leading_dimensions_and_unbatched_input():
-    mod = _module(8, 4, 2, seed=7).to(DEVICE)
-    m, mask = _inputs(6, 4, 5, 8, 8)
-    m, mask = m.to(DEVICE).view(2, 3, 4, 5, 8), mask.to(DEVICE).view(2, 3, 4, 5)
-    flat = mod(m.view(6, 4, 5, 8), mask.view(6, 4, 5), impl="triton")
-    torch.testing.assert_close(mod(m, mask, impl="triton"), flat.view(2, 3, 4, 5, 8))
-    torch.testing.assert_close(mod(m[1, 2], mask[1, 2], impl="triton"), flat[5])
-    exact = mod.double()(m.double(), mask.double(), impl="torch")
-    assert_contract(mod.float()(m, mask, impl="triton").cpu(), exact.cpu(), torch.float32)
+    check_msa_leading_dimensions(_module(8, 4, 2, seed=7), *_inputs(6, 4, 5, 8, 8), DEVICE)
 
 
 @pytest.mark.parametrize("target, value", nonfinite_cases(_module(8, 4, 2), 1))
