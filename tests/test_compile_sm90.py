@@ -96,7 +96,6 @@ def _launches():
     from evofuse.ops.transition import kernels as trans
     from evofuse.ops.triangle_multiplication import kernels as trimul
     from evofuse.ops.triangle_multiplication import op as trimul_op
-    from evofuse.ops.triangle_multiplication.op import GATE_BLOCK
 
     def cfg(config):
         return config.kwargs, config.num_warps, config.num_stages
@@ -171,10 +170,6 @@ def _launches():
             kw, warps, stages = cfg(pwa_configs.projection_candidates(8 * C, 64, 2 if dtype == "bf16" else 4)[0])
             yield (f"gated projection backward {dtype} C {C}", pwa.gated_projection_backward_kernel, dtype,
                    dict(C=C, BLOCK_O=64, PRECISION=precision, **kw), warps, stages, {"part_ptr": "*fp32"})
-        for has_mask in (True, False):
-            for kernel in (trimul.gate_backward_kernel,):
-                yield (f"{kernel.__name__} {dtype} mask={has_mask}", kernel, dtype,
-                       dict(HAS_MASK=has_mask, BLOCK=GATE_BLOCK), 4, 1, {"mask_ptr": "*fp32"})
         block_m, block_c = trimul_op._out_gate_tiles(128)
         yield (f"out_gate_backward_kernel {dtype}", trimul.out_gate_backward_kernel, dtype,
                dict(BLOCK_M=block_m, BLOCK_C=block_c), 4, 1, {})
@@ -202,6 +197,13 @@ def _launches():
                 yield (f"layer_norm_glu {dtype} whole-row tile {k} {activation}", glu.layer_norm_glu_kernel, dtype,
                        dict(ACTIVATION=activation, HAS_BIAS=True, HAS_MASK=True, STORE_PRE=True, PRECISION=precision,
                             **planes, **kw), warps, stages, {"m_ptr": "*fp32"})
+        # with grad (triangle multiplication's backward: channel planes), the first tile of each kind
+        for kind, config in (("tile", table[0]), ("whole-row tile", (glu.ROW_CONFIGS if dtype == "bf16"
+                                                                     else glu.FLOAT32_ROW_CONFIGS)[0])):
+            kw, warps, stages = cfg(config)
+            yield (f"layer_norm_glu {dtype} {kind} 0 sigmoid grad", glu.layer_norm_glu_kernel, dtype,
+                   dict(ACTIVATION="sigmoid", HAS_BIAS=True, HAS_MASK=True, STORE_PRE=True, PRECISION=precision,
+                        GRAD=True, stride_hm=1, stride_pm=1, **kw), warps, stages, {"m_ptr": "*fp32"})
         tiles = pwa_op._softmax_tiles(384)
         yield (f"masked softmax {dtype}", pwa.masked_softmax_kernel, dtype,
                dict(HAS_MASK=True, RELATIVE=True, STORE_W=True, STORE_LOW=dtype == "bf16", **tiles), 4, 3,

@@ -35,13 +35,15 @@ def layer_norm_glu_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     ROW_STEPS: tl.constexpr = 1,  # > 1: whole rows (BLOCK_D >= D) normalized once for up to ROW_STEPS blocks of BLOCK_N
+    GRAD: tl.constexpr = False,  # the backward: h_ptr holds h's gradient, pre_ptr takes [a, b]'s
 ):
     """BLOCK_M rows and BLOCK_N (ROW_STEPS x BLOCK_N) channels of h: the rows' moments in float32, then LayerNorm(x)
     chunk by chunk of BLOCK_D channels (rounded to x's dtype as the reference's LayerNorm output is) against a's (and
     b's) weight rows on tensor cores, accumulated in float32; a and b rounded to x's dtype (as the reference's linears
     give them), the activation in float32, times the row mask, rounded once. With ROW_STEPS > 1 a program reads and
     normalizes its rows once (one chunk: the same arithmetic) and steps through the output blocks, where one block a
-    program reads its rows three times (two for the moments) for each block of BLOCK_N."""
+    program reads its rows three times (two for the moments) for each block of BLOCK_N. With GRAD, a and b made the
+    same way meet h's gradient instead (`_store_h`): nothing of [a, b] is kept from the forward."""
     GATED: tl.constexpr = ACTIVATION != "relu"
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
     m_ok = offs_m < M
@@ -54,7 +56,7 @@ def layer_norm_glu_kernel(
                               stride_wk, stride_wd, bias_ptr, offs_n, n_ok, D, H, eps, dtype, GATED, HAS_BIAS, PRECISION,
                               BLOCK_M, BLOCK_N, BLOCK_D)
         _store_h(a, b, offs_m, m_ok, offs_n, n_ok, m_ptr, pre_ptr, stride_pm, stride_pk, h_ptr, stride_hm, stride_hn, H,
-                 ACTIVATION, HAS_MASK, STORE_PRE)
+                 ACTIVATION, HAS_MASK, STORE_PRE, GRAD)
     else:
         offs_d = tl.arange(0, BLOCK_D)
         d_ok = offs_d < D
@@ -74,25 +76,36 @@ def layer_norm_glu_kernel(
                 if GATED:
                     acc_b += tl.load(bias_ptr + H + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
             _store_h(acc_a.to(dtype), acc_b.to(dtype), offs_m, m_ok, offs_n, n_ok, m_ptr, pre_ptr, stride_pm, stride_pk,
-                     h_ptr, stride_hm, stride_hn, H, ACTIVATION, HAS_MASK, STORE_PRE)
+                     h_ptr, stride_hm, stride_hn, H, ACTIVATION, HAS_MASK, STORE_PRE, GRAD)
 
 
 @triton.jit
 def _store_h(a, b, offs_m, m_ok, offs_n, n_ok, m_ptr, pre_ptr, stride_pm, stride_pk, h_ptr, stride_hm, stride_hn, H,
-             ACTIVATION: tl.constexpr, HAS_MASK: tl.constexpr, STORE_PRE: tl.constexpr):
+             ACTIVATION: tl.constexpr, HAS_MASK: tl.constexpr, STORE_PRE: tl.constexpr, GRAD: tl.constexpr):
     """The pre-activations a, b [BLOCK_M, BLOCK_N] (x's dtype) stored where STORE_PRE, and h = act(a, b) times the row
-    mask, rounded once, at rows offs_m and channels offs_n."""
+    mask, rounded once, at rows offs_m and channels offs_n; with GRAD, h's gradient read there instead and a's and b's
+    (`activation_grad`) stored where the pre-activations go."""
     ok = m_ok[:, None] & n_ok[None, :]
     rows = offs_m.to(tl.int64)[:, None]  # [BLOCK_M, 1]
     cols = offs_n.to(tl.int64)[None, :]  # [1, BLOCK_N]
-    if STORE_PRE:
-        tl.store(pre_ptr + rows * stride_pm + cols * stride_pk, a, mask=ok)
+    h_at = h_ptr + rows * stride_hm + cols * stride_hn
+    if GRAD:
+        dh = tl.load(h_at, mask=ok, other=0.0).to(tl.float32)
+        if HAS_MASK:
+            dh *= tl.load(m_ptr + offs_m, mask=m_ok, other=0).to(tl.float32)[:, None]
+        da, db = activation_grad(a.to(tl.float32), b.to(tl.float32), dh, ACTIVATION)
+        tl.store(pre_ptr + rows * stride_pm + cols * stride_pk, da.to(pre_ptr.dtype.element_ty), mask=ok)
         if ACTIVATION != "relu":
-            tl.store(pre_ptr + rows * stride_pm + (cols + H) * stride_pk, b, mask=ok)
-    h = activation(a.to(tl.float32), b.to(tl.float32), ACTIVATION)
-    if HAS_MASK:
-        h *= tl.load(m_ptr + offs_m, mask=m_ok, other=0).to(tl.float32)[:, None]
-    tl.store(h_ptr + rows * stride_hm + cols * stride_hn, h.to(h_ptr.dtype.element_ty), mask=ok)
+            tl.store(pre_ptr + rows * stride_pm + (cols + H) * stride_pk, db.to(pre_ptr.dtype.element_ty), mask=ok)
+    else:
+        if STORE_PRE:
+            tl.store(pre_ptr + rows * stride_pm + cols * stride_pk, a, mask=ok)
+            if ACTIVATION != "relu":
+                tl.store(pre_ptr + rows * stride_pm + (cols + H) * stride_pk, b, mask=ok)
+        h = activation(a.to(tl.float32), b.to(tl.float32), ACTIVATION)
+        if HAS_MASK:
+            h *= tl.load(m_ptr + offs_m, mask=m_ok, other=0).to(tl.float32)[:, None]
+        tl.store(h_at, h.to(h_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -158,6 +171,21 @@ def activation(a, b, ACTIVATION: tl.constexpr):
     return h
 
 
+@triton.jit
+def activation_grad(a, b, dh, ACTIVATION: tl.constexpr):
+    """(da, db) float32 of h = `activation`(a, b) for h's gradient dh (the mask already taken): "sigmoid" da = dh s,
+    db = dh a s (1 - s) with s = sigmoid(b) (triangle multiplication's gates); "swiglu" da = dh b silu'(a), db = dh
+    silu(a); "relu" da = dh where a > 0 (db unused)."""
+    if ACTIVATION == "sigmoid":
+        s = tl.sigmoid(b)
+        return dh * s, dh * a * s * (1.0 - s)
+    elif ACTIVATION == "swiglu":
+        s = tl.sigmoid(a)
+        return dh * b * (s + a * s * (1.0 - s)), dh * a * s
+    else:
+        return tl.where(a > 0, dh, 0.0), dh
+
+
 def _configs(tiles) -> list[triton.Config]:
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": bd}, num_warps=warps, num_stages=stages)
             for bm, bn, bd, warps, stages in tiles]
@@ -183,7 +211,7 @@ FLOAT32_ROW_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": b
                            (64, 32, 128, 8, 4, 2), (32, 64, 128, 8, 4, 2), (64, 64, 64, 8, 4, 2))]
 INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_D": 16}, num_warps=1, num_stages=1)
 SHARED_LIMIT = 200 * 1024  # bytes of shared memory a config's pipelined operand tiles may take (sm_90: 227 KB)
-KEY = ["M_BUCKET", "H_BUCKET", "D", "ACTIVATION", "HAS_BIAS", "HAS_MASK", "STORE_PRE", "PRECISION"]
+KEY = ["M_BUCKET", "H_BUCKET", "D", "ACTIVATION", "HAS_BIAS", "HAS_MASK", "STORE_PRE", "PRECISION", "GRAD"]
 
 
 def fits(config: triton.Config, M: int, D: int, H: int, operands: int, element_size: int) -> bool:
@@ -222,15 +250,17 @@ def _prune(configs, named_args, **kwargs):
 
 
 def layer_norm_glu(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor, bias: Tensor | None,
-                   mask: Tensor | None, h: Tensor, activation: str, precision: str, pre: Tensor | None = None) -> Tensor:
+                   mask: Tensor | None, h: Tensor, activation: str, precision: str, pre: Tensor | None = None,
+                   grad: bool = False) -> Tensor:
     """Writes h (M, H), any strides, = act(a, b) * mask for [a, b] = LayerNorm(x) @ weight^T + bias (eps 1e-5), and
     returns it; where `pre` (M, K), any strides, is given, [a, b] there too. x (M, D) float16, bfloat16 or float32, any
     strides; ln_weight, ln_bias (D,); weight (K, D) with K = 2H (a's rows, then b's; H for "relu"), bias (K,) or None,
-    in x's dtype; mask (M,) 0/1 of any real dtype, or None."""
+    in x's dtype; mask (M,) 0/1 of any real dtype, or None. With `grad`, h holds h's gradient and [a, b]'s (made again
+    from x) are written to `pre`, which is returned."""
     M, D = x.shape
     H = h.shape[1]
     if M == 0 or H == 0:
-        return h
+        return pre if grad else h
 
     def grid(meta):
         return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"] * meta.get("ROW_STEPS", 1))
@@ -240,6 +270,6 @@ def layer_norm_glu(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor
         x, *x.stride(), ln_weight, ln_bias, weight, *weight.stride(), weight if bias is None else bias,
         h if mask is None else mask, *pre_args, h, *h.stride(), M, D, H, LAYER_NORM_EPS, bucket(M), bucket(H),
         ACTIVATION=activation, HAS_BIAS=bias is not None, HAS_MASK=mask is not None, STORE_PRE=pre is not None,
-        PRECISION=dot_precision(x.dtype, precision))
-    return h
+        PRECISION=dot_precision(x.dtype, precision), GRAD=grad)
+    return pre if grad else h
 

@@ -1,36 +1,11 @@
-"""Triangle multiplication's kernels beside `layer_norm_glu` (which makes a and b) and cuBLAS (their product): the
-output side's two LayerNorms, projections and gate in one pass, and the gates' backwards, over M = B N N pairs: one
-pass each in place of PyTorch's chain of float32 temporaries."""
+"""Triangle multiplication's kernels beside `layer_norm_glu` (which makes a and b, and in the backward p's and g's
+gradients) and cuBLAS (their product): the output side's two LayerNorms, projections and gate in one pass, and the
+output gate's backward, over M = B N N pairs: one pass each in place of PyTorch's chain of float32 temporaries."""
 
 import triton
 import triton.language as tl
 
 from ..layer_norm_glu import projected_rows
-
-
-@triton.jit
-def gate_backward_kernel(
-    proj_ptr, stride_pk,  # p's 2c planes then g's 2c (4c, M), channel major
-    mask_ptr,  # the pair mask (M,) (unused without HAS_MASK)
-    dab_ptr, stride_dk,  # the gradient of a and b (2c, M)
-    dproj_ptr, stride_qk,  # out: p's and g's gradients, planes 0 .. 4c of the projections' gradient (K, M)
-    M, C2,
-    HAS_MASK: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    """From ab = sigmoid(g) p mask: dp = dab mask sigmoid(g), dg = dab mask p sigmoid(g) (1 - sigmoid(g)), in float32,
-    for a block of BLOCK pairs of one plane k < 2c."""
-    k = tl.program_id(1).to(tl.int64)
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
-    ok = offs < M
-    p = tl.load(proj_ptr + k * stride_pk + offs, mask=ok, other=0.0).to(tl.float32)
-    s = tl.sigmoid(tl.load(proj_ptr + (k + C2) * stride_pk + offs, mask=ok, other=0.0).to(tl.float32))
-    d = tl.load(dab_ptr + k * stride_dk + offs, mask=ok, other=0.0).to(tl.float32)
-    if HAS_MASK:
-        d = d * tl.load(mask_ptr + offs, mask=ok, other=0).to(tl.float32)
-    dtype = dproj_ptr.dtype.element_ty
-    tl.store(dproj_ptr + k * stride_qk + offs, (d * s).to(dtype), mask=ok)
-    tl.store(dproj_ptr + (k + C2) * stride_qk + offs, (d * p * s * (1.0 - s)).to(dtype), mask=ok)
 
 
 @triton.jit

@@ -6,10 +6,10 @@ p * sigmoid(g) * mask channel major (2c planes of (B, N, N): the layout cuBLAS's
 (outgoing) or a^T b (incoming) by cuBLAS, one product a (channel, batch element), accumulated in float32; then one pass
 for the output (`kernels.output_kernel`): LN_out and p_out of t, LN_in and g_out of z, the gate. A training call also
 writes y = p_out(LN_out(t)) and g_out's planes for the backward. Backward: the output gate's backward, then the output
-projection's gradients (`layer_norm_linear_backward` on t); a and b, p and g made again from z (`layer_norm_glu`), da
-and db by cuBLAS into one (2c, B, N, N) tensor, the gates' and projections' gradients channel major in one pass
-(`kernels.gate_backward_kernel`), then one `layer_norm_linear_backward` of the pair for every input projection and
-LN_in.
+projection's gradients (`layer_norm_linear_backward` on t); a and b made again from z (`layer_norm_glu`), da and db by
+cuBLAS into one (2c, B, N, N) tensor, the gates' and projections' gradients channel major from a second pass of z that
+makes p and g again on chip (`layer_norm_glu` with grad), then one `layer_norm_linear_backward` of the pair for every
+input projection and LN_in.
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from .. import layer_norm_glu
 from ..layer_norm_linear import joined_bias, layer_norm_linear_backward
 from ..matmul import matmul_into, uses_tensor_cores
 from . import configs
-from .kernels import gate_backward_kernel, out_gate_backward_kernel, output_kernel
+from .kernels import out_gate_backward_kernel, output_kernel
 
-GATE_BLOCK = 1024  # pairs a program of the gating kernels (a plane each: elementwise, memory bound)
 # what the output kernel's autotuned choice is kept by
 OUTPUT_KEY = ["M_BUCKET", "CZ_BUCKET", "C", "HAS_P_BIAS", "HAS_G_BIAS", "STORE", "PRECISION"]
 OUT_GATE_TILE = 4096  # elements a program of the output gate's backward (pairs x every channel)
@@ -44,24 +43,17 @@ def _out_gate_tiles(cz: int) -> tuple[int, int]:
     return max(1, OUT_GATE_TILE // block_c), block_c
 
 
-def _mask_rows(mask: Tensor | None, like: Tensor) -> tuple[Tensor, bool]:
-    """The pair mask as the gating kernels read it, (M,) unit-strided (a copy only where it is not), and whether
-    there is one."""
-    return (like, False) if mask is None else (mask.reshape(-1), True)
-
-
 def _gated(pair_repr: Tensor, mask: Tensor | None, norm_in_weight: Tensor, norm_in_bias: Tensor, in_weight: Tensor,
-           in_bias: Tensor | None, c: int, precision: str, proj: Tensor | None = None) -> Tensor:
+           in_bias: Tensor | None, c: int, precision: str) -> Tensor:
     """ab (2c, B, N, N) in the pair's dtype: a and b = p * sigmoid(g) * mask channel major (the layout of cuBLAS's
-    batched product), from one pass of the pair (`layer_norm_glu`: LN_in, p_in and g_in on chip); with proj (4c, B,
-    N, N), p and g written there too, channel major."""
+    batched product), from one pass of the pair (`layer_norm_glu`: LN_in, p_in and g_in on chip)."""
     B, N, _, cz = pair_repr.shape
     M = B * N * N
     ab = pair_repr.new_empty(2 * c, B, N, N)
     layer_norm_glu.layer_norm_glu(pair_repr.reshape(M, cz), norm_in_weight, norm_in_bias, in_weight[:4 * c],
                                   None if in_bias is None else in_bias[:4 * c],
                                   None if mask is None else mask.reshape(M), ab.view(2 * c, M).t(), "sigmoid",
-                                  precision, None if proj is None else proj.view(4 * c, M).t())
+                                  precision)
     return ab
 
 
@@ -148,14 +140,13 @@ def core_backward(pair_repr: Tensor, norm_in_weight: Tensor, norm_in_bias: Tenso
                   precision: str) -> Tensor:
     """d_proj (4c + c_z, B, N, N): the input projections' gradient, channel major, from the pair, LN_in's parameters
     and the stacked projections (as the forward took them), the product's gradient dt (c, B, N, N) and g_out's (c_z, B,
-    N, N): a and b, and p and g, again from one pass of the pair (`layer_norm_glu`), da and db by cuBLAS into one
-    (2c, B, N, N) tensor, then p's and g's gradients in one pass (`kernels.gate_backward_kernel`)."""
+    N, N): a and b again from one pass of the pair (`layer_norm_glu`), da and db by cuBLAS into one (2c, B, N, N)
+    tensor, then p's and g's gradients from a second pass that makes p and g again on chip (`layer_norm_glu` with
+    grad): p and g (4c planes) are never in memory."""
     c = dt.shape[0]
-    B, N = pair_repr.shape[:2]
-    d_proj = pair_repr.new_empty(4 * c + d_gate_out.shape[0], B, N, N)
-    d_proj[4 * c:] = d_gate_out
-    proj = pair_repr.new_empty(4 * c, B, N, N)  # p and g, channel major
-    ab = _gated(pair_repr, mask, norm_in_weight, norm_in_bias, in_weight, in_bias, c, precision, proj)
+    B, N, _, cz = pair_repr.shape
+    M = B * N * N
+    ab = _gated(pair_repr, mask, norm_in_weight, norm_in_bias, in_weight, in_bias, c, precision)
     a, b = ab[:c], ab[c:]
     dab = torch.empty_like(ab)  # (da and db written by cuBLAS into its halves)
     if outgoing:  # t = a b^T: da = dt b, db = dt^T a
@@ -163,12 +154,12 @@ def core_backward(pair_repr: Tensor, norm_in_weight: Tensor, norm_in_bias: Tenso
     else:  # t = a^T b: da = b dt^T, db = a dt
         _bmm(b, dt, None, precision, out=dab[:c]), _bmm(a, dt, False, precision, out=dab[c:])
     del ab, a, b
-    M = proj[0].numel()
-    mask_rows, has_mask = _mask_rows(mask, proj)
-    if M:
-        gate_backward_kernel[(cdiv(M, GATE_BLOCK), 2 * c)](proj, proj.stride(0), mask_rows, dab, dab.stride(0), d_proj,
-                                                           d_proj.stride(0), M, 2 * c, HAS_MASK=has_mask,
-                                                           BLOCK=GATE_BLOCK)
+    d_proj = pair_repr.new_empty(4 * c + d_gate_out.shape[0], B, N, N)
+    d_proj[4 * c:] = d_gate_out
+    layer_norm_glu.layer_norm_glu(pair_repr.reshape(M, cz), norm_in_weight, norm_in_bias, in_weight[:4 * c],
+                                  None if in_bias is None else in_bias[:4 * c],
+                                  None if mask is None else mask.reshape(M), dab.view(2 * c, M).t(), "sigmoid",
+                                  precision, d_proj[:4 * c].view(4 * c, M).t(), grad=True)
     return d_proj
 
 

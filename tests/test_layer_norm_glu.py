@@ -1,0 +1,78 @@
+"""The shared LayerNorm + gated linear kernel (`ops/layer_norm_glu.py`) against PyTorch in float64: h for each
+activation, and with grad a's and b's gradients for h's, in rows and in channel planes, at the default tile and a
+whole-row one."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from evofuse.numerics import rel_error
+from evofuse.ops import layer_norm_glu
+
+from .conftest import DEVICE
+from .helpers import rebuild_kernels
+
+ACTIVATIONS = {"swiglu": lambda a, b: F.silu(a) * b, "sigmoid": lambda a, b: a * torch.sigmoid(b),
+               "relu": lambda a, b: F.relu(a)}
+
+
+def _case(activation, bias, seed, M=37, D=24, H=20):
+    g = torch.Generator().manual_seed(seed)
+    K = H if activation == "relu" else 2 * H
+    x = 2 + torch.randn(M, D, generator=g)
+    lnw, lnb = 1 + 0.3 * torch.randn(D, generator=g), 0.3 * torch.randn(D, generator=g)
+    w = torch.randn(K, D, generator=g) / D ** 0.5
+    b = torch.randn(K, generator=g) if bias else None
+    mask = (torch.rand(M, generator=g) > 0.2).float()
+    dh = torch.randn(M, H, generator=g)
+    return x, lnw, lnb, w, b, mask, dh
+
+
+def _exact(activation, x, lnw, lnb, w, b, mask, dh):
+    """h and [a, b]'s gradient for h's gradient dh, in float64 by autograd."""
+    pre = F.linear(F.layer_norm(x, x.shape[-1:], lnw, lnb, 1e-5), w, b).detach().requires_grad_()
+    H = dh.shape[1]
+    a, b_half = (pre, None) if activation == "relu" else (pre[:, :H], pre[:, H:])
+    h = ACTIVATIONS[activation](a, b_half) * mask[:, None]
+    h.backward(dh)
+    return h.detach(), pre.grad
+
+
+@pytest.fixture(params=["default", "whole-row"])
+def tile(request, monkeypatch):
+    """The kernel at its default tile, or at a whole-row tile (its rows normalized once, then two blocks of 16
+    outputs a program)."""
+    if request.param == "whole-row":
+        import triton
+
+        config = triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_D": 32, "ROW_STEPS": 2}, num_warps=1, num_stages=1)
+        if DEVICE != "cpu":
+            config = next(c for c in layer_norm_glu.FLOAT32_ROW_CONFIGS if c.kwargs["BLOCK_D"] == 64)
+        monkeypatch.setattr(layer_norm_glu, "_prune", lambda configs, named_args, **kwargs: [config])
+    rebuild_kernels()
+    yield request.param
+    rebuild_kernels()
+
+
+@pytest.mark.parametrize("activation, bias", [("swiglu", False), ("sigmoid", True), ("relu", True)])
+@pytest.mark.parametrize("planes", [False, True], ids=["rows", "planes"])
+def test_forward_and_grad(activation, bias, planes, tile):
+    """h (with the pre-activations) and, with grad, [a, b]'s gradient, float32, rows or channel planes (the
+    transition's and triangle multiplication's layouts): both within the float32 contract of float64."""
+    x, lnw, lnb, w, b, mask, dh = _case(activation, bias, seed=3)
+    h_exact, d_exact = _exact(activation, *(t if t is None else t.double() for t in (x, lnw, lnb, w, b, mask, dh)))
+    M, H, K = x.shape[0], dh.shape[1], w.shape[0]
+    on = [t if t is None else t.to(DEVICE) for t in (x, lnw, lnb, w, b, mask)]
+
+    def out(width):  # (M, width): rows, or planes (width, M) transposed
+        return torch.empty(width, M, device=DEVICE).t() if planes else torch.empty(M, width, device=DEVICE)
+
+    h, pre = out(H), out(K)
+    layer_norm_glu.layer_norm_glu(*on, h, activation, "default", pre)
+    assert rel_error(h.cpu(), h_exact) <= 1e-5
+    grad_h = out(H)
+    grad_h.copy_(dh)
+    d_pre = out(K)
+    assert layer_norm_glu.layer_norm_glu(*on, grad_h, activation, "default", d_pre, grad=True) is d_pre
+    assert rel_error(d_pre.cpu(), d_exact) <= 1e-5
+    torch.testing.assert_close(grad_h.cpu(), dh)  # (read, not written)
