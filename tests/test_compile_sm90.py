@@ -86,6 +86,7 @@ def _launches():
     from evofuse.ops import layer_norm_glu as glu
     from evofuse.ops import layer_norm_linear as lnl
     from evofuse.ops import matmul, pair_heads
+    from evofuse.ops.msa_column_global_attention import kernels as gcol
     from evofuse.ops.outer_product_mean import configs as opm_configs
     from evofuse.ops.outer_product_mean import kernels as opm
     from evofuse.ops.pair_weighted_averaging import configs as pwa_configs
@@ -204,6 +205,10 @@ def _launches():
             yield (f"layer_norm_glu {dtype} {kind} 0 sigmoid grad", glu.layer_norm_glu_kernel, dtype,
                    dict(ACTIVATION="sigmoid", HAS_BIAS=True, HAS_MASK=True, STORE_PRE=True, PRECISION=precision,
                         GRAD=True, stride_hm=1, stride_pm=1, **kw), warps, stages, {"m_ptr": "*fp32"})
+        for fill in (True, False):  # global column attention's columns (the extra-MSA stack's 8 heads of 8)
+            yield (f"global column attention's columns {dtype} fill={fill}", gcol.columns_kernel, dtype,
+                   dict(HEADS=8, BLOCK_H=8, BLOCK_D=8, BLOCK_L=128, FILL=fill, MASK_LOGIT=-1e9, HAS_MASK=True,
+                        HAS_QUERY_BIAS=True), 4, 3, {"m_ptr": "*fp32", "q_ptr": "*fp32", "o_ptr": "*fp32"})
         tiles = pwa_op._softmax_tiles(384)
         yield (f"masked softmax {dtype}", pwa.masked_softmax_kernel, dtype,
                dict(HAS_MASK=True, RELATIVE=True, STORE_W=True, STORE_LOW=dtype == "bf16", **tiles), 4, 3,

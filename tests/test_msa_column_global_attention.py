@@ -138,9 +138,10 @@ def test_key_bias():
     assert_contract(mod(m.to(DEVICE), mask.to(DEVICE), impl="triton").cpu(), exact, torch.float32)
 
 
-@pytest.mark.parametrize("S", [1, 97])
+@pytest.mark.parametrize("S", [1, 97, 300])
 def test_msa_depths(S):
-    """One MSA row (each column's query its only row's) and a deep, odd one, float32."""
+    """One MSA row (each column's query its only row's), a deep odd one, and one of three blocks of the columns'
+    kernel (128 rows a step here: the mean and the online softmax across blocks), float32."""
     mod = _module(8, 4, 2, seed=7)
     m, mask = _inputs(1, S, 5, 8, 8, fully_masked=False)
     check_gradients(mod, (m, mask), torch.float32, DEVICE, 1)
