@@ -206,9 +206,12 @@ def _launches():
                    dict(ACTIVATION="sigmoid", HAS_BIAS=True, HAS_MASK=True, STORE_PRE=True, PRECISION=precision,
                         GRAD=True, stride_hm=1, stride_pm=1, **kw), warps, stages, {"m_ptr": "*fp32"})
         for fill in (True, False):  # global column attention's columns (the extra-MSA stack's 8 heads of 8)
+            columns = dict(HEADS=8, BLOCK_H=8, BLOCK_D=8, BLOCK_L=128, FILL=fill, MASK_LOGIT=-1e9, HAS_MASK=True)
+            floats = {name: "*fp32" for name in ("m_ptr", "q_ptr", "o_ptr", "do_ptr", "dq_ptr")}
             yield (f"global column attention's columns {dtype} fill={fill}", gcol.columns_kernel, dtype,
-                   dict(HEADS=8, BLOCK_H=8, BLOCK_D=8, BLOCK_L=128, FILL=fill, MASK_LOGIT=-1e9, HAS_MASK=True,
-                        HAS_QUERY_BIAS=True), 4, 3, {"m_ptr": "*fp32", "q_ptr": "*fp32", "o_ptr": "*fp32"})
+                   dict(HAS_QUERY_BIAS=True, **columns), 4, 3, floats)
+            yield (f"global column attention's columns backward {dtype} fill={fill}", gcol.columns_backward_kernel,
+                   dtype, columns, 4, 3, floats)
         tiles = pwa_op._softmax_tiles(384)
         yield (f"masked softmax {dtype}", pwa.masked_softmax_kernel, dtype,
                dict(HAS_MASK=True, RELATIVE=True, STORE_W=True, STORE_LOW=dtype == "bf16", **tiles), 4, 3,

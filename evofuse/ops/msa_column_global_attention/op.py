@@ -4,8 +4,9 @@ S N and bound by the passes over the rows: one `layer_norm_linear` makes every r
 queries before the masked mean, which a linear layer commutes with); one program a column (`kernels.columns_kernel`)
 makes the masked mean, the h x S logits, their softmax and the attention result in float32; the gated rows go through
 one output product. Eager PyTorch makes LayerNorm(x), the masked rows, k, v, the gate and the gated rows in passes of
-their own. The backward makes the attention weights again from the kept queries (a softmax of batched products: a
-log-sum-exp kept instead would lose the weights of a column whose rows are all masked, its logits -1e9).
+their own. The backward's kernel (`kernels.columns_backward_kernel`) makes the softmax again from the kept queries (a
+kept log-sum-exp would lose the weights of a column whose rows are all masked: its logits are -1e9) and writes the
+rows' query, key and value gradients.
 """
 
 from __future__ import annotations
@@ -16,28 +17,19 @@ from torch import Tensor
 from ..._runtime import keep_for_backward, next_pow2, operation
 from ...reference import MASK_LOGIT, TRIANGLE_MIN_INF
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
-from ..matmul import float32_products, linear, matmul
-from .kernels import columns_kernel
+from ..matmul import linear, matmul
+from .kernels import columns_backward_kernel, columns_kernel
 
 COLUMN_TILE = 8192  # elements of a (rows, heads, head width) tile of the columns' kernel
 
 
-def _mask(x: Tensor, mask: Tensor | None) -> Tensor:
-    """The rows' mask (B, R, L) in float32, contiguous (the MSA's mask comes transposed): ones for None."""
-    if mask is None:
-        return x.new_ones(x.shape[:3], dtype=torch.float32)
-    return mask.to(torch.float32).contiguous()
-
-
-def _parts(proj: Tensor, HC: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The projection (B, R, L, 2HC + 2d) as its gate and queries (B, R, L, HC) and keys and values (B, R, L, d)."""
-    d = (proj.shape[-1] - 2 * HC) // 2
-    return proj[..., :HC], proj[..., HC:2 * HC], proj[..., 2 * HC:2 * HC + d], proj[..., 2 * HC + d:]
-
-
-def _columns(t: Tensor) -> Tensor:
-    """(B, R, L, K) as (B*R, L, K): each column's rows one matrix (a view: the projection is contiguous)."""
-    return t.reshape(-1, *t.shape[2:])
+def _column_args(proj: Tensor, mask: Tensor | None, num_heads: int, d: int, inf: float) -> tuple[tuple, dict]:
+    """The mask's arguments and the constexprs of the columns' kernels."""
+    block_h, block_d = next_pow2(num_heads), next_pow2(d)
+    masks = (proj, 0, 0, 0) if mask is None else (mask, *mask.stride())
+    return masks, dict(HEADS=num_heads, BLOCK_H=block_h, BLOCK_D=block_d,
+                       BLOCK_L=max(8, min(128, COLUMN_TILE // (block_h * block_d))), FILL=inf >= TRIANGLE_MIN_INF,
+                       MASK_LOGIT=MASK_LOGIT, HAS_MASK=mask is not None)
 
 
 def _attention(proj: Tensor, mask: Tensor | None, query_bias: Tensor | None, HC: int, num_heads: int, inf: float,
@@ -49,15 +41,26 @@ def _attention(proj: Tensor, mask: Tensor | None, query_bias: Tensor | None, HC:
     q = torch.empty(B * R, HC, dtype=torch.float32, device=proj.device)
     o = torch.empty_like(q)
     if B * R:
-        block_h, block_d = next_pow2(num_heads), next_pow2(d)
-        m = proj if mask is None else mask
-        m_strides = (0, 0, 0) if mask is None else mask.stride()
-        columns_kernel[(B * R,)](
-            proj, *proj.stride()[:3], m, *m_strides, proj if query_bias is None else query_bias, q, o, R, L, HC,
-            d, d ** -0.5, eps, inf, HEADS=num_heads, BLOCK_H=block_h, BLOCK_D=block_d,
-            BLOCK_L=max(8, min(128, COLUMN_TILE // (block_h * block_d))), FILL=inf >= TRIANGLE_MIN_INF,
-            MASK_LOGIT=MASK_LOGIT, HAS_MASK=mask is not None, HAS_QUERY_BIAS=query_bias is not None)
+        masks, consts = _column_args(proj, mask, num_heads, d, inf)
+        columns_kernel[(B * R,)](proj, *proj.stride()[:3], *masks, proj if query_bias is None else query_bias, q, o, R, L,
+                                 HC, d, d ** -0.5, eps, inf, HAS_QUERY_BIAS=query_bias is not None, **consts)
     return q, o
+
+
+def _attention_backward(proj: Tensor, mask: Tensor | None, q: Tensor, d_o: Tensor, d_proj: Tensor, num_heads: int,
+                        inf: float, eps: float) -> tuple[Tensor, Tensor]:
+    """(o, dq) (B*R, HC) float32: the attention results again and the queries' gradient before their scale (their
+    bias's, summed over the columns), by `kernels.columns_backward_kernel`, which writes the rows' query, key and value
+    gradients into d_proj (B, R, L, 2HC + 2d) for the scaled queries q and the results' gradient d_o (B*R, HC)."""
+    B, R, L, _ = proj.shape
+    HC = q.shape[1]
+    d = HC // num_heads
+    o, dq = torch.empty_like(q), torch.empty_like(q)
+    if B * R:
+        masks, consts = _column_args(proj, mask, num_heads, d, inf)
+        columns_backward_kernel[(B * R,)](proj, *proj.stride()[:3], *masks, q, d_o, o, dq, d_proj, *d_proj.stride()[:3],
+                                          R, L, HC, d, d ** -0.5, eps, inf, **consts)
+    return o, dq
 
 
 def msa_column_global_attention_forward(x: Tensor, mask: Tensor | None, layer_norm_weight: Tensor,
@@ -97,50 +100,27 @@ def _setup_context(ctx, inputs, output):
                       precision=precision)
 
 
-def _weights(q: Tensor, k: Tensor, m: Tensor, inf: float, precision: str) -> Tensor:
-    """The attention weights p (B*R, h, L) float32 again from the scaled queries q (B*R, h, d) float32, the rows' keys
-    k (B*R, L, d) and their mask m (B*R, L) float32, masked as the forward masks them (its logits in float32: k
-    widened)."""
-    logits = float32_products(q, k.float().transpose(1, 2), precision)
-    if inf >= TRIANGLE_MIN_INF:
-        logits = torch.where(m[:, None] == 0, logits * 0 + MASK_LOGIT, logits)
-    else:
-        logits += inf * (m[:, None] - 1)
-    return torch.softmax(logits, dim=-1)
-
-
 def _backward(ctx, grad_out, *_):
     x, mask, lnw, lnb, w_proj, _, b_q, wo, _, proj, q = ctx.saved_tensors
     needs = ctx.needs_input_grad
     B, R, L, D = x.shape
     HC = wo.shape[1]
-    h = ctx.num_heads
-    d = HC // h
     dtype, precision = x.dtype, ctx.precision
-    g, _, k, v = _parts(proj, HC)
-    m = _mask(x, mask)
-    p = _weights(q.view(B * R, h, d), _columns(k), m.view(B * R, L), ctx.inf, precision)  # (B*R, h, L)
-    v32 = _columns(v).float()
-    o = float32_products(p, v32, precision).view(B, R, 1, HC).to(dtype)
-    sg = torch.sigmoid(g)  # (B, R, L, HC)
+    sg = torch.sigmoid(proj[..., :HC])  # (B, R, L, HC)
     rows = grad_out.reshape(-1, D)
     d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs[8] else None
-    d_wo = matmul(rows.t(), (sg * o).view(-1, HC), precision).to(dtype) if needs[7] else None
-    if not any(needs[:7]):  # the output projection's alone
+    if not any(needs[:7]):  # the output projection's alone: the results again
+        _, o = _attention(proj, mask, b_q, HC, ctx.num_heads, ctx.inf, ctx.eps)
+        d_wo = matmul(rows.t(), (sg * o.view(B, R, 1, HC).to(dtype)).view(-1, HC), precision) if needs[7] else None
         return (None,) * 7 + (d_wo, d_bo) + (None,) * 5
     du = matmul(rows, wo, precision).view(B, R, L, HC)  # the gated rows' gradient
     d_proj = torch.empty(B, R, L, w_proj.shape[0], dtype=dtype, device=x.device)
+    d_o = (du * sg).sum(2, dtype=torch.float32).view(B * R, HC)
+    o, dq = _attention_backward(proj, mask, q, d_o, d_proj, ctx.num_heads, ctx.inf, ctx.eps)
+    o = o.view(B, R, 1, HC).to(dtype)
     torch.mul(du * o, sg * (1 - sg), out=d_proj[..., :HC])  # the gate's pre-activation
-    d_o = (du * sg).sum(2, dtype=torch.float32).view(B * R, h, d)
-    dp = float32_products(d_o, v32.transpose(1, 2), precision)  # (B*R, h, L)
-    d_logits = p * (dp - (p * dp).sum(-1, keepdim=True))
-    d_proj[..., 2 * HC + d:] = float32_products(p.transpose(1, 2), d_o, precision).view(B, R, L, d)
-    d_proj[..., 2 * HC:2 * HC + d] = float32_products(d_logits.transpose(1, 2), q.view(B * R, h, d),
-                                                      precision).view(B, R, L, d)
-    dq = float32_products(d_logits, _columns(k).float(), precision).view(B, R, HC) * d ** -0.5
-    d_bq = dq.sum((0, 1)).to(dtype) if needs[6] and b_q is not None else None
-    # every row's query gets its column's gradient times its mask over the count
-    torch.mul(m[..., None], (dq / (m.sum(-1) + ctx.eps)[..., None])[:, :, None, :], out=d_proj[..., HC:2 * HC])
+    d_wo = matmul(rows.t(), (sg * o).view(-1, HC), precision) if needs[7] else None
+    d_bq = dq.sum(0).to(dtype) if needs[6] and b_q is not None else None
     dx, dlnw, dlnb, dw, db = layer_norm_linear_backward(x, lnw, lnb, w_proj, d_proj, needs[0:1] + needs[2:6],
                                                         precision)
     return dx, None, dlnw, dlnb, dw, db, d_bq, d_wo, d_bo, None, None, None, None, None
