@@ -209,6 +209,18 @@ def test_opcheck_msa_column_global_attention(train):
     torch.library.opcheck(msa_column_global_attention_op, _gcol_args(train, mask=False, query_bias=True))
 
 
+@pytest.mark.no_poison
+@pytest.mark.parametrize("mask", [True, False])
+def test_opcheck_msa_column_global_attention_core_backward(mask):
+    from evofuse.ops.msa_column_global_attention import msa_column_global_attention_op
+    from evofuse.ops.msa_column_global_attention.op import core_backward_op
+
+    args = [a.detach() if isinstance(a, torch.Tensor) else a for a in _gcol_args(True, mask=mask)]
+    _, proj, q = msa_column_global_attention_op(*args)
+    du = torch.randn(*proj.shape[:3], 8, device=DEVICE)
+    torch.library.opcheck(core_backward_op, (proj, args[1], q, du, 2, 1e9, 1e-8))
+
+
 def _trans_args(train, glu=True, mask=True, bias=True):
     """The transition op's arguments: rows (2, 5, 8), hidden 12, output 8, a and b joined (SwiGLU)."""
     from evofuse import Transition
@@ -413,7 +425,8 @@ def _nested_op_cases():
 
     gcol = (randomize(MSAColumnGlobalAttention(8, 4, 2, impl="triton"), 11), (torch.randn(1, 5, 6, 8),
                                                                               (torch.rand(1, 5, 6) > 0.3).float()),
-            [("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
+            [("evofuse.ops.msa_column_global_attention.op", "core_backward_op"),
+             ("evofuse.ops.layer_norm_linear", "layer_norm_backward_op")])
     from evofuse import Transition
 
     trans = (randomize(Transition(8, 12, impl="triton"), 13), (torch.randn(2, 5, 8), (torch.rand(2, 5) > 0.3).float()),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import keep_for_backward, next_pow2, operation
+from ..._runtime import custom_op, keep_for_backward, next_pow2, operation, traced
 from ...reference import MASK_LOGIT, TRIANGLE_MIN_INF
 from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
 from ..matmul import linear, matmul
@@ -47,20 +47,33 @@ def _attention(proj: Tensor, mask: Tensor | None, query_bias: Tensor | None, HC:
     return q, o
 
 
-def _attention_backward(proj: Tensor, mask: Tensor | None, q: Tensor, d_o: Tensor, d_proj: Tensor, num_heads: int,
-                        inf: float, eps: float) -> tuple[Tensor, Tensor]:
-    """(o, dq) (B*R, HC) float32: the attention results again and the queries' gradient before their scale (their
-    bias's, summed over the columns), by `kernels.columns_backward_kernel`, which writes the rows' query, key and value
-    gradients into d_proj (B, R, L, 2HC + 2d) for the scaled queries q and the results' gradient d_o (B*R, HC)."""
+def core_backward(proj: Tensor, mask: Tensor | None, q: Tensor, du: Tensor, num_heads: int, inf: float,
+                  eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(d_proj (B, R, L, 2HC + 2d) in proj's dtype, o (B*R, HC) float32, dq (B*R, HC) float32): the projection's
+    gradient, the attention results again and the queries' gradient before their scale (their bias's, summed over the
+    columns), from the rows' projection proj (B, R, L, 2HC + 2d), their mask, the kept scaled queries q (B*R, HC) and
+    the gated rows' gradient du (B, R, L, HC): the results' gradient d_o = sum_l du sigmoid(g), then
+    `kernels.columns_backward_kernel` (the rows' query, key and value gradients), then the gate's."""
     B, R, L, _ = proj.shape
     HC = q.shape[1]
     d = HC // num_heads
+    sg = torch.sigmoid(proj[..., :HC])  # (B, R, L, HC)
+    d_o = (du * sg).sum(2, dtype=torch.float32).view(B * R, HC)
+    d_proj = torch.empty_like(proj)
     o, dq = torch.empty_like(q), torch.empty_like(q)
     if B * R:
         masks, consts = _column_args(proj, mask, num_heads, d, inf)
         columns_backward_kernel[(B * R,)](proj, *proj.stride()[:3], *masks, q, d_o, o, dq, d_proj, *d_proj.stride()[:3],
                                           R, L, HC, d, d ** -0.5, eps, inf, **consts)
-    return o, dq
+    torch.mul(du * o.view(B, R, 1, HC).to(proj.dtype), sg * (1 - sg), out=d_proj[..., :HC])
+    return d_proj, o, dq
+
+
+def _core_backward_fake(proj, mask, q, du, num_heads, inf, eps):
+    return torch.empty_like(proj), torch.empty_like(q), torch.empty_like(q)
+
+
+core_backward_op = custom_op("msa_column_global_attention_core_backward", core_backward, _core_backward_fake)
 
 
 def msa_column_global_attention_forward(x: Tensor, mask: Tensor | None, layer_norm_weight: Tensor,
@@ -106,20 +119,15 @@ def _backward(ctx, grad_out, *_):
     B, R, L, D = x.shape
     HC = wo.shape[1]
     dtype, precision = x.dtype, ctx.precision
-    sg = torch.sigmoid(proj[..., :HC])  # (B, R, L, HC)
     rows = grad_out.reshape(-1, D)
     d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs[8] else None
-    if not any(needs[:7]):  # the output projection's alone: the results again
-        _, o = _attention(proj, mask, b_q, HC, ctx.num_heads, ctx.inf, ctx.eps)
-        d_wo = matmul(rows.t(), (sg * o.view(B, R, 1, HC).to(dtype)).view(-1, HC), precision) if needs[7] else None
-        return (None,) * 7 + (d_wo, d_bo) + (None,) * 5
     du = matmul(rows, wo, precision).view(B, R, L, HC)  # the gated rows' gradient
-    d_proj = torch.empty(B, R, L, w_proj.shape[0], dtype=dtype, device=x.device)
-    d_o = (du * sg).sum(2, dtype=torch.float32).view(B * R, HC)
-    o, dq = _attention_backward(proj, mask, q, d_o, d_proj, ctx.num_heads, ctx.inf, ctx.eps)
-    o = o.view(B, R, 1, HC).to(dtype)
-    torch.mul(du * o, sg * (1 - sg), out=d_proj[..., :HC])  # the gate's pre-activation
-    d_wo = matmul(rows.t(), (sg * o).view(-1, HC), precision) if needs[7] else None
+    backward = core_backward_op if traced(grad_out) else core_backward
+    d_proj, o, dq = backward(proj, mask, q, du, ctx.num_heads, ctx.inf, ctx.eps)
+    gated = torch.sigmoid(proj[..., :HC]) * o.view(B, R, 1, HC).to(dtype)
+    d_wo = matmul(rows.t(), gated.view(-1, HC), precision) if needs[7] else None
+    if not any(needs[:7]):  # the output projection's alone
+        return (None,) * 7 + (d_wo, d_bo) + (None,) * 5
     d_bq = dq.sum(0).to(dtype) if needs[6] and b_q is not None else None
     dx, dlnw, dlnb, dw, db = layer_norm_linear_backward(x, lnw, lnb, w_proj, d_proj, needs[0:1] + needs[2:6],
                                                         precision)
