@@ -16,6 +16,17 @@ def _row_mask(m_ptr, offs_l, l_ok, stride_ml, HAS_MASK: tl.constexpr):
 
 
 @triton.jit
+def _column(pid, R, D_HEAD, HEADS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+    """(b, r) of column pid, a head's channels offs_c [BLOCK_D] and c_ok, and the (head, channel) tile's hc_ok and
+    columns of the HC, [BLOCK_H, BLOCK_D]."""
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_c = tl.arange(0, BLOCK_D)
+    c_ok = offs_c < D_HEAD
+    hc_ok = (offs_h < HEADS)[:, None] & c_ok[None, :]
+    return pid // R, pid % R, offs_c, c_ok, hc_ok, offs_h[:, None] * D_HEAD + offs_c[None, :]
+
+
+@triton.jit
 def columns_kernel(
     proj_ptr, stride_pb, stride_pr, stride_pl,  # the rows' [g, q, k, v]: (B, R, L, 2HC + 2d), channel stride 1
     m_ptr, stride_mb, stride_mr, stride_ml,  # HAS_MASK: the rows' mask (B, R, L), 0/1 of any dtype
@@ -36,15 +47,9 @@ def columns_kernel(
     then the logits q . k_l of each head, masked, an online softmax over the rows and o = sum_l p_l v_l (second pass);
     q (for the backward) and o written."""
     pid = tl.program_id(0).to(tl.int64)
-    b = pid // R
-    r = pid % R
+    b, r, offs_c, c_ok, hc_ok, cols = _column(pid, R, D_HEAD, HEADS, BLOCK_H, BLOCK_D)
     rows = proj_ptr + b * stride_pb + r * stride_pr
     m_col = m_ptr + b * stride_mb + r * stride_mr
-    offs_h = tl.arange(0, BLOCK_H)
-    offs_c = tl.arange(0, BLOCK_D)
-    c_ok = offs_c < D_HEAD
-    hc_ok = (offs_h < HEADS)[:, None] & c_ok[None, :]  # [BLOCK_H, BLOCK_D]
-    cols = offs_h[:, None] * D_HEAD + offs_c[None, :]  # [BLOCK_H, BLOCK_D]: (head, channel) of the HC
     q = tl.zeros((BLOCK_H, BLOCK_D), dtype=tl.float32)
     count = tl.sum(tl.zeros((BLOCK_L,), dtype=tl.float32), axis=0)
     for l0 in range(0, L, BLOCK_L):
@@ -89,16 +94,10 @@ def columns_backward_kernel(
     gradient dq = sum_l dz k_l (second pass); each row's query gradient mask_l dq d**-0.5 / (count + eps) (third
     pass). In float32, the rows' gradients rounded once to the projection's dtype."""
     pid = tl.program_id(0).to(tl.int64)
-    b = pid // R
-    r = pid % R
+    b, r, offs_c, c_ok, hc_ok, cols = _column(pid, R, D_HEAD, HEADS, BLOCK_H, BLOCK_D)
     rows = proj_ptr + b * stride_pb + r * stride_pr
     d_rows = dp_ptr + b * stride_db + r * stride_dr
     m_col = m_ptr + b * stride_mb + r * stride_mr
-    offs_h = tl.arange(0, BLOCK_H)
-    offs_c = tl.arange(0, BLOCK_D)
-    c_ok = offs_c < D_HEAD
-    hc_ok = (offs_h < HEADS)[:, None] & c_ok[None, :]  # [BLOCK_H, BLOCK_D]
-    cols = offs_h[:, None] * D_HEAD + offs_c[None, :]
     q = tl.load(q_ptr + pid * HC + cols, mask=hc_ok, other=0.0)
     do = tl.load(do_ptr + pid * HC + cols, mask=hc_ok, other=0.0)
     m_i, l_i, o = _softmax_pass(rows, m_col, L, stride_pl, stride_ml, q, offs_c, c_ok, HC, D_HEAD, inf, FILL,
