@@ -8,7 +8,7 @@ from torch import nn
 from . import functional
 from ._dispatch import IMPLS
 from ._runtime import PRECISIONS
-from .reference import ACTIVATIONS, COUNT_EPS, MASK_MODES, NORMALIZATIONS, PAIR_MASK_MODES
+from .reference import ACTIVATIONS, COUNT_EPS, GLOBAL_COUNT_EPS, MASK_MODES, NORMALIZATIONS, PAIR_MASK_MODES
 
 
 def _linear_params(module: nn.Module, names: tuple[str, ...]) -> list[torch.Tensor]:
@@ -344,7 +344,7 @@ class MSAColumnGlobalAttention(nn.Module):
     leading dimensions in place of B); the models' chunking and kernel switches are accepted and change nothing.
     """
 
-    def __init__(self, c_in: int, c_hidden: int, no_heads: int, inf: float = 1e9, eps: float = 1e-10,
+    def __init__(self, c_in: int, c_hidden: int, no_heads: int, inf: float = 1e9, eps: float = GLOBAL_COUNT_EPS,
                  gate_and_output_bias: bool = True, precision: str = "default", impl: str | None = None):
         super().__init__()
         if not isinstance(no_heads, int) or no_heads < 1:

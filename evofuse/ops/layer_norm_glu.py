@@ -225,11 +225,14 @@ def fits(config: triton.Config, M: int, D: int, H: int, operands: int, element_s
     return (bm * bd + operands * bd * bn) * element_size * max(1, config.num_stages) <= SHARED_LIMIT
 
 
-def candidates(M: int, D: int, H: int, operands: int, element_size: int) -> list[triton.Config]:
-    """The tiles tried for a call (`fits`; the table of the rows' dtype) by this kernel and by the kernels built on
-    `projected_rows` (the transition's backward, triangle multiplication's output), whose predicates call here."""
-    return tuning_candidates(FLOAT32_CONFIGS if element_size == 4 else CONFIGS,
-                             lambda c: fits(c, M, D, H, operands, element_size), INTERPRETER_CONFIG)
+def candidates(M: int, D: int, H: int, operands: int, element_size: int, whole_rows: bool = False) -> list[triton.Config]:
+    """The tiles tried for a call (`fits`; the table of the rows' dtype, then its whole-row tiles where `whole_rows`:
+    this kernel's) by this kernel and by the kernels built on `projected_rows` (the transition's backward, triangle
+    multiplication's output), whose predicates call here."""
+    table = FLOAT32_CONFIGS if element_size == 4 else CONFIGS
+    if whole_rows:
+        table = table + (FLOAT32_ROW_CONFIGS if element_size == 4 else ROW_CONFIGS)
+    return tuning_candidates(table, lambda c: fits(c, M, D, H, operands, element_size), INTERPRETER_CONFIG)
 
 
 def tables() -> list[triton.Config]:
@@ -244,9 +247,8 @@ def _glu_tables() -> list[triton.Config]:
 
 def _prune(configs, named_args, **kwargs):
     operands = 1 if kwargs["ACTIVATION"] == "relu" else 2
-    M, D, H, size = named_args["M"], named_args["D"], named_args["H"], named_args["x_ptr"].element_size()
-    table = (FLOAT32_CONFIGS + FLOAT32_ROW_CONFIGS) if size == 4 else (CONFIGS + ROW_CONFIGS)
-    return tuning_candidates(table, lambda c: fits(c, M, D, H, operands, size), INTERPRETER_CONFIG)
+    return candidates(named_args["M"], named_args["D"], named_args["H"], operands, named_args["x_ptr"].element_size(),
+                      whole_rows=True)
 
 
 def layer_norm_glu(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor, bias: Tensor | None,

@@ -49,11 +49,12 @@ def _attention(proj: Tensor, mask: Tensor | None, query_bias: Tensor | None, HC:
 
 def core_backward(proj: Tensor, mask: Tensor | None, q: Tensor, du: Tensor, num_heads: int, inf: float,
                   eps: float) -> tuple[Tensor, Tensor, Tensor]:
-    """(d_proj (B, R, L, 2HC + 2d) in proj's dtype, o (B*R, HC) float32, dq (B*R, HC) float32): the projection's
-    gradient, the attention results again and the queries' gradient before their scale (their bias's, summed over the
-    columns), from the rows' projection proj (B, R, L, 2HC + 2d), their mask, the kept scaled queries q (B*R, HC) and
-    the gated rows' gradient du (B, R, L, HC): the results' gradient d_o = sum_l du sigmoid(g), then
-    `kernels.columns_backward_kernel` (the rows' query, key and value gradients), then the gate's."""
+    """(d_proj (B, R, L, 2HC + 2d), gated (B, R, L, HC), both in proj's dtype, dq (B*R, HC) float32): the projection's
+    gradient, the gated rows sigmoid(g) o again (the output projection's input) and the queries' gradient before
+    their scale (their bias's, summed over the columns), from the rows' projection proj (B, R, L, 2HC + 2d), their
+    mask, the kept scaled queries q (B*R, HC) and the gated rows' gradient du (B, R, L, HC): the results' gradient
+    d_o = sum_l du sigmoid(g), then `kernels.columns_backward_kernel` (the rows' query, key and value gradients and o),
+    then the gate's."""
     B, R, L, _ = proj.shape
     HC = q.shape[1]
     d = HC // num_heads
@@ -65,12 +66,13 @@ def core_backward(proj: Tensor, mask: Tensor | None, q: Tensor, du: Tensor, num_
         masks, consts = _column_args(proj, mask, num_heads, d, inf)
         columns_backward_kernel[(B * R,)](proj, *proj.stride()[:3], *masks, q, d_o, o, dq, d_proj, *d_proj.stride()[:3],
                                           R, L, HC, d, d ** -0.5, eps, inf, **consts)
-    torch.mul(du * o.view(B, R, 1, HC).to(proj.dtype), sg * (1 - sg), out=d_proj[..., :HC])
-    return d_proj, o, dq
+    o = o.view(B, R, 1, HC).to(proj.dtype)
+    torch.mul(du * o, sg * (1 - sg), out=d_proj[..., :HC])
+    return d_proj, sg * o, dq
 
 
 def _core_backward_fake(proj, mask, q, du, num_heads, inf, eps):
-    return torch.empty_like(proj), torch.empty_like(q), torch.empty_like(q)
+    return torch.empty_like(proj), torch.empty_like(du), torch.empty_like(q)
 
 
 core_backward_op = custom_op("msa_column_global_attention_core_backward", core_backward, _core_backward_fake)
@@ -123,8 +125,7 @@ def _backward(ctx, grad_out, *_):
     d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs[8] else None
     du = matmul(rows, wo, precision).view(B, R, L, HC)  # the gated rows' gradient
     backward = core_backward_op if traced(grad_out) else core_backward
-    d_proj, o, dq = backward(proj, mask, q, du, ctx.num_heads, ctx.inf, ctx.eps)
-    gated = torch.sigmoid(proj[..., :HC]) * o.view(B, R, 1, HC).to(dtype)
+    d_proj, gated, dq = backward(proj, mask, q, du, ctx.num_heads, ctx.inf, ctx.eps)
     d_wo = matmul(rows.t(), gated.view(-1, HC), precision) if needs[7] else None
     if not any(needs[:7]):  # the output projection's alone
         return (None,) * 7 + (d_wo, d_bo) + (None,) * 5
