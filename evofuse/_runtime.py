@@ -79,22 +79,52 @@ def keep_for_backward(ctx, saved: list, kept: list, **options) -> None:
         setattr(ctx, name, value)
 
 
-_AUTOTUNED: dict = {}  # kernel -> its kernel under Triton's autotuner, built on its first launch
+_AUTOTUNED: dict = {}  # kernel -> its `Tuned` launcher, built on its first launch
 
 
-def autotuned(kernel, configs, key: list[str], prune, restore_value: tuple[str, ...] = ()):
-    """`kernel` under Triton's autotuner: the candidates `configs()` (a function: the tables as they are at the first
-    launch), pruned for each call by `prune` (through `tuning_candidates`), the choice cached per value of the
-    arguments named in `key` (their size buckets) and the dtypes; `restore_value`: pointer arguments that the timing
-    runs must leave unchanged. Built once per kernel, on its first launch, and looked up by it after; every kernel's
-    autotuning goes through here."""
-    tuner = _AUTOTUNED.get(kernel)
-    if tuner is None:
+class Tuned:
+    """A kernel under Triton's autotuner, launched as `tuned[grid](*args, **kwargs)`: through the autotuner until
+    its choice for a key (the values of the arguments named in `key`, then every tensor argument's dtype, as Triton's
+    autotuner keys its cache) is made, then with the chosen config's arguments straight to the kernel. The
+    autotuner's own work on every launch (argument dicts, its key, the config's arguments) is host time a tuned
+    bucket does not need (docs/PERFORMANCE.md, "Host cost")."""
+
+    def __init__(self, tuner, key: list[str]):
+        self.tuner = tuner
+        self.key = [(tuner.arg_names.index(name), name) for name in key if name in tuner.arg_names]
+        self.chosen: dict = {}  # key -> the chosen config's launch arguments (num_warps, num_stages, constexprs)
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launch(grid, args, kwargs)
+
+    def launch(self, grid, args: tuple, kwargs: dict):
+        given = len(args)
+        key = (*[args[i] if i < given else kwargs.get(name) for i, name in self.key],
+               *[arg.dtype for arg in args if isinstance(arg, torch.Tensor)],
+               *[arg.dtype for arg in kwargs.values() if isinstance(arg, torch.Tensor)])
+        chosen = self.chosen.get(key)
+        if chosen is not None:
+            return self.tuner.fn[grid](*args, **kwargs, **chosen)
+        launched = self.tuner[grid](*args, **kwargs)
+        if self.tuner.best_config.pre_hook is None:  # (a config's hook runs before each launch: the autotuner's)
+            self.chosen[key] = self.tuner.best_config.all_kwargs()
+        return launched
+
+
+def autotuned(kernel, configs, key: list[str], prune, restore_value: tuple[str, ...] = ()) -> Tuned:
+    """`kernel` under Triton's autotuner (`Tuned`): the candidates `configs()` (a function: the tables as they are at
+    the first launch), pruned for each call by `prune` (through `tuning_candidates`), the choice cached per value of
+    the arguments named in `key` (their size buckets) and the dtypes; `restore_value`: pointer arguments that the
+    timing runs must leave unchanged. Built once per kernel, on its first launch, and looked up by it after; every
+    kernel's autotuning goes through here."""
+    tuned = _AUTOTUNED.get(kernel)
+    if tuned is None:
         import triton
 
-        tuner = _AUTOTUNED[kernel] = triton.autotune(configs(), key=key, restore_value=list(restore_value),
-                                                     prune_configs_by={"early_config_prune": prune})(kernel)
-    return tuner
+        tuner = triton.autotune(configs(), key=key, restore_value=list(restore_value),
+                                prune_configs_by={"early_config_prune": prune})(kernel)
+        tuned = _AUTOTUNED[kernel] = Tuned(tuner, key)
+    return tuned
 
 
 def forget_autotuned() -> None:

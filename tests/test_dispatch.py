@@ -124,3 +124,47 @@ def test_fused_calls_launch_on_the_inputs_gpu(monkeypatch):
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)
     F.on_device(torch.zeros(1))
     assert len(entered) == 1
+
+
+def _doubling_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def doubling_kernel(x_ptr, out_ptr, n, N_BUCKET: tl.constexpr, SCALE: tl.constexpr, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offsets, mask=offsets < n)
+        tl.store(out_ptr + offsets, x * SCALE, mask=offsets < n)
+
+    return doubling_kernel
+
+
+@pytest.mark.parametrize("hook", [False, True])
+def test_tuned_launches_skip_the_autotuner_once_chosen(hook):
+    """A kernel's launcher goes through Triton's autotuner once per key (the key arguments' values and the dtypes) and
+    straight to the kernel after, with the chosen config's arguments; a config with a pre-hook always through it."""
+    import triton
+
+    from evofuse._runtime import autotuned, cdiv
+
+    hooked = []
+    config = triton.Config({"BLOCK": 16}, num_warps=1, pre_hook=(lambda nargs: hooked.append(1)) if hook else None)
+    tuned = autotuned(_doubling_kernel(), lambda: [config], ["N_BUCKET"], lambda configs, nargs, **_: configs)
+    tuner_runs = []
+    run = tuned.tuner.run
+    tuned.tuner.run = lambda *args, **kwargs: tuner_runs.append(1) or run(*args, **kwargs)
+
+    def launch(n, dtype, bucket, scale=2.0):
+        x = torch.arange(n, device=DEVICE).to(dtype)
+        out = torch.empty_like(x)
+        tuned[lambda meta: (cdiv(n, meta["BLOCK"]),)](x, out, n, bucket, SCALE=scale)
+        torch.testing.assert_close(out, x * scale)
+
+    launch(37, torch.float32, 64)
+    launch(50, torch.float32, 64)  # (same key: the autotuner's choice reused)
+    launch(50, torch.float32, 64, scale=3.0)  # (a constexpr outside the key: a new specialization, same choice)
+    assert len(tuner_runs) == (3 if hook else 1)
+    launch(50, torch.float16, 64)  # another dtype and another bucket: the autotuner again
+    launch(70, torch.float32, 128)
+    assert len(tuner_runs) == (5 if hook else 3)
+    assert len(hooked) == (5 if hook else 0)
