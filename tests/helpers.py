@@ -201,3 +201,38 @@ def assert_autocast_like_original(integration, block, calls, device):
                 ours, theirs = fused(*args), original(*args)
         assert ours.dtype == theirs.dtype, path
         assert rel_error(ours, exact) <= 2 * rel_error(theirs, exact) + 1e-3, path
+
+
+def peak_live_bytes(run) -> int:
+    """The most bytes of tensor storage that `run()` held alive at once, counting the storages its aten calls made (on
+    any device; views, in-place and out= results, and what existed before, not counted): the peak of a call's
+    allocations where no CUDA allocator reports one (the interpreter)."""
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    live, peak, seen = [0], [0], set()
+
+    def freed(key, size):
+        live[0] -= size
+        seen.discard(key)
+
+    class Tracking(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            given = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes():
+                    key = t.untyped_storage().data_ptr()
+                    if key not in seen and key not in given:  # (a view, an in-place or out= result: no allocation)
+                        seen.add(key)
+                        size = t.untyped_storage().nbytes()
+                        weakref.finalize(t.untyped_storage(), freed, key, size)
+                        live[0] += size
+                        peak[0] = max(peak[0], live[0])
+            return out
+
+    with Tracking():
+        run()
+    return peak[0]

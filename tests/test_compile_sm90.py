@@ -96,7 +96,6 @@ def _launches():
     from evofuse.ops.row_attention import kernels as att
     from evofuse.ops.transition import kernels as trans
     from evofuse.ops.triangle_multiplication import kernels as trimul
-    from evofuse.ops.triangle_multiplication import op as trimul_op
 
     def cfg(config):
         return config.kwargs, config.num_warps, config.num_stages
@@ -171,12 +170,10 @@ def _launches():
             kw, warps, stages = cfg(pwa_configs.projection_candidates(8 * C, 64, 2 if dtype == "bf16" else 4)[0])
             yield (f"gated projection backward {dtype} C {C}", pwa.gated_projection_backward_kernel, dtype,
                    dict(C=C, BLOCK_O=64, PRECISION=precision, **kw), warps, stages, {"part_ptr": "*fp32"})
-        block_m, block_c = trimul_op._out_gate_tiles(128)
-        yield (f"out_gate_backward_kernel {dtype}", trimul.out_gate_backward_kernel, dtype,
-               dict(BLOCK_M=block_m, BLOCK_C=block_c), 4, 1, {})
         kw, warps, stages = cfg((glu.CONFIGS if dtype == "bf16" else glu.FLOAT32_CONFIGS)[0])
-        yield (f"triangle multiplication output {dtype}", trimul.output_kernel, dtype,
-               dict(HAS_P_BIAS=True, HAS_G_BIAS=True, STORE=True, PRECISION=precision, **kw), warps, stages, {})
+        for grad in (False, True):
+            yield (f"triangle multiplication output {dtype} grad={grad}", trimul.output_kernel, dtype,
+                   dict(HAS_P_BIAS=True, HAS_G_BIAS=True, GRAD=grad, PRECISION=precision, **kw), warps, stages, {})
         # LayerNorm + gated linear and the transition's backward: every tile the autotuner may try (SwiGLU, rows
         # out), the first for ReLU and for triangle multiplication's gate (channel planes out: unit row strides)
         table = glu.CONFIGS if dtype == "bf16" else glu.FLOAT32_CONFIGS

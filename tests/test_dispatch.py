@@ -60,7 +60,7 @@ def test_module_override_and_call_override_reach_the_kernel(monkeypatch):
 
 OPS = ("outer_product_mean", "outer_product_mean_core_backward", "msa_row_attention", "msa_row_attention_core_backward",
        "pair_weighted_averaging", "pair_weighted_averaging_core_backward", "triangle_attention", "triangle_multiplication",
-       "triangle_multiplication_core_backward", "triangle_multiplication_out_gate_backward",
+       "triangle_multiplication_core_backward",
        "msa_column_attention", "msa_column_global_attention",
        "msa_column_global_attention_core_backward", "transition", "transition_core_backward", "matmul",
        "layer_norm_backward",

@@ -515,6 +515,14 @@ def layer_norm_pass(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: Tensor 
     weight), else empty; dx in x's dtype, (M, D) where store_dx and grad is given, else empty; d_ln (2, D) float32,
     the LayerNorm weight's and bias's gradients, (2, 0) without grad; d_weight (K, D) and d_bias (K,) float32 with
     weight and grad, else empty."""
+    return layer_norm_pass_into(x, ln_weight, ln_bias, grad, weight, row_mask, store_xn, store_dx, precision, None)
+
+
+def layer_norm_pass_into(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: Tensor | None, weight: Tensor | None,
+                         row_mask: Tensor | None, store_xn: bool, store_dx: bool, precision: str,
+                         dx: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """`layer_norm_pass`, its dx written into `dx` (M, D) where given (an eager caller's rows of a larger gradient; the
+    op `evofuse::layer_norm_backward` mutates nothing, so this stays outside it)."""
     M, D = x.shape
     has_grad = grad is not None
     project = has_grad and weight is not None
@@ -522,7 +530,8 @@ def layer_norm_pass(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: Tensor 
     store_dx = store_dx and has_grad
     K = weight.shape[0] if project else 0
     xn = x.new_empty((M, D) if store_xn else (0,))
-    dx = x.new_empty((M, D) if store_dx else (0,))
+    if dx is None or not store_dx:
+        dx = x.new_empty((M, D) if store_dx else (0,))
     block_d, block_k, block_m, warps = backward_tiles(D, K, project)
     blocks = cdiv(M, block_m)
     per_program = max(1, cdiv(blocks, backward_programs(x.device, warps)))
@@ -560,7 +569,7 @@ layer_norm_backward_op = custom_op("layer_norm_backward", layer_norm_pass, _laye
 
 def layer_norm_linear_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor, dy: Tensor,
                                needs: tuple[bool, bool, bool, bool, bool], precision: str = "default",
-                               mask: Tensor | None = None):
+                               mask: Tensor | None = None, dx_out: Tensor | None = None):
     """Gradients of y = (LayerNorm(x) @ weight^T + bias) * mask[..., None] for the output gradient dy (..., K);
     mask of x's leading shape, 0/1 of any dtype, or None. `needs` says which of (x, ln_weight, ln_bias, weight,
     bias) want one.
@@ -569,13 +578,18 @@ def layer_norm_linear_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, we
     dtype. 16-bit inputs recompute the normalized rows in their dtype (as the reference does), and every
     product accumulates in float32. A narrow linear (`projects_on_chip`: a pair's head projection, the Outer
     Product Mean's) takes the mask and its products on chip, in one pass over x with nothing of x's size but dx
-    written; a wider one takes cuBLAS products around the pass."""
+    written; a wider one takes cuBLAS products around the pass. Where `dx_out` (M, D) is given (an eager caller's rows
+    of a larger gradient), x's gradient is written into it."""
     D = x.shape[-1]
     K = weight.shape[0]
     rows = x.reshape(-1, D)
     dy = dy.reshape(-1, K)
     mask_rows = None if mask is None else mask.reshape(-1)
-    backward = layer_norm_backward_op if traced(dy) else layer_norm_pass
+    if dx_out is not None:
+        def backward(*args):
+            return layer_norm_pass_into(*args, dx_out)
+    else:
+        backward = layer_norm_backward_op if traced(dy) else layer_norm_pass
     if projects_on_chip(D, K, x.element_size()) and any(needs[:4]):
         _, dx, d_ln, d_weight, d_bias = backward(rows, ln_weight, ln_bias, dy, weight, mask_rows, False, needs[0],
                                                  precision)
