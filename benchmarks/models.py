@@ -1,7 +1,8 @@
 """evofuse inside the models, on a CUDA machine: each installed family's MSA block and pair-stack block at the model's
-default sizes, and the modules evofuse replaces in it, unpatched against patched, forward and training step, float32
-and bfloat16 autocast (the models' mixed precision), in one run. Where a model has kernels of its own (cuEquivariance's
-triangle kernels in Boltz-2, Protenix and OpenFold3), its unpatched block is timed with them too.
+default sizes, and the modules evofuse replaces in it, unpatched against patched (those it leaves: unpatched alone),
+forward and training step, float32 and bfloat16 autocast (the models' mixed precision), in one run. Where a model has
+kernels of its own (cuEquivariance's triangle kernels in Boltz-2, Protenix and OpenFold3), its unpatched block is timed
+with them too.
 
     python benchmarks/models.py [--families boltz,boltz-pairformer,...] [--msa-rows 1024] [--residues 384]
         [--precisions fp32,bf16]
@@ -73,7 +74,9 @@ def _boltz_pairformer(S, N):
     def run(b, s, z, pair_mask, mask, **kernels):
         return b(s, z, mask, pair_mask, **kernels)
 
-    modules = _tri_modules() | _pair_transition("transition_z")
+    modules = _tri_modules() | _pair_transition("transition_z") | {
+        "attention": lambda b, s, z, pair_mask, mask: b(s=s, z=z, mask=mask, k_in=s),  # (AF3 Algorithm 24)
+        "transition_s": lambda b, s, *_: b(s)}
     variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, use_kernels=True))}
     return block, inputs, run, modules, variants
 
@@ -108,7 +111,8 @@ def _protenix_pairformer(S, N):
     def run(b, s, z, pair_mask, kernels="torch"):
         return b(s, z, pair_mask, triangle_multiplicative=kernels, triangle_attention=kernels)
 
-    modules = _tri_modules() | _pair_transition("pair_transition")
+    modules = _tri_modules() | _pair_transition("pair_transition") | {
+        "attention_pair_bias": lambda b, s, z, *_: b(a=s, s=None, z=z), "single_transition": lambda b, s, *_: b(s)}
     variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, kernels="cuequivariance"))}
     return block, inputs, run, modules, variants
 
@@ -227,9 +231,10 @@ def bench_family(name: str, S: int, N: int, precisions: list[str]) -> list[dict]
     print(f"  {name}: patched {', '.join(replaced)}", flush=True)
     block_impls = [("unpatched", block, run), ("evofuse", patched, run)] + [
         (label, block if which == "unpatched" else patched, call) for label, (which, call) in variants.items()]
-    targets = [("block", block_impls)] + [
-        (path, [("unpatched", block.get_submodule(path), call), ("evofuse", patched.get_submodule(path), call)])
-        for path, call in modules.items() if path in replaced]
+    targets = [("block", block_impls)] + [  # (a module evofuse does not replace: its share of the block, unpatched)
+        (path, [("unpatched", block.get_submodule(path), call)]
+         + ([("evofuse", patched.get_submodule(path), call)] if path in replaced else []))
+        for path, call in modules.items()]
     for what, impls in targets:
         for precision in precisions:
             autocast = torch.autocast("cuda", dtype=torch.bfloat16) if precision != "fp32" else contextlib.nullcontext()
