@@ -170,10 +170,14 @@ def _launches():
             kw, warps, stages = cfg(pwa_configs.projection_candidates(8 * C, 64, 2 if dtype == "bf16" else 4)[0])
             yield (f"gated projection backward {dtype} C {C}", pwa.gated_projection_backward_kernel, dtype,
                    dict(C=C, BLOCK_O=64, PRECISION=precision, **kw), warps, stages, {"part_ptr": "*fp32"})
-        kw, warps, stages = cfg((glu.CONFIGS if dtype == "bf16" else glu.FLOAT32_CONFIGS)[0])
-        for grad in (False, True):
-            yield (f"triangle multiplication output {dtype} grad={grad}", trimul.output_kernel, dtype,
-                   dict(HAS_P_BIAS=True, HAS_G_BIAS=True, GRAD=grad, PRECISION=precision, **kw), warps, stages, {})
+        # triangle multiplication's output kernel: the first tile, and every whole-row one (t channel major)
+        for k, config in enumerate([(glu.CONFIGS if dtype == "bf16" else glu.FLOAT32_CONFIGS)[0]]
+                                   + (glu.ROW_CONFIGS if dtype == "bf16" else glu.FLOAT32_ROW_CONFIGS)):
+            kw, warps, stages = cfg(config)
+            for grad in (False, True):
+                yield (f"triangle multiplication output {dtype} tile {k} grad={grad}", trimul.output_kernel, dtype,
+                       dict(HAS_P_BIAS=True, HAS_G_BIAS=True, GRAD=grad, PRECISION=precision, **kw),
+                       warps, stages, {})
         # LayerNorm + gated linear and the transition's backward: every tile the autotuner may try (SwiGLU, rows
         # out), the first for ReLU and for triangle multiplication's gate (channel planes out: unit row strides)
         table = glu.CONFIGS if dtype == "bf16" else glu.FLOAT32_CONFIGS

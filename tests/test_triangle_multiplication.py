@@ -100,6 +100,29 @@ def test_gradients_in_row_chunks(outgoing, dtype, monkeypatch):
         torch.testing.assert_close(chunked, one_pass, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("outgoing, dtype", [(False, torch.float32), (True, LOW)])
+def test_whole_row_output_tile(outgoing, dtype, monkeypatch):
+    """The output kernel at a whole-row tile (t's and the pair's rows normalized once, then two blocks of 16 output
+    channels a program, c_z 40: the second program's block partial), forward and with GRAD in the backward: the output
+    and every gradient within the contract."""
+    import triton
+
+    from evofuse.ops.triangle_multiplication import configs
+
+    from .helpers import rebuild_kernels
+
+    warps, stages = (1, 1) if DEVICE == "cpu" else (4, 2)
+    config = triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_D": 64, "ROW_STEPS": 2}, num_warps=warps,
+                           num_stages=stages)
+    monkeypatch.setattr(configs, "prune_output", lambda configs, named_args, **kwargs: [config])
+    rebuild_kernels()
+    try:
+        z, mask = _inputs(2, 17, 40, 14)
+        check_gradients(_module(40, 24, outgoing, seed=13, bias=True), (z, mask), dtype, DEVICE, 1)
+    finally:
+        rebuild_kernels()  # (the next call's autotuner built with the tables' own pruning again)
+
+
 @pytest.mark.parametrize("chunk_bytes, most", [(None, 15.5), (0, 12.0)])
 def test_training_peak_memory(chunk_bytes, most, monkeypatch):
     """A training step's peak of live storage, in pair tensors (B, N, N, c_z) at c = c_z, the output and its

@@ -60,7 +60,7 @@ def layer_norm_glu_kernel(
     else:
         offs_d = tl.arange(0, BLOCK_D)
         d_ok = offs_d < D
-        xn = _normalized_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, D, eps, dtype, BLOCK_D)  # [BLOCK_M, BLOCK_D]
+        xn = normalized_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, D, eps, dtype, BLOCK_D)  # [BLOCK_M, BLOCK_D]
         n_start = tl.program_id(1) * (ROW_STEPS * BLOCK_N)
         for n0 in range(n_start, tl.minimum(n_start + ROW_STEPS * BLOCK_N, H), BLOCK_N):
             offs_n = n0 + tl.arange(0, BLOCK_N)  # [BLOCK_N]
@@ -109,7 +109,7 @@ def _store_h(a, b, offs_m, m_ok, offs_n, n_ok, m_ptr, pre_ptr, stride_pm, stride
 
 
 @triton.jit
-def _normalized_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, D, eps, dtype: tl.constexpr, BLOCK_D: tl.constexpr):
+def normalized_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, D, eps, dtype: tl.constexpr, BLOCK_D: tl.constexpr):
     """LayerNorm of whole rows at x_rows [BLOCK_M, 1] (D <= BLOCK_D), [BLOCK_M, BLOCK_D] in `dtype`, zero in the padding
     channels: `row_moments`' and `projected_rows`' arithmetic on one chunk, from one read."""
     offs_d = tl.arange(0, BLOCK_D)
@@ -240,8 +240,9 @@ def tables() -> list[triton.Config]:
     return CONFIGS + FLOAT32_CONFIGS
 
 
-def _glu_tables() -> list[triton.Config]:
-    """layer_norm_glu_kernel's tiles: both tables, then the whole-row ones."""
+def row_tables() -> list[triton.Config]:
+    """Both tables, then the whole-row tiles: the autotuners of the kernels with a whole-row path (this one's,
+    triangle multiplication's output kernel)."""
     return tables() + ROW_CONFIGS + FLOAT32_ROW_CONFIGS
 
 
@@ -268,7 +269,7 @@ def layer_norm_glu(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor
         return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"] * meta.get("ROW_STEPS", 1))
 
     pre_args = (h, 0, 0) if pre is None else (pre, *pre.stride())
-    autotuned(layer_norm_glu_kernel, _glu_tables, KEY, _prune)[grid](
+    autotuned(layer_norm_glu_kernel, row_tables, KEY, _prune)[grid](
         x, *x.stride(), ln_weight, ln_bias, weight, *weight.stride(), weight if bias is None else bias,
         h if mask is None else mask, *pre_args, h, *h.stride(), M, D, H, LAYER_NORM_EPS, bucket(M), bucket(H),
         ACTIVATION=activation, HAS_BIAS=bias is not None, HAS_MASK=mask is not None, STORE_PRE=pre is not None,

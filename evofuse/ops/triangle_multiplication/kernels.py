@@ -6,7 +6,7 @@ place of PyTorch's chain of float32 temporaries, and nothing of the output side 
 import triton
 import triton.language as tl
 
-from ..layer_norm_glu import projected_rows
+from ..layer_norm_glu import normalized_rows, projected_rows
 
 
 @triton.jit
@@ -31,26 +31,62 @@ def output_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    ROW_STEPS: tl.constexpr = 1,  # > 1: whole rows (BLOCK_D >= c, c_z) normalized once for up to ROW_STEPS blocks of BLOCK_N
 ):
-    """y = p_out(LN_out(t)) and g = g_out(LN_in(z)) for BLOCK_M pairs and BLOCK_N output channels, both LayerNorms on
-    chip (`projected_rows`, the normalized rows and both projections rounded as the reference's), then out = y *
-    sigmoid(g) rounded once; with GRAD, the gate's backward in float32 instead (y and g made again, so that the forward
-    keeps neither)."""
+    """y = p_out(LN_out(t)) and g = g_out(LN_in(z)) for BLOCK_M pairs and BLOCK_N (ROW_STEPS x BLOCK_N) output
+    channels, both LayerNorms on chip (the normalized rows and both projections rounded as the reference's), then out =
+    y * sigmoid(g) rounded once; with GRAD, the gate's backward in float32 instead (y and g made again, so that the
+    forward keeps neither). One block a program (`projected_rows`) reads its rows three times for each block of
+    BLOCK_N; whole rows (`normalized_rows`) are read and normalized once."""
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
     m_ok = offs_m < M
-    n_ok = offs_n < CZ
     rows = offs_m.to(tl.int64)[:, None]  # [BLOCK_M, 1]
-    cols = offs_n.to(tl.int64)[None, :]  # [1, BLOCK_N]
     dtype = z_ptr.dtype.element_ty
-    y, _ = projected_rows(t_ptr + rows * stride_tm, stride_tc, m_ok, lno_w_ptr, lno_b_ptr, wp_ptr + cols * stride_pk,
-                          stride_pk, stride_pc, bp_ptr, offs_n, n_ok, C, 0, eps, dtype, False, HAS_P_BIAS, PRECISION,
-                          BLOCK_M, BLOCK_N, BLOCK_D)
-    g, _ = projected_rows(z_ptr + rows * stride_zm, stride_zd, m_ok, lni_w_ptr, lni_b_ptr, wg_ptr + cols * stride_gk,
-                          stride_gk, stride_gd, bg_ptr, offs_n, n_ok, CZ, 0, eps, dtype, False, HAS_G_BIAS, PRECISION,
-                          BLOCK_M, BLOCK_N, BLOCK_D)
+    if ROW_STEPS == 1:
+        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+        n_ok = offs_n < CZ
+        cols = offs_n.to(tl.int64)[None, :]  # [1, BLOCK_N]
+        y, _ = projected_rows(t_ptr + rows * stride_tm, stride_tc, m_ok, lno_w_ptr, lno_b_ptr, wp_ptr + cols * stride_pk,
+                              stride_pk, stride_pc, bp_ptr, offs_n, n_ok, C, 0, eps, dtype, False, HAS_P_BIAS,
+                              PRECISION, BLOCK_M, BLOCK_N, BLOCK_D)
+        g, _ = projected_rows(z_ptr + rows * stride_zm, stride_zd, m_ok, lni_w_ptr, lni_b_ptr, wg_ptr + cols * stride_gk,
+                              stride_gk, stride_gd, bg_ptr, offs_n, n_ok, CZ, 0, eps, dtype, False, HAS_G_BIAS,
+                              PRECISION, BLOCK_M, BLOCK_N, BLOCK_D)
+        _gate(y, g, rows, m_ok, offs_n, n_ok, grad_ptr, stride_dm, stride_dn, out_ptr, dgo_ptr, M, CZ, GRAD)
+    else:
+        offs_d = tl.arange(0, BLOCK_D)
+        xt = normalized_rows(t_ptr + rows * stride_tm, stride_tc, m_ok, lno_w_ptr, lno_b_ptr, C, eps, dtype,
+                             BLOCK_D)  # [BLOCK_M, BLOCK_D]
+        xz = normalized_rows(z_ptr + rows * stride_zm, stride_zd, m_ok, lni_w_ptr, lni_b_ptr, CZ, eps, dtype,
+                             BLOCK_D)  # [BLOCK_M, BLOCK_D]
+        n_start = tl.program_id(1) * (ROW_STEPS * BLOCK_N)
+        for n0 in range(n_start, tl.minimum(n_start + ROW_STEPS * BLOCK_N, CZ), BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+            n_ok = offs_n < CZ
+            cols = offs_n.to(tl.int64)[None, :]  # [1, BLOCK_N]
+            wp = tl.load(wp_ptr + cols * stride_pk + offs_d[:, None] * stride_pc,
+                         mask=(offs_d < C)[:, None] & n_ok[None, :], other=0.0)  # [BLOCK_D, BLOCK_N]
+            y = tl.dot(xt, wp, input_precision=PRECISION)
+            wg = tl.load(wg_ptr + cols * stride_gk + offs_d[:, None] * stride_gd,
+                         mask=(offs_d < CZ)[:, None] & n_ok[None, :], other=0.0)  # [BLOCK_D, BLOCK_N]
+            g = tl.dot(xz, wg, input_precision=PRECISION)
+            if HAS_P_BIAS:
+                y += tl.load(bp_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+            if HAS_G_BIAS:
+                g += tl.load(bg_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+            _gate(y.to(dtype), g.to(dtype), rows, m_ok, offs_n, n_ok, grad_ptr, stride_dm, stride_dn, out_ptr, dgo_ptr,
+                  M, CZ, GRAD)
+
+
+@triton.jit
+def _gate(y, g, rows, m_ok, offs_n, n_ok, grad_ptr, stride_dm, stride_dn, out_ptr, dgo_ptr, M, CZ,
+          GRAD: tl.constexpr):
+    """out = y * sigmoid(g) [BLOCK_M, BLOCK_N] (y and g in the pair's dtype) rounded once at rows [BLOCK_M, 1] and
+    channels offs_n; with GRAD, y's gradient grad * sigmoid(g) there and g's grad * y * sigmoid'(g) channel major."""
     ok = m_ok[:, None] & n_ok[None, :]
-    s = tl.sigmoid(g.to(tl.float32))  # [BLOCK_M, BLOCK_N]
+    cols = offs_n.to(tl.int64)[None, :]  # [1, BLOCK_N]
+    dtype = out_ptr.dtype.element_ty
+    s = tl.sigmoid(g.to(tl.float32))
     if GRAD:
         d = tl.load(grad_ptr + rows * stride_dm + cols * stride_dn, mask=ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + rows * CZ + cols, (d * s).to(dtype), mask=ok)

@@ -70,9 +70,9 @@ def _output(t: Tensor, pair_repr: Tensor, norm_in_weight: Tensor, norm_in_bias: 
     grad_rows = (out if grad is None else grad).reshape(M, cz)  # (a view where it can be: a broadcast gradient stays one)
 
     def grid(meta):
-        return cdiv(M, meta["BLOCK_M"]), cdiv(cz, meta["BLOCK_N"])
+        return cdiv(M, meta["BLOCK_M"]), cdiv(cz, meta["BLOCK_N"] * meta.get("ROW_STEPS", 1))
 
-    autotuned(output_kernel, layer_norm_glu.tables, OUTPUT_KEY, configs.prune_output)[grid](
+    autotuned(output_kernel, layer_norm_glu.row_tables, OUTPUT_KEY, configs.prune_output)[grid](
         t, 1, t.stride(0), norm_out_weight, norm_out_bias, p_out_weight, *p_out_weight.stride(),
         p_out_weight if p_out_bias is None else p_out_bias, z, *z.stride(), norm_in_weight, norm_in_bias,
         in_weight[4 * c:], *in_weight.stride(), in_weight if in_bias is None else in_bias[4 * c:], grad_rows,
