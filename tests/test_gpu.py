@@ -243,6 +243,29 @@ def test_every_whole_row_tile(dtype, index, monkeypatch):
         rebuild_kernels()
 
 
+@pytest.mark.full  # a sweep: compiles a kernel for each config
+@pytest.mark.parametrize("dtype, index", [(torch.bfloat16, i) for i in range(len(layer_norm_glu.ROW_CONFIGS))]
+                         + [(torch.float32, i) for i in range(len(layer_norm_glu.FLOAT32_ROW_CONFIGS))])
+def test_every_whole_row_output_tile(dtype, index, monkeypatch):
+    """Triangle multiplication's output kernel at each whole-row tile alone (forward, and with GRAD in the backward):
+    c_z 100, c 72 (one chunk of 128), or c_z 60, c 40 (of 64), N 37, the output and every gradient against float64."""
+    from evofuse import TriangleMultiplication
+    from evofuse.ops.triangle_multiplication import configs as trimul_configs
+
+    from .helpers import randomize
+
+    tile = (layer_norm_glu.ROW_CONFIGS if dtype == torch.bfloat16 else layer_norm_glu.FLOAT32_ROW_CONFIGS)[index]
+    cz, c = (100, 72) if tile.kwargs["BLOCK_D"] >= 128 else (60, 40)
+    monkeypatch.setattr(trimul_configs, "prune_output", lambda configs, named_args, **kwargs: [tile])
+    rebuild_kernels()
+    try:
+        mod = randomize(TriangleMultiplication(cz, c, bias=True), 9)
+        z, mask = torch.randn(1, 37, 37, cz), random_mask(1, 37, 37, "rows", 10)
+        check_gradients(mod, (z, mask), dtype, "cuda")
+    finally:
+        rebuild_kernels()
+
+
 @pytest.mark.full  # a sweep: compiles a kernel for each config (or autotunes at the suite's shapes)
 @pytest.mark.parametrize("case", [c for c in SUITE if not c.name.endswith("-seed") and c.reference_fits],
                          ids=lambda c: c.name)
