@@ -27,8 +27,8 @@ LAUNCHES = {
 }
 
 
-def _counts(case, impl):
-    mod = make_module(case, seed=0, impl=impl).cuda().to(torch.bfloat16)
+def _counts(case, impl, weights=torch.bfloat16):
+    mod = make_module(case, seed=0, impl=impl).cuda().to(weights)
     inputs = make_inputs(case, "cuda", torch.bfloat16, seed=1, fully_masked=False)
     with torch.no_grad():
         forward = kernel_launches(lambda: mod(*inputs))
@@ -42,3 +42,13 @@ def test_kernel_launches(name):
     got = _counts(case, "triton")
     assert got == LAUNCHES[name], (f"{name}: (forward, training step) {got}, expected {LAUNCHES[name]} (eager "
                                    f"PyTorch's {_counts(case, 'torch')})")
+
+
+@pytest.mark.parametrize("name", [*LAUNCHES, "gcol-seed"])
+def test_float32_weights_cost_one_cast(name):
+    """float32 parameters on a bfloat16 input (the models' weights under autocast) are cast together: at most two
+    kernels more than bfloat16 parameters in a forward (their cat and one cast) and four in a training step (and the
+    gradients' cat and cast back), however many parameters the module has."""
+    case = next(c for c in SEED_CASES if c.name == name)
+    same, mixed = _counts(case, "triton"), _counts(case, "triton", torch.float32)
+    assert mixed[0] - same[0] <= 2 and mixed[1] - same[1] <= 4, (name, same, mixed)

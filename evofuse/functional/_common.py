@@ -76,10 +76,26 @@ def on_device(t: torch.Tensor):
     return contextlib.nullcontext()
 
 
+JOINED_CAST_MAX = 1 << 20  # elements: tensors of at most this many that change dtype are cast together
+
+
 def cast(tensors, dtype: torch.dtype) -> list:
     """The tensors in dtype, vectors (LayerNorm weights, biases) with unit stride, which the kernels take without
     strides (None stays None); one that is so already is passed as it is, without the dispatcher call of a no-op
-    `.to` (a call's host time counts at small sizes)."""
-    return [t if t is None or (t.dtype == dtype and (t.dim() != 1 or t.stride(0) == 1))
-            else t.to(dtype).contiguous() if t.dim() == 1 else t.to(dtype) for t in tensors]
+    `.to` (a call's host time counts at small sizes). Where several parameters change dtype (float32 weights under
+    autocast), they are joined and cast by one `.to`: two kernels a call and two in the backward, in place of two a
+    parameter; each comes back as a view of the joined copy, those whose size is a multiple of 16 elements first, so
+    that they start 16-element aligned as an allocation would."""
+    tensors = list(tensors)
+    joined = sorted((k for k, t in enumerate(tensors) if t is not None and t.dtype != dtype
+                     and t.numel() <= JOINED_CAST_MAX), key=lambda k: tensors[k].numel() % 16 != 0)
+    out = [t if t is None or (t.dtype == dtype and (t.dim() != 1 or t.stride(0) == 1))
+           else t.to(dtype).contiguous() if t.dim() == 1 else t.to(dtype)
+           for k, t in enumerate(tensors) if len(joined) < 2 or k not in joined]
+    if len(joined) < 2:
+        return out
+    pieces = torch.cat([tensors[k].reshape(-1) for k in joined]).to(dtype).split([tensors[k].numel() for k in joined])
+    for k, piece in sorted(zip(joined, pieces), key=lambda kp: kp[0]):
+        out.insert(k, piece.view(tensors[k].shape))
+    return out
 

@@ -1,0 +1,79 @@
+"""What the functional forms share (`evofuse/functional/_common.py`): the parameters cast to the input's dtype together
+(float32 weights under autocast), the same values and gradients as cast one by one, in one cast each way."""
+
+import pytest
+import torch
+
+from evofuse.functional import _common
+
+from .conftest import DEVICE
+from .helpers import randomize
+
+
+def _aten_calls(run, name: str) -> int:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls = []
+
+    class Counting(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            calls.append(func.__name__.split(".")[0])
+            return func(*args, **(kwargs or {}))
+
+    with Counting():
+        run()
+    return calls.count(name)
+
+
+def test_parameters_cast_together():
+    """Values as `.to` gives them, vectors with unit stride, sizes that are multiples of 16 elements 16-aligned, a
+    tensor past JOINED_CAST_MAX and one already in the dtype as they are cast alone or given; one cast forward and one
+    backward for the joined ones, each parameter's gradient its own."""
+    g = torch.Generator().manual_seed(0)
+    big = torch.randn(_common.JOINED_CAST_MAX + 1, generator=g)
+    given = torch.randn(3, 16, generator=g).half()
+    params = [torch.randn(shape, generator=g).requires_grad_() for shape in ((5,), (4, 8), (16,), (7, 3))]
+    tensors = [params[0], None, given, params[1], big, params[2], params[3], torch.randn(9, generator=g)[::2]]
+    out = []
+    assert _aten_calls(lambda: out.extend(_common.cast(tensors, torch.float16)), "_to_copy") == 2  # (joined; big)
+    assert out[1] is None and out[2] is given
+    for t, o in zip(tensors, out):
+        if t is not None:
+            assert o.dtype == torch.float16 and o.shape == t.shape and o.is_contiguous()
+            torch.testing.assert_close(o, t.to(torch.float16), rtol=0, atol=0)
+    assert out[3].storage_offset() % 16 == 0 and out[5].storage_offset() % 16 == 0  # (32 and 16 elements)
+    assert out[4].untyped_storage().data_ptr() != out[3].untyped_storage().data_ptr()
+    weights = [torch.randn(t.shape, generator=g).half() for t in params]
+    loss = sum((o * w).sum() for o, w in zip((out[0], out[3], out[5], out[6]), weights))
+    assert _aten_calls(loss.backward, "_to_copy") == 1
+    for p, w in zip(params, weights):
+        torch.testing.assert_close(p.grad, w.float(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op", ["trimul", "att"])
+def test_float32_parameters_on_16_bit_inputs(op, monkeypatch):
+    """A module of float32 parameters on a float16 input (the models under autocast): the output and every gradient
+    bit for bit as with each parameter cast alone."""
+    from evofuse import MSARowAttentionWithPairBias, TriangleMultiplication
+
+    if op == "trimul":
+        mod = randomize(TriangleMultiplication(8, 6, bias=True), 1).to(DEVICE)
+        inputs = [torch.randn(1, 9, 9, 8), (torch.rand(1, 9, 9) > 0.2).float()]
+    else:
+        mod = randomize(MSARowAttentionWithPairBias(8, 6, 2, qkv_bias=True, pair_layer_norm=True), 1).to(DEVICE)
+        inputs = [torch.randn(1, 3, 9, 8), torch.randn(1, 9, 9, 6), (torch.rand(1, 3, 9) > 0.2).float()]
+    inputs = [t.to(DEVICE, torch.float16).requires_grad_() if k < len(inputs) - 1 else t.to(DEVICE)
+              for k, t in enumerate(inputs)]
+
+    def run():
+        mod.zero_grad()
+        for t in inputs[:-1]:
+            t.grad = None
+        out = mod(*inputs, impl="triton")
+        out.float().square().sum().backward()
+        return [out, *(t.grad for t in inputs[:-1]), *(p.grad for p in mod.parameters())]
+
+    joined = run()
+    monkeypatch.setattr(_common, "JOINED_CAST_MAX", 0)  # (each parameter cast alone)
+    for got, want in zip(joined, run(), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
