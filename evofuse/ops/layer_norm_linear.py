@@ -10,6 +10,8 @@ bias gradients taken in that pass too, a wider one cuBLAS products around it.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -585,11 +587,8 @@ def layer_norm_linear_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, we
     rows = x.reshape(-1, D)
     dy = dy.reshape(-1, K)
     mask_rows = None if mask is None else mask.reshape(-1)
-    if dx_out is not None:
-        def backward(*args):
-            return layer_norm_pass_into(*args, dx_out)
-    else:
-        backward = layer_norm_backward_op if traced(dy) else layer_norm_pass
+    backward = (functools.partial(layer_norm_pass_into, dx=dx_out) if dx_out is not None
+                else layer_norm_backward_op if traced(dy) else layer_norm_pass)
     if projects_on_chip(D, K, x.element_size()) and any(needs[:4]):
         _, dx, d_ln, d_weight, d_bias = backward(rows, ln_weight, ln_bias, dy, weight, mask_rows, False, needs[0],
                                                  precision)

@@ -5,8 +5,8 @@ Forward: one pass of the pair z (B, N, N, c_z) (`layer_norm_glu`: LayerNorm, p_i
 p * sigmoid(g) * mask channel major (2c planes of (B, N, N): the layout cuBLAS's batched product wants); t = a b^T
 (outgoing) or a^T b (incoming) by cuBLAS, one product a (channel, batch element), accumulated in float32; then one pass
 for the output (`kernels.output_kernel`): LN_out and p_out of t, LN_in and g_out of z, the gate. A training call keeps t
-alone. Backward (`core_backward`): the output gate's gradients from y and g_out made again on chip
-(`output_kernel` with GRAD), the output projection's (`layer_norm_linear_backward` on t); a and b made again from z
+alone. Backward (`core_backward`): the output gate's gradients from y and g_out made again on chip (`output_kernel`
+with GRAD), the output projection's (`layer_norm_linear_backward` on t); a and b made again from z
 (`layer_norm_glu`), da and db by cuBLAS into one (2c, B, N, N) tensor; then, in row chunks where the pair is large
 (`input_chunks`), the gates' and projections' gradients from a pass of z that makes p and g again on chip
 (`layer_norm_glu` with grad) and one `layer_norm_linear_backward` of every input projection and LN_in. Each tensor is
@@ -123,11 +123,10 @@ def input_chunks(M: int, c: int, cz: int, element_size: int) -> int:
     return cdiv(M, cdiv(width, 2 * c))
 
 
-def core_backward(grad_out: Tensor, pair_repr: Tensor, pair_mask: Tensor | None,
-                                     norm_in_weight: Tensor, norm_in_bias: Tensor, in_weight: Tensor,
-                                     in_bias: Tensor | None, norm_out_weight: Tensor, norm_out_bias: Tensor,
-                                     p_out_weight: Tensor, p_out_bias: Tensor | None, t: Tensor, outgoing: bool,
-                                     precision: str, needs: list[bool]) -> list[Tensor]:
+def core_backward(grad_out: Tensor, pair_repr: Tensor, pair_mask: Tensor | None, norm_in_weight: Tensor,
+                  norm_in_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None, norm_out_weight: Tensor,
+                  norm_out_bias: Tensor, p_out_weight: Tensor, p_out_bias: Tensor | None, t: Tensor, outgoing: bool,
+                  precision: str, needs: list[bool]) -> list[Tensor]:
     """The gradients of (pair_repr, norm_in_weight, norm_in_bias, in_weight, in_bias, norm_out_weight, norm_out_bias,
     p_out_weight, p_out_bias), each in its tensor's dtype and empty where `needs` (one flag each) is false, from the
     output's gradient grad_out (B, N, N, c_z), any strides, the forward's inputs and its product t (c, B, N, N)."""
@@ -199,11 +198,10 @@ def _backward_dispatched(grad_out: Tensor, pair_repr: Tensor, pair_mask: Tensor 
                          norm_in_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None, norm_out_weight: Tensor,
                          norm_out_bias: Tensor, p_out_weight: Tensor, p_out_bias: Tensor | None, t: Tensor,
                          outgoing: bool, precision: str, needs: list[bool]) -> list[Tensor]:
-    """`core_backward` as its op returns it: the parameters' gradients copied (a LayerNorm's two
-    are views of one tensor, and a custom op's outputs must not alias)."""
-    dx, *grads = core_backward(grad_out, pair_repr, pair_mask, norm_in_weight, norm_in_bias,
-                                                  in_weight, in_bias, norm_out_weight, norm_out_bias, p_out_weight,
-                                                  p_out_bias, t, outgoing, precision, needs)
+    """`core_backward` as its op returns it: the parameters' gradients copied (a LayerNorm's two are views of one
+    tensor, and a custom op's outputs must not alias)."""
+    dx, *grads = core_backward(grad_out, pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias,
+                               norm_out_weight, norm_out_bias, p_out_weight, p_out_bias, t, outgoing, precision, needs)
     return [dx, *(g.clone() for g in grads)]
 
 
