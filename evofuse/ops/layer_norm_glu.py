@@ -58,25 +58,19 @@ def layer_norm_glu_kernel(
         _store_h(a, b, offs_m, m_ok, offs_n, n_ok, m_ptr, pre_ptr, stride_pm, stride_pk, h_ptr, stride_hm, stride_hn, H,
                  ACTIVATION, HAS_MASK, STORE_PRE, GRAD)
     else:
-        offs_d = tl.arange(0, BLOCK_D)
-        d_ok = offs_d < D
         xn = normalized_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, D, eps, dtype, BLOCK_D)  # [BLOCK_M, BLOCK_D]
         n_start = tl.program_id(1) * (ROW_STEPS * BLOCK_N)
         for n0 in range(n_start, tl.minimum(n_start + ROW_STEPS * BLOCK_N, H), BLOCK_N):
             offs_n = n0 + tl.arange(0, BLOCK_N)  # [BLOCK_N]
             n_ok = offs_n < H
-            w_ok = d_ok[:, None] & n_ok[None, :]  # [BLOCK_D, BLOCK_N]
-            w_a = w_ptr + offs_n.to(tl.int64)[None, :] * stride_wk + offs_d[:, None] * stride_wd
-            acc_a = tl.dot(xn, tl.load(w_a, mask=w_ok, other=0.0), input_precision=PRECISION)
-            acc_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            a = normalized_rows_projected(xn, w_ptr, stride_wk, stride_wd, bias_ptr, offs_n, n_ok, D, dtype, HAS_BIAS,
+                                          PRECISION, BLOCK_D)
+            b = a
             if GATED:
-                acc_b = tl.dot(xn, tl.load(w_a + H * stride_wk, mask=w_ok, other=0.0), input_precision=PRECISION)
-            if HAS_BIAS:
-                acc_a += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-                if GATED:
-                    acc_b += tl.load(bias_ptr + H + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-            _store_h(acc_a.to(dtype), acc_b.to(dtype), offs_m, m_ok, offs_n, n_ok, m_ptr, pre_ptr, stride_pm, stride_pk,
-                     h_ptr, stride_hm, stride_hn, H, ACTIVATION, HAS_MASK, STORE_PRE, GRAD)
+                b = normalized_rows_projected(xn, w_ptr + H * stride_wk, stride_wk, stride_wd, bias_ptr + H, offs_n,
+                                              n_ok, D, dtype, HAS_BIAS, PRECISION, BLOCK_D)
+            _store_h(a, b, offs_m, m_ok, offs_n, n_ok, m_ptr, pre_ptr, stride_pm, stride_pk, h_ptr, stride_hm,
+                     stride_hn, H, ACTIVATION, HAS_MASK, STORE_PRE, GRAD)
 
 
 @triton.jit
@@ -124,6 +118,21 @@ def normalized_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, D, eps, dtype: tl
     lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
     lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
     return tl.where(d_ok[None, :], xhat * lnw[None, :] + lnb[None, :], 0.0).to(dtype)
+
+
+@triton.jit
+def normalized_rows_projected(xn, w_ptr, stride_wk, stride_wd, bias_ptr, offs_n, n_ok, D, dtype: tl.constexpr,
+                              HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, BLOCK_D: tl.constexpr):
+    """[BLOCK_M, BLOCK_N] in `dtype`: whole normalized rows xn [BLOCK_M, BLOCK_D] (`normalized_rows`) against the
+    weight rows offs_n of w_ptr (K, D) on tensor cores, accumulated in float32, the bias at offs_n added, rounded as
+    the reference's linears give them (`projected_rows`' arithmetic on one chunk)."""
+    offs_d = tl.arange(0, BLOCK_D)
+    w = tl.load(w_ptr + offs_n.to(tl.int64)[None, :] * stride_wk + offs_d[:, None] * stride_wd,
+                mask=(offs_d < D)[:, None] & n_ok[None, :], other=0.0)  # [BLOCK_D, BLOCK_N]
+    acc = tl.dot(xn, w, input_precision=PRECISION)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    return acc.to(dtype)
 
 
 @triton.jit

@@ -6,7 +6,7 @@ place of PyTorch's chain of float32 temporaries, and nothing of the output side 
 import triton
 import triton.language as tl
 
-from ..layer_norm_glu import normalized_rows, projected_rows
+from ..layer_norm_glu import normalized_rows, normalized_rows_projected, projected_rows
 
 
 @triton.jit
@@ -54,7 +54,6 @@ def output_kernel(
                               PRECISION, BLOCK_M, BLOCK_N, BLOCK_D)
         _gate(y, g, rows, m_ok, offs_n, n_ok, grad_ptr, stride_dm, stride_dn, out_ptr, dgo_ptr, M, CZ, GRAD)
     else:
-        offs_d = tl.arange(0, BLOCK_D)
         xt = normalized_rows(t_ptr + rows * stride_tm, stride_tc, m_ok, lno_w_ptr, lno_b_ptr, C, eps, dtype,
                              BLOCK_D)  # [BLOCK_M, BLOCK_D]
         xz = normalized_rows(z_ptr + rows * stride_zm, stride_zd, m_ok, lni_w_ptr, lni_b_ptr, CZ, eps, dtype,
@@ -63,19 +62,11 @@ def output_kernel(
         for n0 in range(n_start, tl.minimum(n_start + ROW_STEPS * BLOCK_N, CZ), BLOCK_N):
             offs_n = n0 + tl.arange(0, BLOCK_N)  # [BLOCK_N]
             n_ok = offs_n < CZ
-            cols = offs_n.to(tl.int64)[None, :]  # [1, BLOCK_N]
-            wp = tl.load(wp_ptr + cols * stride_pk + offs_d[:, None] * stride_pc,
-                         mask=(offs_d < C)[:, None] & n_ok[None, :], other=0.0)  # [BLOCK_D, BLOCK_N]
-            y = tl.dot(xt, wp, input_precision=PRECISION)
-            wg = tl.load(wg_ptr + cols * stride_gk + offs_d[:, None] * stride_gd,
-                         mask=(offs_d < CZ)[:, None] & n_ok[None, :], other=0.0)  # [BLOCK_D, BLOCK_N]
-            g = tl.dot(xz, wg, input_precision=PRECISION)
-            if HAS_P_BIAS:
-                y += tl.load(bp_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-            if HAS_G_BIAS:
-                g += tl.load(bg_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-            _gate(y.to(dtype), g.to(dtype), rows, m_ok, offs_n, n_ok, grad_ptr, stride_dm, stride_dn, out_ptr, dgo_ptr,
-                  M, CZ, GRAD)
+            y = normalized_rows_projected(xt, wp_ptr, stride_pk, stride_pc, bp_ptr, offs_n, n_ok, C, dtype, HAS_P_BIAS,
+                                          PRECISION, BLOCK_D)
+            g = normalized_rows_projected(xz, wg_ptr, stride_gk, stride_gd, bg_ptr, offs_n, n_ok, CZ, dtype, HAS_G_BIAS,
+                                          PRECISION, BLOCK_D)
+            _gate(y, g, rows, m_ok, offs_n, n_ok, grad_ptr, stride_dm, stride_dn, out_ptr, dgo_ptr, M, CZ, GRAD)
 
 
 @triton.jit
