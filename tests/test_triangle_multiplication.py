@@ -90,12 +90,12 @@ def test_gradients_in_row_chunks(outgoing, dtype, monkeypatch):
     float32)."""
     from evofuse.ops.triangle_multiplication import op
 
-    mod = _module(8, 6, outgoing, seed=9, bias=True)
     inputs, views = _contract_case(2, 17, "float", "plain", 10)
-    one_pass = check_gradients(mod, inputs, dtype, DEVICE, 1, views)
+    # (a module each: check_gradients moves and casts the one it is given)
+    one_pass = check_gradients(_module(8, 6, outgoing, seed=9, bias=True), inputs, dtype, DEVICE, 1, views)
     monkeypatch.setattr(op, "CHUNK_BYTES", 0)
     assert op.input_chunks(2 * 17 * 17, 6, 8, 4) == 145  # (578 rows: 4 chunks, the last of 143)
-    chunked = check_gradients(mod, inputs, dtype, DEVICE, 1, views)
+    chunked = check_gradients(_module(8, 6, outgoing, seed=9, bias=True), inputs, dtype, DEVICE, 1, views)
     if dtype == torch.float32:
         torch.testing.assert_close(chunked, one_pass, rtol=1e-5, atol=1e-6)
 

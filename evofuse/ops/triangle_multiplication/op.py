@@ -137,10 +137,10 @@ def core_backward(grad_out: Tensor, pair_repr: Tensor, pair_mask: Tensor | None,
     d_gate_out = pair_repr.new_empty(cz, M)
     _output(t, pair_repr, norm_in_weight, norm_in_bias, in_weight, in_bias, norm_out_weight, norm_out_bias,
             p_out_weight, p_out_bias, precision, dy, grad_out, d_gate_out)
-    dt, *out_grads = layer_norm_linear_backward(t.permute(1, 2, 3, 0), norm_out_weight, norm_out_bias, p_out_weight, dy,
-                                                (True, *needs[5:9]), precision)
+    dt = pair_repr.new_empty(c, B, N, N)  # (channel major, written so: the products below take its planes as they are)
+    _, *out_grads = layer_norm_linear_backward(t.permute(1, 2, 3, 0), norm_out_weight, norm_out_bias, p_out_weight, dy,
+                                               (True, *needs[5:9]), precision, dx_out=dt.view(c, M).t())
     del dy
-    dt = dt.view(B, N, N, c).permute(3, 0, 1, 2)  # (c, B, N, N)
     ab = _gated(pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, c, precision)
     dab = torch.empty_like(ab)  # (da and db written by cuBLAS into its halves)
     if outgoing:  # t = a b^T: da = dt b, db = dt^T a
