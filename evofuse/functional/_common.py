@@ -1,10 +1,11 @@
 """What every functional form shares: the operations' packages (the one place where operations are listed, so that
-`import evofuse` registers their torch.library ops), the option checks, the folding of leading dimensions, the casts
-and the device guard."""
+`import evofuse` registers their torch.library ops), the option checks, the folding of leading dimensions, the casts,
+autocast and the device guard."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 
@@ -99,3 +100,27 @@ def cast(tensors, dtype: torch.dtype) -> list:
         out.insert(k, piece.view(tensors[k].shape))
     return out
 
+
+
+def follows_autocast(form):
+    """`form` (a functional form whose first argument is its input, to whose dtype it casts every other input) as
+    torch's own layers run under `torch.autocast`: where autocast is on for the input's device, a floating input of
+    another dtype than autocast's (float64 aside, as autocast leaves it) computes in autocast's dtype and returns it.
+    The form itself runs with autocast off, so that its reference path rounds as the kernels do."""
+
+    name = form.__code__.co_varnames[0]
+
+    @functools.wraps(form)
+    def call(*args, **kwargs):
+        first = args[0] if args else kwargs.get(name)
+        if (not isinstance(first, torch.Tensor) or not torch.amp.is_autocast_available(first.device.type)
+                or not torch.is_autocast_enabled(first.device.type)):
+            return form(*args, **kwargs)
+        device_type = first.device.type
+        dtype = torch.get_autocast_dtype(device_type)
+        if first.is_floating_point() and first.dtype not in (dtype, torch.float64):
+            args, kwargs = ((first.to(dtype), *args[1:]), kwargs) if args else (args, {**kwargs, name: first.to(dtype)})
+        with torch.autocast(device_type, enabled=False):
+            return form(*args, **kwargs)
+
+    return call

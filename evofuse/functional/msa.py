@@ -23,6 +23,7 @@ from ._common import (
     cast,
     check_options,
     col,
+    follows_autocast,
     gcol,
     leading,
     on_device,
@@ -32,6 +33,7 @@ from ._common import (
 )
 
 
+@follows_autocast
 def outer_product_mean(
     msa_repr: torch.Tensor,
     msa_mask: torch.Tensor | None,
@@ -106,6 +108,7 @@ def outer_product_mean(
                                       train)[0]
 
 
+@follows_autocast
 def msa_row_attention(
     msa_repr: torch.Tensor,
     pair_repr: torch.Tensor,
@@ -218,6 +221,7 @@ def msa_row_attention(
                                  mask_mode, precision, train)[0]
 
 
+@follows_autocast
 def pair_weighted_averaging(
     msa_repr: torch.Tensor,
     pair_repr: torch.Tensor,
@@ -301,6 +305,7 @@ def pair_weighted_averaging(
                                            float(inf), mask_mode, precision, train)[0]
 
 
+@follows_autocast
 def msa_column_attention(
     msa_repr: torch.Tensor,
     msa_mask: torch.Tensor | None,
@@ -382,6 +387,7 @@ def msa_column_attention(
     return out.transpose(1, 2)
 
 
+@follows_autocast
 def msa_column_global_attention(
     msa_repr: torch.Tensor,
     msa_mask: torch.Tensor | None,

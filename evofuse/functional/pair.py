@@ -17,6 +17,7 @@ from ._common import (
     att,
     cast,
     check_options,
+    follows_autocast,
     on_device,
     pair_batched,
     tri,
@@ -24,6 +25,7 @@ from ._common import (
 )
 
 
+@follows_autocast
 def triangle_attention(
     pair_repr: torch.Tensor,
     pair_mask: torch.Tensor | None,
@@ -108,6 +110,7 @@ def triangle_attention(
     return unbatched(out if starting else out.transpose(1, 2))
 
 
+@follows_autocast
 def triangle_multiplication(
     pair_repr: torch.Tensor,
     pair_mask: torch.Tensor | None,

@@ -7,9 +7,10 @@ import torch
 from .. import reference as ref
 from .._dispatch import resolve_impl, warn_once
 from .._validation import check_param_shapes, check_params, check_ranks, check_rows_input
-from ._common import cast, check_options, on_device, trans
+from ._common import cast, check_options, follows_autocast, on_device, trans
 
 
+@follows_autocast
 def transition(
     x: torch.Tensor,
     mask: torch.Tensor | None,
