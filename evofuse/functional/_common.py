@@ -102,6 +102,10 @@ def cast(tensors, dtype: torch.dtype) -> list:
 
 
 
+# the device types whose autocast state is asked (torch.compile of torch 2.11 cannot trace is_autocast_available)
+AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu", "mtia")
+
+
 def follows_autocast(form):
     """`form` (a functional form whose first argument is its input, to whose dtype it casts every other input) as
     torch's own layers run under `torch.autocast`: where autocast is on for the input's device, a floating input of
@@ -113,7 +117,7 @@ def follows_autocast(form):
     @functools.wraps(form)
     def call(*args, **kwargs):
         first = args[0] if args else kwargs.get(name)
-        if (not isinstance(first, torch.Tensor) or not torch.amp.is_autocast_available(first.device.type)
+        if (not isinstance(first, torch.Tensor) or first.device.type not in AUTOCAST_DEVICES
                 or not torch.is_autocast_enabled(first.device.type)):
             return form(*args, **kwargs)
         device_type = first.device.type
