@@ -201,12 +201,7 @@ def _boltz_peer(mod):
 
     boltz = PairWeightedAveraging(mod.c_m, mod.c_z, mod.c_h, mod.num_heads, mod.inf)
     boltz.load_state_dict(mod.state_dict())
-    boltz = boltz.to(device=mod.norm_m.weight.device, dtype=torch.float32)
-
-    def run(*inputs):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            return boltz(*inputs)
-    return run
+    return autocast_call(boltz.to(device=mod.norm_m.weight.device, dtype=torch.float32))
 
 
 # ---------------------------------------------------------------- the implementations timed
@@ -230,10 +225,7 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
         return lambda *x: reference_fn(*x, *params(mod))
 
     def autocast(mod):
-        def run(*x):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                return reference_fn(*x, *params(mod))
-        return run
+        return autocast_call(lambda *x: reference_fn(*x, *params(mod)))
 
     def compiled(mod):
         torch.compiler.reset()  # a fresh compile per row: the same function's recompiles would hit dynamo's limit
@@ -269,7 +261,17 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
         impls.append((f"evofuse {short} CUDA graph", dt, _graphed))  # captured by hand: the GPU's time alone
         if case.name.endswith("-seed") or dt == "bfloat16":  # CUDA graphs through torch.compile, both modes
             impls.append((f"evofuse {short} reduce-overhead", dt, _reduce_overhead))
+    # float32 parameters and inputs under bfloat16 autocast: how the models train
+    impls.append(("evofuse bf16 autocast", "float32", autocast_call))
     return impls
+
+
+def autocast_call(fn):
+    """`fn` called under CUDA bfloat16 autocast."""
+    def run(*inputs):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return fn(*inputs)
+    return run
 
 
 def _reduce_overhead(mod):
