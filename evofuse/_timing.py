@@ -1,4 +1,4 @@
-"""Timing and parameter helpers shared by `evofuse bench` and its grid."""
+"""Timing helpers shared by `evofuse bench`, its grid and the benchmark scripts."""
 
 from __future__ import annotations
 
@@ -7,50 +7,6 @@ import statistics
 import time
 
 import torch
-
-
-def opm_params(mod):
-    return (mod.layer_norm.weight, mod.layer_norm.bias, mod.proj_a.weight, mod.proj_a.bias,
-            mod.proj_b.weight, mod.proj_b.bias, mod.out_proj.weight, mod.out_proj.bias)
-
-
-def att_params(mod):
-    return (mod.layer_norm.weight, mod.layer_norm.bias, mod.query.weight, mod.query.bias, mod.key.weight,
-            mod.key.bias, mod.value.weight, mod.value.bias, mod.gate.weight, mod.gate.bias,
-            mod.out_proj.weight, mod.out_proj.bias, mod.pair_bias.weight, mod.pair_bias.bias)
-
-
-def pwa_params(mod):
-    return (mod.norm_m.weight, mod.norm_m.bias, mod.norm_z.weight, mod.norm_z.bias, mod.proj_m.weight,
-            mod.proj_g.weight, mod.proj_z.weight, mod.proj_o.weight)
-
-
-def tri_params(mod):
-    mha = mod.mha
-    return (mod.layer_norm.weight, mod.layer_norm.bias, mod.linear.weight, mha.linear_q.weight, mha.linear_k.weight,
-            mha.linear_v.weight, mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias)
-
-
-def trimul_params(mod):
-    return (mod.norm_in.weight, mod.norm_in.bias, mod.p_in.weight, mod.p_in.bias, mod.g_in.weight, mod.g_in.bias,
-            mod.norm_out.weight, mod.norm_out.bias, mod.p_out.weight, mod.p_out.bias, mod.g_out.weight, mod.g_out.bias)
-
-
-def col_params(mod):
-    ln, mha = mod._msa_att.layer_norm_m, mod._msa_att.mha
-    return (ln.weight, ln.bias, mha.linear_q.weight, mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight,
-            mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias)
-
-
-def gcol_params(mod):
-    att = mod.global_attention
-    return (mod.layer_norm_m.weight, mod.layer_norm_m.bias, *(t for name in "qkvgo" for t in (
-        getattr(att, f"linear_{name}").weight, getattr(att, f"linear_{name}").bias)))
-
-
-def trans_params(mod):
-    fc2 = (None, None) if mod.fc2 is None else (mod.fc2.weight, mod.fc2.bias)
-    return (mod.norm.weight, mod.norm.bias, mod.fc1.weight, mod.fc1.bias, *fc2, mod.fc3.weight, mod.fc3.bias)
 
 
 def training_step(fn, leaves=()):

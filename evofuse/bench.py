@@ -18,22 +18,9 @@ from pathlib import Path
 
 import torch
 
-from . import reference as ref
-from ._timing import (
-    att_params,
-    col_params,
-    gcol_params,
-    host_ms,
-    kernel_launches,
-    measure,
-    opm_params,
-    pwa_params,
-    training_step,
-    trans_params,
-    tri_params,
-    trimul_params,
-)
+from ._timing import host_ms, kernel_launches, measure, training_step
 from .numerics import rel_error
+from .operations import OPERATIONS, operation
 from .suite import SUITE, Case, make_inputs, make_module
 
 # ---------------------------------------------------------------- peers: Outer Product Mean
@@ -210,17 +197,9 @@ def _boltz_peer(mod):
 def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, object]]:
     """(name, dtype of the module, builder(mod) -> callable(*inputs)) for every implementation."""
     impls = []
-    reference_fn, params = {
-        "opm": (partial(ref.outer_product_mean_reference, normalization="count_i"), opm_params),
-        "att": (partial(ref.msa_row_attention_reference, num_heads=case.width), att_params),
-        "pwa": (partial(ref.pair_weighted_averaging_reference, num_heads=case.width), pwa_params),
-        "tri": (partial(ref.triangle_attention_reference, num_heads=case.width), tri_params),
-        "trimul": (ref.triangle_multiplication_reference, trimul_params),
-        "col": (partial(ref.msa_column_attention_reference, num_heads=case.width), col_params),
-        "gcol": (partial(ref.msa_column_global_attention_reference, num_heads=case.width, eps=1e-8), gcol_params),
-        "trans": (ref.transition_reference, trans_params),
-    }[case.op]
-
+    op = operation(case)
+    reference_fn = op.reference_call(case)
+    params = op.module_params
     def eager(mod):
         return lambda *x: reference_fn(*x, *params(mod))
 
@@ -417,7 +396,7 @@ def _select(suite: str) -> list[Case]:
         return []
     if suite == "all":
         return list(SUITE)
-    if suite in ("opm", "att", "pwa", "tri", "trimul", "col", "gcol", "trans"):
+    if suite in OPERATIONS:
         return [c for c in SUITE if c.op == suite]
     names = suite.split(",")
     by_name = {c.name: c for c in SUITE}

@@ -21,8 +21,8 @@ def main(argv: list[str] | None = None) -> int:
 
     bench = sub.add_parser("bench", help="time evofuse against every importable peer")
     bench.add_argument("--suite", default="all",
-                       help="'all', an operation (opm, att, pwa, tri, trimul, col, trans), 'none' or comma-separated "
-                            "case names")
+                       help="'all', an operation (its key in evofuse.operations: opm, trimul, ...), 'none' or "
+                            "comma-separated case names")
     bench.add_argument("--dtype", action="append", choices=["float32", "bfloat16"],
                        help="evofuse dtype (repeatable; default both)")
     bench.add_argument("--train", action="store_true", help="also time forward+backward")

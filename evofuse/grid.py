@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from . import reference as ref
-from ._timing import att_params, measure, opm_params, pwa_params
+from ._timing import measure
+from .operations import operation
 from .suite import Case, make_inputs, make_module
 
 # (B, S, N, D, pair_dim, c), (B, S, N, D, pair_dim, heads) and (B, S, N, D, pair_dim, heads, head_width)
@@ -45,12 +45,8 @@ def _time(case: Case, dtype: torch.dtype, impl: str, train: bool) -> float:
             tensors.append(t.requires_grad_(True))
     if impl == "evofuse":
         fn = partial(mod, *inputs)
-    elif case.op == "opm":
-        fn = partial(ref.outer_product_mean_reference, *inputs, *opm_params(mod))
-    elif case.op == "att":
-        fn = partial(ref.msa_row_attention_reference, *inputs, *att_params(mod), num_heads=case.width)
     else:
-        fn = partial(ref.pair_weighted_averaging_reference, *inputs, *pwa_params(mod), num_heads=case.width)
+        fn = partial(operation(case).reference_call(case), *inputs, *operation(case).module_params(mod))
     with torch.set_grad_enabled(train):
         ms, _ = measure(fn, train, tensors)
     return ms

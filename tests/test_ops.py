@@ -4,6 +4,7 @@ AOT dispatch (torch.library.opcheck), on small inputs."""
 import pytest
 import torch
 
+from evofuse.operations import OPERATIONS
 from evofuse.ops.layer_norm_linear import layer_norm_backward_op
 from evofuse.ops.outer_product_mean import outer_product_mean_op
 from evofuse.ops.row_attention import joined_qkvg, row_attention_op
@@ -429,7 +430,7 @@ def _nested_op_cases():
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col", "gcol", "trans"])
+@pytest.mark.parametrize("op", list(OPERATIONS))
 def test_backward_nested_ops_dispatched_only_when_traced(op, monkeypatch):
     """An eager backward calls the Python functions behind its nested ops (no dispatcher in between); a traced one
     (torch.compile through AOTAutograd, fake and functional tensors) calls the registered ops, which it keeps
@@ -463,7 +464,7 @@ def test_backward_nested_ops_dispatched_only_when_traced(op, monkeypatch):
 
 
 @pytest.mark.no_poison
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col", "gcol", "trans"])
+@pytest.mark.parametrize("op", list(OPERATIONS))
 def test_eager_call_skips_the_dispatcher(op):
     """Eagerly on plain tensors an operation runs under a torch.autograd.Function (`_runtime.eager_or_dispatched`),
     not through its custom op: its output's gradient node is that Function's, and the gradients match the custom

@@ -142,7 +142,8 @@ def test_leading_dimensions_unbatched_and_fully_masked_rows():
 def test_rows_in_blocks_equal_one_block(train, monkeypatch):
     """The forward takes blocks of rows when their hidden rows pass BLOCK_BYTES (here 3 rows of 12 float32 channels,
     so 4 blocks of 10 rows): the output, and the training call's gradients, are those of one block (to the rounding of
-    the output projection's product, which its library may block differently for fewer rows)."""
+    the products, which the CPU's library blocks differently for fewer rows: the weights' gradients, sums over the
+    rows, differ by float32's rounding of their terms)."""
     from evofuse.ops.transition import op
 
     mod = _module(seed=9, bias=True).to(DEVICE)
@@ -160,7 +161,7 @@ def test_rows_in_blocks_equal_one_block(train, monkeypatch):
     whole = step()
     monkeypatch.setattr(op, "BLOCK_BYTES", 3 * 12 * 4)
     for got, want in zip(step(), whole):
-        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.fixture

@@ -2,8 +2,9 @@
 
 A call validates its inputs, chooses the path (the fused Triton kernels for CUDA tensors, the PyTorch
 reference of `evofuse.reference` otherwise; `impl` or EVOFUSE_IMPL override it), casts the parameters to
-the input's dtype (autocast's, under `torch.autocast`, as torch's own layers) and calls the operation's custom op, which autograd, CUDA graphs and torch.compile see as
-one node with a registered backward. `precision` ("default" or "fast") chooses the float32 contract.
+the input's dtype (autocast's, under `torch.autocast`, as torch's own layers) and calls the operation's
+custom op, which autograd, CUDA graphs and torch.compile see as one node with a registered backward.
+`precision` ("default" or "fast") chooses the float32 contract.
 """
 
 from .msa import (
