@@ -60,7 +60,7 @@ def _flex_peer():
     from torch.nn.attention.flex_attention import flex_attention
 
     # a fresh static-shape compile per case: with automatic dynamic shapes a second suite shape would
-    # recompile flex_attention for symbolic sizes, measured 3.8x slower on att-af2-main
+    # recompile flex_attention for symbolic sizes, several times slower
     flex = torch.compile(flex_attention, dynamic=False)
 
     def run(mod, msa, pair, mask):

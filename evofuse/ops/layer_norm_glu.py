@@ -207,7 +207,8 @@ CONFIGS = _configs(((128, 64, 64, 4, 3), (128, 128, 64, 8, 3), (64, 128, 64, 4, 
 FLOAT32_CONFIGS = _configs(((64, 64, 32, 4, 3), (128, 64, 32, 8, 3), (64, 128, 32, 8, 3), (32, 64, 32, 4, 2),
                             (16, 32, 32, 4, 2)))
 # layer_norm_glu_kernel's whole-row tiles, (BLOCK_M, BLOCK_N, BLOCK_D, ROW_STEPS, num_warps, num_stages): tried by its
-# autotuner beside the tiles above where a row fits one chunk (not the default: not yet timed)
+# autotuner beside the tiles above where a row fits one chunk (each row read and normalized once); the default with
+# autotuning off stays a block tile, which every shape can take
 ROW_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": bd, "ROW_STEPS": steps}, num_warps=warps,
                              num_stages=stages)
                for bm, bn, bd, steps, warps, stages in (

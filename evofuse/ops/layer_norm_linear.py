@@ -260,10 +260,9 @@ KEY = ["K_BUCKET", "D", "HAS_BIAS", "HAS_MASK", "WHOLE_ROW", "TERMS"]  # what th
 
 
 # 16-bit linears with at least CUBLAS_MIN_ROWS rows, CUBLAS_MIN_D input channels and D * K >= CUBLAS_MIN_WORK take
-# the normalized rows from memory into a cuBLAS product (`layer_norm_pass`, then addmm). On an H200, M = 196608
-# bf16 rows: (D, K) = (256, 1024) 0.496 ms fused, 0.261 through cuBLAS; (256, 512) 0.220, 0.174; (128, 1024) 0.248,
-# 0.172; (256, 256) 0.142, 0.141; (128, 512) 0.120, 0.159 (the fused kernel re-reads W for every block of rows,
-# which costs where W is large); 4096 rows of (256, 1024): 0.029 fused, 0.083 (two launches)
+# the normalized rows from memory into a cuBLAS product (`layer_norm_pass`, then addmm): the fused kernel re-reads W
+# for every block of rows, which costs more than the normalized rows' round trip where W is large and the rows many;
+# below these bounds the fused kernel's one launch wins (the crossover as timed, docs/PERFORMANCE.md)
 CUBLAS_MIN_ROWS = 16384
 CUBLAS_MIN_D = 128
 CUBLAS_MIN_WORK = 1 << 17
@@ -475,8 +474,7 @@ BACKWARD_WARPS_PER_SM = 8  # the backward's programs fill every multiprocessor o
 # program taking consecutive blocks of rows; their partial sums are then added
 # A linear with at most PROJECTED_MAX_K outputs whose (padded) weight takes at most PROJECTED_MAX_BYTES takes its
 # backward on chip (the pair's head projections; the Outer Product Mean's [a | b] projection, c <= 32, in 16 bits
-# at D <= 256, in float32 at D <= 128); wider ones lose (H200, 393216 rows, D = 64, us: K = 128 212-216 on chip
-# against 201-294 through cuBLAS in bf16, 996 against 474 in float32; K = 512 797-3500 against 343)
+# at D <= 256, in float32 at D <= 128); wider ones run slower on chip than through cuBLAS's products
 PROJECTED_MAX_K = 64
 PROJECTED_MAX_BYTES = 32 << 10
 
@@ -489,8 +487,7 @@ def projects_on_chip(D: int, K: int, element_size: int) -> bool:
 
 def backward_programs(device: torch.device, warps: int) -> int:
     """The most programs of `_layer_norm_backward_kernel`: one wave of BACKWARD_WARPS_PER_SM warps a
-    multiprocessor (at opm-af2-main's shape one wave of 132 programs took 0.31 ms on an H200, 1024 programs
-    0.38: no tail wave, and fewer partial sums to add)."""
+    multiprocessor (no tail wave, and fewer partial sums to add than with a program a block of rows)."""
     return multiprocessors(device) * max(1, BACKWARD_WARPS_PER_SM // warps)
 
 

@@ -3,9 +3,8 @@
 head logits.
 
 `pair_heads_kernel` reads all P channels of a block of pairs once and writes every head's column of it: one
-tl.dot with the heads padded to 16 columns (the LayerNorm folded into it), in one pass over the pair (on an
-H200 at N = 4096, P = 32, h = 4 in bfloat16: 0.28 ms, one pass over the pair's 1.07 GB ~0.27 ms; cuBLAS, given
-the 4 columns, took 2.7 ms).
+tl.dot with the heads padded to 16 columns (the LayerNorm folded into it), in one pass over the pair, near the
+pass's memory floor where cuBLAS, given a handful of output columns, is several times slower.
 `pair_heads_backward` (the custom op `evofuse::pair_heads_backward`) takes every gradient in one pass over the
 pair the same way: the pair's (through its LayerNorm), and each program's partial sums of the weight's, the
 bias's and the LayerNorm parameters', added in a fixed order. Float32 pairs take 3xTF32 products (the numerics
@@ -189,15 +188,9 @@ def _load_pairs(x_ptr, stride_xb, stride_xij, stride_xp, g_ptr, stride_gb, strid
     return x, g
 
 
-# Measured on an H200 (do_bench median, pwa-long's pair: N = 2048, P = 128, 8 heads, one pass over it ~270 us in
-# bfloat16 at the copy rate, ~300 at this load pattern without a LayerNorm): the forward 398 us at 8192 elements a
-# step, 4 warps, four persistent programs a multiprocessor (457 at three, 407 at eight; one program a block, the
-# weight folded by each: 488), float32 1105; the backward in bfloat16 1.29 ms at 4096 elements
-# (8 KiB), 4 warps, two programs a multiprocessor, 1.30 at four, 1.83 at one; 1.53 at 2048 elements, 1.73 at
-# 4096 x 8 warps, 3.90 at 8192 x 4 (1.53 at 8192 x 8); in float32 3.06 ms at 2048 elements (8 KiB), 4.08 at
-# 4096 x 4 warps, 3.00 at 4096 x 8. P a constant of the backward: 1.21 ms against 1.28 in bfloat16. At
-# pwa-boltz's pair (N = 384) the forward 25 us, the backward 65 us against 74 at 2048 elements in bfloat16,
-# float32 126 at 2048.
+# The pass is bound by memory latency, not by instructions: the most bytes in flight a multiprocessor win, so the
+# forward runs a few persistent programs a multiprocessor (each folds the weight once) over large steps, and the
+# backward one wave of programs whose partial sums are added after. The sizes below were the fastest of those timed.
 TILE = 8192  # elements (pairs x channels) a step of the forward, 4 warps
 FORWARD_PROGRAMS_PER_SM = 4  # the forward's persistent programs (each folds the weight once)
 BACKWARD_TILE_BYTES = 8192  # the pair's bytes a step of the backward

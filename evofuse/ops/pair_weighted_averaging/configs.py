@@ -11,8 +11,7 @@ import triton
 
 from ..._runtime import next_pow2, tuning_candidates
 
-# The last two measured alone on the H200 (bf16, us): pwa-af3's dv 222 against 245 for the best of the others,
-# pwa-boltz's 222 against 229
+# (the last two: the fastest for the weighted sum's dv alone at the suite's shapes)
 CONFIGS = [
     triton.Config({"BLOCK_I": bi, "BLOCK_J": bj, "COLS": cols}, num_warps=warps, num_stages=stages)
     for bi, bj, cols, warps, stages in ((64, 64, 128, 4, 3), (128, 64, 128, 8, 3), (64, 32, 256, 8, 3),
@@ -48,12 +47,9 @@ def prune(configs, named_args, **kwargs):
 
 
 # The gated projection's backward: BLOCK_S MSA rows of one (b, i) a step, BLOCK_K (head, channel) columns a
-# program, the output channels at once (the launcher's BLOCK_O). On the H200, bf16, in a training step (torch
-# profiler, ms): with proj_o's weight gradient summed by the kernel (two programs a multiprocessor along the rows)
-# pwa-boltz 1.573-1.588 against 1.623-1.684 with it as a cuBLAS product, pwa-af3 0.847 against 0.902, pwa-long
-# 5.91 against 5.98; one program a multiprocessor 1.574-1.636 / 0.915 / 5.90, four 1.607 / 0.860 / 5.93. The
-# kernel alone since it reads u (head major): pwa-af3 (heads of 8) 141 us with 128 rows x 32 columns against 166
-# for the best of the others; pwa-boltz 329 us and pwa-long 437 with 32 x 128 (3 stages)
+# program, the output channels at once (the launcher's BLOCK_O). proj_o's weight gradient is summed by the kernel
+# (two programs a multiprocessor along the rows), which beat a separate cuBLAS product at every suite shape; the
+# kernel reads u head major, so narrow heads favour many rows and few columns, wide heads the reverse
 PROJECTION_CONFIGS = [
     triton.Config({"BLOCK_S": bs, "BLOCK_K": bk}, num_warps=warps, num_stages=stages)
     for bs, bk, warps, stages in ((32, 128, 4, 2), (64, 64, 4, 3), (32, 64, 4, 3), (16, 256, 4, 2),
@@ -70,8 +66,7 @@ def projection_fits(config: triton.Config, HC: int, BLOCK_O: int, element_size: 
     stages of [BLOCK_S, BLOCK_O] + [BLOCK_O, BLOCK_K] + [BLOCK_S, BLOCK_K] elements, three more [BLOCK_S, BLOCK_O]
     and one [BLOCK_O, BLOCK_K] (proj_g's weight), and PROJECTION_SHARED_SLACK bytes. A model that bounds the sm_90
     compilers' counts from above: Triton 3.9's for every config at 64 and 128 output channels in bf16 and float32,
-    and Triton 3.6's on the H200 for float32 64 x 64 columns, 2 stages, at 128 output channels (294912 modelled,
-    246784 needed) and 64 x 128 columns, 8 warps, 2 stages, at 64 (246784 modelled, 246272 needed)."""
+    and Triton 3.6's for the float32 configs nearest the limit (tests/test_compile_sm90.py compiles every one)."""
     kw = config.kwargs
     bs, bk = kw["BLOCK_S"], kw["BLOCK_K"]
     stages = max(1, config.num_stages)

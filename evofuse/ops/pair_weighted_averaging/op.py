@@ -73,10 +73,8 @@ def _kernels():
                       ["HC", "C_OUT", "S_BUCKET", "C"], configs.prune_projection))
 
 
-# Residues j a step of the softmax kernels (a program a row (b, h, i)); the backward's rows of 2048 and more
-# with 8 warps. On the H200 at pwa-long (N = 2048, bf16) against one program a pair row and every head (2048
-# elements a step), us: the forward 74 against 72, the training forward (float32 weights too) 88 against 115,
-# the backward 88 against 153 (108 at 4 warps); at pwa-boltz (N = 384) 10-11 / 10-11 / 9-10 against 9-14 / 10 / 9.5.
+# Residues j a step of the softmax kernels (a program a row (b, h, i), not a pair row with every head: as fast
+# forward and faster in training at long N); the backward's rows of 2048 and more with 8 warps.
 SOFTMAX_BLOCK_J = 2048
 SOFTMAX_WARPS = 4
 
@@ -132,9 +130,8 @@ def _row_heads(t: Tensor, num_heads: int) -> Tensor:
     return t.unflatten(-1, (num_heads, t.shape[-1] // num_heads)).permute(0, 3, 1, 2, 4)
 
 
-# The weighted sum's programs take heads fastest where all heads' w of a batch element fit this share of L2
-# (on the H200, bf16, dv alone: pwa-boltz 223 -> 194 us, pwa-af3 221 -> 134; pwa-long, whose w is 64 MiB, 1036
-# against 1170)
+# The weighted sum's programs take heads fastest where all heads' w of a batch element fit this share of L2 (they
+# then share w's reads there); where w is larger, heads fastest would push it out of L2
 W_L2_SHARE = 4
 
 
@@ -209,9 +206,8 @@ PROJECTION_STEP = 16  # (head, channel) columns a step of the forward's gated pr
 def _projection_tiles(S: int, H: int, C: int, c_m: int) -> dict:
     """The forward gated projection's tile: BLOCK_S rows, up to 128 output channels a program, a head a step
     (its channels padded to a power of two, at least 16: the product's) or, for heads narrower than 16 channels,
-    the PROJECTION_STEP columns of several heads a step. On the H200, bf16, the kernel alone (us, with the gated
-    sums' store / without): pwa-af3 (heads of 8) 125 / 101 two heads a step against 224 / 165 one padded to 16
-    (four 160 / 106, eight 205 / 131); pwa-boltz (32) 183 / 116 a head a step, two 334 / 154."""
+    the PROJECTION_STEP columns of several heads a step: narrow heads padded one at a time waste most of each
+    product, and more than one wide head a step costs registers."""
     block_c = next_pow2(C)
     heads = min(next_pow2(H), PROJECTION_STEP // block_c) if block_c < 16 else 1
     return dict(BLOCK_S=max(16, min(PROJECTION_ROWS, next_pow2(S))), HEADS_A_STEP=heads,
