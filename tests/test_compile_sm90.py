@@ -83,6 +83,7 @@ def _compile(kernel, dtype, consts, num_warps, num_stages, pointers=None):
 def _launches():
     """(name, kernel, dtype, constexprs, num_warps, num_stages, pointer overrides) of the default launches."""
     from evofuse._runtime import next_pow2
+    from evofuse.ops import layer_norm_backward as lnb
     from evofuse.ops import layer_norm_glu as glu
     from evofuse.ops import layer_norm_linear as lnl
     from evofuse.ops import matmul, pair_heads
@@ -129,10 +130,10 @@ def _launches():
                         TERMS=lnl_terms, BLOCK_D=block_d, **kw), warps, stages, {"w_ptr": "*fp16"} if lnl_terms else {})
         for D in (16, 64, 128, 256, 512):  # every linear narrow enough for the pass, and the widest rows
             for K in (0, 8, 64):
-                if K and not lnl.projects_on_chip(D, K, 2 if dtype == "bf16" else 4):
+                if K and not lnb.projects_on_chip(D, K, 2 if dtype == "bf16" else 4):
                     continue
-                block_d, block_k, block_m, warps = lnl.backward_tiles(D, K, K > 0)
-                yield (f"layer_norm backward {dtype} D={D} K={K}", lnl._layer_norm_backward_kernel, dtype,
+                block_d, block_k, block_m, warps = lnb.backward_tiles(D, K, K > 0)
+                yield (f"layer_norm backward {dtype} D={D} K={K}", lnb._layer_norm_backward_kernel, dtype,
                        dict(HAS_GRAD=True, PROJECT=K > 0, HAS_MASK=K > 0, STORE_XN=K == 0, STORE_DX=True, BLOCK_M=block_m,
                             BLOCK_D=block_d, BLOCK_K=block_k, PRECISION=precision), warps, 3, {"dw_ptr": "*fp32"})
         for P, norm in ((128, True), (32, False)):  # a normed pair (OpenFold's, pair-weighted averaging's), the seed's

@@ -35,7 +35,8 @@ from ..._runtime import (
     operation,
     traced,
 )
-from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
+from ..layer_norm_backward import layer_norm_linear_backward
+from ..layer_norm_linear import joined_bias, layer_norm_linear
 from ..matmul import matmul, uses_tensor_cores
 from . import configs, kernels
 from .kernels import float16_operands_kernel, operand_maxima_kernel, opm_forward_kernel

@@ -43,7 +43,8 @@ from ..._runtime import (
     traced,
 )
 from ...reference import LAYER_NORM_EPS
-from ..layer_norm_linear import layer_norm_linear, layer_norm_linear_backward
+from ..layer_norm_backward import layer_norm_linear_backward
+from ..layer_norm_linear import layer_norm_linear
 from ..matmul import float32_products, matmul
 from ..pair_heads import pair_heads, pair_heads_backward
 from . import configs

@@ -31,7 +31,8 @@ from ..._runtime import (
     traced,
 )
 from ...reference import MASK_LOGIT
-from ..layer_norm_linear import joined_bias, layer_norm_linear, layer_norm_linear_backward
+from ..layer_norm_backward import layer_norm_linear_backward
+from ..layer_norm_linear import joined_bias, layer_norm_linear
 from ..matmul import linear, matmul
 from ..pair_heads import pair_heads, pair_heads_backward
 from . import configs
