@@ -7,13 +7,8 @@ custom op, which autograd, CUDA graphs and torch.compile see as one node with a 
 `precision` ("default" or "fast") chooses the float32 contract.
 """
 
-from .msa import (
-    msa_column_attention,
-    msa_column_global_attention,
-    msa_row_attention,
-    outer_product_mean,
-    pair_weighted_averaging,
-)
+from .columns import msa_column_attention, msa_column_global_attention
+from .msa import msa_row_attention, outer_product_mean, pair_weighted_averaging
 from .pair import triangle_attention, triangle_multiplication
 from .transition import transition
 
