@@ -1,0 +1,9 @@
+"""Drop-in nn.Modules. Parameter names match the seed modules and the models', so their state_dicts load unchanged."""
+
+from .columns import MSAColumnAttention, MSAColumnGlobalAttention
+from .msa import MSARowAttentionWithPairBias, OuterProductMean, PairWeightedAveraging
+from .pair import TriangleAttention, TriangleMultiplication
+from .transition import Transition
+
+__all__ = ["MSAColumnAttention", "MSAColumnGlobalAttention", "MSARowAttentionWithPairBias", "OuterProductMean",
+           "PairWeightedAveraging", "Transition", "TriangleAttention", "TriangleMultiplication"]
