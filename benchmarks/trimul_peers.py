@@ -18,16 +18,16 @@ from pathlib import Path
 
 import torch
 
-from evofuse._timing import measure
-from evofuse.bench import _cueq_trimul_peer, autocast_call
+from evofuse._timing import autocast_call, measure
+from evofuse.peers import cueq_trimul_peer
 from evofuse.suite import Case, make_inputs, make_module
 
 # (name, module dtype, builder(mod) -> callable(z, mask)) of each implementation
 IMPLEMENTATIONS = [("evofuse bf16", torch.bfloat16, lambda mod: mod),
                    ("evofuse fp32 weights, bf16 autocast", torch.float32, autocast_call),
-                   ("cuEquivariance bf16", torch.bfloat16, lambda mod: partial(_cueq_trimul_peer(), mod)),
+                   ("cuEquivariance bf16", torch.bfloat16, lambda mod: partial(cueq_trimul_peer(), mod)),
                    ("cuEquivariance fp32 weights, bf16 autocast", torch.float32,
-                    lambda mod: autocast_call(partial(_cueq_trimul_peer(), mod)))]
+                    lambda mod: autocast_call(partial(cueq_trimul_peer(), mod)))]
 
 
 def run_row(N: int, outgoing: bool, train: bool, name: str, dtype: torch.dtype, build) -> dict:

@@ -1,4 +1,5 @@
-"""Timing helpers shared by `evofuse bench`, its grid and the benchmark scripts."""
+"""Timing helpers shared by `evofuse bench`, its grid, its peers and the benchmark scripts: the training step a row
+times, the measurement, and the ways a call is run (under autocast, captured in CUDA graphs, compiled)."""
 
 from __future__ import annotations
 
@@ -63,3 +64,64 @@ def host_ms(run, synchronize, calls: int = 200) -> float:
         times.append(time.perf_counter() - start)
     synchronize()
     return statistics.median(times) * 1e3
+
+
+def autocast_call(fn):
+    """`fn` called under CUDA bfloat16 autocast."""
+    def run(*inputs):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return fn(*inputs)
+    return run
+
+
+def reduce_overhead(mod):
+    """The module under torch.compile(mode="reduce-overhead"): its forward and backward replayed as CUDA graphs."""
+    torch.compiler.reset()  # a fresh compile per row, as for torch.compile's rows
+    return torch.compile(mod, mode="reduce-overhead", dynamic=False)
+
+
+def graphed(mod):
+    """The module captured once in CUDA graphs and replayed, its inputs the captured ones (as inside a captured
+    model: no copies into the graph's buffers, which reduce-overhead's replays make). A forward row: the forward
+    by `torch.cuda.graph` after a warm-up call (autotuning and compilation outside the capture); a training row
+    (grad enabled at the first call): forward and backward by `torch.cuda.make_graphed_callables`."""
+    state = {}
+
+    def run(*inputs):
+        if "graphed" in state:
+            return state["graphed"](*inputs)
+        if torch.is_grad_enabled():
+            state["graphed"] = torch.cuda.make_graphed_callables(mod, inputs)
+            return state["graphed"](*inputs)
+        if "graph" not in state:
+            mod(*inputs)
+            torch.cuda.synchronize()
+            state["graph"] = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(state["graph"]):
+                state["out"] = mod(*inputs)
+        state["graph"].replay()
+        return state["out"]
+
+    return run
+
+
+def graphed_reference(mod):
+    """Eager PyTorch's reference (the module's `impl="torch"` path, the eager rows' function) captured as
+    `graphed` captures evofuse: the GPU's time of the peer without its host's."""
+    mod.impl = "torch"
+    return graphed(mod)
+
+
+def compiled_reduce_overhead(mod):
+    """torch.compile's row under `mode="reduce-overhead"`, as evofuse's reduce-overhead row runs: the reference
+    (the module's `impl="torch"` path) compiled, its forward and backward replayed as CUDA graphs."""
+    mod.impl = "torch"
+    return reduce_overhead(mod)
+
+
+def graphed_compiled(mod):
+    """torch.compile's row captured as `graphed` captures evofuse: the compiled reference's GPU time without its
+    host's, beside evofuse's CUDA graph row."""
+    mod.impl = "torch"
+    torch.compiler.reset()
+    return graphed(torch.compile(mod, dynamic=False))

@@ -160,15 +160,14 @@ def test_training_step_takes_each_steps_own_gradients():
 def test_reduce_overhead_training_row_runs():
     """A training row of `evofuse bench` under torch.compile(mode="reduce-overhead"): forward and backward
     replayed as CUDA graphs, timed as the benchmark times every row."""
-    from evofuse._timing import measure
-    from evofuse.bench import _reduce_overhead
+    from evofuse._timing import measure, reduce_overhead
     from evofuse.suite import SUITE, make_inputs, make_module
 
     case = next(c for c in SUITE if c.name == "pwa-seed")
     mod = make_module(case, seed=0).to(device="cuda", dtype=torch.bfloat16)
     inputs = make_inputs(case, "cuda", torch.bfloat16, seed=1, fully_masked=False)
     leaves = list(mod.parameters()) + [t.requires_grad_(True) for t in inputs[:-1]]
-    fn = _reduce_overhead(mod)
+    fn = reduce_overhead(mod)
     ms, peak = measure(lambda: fn(*inputs), True, leaves)
     assert ms > 0 and peak >= 0
 
@@ -179,8 +178,7 @@ def test_graphed_rows_match_eager_calls(op):
     """`evofuse bench`'s "CUDA graph" rows: the forward replayed from `torch.cuda.graph`, a training step from
     `torch.cuda.make_graphed_callables`, each giving the eager call's output and every gradient (the same
     kernels, so bit for bit), replay after replay; and the reference's graphed row its eager output."""
-    from evofuse._timing import training_step
-    from evofuse.bench import _graphed, _graphed_reference
+    from evofuse._timing import graphed, graphed_reference, training_step
     from evofuse.suite import SUITE, make_inputs, make_module
 
     case = next(c for c in SUITE if c.name == f"{op}-seed")
@@ -197,11 +195,11 @@ def test_graphed_rows_match_eager_calls(op):
     training_step(lambda: fn(*inputs), leaves)()
     want_grads = [t.grad.clone() for t in leaves]
 
-    mod, inputs, fn = build(_graphed)
+    mod, inputs, fn = build(graphed)
     with torch.no_grad():
         for _ in range(3):
             assert torch.equal(fn(*inputs), want)
-    mod, inputs, fn = build(_graphed)
+    mod, inputs, fn = build(graphed)
     leaves = list(mod.parameters()) + [t.requires_grad_(True) for t in inputs[:-1]]
     step = training_step(lambda: fn(*inputs), leaves)
     for _ in range(3):
@@ -209,7 +207,7 @@ def test_graphed_rows_match_eager_calls(op):
         for t, g in zip(leaves, want_grads):
             assert torch.equal(t.grad, g)
 
-    mod, inputs, fn = build(_graphed_reference)
+    mod, inputs, fn = build(graphed_reference)
     with torch.no_grad():
         got = fn(*inputs)
         torch.testing.assert_close(fn(*inputs), mod(*inputs))
