@@ -88,6 +88,7 @@ def _launches():
     from evofuse.ops import layer_norm_linear as lnl
     from evofuse.ops import matmul, pair_heads
     from evofuse.ops.msa_column_global_attention import kernels as gcol
+    from evofuse.ops.outer_product_mean import backward_kernels as opm_backward
     from evofuse.ops.outer_product_mean import configs as opm_configs
     from evofuse.ops.outer_product_mean import kernels as opm
     from evofuse.ops.pair_weighted_averaging import configs as pwa_configs
@@ -114,11 +115,11 @@ def _launches():
                 yield (f"opm project {dtype} c={c}", opm.opm_project_kernel, dtype,
                        dict(C=c, DIVIDE_BIAS=True, EPS=1e-3, HAS_COUNTS=True, **kw), warps, stages, {})
         kw, warps, stages = cfg(opm_configs.dx_candidates(32)[0])
-        yield f"opm dX {dtype}", opm.opm_dx_kernel, dtype, dict(C=32, PRECISION=precision, **kw), warps, stages, {}
+        yield f"opm dX {dtype}", opm_backward.opm_dx_kernel, dtype, dict(C=32, PRECISION=precision, **kw), warps, stages, {}
         kw, warps, stages = cfg(opm_configs.dw_candidates(32, 2 if dtype == "bf16" else 4)[0])
-        yield (f"opm dW {dtype}", opm.opm_dw_kernel, dtype, dict(C=32, ACCUMULATE=True, PRECISION=precision, **kw),
+        yield (f"opm dW {dtype}", opm_backward.opm_dw_kernel, dtype, dict(C=32, ACCUMULATE=True, PRECISION=precision, **kw),
                warps, stages, {})
-        yield (f"opm Gs {dtype}", opm.opm_grad_scale_kernel, dtype,
+        yield (f"opm Gs {dtype}", opm_backward.opm_grad_scale_kernel, dtype,
                dict(DIVIDE_BIAS=True, EPS=1e-3, HAS_COUNTS=True, BLOCK_P=128, BLOCK_R=64), 4, 3, {})
         for D, K, group in ((256, 1024, 32), (512, 256, 0), (64, 128, 8), (64, 72, 3), (128, 640, 1)):
             block_d = min(next_pow2(D), lnl.MAX_BLOCK_D)

@@ -9,11 +9,11 @@ inputs take the fused contraction (`kernels.opm_forward_kernel`) on float16 halv
 the masked projections ab, which the backward takes instead of recomputing them.
 
 Backward: the op `evofuse::outer_product_mean_core_backward`. Gs, the output's gradient times the per-pair
-factor, and out_proj's bias gradient come from `kernels.opm_grad_scale_kernel`; then, for blocks of output
+factor, and out_proj's bias gradient come from `backward_kernels.opm_grad_scale_kernel`; then, for blocks of output
 rows i (each block's N*N*c*c products at most BLOCK_BYTES, so that the whole need not exist at long
-sequences), the outer products' gradient dX = Gs W from `kernels.opm_dx_kernel`, already in the layout
+sequences), the outer products' gradient dX = Gs W from `backward_kernels.opm_dx_kernel`, already in the layout
 [(i p), (j q)], gives da = b dX^T and db = a dX as batched cuBLAS products, and out_proj's weight gradient
-Gs^T X comes from `kernels.opm_dw_kernel` on X = a^T b recomputed by cuBLAS. The projections' and the
+Gs^T X comes from `backward_kernels.opm_dw_kernel` on X = a^T b recomputed by cuBLAS. The projections' and the
 LayerNorm's gradients come from `layer_norm_linear_backward`.
 """
 
@@ -38,7 +38,7 @@ from ..._runtime import (
 from ..layer_norm_backward import layer_norm_linear_backward
 from ..layer_norm_linear import joined_bias, layer_norm_linear
 from ..matmul import matmul, uses_tensor_cores
-from . import configs, kernels
+from . import backward_kernels, configs, kernels
 from .kernels import float16_operands_kernel, operand_maxima_kernel, opm_forward_kernel
 
 FUSED_HIDDEN_DIMS = (8, 16, 32, 64)
@@ -205,13 +205,13 @@ def _tuned_project():
 def _tuned_dw():
     """The backward's dW kernel under Triton's autotuner (its partial sums restored after each timing run, since it
     may add to them)."""
-    return autotuned(kernels.opm_dw_kernel, lambda: configs.DW_CONFIGS, ["C", "R", "N_BUCKET", "PRECISION"],
+    return autotuned(backward_kernels.opm_dw_kernel, lambda: configs.DW_CONFIGS, ["C", "R", "N_BUCKET", "PRECISION"],
                      configs.dw_prune, restore_value=("ws_ptr",))
 
 
 def _tuned_dx():
     """The backward's dX kernel under Triton's autotuner."""
-    return autotuned(kernels.opm_dx_kernel, lambda: configs.DX_CONFIGS, ["C", "R", "N_BUCKET", "PRECISION"],
+    return autotuned(backward_kernels.opm_dx_kernel, lambda: configs.DX_CONFIGS, ["C", "R", "N_BUCKET", "PRECISION"],
                      configs.dx_prune)
 
 
@@ -270,7 +270,7 @@ def core_backward(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight: T
     sums = torch.empty(programs, R, dtype=torch.float32, device=device)  # (no programs: the sums are zeros)
     if programs and R:
         count_args = (grad_out, 0, 0, 0) if counts is None else (counts, *counts.stride())
-        kernels.opm_grad_scale_kernel[(programs,)](
+        backward_kernels.opm_grad_scale_kernel[(programs,)](
             grad_out, *grad_out.stride(), *count_args, gs, sums, N, R, S, pairs, DIVIDE_BIAS=divide_bias,
             EPS=count_eps if divide_bias else 0.0, HAS_COUNTS=counts is not None, BLOCK_P=GRAD_SCALE_PAIRS,
             BLOCK_R=min(64, max(16, triton.next_power_of_2(R))))
