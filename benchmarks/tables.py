@@ -1,0 +1,75 @@
+"""The README's and docs/PERFORMANCE.md's tables, made from the benchmark scripts' CSVs (never typed by hand):
+
+    python benchmarks/tables.py blocks benchmarks/results/NVIDIA-H200/models-pairformer.csv
+    python benchmarks/tables.py trimul benchmarks/results/NVIDIA-H100-80GB-HBM3/trimul-peers.csv
+
+`blocks`: a model-blocks CSV of `benchmarks/models.py` (family, what, precision, mode, impl, ms, peak_mib), one row
+a family's block: forward / training step ms of each path and the training step's peak MiB. `trimul`: a CSV of
+`benchmarks/trimul_peers.py`, one row a length and direction. The fastest time of a row is in bold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+
+
+def _ms(value: str | None) -> float | None:
+    return float(value) if value not in (None, "") else None
+
+
+def _cells(times: list[tuple[float | None, float | None]], memory: list[float | None]) -> list[str]:
+    """Each path's "forward / training" with the fastest of each mode in bold, and its training MiB."""
+    best = [min((t[k] for t in times if t[k] is not None), default=None) for k in (0, 1)]
+
+    def shown(value, k):
+        if value is None:
+            return "-"
+        text = f"{value:#.3g}" if value < 100 else f"{value:.0f}"
+        return f"**{text}**" if value == best[k] else text
+
+    return [f"{shown(f, 0)} / {shown(b, 1)}" + (f" ({m:.0f})" if m is not None else "")
+            for (f, b), m in zip(times, memory)]
+
+
+def blocks(rows: list[dict]) -> str:
+    """One line a family's block: unpatched, evofuse and the model's cuEquivariance path."""
+    paths = [("unpatched", "unpatched"), ("evofuse", "evofuse"), ("unpatched cuEquivariance", "cuEquivariance")]
+    lines = ["| block | " + " | ".join(label for _, label in paths) + " |", "|---" * (len(paths) + 1) + "|"]
+    for family in dict.fromkeys(r["family"] for r in rows if r["what"] == "block"):
+        got = {(r["impl"], r["mode"]): r for r in rows if r["family"] == family and r["what"] == "block"}
+        times = [tuple(_ms(got.get((impl, mode), {}).get("ms")) for mode in ("fwd", "fwd+bwd")) for impl, _ in paths]
+        memory = [_ms(got.get((impl, "fwd+bwd"), {}).get("peak_mib")) for impl, _ in paths]
+        lines.append(f"| {family} | " + " | ".join(_cells(times, memory)) + " |")
+    return "\n".join(lines)
+
+
+def trimul(rows: list[dict]) -> str:
+    """One line a length and direction: each implementation's forward / training step (training MiB)."""
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    lines = ["| N | direction | " + " | ".join(impls) + " |", "|---" * (len(impls) + 2) + "|"]
+    for N, direction in dict.fromkeys((r["N"], r["direction"]) for r in rows):
+        got = {(r["impl"], r["mode"]): r for r in rows if (r["N"], r["direction"]) == (N, direction)}
+        times = [tuple(_ms(got.get((impl, mode), {}).get("ms")) for mode in ("fwd", "fwd+bwd")) for impl in impls]
+        memory = [_ms(got.get((impl, "fwd+bwd"), {}).get("peak_mib")) for impl in impls]
+        lines.append(f"| {N} | {direction} | " + " | ".join(_cells(times, memory)) + " |")
+    return "\n".join(lines)
+
+
+TABLES = {"blocks": blocks, "trimul": trimul}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("table", choices=sorted(TABLES))
+    parser.add_argument("csv", help="the benchmark script's CSV")
+    args = parser.parse_args(argv)
+    with open(args.csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    print(TABLES[args.table](rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
