@@ -101,7 +101,6 @@ def cast(tensors, dtype: torch.dtype) -> list:
     return out
 
 
-
 # the device types whose autocast state is asked (torch.compile of torch 2.11 cannot trace is_autocast_available)
 AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu", "mtia")
 
