@@ -119,11 +119,21 @@ def follows_autocast(form):
         if (not isinstance(first, torch.Tensor) or first.device.type not in AUTOCAST_DEVICES
                 or not torch.is_autocast_enabled(first.device.type)):
             return form(*args, **kwargs)
-        device_type = first.device.type
-        dtype = torch.get_autocast_dtype(device_type)
-        if first.is_floating_point() and first.dtype not in (dtype, torch.float64):
+        dtype = autocast_dtype(first)
+        if dtype != first.dtype:
             args, kwargs = ((first.to(dtype), *args[1:]), kwargs) if args else (args, {**kwargs, name: first.to(dtype)})
-        with torch.autocast(device_type, enabled=False):
+        with torch.autocast(first.device.type, enabled=False):
             return form(*args, **kwargs)
 
     return call
+
+
+def autocast_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype torch's own layers compute in for an input x: autocast's where autocast is on for x's device and x
+    is floating and not float64 (which autocast leaves as it is), else x's. The functional forms and the
+    integrations' replacements (as the models' linear layers) both follow it."""
+    device_type = x.device.type
+    if (device_type in AUTOCAST_DEVICES and torch.is_autocast_enabled(device_type) and x.is_floating_point()
+            and x.dtype != torch.float64):
+        return torch.get_autocast_dtype(device_type)
+    return x.dtype

@@ -34,10 +34,11 @@ import torch
 from torch import nn
 
 from .. import functional
+from ..functional._common import autocast_dtype
 from ..ops.layer_norm_linear import joined_bias
 from ..ops.row_attention.op import MAX_HEAD_DIM
 from ..reference import TRIANGLE_MIN_INF
-from ._patching import check_layer_norm, check_linears, check_outer_product_mean, compute_dtype
+from ._patching import check_layer_norm, check_linears, check_outer_product_mean
 
 
 class FusedOpenFoldOuterProductMean(nn.Module):
@@ -60,7 +61,7 @@ class FusedOpenFoldOuterProductMean(nn.Module):
         return check_outer_product_mean(module.c_hidden, module.eps) or check_layer_norm(module.layer_norm)
 
     def compute_dtype(self, m: torch.Tensor) -> torch.dtype:
-        return compute_dtype(m)
+        return autocast_dtype(m)
 
     def forward(self, m: torch.Tensor, mask: torch.Tensor | None = None, chunk_size: int | None = None,
                 inplace_safe: bool = False) -> torch.Tensor:
@@ -113,7 +114,7 @@ class FusedOpenFoldRowAttention(nn.Module):
     def forward(self, m: torch.Tensor, z: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 chunk_size: int | None = None, **kwargs) -> torch.Tensor:
         """m (*, S, N, c_m), z (*, N, N, c_z), mask (*, S, N) or None -> (*, S, N, c_m) in the compute dtype."""
-        dtype = compute_dtype(m)
+        dtype = autocast_dtype(m)
         mha = self.mha
         with torch.autocast(m.device.type, enabled=False):
             return functional.msa_row_attention(
@@ -162,7 +163,7 @@ class FusedOpenFoldTriangleAttention(nn.Module):
         return self.attend(x, mask)
 
     def attend(self, x: torch.Tensor, mask: torch.Tensor | None, transpose_bias: bool = False) -> torch.Tensor:
-        dtype = compute_dtype(x)
+        dtype = autocast_dtype(x)
         mha = self.mha
         with torch.autocast(x.device.type, enabled=False):
             return functional.triangle_attention(
@@ -202,7 +203,7 @@ class FusedOpenFoldColumnAttention(nn.Module):
     def forward(self, m: torch.Tensor, mask: torch.Tensor | None = None, chunk_size: int | None = None,
                 **kwargs) -> torch.Tensor:
         """m (*, S, N, c_m), mask (*, S, N) or None -> (*, S, N, c_m) in the compute dtype."""
-        dtype = compute_dtype(m)
+        dtype = autocast_dtype(m)
         ln, mha = self._msa_att.layer_norm_m, self._msa_att.mha
         with torch.autocast(m.device.type, enabled=False):
             return functional.msa_column_attention(
@@ -235,7 +236,7 @@ class FusedOpenFoldGlobalColumnAttention(nn.Module):
     def forward(self, m: torch.Tensor, mask: torch.Tensor | None = None, chunk_size: int | None = None,
                 **kwargs) -> torch.Tensor:
         """m (*, S, N, c_in), mask (*, S, N) or None -> (*, S, N, c_in) in the compute dtype."""
-        dtype = compute_dtype(m)
+        dtype = autocast_dtype(m)
         att = self.global_attention
         params = [p for name in "qkvgo" for p in (getattr(att, f"linear_{name}").weight,
                                                  getattr(att, f"linear_{name}").bias)]
@@ -277,7 +278,7 @@ class FusedOpenFoldTriangleMultiplication(nn.Module):
             module.layer_norm_out)
 
     def compute_dtype(self, z: torch.Tensor) -> torch.dtype:
-        return compute_dtype(z)
+        return autocast_dtype(z)
 
     def _stacked(self, names: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
         layers = [getattr(self, name) for name in names]
@@ -300,7 +301,7 @@ class FusedOpenFoldTriangleMultiplication(nn.Module):
                 z.to(dtype), mask, self.layer_norm_in.weight, self.layer_norm_in.bias, p_in, p_bias, g_in, g_bias,
                 self.layer_norm_out.weight, self.layer_norm_out.bias, self.linear_z.weight, self.linear_z.bias,
                 self.linear_g.weight, self.linear_g.bias, outgoing=self._outgoing)
-        out = out.to(compute_dtype(z))  # (the model's dtype where the family computes in another: a no-op otherwise)
+        out = out.to(autocast_dtype(z))  # (the model's dtype where the family computes in another: a no-op otherwise)
         return out + z if inplace_safe and _add_with_inplace else out
 
 
@@ -337,7 +338,7 @@ class FusedTransition(nn.Module):
         """x (*, c) (and mask (*) or None where `MASKED`) -> (*, c_out) in the compute dtype."""
         mask = (args[0] if args else kwargs.get("mask")) if self.MASKED else None
         norm, a, b, out = self._parts(self)
-        dtype = compute_dtype(x)
+        dtype = autocast_dtype(x)
         with torch.autocast(x.device.type, enabled=False):
             y = functional.transition(
                 x.to(dtype), mask, norm.weight, norm.bias, a.weight, a.bias, None if b is None else b.weight,

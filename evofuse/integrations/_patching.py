@@ -1,12 +1,11 @@
 """What every model family's `patch` and `unpatch` share: walking a model and swapping its submodules in place,
-remembering each original, and the dtype a model's layers compute in under `torch.autocast`."""
+remembering each original, and why a module cannot be fused."""
 
 from __future__ import annotations
 
 import warnings
 import weakref
 
-import torch
 from torch import nn
 
 from ..ops.outer_product_mean.op import FUSED_HIDDEN_DIMS
@@ -14,13 +13,6 @@ from ..ops.pair_weighted_averaging.op import MAX_HEAD_WIDTH, MAX_MSA_WIDTH
 from ..reference import LAYER_NORM_EPS
 
 _ORIGINALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # replacement -> the module it replaced
-
-
-def compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """The dtype a model's linear layers compute in for an input x: the autocast dtype where autocast is on."""
-    if torch.is_autocast_enabled(x.device.type):
-        return torch.get_autocast_dtype(x.device.type)
-    return x.dtype
 
 
 def check_layer_norm(layer_norm: nn.Module) -> str | None:

@@ -20,12 +20,12 @@ import torch
 from torch import nn
 
 from .. import functional
+from ..functional._common import autocast_dtype
 from ._adapters import FusedOpenFoldTriangleAttention, FusedTransition
 from ._patching import (
     check_layer_norm,
     check_outer_product_mean,
     check_pair_weighted_averaging,
-    compute_dtype,
     patch_modules,
     unpatch_modules,
 )
@@ -50,7 +50,7 @@ class FusedPairWeightedAveraging(nn.Module):
                 or check_layer_norm(module.norm_z))
 
     def forward(self, m: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, chunk_heads: bool = False) -> torch.Tensor:
-        dtype = compute_dtype(m)
+        dtype = autocast_dtype(m)
         with torch.autocast(m.device.type, enabled=False):
             return functional.pair_weighted_averaging(
                 m.to(dtype), z.to(dtype), mask, self.norm_m.weight, self.norm_m.bias, self.norm_z.weight,
@@ -73,7 +73,7 @@ class FusedOuterProductMean(nn.Module):
         return check_outer_product_mean(module.c_hidden) or check_layer_norm(module.norm)
 
     def forward(self, m: torch.Tensor, mask: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
-        dtype = compute_dtype(m)
+        dtype = autocast_dtype(m)
         with torch.autocast(m.device.type, enabled=False):
             return functional.outer_product_mean(
                 m.to(dtype), mask, self.norm.weight, self.norm.bias, self.proj_a.weight, None, self.proj_b.weight,
@@ -95,7 +95,7 @@ class FusedTriangleMultiplication(nn.Module):
         return check_layer_norm(module.norm_in) or check_layer_norm(module.norm_out)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, use_kernels: bool = False) -> torch.Tensor:
-        dtype = compute_dtype(x)
+        dtype = autocast_dtype(x)
         with torch.autocast(x.device.type, enabled=False):
             return functional.triangle_multiplication(
                 x.to(dtype), mask, self.norm_in.weight, self.norm_in.bias, self.p_in.weight, self.p_in.bias,

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from .. import functional
+from ..functional._common import autocast_dtype
 from ._adapters import (
     FusedOpenFoldColumnAttention,
     FusedOpenFoldGlobalColumnAttention,
@@ -36,7 +37,6 @@ from ._patching import (
     check_layer_norm,
     check_linears,
     check_pair_weighted_averaging,
-    compute_dtype,
     patch_modules,
     unpatch_modules,
 )
@@ -65,7 +65,7 @@ class FusedPairWeightedAveraging(nn.Module):
     def forward(self, m: torch.Tensor, z: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 chunk_size: int | None = None, use_softmax_kernel: bool = False, **kwargs) -> torch.Tensor:
         """m (*, S, N, c_in), z (*, N, N, c_z), mask (*, N, N) or None -> (*, S, N, c_in) in the compute dtype."""
-        dtype = compute_dtype(m)
+        dtype = autocast_dtype(m)
         with torch.autocast(m.device.type, enabled=False):
             return functional.pair_weighted_averaging(
                 m.to(dtype), z.to(dtype), mask, self.layer_norm_m.weight, self.layer_norm_m.bias,

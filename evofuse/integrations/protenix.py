@@ -20,13 +20,14 @@ import torch
 from torch import nn
 
 from .. import functional
+from ..functional._common import autocast_dtype
 from ._adapters import (
     FusedOpenFoldOuterProductMean,
     FusedOpenFoldTriangleAttention,
     FusedOpenFoldTriangleMultiplication,
     FusedTransition,
 )
-from ._patching import check_layer_norm, check_pair_weighted_averaging, compute_dtype, patch_modules, unpatch_modules
+from ._patching import check_layer_norm, check_pair_weighted_averaging, patch_modules, unpatch_modules
 
 __all__ = ["patch", "unpatch"]
 
@@ -52,7 +53,7 @@ class FusedPairWeightedAveraging(nn.Module):
 
     def forward(self, m: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """m (*, S, N, c_m), z (*, N, N, c_z) -> (*, S, N, c_m) in the compute dtype."""
-        dtype = compute_dtype(m)
+        dtype = autocast_dtype(m)
         with torch.autocast(m.device.type, enabled=False):
             return functional.pair_weighted_averaging(
                 m.to(dtype), z.to(dtype), None, self.layernorm_m.weight, self.layernorm_m.bias,
@@ -71,7 +72,7 @@ class _Float32UnderFloat16:
         self.is_fp16_enabled = is_fp16_enabled
 
     def compute_dtype(self, x: torch.Tensor) -> torch.dtype:
-        return torch.float32 if self.is_fp16_enabled() else compute_dtype(x)
+        return torch.float32 if self.is_fp16_enabled() else autocast_dtype(x)
 
 
 class FusedOuterProductMean(_Float32UnderFloat16, FusedOpenFoldOuterProductMean):
