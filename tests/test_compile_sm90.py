@@ -59,12 +59,14 @@ UNIT_STRIDES = {
 def _compile(kernel, dtype, consts, num_warps, num_stages, pointers=None):
     """Shared memory (bytes) of `kernel` compiled for sm_90 as a launch at the suite's shapes specializes it:
     pointers typed `dtype` unless named in FLOAT32_POINTERS or `pointers`, the strides of UNIT_STRIDES constant
-    1, pointers and the other integers (32-bit) divisible by 16."""
+    1, pointers and the other integers (32-bit) divisible by 16; constexprs not given take their defaults, as at a
+    launch."""
     import triton
     from triton.backends.compiler import GPUTarget
 
     pointers = pointers or {}
-    consts = dict(consts) | {n: 1 for n in UNIT_STRIDES.get(kernel.__name__, ())}
+    defaults = {p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}
+    consts = defaults | dict(consts) | {n: 1 for n in UNIT_STRIDES.get(kernel.__name__, ())}
     sig = {}
     for name in kernel.arg_names:
         if name in consts:
@@ -196,8 +198,9 @@ def _launches():
                        {"m_ptr": "*fp32"})
         for k, config in enumerate(glu.ROW_CONFIGS if dtype == "bf16" else glu.FLOAT32_ROW_CONFIGS):
             kw, warps, stages = cfg(config)
-            for activation in ("swiglu", "sigmoid") if k == 0 else ("swiglu",):
-                planes = dict(stride_hm=1, stride_pm=1) if activation == "sigmoid" else dict(stride_hn=1, stride_pk=1)
+            for activation in ("swiglu", "sigmoid") if k == 0 or dtype == "bf16" else ("swiglu",):
+                planes = (dict(stride_hm=1, stride_pm=1, PLANES=True) if activation == "sigmoid"
+                          else dict(stride_hn=1, stride_pk=1))
                 yield (f"layer_norm_glu {dtype} whole-row tile {k} {activation}", glu.layer_norm_glu_kernel, dtype,
                        dict(ACTIVATION=activation, HAS_BIAS=True, HAS_MASK=True, STORE_PRE=True, PRECISION=precision,
                             **planes, **kw), warps, stages, {"m_ptr": "*fp32"})
@@ -207,7 +210,8 @@ def _launches():
             kw, warps, stages = cfg(config)
             yield (f"layer_norm_glu {dtype} {kind} 0 sigmoid grad", glu.layer_norm_glu_kernel, dtype,
                    dict(ACTIVATION="sigmoid", HAS_BIAS=True, HAS_MASK=True, STORE_PRE=True, PRECISION=precision,
-                        GRAD=True, stride_hm=1, stride_pm=1, **kw), warps, stages, {"m_ptr": "*fp32"})
+                        GRAD=True, stride_hm=1, stride_pm=1, PLANES=kind != "tile", **kw), warps, stages,
+                   {"m_ptr": "*fp32"})
         for fill in (True, False):  # global column attention's columns (the extra-MSA stack's 8 heads of 8)
             columns = dict(HEADS=8, BLOCK_H=8, BLOCK_D=8, BLOCK_L=128, FILL=fill, MASK_LOGIT=-1e9, HAS_MASK=True)
             floats = {name: "*fp32" for name in ("m_ptr", "q_ptr", "o_ptr", "do_ptr", "dq_ptr")}

@@ -36,6 +36,7 @@ def layer_norm_glu_kernel(
     BLOCK_D: tl.constexpr,
     ROW_STEPS: tl.constexpr = 1,  # > 1: whole rows (BLOCK_D >= D) normalized once for up to ROW_STEPS blocks of BLOCK_N
     GRAD: tl.constexpr = False,  # the backward: h_ptr holds h's gradient, pre_ptr takes [a, b]'s
+    PLANES: tl.constexpr = False,  # h and pre are channel planes (unit stride along M): whole-row tiles run transposed
 ):
     """BLOCK_M rows and BLOCK_N (ROW_STEPS x BLOCK_N) channels of h: the rows' moments in float32, then LayerNorm(x)
     chunk by chunk of BLOCK_D channels (rounded to x's dtype as the reference's LayerNorm output is) against a's (and
@@ -43,7 +44,9 @@ def layer_norm_glu_kernel(
     give them), the activation in float32, times the row mask, rounded once. With ROW_STEPS > 1 a program reads and
     normalizes its rows once (one chunk: the same arithmetic) and steps through the output blocks, where one block a
     program reads its rows three times (two for the moments) for each block of BLOCK_N. With GRAD, a and b made the
-    same way meet h's gradient instead (`_store_h`): nothing of [a, b] is kept from the forward."""
+    same way meet h's gradient instead (`_store_h`): nothing of [a, b] is kept from the forward. With PLANES, whole-row
+    tiles take the products as [BLOCK_N, BLOCK_M] (weight rows against the normalized rows transposed), so that the
+    stores and loads of channel planes run along their unit stride with no change of layout on chip."""
     GATED: tl.constexpr = ACTIVATION != "relu"
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
     m_ok = offs_m < M
@@ -56,7 +59,7 @@ def layer_norm_glu_kernel(
                               stride_wk, stride_wd, bias_ptr, offs_n, n_ok, D, H, eps, dtype, GATED, HAS_BIAS, PRECISION,
                               BLOCK_M, BLOCK_N, BLOCK_D)
         _store_h(a, b, offs_m, m_ok, offs_n, n_ok, m_ptr, pre_ptr, stride_pm, stride_pk, h_ptr, stride_hm, stride_hn, H,
-                 ACTIVATION, HAS_MASK, STORE_PRE, GRAD)
+                 ACTIVATION, HAS_MASK, STORE_PRE, GRAD, False)
     else:
         xn = normalized_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, D, eps, dtype, BLOCK_D)  # [BLOCK_M, BLOCK_D]
         n_start = tl.program_id(1) * (ROW_STEPS * BLOCK_N)
@@ -64,29 +67,38 @@ def layer_norm_glu_kernel(
             offs_n = n0 + tl.arange(0, BLOCK_N)  # [BLOCK_N]
             n_ok = offs_n < H
             a = normalized_rows_projected(xn, w_ptr, stride_wk, stride_wd, bias_ptr, offs_n, n_ok, D, dtype, HAS_BIAS,
-                                          PRECISION, BLOCK_D)
+                                          PRECISION, BLOCK_D, PLANES)
             b = a
             if GATED:
                 b = normalized_rows_projected(xn, w_ptr + H * stride_wk, stride_wk, stride_wd, bias_ptr + H, offs_n,
-                                              n_ok, D, dtype, HAS_BIAS, PRECISION, BLOCK_D)
+                                              n_ok, D, dtype, HAS_BIAS, PRECISION, BLOCK_D, PLANES)
             _store_h(a, b, offs_m, m_ok, offs_n, n_ok, m_ptr, pre_ptr, stride_pm, stride_pk, h_ptr, stride_hm,
-                     stride_hn, H, ACTIVATION, HAS_MASK, STORE_PRE, GRAD)
+                     stride_hn, H, ACTIVATION, HAS_MASK, STORE_PRE, GRAD, PLANES)
 
 
 @triton.jit
 def _store_h(a, b, offs_m, m_ok, offs_n, n_ok, m_ptr, pre_ptr, stride_pm, stride_pk, h_ptr, stride_hm, stride_hn, H,
-             ACTIVATION: tl.constexpr, HAS_MASK: tl.constexpr, STORE_PRE: tl.constexpr, GRAD: tl.constexpr):
-    """The pre-activations a, b [BLOCK_M, BLOCK_N] (x's dtype) stored where STORE_PRE, and h = act(a, b) times the row
-    mask, rounded once, at rows offs_m and channels offs_n; with GRAD, h's gradient read there instead and a's and b's
-    (`activation_grad`) stored where the pre-activations go."""
-    ok = m_ok[:, None] & n_ok[None, :]
-    rows = offs_m.to(tl.int64)[:, None]  # [BLOCK_M, 1]
-    cols = offs_n.to(tl.int64)[None, :]  # [1, BLOCK_N]
+             ACTIVATION: tl.constexpr, HAS_MASK: tl.constexpr, STORE_PRE: tl.constexpr, GRAD: tl.constexpr,
+             TRANSPOSED: tl.constexpr):
+    """The pre-activations a, b [BLOCK_M, BLOCK_N] ([BLOCK_N, BLOCK_M] where TRANSPOSED; x's dtype) stored where
+    STORE_PRE, and h = act(a, b) times the row mask, rounded once, at rows offs_m and channels offs_n; with GRAD, h's
+    gradient read there instead and a's and b's (`activation_grad`) stored where the pre-activations go."""
+    if TRANSPOSED:
+        ok = n_ok[:, None] & m_ok[None, :]
+        rows = offs_m.to(tl.int64)[None, :]  # [1, BLOCK_M]
+        cols = offs_n.to(tl.int64)[:, None]  # [BLOCK_N, 1]
+    else:
+        ok = m_ok[:, None] & n_ok[None, :]
+        rows = offs_m.to(tl.int64)[:, None]  # [BLOCK_M, 1]
+        cols = offs_n.to(tl.int64)[None, :]  # [1, BLOCK_N]
     h_at = h_ptr + rows * stride_hm + cols * stride_hn
+    if HAS_MASK:
+        row_mask = tl.load(m_ptr + offs_m, mask=m_ok, other=0).to(tl.float32)
+        row_mask = row_mask[None, :] if TRANSPOSED else row_mask[:, None]
     if GRAD:
         dh = tl.load(h_at, mask=ok, other=0.0).to(tl.float32)
         if HAS_MASK:
-            dh *= tl.load(m_ptr + offs_m, mask=m_ok, other=0).to(tl.float32)[:, None]
+            dh *= row_mask
         da, db = activation_grad(a.to(tl.float32), b.to(tl.float32), dh, ACTIVATION)
         tl.store(pre_ptr + rows * stride_pm + cols * stride_pk, da.to(pre_ptr.dtype.element_ty), mask=ok)
         if ACTIVATION != "relu":
@@ -98,7 +110,7 @@ def _store_h(a, b, offs_m, m_ok, offs_n, n_ok, m_ptr, pre_ptr, stride_pm, stride
                 tl.store(pre_ptr + rows * stride_pm + (cols + H) * stride_pk, b, mask=ok)
         h = activation(a.to(tl.float32), b.to(tl.float32), ACTIVATION)
         if HAS_MASK:
-            h *= tl.load(m_ptr + offs_m, mask=m_ok, other=0).to(tl.float32)[:, None]
+            h *= row_mask
         tl.store(h_at, h.to(h_ptr.dtype.element_ty), mask=ok)
 
 
@@ -122,16 +134,26 @@ def normalized_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, D, eps, dtype: tl
 
 @triton.jit
 def normalized_rows_projected(xn, w_ptr, stride_wk, stride_wd, bias_ptr, offs_n, n_ok, D, dtype: tl.constexpr,
-                              HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, BLOCK_D: tl.constexpr):
-    """[BLOCK_M, BLOCK_N] in `dtype`: whole normalized rows xn [BLOCK_M, BLOCK_D] (`normalized_rows`) against the
-    weight rows offs_n of w_ptr (K, D) on tensor cores, accumulated in float32, the bias at offs_n added, rounded as
-    the reference's linears give them (`projected_rows`' arithmetic on one chunk)."""
+                              HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, BLOCK_D: tl.constexpr,
+                              TRANSPOSED: tl.constexpr):
+    """[BLOCK_M, BLOCK_N] in `dtype` ([BLOCK_N, BLOCK_M] where TRANSPOSED): whole normalized rows xn [BLOCK_M,
+    BLOCK_D] (`normalized_rows`) against the weight rows offs_n of w_ptr (K, D) on tensor cores, accumulated in
+    float32, the bias at offs_n added, rounded as the reference's linears give them (`projected_rows`' arithmetic on
+    one chunk)."""
     offs_d = tl.arange(0, BLOCK_D)
-    w = tl.load(w_ptr + offs_n.to(tl.int64)[None, :] * stride_wk + offs_d[:, None] * stride_wd,
-                mask=(offs_d < D)[:, None] & n_ok[None, :], other=0.0)  # [BLOCK_D, BLOCK_N]
-    acc = tl.dot(xn, w, input_precision=PRECISION)
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    d_ok = offs_d < D
+    if TRANSPOSED:
+        w = tl.load(w_ptr + offs_n.to(tl.int64)[:, None] * stride_wk + offs_d[None, :] * stride_wd,
+                    mask=n_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
+        acc = tl.dot(w, tl.trans(xn), input_precision=PRECISION)
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[:, None]
+    else:
+        w = tl.load(w_ptr + offs_n.to(tl.int64)[None, :] * stride_wk + offs_d[:, None] * stride_wd,
+                    mask=d_ok[:, None] & n_ok[None, :], other=0.0)  # [BLOCK_D, BLOCK_N]
+        acc = tl.dot(xn, w, input_precision=PRECISION)
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     return acc.to(dtype)
 
 
@@ -210,18 +232,21 @@ FLOAT32_CONFIGS = _configs(((64, 64, 32, 4, 3), (128, 64, 32, 8, 3), (64, 128, 3
 # autotuner beside the tiles above where a row fits one chunk (each row read and normalized once); the default with
 # autotuning off stays a block tile, which every shape can take
 ROW_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": bd, "ROW_STEPS": steps}, num_warps=warps,
-                             num_stages=stages)
-               for bm, bn, bd, steps, warps, stages in (
-                   (64, 64, 128, 8, 4, 3), (128, 64, 128, 8, 8, 3), (64, 128, 128, 4, 8, 2), (64, 64, 128, 4, 4, 3),
-                   (128, 64, 128, 4, 8, 3), (64, 64, 64, 8, 4, 3), (128, 64, 64, 8, 4, 3), (64, 64, 256, 4, 8, 2),
-                   (32, 64, 128, 8, 4, 3))]
+                             num_stages=stages, maxnreg=maxnreg)
+               for bm, bn, bd, steps, warps, stages, maxnreg in (
+                   (64, 64, 128, 8, 4, 3, None), (128, 64, 128, 8, 8, 3, None), (64, 128, 128, 4, 8, 2, None),
+                   (64, 64, 128, 4, 4, 3, None), (128, 64, 128, 4, 8, 3, None), (64, 64, 64, 8, 4, 3, None),
+                   (128, 64, 64, 8, 4, 3, None), (64, 64, 256, 4, 8, 2, None), (32, 64, 128, 8, 4, 3, None),
+                   # one stage (the weight tiles come from L2) and a register cap: more blocks a multiprocessor,
+                   # whose loads of rows overlap each other's arithmetic
+                   (64, 64, 128, 4, 4, 1, 128), (64, 64, 128, 4, 4, 1, None), (64, 128, 128, 2, 4, 1, None))]
 FLOAT32_ROW_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": bd, "ROW_STEPS": steps},
                                      num_warps=warps, num_stages=stages)
                        for bm, bn, bd, steps, warps, stages in (
                            (64, 32, 128, 8, 4, 2), (32, 64, 128, 8, 4, 2), (64, 64, 64, 8, 4, 2))]
 INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_D": 16}, num_warps=1, num_stages=1)
 SHARED_LIMIT = 200 * 1024  # bytes of shared memory a config's pipelined operand tiles may take (sm_90: 227 KB)
-KEY = ["M_BUCKET", "H_BUCKET", "D", "ACTIVATION", "HAS_BIAS", "HAS_MASK", "STORE_PRE", "PRECISION", "GRAD"]
+KEY = ["M_BUCKET", "H_BUCKET", "D", "ACTIVATION", "HAS_BIAS", "HAS_MASK", "STORE_PRE", "PRECISION", "GRAD", "PLANES"]
 
 
 def fits(config: triton.Config, M: int, D: int, H: int, operands: int, element_size: int) -> bool:
@@ -283,6 +308,6 @@ def layer_norm_glu(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor
         x, *x.stride(), ln_weight, ln_bias, weight, *weight.stride(), weight if bias is None else bias,
         h if mask is None else mask, *pre_args, h, *h.stride(), M, D, H, LAYER_NORM_EPS, bucket(M), bucket(H),
         ACTIVATION=activation, HAS_BIAS=bias is not None, HAS_MASK=mask is not None, STORE_PRE=pre is not None,
-        PRECISION=dot_precision(x.dtype, precision), GRAD=grad)
+        PRECISION=dot_precision(x.dtype, precision), GRAD=grad, PLANES=h.stride(0) == 1 and h.stride(1) != 1)
     return pre if grad else h
 

@@ -63,9 +63,9 @@ def output_kernel(
             offs_n = n0 + tl.arange(0, BLOCK_N)  # [BLOCK_N]
             n_ok = offs_n < CZ
             y = normalized_rows_projected(xt, wp_ptr, stride_pk, stride_pc, bp_ptr, offs_n, n_ok, C, dtype, HAS_P_BIAS,
-                                          PRECISION, BLOCK_D)
+                                          PRECISION, BLOCK_D, False)
             g = normalized_rows_projected(xz, wg_ptr, stride_gk, stride_gd, bg_ptr, offs_n, n_ok, CZ, dtype, HAS_G_BIAS,
-                                          PRECISION, BLOCK_D)
+                                          PRECISION, BLOCK_D, False)
             _gate(y, g, rows, m_ok, offs_n, n_ok, grad_ptr, stride_dm, stride_dn, out_ptr, dgo_ptr, M, CZ, GRAD)
 
 
