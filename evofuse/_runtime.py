@@ -158,6 +158,13 @@ def dot_precision(dtype: torch.dtype, precision: str) -> str:
     return "tf32"
 
 
+# The device model of the tile predicates: shared memory one block may take on sm_90 (compute capability 9.0),
+# and what the predicates that count only the pipelined operand tiles allow them, the compiler's own buffers
+# (layout conversions, reductions) taking the rest. On another card Triton's autotuner drops a tile that does not fit.
+SHARED_BYTES = 227 * 1024
+OPERAND_SHARED_BYTES = SHARED_BYTES - 27 * 1024
+
+
 def multiprocessors(device: torch.device) -> int:
     """Streaming multiprocessors of a CUDA device, read on first use (a few in the interpreter)."""
     if device.type != "cuda":

@@ -10,7 +10,6 @@ import sys
 
 import pytest
 
-SHARED_LIMIT = 227 * 1024  # bytes of shared memory a block may take on sm_90
 FLOATS = ("eps", "qk_scale", "sm_scale", "inf", "x_scale", "alpha")
 FLOAT32_POINTERS = ("m_ptr", "lse_ptr", "delta_ptr", "dz_ptr", "dw_ptr", "cnt_ptr", "inv_ptr", "ws_ptr",
                     "partial_ptr", "dln_ptr", "folded_bias_ptr", "sum_ptr")
@@ -238,6 +237,8 @@ def _launches():
 
 
 def main() -> int:
+    from evofuse._runtime import SHARED_BYTES
+
     failed = 0
     launches = list(_launches())
     for name, kernel, dtype, consts, warps, stages, pointers in launches:
@@ -247,7 +248,7 @@ def main() -> int:
             failed += 1
             print(f"FAIL {name}: {type(err).__name__}: {str(err)[-600:]}", flush=True)
             continue
-        over = shared > SHARED_LIMIT
+        over = shared > SHARED_BYTES
         failed += over
         print(f"{'FAIL' if over else 'ok  '} {name}: {shared / 1024:.0f} KiB shared", flush=True)
     import triton

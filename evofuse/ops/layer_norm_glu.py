@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._runtime import autotuned, bucket, cdiv, dot_precision, next_pow2, tuning_candidates
+from .._runtime import OPERAND_SHARED_BYTES, autotuned, bucket, cdiv, dot_precision, next_pow2, tuning_candidates
 from ..reference import LAYER_NORM_EPS
 from .layer_norm_rows import row_moments
 
@@ -245,7 +245,6 @@ FLOAT32_ROW_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": b
                        for bm, bn, bd, steps, warps, stages in (
                            (64, 32, 128, 8, 4, 2), (32, 64, 128, 8, 4, 2), (64, 64, 64, 8, 4, 2))]
 INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_D": 16}, num_warps=1, num_stages=1)
-SHARED_LIMIT = 200 * 1024  # bytes of shared memory a config's pipelined operand tiles may take (sm_90: 227 KB)
 KEY = ["M_BUCKET", "H_BUCKET", "D", "ACTIVATION", "HAS_BIAS", "HAS_MASK", "STORE_PRE", "PRECISION", "GRAD", "PLANES"]
 
 
@@ -257,7 +256,7 @@ def fits(config: triton.Config, M: int, D: int, H: int, operands: int, element_s
         return False
     if config.kwargs.get("ROW_STEPS", 1) > 1 and bd < D:
         return False
-    return (bm * bd + operands * bd * bn) * element_size * max(1, config.num_stages) <= SHARED_LIMIT
+    return (bm * bd + operands * bd * bn) * element_size * max(1, config.num_stages) <= OPERAND_SHARED_BYTES
 
 
 def candidates(M: int, D: int, H: int, operands: int, element_size: int, whole_rows: bool = False) -> list[triton.Config]:

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._runtime import autotuned, bucket, cdiv, next_pow2, tuning_candidates
+from .._runtime import OPERAND_SHARED_BYTES, autotuned, bucket, cdiv, next_pow2, tuning_candidates
 from ..reference import LAYER_NORM_EPS
 from .float16_halves import finite_abs, power_of_two_scales, store_halves
 from .layer_norm_backward import layer_norm_pass
@@ -211,7 +211,6 @@ FLOAT32_CONFIGS = _configs(((64, 64, 4, 2), (64, 64, 8, 2), (128, 64, 8, 2), (64
 INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 16, "BLOCK_K": 16}, num_warps=1, num_stages=1)
 MAX_BLOCK_D = 256  # the longest row a program holds whole
 SPLIT_BLOCK_K = 16  # rows of the weight a program of `_weight_halves_kernel` takes
-SHARED_LIMIT = 200 * 1024  # bytes of shared memory a float32 config may take as modelled (sm_90: 227 KB)
 
 
 def _keep(config: triton.Config, K: int, BLOCK_D: int, terms: int, whole_row: bool) -> bool:
@@ -229,7 +228,7 @@ def _keep(config: triton.Config, K: int, BLOCK_D: int, terms: int, whole_row: bo
         shared = halves * (bk * stages + bm) * BLOCK_D * 2
     else:
         shared = (halves * bk * 2 + bm * 4) * BLOCK_D * stages
-    return shared <= SHARED_LIMIT
+    return shared <= OPERAND_SHARED_BYTES
 
 
 def _prune(configs, named_args, **kwargs):

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._runtime import autotuned, bucket, cdiv, custom_op, next_pow2, traced, tuning_candidates
+from .._runtime import OPERAND_SHARED_BYTES, autotuned, bucket, cdiv, custom_op, next_pow2, traced, tuning_candidates
 
 
 @triton.jit
@@ -68,7 +68,6 @@ CONFIGS = _configs(((128, 128, 32, 8, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 
                     (128, 128, 16, 8, 4), (64, 64, 16, 4, 2), (32, 64, 32, 4, 2), (16, 32, 32, 4, 2)))
 INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2}, num_warps=1,
                                    num_stages=1)
-SHARED_LIMIT = 200 * 1024  # bytes of shared memory a config's pipelined float32 tiles may take (sm_90: 227 KB)
 MAX_BATCH = 65535  # batch elements one launch takes (the grid's second dimension)
 
 
@@ -76,7 +75,7 @@ def fits(config: triton.Config, M: int, N: int, K: int) -> bool:
     bm, bn, bk = (config.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
     if bm > max(16, next_pow2(M)) or bn > max(16, next_pow2(N)) or bk > max(16, next_pow2(K)):
         return False
-    return (bm + bn) * bk * 4 * max(1, config.num_stages) <= SHARED_LIMIT
+    return (bm + bn) * bk * 4 * max(1, config.num_stages) <= OPERAND_SHARED_BYTES
 
 
 def _prune(configs, named_args, **kwargs):

@@ -14,7 +14,7 @@ import functools
 
 import triton
 
-from ..._runtime import autotune_enabled, interpreting, tuning_candidates
+from ..._runtime import SHARED_BYTES, autotune_enabled, interpreting, tuning_candidates
 
 
 def _configs(tiles) -> list[triton.Config]:
@@ -37,7 +37,6 @@ INTERPRETER_CONFIG = triton.Config({"PASSES_PER_32": 2, "BLOCK_I": 4, "BLOCK_J":
                                     "W_STAGES": 1, "GROUP_I": 2}, num_warps=1, num_stages=1)
 
 ACCUMULATOR_PER_THREAD = 128  # float32 registers of the first product's accumulator a thread holds (no spills)
-SHARED_LIMIT = 227 * 1024  # bytes of shared memory a program may take on sm_90
 SHARED_MARGIN = 24 * 1024  # the most the compiler took beyond the model below (the tables' configs, c = 16, 32, 64)
 
 
@@ -71,7 +70,7 @@ def fits(config: triton.Config, C: int, terms: int) -> bool:
         return False
     if rows * cols > ACCUMULATOR_PER_THREAD * 32 * config.num_warps:
         return False
-    return shared_bytes(config, C, terms) + SHARED_MARGIN <= SHARED_LIMIT
+    return shared_bytes(config, C, terms) + SHARED_MARGIN <= SHARED_BYTES
 
 
 def candidates(C: int, terms: int) -> list[triton.Config]:
@@ -132,7 +131,7 @@ def dw_candidates(C: int, element_bytes: int) -> list[triton.Config]:
         kw = cfg.kwargs
         operands = cfg.num_stages * kw["BLOCK_P"] * (kw["BLOCK_K"] + kw["BLOCK_R"]) * element_bytes
         return (kw["BLOCK_K"] <= C * C and kw["BLOCK_K"] * kw["BLOCK_R"] <= ACCUMULATOR_PER_THREAD * 32 * cfg.num_warps
-                and operands + SHARED_MARGIN <= SHARED_LIMIT)
+                and operands + SHARED_MARGIN <= SHARED_BYTES)
 
     return tuning_candidates(DW_CONFIGS, fit, DW_INTERPRETER_CONFIG)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import triton
 
-from ..._runtime import next_pow2, tuning_candidates
+from ..._runtime import SHARED_BYTES, next_pow2, tuning_candidates
 
 # (the last two: the fastest for the weighted sum's dv alone at the suite's shapes)
 CONFIGS = [
@@ -21,9 +21,6 @@ CONFIGS = [
 INTERPRETER_CONFIG = triton.Config({"BLOCK_I": 16, "BLOCK_J": 16, "COLS": 32}, num_warps=1, num_stages=1)
 
 
-SHARED_LIMIT = 227 * 1024  # bytes of shared memory a program may take on sm_90
-
-
 def fits(config: triton.Config, BLOCK_C: int, element_size: int) -> bool:
     """Columns that hold whole heads, an accumulator the register file holds for the operand width, and operand
     stages ([BLOCK_I, BLOCK_J] x [BLOCK_J, COLS]) that fit shared memory, as the compiler counts them on sm_90."""
@@ -31,7 +28,7 @@ def fits(config: triton.Config, BLOCK_C: int, element_size: int) -> bool:
     bi, bj, cols = kw["BLOCK_I"], kw["BLOCK_J"], kw["COLS"]
     limit = 128 * 256 // (2 if element_size == 4 else 1)
     stage = (bi * bj + bj * cols) * element_size
-    return cols >= BLOCK_C and bi * cols <= limit and stage * max(1, config.num_stages) <= SHARED_LIMIT
+    return cols >= BLOCK_C and bi * cols <= limit and stage * max(1, config.num_stages) <= SHARED_BYTES
 
 
 def candidates(BLOCK_C: int, element_size: int) -> list[triton.Config]:
@@ -72,7 +69,7 @@ def projection_fits(config: triton.Config, HC: int, BLOCK_O: int, element_size: 
     stages = max(1, config.num_stages)
     shared = (stages * (bs * BLOCK_O + BLOCK_O * bk + bs * bk) + 3 * bs * BLOCK_O + BLOCK_O * bk) * element_size
     return (bk <= max(16, next_pow2(HC)) and bs * max(bk, BLOCK_O) <= 16384
-            and BLOCK_O * bk <= 64 * 32 * config.num_warps and shared + PROJECTION_SHARED_SLACK <= SHARED_LIMIT)
+            and BLOCK_O * bk <= 64 * 32 * config.num_warps and shared + PROJECTION_SHARED_SLACK <= SHARED_BYTES)
 
 
 PROJECTION_SHARED_SLACK = 1024  # bytes the compiler took beyond the element counts (246272 against 245760 counted)
