@@ -97,17 +97,8 @@ def test_each_gradient_alone(starting, dtype, layout):
     check_gradients(mod, inputs, dtype, DEVICE, 1, views, strided_weights=layout == "strided", alone=True)
 
 
-# q's and k's gradients are exactly 0 at N = 1 (one key: a softmax of weight 1); 16-bit, the backward's delta, taken
-# from the rounded output, leaves them 5e-4 of the other weights' gradients (float16 in the interpreter) where
-# PyTorch's own are 0. Row attention's backward shares the defect (docs/TESTING.md)
-DELTA_ROUNDING = pytest.mark.xfail(strict=True, reason="16-bit q and k gradients, exactly 0 at N = 1, carry the "
-                                   "rounding of a delta taken from the rounded output")
-
-
 @pytest.mark.parametrize("N, form, layout, dtype", [
-    pytest.param(*case.values, dtype, marks=(*case.marks, DELTA_ROUNDING) if case.values[0] == 1 and dtype == LOW
-                 else case.marks) if hasattr(case, "values") else
-    pytest.param(*case, dtype, marks=DELTA_ROUNDING if case[0] == 1 and dtype == LOW else ())
+    pytest.param(*case.values, dtype, marks=case.marks) if hasattr(case, "values") else (*case, dtype)
     for case in AWKWARD_CASES for dtype in (torch.float32, LOW)])
 def test_gradients_at_awkward_shapes(N, form, layout, dtype):
     """Output and every gradient at the contract's awkward shapes, masks and layouts; the ending node at N = 17. In the
@@ -116,6 +107,21 @@ def test_gradients_at_awkward_shapes(N, form, layout, dtype):
     mod = _module(8, 4, 2, starting=N != 17, seed=5)
     inputs, views = _contract_case(2, N, form, layout, 6)
     check_gradients(mod, inputs, dtype, DEVICE, 1, views, strided_weights=layout == "strided")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_one_key_leaves_q_and_k_without_gradient(dtype):
+    """N = 1: one key a row, whose softmax weight is 1, so the logits' gradient is exactly 0. The backward's delta is
+    made exact beside dq, so q's projection takes a gradient of exactly 0 in every dtype and k's one of float32's
+    rounding, where a delta from the rounded output leaves both at the 16-bit output's rounding."""
+    from .helpers import grads
+
+    mod = _module(8, 4, 2, seed=11).to(DEVICE, dtype)
+    z = torch.randn(3, 1, 1, 8, generator=torch.Generator().manual_seed(12)).to(DEVICE, dtype)
+    _, got = grads(mod, [z, torch.ones(3, 1, 1, device=DEVICE)], "triton", differentiable=1)
+    assert torch.equal(got["mha.linear_q.weight"], torch.zeros_like(got["mha.linear_q.weight"]))
+    scale = got["mha.linear_v.weight"].float().norm()
+    assert scale > 0 and got["mha.linear_k.weight"].float().norm() <= 1e-5 * scale
 
 
 class _TransposedBias(TriangleAttention):

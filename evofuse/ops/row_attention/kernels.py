@@ -11,7 +11,9 @@ training, also the un-gated output and the rows' log-sum-exp.
 
 Backward, from do (the gradient of the un-gated output), the log-sum-exp and delta = rowsum(do * o): three
 kernels, each recomputing the probabilities tile by tile, so that no (S, h, N, N) tensor exists and every
-sum has a fixed order: dq over the keys (`attention_dq_kernel`), dk and dv over the queries
+sum has a fixed order: dq over the keys (`attention_dq_kernel`, which also makes delta exact: the rounded
+output's is off by the rounding, which a softmax of one key turns into q and k gradients that should be 0), dk and
+dv over the queries
 (`attention_dkdv_kernel`), and the pair bias's gradient over the MSA rows (`attention_dz_kernel`; where its
 tiles are too few to fill the GPU, over parts of the rows, summed afterwards).
 """
@@ -180,7 +182,11 @@ def attention_dq_kernel(
     PRECISION: tl.constexpr,
     ADDITIVE_MASK: tl.constexpr,  # masked keys pass their gradient on (the models' additive -inf mask)
 ):
-    """dq for a block of queries, summed over the blocks of keys in order."""
+    """dq for a block of queries, summed over the blocks of keys in order, and the rows' delta made exact for the
+    kernels after it. delta = rowsum(do * o) comes from the rounded output; sum_j p dp (the exact delta) is summed
+    beside dq, and dq corrected by (exact - rounded) * sum_j p k, a term of the rounding's size: with one key (p = 1)
+    the correction is the product dq took, so a gradient that is exactly 0 comes out 0. The exact delta is stored
+    in delta's place for dk, dv and the bias's gradient."""
     s, blk, h, b = _program_coords(S, N, H, BLOCK_M)
     offs_i = blk * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_e = tl.arange(0, BLOCK_D)
@@ -196,13 +202,26 @@ def attention_dq_kernel(
     z_rows = z_ptr + b * stride_zb + h * stride_zh + offs_i[:, None].to(tl.int64) * stride_zi
     m_row = m_ptr + b * stride_mb + s * stride_ms
     dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    pk = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)  # sum_j p k over the keys whose logits take a gradient
+    spent = tl.zeros((BLOCK_M,), dtype=tl.float32)  # sum_j of ds as dq took it, rounded to the operands' dtype
+    mass = tl.zeros((BLOCK_M,), dtype=tl.float32)  # sum_j p over the same keys
     for j0 in range(0, N, BLOCK_N):
         k, v, z, keep, fill = _key_block(row, j0, N, D, HEAD_DIM, stride_xn, z_rows, stride_zj, i_ok, m_row,
                                          stride_mn, MASKED, HAS_MASK, BLOCK_N, BLOCK_D)
-        _, ds = _probabilities_grad(q, k, v, do, z, keep, fill, lse, delta, qk_scale, HAS_MASK, PRECISION,
+        p, ds = _probabilities_grad(q, k, v, do, z, keep, fill, lse, delta, qk_scale, HAS_MASK, PRECISION,
                                     ADDITIVE_MASK)
-        ds = tl.where(i_ok[:, None] & (j0 + tl.arange(0, BLOCK_N) < N)[None, :], ds, 0.0)
-        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
+        ij_ok = i_ok[:, None] & (j0 + tl.arange(0, BLOCK_N) < N)[None, :]
+        if HAS_MASK and not ADDITIVE_MASK:
+            ij_ok = ij_ok & keep[None, :]
+        ds = tl.where(ij_ok, ds, 0.0).to(k.dtype)
+        p = tl.where(ij_ok, p, 0.0)
+        dq = tl.dot(ds, k, dq, input_precision=PRECISION)
+        pk = tl.dot(p.to(k.dtype), k, pk, input_precision=PRECISION)
+        spent += tl.sum(ds.to(tl.float32), axis=1)
+        mass += tl.sum(p, axis=1)
+    # exact delta = sum_j p dp = sum_j ds + delta sum_j p; dq less (exact - delta) sum_j p k
+    dq -= spent[:, None] * pk - (delta * (1.0 - mass))[:, None] * pk
+    tl.store(delta_ptr + stat, spent + delta * mass, mask=i_ok)
     tl.store(dq_ptr + b * stride_db + s * stride_ds + offs_i[:, None].to(tl.int64) * stride_dn + h * HEAD_DIM
              + offs_e[None, :], (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=ie_ok)
 

@@ -58,8 +58,9 @@ KEY = ["N_BUCKET", "HEAD_DIM", "HAS_MASK", "PRECISION"]  # what the autotuner's 
 def _kernels():
     """The four kernels under Triton's autotuner (`_runtime.autotuned`: built on their first launch)."""
     forward, backward = (lambda: configs.FORWARD_CONFIGS), (lambda: configs.BACKWARD_CONFIGS)
-    return (autotuned(attention_forward_kernel, forward, KEY, configs.prune),
-            autotuned(attention_dq_kernel, backward, KEY, configs.prune),
+    # the dq kernel makes delta exact in place: each of its timing runs starts from the rounded one
+    dq = autotuned(attention_dq_kernel, backward, KEY, configs.prune, restore_value=("delta_ptr",))
+    return (autotuned(attention_forward_kernel, forward, KEY, configs.prune), dq,
             autotuned(attention_dkdv_kernel, backward, KEY, configs.prune),
             autotuned(attention_dz_kernel, backward, KEY + ["SPLITS"], configs.prune))  # (its grid grows with them)
 
@@ -176,7 +177,7 @@ def core_backward(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, grad_out: Te
         *common, dz, dz.stride(0), S, N, h, D, splits, *sizes[4:], bucket(N), **consts)
     dz = dz[0] if splits == 1 else dz.sum(0)
     # every row of the exact dz sums to 0 (a softmax ignores a constant added to its logits), so its mean over the
-    # keys is rounding alone (delta is taken from the rounded output); taking it out (an orthogonal projection onto
+    # keys is rounding alone; taking it out (an orthogonal projection onto
     # what the exact gradient satisfies) cannot enlarge dz's error, and keeps the gradient of a bias the softmax
     # ignores at float32's rounding (in bf16 it had carried 2-3x PyTorch's own rounding). The mean of the finite
     # entries: a NaN or Inf stays where the reference has it, and spreads nowhere else
