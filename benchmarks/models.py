@@ -7,6 +7,7 @@ with them too.
     python benchmarks/models.py [--families boltz,boltz-pairformer,...] [--msa-rows 1024] [--residues 384]
         [--precisions fp32,bf16]
     python benchmarks/models.py --families boltz-pairformer-stack --residues 1024 --precisions bf16  # (and 2048)
+    python benchmarks/models.py --never-slower  # each patched module's speedup; exit status 1 if any is below 1
 
 Median ms of `triton.testing.do_bench` and peak MiB beyond the inputs; a table on stdout and
 <out>/<gpu>/models.csv. The model packages go in without their dependency stacks:
@@ -269,6 +270,8 @@ def main() -> int:
     parser.add_argument("--residues", type=int, default=384)
     parser.add_argument("--precisions", default="fp32,bf16", help="fp32, bf16 (autocast) or both")
     parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--never-slower", action="store_true",
+                        help="print every patched module's speedup over the original; fail if any is below 1")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/models.py needs a CUDA GPU", file=sys.stderr)
@@ -287,6 +290,15 @@ def main() -> int:
         writer.writeheader()
         writer.writerows(rows)
     print(f"written to {folder / 'models.csv'}")
+    if args.never_slower:
+        import tables  # (benchmarks/tables.py, beside this script)
+
+        rows = [{k: "" if v is None else str(v) for k, v in row.items()} for row in rows]
+        print(tables.modules(rows))
+        slower = [r for r in tables.module_ratios(rows) if r[-1] < 1]
+        for family, what, precision, mode, before, after, ratio in slower:
+            print(f"slower: {family} {what} {precision} {mode}: {after:.3f} ms patched, {before:.3f} unpatched")
+        return 1 if slower else 0
     return 0
 
 

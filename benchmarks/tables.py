@@ -2,9 +2,11 @@
 
     python benchmarks/tables.py blocks benchmarks/results/NVIDIA-H200/models-pairformer.csv
     python benchmarks/tables.py trimul benchmarks/results/NVIDIA-H100-80GB-HBM3/trimul-peers.csv
+    python benchmarks/tables.py modules benchmarks/results/NVIDIA-H200/models.csv
 
 `blocks`: a model-blocks CSV of `benchmarks/models.py` (family, what, precision, mode, impl, ms, peak_mib), one row
-a family's block: forward / training step ms of each path and the training step's peak MiB. `trimul`: a CSV of
+a family's block: forward / training step ms of each path and the training step's peak MiB. `modules`: the same
+CSV, one row a patched module, precision and mode, with its speedup (below 1: the patch slows it). `trimul`: a CSV of
 `benchmarks/trimul_peers.py`, one row a length and direction. The fastest time of a row is in bold.
 """
 
@@ -57,7 +59,31 @@ def trimul(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"blocks": blocks, "trimul": trimul}
+def module_ratios(rows: list[dict]) -> list[tuple[str, str, str, str, float, float, float]]:
+    """(family, module, precision, mode, unpatched ms, evofuse ms, unpatched / evofuse) of every module that a
+    models CSV times both unpatched and patched: the replacements' speedups, below 1 where a patch slows a module."""
+    got = {(r["family"], r["what"], r["precision"], r["mode"], r["impl"]): _ms(r.get("ms")) for r in rows
+           if r["what"] != "block"}
+    out = []
+    for family, what, precision, mode, impl in got:
+        if impl != "evofuse":
+            continue
+        before, after = got.get((family, what, precision, mode, "unpatched")), got[family, what, precision, mode, impl]
+        if before is not None and after is not None:
+            out.append((family, what, precision, mode, before, after, before / after))
+    return out
+
+
+def modules(rows: list[dict]) -> str:
+    """One line a patched module, precision and mode: unpatched and patched ms and their ratio, in bold below 1."""
+    lines = ["| family | module | precision | mode | unpatched ms | evofuse ms | speedup |", "|---" * 7 + "|"]
+    for family, what, precision, mode, before, after, ratio in module_ratios(rows):
+        shown = f"{ratio:.2f}x" if ratio >= 1 else f"**{ratio:.2f}x**"
+        lines.append(f"| {family} | {what} | {precision} | {mode} | {before:#.3g} | {after:#.3g} | {shown} |")
+    return "\n".join(lines)
+
+
+TABLES = {"blocks": blocks, "modules": modules, "trimul": trimul}
 
 
 def main(argv: list[str] | None = None) -> int:

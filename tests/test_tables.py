@@ -32,3 +32,22 @@ def test_trimul_table_keeps_trailing_zeros():
             for impl, mode, ms in (("a", "fwd", "0.5"), ("a", "fwd+bwd", "3.9"), ("b", "fwd", "1.25"),
                                    ("b", "fwd+bwd", "412.4"))]
     assert _tables().trimul(rows).splitlines()[2] == "| 768 | outgoing | **0.500** / **3.90** (10) | 1.25 / 412 (10) |"
+
+
+def test_module_ratios_flag_a_slower_patch():
+    """Every module timed both ways gets unpatched / evofuse for each precision and mode; below 1 it is in bold, and
+    the block's rows and a module timed unpatched alone are left out."""
+    rows = [dict(family="boltz", what=what, precision="bf16 autocast", mode=mode, impl=impl, ms=ms, peak_mib="1")
+            for what, mode, impl, ms in (("block", "fwd", "unpatched", "9"), ("block", "fwd", "evofuse", "3"),
+                                         ("transition_s", "fwd", "unpatched", "0.12"),
+                                         ("transition_s", "fwd", "evofuse", "0.26"),
+                                         ("tri_mul_out", "fwd+bwd", "unpatched", "4.0"),
+                                         ("tri_mul_out", "fwd+bwd", "evofuse", "2.0"),
+                                         ("attention", "fwd", "unpatched", "0.66"))]
+    tables = _tables()
+    ratios = tables.module_ratios(rows)
+    assert [(r[1], r[3], round(r[-1], 3)) for r in ratios] == [("transition_s", "fwd", 0.462),
+                                                                ("tri_mul_out", "fwd+bwd", 2.0)]
+    table = tables.modules(rows).splitlines()
+    assert table[2] == "| boltz | transition_s | bf16 autocast | fwd | 0.120 | 0.260 | **0.46x** |"
+    assert table[3] == "| boltz | tri_mul_out | bf16 autocast | fwd+bwd | 4.00 | 2.00 | 2.00x |"

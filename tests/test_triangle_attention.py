@@ -112,16 +112,20 @@ def test_gradients_at_awkward_shapes(N, form, layout, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, LOW])
 def test_one_key_leaves_q_and_k_without_gradient(dtype):
     """N = 1: one key a row, whose softmax weight is 1, so the logits' gradient is exactly 0. The backward's delta is
-    made exact beside dq, so q's projection takes a gradient of exactly 0 in every dtype and k's one of float32's
-    rounding, where a delta from the rounded output leaves both at the 16-bit output's rounding."""
+    made exact beside dq, so q's projection takes a gradient of exactly 0 in 16-bit (its products are exact; float32's
+    three TF32 products on a GPU are not: there, float32's rounding) and k's one of float32's rounding, where a delta
+    from the rounded output leaves both at the 16-bit output's rounding."""
     from .helpers import grads
 
     mod = _module(8, 4, 2, seed=11).to(DEVICE, dtype)
     z = torch.randn(3, 1, 1, 8, generator=torch.Generator().manual_seed(12)).to(DEVICE, dtype)
     _, got = grads(mod, [z, torch.ones(3, 1, 1, device=DEVICE)], "triton", differentiable=1)
-    assert torch.equal(got["mha.linear_q.weight"], torch.zeros_like(got["mha.linear_q.weight"]))
     scale = got["mha.linear_v.weight"].float().norm()
     assert scale > 0 and got["mha.linear_k.weight"].float().norm() <= 1e-5 * scale
+    if dtype == LOW:
+        assert torch.equal(got["mha.linear_q.weight"], torch.zeros_like(got["mha.linear_q.weight"]))
+    else:
+        assert got["mha.linear_q.weight"].norm() <= 1e-5 * scale
 
 
 class _TransposedBias(TriangleAttention):
