@@ -26,6 +26,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_full)
 
 
+@pytest.fixture
+def fused_kernels(monkeypatch):
+    """The patched modules take the fused kernels (on CPU tensors, in Triton's interpreter), the transitions at the
+    tests' small shapes too (`FusedTransition.MIN_ROWS`: otherwise their original modules run)."""
+    from evofuse.integrations._adapters import FusedTransition
+
+    monkeypatch.setenv("EVOFUSE_IMPL", "triton")
+    monkeypatch.setattr(FusedTransition, "MIN_ROWS", 0)
+
+
 _EMPTY = torch.empty
 _EMPTY_LIKE = torch.empty_like
 

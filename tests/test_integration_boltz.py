@@ -9,9 +9,9 @@ import torch
 from .conftest import DEVICE
 from .helpers import assert_autocast_like_original, assert_left_unpatched, assert_patched_block_matches, randomize
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.usefixtures("fused_kernels"), pytest.mark.skipif(
     importlib.util.find_spec("boltz") is None or importlib.util.find_spec("einops") is None,
-    reason="boltz 2.2.1 (pip install --no-deps boltz==2.2.1 scipy einops==0.8.0) is not installed")
+    reason="boltz 2.2.1 (pip install --no-deps boltz==2.2.1 scipy einops==0.8.0) is not installed")]
 
 
 def _layer():
@@ -33,12 +33,6 @@ def _inputs():
 
 def _call(layer, z, m, token_mask, msa_mask):
     return layer(z, m, token_mask, msa_mask, chunk_heads_pwa=False, chunk_size_outer_product=None)
-
-
-@pytest.fixture(autouse=True)
-def fused_kernels(monkeypatch):
-    """The patched modules take the fused kernels: on CPU tensors, in Triton's interpreter."""
-    monkeypatch.setenv("EVOFUSE_IMPL", "triton")
 
 
 def test_patched_msa_layer_matches_boltz():
@@ -90,3 +84,34 @@ def test_patched_pairformer_layer_matches_boltz():
                                  ["transition_s", "transition_z", "tri_att_end", "tri_att_start", "tri_mul_in",
                                   "tri_mul_out"],
                                  lambda block, *x: block(*x, chunk_size_tri_attn=4, use_kernels=False))
+
+
+def test_transition_of_few_rows_runs_the_original(monkeypatch):
+    """A patched transition called with fewer rows than `FusedTransition.MIN_ROWS` runs Boltz's own module (its
+    output to the bit, no fused call), also in a deep copy of the patched model, whose original shares the copy's
+    weights; with as many rows, the fused one."""
+    import copy
+
+    from boltz.model.layers.transition import Transition
+
+    from evofuse import functional
+    from evofuse.integrations import boltz as integration
+    from evofuse.integrations._adapters import FusedTransition
+
+    torch.manual_seed(0)
+    holder = torch.nn.Sequential(randomize(Transition(16, 32), 3)).to(DEVICE)
+    original = copy.deepcopy(holder)
+    assert integration.patch(holder) == ["0"]
+    calls = []
+    fused = functional.transition
+    monkeypatch.setattr(functional, "transition", lambda *args, **kwargs: calls.append(1) or fused(*args, **kwargs))
+    monkeypatch.setattr(FusedTransition, "MIN_ROWS", 8)
+    few, enough = torch.randn(1, 7, 16, device=DEVICE), torch.randn(1, 8, 16, device=DEVICE)
+    with torch.no_grad():
+        assert torch.equal(holder(few), original(few)) and not calls
+        twin = copy.deepcopy(holder)
+        twin[0].fc3.weight.mul_(2)
+        original[0].fc3.weight.mul_(2)
+        assert torch.equal(twin(few), original(few)) and not calls
+        holder(enough)
+    assert calls == [1]

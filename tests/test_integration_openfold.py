@@ -16,10 +16,9 @@ S, N, C_M, C_Z = 5, 7, 16, 12
 
 
 @pytest.fixture(autouse=True)
-def openfold_modules(monkeypatch):
+def openfold_modules(monkeypatch, fused_kernels):
     """The `openfold` package of the tests importable; the fused kernels taken (in the interpreter on CPU)."""
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "openfold_modules"))
-    monkeypatch.setenv("EVOFUSE_IMPL", "triton")
     yield
     for name in [n for n in sys.modules if n == "openfold" or n.startswith("openfold.")]:
         del sys.modules[name]

@@ -10,9 +10,9 @@ import torch
 from .conftest import DEVICE
 from .helpers import assert_autocast_like_original, assert_left_unpatched, assert_patched_block_matches, randomize
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.usefixtures("fused_kernels"), pytest.mark.skipif(
     any(importlib.util.find_spec(name) is None for name in ("openfold3", "gemmi", "ml_collections", "biotite")),
-    reason="openfold3 0.5.0 (pip install --no-deps openfold3==0.5.0 gemmi ml_collections biotite) is not installed")
+    reason="openfold3 0.5.0 (pip install --no-deps openfold3==0.5.0 gemmi ml_collections biotite) is not installed")]
 S, N, C_M, C_Z = 5, 7, 16, 16
 
 
@@ -45,12 +45,6 @@ def _call(block, m, z, msa_mask, pair_mask):
 # (the ending node is called on the transposed pair with OpenFold3's transpose_bias)
 PATCHED = ["msa_att_row", "msa_transition", "outer_product_mean", "pair_stack.pair_transition",
            "pair_stack.tri_att_end", "pair_stack.tri_att_start", "pair_stack.tri_mul_in", "pair_stack.tri_mul_out"]
-
-
-@pytest.fixture(autouse=True)
-def fused_kernels(monkeypatch):
-    """The patched modules take the fused kernels: on CPU tensors, in Triton's interpreter."""
-    monkeypatch.setenv("EVOFUSE_IMPL", "triton")
 
 
 @pytest.mark.parametrize("eps, fuse", [(1e-8, False), (1e-3, False), (1e-8, True)])

@@ -11,9 +11,9 @@ import torch
 from .conftest import DEVICE
 from .helpers import assert_autocast_like_original, assert_left_unpatched, assert_patched_block_matches, randomize
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.usefixtures("fused_kernels"), pytest.mark.skipif(
     any(importlib.util.find_spec(name) is None for name in ("protenix", "optree", "rdkit", "scipy")),
-    reason="protenix 2.0.0 (pip install --no-deps protenix==2.0.0 scipy optree rdkit) is not installed")
+    reason="protenix 2.0.0 (pip install --no-deps protenix==2.0.0 scipy optree rdkit) is not installed")]
 
 os.environ.setdefault("LAYERNORM_TYPE", "torch")  # Protenix's own LayerNorm builds a CUDA extension otherwise
 S, N, C_M, C_Z = 5, 7, 16, 16
@@ -33,12 +33,6 @@ def _inputs():
     m, z = torch.randn(S, N, C_M, generator=g), torch.randn(N, N, C_Z, generator=g)
     pair_mask = torch.ones(N, N)
     return [t.to(DEVICE) for t in (m, z, pair_mask)]
-
-
-@pytest.fixture(autouse=True)
-def fused_kernels(monkeypatch):
-    """The patched modules take the fused kernels: on CPU tensors, in Triton's interpreter."""
-    monkeypatch.setenv("EVOFUSE_IMPL", "triton")
 
 
 def test_patched_msa_block_matches_protenix():

@@ -25,7 +25,8 @@ TriangleMultiplicativeUpdate (outgoing or incoming by `_outgoing`): submodules `
 set it returns z + the update, as the models' in-place inference path does).
 
 `FusedTransition` stands in for a transition (LayerNorm, then a SwiGLU or ReLU MLP): Boltz's as it is, the other
-families' through subclasses that name their parts.
+families' through subclasses that name their parts. A call of fewer than `MIN_ROWS` rows (the single
+representation's, a small MSA's) runs the original module, which is faster there.
 """
 
 from __future__ import annotations
@@ -315,6 +316,9 @@ class FusedTransition(nn.Module):
     PARTS: tuple[str, str, str | None, str] = ("norm", "fc1", "fc2", "fc3")
     ACTIVATION = "swiglu"
     MASKED = False
+    # calls of fewer rows run the original module: there the fused call's host cost is more than it saves
+    # (docs/PERFORMANCE.md, "Transitions beside the models' own")
+    MIN_ROWS = 16384
 
     def __init__(self, original: nn.Module):
         super().__init__()
@@ -323,6 +327,8 @@ class FusedTransition(nn.Module):
                 setattr(self, name, value)
         for name, child in original.named_children():  # (in the original's order: its state_dict's)
             setattr(self, name, child)
+        # the original itself, outside the module tree (its children are these): what a small call runs
+        self.__dict__["_original"] = original
 
     @classmethod
     def _parts(cls, module: nn.Module) -> list[nn.Module | None]:
@@ -335,7 +341,11 @@ class FusedTransition(nn.Module):
         return check_linears(*(linear for linear in linears if linear is not None)) or check_layer_norm(norm)
 
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        """x (*, c) (and mask (*) or None where `MASKED`) -> (*, c_out) in the compute dtype."""
+        """x (*, c) (and mask (*) or None where `MASKED`) -> (*, c_out) in the compute dtype; the original module's
+        call where x has fewer than MIN_ROWS rows."""
+        if x.numel() < self.MIN_ROWS * x.shape[-1]:
+            self._original.training = self.training
+            return self._original(x, *args, **kwargs)
         mask = (args[0] if args else kwargs.get("mask")) if self.MASKED else None
         norm, a, b, out = self._parts(self)
         dtype = autocast_dtype(x)
