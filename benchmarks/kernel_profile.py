@@ -22,7 +22,7 @@ import time
 import torch
 
 from evofuse._timing import training_step
-from evofuse.suite import SUITE, make_inputs, make_module
+from evofuse.suite import make_inputs, make_module, seed_cases, suite_cases
 
 
 def _call(case, dtype, train):
@@ -60,7 +60,7 @@ def kernel_sums(case, dtype, train, calls=5) -> collections.Counter:
 
 def host_ms(case, dtype, train, calls=200) -> float:
     """Wall ms per call of the seed shape of the case's operation (GPU idle)."""
-    seed = next(c for c in SUITE if c.op == case.op and c.name.endswith("-seed"))
+    seed = next(c for c in seed_cases() if c.op == case.op)
     run = _call(seed, dtype, train)
     for _ in range(10):
         run()
@@ -97,13 +97,13 @@ def main() -> int:
         print("benchmarks/kernel_profile.py needs a CUDA GPU", file=sys.stderr)
         return 2
     names = args.case.split(",")
-    unknown = [n for n in names if n not in {c.name for c in SUITE}]
+    unknown = [n for n in names if n not in {c.name for c in suite_cases()}]
     if unknown:
-        print(f"unknown case(s) {unknown}; the suite's: {[c.name for c in SUITE]}", file=sys.stderr)
+        print(f"unknown case(s) {unknown}; the suite's: {[c.name for c in suite_cases()]}", file=sys.stderr)
         return 2
     dtype = getattr(torch, args.dtype)
     mode = "forward + backward" if args.train else "forward"
-    for case in (c for c in SUITE if c.name in names):
+    for case in (c for c in suite_cases() if c.name in names):
         sums = kernel_sums(case, dtype, args.train)
         tiles = tile_timings() if args.tiles else ()  # (before the host's calls at the seed shape tune again)
         print(f"{case.name} {args.dtype} {mode}: kernels {sum(sums.values()):.3f} ms a call; host "

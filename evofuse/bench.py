@@ -21,7 +21,7 @@ from ._timing import autocast_call, graphed, host_ms, kernel_launches, measure, 
 from .numerics import rel_error
 from .operations import OPERATIONS, operation
 from .peers import PEERS
-from .suite import SUITE, Case, make_inputs, make_module
+from .suite import Case, make_inputs, make_module, suite_cases
 
 # ---------------------------------------------------------------- the implementations timed
 
@@ -147,11 +147,11 @@ def _select(suite: str) -> list[Case]:
     if suite == "none":
         return []
     if suite == "all":
-        return list(SUITE)
+        return list(suite_cases())
     if suite in OPERATIONS:
-        return [c for c in SUITE if c.op == suite]
+        return [c for c in suite_cases() if c.op == suite]
     names = suite.split(",")
-    by_name = {c.name: c for c in SUITE}
+    by_name = {c.name: c for c in suite_cases()}
     missing = [n for n in names if n not in by_name]
     if missing:
         raise SystemExit(f"unknown case(s) {missing}; known: {sorted(by_name)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .numerics import FP32_ALLCLOSE, bound, rel_error
-from .suite import SEED_CASES, SUITE, Case, make_inputs, make_module
+from .suite import Case, make_inputs, make_module, seed_cases, suite_cases
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -68,12 +68,12 @@ def _path_name(mod, inputs) -> str:
 
 def cases_for(device: torch.device, names: list[str] | None) -> list[Case]:
     if names:
-        by_name = {c.name: c for c in SUITE}
+        by_name = {c.name: c for c in suite_cases()}
         unknown = [n for n in names if n not in by_name]
         if unknown:
             raise SystemExit(f"unknown case(s) {unknown}; known: {sorted(by_name)}")
         return [by_name[n] for n in names]
-    return [c for c in SUITE if c.reference_fits] if device.type == "cuda" else list(SEED_CASES)
+    return [c for c in suite_cases() if c.reference_fits] if device.type == "cuda" else list(seed_cases())
 
 
 def format_table(rows: list[dict], timings: bool) -> str:

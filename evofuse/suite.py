@@ -7,10 +7,26 @@ import torch
 
 from .operations import OPERATIONS, Case, operation, random_inputs
 
-__all__ = ["SEED_CASES", "SUITE", "Case", "make_inputs", "make_module"]
+__all__ = ["Case", "find_case", "make_inputs", "make_module", "seed_cases", "suite_cases"]
 
-SUITE = tuple(case for op in OPERATIONS.values() for case in op.cases)
-SEED_CASES = tuple(c for c in SUITE if c.name.endswith("-seed"))
+
+def suite_cases() -> tuple[Case, ...]:
+    """Every registered operation's cases, in the registry's order (read at each call: an operation registered
+    later is in)."""
+    return tuple(case for op in OPERATIONS.values() for case in op.cases)
+
+
+def seed_cases() -> tuple[Case, ...]:
+    """Each operation's smallest case (named "<op>-seed")."""
+    return tuple(c for c in suite_cases() if c.name.endswith("-seed"))
+
+
+def find_case(name: str) -> Case:
+    """The suite case of that name; a KeyError naming the known ones otherwise."""
+    by_name = {c.name: c for c in suite_cases()}
+    if name not in by_name:
+        raise KeyError(f"unknown case {name!r}; the suite's: {sorted(by_name)}")
+    return by_name[name]
 
 
 def make_module(case: Case, seed: int = 0, **kwargs) -> torch.nn.Module:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from evofuse import Transition, TriangleMultiplication
-from evofuse.suite import SEED_CASES, make_inputs, make_module
+from evofuse.suite import find_case, make_inputs, make_module, seed_cases
 
 from .conftest import DEVICE
 from .helpers import randomize
@@ -38,7 +38,7 @@ def _check_follows_autocast(mod, inputs, impl):
         torch.testing.assert_close(got, want, rtol=0, atol=0, msg=lambda m: f"tensor {k}: {m}")
 
 
-@pytest.mark.parametrize("case", SEED_CASES, ids=lambda c: c.op)
+@pytest.mark.parametrize("case", seed_cases(), ids=lambda c: c.op)
 def test_modules_follow_autocast(case):
     """Every operation's module at its seed case, on the path of the device (the reference on the CPU)."""
     inputs = make_inputs(case, DEVICE, torch.float32, seed=2, fully_masked=False)  # (masks are not what is tested)
@@ -63,7 +63,7 @@ def test_kernels_follow_autocast(op):
 def test_autocast_leaves_float64_and_its_own_dtype(dtype):
     """A float64 input computes in float64 under autocast (autocast leaves float64 alone); one already in autocast's
     dtype is passed as it is."""
-    case = next(c for c in SEED_CASES if c.op == "trimul")
+    case = find_case("trimul-seed")
     mod = make_module(case, seed=1).to(DEVICE, dtype)
     pair, mask = make_inputs(case, DEVICE, dtype, seed=2)
     want = mod(pair, mask, impl="torch")

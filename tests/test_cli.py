@@ -105,9 +105,9 @@ def test_bench_host_rows():
     """`evofuse bench --host`: every row that ran has its host time of a call and its kernel count, training rows
     too; evofuse's bf16 forward at pwa-seed launches no more kernels than eager PyTorch's."""
     from evofuse.bench import bench_case
-    from evofuse.suite import SUITE
+    from evofuse.suite import find_case
 
-    case = next(c for c in SUITE if c.name == "pwa-seed")
+    case = find_case("pwa-seed")
     for train in (False, True):
         rows = [r for r in bench_case(case, ["bfloat16"], train, {"none"}, host=True) if r["status"] == "ok"]
         assert {r["impl"] for r in rows} >= {"eager bf16", "evofuse bf16", "evofuse bf16 CUDA graph"}
@@ -161,9 +161,9 @@ def test_reduce_overhead_training_row_runs():
     """A training row of `evofuse bench` under torch.compile(mode="reduce-overhead"): forward and backward
     replayed as CUDA graphs, timed as the benchmark times every row."""
     from evofuse._timing import measure, reduce_overhead
-    from evofuse.suite import SUITE, make_inputs, make_module
+    from evofuse.suite import find_case, make_inputs, make_module
 
-    case = next(c for c in SUITE if c.name == "pwa-seed")
+    case = find_case("pwa-seed")
     mod = make_module(case, seed=0).to(device="cuda", dtype=torch.bfloat16)
     inputs = make_inputs(case, "cuda", torch.bfloat16, seed=1, fully_masked=False)
     leaves = list(mod.parameters()) + [t.requires_grad_(True) for t in inputs[:-1]]
@@ -179,9 +179,9 @@ def test_graphed_rows_match_eager_calls(op):
     `torch.cuda.make_graphed_callables`, each giving the eager call's output and every gradient (the same
     kernels, so bit for bit), replay after replay; and the reference's graphed row its eager output."""
     from evofuse._timing import graphed, graphed_reference, training_step
-    from evofuse.suite import SUITE, make_inputs, make_module
+    from evofuse.suite import find_case, make_inputs, make_module
 
-    case = next(c for c in SUITE if c.name == f"{op}-seed")
+    case = find_case(f"{op}-seed")
 
     def build(wrap):
         mod = make_module(case, seed=0).to(device="cuda", dtype=torch.bfloat16)

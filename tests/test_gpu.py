@@ -17,7 +17,7 @@ from evofuse.ops import matmul as matmul_module
 from evofuse.ops.outer_product_mean import configs as opm_configs
 from evofuse.ops.pair_weighted_averaging import configs as pwa_configs
 from evofuse.ops.row_attention import configs as att_configs
-from evofuse.suite import SUITE, make_inputs, make_module
+from evofuse.suite import find_case, make_inputs, make_module, suite_cases
 
 from .contract import check_gradients
 from .helpers import att_module, compare, grads, opm_module, random_mask, rebuild_kernels
@@ -267,7 +267,7 @@ def test_every_whole_row_output_tile(dtype, index, monkeypatch):
 
 
 @pytest.mark.full  # a sweep: compiles a kernel for each config (or autotunes at the suite's shapes)
-@pytest.mark.parametrize("case", [c for c in SUITE if not c.name.endswith("-seed") and c.reference_fits],
+@pytest.mark.parametrize("case", [c for c in suite_cases() if not c.name.endswith("-seed") and c.reference_fits],
                          ids=lambda c: c.name)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_suite_shapes_forward(case, dtype, monkeypatch):
@@ -289,13 +289,13 @@ def test_memory_bounds():
     sums u (S N h c) in bf16, with the weights (h N N, bf16: no float32 copy without a backward) while the sums are
     taken, then the output (S N c_m) - no float32 (S, N, h, c) tensor (512 MiB there) and no (h, S, N, N) one
     (832 MiB measured at e773f25; 1024 at ae4a4fe)."""
-    pwa = next(c for c in SUITE if c.name == "pwa-long")
+    pwa = find_case("pwa-long")
     unit = pwa.B * pwa.S * pwa.N * pwa.width * pwa.head * 2
     last = max(pwa.B * pwa.S * pwa.N * pwa.D, pwa.B * pwa.width * pwa.N ** 2) * 2
     pwa_limit = 1.05 * (3 * unit + last) / 2**20
     for name, dtype, limit in (("opm-long", torch.float32, 704), ("att-long", torch.bfloat16, 400),
                                ("pwa-long", torch.bfloat16, pwa_limit)):
-        case = next(c for c in SUITE if c.name == name)
+        case = find_case(name)
         mod = make_module(case).cuda().to(dtype)
         inputs = make_inputs(case, "cuda", dtype)
         with torch.no_grad():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from evofuse._timing import kernel_launches, training_step
-from evofuse.suite import SEED_CASES, make_inputs, make_module
+from evofuse.suite import find_case, make_inputs, make_module
 
 pytestmark = pytest.mark.gpu
 
@@ -38,7 +38,7 @@ def _counts(case, impl, weights=torch.bfloat16):
 
 @pytest.mark.parametrize("name", list(LAUNCHES))
 def test_kernel_launches(name):
-    case = next(c for c in SEED_CASES if c.name == name)
+    case = find_case(name)
     got = _counts(case, "triton")
     assert got == LAUNCHES[name], (f"{name}: (forward, training step) {got}, expected {LAUNCHES[name]} (eager "
                                    f"PyTorch's {_counts(case, 'torch')})")
@@ -49,6 +49,6 @@ def test_float32_weights_cost_one_cast(name):
     """float32 parameters on a bfloat16 input (the models' weights under autocast) are cast together: at most two
     kernels more than bfloat16 parameters in a forward (their cat and one cast) and four in a training step (and the
     gradients' cat and cast back), however many parameters the module has."""
-    case = next(c for c in SEED_CASES if c.name == name)
+    case = find_case(name)
     same, mixed = _counts(case, "triton"), _counts(case, "triton", torch.float32)
     assert mixed[0] - same[0] <= 2 and mixed[1] - same[1] <= 4, (name, same, mixed)
