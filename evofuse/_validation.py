@@ -97,19 +97,38 @@ def check_params(device: torch.device, params: dict[str, torch.Tensor | None], o
             raise ValueError(f"{name} is on {t.device} but {source} is on {device}: all tensors must be on one device")
 
 
-def check_ranks(params: dict[str, torch.Tensor | None], ranks: dict[str, int]) -> None:
-    """Each parameter named in `ranks` (a tensor, or an optional one left None) must have that rank: checked
-    before any size is read off it."""
-    for name, rank in ranks.items():
-        if params[name] is not None and params[name].dim() != rank:
-            raise ValueError(f"{name} must have rank {rank}, got shape {tuple(params[name].shape)}")
+def _factor(token: str) -> tuple[int, str]:
+    """A shape letter with its factor: "2c" -> (2, "c"), "D" -> (1, "D")."""
+    letter = token.lstrip("0123456789")
+    return int(token[:len(token) - len(letter)] or 1), letter
 
 
-def check_param_shapes(params: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]]) -> None:
-    """Each parameter named in `expected` must have exactly that shape (an optional one left None passes)."""
-    for name, shape in expected.items():
-        if params[name] is not None and params[name].shape != shape:
-            raise ValueError(f"{name} must have shape {shape}, got {tuple(params[name].shape)}")
+def check_shapes(params: dict[str, torch.Tensor | None], shapes: dict[str, str],
+                 sizes: dict[str, int] | None = None) -> dict[str, int]:
+    """Each parameter named in `shapes` (an optional one left None passes) must have the shape its letters name:
+    "H D" is rank 2, sizes H and D; "2c cz" twice c by cz. Every rank is checked first; then each letter takes its
+    size from the first parameter that has it (or from `sizes`) and every later one must agree, the error naming
+    the parameter and those its letters came from. Returns every letter's size."""
+    for name, letters in shapes.items():
+        if params[name] is not None and params[name].dim() != len(letters.split()):
+            raise ValueError(f"{name} must have rank {len(letters.split())} ({letters}), got shape "
+                             f"{tuple(params[name].shape)}")
+    sizes, source = dict(sizes or {}), {}
+    for name, letters in shapes.items():
+        p = params[name]
+        if p is None:
+            continue
+        tokens = [_factor(token) for token in letters.split()]
+        for (factor, letter), size in zip(tokens, p.shape):
+            if letter not in sizes and size % factor == 0:
+                sizes[letter], source[letter] = size // factor, name
+        expected = tuple(factor * sizes[letter] if letter in sizes else None for factor, letter in tokens)
+        if tuple(p.shape) != expected:
+            given = ", ".join(f"{letter}: {source[letter]}'s" for _, letter in tokens
+                              if source.get(letter, name) != name)
+            raise ValueError(f"{name} must have shape ({letters}) = {expected}" + (f" ({given})" if given else "")
+                             + f", got {tuple(p.shape)}")
+    return sizes
 
 
 def check_pair_input(pair_repr: object, pair_mask: object) -> torch.Tensor:

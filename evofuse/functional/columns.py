@@ -7,14 +7,7 @@ import torch
 
 from .. import reference as ref
 from .._dispatch import resolve_impl, warn_once
-from .._validation import (
-    check_mask,
-    check_msa,
-    check_param_shapes,
-    check_params,
-    check_ranks,
-    check_width,
-)
+from .._validation import check_mask, check_msa, check_params, check_shapes, check_width
 from ._common import (
     att,
     batched,
@@ -78,14 +71,14 @@ def msa_column_attention(
                   key_weight=key_weight, value_weight=value_weight, gate_weight=gate_weight, gate_bias=gate_bias,
                   out_weight=out_weight, out_bias=out_bias)
     check_params(msa_repr.device, params, optional=("gate_bias", "out_bias"))
-    check_ranks(params, dict(layer_norm_weight=1, query_weight=2))
-    D, H = layer_norm_weight.shape[0], query_weight.shape[0]
+    sizes = check_shapes(params, dict(layer_norm_weight="D", layer_norm_bias="D", query_weight="H D", key_weight="H D",
+                                      value_weight="H D", gate_weight="H D", gate_bias="H", out_weight="D H",
+                                      out_bias="D"))
+    D, H = sizes["D"], sizes["H"]
     if not isinstance(num_heads, int) or num_heads < 1 or H % num_heads != 0:
         raise ValueError(f"num_heads must be a positive integer dividing the inner width {H}, got {num_heads!r}")
     B, S, N = check_width(msa_repr, D, "layer_norm_weight")
     check_mask(msa_mask, B, S, N, msa_repr.device)
-    check_param_shapes(params, dict(layer_norm_bias=(D,), query_weight=(H, D), key_weight=(H, D), value_weight=(H, D),
-                                    gate_weight=(H, D), gate_bias=(H,), out_weight=(D, H), out_bias=(D,)))
     weights = cast(params.values(), msa_repr.dtype)
 
     def reference():
@@ -167,8 +160,10 @@ def msa_column_global_attention(
                   out_bias=out_bias)
     biases = ("query_bias", "key_bias", "value_bias", "gate_bias", "out_bias")
     check_params(msa_repr.device, params, optional=biases)
-    check_ranks(params, dict(layer_norm_weight=1, query_weight=2, key_weight=2))
-    D, H, d = layer_norm_weight.shape[0], query_weight.shape[0], key_weight.shape[0]
+    sizes = check_shapes(params, dict(layer_norm_weight="D", layer_norm_bias="D", query_weight="H D", query_bias="H",
+                                      key_weight="d D", key_bias="d", value_weight="d D", value_bias="d",
+                                      gate_weight="H D", gate_bias="H", out_weight="D H", out_bias="D"))
+    D, H, d = sizes["D"], sizes["H"], sizes["d"]
     if not isinstance(num_heads, int) or num_heads < 1 or H != num_heads * d:
         raise ValueError(f"num_heads must be a positive integer with num_heads * {d} (the key's width) = {H} (the "
                          f"query's), got {num_heads!r}")
@@ -176,9 +171,6 @@ def msa_column_global_attention(
         raise ValueError(f"eps must be > 0, got {eps!r}")
     B, S, N = check_width(msa_repr, D, "layer_norm_weight")
     check_mask(msa_mask, B, S, N, msa_repr.device)
-    check_param_shapes(params, dict(layer_norm_bias=(D,), query_weight=(H, D), query_bias=(H,), key_weight=(d, D),
-                                    key_bias=(d,), value_weight=(d, D), value_bias=(d,), gate_weight=(H, D),
-                                    gate_bias=(H,), out_weight=(D, H), out_bias=(D,)))
     weights = cast(params.values(), msa_repr.dtype)
     if resolve_impl(impl, msa_repr) == "torch" or msa_repr.dtype == torch.float64:
         return ref.msa_column_global_attention_reference(msa_repr, msa_mask, *weights, num_heads=num_heads, inf=inf,

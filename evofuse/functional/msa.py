@@ -7,16 +7,7 @@ import torch
 
 from .. import reference as ref
 from .._dispatch import resolve_impl, warn_once
-from .._validation import (
-    check_mask,
-    check_msa,
-    check_pair,
-    check_pair_mask,
-    check_param_shapes,
-    check_params,
-    check_ranks,
-    check_width,
-)
+from .._validation import check_mask, check_msa, check_pair, check_pair_mask, check_params, check_shapes, check_width
 from ._common import (
     att,
     batched,
@@ -86,13 +77,13 @@ def outer_product_mean(
                   proj_a_bias=proj_a_bias, proj_b_weight=proj_b_weight, proj_b_bias=proj_b_bias,
                   out_proj_weight=out_proj_weight, out_proj_bias=out_proj_bias)
     check_params(msa_repr.device, params, optional=("proj_a_bias", "proj_b_bias"))
-    check_ranks(params, dict(layer_norm_weight=1, proj_a_weight=2, out_proj_weight=2))
-    D, c, R = layer_norm_weight.shape[0], proj_a_weight.shape[0], out_proj_weight.shape[0]
+    sizes = check_shapes(params, dict(layer_norm_weight="D", layer_norm_bias="D", proj_a_weight="c D",
+                                      proj_a_bias="c", proj_b_weight="c D", proj_b_bias="c", out_proj_weight="R cc",
+                                      out_proj_bias="R"))
+    D, c = sizes["D"], sizes["c"]
+    check_shapes(params, dict(out_proj_weight="R cc"), {"cc": c * c})  # (its inputs: c*c outer products)
     B, S, N = check_width(msa_repr, D, "layer_norm_weight")
     check_mask(msa_mask, B, S, N, msa_repr.device)
-    check_param_shapes(params, dict(layer_norm_bias=(D,), proj_a_weight=(c, D), proj_a_bias=(c,),
-                                    proj_b_weight=(c, D), proj_b_bias=(c,), out_proj_weight=(R, c * c),
-                                    out_proj_bias=(R,)))
     weights = cast(params.values(), msa_repr.dtype)
     if resolve_impl(impl, msa_repr) == "torch":
         return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization, count_eps)
@@ -182,18 +173,18 @@ def msa_row_attention(
     check_params(msa_repr.device, params, optional=("query_bias", "key_bias", "value_bias", "gate_bias",
                                                     "out_proj_bias", "pair_bias_bias", "pair_norm_weight",
                                                     "pair_norm_bias"))
-    check_ranks(params, dict(layer_norm_weight=1, query_weight=2, pair_bias_weight=2))
-    D, H, P = layer_norm_weight.shape[0], query_weight.shape[0], pair_bias_weight.shape[1]
+    shapes = {f"{name}_{kind}": "H D" if kind == "weight" else "H"
+              for name in ("query", "key", "value", "gate") for kind in ("weight", "bias")}
+    sizes = check_shapes(params, dict(layer_norm_weight="D", layer_norm_bias="D", **shapes, out_proj_weight="D H",
+                                      out_proj_bias="D", pair_bias_weight="h P", pair_norm_weight="P",
+                                      pair_norm_bias="P"))
+    D, H, P = sizes["D"], sizes["H"], sizes["P"]
     if not isinstance(num_heads, int) or num_heads < 1 or H % num_heads != 0:
         raise ValueError(f"num_heads must be a positive integer dividing the inner width {H}, got {num_heads!r}")
+    check_shapes(params, dict(pair_bias_weight="h P", pair_bias_bias="h"), {**sizes, "h": num_heads})
     B, S, N = check_width(msa_repr, D, "layer_norm_weight")
     check_pair(pair_repr, B, N, P, "pair_bias_weight", msa_repr.device)
     check_mask(msa_mask, B, S, N, msa_repr.device)
-    shapes = {f"{name}_{kind}": (H, D) if kind == "weight" else (H,)
-              for name in ("query", "key", "value", "gate") for kind in ("weight", "bias")}
-    check_param_shapes(params, dict(layer_norm_bias=(D,), **shapes, out_proj_weight=(D, H), out_proj_bias=(D,),
-                                    pair_bias_weight=(num_heads, P), pair_bias_bias=(num_heads,),
-                                    pair_norm_weight=(P,), pair_norm_bias=(P,)))
 
     dtype = msa_repr.dtype
     pair_repr, *weights = cast([pair_repr, *params.values()], dtype)
@@ -273,16 +264,16 @@ def pair_weighted_averaging(
                   norm_z_bias=norm_z_bias, proj_m_weight=proj_m_weight, proj_g_weight=proj_g_weight,
                   proj_z_weight=proj_z_weight, proj_o_weight=proj_o_weight)
     check_params(msa_repr.device, params)
-    check_ranks(params, dict(norm_m_weight=1, norm_z_weight=1, proj_m_weight=2))
-    c_m, c_z, inner = norm_m_weight.shape[0], norm_z_weight.shape[0], proj_m_weight.shape[0]
+    sizes = check_shapes(params, dict(norm_m_weight="c_m", norm_m_bias="c_m", norm_z_weight="c_z", norm_z_bias="c_z",
+                                      proj_m_weight="inner c_m", proj_g_weight="inner c_m",
+                                      proj_o_weight="c_m inner"))
+    c_m, c_z, inner = sizes["c_m"], sizes["c_z"], sizes["inner"]
     B, S, N = check_width(msa_repr, c_m, "norm_m_weight")
     check_pair(pair_repr, B, N, c_z, "norm_z_weight", msa_repr.device)
     check_pair_mask(pair_mask, B, N, msa_repr.device)
     if not isinstance(num_heads, int) or num_heads < 1 or inner % num_heads != 0:
         raise ValueError(f"num_heads must be a positive integer dividing proj_m's width {inner}, got {num_heads!r}")
-    check_param_shapes(params, dict(norm_m_bias=(c_m,), norm_z_bias=(c_z,), proj_m_weight=(inner, c_m),
-                                    proj_g_weight=(inner, c_m), proj_z_weight=(num_heads, c_z),
-                                    proj_o_weight=(c_m, inner)))
+    check_shapes(params, dict(proj_z_weight="h c_z"), {**sizes, "h": num_heads})
     dtype = msa_repr.dtype
     pair_repr, *weights = cast([pair_repr, *params.values()], dtype)
 

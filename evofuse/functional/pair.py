@@ -7,12 +7,7 @@ import torch
 
 from .. import reference as ref
 from .._dispatch import resolve_impl, warn_once
-from .._validation import (
-    check_pair_input,
-    check_param_shapes,
-    check_params,
-    check_ranks,
-)
+from .._validation import check_pair_input, check_params, check_shapes
 from ._common import (
     att,
     cast,
@@ -73,16 +68,16 @@ def triangle_attention(
                   query_weight=query_weight, key_weight=key_weight, value_weight=value_weight, gate_weight=gate_weight,
                   gate_bias=gate_bias, out_weight=out_weight, out_bias=out_bias)
     check_params(pair_repr.device, params, optional=("gate_bias", "out_bias"), source="pair_repr")
-    check_ranks(params, dict(layer_norm_weight=1, query_weight=2))
-    c, H = layer_norm_weight.shape[0], query_weight.shape[0]
+    sizes = check_shapes(params, dict(layer_norm_weight="c", layer_norm_bias="c", query_weight="H c", key_weight="H c",
+                                      value_weight="H c", gate_weight="H c", gate_bias="H", out_weight="c H",
+                                      out_bias="c"))
+    c, H = sizes["c"], sizes["H"]
     if pair_repr.shape[-1] != c:
         raise ValueError(f"pair_repr must have shape (..., N, N, {c}) ({c}: the size of layer_norm_weight): last "
                          f"dimension is {pair_repr.shape[-1]}, expected {c}")
     if not isinstance(num_heads, int) or num_heads < 1 or H % num_heads != 0:
         raise ValueError(f"num_heads must be a positive integer dividing the inner width {H}, got {num_heads!r}")
-    check_param_shapes(params, dict(layer_norm_bias=(c,), linear_weight=(num_heads, c), query_weight=(H, c), key_weight=(H, c),
-                                    value_weight=(H, c), gate_weight=(H, c), gate_bias=(H,), out_weight=(c, H),
-                                    out_bias=(c,)))
+    check_shapes(params, dict(linear_weight="h c"), {**sizes, "h": num_heads})
     if inf < ref.TRIANGLE_MIN_INF and pair_mask is not None and impl != "torch":
         warn_once(f"tri-inf-{inf}", f"evofuse: triangle attention with inf={inf} runs the PyTorch reference (the "
                   f"kernels' masked logit is -1e9, equal for inf >= {ref.TRIANGLE_MIN_INF:g})")
@@ -155,14 +150,12 @@ def triangle_multiplication(
                   g_out_weight=g_out_weight, g_out_bias=g_out_bias)
     check_params(pair_repr.device, params, optional=("p_in_bias", "g_in_bias", "p_out_bias", "g_out_bias"),
                  source="pair_repr")
-    check_ranks(params, dict(norm_in_weight=1, norm_out_weight=1, p_in_weight=2))
-    cz, c = norm_in_weight.shape[0], p_in_weight.shape[0] // 2
+    cz = check_shapes(params, dict(norm_in_weight="cz", norm_in_bias="cz", p_in_weight="2c cz", p_in_bias="2c",
+                                   g_in_weight="2c cz", g_in_bias="2c", norm_out_weight="c", norm_out_bias="c",
+                                   p_out_weight="cz c", p_out_bias="cz", g_out_weight="cz cz", g_out_bias="cz"))["cz"]
     if pair_repr.shape[-1] != cz:
         raise ValueError(f"pair_repr must have shape (..., N, N, {cz}) ({cz}: the size of norm_in_weight): last "
                          f"dimension is {pair_repr.shape[-1]}, expected {cz}")
-    check_param_shapes(params, dict(norm_in_bias=(cz,), p_in_weight=(2 * c, cz), p_in_bias=(2 * c,),
-                                    g_in_weight=(2 * c, cz), g_in_bias=(2 * c,), norm_out_weight=(c,), norm_out_bias=(c,),
-                                    p_out_weight=(cz, c), p_out_bias=(cz,), g_out_weight=(cz, cz), g_out_bias=(cz,)))
     z, mask, unbatched = pair_batched(pair_repr, pair_mask)
     weights = cast(params.values(), z.dtype)
     if resolve_impl(impl, pair_repr) == "torch" or z.dtype == torch.float64:

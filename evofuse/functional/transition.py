@@ -6,7 +6,7 @@ import torch
 
 from .. import reference as ref
 from .._dispatch import resolve_impl, warn_once
-from .._validation import check_param_shapes, check_params, check_ranks, check_rows_input
+from .._validation import check_params, check_rows_input, check_shapes
 from ._common import cast, check_options, follows_autocast, on_device, trans
 
 
@@ -55,13 +55,12 @@ def transition(
         raise ValueError("b_weight and b_bias must be None for activation='relu'")
     check_params(x.device, params, optional=("a_bias", "b_bias", "out_bias") + (() if glu else ("b_weight",)),
                  source="x")
-    check_ranks(params, dict(layer_norm_weight=1, a_weight=2, out_weight=2))
-    D, (H, C) = layer_norm_weight.shape[0], (a_weight.shape[0], out_weight.shape[0])
+    sizes = check_shapes(params, dict(layer_norm_weight="D", layer_norm_bias="D", a_weight="H D", a_bias="H",
+                                      b_weight="H D", b_bias="H", out_weight="C H", out_bias="C"))
+    D, H = sizes["D"], sizes["H"]
     if x.shape[-1] != D:
         raise ValueError(f"x must have shape (..., {D}) ({D}: the size of layer_norm_weight): last dimension is "
                          f"{x.shape[-1]}, expected {D}")
-    check_param_shapes(params, dict(layer_norm_bias=(D,), a_weight=(H, D), a_bias=(H,), b_weight=(H, D), b_bias=(H,),
-                                    out_weight=(C, H), out_bias=(C,)))
     weights = cast(params.values(), x.dtype)
     if resolve_impl(impl, x) == "torch" or x.dtype == torch.float64 or H == 0:
         if x.dtype == torch.float64 and impl == "triton":
