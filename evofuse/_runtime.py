@@ -179,6 +179,11 @@ def l2_cache_bytes(device: torch.device) -> int:
     return _properties(device).L2_cache_size
 
 
+def memory_bytes(device: torch.device) -> int:
+    """A CUDA device's memory in bytes, read on first use."""
+    return _properties(device).total_memory
+
+
 def _properties(device: torch.device):
     return _device_properties(device.index if device.index is not None else torch.cuda.current_device())
 

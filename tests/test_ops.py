@@ -95,8 +95,9 @@ def test_opcheck_row_attention_core_backward():
                                              "replace", "default"))
 
 
-def _tri_args(train, transpose_bias=False, mask=True, gate_bias=True):
-    """The triangle attention op's arguments: a pair (1, 6, 6, 8), 2 heads of 4, the projections joined."""
+def _tri_args(train, transpose_bias=False, mask=True, gate_bias=True, chunk_rows=0):
+    """The triangle attention op's arguments: a pair (1, 6, 6, 8), 2 heads of 4, the projections joined; an
+    inference call in chunks of `chunk_rows` rows (0: all at once off CUDA)."""
     from evofuse import TriangleAttention
     from evofuse.ops.triangle_attention import joined_projections
 
@@ -112,7 +113,7 @@ def _tri_args(train, transpose_bias=False, mask=True, gate_bias=True):
             mha.linear_g.bias)]
     params = [t if t is None else t.detach().requires_grad_(train) for t in (
         mod.layer_norm.weight, mod.layer_norm.bias, *proj, mha.linear_o.weight, mha.linear_o.bias)]
-    return (x, pair_mask, *params, 2, transpose_bias, "default", train)
+    return (x, pair_mask, *params, 2, transpose_bias, "default", chunk_rows, train)
 
 
 @pytest.mark.no_poison
@@ -122,6 +123,7 @@ def test_opcheck_triangle_attention(train):
 
     torch.library.opcheck(triangle_attention_op, _tri_args(train))
     torch.library.opcheck(triangle_attention_op, _tri_args(train, transpose_bias=True, mask=False, gate_bias=False))
+    torch.library.opcheck(triangle_attention_op, _tri_args(train, transpose_bias=True, chunk_rows=4))
 
 
 def _trimul_args(train, outgoing=True, mask=True, bias=True):

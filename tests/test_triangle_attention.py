@@ -204,8 +204,28 @@ def test_bad_arguments_are_named(name, value, exc):
     check_bad_argument(evofuse.triangle_attention, _valid_arguments(), name, value, exc, num_heads=2)
 
 
+@pytest.mark.parametrize("starting, transpose_bias", [(True, False), (False, True)])
+def test_inference_in_row_chunks_matches_one_call(starting, transpose_bias):
+    """An inference call in chunks of rows (3 of 16, the last chunk short; the bias channels made once for every
+    row) gives the one-call output, both nodes, and at its peak holds less than half of what the one call does (its
+    projections, six times the pair here, never whole)."""
+    from .helpers import peak_live_bytes
+
+    args = gated_attention_arguments(_module(8, 4, 2, starting, seed=21), "", "layer_norm",
+                                     pair_repr=_inputs(2, 16, 8, 22)[0], pair_mask=_inputs(2, 16, 8, 22)[1])
+    args = {k: v.to(DEVICE) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+
+    def call(chunk_size):
+        with torch.no_grad():
+            return evofuse.triangle_attention(**args, num_heads=2, starting=starting, transpose_bias=transpose_bias,
+                                              chunk_size=chunk_size, impl="triton")
+    torch.testing.assert_close(call(3), call(None), rtol=1e-5, atol=1e-6)
+    assert peak_live_bytes(lambda: call(3)) < 0.5 * peak_live_bytes(lambda: call(None))
+
+
 @pytest.mark.parametrize("change, pattern", [
     (dict(num_heads=3), "num_heads must be a positive integer dividing the inner width 8"),
+    (dict(chunk_size=0), "chunk_size must be a positive integer or None"),
     (dict(pair_repr=torch.randn(2, 4, 5, 8)), r"pair_repr must be a tensor of shape \(\.\.\., N, N, c\)"),
     (dict(precision="tf32"), "precision must be one of"), (dict(impl="cuda"), "impl / EVOFUSE_IMPL must be one of")])
 def test_bad_options_are_named(change, pattern):

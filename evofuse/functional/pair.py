@@ -39,6 +39,7 @@ def triangle_attention(
     starting: bool = True,
     transpose_bias: bool = False,
     inf: float = ref.TRIANGLE_MIN_INF,
+    chunk_size: int | None = None,
     precision: str = "default",
     impl: str | None = None,
 ) -> torch.Tensor:
@@ -58,6 +59,9 @@ def triangle_attention(
             k for query j taken from x[k, j] rather than x[j, k] (OpenFold3's flag, which its blocks set for the
             ending node called on a transposed pair); inf: the mask's magnitude (the models' 1e9; below 1e9 the
             reference runs, with a one-time warning: the kernels' masked logit is -1e9).
+        chunk_size: rows of the pair an inference call (no gradient recorded) takes at a time, so that its
+            projections, four times the pair, are never whole; None: all at once unless they would pass a quarter
+            of the CUDA device's free memory (then as many rows as fit it). The same output either way.
         precision, impl: as for `outer_product_mean`.
     Returns:
         (B, N, N, c) in pair_repr's dtype; the parameters are cast to it.
@@ -78,6 +82,8 @@ def triangle_attention(
     if not isinstance(num_heads, int) or num_heads < 1 or H % num_heads != 0:
         raise ValueError(f"num_heads must be a positive integer dividing the inner width {H}, got {num_heads!r}")
     check_shapes(params, dict(linear_weight="h c"), {**sizes, "h": num_heads})
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
     if inf < ref.TRIANGLE_MIN_INF and pair_mask is not None and impl != "torch":
         warn_once(f"tri-inf-{inf}", f"evofuse: triangle attention with inf={inf} runs the PyTorch reference (the "
                   f"kernels' masked logit is -1e9, equal for inf >= {ref.TRIANGLE_MIN_INF:g})")
@@ -101,7 +107,8 @@ def triangle_attention(
     train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (z, *weights))
     with on_device(z):  # (train: the op keeps what the backward takes)
         proj = tri.joined_projections([wq, wk, wv, wg], linear_w, bg)
-        out = tri.triangle_attention(z, mask, lnw, lnb, *proj, wo, bo, num_heads, transpose_bias, precision, train)[0]
+        out = tri.triangle_attention(z, mask, lnw, lnb, *proj, wo, bo, num_heads, transpose_bias, precision,
+                                     chunk_size or 0, train)[0]
     return unbatched(out if starting else out.transpose(1, 2))
 
 

@@ -24,7 +24,8 @@ class TriangleAttention(nn.Module):
     (B, N, N, c_in) in x's dtype (any leading dimensions in place of B; transpose_bias as for
     `evofuse.triangle_attention`, OpenFold3's flag); the models' chunking and kernel switches (`chunk_size`,
     `use_memory_efficient_kernel`, `use_deepspeed_evo_attention`, `use_lma`, `inplace_safe`, `use_kernels`, ...) are
-    accepted and change nothing.
+    accepted and change nothing: an inference call takes its rows in chunks where the device's free memory asks for
+    it (`evofuse.triangle_attention`'s chunk_size).
     """
 
     def __init__(self, c_in: int, c_hidden: int, no_heads: int, starting: bool = True, inf: float = 1e9,

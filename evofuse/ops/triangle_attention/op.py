@@ -6,6 +6,10 @@ output holds q, k, v, the gate and, in the next h channels, the triangle bias (W
 every row stays aligned); the bias's channels are copied out as z (B, h, J, K) (a small tensor that every row i
 reads), then row attention's core over the rows i, and the output projection by cuBLAS. No (B, I, h, J, K) tensor
 and no second LayerNorm.
+Inference in row chunks (`chunk_rows`, or where the projections would pass a quarter of the device's free memory,
+`inference_chunk_rows`): the bias channels for every row first (B, I, J, h), then the projections, the attention and
+the output projection a chunk of rows at a time, so that the (B, I, J, W) projections, four times the pair in its
+dtype and the peak of an unchunked call, are never whole.
 Backward: the core's kernels give the projections' gradient and z's (summed over the rows i); z's is written into
 the bias channels of the projections' gradient, and one `layer_norm_linear_backward` gives every gradient of x, the
 LayerNorm and the joined weight.
@@ -16,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import keep_for_backward, operation, traced
+from ..._runtime import keep_for_backward, memory_bytes, operation, traced
 from ..layer_norm_backward import layer_norm_linear_backward
 from ..layer_norm_linear import joined_bias, layer_norm_linear
 from ..matmul import linear, matmul
@@ -38,13 +42,19 @@ def joined_projections(weights: list[Tensor], bias_weight: Tensor, gate_bias: Te
 def triangle_attention_forward(pair_repr: Tensor, pair_mask: Tensor | None, layer_norm_weight: Tensor,
                                layer_norm_bias: Tensor, proj_weight: Tensor, proj_bias: Tensor | None,
                                out_weight: Tensor, out_bias: Tensor | None, num_heads: int, transpose_bias: bool,
-                               precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                               precision: str, chunk_rows: int, train: bool
+                               ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(out (B, I, J, c), proj (B, I, J, W), gated (B, I, J, H), lse (2, B, I, J, h) float32, z (B, h, J, K)): the
     output, then what the backward takes (each empty unless `train`). pair_repr (B, I, J, c) any strides (the ending
     node: the transposed pair's view); pair_mask (B, I, K) 0/1 of any real dtype or None, added as inf * (mask - 1)
     for inf >= 1e9 (row attention's "add" mode); proj_weight (W, c) and proj_bias (W,) or None from
-    `joined_projections`; out_weight (c, H), out_bias (c,) or None; transpose_bias: z[b, h, j, k] from x[b, k, j]."""
+    `joined_projections`; out_weight (c, H), out_bias (c,) or None; transpose_bias: z[b, h, j, k] from x[b, k, j];
+    chunk_rows: rows i an inference call takes at a time (0: `inference_chunk_rows` decides)."""
     H = out_weight.shape[1]
+    rows = 0 if train else chunk_rows or inference_chunk_rows(pair_repr, proj_weight.shape[0])
+    if 0 < rows < pair_repr.shape[1]:
+        return _chunked(pair_repr, pair_mask, layer_norm_weight, layer_norm_bias, proj_weight, proj_bias, out_weight,
+                        out_bias, num_heads, transpose_bias, precision, rows)
     proj = layer_norm_linear(pair_repr, layer_norm_weight, layer_norm_bias, proj_weight, proj_bias, None, precision)
     # (B, h, J, K), copied out (every row reads it: unit-strided); no view of proj outlives it, so that proj's
     # memory is free before the output's is taken
@@ -56,6 +66,52 @@ def triangle_attention_forward(pair_repr: Tensor, pair_mask: Tensor | None, laye
     return out, proj, gated if train else gated.new_empty(0), lse, z
 
 
+# an inference call runs in row chunks where its projections would take more than this share of the free memory;
+# free memory is asked (a driver call) only for projections of more than SMALL_SHARE of the device's memory
+FREE_MEMORY_SHARE = 0.25
+SMALL_SHARE = 1 / 64
+
+
+def inference_chunk_rows(pair_repr: Tensor, W: int) -> int:
+    """Rows i an inference call takes at a time: all of them, unless the projections (B, I, J, W) would pass
+    FREE_MEMORY_SHARE of the CUDA device's free memory (its caching allocator's free blocks included); then as many
+    as fit that share (at least one). All rows off CUDA, where no free memory is known, and where the projections
+    take at most SMALL_SHARE of the device's memory."""
+    B, rows, J, _ = pair_repr.shape
+    row_bytes = B * J * W * pair_repr.element_size()
+    if not pair_repr.is_cuda or rows * row_bytes <= SMALL_SHARE * memory_bytes(pair_repr.device):
+        return max(rows, 1)
+    free = torch.cuda.mem_get_info(pair_repr.device)[0]
+    free += torch.cuda.memory_reserved(pair_repr.device) - torch.cuda.memory_allocated(pair_repr.device)
+    return max(1, min(rows, int(FREE_MEMORY_SHARE * free) // max(row_bytes, 1)))
+
+
+def _chunked(pair_repr: Tensor, pair_mask: Tensor | None, layer_norm_weight: Tensor, layer_norm_bias: Tensor,
+             proj_weight: Tensor, proj_bias: Tensor | None, out_weight: Tensor, out_bias: Tensor | None,
+             num_heads: int, transpose_bias: bool, precision: str, rows: int) -> tuple[Tensor, ...]:
+    """The inference forward a chunk of `rows` rows i at a time (the backward's outputs empty): the bias channels
+    of every row first (every row's attention reads them all), then each chunk's projections, attention and output
+    projection, written into the output's rows."""
+    B, n_i, J, c = pair_repr.shape
+    H = out_weight.shape[1]
+    bias_rows = slice(4 * H, 4 * H + num_heads)
+    bias = layer_norm_linear(pair_repr, layer_norm_weight, layer_norm_bias, proj_weight[bias_rows],
+                             None if proj_bias is None else proj_bias[bias_rows], None, precision)
+    z = _bias_of(bias, 0, num_heads, transpose_bias).contiguous()  # (B, h, J, K)
+    del bias
+    out = pair_repr.new_empty(B, n_i, J, c)
+    for i0 in range(0, n_i, rows):
+        part = slice(i0, min(n_i, i0 + rows))
+        proj = layer_norm_linear(pair_repr[:, part], layer_norm_weight, layer_norm_bias, proj_weight, proj_bias,
+                                 None, precision)
+        gated, _ = attention(proj, z, None if pair_mask is None else pair_mask[:, part], H, num_heads, "add",
+                             precision, False)
+        del proj
+        out[:, part] = linear(gated, out_weight, out_bias, precision)
+    lse = pair_repr.new_empty(2, B, n_i, J, 0, dtype=torch.float32)
+    return out, pair_repr.new_empty(0), pair_repr.new_empty(0), lse, pair_repr.new_empty(0)
+
+
 def _bias_of(proj: Tensor, H: int, num_heads: int, transpose_bias: bool) -> Tensor:
     """The bias channels of the projections (B, I, J, W) as a (B, h, J, K) view (transposed: z[b, h, j, k] from
     x[b, k, j])."""
@@ -64,7 +120,7 @@ def _bias_of(proj: Tensor, H: int, num_heads: int, transpose_bias: bool) -> Tens
 
 
 def _fake(pair_repr, pair_mask, layer_norm_weight, layer_norm_bias, proj_weight, proj_bias, out_weight, out_bias,
-          num_heads, transpose_bias, precision, train):
+          num_heads, transpose_bias, precision, chunk_rows, train):
     B, N, _, c = pair_repr.shape
     H, W = out_weight.shape[1], proj_weight.shape[0]
     out = pair_repr.new_empty(B, N, N, c)
@@ -76,7 +132,7 @@ def _fake(pair_repr, pair_mask, layer_norm_weight, layer_norm_bias, proj_weight,
 
 
 def _setup_context(ctx, inputs, output):
-    pair_repr, pair_mask, *params, num_heads, transpose_bias, precision, _ = inputs
+    pair_repr, pair_mask, *params, num_heads, transpose_bias, precision, _, _ = inputs
     keep_for_backward(ctx, [pair_repr, pair_mask, *params], list(output[1:]), num_heads=num_heads,
                       transpose_bias=transpose_bias, precision=precision)
 
@@ -88,14 +144,14 @@ def _backward(ctx, grad_out, *_):
     d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(pair_repr.dtype) if needs[7] else None
     d_wo = matmul(grad_out.reshape(-1, c).t(), gated.reshape(-1, H), ctx.precision) if needs[6] else None
     if not any(needs[:6]):  # the output projection's alone
-        return (None,) * 6 + (d_wo, d_bo) + (None,) * 4
+        return (None,) * 6 + (d_wo, d_bo) + (None,) * 5
     backward = core_backward_op if traced(grad_out) else core_backward
     d_proj, dz = backward(proj, z, mask, grad_out, wo, gated, lse, h, "add", ctx.precision)
     _bias_of(d_proj, H, h, ctx.transpose_bias).copy_(dz)  # the bias channels' gradient
     d_proj[..., 4 * H + h:] = 0
     dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(pair_repr, lnw, lnb, w_proj, d_proj, needs[0:1] + needs[2:6],
                                                            ctx.precision)
-    return dx, None, dlnw, dlnb, dw, dbias, d_wo, d_bo, None, None, None, None
+    return dx, None, dlnw, dlnb, dw, dbias, d_wo, d_bo, None, None, None, None, None
 
 
 # the op, and its call: eagerly on plain tensors the same functions without the dispatcher
