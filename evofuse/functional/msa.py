@@ -78,10 +78,10 @@ def outer_product_mean(
                   out_proj_weight=out_proj_weight, out_proj_bias=out_proj_bias)
     check_params(msa_repr.device, params, optional=("proj_a_bias", "proj_b_bias"))
     sizes = check_shapes(params, dict(layer_norm_weight="D", layer_norm_bias="D", proj_a_weight="c D",
-                                      proj_a_bias="c", proj_b_weight="c D", proj_b_bias="c", out_proj_weight="R cc",
-                                      out_proj_bias="R"))
+                                      proj_a_bias="c", proj_b_weight="c D", proj_b_bias="c"))
     D, c = sizes["D"], sizes["c"]
-    check_shapes(params, dict(out_proj_weight="R cc"), {"cc": c * c})  # (its inputs: c*c outer products)
+    # (out_proj's inputs: the c*c outer products)
+    check_shapes(params, dict(out_proj_weight="R cc", out_proj_bias="R"), {"cc": c * c})
     B, S, N = check_width(msa_repr, D, "layer_norm_weight")
     check_mask(msa_mask, B, S, N, msa_repr.device)
     weights = cast(params.values(), msa_repr.dtype)
