@@ -7,6 +7,8 @@ with them too.
     python benchmarks/models.py [--families boltz,boltz-pairformer,...] [--msa-rows 1024] [--residues 384]
         [--precisions fp32,bf16]
     python benchmarks/models.py --families boltz-pairformer-stack --residues 1024 --precisions bf16  # (and 2048)
+    python benchmarks/models.py --families boltz-pairformer-stack --layers 1 --modes fwd --residues 2048,4096,6000 \
+        --precisions bf16  # inference per layer at length, the model's own chunking in its eval path
     python benchmarks/models.py --never-slower  # each patched module's speedup; exit status 1 if any is below 1
 
 Median ms of `triton.testing.do_bench` and peak MiB beyond the inputs; a table on stdout and
@@ -21,6 +23,7 @@ import contextlib
 import copy
 import csv
 import importlib
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -82,13 +85,15 @@ def _boltz_pairformer(S, N):
     return block, inputs, run, modules, variants
 
 
-def _boltz_pairformer_stack(S, N):
-    """Four of Boltz-2's PairformerLayers (its PairformerModule, no activation checkpointing) at N residues: the
-    whole stack's step time and peak memory, unpatched, with its cuEquivariance path and patched."""
+def _boltz_pairformer_stack(S, N, layers=4, checkpointing=False):
+    """`layers` of Boltz-2's PairformerLayers (its PairformerModule; `checkpointing`: the model's activation
+    checkpointing of each layer in training, as its training configuration sets it; in eval mode its triangle
+    attention chunked as the model's inference chunks it) at N residues: the whole stack's step time and peak memory,
+    unpatched, with its cuEquivariance path and patched."""
     from boltz.model.layers.pairformer import PairformerModule
 
-    block = PairformerModule(384, 128, num_blocks=4, num_heads=16, dropout=0.0, pairwise_head_width=32,
-                             pairwise_num_heads=4, v2=True)
+    block = PairformerModule(384, 128, num_blocks=layers, num_heads=16, dropout=0.0, pairwise_head_width=32,
+                             pairwise_num_heads=4, v2=True, activation_checkpointing=checkpointing)
     s, z, mask = torch.randn(1, N, 384), torch.randn(1, N, N, 128), torch.ones(1, N)
     inputs = (s, z, mask[:, :, None] * mask[:, None, :], mask)
 
@@ -218,11 +223,13 @@ def _scalar(out) -> torch.Tensor:
     return sum(o.float().sum() for o in outs if o is not None)
 
 
-def bench_family(name: str, S: int, N: int, precisions: list[str]) -> list[dict]:
+def bench_family(name: str, S: int, N: int, precisions: list[str], modes=("fwd", "fwd+bwd"), **options) -> list[dict]:
+    """`options`: the stack families' `layers` and `checkpointing` (the others take none)."""
     package, builder = FAMILIES[name]
     integration = importlib.import_module(f"evofuse.integrations.{package}")
     torch.manual_seed(0)
-    block, inputs, run, modules, variants = builder(S, N)
+    taken = inspect.signature(builder).parameters
+    block, inputs, run, modules, variants = builder(S, N, **{k: v for k, v in options.items() if k in taken})
     block = block.cuda()
     patched = copy.deepcopy(block)
     replaced = integration.patch(patched)
@@ -239,7 +246,7 @@ def bench_family(name: str, S: int, N: int, precisions: list[str]) -> list[dict]
     for what, impls in targets:
         for precision in precisions:
             autocast = torch.autocast("cuda", dtype=torch.bfloat16) if precision != "fp32" else contextlib.nullcontext()
-            for train in (False, True):
+            for train in [mode == "fwd+bwd" for mode in modes]:
                 for impl, mod, call in impls:
                     mod.train(train)  # forward rows as inference runs them (the models' eval paths)
                     for t in floats:
@@ -254,11 +261,12 @@ def bench_family(name: str, S: int, N: int, precisions: list[str]) -> list[dict]
                         status = "ok"
                     except Exception as exc:  # out of memory, or a model's own kernels not installed: kept as a row
                         ms, peak, status = None, None, f"{type(exc).__name__}: {str(exc)[:60]}"
-                    row = dict(family=name, what=what, precision=precision, mode="fwd+bwd" if train else "fwd",
+                    row = dict(family=name, residues=N, what=what, precision=precision, mode="fwd+bwd" if train else "fwd",
                                impl=impl, ms=ms, peak_mib=peak, status=status)
                     rows.append(row)
                     shown = f"{ms:8.3f} ms {peak:9.1f} MiB" if ms is not None else status
-                    print(f"  {name:10s} {what:28s} {precision:14s} {row['mode']:8s} {impl:28s} {shown}", flush=True)
+                    print(f"  {name:10s} N {N:<5d} {what:28s} {precision:14s} {row['mode']:8s} {impl:28s} {shown}",
+                          flush=True)
                     torch.cuda.empty_cache()
     return rows
 
@@ -267,7 +275,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--msa-rows", type=int, default=1024)
-    parser.add_argument("--residues", type=int, default=384)
+    parser.add_argument("--residues", default="384", help="N, or several: 2048,4096")
+    parser.add_argument("--layers", type=int, default=4, help="the stack families' layers")
+    parser.add_argument("--checkpointing", action="store_true",
+                        help="the stack families' activation checkpointing in training, as the models train")
+    parser.add_argument("--modes", default="fwd,fwd+bwd", help="fwd (inference), fwd+bwd (training step) or both")
     parser.add_argument("--precisions", default="fp32,bf16", help="fp32, bf16 (autocast) or both")
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--never-slower", action="store_true",
@@ -280,7 +292,9 @@ def main() -> int:
     for name in args.families.split(","):
         try:
             precisions = [{"fp32": "fp32", "bf16": "bf16 autocast"}[p] for p in args.precisions.split(",")]
-            rows += bench_family(name, args.msa_rows, args.residues, precisions)
+            for N in (int(n) for n in args.residues.split(",")):
+                rows += bench_family(name, args.msa_rows, N, precisions, args.modes.split(","), layers=args.layers,
+                                     checkpointing=args.checkpointing)
         except ImportError as exc:
             print(f"  {name}: not installed ({exc})")
     folder = Path(args.out) / torch.cuda.get_device_name().replace(" ", "-")

@@ -151,6 +151,19 @@ def _trifast_peer():
     return _triangle_peer(core)
 
 
+def _row_attention_stand_in(mod, z, mask):
+    """The module's starting-node triangle attention as row attention computes it (z's rows as MSA rows, z as their
+    pair, the LayerNorm applied twice: to the rows and, fused, to the bias's pair): what the triangle operation's
+    single LayerNorm must beat."""
+    from .functional import msa_row_attention
+
+    ln, mha = mod.layer_norm, mod.mha
+    return msa_row_attention(
+        z, z, mask, ln.weight, ln.bias, mha.linear_q.weight, None, mha.linear_k.weight, None, mha.linear_v.weight,
+        None, mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias, mod.linear.weight,
+        None, num_heads=mod.no_heads, pair_norm_weight=ln.weight, pair_norm_bias=ln.bias)
+
+
 def cueq_trimul_peer():
     """cuEquivariance's triangle_multiplicative_update (Boltz-2's `use_kernels=True`, Protenix's default)."""
     from cuequivariance_torch import triangle_multiplicative_update
@@ -193,7 +206,8 @@ PEERS: dict[str, list[tuple[str, str, object]]] = {
             ("torch.compile bf16 reduce-overhead", "bfloat16", compiled_reduce_overhead),
             ("torch.compile bf16 CUDA graph", "bfloat16", graphed_compiled)],
     "tri": [("cuEquivariance bf16", "bfloat16", lambda mod: partial(_cueq_triangle_peer(), mod)),
-            ("trifast bf16", "bfloat16", lambda mod: partial(_trifast_peer(), mod))],
+            ("trifast bf16", "bfloat16", lambda mod: partial(_trifast_peer(), mod)),
+            ("row attention stand-in bf16", "bfloat16", lambda mod: partial(_row_attention_stand_in, mod))],
     "trimul": [("cuEquivariance bf16", "bfloat16", lambda mod: partial(cueq_trimul_peer(), mod))],
     "col": [("SDPA bf16", "bfloat16", lambda mod: partial(_sdpa_column_peer, mod))],
     "gcol": [("torch.compile bf16 reduce-overhead", "bfloat16", compiled_reduce_overhead)],
