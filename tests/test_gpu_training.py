@@ -165,15 +165,20 @@ def _fused_step(mod, inputs, grad, differentiable):
 
 def _assert_like_module_reference(mod, x, mask, grad, out, got):
     """A bf16 module's fused step (`out`, `got`) on (x, mask) for the output gradient `grad` against the module's own
-    reference path (`impl="torch"`) in float32 (standing in for exact) and bf16 (the allowance)."""
+    reference path (`impl="torch"`) in float32 (standing in for exact) and bf16 (the allowance), one batch element
+    at a time (the parameters' gradients summed over them), so that the reference's memory is one element's."""
     torch.cuda.empty_cache()
 
     def reference(dtype):
         ref = copy.deepcopy(mod).to(dtype)
-        xr = x.detach().to(dtype).requires_grad_()
-        o = ref(xr, mask, impl="torch")
-        o.backward(grad.to(dtype))
-        return o.detach(), {"input0": xr.grad, **{n: p.grad for n, p in ref.named_parameters()}}
+        outs, grads = [], []
+        for b in range(x.shape[0]):
+            xr = x[b:b + 1].detach().to(dtype).requires_grad_()
+            o = ref(xr, None if mask is None else mask[b:b + 1], impl="torch")
+            o.backward(grad[b:b + 1].to(dtype))
+            outs.append(o.detach())
+            grads.append(xr.grad)
+        return torch.cat(outs), {"input0": torch.cat(grads), **{n: p.grad for n, p in ref.named_parameters()}}
 
     lowp_out, lowp = reference(torch.bfloat16)
     exact_out, exact = reference(torch.float32)
@@ -349,6 +354,25 @@ def test_triangle_multiplication_past_2_31_elements():
     grad = torch.randn(1, N, N, 128, device="cuda", dtype=torch.bfloat16)
     out, got = _fused_step(mod, [z, mask], grad, 1)
     assert (4 * 128 + 128) * N * N > 2**31
+    z.grad = None  # (held in `got`)
+    _assert_like_module_reference(mod, z, mask, grad, out, got)
+
+
+@pytest.mark.full
+@pytest.mark.big
+@pytest.mark.no_poison
+def test_triangle_multiplication_channel_planes_past_2_31_elements():
+    """The last channels' planes of a, b, t and their gradients (2c or c planes of B N N elements) begin past 2**31
+    elements (B 8, N 1460, c = c_z = 128; bf16), as at B 1 from N 4113 on: the whole output and every gradient
+    against the reference in float32 (exact) and bf16 (the allowance)."""
+    torch.manual_seed(0)
+    mod = randomize(TriangleMultiplication(128), 1).cuda().bfloat16()
+    B, N = 8, 1460
+    z = torch.randn(B, N, N, 128, device="cuda", dtype=torch.bfloat16)
+    mask = (torch.rand(B, N, N, device="cuda") > 0.1).float()
+    grad = torch.randn(B, N, N, 128, device="cuda", dtype=torch.bfloat16)
+    out, got = _fused_step(mod, [z, mask], grad, 1)
+    assert 127 * B * N * N > 2**31
     z.grad = None  # (held in `got`)
     _assert_like_module_reference(mod, z, mask, grad, out, got)
 

@@ -81,7 +81,7 @@ def _layer_norm_backward_kernel(
         rstd = 1.0 / tl.sqrt(var + eps)
         xhat = xc * rstd[:, None]  # [BLOCK_M, BLOCK_D]
         if STORE_XN:
-            tl.store(xn_ptr + rows * stride_nm + offs_d[None, :] * stride_nd,
+            tl.store(xn_ptr + rows * stride_nm + offs_d.to(tl.int64)[None, :] * stride_nd,
                      (xhat * lnw[None, :] + lnb[None, :]).to(xn_ptr.dtype.element_ty), mask=ok)
         if HAS_GRAD:
             if PROJECT:
@@ -93,7 +93,8 @@ def _layer_norm_backward_kernel(
                 xn = tl.where(ok, xhat * lnw[None, :] + lnb[None, :], 0.0).to(dy.dtype)
                 dw = tl.dot(tl.trans(dy), xn, dw, input_precision=PRECISION)  # [BLOCK_K, BLOCK_D]
             else:
-                g = tl.load(g_ptr + rows * stride_gm + offs_d[None, :] * stride_gd, mask=ok, other=0.0).to(tl.float32)
+                g = tl.load(g_ptr + rows * stride_gm + offs_d.to(tl.int64)[None, :] * stride_gd, mask=ok,
+                            other=0.0).to(tl.float32)
             dlnw += tl.sum(g * xhat, axis=0)
             dlnb += tl.sum(g, axis=0)
             if STORE_DX:
@@ -101,7 +102,7 @@ def _layer_norm_backward_kernel(
                 mean_gw = tl.sum(gw, axis=1) / D
                 mean_gw_xhat = tl.sum(gw * xhat, axis=1) / D
                 dx = (gw - mean_gw[:, None] - xhat * mean_gw_xhat[:, None]) * rstd[:, None]
-                tl.store(dx_ptr + rows * stride_dm + offs_d[None, :] * stride_dd, dx.to(dx_ptr.dtype.element_ty),
+                tl.store(dx_ptr + rows * stride_dm + offs_d.to(tl.int64)[None, :] * stride_dd, dx.to(dx_ptr.dtype.element_ty),
                          mask=ok)
     if HAS_GRAD:
         tl.store(dln_ptr + pid * D + offs_d, dlnw, mask=d_ok)
@@ -120,12 +121,12 @@ def _load_block(x_ptr, stride_xm, stride_xd, g_ptr, stride_gm, stride_gd, start,
     m_ok = offs_m < end
     rows = offs_m.to(tl.int64)[:, None]
     offs_d = tl.arange(0, BLOCK_D)
-    x = tl.load(x_ptr + rows * stride_xm + offs_d[None, :] * stride_xd, mask=m_ok[:, None] & (offs_d < D)[None, :],
+    x = tl.load(x_ptr + rows * stride_xm + offs_d.to(tl.int64)[None, :] * stride_xd, mask=m_ok[:, None] & (offs_d < D)[None, :],
                 other=0.0)
     if WITH_GRAD:
         offs_k = tl.arange(0, BLOCK_K)
-        dy = tl.load(g_ptr + rows * stride_gm + offs_k[None, :] * stride_gd, mask=m_ok[:, None] & (offs_k < K)[None, :],
-                     other=0.0)
+        dy = tl.load(g_ptr + rows * stride_gm + offs_k.to(tl.int64)[None, :] * stride_gd,
+                     mask=m_ok[:, None] & (offs_k < K)[None, :], other=0.0)
     else:
         dy = x
     return x, dy

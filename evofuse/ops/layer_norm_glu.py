@@ -121,7 +121,7 @@ def normalized_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, D, eps, dtype: tl
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < D
     ok = m_ok[:, None] & d_ok[None, :]
-    x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=ok, other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_D]
+    x = tl.load(x_rows + offs_d.to(tl.int64)[None, :] * stride_xd, mask=ok, other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_D]
     mean = tl.sum(x, axis=1) / D
     xc = tl.where(ok, x - mean[:, None], 0.0)
     shift = tl.sum(xc, axis=1) / D
@@ -171,7 +171,7 @@ def projected_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, w_a, stride_wk, st
     for d0 in range(0, D, BLOCK_D):
         offs_d = d0 + tl.arange(0, BLOCK_D)
         d_ok = offs_d < D
-        x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+        x = tl.load(x_rows + offs_d.to(tl.int64)[None, :] * stride_xd, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
         xhat = (x.to(tl.float32) - mean[:, None]) * rstd[:, None]  # [BLOCK_M, BLOCK_D]
         lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
         lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)

@@ -54,7 +54,7 @@ def _layer_norm_linear_kernel(
         offs_d = tl.arange(0, BLOCK_D)
         d_ok = offs_d < D
         ok = m_ok[:, None] & d_ok[None, :]
-        x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=ok, other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_D]
+        x = tl.load(x_rows + offs_d.to(tl.int64)[None, :] * stride_xd, mask=ok, other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_D]
         xc, var = centred_rows(x, ok, D, TERMS == 0)
         rstd = 1.0 / tl.sqrt(var + eps)
         if TERMS == 0:
@@ -81,7 +81,7 @@ def _layer_norm_linear_kernel(
         for d0 in range(0, D, BLOCK_D):
             offs_d = d0 + tl.arange(0, BLOCK_D)
             d_ok = offs_d < D
-            x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+            x = tl.load(x_rows + offs_d.to(tl.int64)[None, :] * stride_xd, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
             xhat = tl.where(d_ok[None, :], (x.to(tl.float32) - mean[:, None]) * rstd[:, None], 0.0)
             w_tile = w_ptr + offs_k[None, :] * stride_wk + offs_d[:, None] * stride_wd  # [BLOCK_D, BLOCK_K]
             w_ok = (offs_k < K)[None, :] & d_ok[:, None]

@@ -38,7 +38,7 @@ def row_moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M: tl.constexpr, BLOCK_D:
     mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for d0 in range(0, D, BLOCK_D):
         offs_d = d0 + tl.arange(0, BLOCK_D)
-        x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=m_ok[:, None] & (offs_d < D)[None, :], other=0.0)
+        x = tl.load(x_rows + offs_d.to(tl.int64)[None, :] * stride_xd, mask=m_ok[:, None] & (offs_d < D)[None, :], other=0.0)
         mean += tl.sum(x.to(tl.float32), axis=1)
     mean = mean / D
     var = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -46,7 +46,7 @@ def row_moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M: tl.constexpr, BLOCK_D:
     for d0 in range(0, D, BLOCK_D):
         offs_d = d0 + tl.arange(0, BLOCK_D)
         ok = m_ok[:, None] & (offs_d < D)[None, :]
-        x = tl.load(x_rows + offs_d[None, :] * stride_xd, mask=ok, other=0.0)
+        x = tl.load(x_rows + offs_d.to(tl.int64)[None, :] * stride_xd, mask=ok, other=0.0)
         xc = tl.where(ok, x.to(tl.float32) - mean[:, None], 0.0)  # [BLOCK_M, BLOCK_D]
         var += tl.sum(xc * xc, axis=1)
         shift += tl.sum(xc, axis=1)

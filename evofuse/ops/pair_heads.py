@@ -68,7 +68,7 @@ def pair_heads_kernel(
         offs = (blk * BLOCK_IJ + tl.arange(0, BLOCK_IJ)).to(tl.int64)  # [BLOCK_IJ] (below N*N < 2**31)
         ok = offs < NN
         rows = x_ptr + b * stride_xb + offs * stride_xij  # [BLOCK_IJ]
-        x = tl.load(rows[:, None] + offs_p[None, :] * stride_xp, mask=ok[:, None] & p_ok[None, :],
+        x = tl.load(rows[:, None] + offs_p.to(tl.int64)[None, :] * stride_xp, mask=ok[:, None] & p_ok[None, :],
                     other=0.0)  # [BLOCK_IJ, BLOCK_P]
         if HAS_NORM:
             xc, var = centred_rows(x.to(tl.float32), p_ok[None, :], P, True)  # [BLOCK_IJ, BLOCK_P], [BLOCK_IJ]
@@ -80,7 +80,7 @@ def pair_heads_kernel(
             z = tl.dot(x, w_t.to(dtype), input_precision=PRECISION)  # [BLOCK_IJ, BLOCK_H]
         if HAS_BIAS:
             z += tl.load(bias_ptr + offs_h, mask=h_ok, other=0.0).to(tl.float32)[None, :]
-        out = z_ptr + b * stride_zb + offs[:, None] + offs_h[None, :] * stride_zh  # [BLOCK_IJ, BLOCK_H]
+        out = z_ptr + b * stride_zb + offs[:, None] + offs_h.to(tl.int64)[None, :] * stride_zh  # [BLOCK_IJ, BLOCK_H]
         tl.store(out, z.to(z_ptr.dtype.element_ty), mask=ok[:, None] & h_ok[None, :])
 
 
@@ -162,7 +162,7 @@ def pair_heads_backward_kernel(
         if STORE_DX:
             offs = (blk * BLOCK_IJ + tl.arange(0, BLOCK_IJ)).to(tl.int64)  # [BLOCK_IJ] (below N*N < 2**31)
             d_rows = dx_ptr + b * stride_db + offs * stride_dij  # [BLOCK_IJ]
-            tl.store(d_rows[:, None] + offs_p[None, :] * stride_dp, dx.to(dx_ptr.dtype.element_ty),
+            tl.store(d_rows[:, None] + offs_p.to(tl.int64)[None, :] * stride_dp, dx.to(dx_ptr.dtype.element_ty),
                      mask=(offs < NN)[:, None] & p_ok[None, :])
     row = part_ptr + (b * PROGRAMS + pid) * stride_pg  # this program's sums, one run: [dW | d_lnw | d_lnb | d_bias]
     tl.store(row + offs_h[:, None] * P + offs_p[None, :], acc_w, mask=h_ok[:, None] & p_ok[None, :])
@@ -181,9 +181,9 @@ def _load_pairs(x_ptr, stride_xb, stride_xij, stride_xp, g_ptr, stride_gb, strid
     ok = offs < NN
     offs_p = tl.arange(0, BLOCK_P)
     offs_h = tl.arange(0, BLOCK_H)
-    x = tl.load((x_ptr + b * stride_xb + offs * stride_xij)[:, None] + offs_p[None, :] * stride_xp,
+    x = tl.load((x_ptr + b * stride_xb + offs * stride_xij)[:, None] + offs_p.to(tl.int64)[None, :] * stride_xp,
                 mask=ok[:, None] & (offs_p < P)[None, :], other=0.0)
-    g = tl.load(g_ptr + b * stride_gb + offs[:, None] * stride_gij + offs_h[None, :] * stride_gh,
+    g = tl.load(g_ptr + b * stride_gb + offs[:, None] * stride_gij + offs_h.to(tl.int64)[None, :] * stride_gh,
                 mask=ok[:, None] & (offs_h < H)[None, :], other=0.0).to(tl.float32)
     return x, g
 
