@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from .conftest import DEVICE
-from .helpers import assert_autocast_like_original, assert_left_unpatched, assert_patched_block_matches, randomize
+from .helpers import (
+    assert_autocast_like_original,
+    assert_left_unpatched,
+    assert_patched_block_matches,
+    randomize,
+    rel_error,
+)
 
 pytestmark = [pytest.mark.usefixtures("fused_kernels"), pytest.mark.skipif(
     importlib.util.find_spec("boltz") is None or importlib.util.find_spec("einops") is None,
@@ -84,6 +90,38 @@ def test_patched_pairformer_layer_matches_boltz():
                                  ["transition_s", "transition_z", "tri_att_end", "tri_att_start", "tri_mul_in",
                                   "tri_mul_out"],
                                  lambda block, *x: block(*x, chunk_size_tri_attn=4, use_kernels=False))
+
+
+def test_patched_pairformer_inference_updates_one_copy_of_the_pair():
+    """Boltz-2's PairformerModule (two layers), patched, in inference (eval, no gradients): the layers add their pair
+    updates into one copy of z, with the original's outputs and the caller's z left as it was; a deep copy's layers
+    run on the copy's modules; `unpatch` gives the layers their own forward back."""
+    import copy
+
+    from boltz.model.layers.pairformer import PairformerModule
+
+    from evofuse.integrations import boltz as integration
+
+    torch.manual_seed(0)
+    stack = randomize(PairformerModule(16, 16, num_blocks=2, num_heads=2, dropout=0.25, pairwise_head_width=8,
+                                       pairwise_num_heads=2, v2=True), 3).to(DEVICE).eval()
+    g = torch.Generator().manual_seed(4)
+    s, z = torch.randn(1, 7, 16, generator=g).to(DEVICE), torch.randn(1, 7, 7, 16, generator=g).to(DEVICE)
+    mask = torch.ones(1, 7, device=DEVICE)
+    mask[:, -1] = 0
+    pair_mask = mask[:, :, None] * mask[:, None, :]
+    patched = copy.deepcopy(stack)
+    integration.patch(patched)
+    z_before = z.clone()
+    with torch.no_grad():
+        expected = stack(s, z, mask, pair_mask)
+        got = copy.deepcopy(patched)(s, z, mask, pair_mask)
+    assert torch.equal(z, z_before)
+    for a, b in zip(got, expected):
+        assert rel_error(a, b) <= 1e-5
+    assert all(layer.forward.__self__ is layer for layer in copy.deepcopy(patched).layers)
+    integration.unpatch(patched)
+    assert all("forward" not in vars(layer) for layer in patched.layers)
 
 
 def test_transition_of_few_rows_runs_the_original(monkeypatch):

@@ -4,7 +4,8 @@
 and the MSA module's `tri_att_start`, `tri_att_end`) and `boltz.model.layers.triangular_mult`'s
 `TriangleMultiplicationOutgoing` and `TriangleMultiplicationIncoming` (`tri_mul_out`, `tri_mul_in`) and
 `boltz.model.layers.transition.Transition` (`transition_s`, `transition_z`, `msa_transition`, `z_transition`, the
-encoders') inside `model`, in place.
+encoders') inside `model`, in place; each `boltz.model.layers.pairformer.PairformerLayer` adds its pair updates into one
+copy of the pair in inference (no gradients), where the original holds three float32 pairs at once.
 
 The replacements hold the original submodules themselves (the same Parameters under the same names), so the model's
 checkpoints load unchanged and training updates the original modules too; they take Boltz's calls as Boltz makes
@@ -15,6 +16,8 @@ fuse (a head or hidden width it has no kernel for) stays as it is, with a warnin
 """
 
 from __future__ import annotations
+
+import types
 
 import torch
 from torch import nn
@@ -103,6 +106,32 @@ class FusedTriangleMultiplication(nn.Module):
                 self.p_out.bias, self.g_out.weight, self.g_out.bias, outgoing=self.outgoing)
 
 
+def _pairformer_inference_forward(layer: nn.Module, s: torch.Tensor, z: torch.Tensor, mask: torch.Tensor,
+                                  pair_mask: torch.Tensor, chunk_size_tri_attn: int | None = None,
+                                  use_kernels: bool = False, use_cuequiv_mul: bool = False,
+                                  use_cuequiv_attn: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Boltz's PairformerLayer.forward (boltz 2.2.1), its five pair updates added into one copy of z in inference (the
+    dropout masks then all ones: the same sums, rounded the same): the original's `z + dropout * update` holds three
+    float32 pairs at once beside the caller's, this one copy. In training or with gradients on, the original's."""
+    if layer.training or torch.is_grad_enabled():
+        return type(layer).forward(layer, s, z, mask, pair_mask, chunk_size_tri_attn, use_kernels, use_cuequiv_mul,
+                                   use_cuequiv_attn)
+    z = z.clone()  # (the caller's z is left as it was)
+    z += layer.tri_mul_out(z, mask=pair_mask, use_kernels=use_cuequiv_mul or use_kernels)
+    z += layer.tri_mul_in(z, mask=pair_mask, use_kernels=use_cuequiv_mul or use_kernels)
+    z += layer.tri_att_start(z, mask=pair_mask, chunk_size=chunk_size_tri_attn,
+                             use_kernels=use_cuequiv_attn or use_kernels)
+    z += layer.tri_att_end(z, mask=pair_mask, chunk_size=chunk_size_tri_attn, use_kernels=use_cuequiv_attn or use_kernels)
+    z += layer.transition_z(z)
+    with torch.autocast("cuda", enabled=False):
+        s_normed = layer.pre_norm_s(s.float())
+        s = s.float() + layer.attention(s=s_normed, z=z.float(), mask=mask.float(), k_in=s_normed)
+        s = s + layer.transition_s(s)
+        s = layer.s_post_norm(s)
+    return s, z
+
+
+_PAIRFORMER_LAYER = ("boltz.model.layers.pairformer", "PairformerLayer")
 _TRIANGLE_MULT = "boltz.model.layers.triangular_mult"
 REPLACEMENTS = {
     ("boltz.model.layers.pair_averaging", "PairWeightedAveraging"): FusedPairWeightedAveraging,
@@ -118,10 +147,20 @@ REPLACEMENTS = {
 
 def patch(model: nn.Module) -> list[str]:
     """Replaces, in place, every Boltz pair-weighted averaging, Outer Product Mean, triangle attention, triangle
-    multiplication and transition module among `model`'s descendants by evofuse's; returns the names of the modules replaced."""
-    return patch_modules(model, REPLACEMENTS)
+    multiplication and transition module among `model`'s descendants by evofuse's, and gives each PairformerLayer the
+    inference forward that updates one copy of the pair (`_pairformer_inference_forward`); returns the names of the
+    modules replaced."""
+    replaced = patch_modules(model, REPLACEMENTS)
+    for module in model.modules():
+        if (type(module).__module__, type(module).__name__) == _PAIRFORMER_LAYER:
+            module.forward = types.MethodType(_pairformer_inference_forward, module)
+    return replaced
 
 
 def unpatch(model: nn.Module) -> list[str]:
-    """Puts back the modules `patch` replaced inside `model`; returns their names."""
+    """Puts back the modules `patch` replaced inside `model` and the PairformerLayers' own forward; returns the names
+    of the modules put back."""
+    for module in model.modules():
+        if getattr(vars(module).get("forward"), "__func__", None) is _pairformer_inference_forward:
+            del module.forward
     return unpatch_modules(model)
