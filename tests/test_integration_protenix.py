@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from .conftest import DEVICE
-from .helpers import assert_autocast_like_original, assert_left_unpatched, assert_patched_block_matches, randomize
+from .helpers import (
+    assert_autocast_like_original,
+    assert_left_unpatched,
+    assert_patched_block_matches,
+    randomize,
+    rel_error,
+)
 
 pytestmark = [pytest.mark.usefixtures("fused_kernels"), pytest.mark.skipif(
     any(importlib.util.find_spec(name) is None for name in ("protenix", "optree", "rdkit", "scipy")),
@@ -64,6 +70,31 @@ def test_patched_pairformer_block_matches_protenix():
                                  ["pair_transition", "single_transition", "tri_att_end", "tri_att_start", "tri_mul_in",
                                   "tri_mul_out"],
                                  lambda b, *x: b(*x, triangle_attention="torch", chunk_size=4))
+
+
+def test_patched_pairformer_block_in_place_inference_matches_protenix():
+    """Protenix's inference call (`inplace_safe=True`, eval, no gradients): the patched block adds its triangle
+    multiplications' updates into z in place as the original does, with the original's outputs."""
+    from protenix.model.modules.pairformer import PairformerBlock
+
+    from evofuse.integrations import protenix as integration
+
+    torch.manual_seed(0)
+    block = randomize(PairformerBlock(n_heads=2, c_z=C_Z, c_s=C_M, c_hidden_mul=8, c_hidden_pair_att=8,
+                                      no_heads_pair=2, dropout=0.0), 3).to(DEVICE).eval()
+    g = torch.Generator().manual_seed(4)
+    s, z = torch.randn(N, C_M, generator=g).to(DEVICE), torch.randn(N, N, C_Z, generator=g).to(DEVICE)
+    pair_mask = torch.ones(N, N, device=DEVICE)
+    pair_mask[-1] = pair_mask[:, -1] = 0
+    patched = copy.deepcopy(block)
+    integration.patch(patched)
+    with torch.no_grad():
+        expected = block(s.clone(), z.clone(), pair_mask, inplace_safe=True, chunk_size=4)
+        got = patched(s.clone(), z.clone(), pair_mask, inplace_safe=True, chunk_size=4)
+    for a, b in zip(got, expected):
+        assert rel_error(a, b) <= 1e-5
+    with torch.no_grad():  # (the sum in the caller's z: no pair-sized tensor beside it)
+        assert patched.tri_mul_out(z, mask=pair_mask, inplace_safe=True, _add_with_inplace=True) is z
 
 
 def test_unsupported_module_is_left_with_a_warning():

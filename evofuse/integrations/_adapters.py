@@ -290,8 +290,8 @@ class FusedOpenFoldTriangleMultiplication(nn.Module):
 
     def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None, inplace_safe: bool = False,
                 _add_with_inplace: bool = False, **kwargs) -> torch.Tensor:
-        """z (*, N, N, c_z), mask (*, N, N) or None -> the update (*, N, N, c_z) in the compute dtype (z + it with
-        inplace_safe and _add_with_inplace)."""
+        """z (*, N, N, c_z), mask (*, N, N) or None -> the update (*, N, N, c_z) in the compute dtype (with
+        inplace_safe and _add_with_inplace: z with it added in place, as the original's inference path adds it)."""
         projections = self._projections(self)
         half = len(projections) // 2
         p_in, p_bias = self._stacked(projections[:half])
@@ -303,7 +303,7 @@ class FusedOpenFoldTriangleMultiplication(nn.Module):
                 self.layer_norm_out.weight, self.layer_norm_out.bias, self.linear_z.weight, self.linear_z.bias,
                 self.linear_g.weight, self.linear_g.bias, outgoing=self._outgoing)
         out = out.to(autocast_dtype(z))  # (the model's dtype where the family computes in another: a no-op otherwise)
-        return out + z if inplace_safe and _add_with_inplace else out
+        return z.add_(out) if inplace_safe and _add_with_inplace else out
 
 
 class FusedTransition(nn.Module):
