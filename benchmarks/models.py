@@ -123,6 +123,26 @@ def _protenix_pairformer(S, N):
     return block, inputs, run, modules, variants
 
 
+def _protenix_pairformer_stack(S, N, layers=4, checkpointing=False):
+    """`layers` of Protenix's PairformerBlocks (its PairformerStack; `checkpointing`: one block a checkpoint) at N
+    residues, called as its model calls it: in inference (no gradients) with `inplace_safe` and chunk_size 128 (the
+    model picks its chunk by N from its inference settings), in training with neither."""
+    os.environ.setdefault("LAYERNORM_TYPE", "torch")
+    from protenix.model.modules.pairformer import PairformerStack
+
+    block = PairformerStack(n_blocks=layers, n_heads=16, c_z=128, c_s=384, dropout=0.0,
+                            blocks_per_ckpt=1 if checkpointing else None)
+    inputs = (torch.randn(N, 384), torch.randn(N, N, 128), torch.ones(N, N))
+
+    def run(b, s, z, pair_mask, kernels="torch"):
+        inference = not torch.is_grad_enabled()
+        return b(s, z, pair_mask, triangle_multiplicative=kernels, triangle_attention=kernels, inplace_safe=inference,
+                 chunk_size=128 if inference else None)
+
+    variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, kernels="cuequivariance"))}
+    return block, inputs, run, {}, variants
+
+
 def _openfold3_evoformer(S, N):
     """OpenFold3's AF2-style EvoformerBlock (S 512, c_m 256, c_z 128, 8 MSA heads x 32, 4 pair heads x 32, column
     attention); its cuEquivariance path is `use_cueq_triangle_kernels=True`."""
@@ -214,6 +234,7 @@ FAMILIES = {"boltz": ("boltz", _boltz), "protenix": ("protenix", _protenix), "op
             "openfold": ("openfold", _openfold), "boltz-pairformer": ("boltz", _boltz_pairformer),
             "protenix-pairformer": ("protenix", _protenix_pairformer),
             "boltz-pairformer-stack": ("boltz", _boltz_pairformer_stack),
+            "protenix-pairformer-stack": ("protenix", _protenix_pairformer_stack),
             "openfold3-evoformer": ("openfold3", _openfold3_evoformer)}
 
 
