@@ -3,10 +3,12 @@
     python benchmarks/tables.py blocks benchmarks/results/NVIDIA-H200/models-pairformer.csv
     python benchmarks/tables.py trimul benchmarks/results/NVIDIA-H100-80GB-HBM3/trimul-peers.csv
     python benchmarks/tables.py modules benchmarks/results/NVIDIA-H200/models.csv
+    python benchmarks/tables.py lengths benchmarks/results/NVIDIA-H100-80GB-HBM3/models-lengths.csv
 
 `blocks`: a model-blocks CSV of `benchmarks/models.py` (family, what, precision, mode, impl, ms, peak_mib), one row
 a family's block: forward / training step ms of each path and the training step's peak MiB. `modules`: the same
-CSV, one row a patched module, precision and mode, with its speedup (below 1: the patch slows it). `trimul`: a CSV of
+CSV, one row a patched module, precision and mode, with its speedup (below 1: the patch slows it); `lengths`: the same
+CSV over several lengths, one row a block, length and mode, each path's ms and peak memory. `trimul`: a CSV of
 `benchmarks/trimul_peers.py`, one row a length and direction. The fastest time of a row is in bold.
 """
 
@@ -59,6 +61,29 @@ def trimul(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def lengths(rows: list[dict]) -> str:
+    """One line a family's block, length and mode (a models CSV of several `--residues`): each path's ms and peak MiB,
+    the fastest in bold, "out of memory" where the path ran out of it."""
+    paths = [("unpatched", "unpatched"), ("evofuse", "evofuse"), ("unpatched cuEquivariance", "cuEquivariance")]
+    lines = ["| block | N | mode | " + " | ".join(label for _, label in paths) + " |", "|---" * (len(paths) + 3) + "|"]
+    blocks_rows = [r for r in rows if r["what"] == "block"]
+    for family, N, mode in dict.fromkeys((r["family"], r["residues"], r["mode"]) for r in blocks_rows):
+        got = {r["impl"]: r for r in blocks_rows if (r["family"], r["residues"], r["mode"]) == (family, N, mode)}
+        times = [_ms(got.get(impl, {}).get("ms")) for impl, _ in paths]
+        best = min((t for t in times if t is not None), default=None)
+        cells = []
+        for (impl, _), ms in zip(paths, times):
+            if ms is None:
+                status = got.get(impl, {}).get("status", "")
+                cells.append("out of memory" if status.startswith("OutOfMemoryError") else "-")
+                continue
+            text = f"{ms:#.3g}" if ms < 100 else f"{ms:.0f}"
+            cells.append(f"{f'**{text}**' if ms == best else text} ({_ms(got[impl]['peak_mib']) / 1024:.1f} GiB)")
+        shown = {"fwd": "inference", "fwd+bwd": "training step"}.get(mode, mode)
+        lines.append(f"| {family} | {N} | {shown} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def module_ratios(rows: list[dict]) -> list[tuple[str, str, str, str, float, float, float]]:
     """(family, module, precision, mode, unpatched ms, evofuse ms, unpatched / evofuse) of every module that a
     models CSV times both unpatched and patched: the replacements' speedups, below 1 where a patch slows a module."""
@@ -83,7 +108,7 @@ def modules(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"blocks": blocks, "modules": modules, "trimul": trimul}
+TABLES = {"blocks": blocks, "lengths": lengths, "modules": modules, "trimul": trimul}
 
 
 def main(argv: list[str] | None = None) -> int:

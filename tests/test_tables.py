@@ -51,3 +51,20 @@ def test_module_ratios_flag_a_slower_patch():
     table = tables.modules(rows).splitlines()
     assert table[2] == "| boltz | transition_s | bf16 autocast | fwd | 0.120 | 0.260 | **0.46x** |"
     assert table[3] == "| boltz | tri_mul_out | bf16 autocast | fwd+bwd | 4.00 | 2.00 | 2.00x |"
+
+
+def test_lengths_table_names_out_of_memory():
+    """A line a block, length and mode: each path's ms and peak GiB, the fastest in bold; a path that ran out of
+    memory says so, one that did not run shows a dash."""
+    rows = [dict(family="boltz-pairformer-stack", residues="4096", what="block", mode="fwd", impl=impl, ms=ms,
+                 peak_mib=mib, status=status)
+            for impl, ms, mib, status in (("unpatched", "", "", "OutOfMemoryError: CUDA out of memory."),
+                                          ("evofuse", "928.69", "35080.2", "ok"),
+                                          ("unpatched cuEquivariance", "1513.1", "65536.5", "ok"))]
+    rows.append(dict(family="boltz-pairformer-stack", residues="6000", what="block", mode="fwd", impl="evofuse",
+                     ms="", peak_mib="", status="AcceleratorError: an illegal memory access"))
+    table = _tables().lengths(rows).splitlines()
+    assert table[0] == "| block | N | mode | unpatched | evofuse | cuEquivariance |"
+    assert table[2] == ("| boltz-pairformer-stack | 4096 | inference | out of memory | **929** (34.3 GiB) | "
+                        "1513 (64.0 GiB) |")
+    assert table[3] == "| boltz-pairformer-stack | 6000 | inference | - | - | - |"
