@@ -10,8 +10,9 @@ import functools
 import torch
 
 from .. import reference as ref
-from .._dispatch import triton_available
+from .._dispatch import resolve_impl, triton_available, warn_once
 from .._runtime import PRECISIONS
+from .._validation import check_params, check_shapes
 
 if triton_available():  # the operations' torch.library ops, registered here: `import evofuse` makes torch.ops.evofuse.*
     from ..ops import msa_column_attention as col
@@ -24,6 +25,42 @@ if triton_available():  # the operations' torch.library ops, registered here: `i
     from ..ops import triangle_multiplication as trimul
 else:  # (no Triton: every call takes the reference; `resolve_impl` refuses impl="triton")
     opm = pwa = att = tri = trimul = col = gcol = trans = None
+
+
+def parameters(x: torch.Tensor, source: str, params: dict[str, torch.Tensor | None], shapes: dict[str, str],
+               optional: tuple[str, ...] = (), sizes: dict[str, int] | None = None) -> dict[str, int]:
+    """The sizes the parameters' shape letters take (`_validation.check_shapes`), each parameter checked a real
+    floating tensor on the device of the input `source` (x), those in `optional` allowed None."""
+    check_params(x.device, params, optional=optional, source=source)
+    return check_shapes(params, shapes, sizes)
+
+
+def check_heads(num_heads: object, width: int, what: str = "the inner width") -> None:
+    if not isinstance(num_heads, int) or num_heads < 1 or width % num_heads != 0:
+        raise ValueError(f"num_heads must be a positive integer dividing {what} {width}, got {num_heads!r}")
+
+
+def check_last(x: torch.Tensor, name: str, shape: str, size: int, source: str) -> None:
+    """x's last dimension must be `size`, the size of the parameter `source`; shape: x's, as the message spells it."""
+    if x.shape[-1] != size:
+        raise ValueError(f"{name} must have shape ({shape}, {size}) ({size}: the size of {source}): last dimension is "
+                         f"{x.shape[-1]}, expected {size}")
+
+
+def dispatch(label: str, x: torch.Tensor, tensors, impl: str | None, reference, fused, unsupported: str | None = None):
+    """The call's path: `reference()` where impl resolves to "torch" (`_dispatch.resolve_impl`), and with a one-time
+    warning where the kernels do not take the call (`unsupported` says why: "float64", "head_dim=48, ..."); else
+    `fused(train)` on x's device, train whether autograd records the call (any of `tensors`, the input and the cast
+    parameters, requiring a gradient), so that the op keeps what its backward takes."""
+    if resolve_impl(impl, x) == "torch":
+        return reference()
+    if unsupported is not None:
+        warn_once(f"{label}-{unsupported}", f"evofuse: no fused {label} for {unsupported}; running the PyTorch "
+                  "reference")
+        return reference()
+    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    with on_device(x):
+        return fused(train)
 
 
 def check_options(precision: str, normalization: str | None = None) -> None:

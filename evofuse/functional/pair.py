@@ -6,15 +6,18 @@ from __future__ import annotations
 import torch
 
 from .. import reference as ref
-from .._dispatch import resolve_impl, warn_once
-from .._validation import check_pair_input, check_params, check_shapes
+from .._dispatch import warn_once
+from .._validation import check_pair_input, check_shapes
 from ._common import (
     att,
     cast,
+    check_heads,
+    check_last,
     check_options,
+    dispatch,
     follows_autocast,
-    on_device,
     pair_batched,
+    parameters,
     tri,
     trimul,
 )
@@ -71,16 +74,12 @@ def triangle_attention(
     params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, linear_weight=linear_weight,
                   query_weight=query_weight, key_weight=key_weight, value_weight=value_weight, gate_weight=gate_weight,
                   gate_bias=gate_bias, out_weight=out_weight, out_bias=out_bias)
-    check_params(pair_repr.device, params, optional=("gate_bias", "out_bias"), source="pair_repr")
-    sizes = check_shapes(params, dict(layer_norm_weight="c", layer_norm_bias="c", query_weight="H c", key_weight="H c",
-                                      value_weight="H c", gate_weight="H c", gate_bias="H", out_weight="c H",
-                                      out_bias="c"))
+    sizes = parameters(pair_repr, "pair_repr", params, dict(
+        layer_norm_weight="c", layer_norm_bias="c", query_weight="H c", key_weight="H c", value_weight="H c",
+        gate_weight="H c", gate_bias="H", out_weight="c H", out_bias="c"), optional=("gate_bias", "out_bias"))
     c, H = sizes["c"], sizes["H"]
-    if pair_repr.shape[-1] != c:
-        raise ValueError(f"pair_repr must have shape (..., N, N, {c}) ({c}: the size of layer_norm_weight): last "
-                         f"dimension is {pair_repr.shape[-1]}, expected {c}")
-    if not isinstance(num_heads, int) or num_heads < 1 or H % num_heads != 0:
-        raise ValueError(f"num_heads must be a positive integer dividing the inner width {H}, got {num_heads!r}")
+    check_last(pair_repr, "pair_repr", "..., N, N", c, "layer_norm_weight")
+    check_heads(num_heads, H)
     check_shapes(params, dict(linear_weight="h c"), {**sizes, "h": num_heads})
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
@@ -95,21 +94,16 @@ def triangle_attention(
         return unbatched(ref.triangle_attention_reference(z, mask, *weights, num_heads=num_heads, starting=starting,
                                                           inf=inf, transpose_bias=transpose_bias))
 
-    if resolve_impl(impl, pair_repr) == "torch":
-        return reference()
-    if not att.fused(H // num_heads, z.dtype):
-        warn_once(f"tri-{H // num_heads}-{z.dtype}", f"evofuse: no fused triangle attention for head_dim="
-                  f"{H // num_heads}, dtype={z.dtype}; running the PyTorch reference")
-        return reference()
-    if not starting:  # the ending node: strided views, no copies
-        z, mask = z.transpose(1, 2), None if mask is None else mask.transpose(1, 2)
-    lnw, lnb, linear_w, wq, wk, wv, wg, bg, wo, bo = weights
-    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (z, *weights))
-    with on_device(z):  # (train: the op keeps what the backward takes)
+    def fused(train):
+        lnw, lnb, linear_w, wq, wk, wv, wg, bg, wo, bo = weights
+        x, m = (z, mask) if starting else (z.transpose(1, 2), None if mask is None else mask.transpose(1, 2))
         proj = tri.joined_projections([wq, wk, wv, wg], linear_w, bg)
-        out = tri.triangle_attention(z, mask, lnw, lnb, *proj, wo, bo, num_heads, transpose_bias, precision,
+        out = tri.triangle_attention(x, m, lnw, lnb, *proj, wo, bo, num_heads, transpose_bias, precision,
                                      chunk_size or 0, train)[0]
-    return unbatched(out if starting else out.transpose(1, 2))
+        return unbatched(out if starting else out.transpose(1, 2))  # (the ending node: strided views, no copies)
+
+    return dispatch("triangle attention", z, (z, *weights), impl, reference, fused,
+                    None if att.fused(H // num_heads, z.dtype) else f"head_dim={H // num_heads}, dtype={z.dtype}")
 
 
 @follows_autocast
@@ -155,27 +149,22 @@ def triangle_multiplication(
                   p_in_bias=p_in_bias, g_in_weight=g_in_weight, g_in_bias=g_in_bias, norm_out_weight=norm_out_weight,
                   norm_out_bias=norm_out_bias, p_out_weight=p_out_weight, p_out_bias=p_out_bias,
                   g_out_weight=g_out_weight, g_out_bias=g_out_bias)
-    check_params(pair_repr.device, params, optional=("p_in_bias", "g_in_bias", "p_out_bias", "g_out_bias"),
-                 source="pair_repr")
-    cz = check_shapes(params, dict(norm_in_weight="cz", norm_in_bias="cz", p_in_weight="2c cz", p_in_bias="2c",
-                                   g_in_weight="2c cz", g_in_bias="2c", norm_out_weight="c", norm_out_bias="c",
-                                   p_out_weight="cz c", p_out_bias="cz", g_out_weight="cz cz", g_out_bias="cz"))["cz"]
-    if pair_repr.shape[-1] != cz:
-        raise ValueError(f"pair_repr must have shape (..., N, N, {cz}) ({cz}: the size of norm_in_weight): last "
-                         f"dimension is {pair_repr.shape[-1]}, expected {cz}")
+    cz = parameters(pair_repr, "pair_repr", params, dict(
+        norm_in_weight="cz", norm_in_bias="cz", p_in_weight="2c cz", p_in_bias="2c", g_in_weight="2c cz", g_in_bias="2c",
+        norm_out_weight="c", norm_out_bias="c", p_out_weight="cz c", p_out_bias="cz", g_out_weight="cz cz",
+        g_out_bias="cz"), optional=("p_in_bias", "g_in_bias", "p_out_bias", "g_out_bias"))["cz"]
+    check_last(pair_repr, "pair_repr", "..., N, N", cz, "norm_in_weight")
     z, mask, unbatched = pair_batched(pair_repr, pair_mask)
     weights = cast(params.values(), z.dtype)
-    if resolve_impl(impl, pair_repr) == "torch" or z.dtype == torch.float64:
-        if z.dtype == torch.float64 and impl == "triton":
-            warn_once("trimul-float64", "evofuse: no fused triangle multiplication for float64; running the PyTorch "
-                      "reference")
+
+    def reference():
         return unbatched(ref.triangle_multiplication_reference(z, mask, *weights, outgoing=outgoing))
-    nw_in, nb_in, p_in_w, p_in_b, g_in_w, g_in_b, nw_out, nb_out, p_out_w, p_out_b, g_out_w, g_out_b = weights
-    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (z, *weights))
-    with on_device(z):  # (train: the op keeps what the backward takes)
+
+    def fused(train):
+        nw_in, nb_in, p_in_w, p_in_b, g_in_w, g_in_b, nw_out, nb_out, p_out_w, p_out_b, g_out_w, g_out_b = weights
         joined = trimul.joined_inputs([p_in_w, g_in_w, g_out_w], [p_in_b, g_in_b, g_out_b])
-        out = trimul.triangle_multiplication(z, mask, nw_in, nb_in, *joined, nw_out, nb_out, p_out_w, p_out_b, outgoing,
-                                             precision, train)[0]
-    return unbatched(out)
+        return unbatched(trimul.triangle_multiplication(z, mask, nw_in, nb_in, *joined, nw_out, nb_out, p_out_w,
+                                                        p_out_b, outgoing, precision, train)[0])
 
-
+    return dispatch("triangle multiplication", z, (z, *weights), impl, reference, fused,
+                    "float64" if z.dtype == torch.float64 else None)
