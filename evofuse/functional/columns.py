@@ -6,18 +6,20 @@ from __future__ import annotations
 import torch
 
 from .. import reference as ref
-from .._dispatch import resolve_impl, warn_once
-from .._validation import check_mask, check_msa, check_params, check_shapes, check_width
+from .._dispatch import warn_once
+from .._validation import check_mask, check_msa, check_width
 from ._common import (
     att,
     batched,
     cast,
+    check_heads,
     check_options,
     col,
+    dispatch,
     follows_autocast,
     gcol,
     leading,
-    on_device,
+    parameters,
     unbatched,
 )
 
@@ -70,38 +72,32 @@ def msa_column_attention(
     params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, query_weight=query_weight,
                   key_weight=key_weight, value_weight=value_weight, gate_weight=gate_weight, gate_bias=gate_bias,
                   out_weight=out_weight, out_bias=out_bias)
-    check_params(msa_repr.device, params, optional=("gate_bias", "out_bias"))
-    sizes = check_shapes(params, dict(layer_norm_weight="D", layer_norm_bias="D", query_weight="H D", key_weight="H D",
-                                      value_weight="H D", gate_weight="H D", gate_bias="H", out_weight="D H",
-                                      out_bias="D"))
+    sizes = parameters(msa_repr, "msa_repr", params, dict(
+        layer_norm_weight="D", layer_norm_bias="D", query_weight="H D", key_weight="H D", value_weight="H D",
+        gate_weight="H D", gate_bias="H", out_weight="D H", out_bias="D"), optional=("gate_bias", "out_bias"))
     D, H = sizes["D"], sizes["H"]
-    if not isinstance(num_heads, int) or num_heads < 1 or H % num_heads != 0:
-        raise ValueError(f"num_heads must be a positive integer dividing the inner width {H}, got {num_heads!r}")
+    check_heads(num_heads, H)
     B, S, N = check_width(msa_repr, D, "layer_norm_weight")
     check_mask(msa_mask, B, S, N, msa_repr.device)
+    if inf < ref.TRIANGLE_MIN_INF and msa_mask is not None and impl != "torch":
+        warn_once(f"col-inf-{inf}", f"evofuse: column attention with inf={inf} runs the PyTorch reference (the "
+                  f"kernels' masked logit is -1e9, equal for inf >= {ref.TRIANGLE_MIN_INF:g})")
+        impl = "torch"
     weights = cast(params.values(), msa_repr.dtype)
 
     def reference():
         return ref.msa_column_attention_reference(msa_repr, msa_mask, *weights, num_heads=num_heads, inf=inf)
 
-    if inf < ref.TRIANGLE_MIN_INF and msa_mask is not None and impl != "torch":
-        warn_once(f"col-inf-{inf}", f"evofuse: column attention with inf={inf} runs the PyTorch reference (the "
-                  f"kernels' masked logit is -1e9, equal for inf >= {ref.TRIANGLE_MIN_INF:g})")
-        return reference()
-    if resolve_impl(impl, msa_repr) == "torch":
-        return reference()
-    if not att.fused(H // num_heads, msa_repr.dtype):
-        warn_once(f"col-{H // num_heads}-{msa_repr.dtype}", f"evofuse: no fused column attention for head_dim="
-                  f"{H // num_heads}, dtype={msa_repr.dtype}; running the PyTorch reference")
-        return reference()
-    lnw, lnb, wq, wk, wv, wg, bg, wo, bo = weights
-    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (msa_repr, *weights))
-    x = msa_repr.transpose(1, 2)  # (B, N, S, D): each residue's column a row (a view: the kernels take strides)
-    mask = None if msa_mask is None else msa_mask.transpose(1, 2)
-    with on_device(msa_repr):  # (train: the op keeps what the backward takes)
+    def fused(train):
+        lnw, lnb, wq, wk, wv, wg, bg, wo, bo = weights
+        x = msa_repr.transpose(1, 2)  # (B, N, S, D): each residue's column a row (a view: the kernels take strides)
+        mask = None if msa_mask is None else msa_mask.transpose(1, 2)
         qkvg = att.joined_qkvg([wq, wk, wv, wg], [None, None, None, bg])
-        out = col.msa_column_attention(x, mask, lnw, lnb, *qkvg, wo, bo, num_heads, precision, train)[0]
-    return out.transpose(1, 2)
+        return col.msa_column_attention(x, mask, lnw, lnb, *qkvg, wo, bo, num_heads, precision, train)[0].transpose(1, 2)
+
+    head, dtype = H // num_heads, msa_repr.dtype
+    return dispatch("column attention", msa_repr, (msa_repr, *weights), impl, reference, fused,
+                    None if att.fused(head, dtype) else f"head_dim={head}, dtype={dtype}")
 
 
 @follows_autocast
@@ -158,11 +154,10 @@ def msa_column_global_attention(
                   query_bias=query_bias, key_weight=key_weight, key_bias=key_bias, value_weight=value_weight,
                   value_bias=value_bias, gate_weight=gate_weight, gate_bias=gate_bias, out_weight=out_weight,
                   out_bias=out_bias)
-    biases = ("query_bias", "key_bias", "value_bias", "gate_bias", "out_bias")
-    check_params(msa_repr.device, params, optional=biases)
-    sizes = check_shapes(params, dict(layer_norm_weight="D", layer_norm_bias="D", query_weight="H D", query_bias="H",
-                                      key_weight="d D", key_bias="d", value_weight="d D", value_bias="d",
-                                      gate_weight="H D", gate_bias="H", out_weight="D H", out_bias="D"))
+    sizes = parameters(msa_repr, "msa_repr", params, dict(
+        layer_norm_weight="D", layer_norm_bias="D", query_weight="H D", query_bias="H", key_weight="d D",
+        key_bias="d", value_weight="d D", value_bias="d", gate_weight="H D", gate_bias="H", out_weight="D H",
+        out_bias="D"), optional=("query_bias", "key_bias", "value_bias", "gate_bias", "out_bias"))
     D, H, d = sizes["D"], sizes["H"], sizes["d"]
     if not isinstance(num_heads, int) or num_heads < 1 or H != num_heads * d:
         raise ValueError(f"num_heads must be a positive integer with num_heads * {d} (the key's width) = {H} (the "
@@ -172,16 +167,19 @@ def msa_column_global_attention(
     B, S, N = check_width(msa_repr, D, "layer_norm_weight")
     check_mask(msa_mask, B, S, N, msa_repr.device)
     weights = cast(params.values(), msa_repr.dtype)
-    if resolve_impl(impl, msa_repr) == "torch" or msa_repr.dtype == torch.float64:
+
+    def reference():
         return ref.msa_column_global_attention_reference(msa_repr, msa_mask, *weights, num_heads=num_heads, inf=inf,
                                                          eps=eps)
-    lnw, lnb, wq, bq, wk, bk, wv, bv, wg, bg, wo, bo = weights
-    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (msa_repr, *weights))
-    x = msa_repr.transpose(1, 2)  # (B, N, S, D): each residue's column a row (a view: the kernels take strides)
-    mask = None if msa_mask is None else msa_mask.transpose(1, 2)
-    proj_weight = torch.cat([wg, wq, wk, wv])  # (the op projects every row's gate, query, key and value at once)
-    proj_bias = gcol.joined_bias([bg, None, bk, bv], [wg, wq, wk, wv])  # (the queries' bias comes after their mean)
-    with on_device(msa_repr):  # (train: the op keeps what the backward takes)
-        out = gcol.msa_column_global_attention(x, mask, lnw, lnb, proj_weight, proj_bias, bq, wo, bo, num_heads,
-                                               float(inf), float(eps), precision, train)[0]
-    return out.transpose(1, 2)
+
+    def fused(train):
+        lnw, lnb, wq, bq, wk, bk, wv, bv, wg, bg, wo, bo = weights
+        x = msa_repr.transpose(1, 2)  # (B, N, S, D): each residue's column a row (a view: the kernels take strides)
+        mask = None if msa_mask is None else msa_mask.transpose(1, 2)
+        proj_weight = torch.cat([wg, wq, wk, wv])  # (the op projects every row's gate, query, key and value at once)
+        proj_bias = gcol.joined_bias([bg, None, bk, bv], [wg, wq, wk, wv])  # (the queries' bias after their mean)
+        return gcol.msa_column_global_attention(x, mask, lnw, lnb, proj_weight, proj_bias, bq, wo, bo, num_heads,
+                                                float(inf), float(eps), precision, train)[0].transpose(1, 2)
+
+    return dispatch("global column attention", msa_repr, (msa_repr, *weights), impl, reference, fused,
+                    "float64" if msa_repr.dtype == torch.float64 else None)

@@ -6,17 +6,18 @@ from __future__ import annotations
 import torch
 
 from .. import reference as ref
-from .._dispatch import resolve_impl, warn_once
-from .._validation import check_mask, check_msa, check_pair, check_pair_mask, check_params, check_shapes, check_width
+from .._validation import check_mask, check_msa, check_pair, check_pair_mask, check_shapes, check_width
 from ._common import (
     att,
     batched,
     cast,
+    check_heads,
     check_options,
+    dispatch,
     follows_autocast,
     leading,
-    on_device,
     opm,
+    parameters,
     pwa,
     unbatched,
 )
@@ -76,25 +77,25 @@ def outer_product_mean(
     params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, proj_a_weight=proj_a_weight,
                   proj_a_bias=proj_a_bias, proj_b_weight=proj_b_weight, proj_b_bias=proj_b_bias,
                   out_proj_weight=out_proj_weight, out_proj_bias=out_proj_bias)
-    check_params(msa_repr.device, params, optional=("proj_a_bias", "proj_b_bias"))
-    sizes = check_shapes(params, dict(layer_norm_weight="D", layer_norm_bias="D", proj_a_weight="c D",
-                                      proj_a_bias="c", proj_b_weight="c D", proj_b_bias="c"))
+    sizes = parameters(msa_repr, "msa_repr", params, dict(layer_norm_weight="D", layer_norm_bias="D",
+                                                          proj_a_weight="c D", proj_a_bias="c", proj_b_weight="c D",
+                                                          proj_b_bias="c"), optional=("proj_a_bias", "proj_b_bias"))
     D, c = sizes["D"], sizes["c"]
     # (out_proj's inputs: the c*c outer products)
     check_shapes(params, dict(out_proj_weight="R cc", out_proj_bias="R"), {"cc": c * c})
     B, S, N = check_width(msa_repr, D, "layer_norm_weight")
     check_mask(msa_mask, B, S, N, msa_repr.device)
     weights = cast(params.values(), msa_repr.dtype)
-    if resolve_impl(impl, msa_repr) == "torch":
+
+    def reference():
         return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization, count_eps)
-    if not opm.fused(c, msa_repr.dtype):
-        warn_once(f"opm-{c}-{msa_repr.dtype}", f"evofuse: no fused Outer Product Mean for hidden_dim={c}, "
-                  f"dtype={msa_repr.dtype}; running the PyTorch reference")
-        return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization, count_eps)
-    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (msa_repr, *weights))
-    with on_device(msa_repr):  # (train: the op keeps what the backward takes)
+
+    def fused(train):
         return opm.outer_product_mean(msa_repr, msa_mask, *weights, normalization, float(count_eps), precision,
                                       train)[0]
+
+    return dispatch("Outer Product Mean", msa_repr, (msa_repr, *weights), impl, reference, fused,
+                    None if opm.fused(c, msa_repr.dtype) else f"hidden_dim={c}, dtype={msa_repr.dtype}")
 
 
 @follows_autocast
@@ -170,17 +171,15 @@ def msa_row_attention(
                   value_bias=value_bias, gate_weight=gate_weight, gate_bias=gate_bias, out_proj_weight=out_proj_weight,
                   out_proj_bias=out_proj_bias, pair_bias_weight=pair_bias_weight, pair_bias_bias=pair_bias_bias,
                   pair_norm_weight=pair_norm_weight, pair_norm_bias=pair_norm_bias)
-    check_params(msa_repr.device, params, optional=("query_bias", "key_bias", "value_bias", "gate_bias",
-                                                    "out_proj_bias", "pair_bias_bias", "pair_norm_weight",
-                                                    "pair_norm_bias"))
     shapes = {f"{name}_{kind}": "H D" if kind == "weight" else "H"
               for name in ("query", "key", "value", "gate") for kind in ("weight", "bias")}
-    sizes = check_shapes(params, dict(layer_norm_weight="D", layer_norm_bias="D", **shapes, out_proj_weight="D H",
-                                      out_proj_bias="D", pair_bias_weight="h P", pair_norm_weight="P",
-                                      pair_norm_bias="P"))
+    sizes = parameters(msa_repr, "msa_repr", params, dict(
+        layer_norm_weight="D", layer_norm_bias="D", **shapes, out_proj_weight="D H", out_proj_bias="D",
+        pair_bias_weight="h P", pair_norm_weight="P", pair_norm_bias="P"),
+        optional=("query_bias", "key_bias", "value_bias", "gate_bias", "out_proj_bias", "pair_bias_bias",
+                  "pair_norm_weight", "pair_norm_bias"))
     D, H, P = sizes["D"], sizes["H"], sizes["P"]
-    if not isinstance(num_heads, int) or num_heads < 1 or H % num_heads != 0:
-        raise ValueError(f"num_heads must be a positive integer dividing the inner width {H}, got {num_heads!r}")
+    check_heads(num_heads, H)
     check_shapes(params, dict(pair_bias_weight="h P", pair_bias_bias="h"), {**sizes, "h": num_heads})
     B, S, N = check_width(msa_repr, D, "layer_norm_weight")
     check_pair(pair_repr, B, N, P, "pair_bias_weight", msa_repr.device)
@@ -194,20 +193,14 @@ def msa_row_attention(
                                                dropout=dropout, training=training, pair_norm_weight=weights[-2],
                                                pair_norm_bias=weights[-1], mask_mode=mask_mode)
 
-    if resolve_impl(impl, msa_repr) == "torch":
-        return reference()
-    if training and dropout > 0:
-        warn_once("att-dropout", "evofuse: attention dropout in training mode runs the PyTorch reference")
-        return reference()
-    if not att.fused(H // num_heads, msa_repr.dtype):
-        warn_once(f"att-{H // num_heads}-{msa_repr.dtype}", f"evofuse: no fused row attention for "
-                  f"head_dim={H // num_heads}, dtype={msa_repr.dtype}; running the PyTorch reference")
-        return reference()
-    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (msa_repr, pair_repr, *weights))
-    with on_device(msa_repr):  # (train: the op keeps what the backward takes)
+    def fused(train):
         qkvg = att.joined_qkvg(weights[2:10:2], weights[3:10:2])
         return att.row_attention(msa_repr, pair_repr, msa_mask, *weights[:2], *qkvg, *weights[10:], num_heads,
                                  mask_mode, precision, train)[0]
+
+    unsupported = ("attention dropout in training mode" if training and dropout > 0
+                   else None if att.fused(H // num_heads, dtype) else f"head_dim={H // num_heads}, dtype={dtype}")
+    return dispatch("row attention", msa_repr, (msa_repr, pair_repr, *weights), impl, reference, fused, unsupported)
 
 
 @follows_autocast
@@ -263,16 +256,14 @@ def pair_weighted_averaging(
     params = dict(norm_m_weight=norm_m_weight, norm_m_bias=norm_m_bias, norm_z_weight=norm_z_weight,
                   norm_z_bias=norm_z_bias, proj_m_weight=proj_m_weight, proj_g_weight=proj_g_weight,
                   proj_z_weight=proj_z_weight, proj_o_weight=proj_o_weight)
-    check_params(msa_repr.device, params)
-    sizes = check_shapes(params, dict(norm_m_weight="c_m", norm_m_bias="c_m", norm_z_weight="c_z", norm_z_bias="c_z",
-                                      proj_m_weight="inner c_m", proj_g_weight="inner c_m",
-                                      proj_o_weight="c_m inner"))
+    sizes = parameters(msa_repr, "msa_repr", params, dict(
+        norm_m_weight="c_m", norm_m_bias="c_m", norm_z_weight="c_z", norm_z_bias="c_z", proj_m_weight="inner c_m",
+        proj_g_weight="inner c_m", proj_o_weight="c_m inner"))
     c_m, c_z, inner = sizes["c_m"], sizes["c_z"], sizes["inner"]
     B, S, N = check_width(msa_repr, c_m, "norm_m_weight")
     check_pair(pair_repr, B, N, c_z, "norm_z_weight", msa_repr.device)
     check_pair_mask(pair_mask, B, N, msa_repr.device)
-    if not isinstance(num_heads, int) or num_heads < 1 or inner % num_heads != 0:
-        raise ValueError(f"num_heads must be a positive integer dividing proj_m's width {inner}, got {num_heads!r}")
+    check_heads(num_heads, inner, "proj_m's width")
     check_shapes(params, dict(proj_z_weight="h c_z"), {**sizes, "h": num_heads})
     dtype = msa_repr.dtype
     pair_repr, *weights = cast([pair_repr, *params.values()], dtype)
@@ -281,14 +272,11 @@ def pair_weighted_averaging(
         return ref.pair_weighted_averaging_reference(msa_repr, pair_repr, pair_mask, *weights, num_heads=num_heads,
                                                      inf=inf, mask_mode=mask_mode)
 
-    if resolve_impl(impl, msa_repr) == "torch":
-        return reference()
-    if not pwa.fused(inner // num_heads, c_m, dtype):
-        warn_once(f"pwa-{inner // num_heads}-{c_m}-{dtype}", f"evofuse: no fused pair-weighted averaging for head width "
-                  f"{inner // num_heads}, c_m={c_m}, dtype={dtype}; running the PyTorch reference")
-        return reference()
-    train = torch.is_grad_enabled() and any(t.requires_grad for t in (msa_repr, pair_repr, *weights))
-    proj_mg = torch.cat(weights[4:6])  # (the op takes proj_m's and proj_g's weights stacked)
-    with on_device(msa_repr):  # (train: the op keeps what the backward takes)
+    def fused(train):
+        proj_mg = torch.cat(weights[4:6])  # (the op takes proj_m's and proj_g's weights stacked)
         return pwa.pair_weighted_averaging(msa_repr, pair_repr, pair_mask, *weights[:4], proj_mg, *weights[6:],
                                            float(inf), mask_mode, precision, train)[0]
+
+    head = inner // num_heads
+    return dispatch("pair-weighted averaging", msa_repr, (msa_repr, pair_repr, *weights), impl, reference, fused,
+                    None if pwa.fused(head, c_m, dtype) else f"head width {head}, c_m={c_m}, dtype={dtype}")

@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch
 
 from .. import reference as ref
-from .._dispatch import resolve_impl, warn_once
-from .._validation import check_params, check_rows_input, check_shapes
-from ._common import cast, check_options, follows_autocast, on_device, trans
+from .._validation import check_rows_input
+from ._common import cast, check_last, check_options, dispatch, follows_autocast, parameters, trans
 
 
 @follows_autocast
@@ -53,21 +52,21 @@ def transition(
                   a_bias=a_bias, b_weight=b_weight, b_bias=b_bias, out_weight=out_weight, out_bias=out_bias)
     if not glu and (b_weight is not None or b_bias is not None):
         raise ValueError("b_weight and b_bias must be None for activation='relu'")
-    check_params(x.device, params, optional=("a_bias", "b_bias", "out_bias") + (() if glu else ("b_weight",)),
-                 source="x")
-    sizes = check_shapes(params, dict(layer_norm_weight="D", layer_norm_bias="D", a_weight="H D", a_bias="H",
-                                      b_weight="H D", b_bias="H", out_weight="C H", out_bias="C"))
-    D, H = sizes["D"], sizes["H"]
-    if x.shape[-1] != D:
-        raise ValueError(f"x must have shape (..., {D}) ({D}: the size of layer_norm_weight): last dimension is "
-                         f"{x.shape[-1]}, expected {D}")
+    sizes = parameters(x, "x", params, dict(layer_norm_weight="D", layer_norm_bias="D", a_weight="H D", a_bias="H",
+                                            b_weight="H D", b_bias="H", out_weight="C H", out_bias="C"),
+                       optional=("a_bias", "b_bias", "out_bias") + (() if glu else ("b_weight",)))
+    check_last(x, "x", "...", sizes["D"], "layer_norm_weight")
     weights = cast(params.values(), x.dtype)
-    if resolve_impl(impl, x) == "torch" or x.dtype == torch.float64 or H == 0:
-        if x.dtype == torch.float64 and impl == "triton":
-            warn_once("transition-float64", "evofuse: no fused transition for float64; running the PyTorch reference")
+
+    def reference():
         return ref.transition_reference(x, mask, *weights, activation=activation)
-    lnw, lnb, wa, ba, wb, bb, wo, bo = weights
-    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *weights))
-    with on_device(x):  # (train: the op keeps what the backward takes)
+
+    def fused(train):
+        if sizes["H"] == 0:  # (no hidden rows: the output is the bias alone)
+            return reference()
+        lnw, lnb, wa, ba, wb, bb, wo, bo = weights
         w_in, b_in = (wa, ba) if not glu else (torch.cat([wa, wb]), trans.joined_bias([ba, bb], [wa, wb]))
         return trans.transition(x, mask, lnw, lnb, w_in, b_in, wo, bo, glu, precision, train)
+
+    return dispatch("transition", x, (x, *weights), impl, reference, fused,
+                    "float64" if x.dtype == torch.float64 else None)
