@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 
 import torch
 
@@ -95,6 +96,29 @@ def unbatched(out: torch.Tensor, lead: tuple[int, ...]) -> torch.Tensor:
     return out.reshape(*lead, *out.shape[1:]) if lead else out[0]
 
 
+def folds_leading(*names: str):
+    """A functional form of the MSA (its first argument (B, S, N, D)) taking any leading dimensions in place of B
+    (none: an unbatched (S, N, D)): where they are not one batch dimension, the arguments `names` (the input first;
+    each checked to share them) are folded into one and the output is given them back."""
+
+    def wrap(form):
+        signature = inspect.signature(form)
+
+        @functools.wraps(form)
+        def call(*args, **kwargs):
+            lead = leading(args[0] if args else kwargs.get(names[0]))
+            if lead is None:
+                return form(*args, **kwargs)
+            bound = signature.bind(*args, **kwargs)
+            folded = batched(lead, **{name: bound.arguments.get(name) for name in names})
+            bound.arguments.update((name, t) for name, t in zip(names, folded) if name in bound.arguments)
+            return unbatched(form(*bound.args, **bound.kwargs), lead)
+
+        return call
+
+    return wrap
+
+
 def pair_batched(pair_repr: torch.Tensor, pair_mask: torch.Tensor | None):
     """(pair (B, N, N, c), mask (B, N, N) or None, restore): the pair stack's checked input with its leading
     dimensions folded into one batch dimension (as it is, no views, where it has one), and the function that gives
@@ -148,7 +172,7 @@ def follows_autocast(form):
     another dtype than autocast's (float64 aside, as autocast leaves it) computes in autocast's dtype and returns it.
     The form itself runs with autocast off, so that its reference path rounds as the kernels do."""
 
-    name = form.__code__.co_varnames[0]
+    name = next(iter(inspect.signature(form).parameters))
 
     @functools.wraps(form)
     def call(*args, **kwargs):

@@ -10,21 +10,20 @@ from .._dispatch import warn_once
 from .._validation import check_mask, check_msa, check_width
 from ._common import (
     att,
-    batched,
     cast,
     check_heads,
     check_options,
     col,
     dispatch,
+    folds_leading,
     follows_autocast,
     gcol,
-    leading,
     parameters,
-    unbatched,
 )
 
 
 @follows_autocast
+@folds_leading("msa_repr", "msa_mask")
 def msa_column_attention(
     msa_repr: torch.Tensor,
     msa_mask: torch.Tensor | None,
@@ -61,13 +60,6 @@ def msa_column_attention(
         (B, S, N, D) in msa_repr's dtype; the parameters are cast to it.
     """
     check_options(precision)
-    lead = leading(msa_repr)
-    if lead is not None:  # any leading dimensions: folded into one batch dimension
-        msa_repr, msa_mask = batched(lead, msa_repr=msa_repr, msa_mask=msa_mask)
-        return unbatched(msa_column_attention(
-            msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, query_weight, key_weight, value_weight,
-            gate_weight, gate_bias, out_weight, out_bias, num_heads=num_heads, inf=inf, precision=precision,
-            impl=impl), lead)
     msa_repr = check_msa(msa_repr)
     params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, query_weight=query_weight,
                   key_weight=key_weight, value_weight=value_weight, gate_weight=gate_weight, gate_bias=gate_bias,
@@ -101,6 +93,7 @@ def msa_column_attention(
 
 
 @follows_autocast
+@folds_leading("msa_repr", "msa_mask")
 def msa_column_global_attention(
     msa_repr: torch.Tensor,
     msa_mask: torch.Tensor | None,
@@ -142,13 +135,6 @@ def msa_column_global_attention(
         (B, S, N, D) in msa_repr's dtype; the parameters are cast to it.
     """
     check_options(precision)
-    lead = leading(msa_repr)
-    if lead is not None:  # any leading dimensions: folded into one batch dimension
-        msa_repr, msa_mask = batched(lead, msa_repr=msa_repr, msa_mask=msa_mask)
-        return unbatched(msa_column_global_attention(
-            msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, query_weight, query_bias, key_weight, key_bias,
-            value_weight, value_bias, gate_weight, gate_bias, out_weight, out_bias, num_heads=num_heads, inf=inf,
-            eps=eps, precision=precision, impl=impl), lead)
     msa_repr = check_msa(msa_repr)
     params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, query_weight=query_weight,
                   query_bias=query_bias, key_weight=key_weight, key_bias=key_bias, value_weight=value_weight,

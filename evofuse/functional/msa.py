@@ -9,21 +9,20 @@ from .. import reference as ref
 from .._validation import check_mask, check_msa, check_pair, check_pair_mask, check_shapes, check_width
 from ._common import (
     att,
-    batched,
     cast,
     check_heads,
     check_options,
     dispatch,
+    folds_leading,
     follows_autocast,
-    leading,
     opm,
     parameters,
     pwa,
-    unbatched,
 )
 
 
 @follows_autocast
+@folds_leading("msa_repr", "msa_mask")
 def outer_product_mean(
     msa_repr: torch.Tensor,
     msa_mask: torch.Tensor | None,
@@ -66,13 +65,6 @@ def outer_product_mean(
     check_options(precision, normalization)
     if not count_eps > 0:
         raise ValueError(f"count_eps must be > 0, got {count_eps!r}")
-    lead = leading(msa_repr)
-    if lead is not None:  # any leading dimensions: folded into one batch dimension
-        msa_repr, msa_mask = batched(lead, msa_repr=msa_repr, msa_mask=msa_mask)
-        return unbatched(outer_product_mean(
-            msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight,
-            proj_b_bias, out_proj_weight, out_proj_bias, normalization=normalization, count_eps=count_eps,
-            precision=precision, impl=impl), lead)
     msa_repr = check_msa(msa_repr)
     params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, proj_a_weight=proj_a_weight,
                   proj_a_bias=proj_a_bias, proj_b_weight=proj_b_weight, proj_b_bias=proj_b_bias,
@@ -99,6 +91,7 @@ def outer_product_mean(
 
 
 @follows_autocast
+@folds_leading("msa_repr", "pair_repr", "msa_mask")
 def msa_row_attention(
     msa_repr: torch.Tensor,
     pair_repr: torch.Tensor,
@@ -152,15 +145,6 @@ def msa_row_attention(
         head_dim <= 128 and 16/32-bit floats; anything else runs the reference, with a one-time warning.
     """
     check_options(precision)
-    lead = leading(msa_repr)
-    if lead is not None:  # any leading dimensions: folded into one batch dimension
-        msa_repr, pair_repr, msa_mask = batched(lead, msa_repr=msa_repr, pair_repr=pair_repr, msa_mask=msa_mask)
-        return unbatched(msa_row_attention(
-            msa_repr, pair_repr, msa_mask, layer_norm_weight, layer_norm_bias, query_weight, query_bias, key_weight,
-            key_bias, value_weight, value_bias, gate_weight, gate_bias, out_proj_weight, out_proj_bias,
-            pair_bias_weight, pair_bias_bias, num_heads=num_heads, pair_norm_weight=pair_norm_weight,
-            pair_norm_bias=pair_norm_bias, mask_mode=mask_mode, dropout=dropout, training=training, precision=precision,
-            impl=impl), lead)
     if mask_mode not in ref.MASK_MODES:
         raise ValueError(f"mask_mode must be one of {ref.MASK_MODES}, got {mask_mode!r}")
     if (pair_norm_weight is None) != (pair_norm_bias is None):
@@ -204,6 +188,7 @@ def msa_row_attention(
 
 
 @follows_autocast
+@folds_leading("msa_repr", "pair_repr", "pair_mask")
 def pair_weighted_averaging(
     msa_repr: torch.Tensor,
     pair_repr: torch.Tensor,
@@ -245,13 +230,6 @@ def pair_weighted_averaging(
     check_options(precision)
     if mask_mode not in ref.PAIR_MASK_MODES:
         raise ValueError(f"mask_mode must be one of {ref.PAIR_MASK_MODES}, got {mask_mode!r}")
-    lead = leading(msa_repr)
-    if lead is not None:  # any leading dimensions: folded into one batch dimension
-        msa_repr, pair_repr, pair_mask = batched(lead, msa_repr=msa_repr, pair_repr=pair_repr, pair_mask=pair_mask)
-        return unbatched(pair_weighted_averaging(
-            msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight, norm_z_bias, proj_m_weight,
-            proj_g_weight, proj_z_weight, proj_o_weight, num_heads=num_heads, inf=inf, mask_mode=mask_mode,
-            precision=precision, impl=impl), lead)
     msa_repr = check_msa(msa_repr)
     params = dict(norm_m_weight=norm_m_weight, norm_m_bias=norm_m_bias, norm_z_weight=norm_z_weight,
                   norm_z_bias=norm_z_bias, proj_m_weight=proj_m_weight, proj_g_weight=proj_g_weight,
