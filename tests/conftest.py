@@ -29,11 +29,12 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def fused_kernels(monkeypatch):
     """The patched modules take the fused kernels (on CPU tensors, in Triton's interpreter), the transitions at the
-    tests' small shapes too (`FusedTransition.MIN_ROWS`: otherwise their original modules run)."""
+    tests' small shapes too (`FusedTransition.MIN_ROWS` and `HIDDEN_SHARE`: otherwise their original modules run)."""
     from evofuse.integrations._adapters import FusedTransition
 
     monkeypatch.setenv("EVOFUSE_IMPL", "triton")
     monkeypatch.setattr(FusedTransition, "MIN_ROWS", 0)
+    monkeypatch.setattr(FusedTransition, "HIDDEN_SHARE", 0)
 
 
 _EMPTY = torch.empty

@@ -168,3 +168,17 @@ def test_tuned_launches_skip_the_autotuner_once_chosen(hook):
     launch(70, torch.float32, 128)
     assert len(tuner_runs) == (5 if hook else 3)
     assert len(hooked) == (5 if hook else 0)
+
+
+def test_transition_runs_the_original_where_its_hidden_rows_are_small():
+    """On a CUDA device a patched transition runs the original where the original's hidden rows (three of rows x
+    hidden in the compute dtype) take at most `HIDDEN_SHARE` of the device's memory: Boltz-2's pair transition at N 384
+    (147456 rows, hidden 512, bf16) on an 80 GiB card does, at N 4096 it does not; the single representation's at any
+    length does."""
+    from evofuse.integrations._adapters import FusedTransition
+
+    card = 80 * 2**30
+    assert FusedTransition.small_hidden(384 * 384, 512, torch.bfloat16, card)
+    assert not FusedTransition.small_hidden(4096 * 4096, 512, torch.bfloat16, card)
+    assert not FusedTransition.small_hidden(1024 * 1024, 512, torch.float32, card)
+    assert FusedTransition.small_hidden(6000, 1536, torch.float32, card)

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from .. import functional
+from .._runtime import memory_bytes
 from ..functional._common import autocast_dtype
 from ..ops.layer_norm_linear import joined_bias
 from ..ops.row_attention.op import MAX_HEAD_DIM
@@ -319,6 +320,10 @@ class FusedTransition(nn.Module):
     # calls of fewer rows run the original module: there the fused call's host cost is more than it saves
     # (docs/PERFORMANCE.md, "Transitions beside the models' own")
     MIN_ROWS = 16384
+    # on a CUDA device, calls whose original would hold its hidden rows (a, b and their product in the compute dtype)
+    # in at most this share of the device's memory run the original too: the fused call is not faster there, and
+    # past it what it saves is the original's memory
+    HIDDEN_SHARE = 1 / 64
 
     def __init__(self, original: nn.Module):
         super().__init__()
@@ -340,15 +345,29 @@ class FusedTransition(nn.Module):
         norm, *linears = cls._parts(module)
         return check_linears(*(linear for linear in linears if linear is not None)) or check_layer_norm(norm)
 
+    def _runs_original(self, x: torch.Tensor, dtype: torch.dtype, hidden: int) -> bool:
+        """Whether a call on x runs the original module: fewer than MIN_ROWS rows, or on a CUDA device hidden rows
+        (`hidden` channels, three tensors of them in `dtype`) within HIDDEN_SHARE of its memory."""
+        rows = x.numel() // max(x.shape[-1], 1)
+        if rows < self.MIN_ROWS:
+            return True
+        return x.is_cuda and self.small_hidden(rows, hidden, dtype, memory_bytes(x.device))
+
+    @classmethod
+    def small_hidden(cls, rows: int, hidden: int, dtype: torch.dtype, device_bytes: int) -> bool:
+        """Whether the original's hidden rows (a, b and their product: `rows` x `hidden` in `dtype`, three of them)
+        take at most HIDDEN_SHARE of a device of `device_bytes`."""
+        return 3 * rows * hidden * dtype.itemsize <= cls.HIDDEN_SHARE * device_bytes
+
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         """x (*, c) (and mask (*) or None where `MASKED`) -> (*, c_out) in the compute dtype; the original module's
-        call where x has fewer than MIN_ROWS rows."""
-        if x.numel() < self.MIN_ROWS * x.shape[-1]:
+        call where `_runs_original`."""
+        norm, a, b, out = self._parts(self)
+        dtype = autocast_dtype(x)
+        if self._runs_original(x, dtype, a.out_features):
             self._original.training = self.training
             return self._original(x, *args, **kwargs)
         mask = (args[0] if args else kwargs.get("mask")) if self.MASKED else None
-        norm, a, b, out = self._parts(self)
-        dtype = autocast_dtype(x)
         with torch.autocast(x.device.type, enabled=False):
             y = functional.transition(
                 x.to(dtype), mask, norm.weight, norm.bias, a.weight, a.bias, None if b is None else b.weight,
