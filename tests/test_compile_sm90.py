@@ -84,10 +84,6 @@ def _compile(kernel, dtype, consts, num_warps, num_stages, pointers=None):
 def _launches():
     """(name, kernel, dtype, constexprs, num_warps, num_stages, pointer overrides) of the default launches."""
     from evofuse._runtime import next_pow2
-    from evofuse.ops import layer_norm_backward as lnb
-    from evofuse.ops import layer_norm_glu as glu
-    from evofuse.ops import layer_norm_linear as lnl
-    from evofuse.ops import matmul, pair_heads
     from evofuse.ops.msa_column_global_attention import kernels as gcol
     from evofuse.ops.outer_product_mean import backward_kernels as opm_backward
     from evofuse.ops.outer_product_mean import configs as opm_configs
@@ -99,6 +95,10 @@ def _launches():
     from evofuse.ops.row_attention import kernels as att
     from evofuse.ops.transition import kernels as trans
     from evofuse.ops.triangle_multiplication import kernels as trimul
+    from evofuse.stages import layer_norm_backward as lnb
+    from evofuse.stages import layer_norm_glu as glu
+    from evofuse.stages import layer_norm_linear as lnl
+    from evofuse.stages import matmul, pair_heads
 
     def cfg(config):
         return config.kwargs, config.num_warps, config.num_stages

@@ -1,4 +1,4 @@
-"""The shared LayerNorm + gated linear kernel (`ops/layer_norm_glu.py`) against PyTorch in float64: h for each
+"""The shared LayerNorm + gated linear kernel (`stages/layer_norm_glu.py`) against PyTorch in float64: h for each
 activation, and with grad a's and b's gradients for h's, in rows and in channel planes, at the default tile and a
 whole-row one."""
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from evofuse.numerics import rel_error
-from evofuse.ops import layer_norm_glu
+from evofuse.stages import layer_norm_glu
 
 from .conftest import DEVICE
 from .helpers import rebuild_kernels

@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from evofuse.numerics import rel_error
-from evofuse.ops.layer_norm_backward import layer_norm_linear_backward, projects_on_chip
-from evofuse.ops.layer_norm_linear import layer_norm_linear, normalizes_first
+from evofuse.stages.layer_norm_backward import layer_norm_linear_backward, projects_on_chip
+from evofuse.stages.layer_norm_linear import layer_norm_linear, normalizes_first
 
 from .conftest import DEVICE
 
@@ -219,7 +219,7 @@ def test_backward_gives_only_what_is_needed(needs):
 def test_backward_with_several_blocks_a_program(monkeypatch, K):
     """At most `backward_programs` programs, each over consecutive blocks of rows, the last one short; their
     partial sums added afterwards: here 3 programs over 97 rows of 64 channels."""
-    from evofuse.ops import layer_norm_backward as module
+    from evofuse.stages import layer_norm_backward as module
 
     monkeypatch.setattr(module, "backward_programs", lambda device, warps: 3)
     monkeypatch.setattr(module, "BACKWARD_TILE", 64 * 4)  # blocks of 4 rows (16 with the projection on chip)

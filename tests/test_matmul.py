@@ -1,11 +1,11 @@
-"""The float32 paths' matrix products (`evofuse.ops.matmul`): three TF32 products against float64 at awkward shapes,
+"""The float32 paths' matrix products (`evofuse.stages.matmul`): three TF32 products against float64 at awkward shapes,
 strided and transposed operands, a shared right operand, batches past one launch, alpha, empty sizes; 16-bit
 operands and the "fast" precision through cuBLAS; the custom op's registration and its traced call."""
 
 import pytest
 import torch
 
-from evofuse.ops import matmul as mm
+from evofuse.stages import matmul as mm
 
 from .conftest import DEVICE
 

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from evofuse.operations import OPERATIONS
-from evofuse.ops.layer_norm_backward import layer_norm_backward_op
 from evofuse.ops.outer_product_mean import outer_product_mean_op
 from evofuse.ops.row_attention import joined_qkvg, row_attention_op
 from evofuse.ops.row_attention.op import core_backward_op
+from evofuse.stages.layer_norm_backward import layer_norm_backward_op
 
 from .conftest import DEVICE
 from .helpers import att_module, opm_module, random_mask
@@ -391,21 +391,22 @@ def _nested_op_cases():
 
     opm = (opm_module(16, 6, 8, seed=1, impl="triton"), (torch.randn(1, 3, 5, 16), random_mask(1, 3, 5, "random", 2)),
            [("evofuse.ops.outer_product_mean.op", "core_backward_op"),
-            ("evofuse.ops.layer_norm_backward", "layer_norm_backward_op")])
+            ("evofuse.stages.layer_norm_backward", "layer_norm_backward_op")])
     att = (att_module(16, 4, 2, seed=3, impl="triton"), (torch.randn(1, 2, 5, 16), torch.randn(1, 5, 5, 4),
                                           random_mask(1, 2, 5, "rows", 4)),
-           [("evofuse.ops.row_attention.op", "core_backward_op"), ("evofuse.ops.pair_heads", "pair_heads_backward_op"),
-            ("evofuse.ops.layer_norm_backward", "layer_norm_backward_op")])
+           [("evofuse.ops.row_attention.op", "core_backward_op"), ("evofuse.stages.pair_heads", "pair_heads_backward_op"),
+            ("evofuse.stages.layer_norm_backward", "layer_norm_backward_op")])
     pwa = (randomize(PairWeightedAveraging(16, 8, 8, 2, impl="triton"), 5), (torch.randn(1, 3, 5, 16), torch.randn(1, 5, 5, 8),
                                                               (torch.rand(1, 5, 5) > 0.3).float()),
            [("evofuse.ops.pair_weighted_averaging.op", "core_backward_op"),
-            ("evofuse.ops.pair_heads", "pair_heads_backward_op"), ("evofuse.ops.layer_norm_backward", "layer_norm_backward_op")])
+            ("evofuse.stages.pair_heads", "pair_heads_backward_op"),
+            ("evofuse.stages.layer_norm_backward", "layer_norm_backward_op")])
     from evofuse import TriangleAttention
 
     tri = (randomize(TriangleAttention(8, 4, 2, impl="triton"), 7), (torch.randn(1, 6, 6, 8),
                                                                       (torch.rand(1, 6, 6) > 0.3).float()),
            [("evofuse.ops.triangle_attention.op", "core_backward_op"),
-            ("evofuse.ops.layer_norm_backward", "layer_norm_backward_op")])
+            ("evofuse.stages.layer_norm_backward", "layer_norm_backward_op")])
     from evofuse import TriangleMultiplication
 
     trimul = (randomize(TriangleMultiplication(8, 4, impl="triton"), 9), (torch.randn(1, 6, 6, 8),
@@ -416,18 +417,18 @@ def _nested_op_cases():
     col = (randomize(MSAColumnAttention(8, 4, 2, impl="triton"), 11), (torch.randn(1, 5, 6, 8),
                                                                        (torch.rand(1, 5, 6) > 0.3).float()),
            [("evofuse.ops.msa_column_attention.op", "core_backward_op"),
-            ("evofuse.ops.layer_norm_backward", "layer_norm_backward_op")])
+            ("evofuse.stages.layer_norm_backward", "layer_norm_backward_op")])
     from evofuse import MSAColumnGlobalAttention
 
     gcol = (randomize(MSAColumnGlobalAttention(8, 4, 2, impl="triton"), 11), (torch.randn(1, 5, 6, 8),
                                                                               (torch.rand(1, 5, 6) > 0.3).float()),
             [("evofuse.ops.msa_column_global_attention.op", "core_backward_op"),
-             ("evofuse.ops.layer_norm_backward", "layer_norm_backward_op")])
+             ("evofuse.stages.layer_norm_backward", "layer_norm_backward_op")])
     from evofuse import Transition
 
     trans = (randomize(Transition(8, 12, impl="triton"), 13), (torch.randn(2, 5, 8), (torch.rand(2, 5) > 0.3).float()),
              [("evofuse.ops.transition.op", "core_backward_op"),
-              ("evofuse.ops.layer_norm_backward", "layer_norm_backward_op")])
+              ("evofuse.stages.layer_norm_backward", "layer_norm_backward_op")])
     return {"opm": opm, "att": att, "pwa": pwa, "tri": tri, "trimul": trimul, "col": col, "gcol": gcol, "trans": trans}
 
 

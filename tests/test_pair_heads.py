@@ -1,11 +1,11 @@
-"""The pair's projection to the heads (`evofuse.ops.pair_heads`: row attention's pair bias, pair-weighted
+"""The pair's projection to the heads (`evofuse.stages.pair_heads`: row attention's pair bias, pair-weighted
 averaging's head logits) against float64, in Triton's interpreter on CPU and compiled on a GPU."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from evofuse.ops.pair_heads import pair_heads
+from evofuse.stages.pair_heads import pair_heads
 
 from .conftest import DEVICE
 from .helpers import assert_contract
@@ -68,7 +68,7 @@ def test_pair_heads_layer_norm_extremes(P, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_pair_heads_backward(N, P, h, norm, bias, dtype):
     """Every gradient of the projection against float64 autograd, for a float32 output gradient with strides."""
-    from evofuse.ops.pair_heads import pair_heads_backward
+    from evofuse.stages.pair_heads import pair_heads_backward
 
     g = torch.Generator().manual_seed(N * P + h + 1)
     pair = torch.randn(2, N, N, P + 2, generator=g)[..., 1:P + 1]  # (B, N, N, P), rows not dense
@@ -102,7 +102,7 @@ def test_pair_heads_backward(N, P, h, norm, bias, dtype):
 def test_pair_heads_pair_transposed():
     """A pair whose (i, j) are not one index (a transposed view, which the kernels read from one copy) gives the
     same outputs and gradients as its contiguous copy, bit for bit."""
-    from evofuse.ops.pair_heads import pair_heads_backward
+    from evofuse.stages.pair_heads import pair_heads_backward
 
     g = torch.Generator().manual_seed(5)
     N, P, h = 17, 24, 3

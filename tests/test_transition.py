@@ -170,7 +170,7 @@ def whole_row_tiles(monkeypatch):
     16 outputs a step, 2 steps, a chunk of 64 channels (the GPU's: the first fitting whole-row tile)."""
     import triton
 
-    from evofuse.ops import layer_norm_glu
+    from evofuse.stages import layer_norm_glu
 
     from .helpers import rebuild_kernels
 

@@ -1,1 +1,1 @@
-"""One package per operation (its kernels, configs and custom op) and the shared LayerNorm + linear kernel."""
+"""One package per operation: its own kernels, configs and custom op, composed of `evofuse.stages`."""

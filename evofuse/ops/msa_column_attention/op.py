@@ -12,9 +12,9 @@ import torch
 from torch import Tensor
 
 from ..._runtime import keep_for_backward, operation, traced
-from ..layer_norm_backward import layer_norm_linear_backward
-from ..layer_norm_linear import layer_norm_linear
-from ..matmul import linear, matmul
+from ...stages.layer_norm_backward import layer_norm_linear_backward
+from ...stages.layer_norm_linear import layer_norm_linear
+from ...stages.matmul import linear, matmul
 from ..row_attention.op import attention, core_backward, core_backward_op
 
 

@@ -16,9 +16,9 @@ from torch import Tensor
 
 from ..._runtime import custom_op, keep_for_backward, next_pow2, operation, traced
 from ...reference import MASK_LOGIT, TRIANGLE_MIN_INF
-from ..layer_norm_backward import layer_norm_linear_backward
-from ..layer_norm_linear import layer_norm_linear
-from ..matmul import linear, matmul
+from ...stages.layer_norm_backward import layer_norm_linear_backward
+from ...stages.layer_norm_linear import layer_norm_linear
+from ...stages.matmul import linear, matmul
 from .kernels import columns_backward_kernel, columns_kernel
 
 COLUMN_TILE = 8192  # elements of a (rows, heads, head width) tile of the columns' kernel

@@ -25,7 +25,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..float16_halves import finite_abs, power_of_two_scales, store_halves
+from ...stages.float16_halves import finite_abs, power_of_two_scales, store_halves
 
 
 @triton.jit

@@ -35,9 +35,9 @@ from ..._runtime import (
     operation,
     traced,
 )
-from ..layer_norm_backward import layer_norm_linear_backward
-from ..layer_norm_linear import joined_bias, layer_norm_linear
-from ..matmul import matmul, uses_tensor_cores
+from ...stages.layer_norm_backward import layer_norm_linear_backward
+from ...stages.layer_norm_linear import joined_bias, layer_norm_linear
+from ...stages.matmul import matmul, uses_tensor_cores
 from . import backward_kernels, configs, kernels
 from .kernels import float16_operands_kernel, operand_maxima_kernel, opm_forward_kernel
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..layer_norm_rows import layer_norm_rows
+from ...stages.layer_norm_rows import layer_norm_rows
 
 
 @triton.jit

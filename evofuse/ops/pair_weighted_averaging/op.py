@@ -43,10 +43,10 @@ from ..._runtime import (
     traced,
 )
 from ...reference import LAYER_NORM_EPS
-from ..layer_norm_backward import layer_norm_linear_backward
-from ..layer_norm_linear import layer_norm_linear
-from ..matmul import float32_products, matmul
-from ..pair_heads import pair_heads, pair_heads_backward
+from ...stages.layer_norm_backward import layer_norm_linear_backward
+from ...stages.layer_norm_linear import layer_norm_linear
+from ...stages.matmul import float32_products, matmul
+from ...stages.pair_heads import pair_heads, pair_heads_backward
 from . import configs
 from .kernels import (
     gated_projection_backward_kernel,

@@ -31,10 +31,10 @@ from ..._runtime import (
     traced,
 )
 from ...reference import MASK_LOGIT
-from ..layer_norm_backward import layer_norm_linear_backward
-from ..layer_norm_linear import joined_bias, layer_norm_linear
-from ..matmul import linear, matmul
-from ..pair_heads import pair_heads, pair_heads_backward
+from ...stages.layer_norm_backward import layer_norm_linear_backward
+from ...stages.layer_norm_linear import joined_bias, layer_norm_linear
+from ...stages.matmul import linear, matmul
+from ...stages.pair_heads import pair_heads, pair_heads_backward
 from . import configs
 from .kernels import (
     attention_dkdv_kernel,

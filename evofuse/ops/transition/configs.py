@@ -3,7 +3,7 @@ rows and BLOCK_N hidden channels a program, the input's and then the output's ch
 
 from __future__ import annotations
 
-from .. import layer_norm_glu
+from ...stages import layer_norm_glu
 
 
 def prune_backward(configs, named_args, **kwargs):

@@ -6,7 +6,7 @@ the shared `layer_norm_glu` kernel."""
 import triton
 import triton.language as tl
 
-from ..layer_norm_glu import projected_rows
+from ...stages.layer_norm_glu import projected_rows
 
 
 @triton.jit

@@ -26,9 +26,9 @@ from ..._runtime import (
     traced,
 )
 from ...reference import LAYER_NORM_EPS
-from .. import layer_norm_glu
-from ..layer_norm_backward import layer_norm_linear_backward
-from ..matmul import matmul, matmul_into, uses_tensor_cores
+from ...stages import layer_norm_glu
+from ...stages.layer_norm_backward import layer_norm_linear_backward
+from ...stages.matmul import matmul, matmul_into, uses_tensor_cores
 from . import configs
 from .kernels import transition_backward_kernel
 

@@ -21,9 +21,9 @@ import torch
 from torch import Tensor
 
 from ..._runtime import keep_for_backward, memory_bytes, operation, traced
-from ..layer_norm_backward import layer_norm_linear_backward
-from ..layer_norm_linear import joined_bias, layer_norm_linear
-from ..matmul import linear, matmul
+from ...stages.layer_norm_backward import layer_norm_linear_backward
+from ...stages.layer_norm_linear import joined_bias, layer_norm_linear
+from ...stages.matmul import linear, matmul
 from ..row_attention.op import attention, core_backward, core_backward_op
 
 ALIGN = 16  # the joined projection's width is a multiple of this: its rows start aligned for the attention kernels

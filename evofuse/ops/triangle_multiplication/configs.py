@@ -4,7 +4,7 @@ whole rows for ROW_STEPS blocks of BLOCK_N."""
 
 from __future__ import annotations
 
-from .. import layer_norm_glu
+from ...stages import layer_norm_glu
 
 
 def prune_output(configs, named_args, **kwargs):

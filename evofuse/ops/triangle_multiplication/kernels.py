@@ -6,7 +6,7 @@ place of PyTorch's chain of float32 temporaries, and nothing of the output side 
 import triton
 import triton.language as tl
 
-from ..layer_norm_glu import normalized_rows, normalized_rows_projected, projected_rows
+from ...stages.layer_norm_glu import normalized_rows, normalized_rows_projected, projected_rows
 
 
 @triton.jit

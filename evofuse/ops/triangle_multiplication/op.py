@@ -20,10 +20,10 @@ from torch import Tensor
 
 from ..._runtime import autotuned, bucket, cdiv, custom_op, dot_precision, keep_for_backward, operation, traced
 from ...reference import LAYER_NORM_EPS
-from .. import layer_norm_glu
-from ..layer_norm_backward import layer_norm_linear_backward
-from ..layer_norm_linear import joined_bias
-from ..matmul import matmul_into, uses_tensor_cores
+from ...stages import layer_norm_glu
+from ...stages.layer_norm_backward import layer_norm_linear_backward
+from ...stages.layer_norm_linear import joined_bias
+from ...stages.matmul import matmul_into, uses_tensor_cores
 from . import configs
 from .kernels import output_kernel
 
