@@ -91,14 +91,14 @@ def _launches():
     from evofuse.ops.pair_weighted_averaging import configs as pwa_configs
     from evofuse.ops.pair_weighted_averaging import kernels as pwa
     from evofuse.ops.pair_weighted_averaging import op as pwa_op
-    from evofuse.ops.row_attention import configs as att_configs
-    from evofuse.ops.row_attention import kernels as att
     from evofuse.ops.transition import kernels as trans
     from evofuse.ops.triangle_multiplication import kernels as trimul
     from evofuse.stages import layer_norm_backward as lnb
     from evofuse.stages import layer_norm_glu as glu
     from evofuse.stages import layer_norm_linear as lnl
     from evofuse.stages import matmul, pair_heads
+    from evofuse.stages.attention import configs as att_configs
+    from evofuse.stages.attention import kernels as att
 
     def cfg(config):
         return config.kwargs, config.num_warps, config.num_stages

@@ -14,9 +14,9 @@ from evofuse import MSARowAttentionWithPairBias, OuterProductMean
 from evofuse.numerics import FP32_FAST_BOUND, bound, rel_error
 from evofuse.ops.outer_product_mean import configs as opm_configs
 from evofuse.ops.pair_weighted_averaging import configs as pwa_configs
-from evofuse.ops.row_attention import configs as att_configs
 from evofuse.stages import layer_norm_glu, layer_norm_linear
 from evofuse.stages import matmul as matmul_module
+from evofuse.stages.attention import configs as att_configs
 from evofuse.suite import find_case, make_inputs, make_module, suite_cases
 
 from .contract import check_gradients

@@ -7,7 +7,7 @@ import torch
 from evofuse.operations import OPERATIONS
 from evofuse.ops.outer_product_mean import outer_product_mean_op
 from evofuse.ops.row_attention import joined_qkvg, row_attention_op
-from evofuse.ops.row_attention.op import core_backward_op
+from evofuse.stages.attention.core import core_backward_op
 from evofuse.stages.layer_norm_backward import layer_norm_backward_op
 
 from .conftest import DEVICE

@@ -124,7 +124,7 @@ def test_deterministic():
 def test_pair_gradient_over_split_rows(monkeypatch):
     """The pair bias's gradient summed over parts of the MSA rows (few tiles: `dz_splits` > 1 here) is the one
     summed over all rows in one program, to float32 rounding."""
-    from evofuse.ops.row_attention import op
+    from evofuse.stages.attention import core as op
 
     mod = att_module(16, 4, 2, seed=17).to(DEVICE)
     x, z, mask = _inputs(1, 7, 10, 16, 4, "random", 18)

@@ -37,8 +37,8 @@ from torch import nn
 from .. import functional
 from .._runtime import memory_bytes
 from ..functional._common import autocast_dtype
-from ..ops.row_attention.op import MAX_HEAD_DIM
 from ..reference import TRIANGLE_MIN_INF
+from ..stages.attention.core import MAX_HEAD_DIM
 from ..stages.layer_norm_linear import joined_bias
 from ._patching import check_layer_norm, check_linears, check_outer_product_mean
 

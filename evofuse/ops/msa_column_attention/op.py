@@ -1,6 +1,6 @@
 """MSA column attention as a torch.library custom op, `evofuse::msa_column_attention`, with its fake and its backward
 (`register_autograd`): gated attention over the rows of x (B, R, L, D) (the MSA transposed: a residue's column of S
-MSA rows as a row of L = S keys) with no bias, on row attention's core (`..row_attention.op.attention`, its bias a
+MSA rows as a row of L = S keys) with no bias, on the attention core (`stages.attention.core.attention`, its bias a
 zero of zero strides that every load reads from one address) and core backward (`bias_grad=False`: no bias gradient
 kernel). One `layer_norm_linear` for q, k, v and the gate; out_proj by cuBLAS; the backward's LayerNorm and
 projections by one `layer_norm_linear_backward`.
@@ -12,10 +12,10 @@ import torch
 from torch import Tensor
 
 from ..._runtime import keep_for_backward, operation, traced
+from ...stages.attention.core import attention, core_backward, core_backward_op
 from ...stages.layer_norm_backward import layer_norm_linear_backward
 from ...stages.layer_norm_linear import layer_norm_linear
 from ...stages.matmul import linear, matmul
-from ..row_attention.op import attention, core_backward, core_backward_op
 
 
 def _no_bias(qkvg: Tensor, num_heads: int) -> Tensor:

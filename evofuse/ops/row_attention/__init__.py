@@ -1,6 +1,7 @@
-"""MSA row attention with pair bias: `kernels` (Triton), `configs` (their tiles, as data), `op` (the custom ops
-with their fakes and the backward)."""
+"""MSA row attention with pair bias: `op` (the custom op with its fake and its backward), on the attention core of
+`evofuse.stages.attention`."""
 
-from .op import fused, joined_qkvg, row_attention, row_attention_op
+from ...stages.attention.core import fused
+from .op import joined_qkvg, row_attention, row_attention_op
 
 __all__ = ["fused", "joined_qkvg", "row_attention", "row_attention_op"]

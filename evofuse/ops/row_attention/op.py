@@ -5,73 +5,23 @@ own, `evofuse::msa_row_attention_core_backward`, so that torch.compile traces ar
 Forward: LayerNorm and the q, k, v, gate projections in one kernel (`layer_norm_linear`, one (B, S, N, 4H)
 output for the inner width H = heads x head_dim), the pair bias (B, h, N, N) once per batch element, with the
 pair's own LayerNorm where it has one (`pair_heads`), the attention core
-(`kernels.attention_forward_kernel`), out_proj by cuBLAS. No (S, h, N, N) tensor exists.
-Backward: out_proj's gradients by cuBLAS; the gate's in one pass (`kernels.gate_backward_kernel`), then the
-core's three kernels (dq, dk and dv, the pair bias's gradient summed over the MSA rows in a fixed order);
+(`stages.attention`), out_proj by cuBLAS. No (S, h, N, N) tensor exists.
+Backward: out_proj's gradients by cuBLAS; the core's backward (`stages.attention.core.core_backward`: the gate's
+pass, then its three kernels: dq, dk and dv, the pair bias's gradient summed over the MSA rows in a fixed order);
 then `layer_norm_linear_backward` and the pair bias projection's gradients (`pair_heads_backward`).
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
-from ..._runtime import (
-    autotuned,
-    bucket,
-    cdiv,
-    custom_op,
-    dot_precision,
-    keep_for_backward,
-    multiprocessors,
-    next_pow2,
-    operation,
-    traced,
-)
-from ...reference import MASK_LOGIT
+from ..._runtime import keep_for_backward, operation, traced
+from ...stages.attention.core import attention, core_backward, core_backward_op
 from ...stages.layer_norm_backward import layer_norm_linear_backward
 from ...stages.layer_norm_linear import joined_bias, layer_norm_linear
 from ...stages.matmul import linear, matmul
 from ...stages.pair_heads import pair_heads, pair_heads_backward
-from . import configs
-from .kernels import (
-    attention_dkdv_kernel,
-    attention_dq_kernel,
-    attention_dz_kernel,
-    attention_forward_kernel,
-    gate_backward_kernel,
-)
-
-MAX_HEAD_DIM = 128
-
-
-def fused(head_dim: int, dtype: torch.dtype) -> bool:
-    """Whether the fused kernels take this head_dim and dtype (else the reference runs)."""
-    return head_dim <= MAX_HEAD_DIM and dtype in (torch.float16, torch.bfloat16, torch.float32)
-
-
-KEY = ["N_BUCKET", "HEAD_DIM", "HAS_MASK", "PRECISION"]  # what the autotuner's choices are kept by
-
-
-def _kernels():
-    """The four kernels under Triton's autotuner (`_runtime.autotuned`: built on their first launch)."""
-    forward, backward = (lambda: configs.FORWARD_CONFIGS), (lambda: configs.BACKWARD_CONFIGS)
-    # the dq kernel makes delta exact in place: each of its timing runs starts from the rounded one
-    dq = autotuned(attention_dq_kernel, backward, KEY, configs.prune, restore_value=("delta_ptr",))
-    return (autotuned(attention_forward_kernel, forward, KEY, configs.prune), dq,
-            autotuned(attention_dkdv_kernel, backward, KEY, configs.prune),
-            autotuned(attention_dz_kernel, backward, KEY + ["SPLITS"], configs.prune))  # (its grid grows with them)
-
-
-def _mask_args(mask: Tensor | None, like: Tensor) -> tuple:
-    return (like, 0, 0, 0) if mask is None else (mask, *mask.stride())
-
-
-def _constants(dtype: torch.dtype, mask: Tensor | None, head_dim: int, precision: str) -> dict:
-    return dict(MASKED=max(MASK_LOGIT, torch.finfo(dtype).min), HAS_MASK=mask is not None,
-                BLOCK_D=max(16, next_pow2(head_dim)), PRECISION=dot_precision(dtype, precision))
 
 
 def joined_qkvg(weights: list[Tensor], biases: list[Tensor | None]) -> tuple[Tensor, Tensor | None]:
@@ -104,30 +54,6 @@ def row_attention_forward(msa_repr: Tensor, pair_repr: Tensor, msa_mask: Tensor 
     return out, qkvg, gated if train else gated.new_empty(0), lse, z
 
 
-def attention(qkvg: Tensor, z: Tensor, mask: Tensor | None, H: int, num_heads: int, mask_mode: str, precision: str,
-              train: bool) -> tuple[Tensor, Tensor]:
-    """(gated (B, S, N, H), lse (2, B, S, N, h) float32, empty unless `train`): the attention core of rows whose
-    projections qkvg (B, S, N, W) hold q, k, v and the gate in their first 4H channels (W >= 4H, the channels
-    unit-strided), with the bias z (B, h, N, N) (any strides) and the mask (B, S, N) or None: the gated output and
-    the rows' softmax statistics (their largest logit and log2 of their sum, base 2)."""
-    B, S, N, _ = qkvg.shape
-    h = num_heads
-    d = H // h
-    gated = torch.empty(B, S, N, H, dtype=qkvg.dtype, device=qkvg.device)
-    lse = torch.empty(2, B, S, N, h if train else 0, dtype=torch.float32, device=qkvg.device)
-    if gated.numel():
-        consts = _constants(qkvg.dtype, mask, d, precision)
-
-        def grid(meta):
-            return B * h * cdiv(N, meta["BLOCK_M"]) * S,
-
-        stats = (lse, *lse.stride()[1:], lse.stride(0)) if train else (gated, 0, 0, 0, 0, 0)
-        _kernels()[0][grid](qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(mask, qkvg), gated,
-                            *gated.stride()[:3], *stats, S, N, h, H, d, math.log2(math.e) / math.sqrt(d), bucket(N),
-                            TRAIN=train, ADDITIVE_MASK=mask_mode == "add", **consts)
-    return gated, lse
-
-
 def _fake(msa_repr, pair_repr, msa_mask, *params_and_options):
     *_, num_heads, _mask_mode, _precision, train = params_and_options
     B, S, N, D = msa_repr.shape
@@ -138,70 +64,6 @@ def _fake(msa_repr, pair_repr, msa_mask, *params_and_options):
         return msa_repr.new_empty(B, S, N, D), msa_repr.new_empty(0), gated, lse, msa_repr.new_empty(0)
     return (msa_repr.new_empty(B, S, N, D), msa_repr.new_empty(B, S, N, 4 * H), gated, lse,
             msa_repr.new_empty(B, num_heads, N, N))
-
-
-def core_backward(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, grad_out: Tensor, out_proj_weight: Tensor,
-                  gated: Tensor, lse: Tensor, num_heads: int, mask_mode: str,
-                  precision: str, bias_grad: bool = True) -> tuple[Tensor, Tensor]:
-    """(d_qkvg (B, S, N, W), dz (B, h, N, N) float32): the gradients of the projections and of the pair bias for
-    the output's gradient grad_out (B, S, N, D), from out_proj's weight (D, H), the forward's projections qkvg
-    (B, S, N, W) contiguous (q, k, v and the gate in its first 4H channels; d_qkvg's channels past them are left
-    unwritten), gated output (B, S, N, H) and statistics lse (2, B, S, N, h). Without `bias_grad` (attention
-    without a bias: z of zero strides) dz is empty and its kernel does not run."""
-    B, S, N, W = qkvg.shape
-    D = out_proj_weight.shape[1]  # the inner width H
-    h = num_heads
-    d = D // h
-    M = B * S * N
-    d_qkvg = torch.empty_like(qkvg)
-    # the gated output's gradient, overwritten in place by the un-gated one's
-    do = matmul(grad_out.reshape(M, -1), out_proj_weight, precision).view(B, S, N, D)
-    delta = torch.empty(B, S, N, h, dtype=torch.float32, device=gated.device)  # rowsum(do * o) per head
-    gate = configs.gate_launch(h, d)
-    gate_backward_kernel[(cdiv(M, gate["BLOCK_M"]),)](
-        do, gated, D, qkvg[..., 3 * D:], d_qkvg[..., 3 * D:], W, do, delta, h, M, h, **gate)
-    consts = dict(_constants(qkvg.dtype, msa_mask, d, precision), ADDITIVE_MASK=mask_mode == "add")
-    common = (qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(msa_mask, qkvg), do, *do.stride()[:3], lse, delta,
-              *lse.stride()[1:], lse.stride(0))
-    sizes = (S, N, h, D, d, math.log2(math.e) / math.sqrt(d))
-    _, dq_kernel, dkdv_kernel, dz_kernel = _kernels()
-    dq_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_M"]) * S,)](
-        *common, d_qkvg, *d_qkvg.stride()[:3], *sizes, 1 / math.sqrt(d), bucket(N), **consts)
-    dkdv_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_N"]) * S,)](
-        *common, d_qkvg[..., D:], *d_qkvg.stride()[:3], *sizes, 1 / math.sqrt(d), bucket(N), **consts)
-    if not bias_grad:
-        return d_qkvg, delta.new_empty(0)
-    splits = dz_splits(B * h * cdiv(N, DZ_TILE) ** 2, S, z.device)
-    dz = torch.empty(splits, *z.shape, dtype=torch.float32, device=z.device)
-    dz_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]) * splits,)](
-        *common, dz, dz.stride(0), S, N, h, D, splits, *sizes[4:], bucket(N), **consts)
-    dz = dz[0] if splits == 1 else dz.sum(0)
-    # every row of the exact dz sums to 0 (a softmax ignores a constant added to its logits), so its mean over the
-    # keys is rounding alone; taking it out (an orthogonal projection onto
-    # what the exact gradient satisfies) cannot enlarge dz's error, and keeps the gradient of a bias the softmax
-    # ignores at float32's rounding (in bf16 it had carried 2-3x PyTorch's own rounding). The mean of the finite
-    # entries: a NaN or Inf stays where the reference has it, and spreads nowhere else
-    return d_qkvg, dz.sub_(dz.nan_to_num(0.0, 0.0, 0.0).mean(-1, keepdim=True))
-
-
-DZ_TILE = 64  # residues a side of the pair bias gradient's tiles, as the splits of the MSA rows count them
-DZ_WAVES = 8  # the splits fill the multiprocessors this many times over with DZ_TILE tiles
-DZ_MAX_SPLITS = 4
-
-
-def dz_splits(tiles: int, S: int, device: torch.device) -> int:
-    """Parts of the MSA rows that the pair bias's gradient sums in programs of their own: 1 where its tiles
-    fill the GPU DZ_WAVES times over, else up to DZ_MAX_SPLITS (and no more than S); deterministic, the parts added
-    in order afterwards. att-af2-main (8 heads, N 384): 288 tiles, 4 splits."""
-    return max(1, min(DZ_MAX_SPLITS, S, cdiv(DZ_WAVES * multiprocessors(device), max(1, tiles))))
-
-
-def _core_backward_fake(qkvg, z, msa_mask, grad_out, out_proj_weight, gated, lse, num_heads, mask_mode, precision,
-                        bias_grad=True):
-    return torch.empty_like(qkvg), z.new_empty(z.shape if bias_grad else (0,), dtype=torch.float32)
-
-
-core_backward_op = custom_op("msa_row_attention_core_backward", core_backward, _core_backward_fake)
 
 
 def _setup_context(ctx, inputs, output):

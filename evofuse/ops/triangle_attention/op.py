@@ -1,5 +1,5 @@
 """Triangle attention as a torch.library custom op, `evofuse::triangle_attention`, with its fake and its backward
-(`register_autograd`); the attention core and its backward are row attention's (`..row_attention.op`).
+(`register_autograd`); the attention core and its backward are `stages.attention`'s.
 
 Forward: one LayerNorm of the pair x (B, I, J, c) feeds one projection (`layer_norm_linear`) whose (B, I, J, W)
 output holds q, k, v, the gate and, in the next h channels, the triangle bias (W = 4H + h rounded up to 16, so that
@@ -21,10 +21,10 @@ import torch
 from torch import Tensor
 
 from ..._runtime import keep_for_backward, memory_bytes, operation, traced
+from ...stages.attention.core import attention, core_backward, core_backward_op
 from ...stages.layer_norm_backward import layer_norm_linear_backward
 from ...stages.layer_norm_linear import joined_bias, layer_norm_linear
 from ...stages.matmul import linear, matmul
-from ..row_attention.op import attention, core_backward, core_backward_op
 
 ALIGN = 16  # the joined projection's width is a multiple of this: its rows start aligned for the attention kernels
 
