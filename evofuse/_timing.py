@@ -32,14 +32,10 @@ def measure(fn, train: bool, tensors: list[torch.Tensor]) -> tuple[float, float]
     gc.collect()  # an earlier row's garbage freed during this call would hide its peak (opm-long: 0 MiB)
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    run()
-    end.record()
-    torch.cuda.synchronize()
+    first = _event_ms(run)
     peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-    if start.elapsed_time(end) > SLOW_CALL_MS:  # (do_bench would spend 7 calls or more: 3 suffice at this length)
-        return statistics.median([start.elapsed_time(end)] + [_event_ms(run) for _ in range(2)]), peak
+    if first > SLOW_CALL_MS:  # (do_bench would spend 7 calls or more: 3 suffice at this length)
+        return statistics.median([first] + [_event_ms(run) for _ in range(2)]), peak
     ms = triton.testing.do_bench(run, warmup=25, rep=100, return_mode="median")
     return ms, peak
 
