@@ -4,6 +4,7 @@ precision of a dtype, the multiprocessor count, size buckets. Nothing here touch
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 
 import torch
@@ -36,10 +37,28 @@ def custom_op(name: str, impl, fake):
 def operation(name: str, forward, fake, setup_context, backward):
     """(op, call): an operation's custom op `evofuse::<name>` of `forward` with its fake and its autograd
     (`setup_context`, `backward`), and the call the functional forms make (`eager_or_dispatched`). Every operation is
-    defined through here (docs/DESIGN.md, "Adding an operation")."""
+    defined through here (docs/DESIGN.md, "Adding an operation"). The backward chooses its gradients by name:
+    `backward(ctx, needs, *grads)`, where `needs` maps each of forward's parameters to whether autograd asks its
+    gradient, returns a dict of gradients keyed by forward's parameters (those it leaves out get None)."""
     op = custom_op(name, forward, fake)
-    op.register_autograd(backward, setup_context=setup_context)
-    return op, eager_or_dispatched(op, forward, setup_context, backward)
+    positional = by_name(backward, tuple(inspect.signature(forward).parameters))
+    op.register_autograd(positional, setup_context=setup_context)
+    return op, eager_or_dispatched(op, forward, setup_context, positional)
+
+
+def by_name(backward, names: tuple[str, ...]):
+    """`backward(ctx, needs, *grads) -> {name: gradient}` as autograd calls it: (ctx, *grads) -> one gradient or None
+    per input, in the order of `names`."""
+    known = frozenset(names)
+
+    def positional(ctx, *grads):
+        grads_by_name = backward(ctx, dict(zip(names, ctx.needs_input_grad)), *grads)
+        if not grads_by_name.keys() <= known:
+            raise TypeError(f"a backward returned gradients of {sorted(grads_by_name.keys() - known)}, not inputs of "
+                            f"its op")
+        return tuple(grads_by_name.get(name) for name in names)
+
+    return positional
 
 
 def eager_or_dispatched(op, forward, setup_context, backward):

@@ -57,20 +57,20 @@ def _setup_context(ctx, inputs, output):
     keep_for_backward(ctx, [x, mask, *params], list(output[1:]), num_heads=num_heads, precision=precision)
 
 
-def _backward(ctx, grad_out, *_):
+def _backward(ctx, needs, grad_out, *_):
     x, mask, lnw, lnb, w_qkvg, _, wo, _, qkvg, gated, lse = ctx.saved_tensors
-    needs = ctx.needs_input_grad
     D, H = x.shape[-1], wo.shape[1]
-    d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(x.dtype) if needs[7] else None
-    d_wo = matmul(grad_out.reshape(-1, D).t(), gated.reshape(-1, H), ctx.precision) if needs[6] else None
-    if not any(needs[:6]):  # the output projection's alone
-        return (None,) * 6 + (d_wo, d_bo) + (None,) * 3
+    grads = dict(out_bias=grad_out.sum((0, 1, 2), dtype=torch.float32).to(x.dtype) if needs["out_bias"] else None,
+                 out_weight=matmul(grad_out.reshape(-1, D).t(), gated.reshape(-1, H), ctx.precision)
+                 if needs["out_weight"] else None)
+    inner = ("x", "layer_norm_weight", "layer_norm_bias", "qkvg_weight", "qkvg_bias")
+    if not any(needs[name] for name in inner):  # the output projection's alone
+        return grads
     backward = core_backward_op if traced(grad_out) else core_backward
     d_qkvg, _ = backward(qkvg, _no_bias(qkvg, ctx.num_heads), mask, grad_out, wo, gated, lse, ctx.num_heads, "add",
                          ctx.precision, False)
-    dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(x, lnw, lnb, w_qkvg, d_qkvg, needs[0:1] + needs[2:6],
-                                                           ctx.precision)
-    return dx, None, dlnw, dlnb, dw, dbias, d_wo, d_bo, None, None, None
+    return grads | dict(zip(inner, layer_norm_linear_backward(x, lnw, lnb, w_qkvg, d_qkvg, [needs[n] for n in inner],
+                                                              ctx.precision)))
 
 
 # the op, and its call: eagerly on plain tensors the same functions without the dispatcher

@@ -116,24 +116,23 @@ def _setup_context(ctx, inputs, output):
                       precision=precision)
 
 
-def _backward(ctx, grad_out, *_):
+def _backward(ctx, needs, grad_out, *_):
     x, mask, lnw, lnb, w_proj, _, b_q, wo, _, proj, q = ctx.saved_tensors
-    needs = ctx.needs_input_grad
     B, R, L, D = x.shape
     HC = wo.shape[1]
     dtype, precision = x.dtype, ctx.precision
     rows = grad_out.reshape(-1, D)
-    d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs[8] else None
     du = matmul(rows, wo, precision).view(B, R, L, HC)  # the gated rows' gradient
     backward = core_backward_op if traced(grad_out) else core_backward
     d_proj, gated, dq = backward(proj, mask, q, du, ctx.num_heads, ctx.inf, ctx.eps)
-    d_wo = matmul(rows.t(), gated.view(-1, HC), precision) if needs[7] else None
-    if not any(needs[:7]):  # the output projection's alone
-        return (None,) * 7 + (d_wo, d_bo) + (None,) * 5
-    d_bq = dq.sum(0).to(dtype) if needs[6] and b_q is not None else None
-    dx, dlnw, dlnb, dw, db = layer_norm_linear_backward(x, lnw, lnb, w_proj, d_proj, needs[0:1] + needs[2:6],
-                                                        precision)
-    return dx, None, dlnw, dlnb, dw, db, d_bq, d_wo, d_bo, None, None, None, None, None
+    grads = dict(out_bias=grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs["out_bias"] else None,
+                 out_weight=matmul(rows.t(), gated.view(-1, HC), precision) if needs["out_weight"] else None,
+                 query_bias=dq.sum(0).to(dtype) if needs["query_bias"] and b_q is not None else None)
+    inner = ("x", "layer_norm_weight", "layer_norm_bias", "proj_weight", "proj_bias")
+    if not any(needs[name] for name in inner):  # the output projection's and the query bias's alone
+        return grads
+    return grads | dict(zip(inner, layer_norm_linear_backward(x, lnw, lnb, w_proj, d_proj, [needs[n] for n in inner],
+                                                              precision)))
 
 
 # the op, and its call: eagerly on plain tensors the same functions without the dispatcher

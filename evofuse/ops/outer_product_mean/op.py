@@ -330,39 +330,32 @@ def _setup_context(ctx, inputs, output):
                       count_eps=count_eps, precision=precision)
 
 
-def _backward(ctx, grad_out, _grad_ab):
+def _backward(ctx, needs, grad_out, _grad_ab):
+    """The gradients of the inputs `needs` names, from the forward's masked projections ab (B, S, N, 2c) and
+    grad_out (B, N, N, R)."""
     msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, bo, ab = ctx.saved_tensors
-    needs = ctx.needs_input_grad
-    grads = outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab, grad_out,
-                                        ctx.normalization, ctx.count_eps, ctx.precision, needs[:10])
-    return (*grads, None, None, None, None)
-
-
-def outer_product_mean_backward(msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, ab, grad_out, normalization, count_eps,
-                                precision, needs):
-    """Gradients for (msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias,
-    proj_b_weight, proj_b_bias, out_proj_weight, out_proj_bias), None where `needs` is False (the mask's
-    always). ab (B, S, N, 2c) are the forward's masked projections; grad_out (B, N, N, R)."""
     c = wa.shape[0]
     dtype = msa_repr.dtype
-    need_ab = needs[0] or any(needs[2:8])
-    if not (need_ab or needs[8] or needs[9]):
-        return (None,) * 10
+    projections = ("proj_a_weight", "proj_a_bias", "proj_b_weight", "proj_b_bias")
+    need_ab = any(needs[name] for name in ("msa_repr", "layer_norm_weight", "layer_norm_bias", *projections))
+    if not (need_ab or needs["out_proj_weight"] or needs["out_proj_bias"]):
+        return {}
     backward = core_backward_op if traced(grad_out) else core_backward
-    d_ab, d_wo, d_bo = backward(ab, grad_out, _counts(mask, normalization), wo, normalization, count_eps,
-                                need_ab, needs[8], precision)
-    d_wo = d_wo.to(dtype) if needs[8] else None
-    d_bo = d_bo.to(dtype) if needs[9] else None
+    d_ab, d_wo, d_bo = backward(ab, grad_out, _counts(mask, ctx.normalization), wo, ctx.normalization, ctx.count_eps,
+                                need_ab, needs["out_proj_weight"], ctx.precision)
+    grads = dict(out_proj_weight=d_wo.to(dtype) if needs["out_proj_weight"] else None,
+                 out_proj_bias=d_bo.to(dtype) if needs["out_proj_bias"] else None)
     if not need_ab:
-        return (None,) * 8 + (d_wo, d_bo)
-
+        return grads
     dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(
         msa_repr, lnw, lnb, torch.cat([wa, wb]), d_ab,
-        (needs[0], needs[2], needs[3], needs[4] or needs[6], needs[5] or needs[7]), precision, mask)
-    dwa, dwb = (None, None) if dw is None else dw.split(c)
-    dba, dbb = (None, None) if dbias is None else dbias.split(c)
-    return (dx, None, dlnw, dlnb, dwa if needs[4] else None, dba if needs[5] else None, dwb if needs[6] else None,
-            dbb if needs[7] else None, d_wo, d_bo)
+        (needs["msa_repr"], needs["layer_norm_weight"], needs["layer_norm_bias"],
+         needs["proj_a_weight"] or needs["proj_b_weight"], needs["proj_a_bias"] or needs["proj_b_bias"]),
+        ctx.precision, mask)
+    split = (*((None, None) if dw is None else dw.split(c)), *((None, None) if dbias is None else dbias.split(c)))
+    return grads | dict(msa_repr=dx, layer_norm_weight=dlnw, layer_norm_bias=dlnb) | {
+        name: grad for name, grad in zip(("proj_a_weight", "proj_b_weight", "proj_a_bias", "proj_b_bias"), split)
+        if needs[name]}
 
 
 # the op, and its call: eagerly on plain tensors the same functions without the dispatcher

@@ -269,18 +269,18 @@ def _setup_context(ctx, inputs, output):
     keep_for_backward(ctx, [msa_repr, pair_repr, *params], list(output[1:]), precision=precision)
 
 
-def _backward(ctx, grad_out, *_):
+def _backward(ctx, needs, grad_out, *_):
     msa_repr, pair_repr, nmw, nmb, nzw, nzb, wmg, wz, wo, v, u, w = ctx.saved_tensors
-    needs = ctx.needs_input_grad
     backward = core_backward_op if traced(grad_out) else core_backward
     d_vg, d_logits, d_wo = backward(v, w, grad_out, msa_repr, nmw, nmb, wmg, wo, u, ctx.precision)
-    d_wo = d_wo.to(wo.dtype) if needs[9] else None
-    # the pair's LayerNorm + projection (the mask term has no gradient)
-    dz, dnzw, dnzb, dwz, _ = pair_heads_backward(pair_repr, nzw, nzb, wz, d_logits,
-                                                 (needs[1], needs[5], needs[6], needs[8], False))
-    dm, dnmw, dnmb, dwmg, _ = layer_norm_linear_backward(msa_repr, nmw, nmb, wmg, d_vg,
-                                                         (needs[0], needs[3], needs[4], needs[7], False), ctx.precision)
-    return dm, dz, None, dnmw, dnmb, dnzw, dnzb, dwmg, dwz, d_wo, None, None, None, None
+    # the pair's LayerNorm + projection (the mask term has no gradient; the projection has no bias)
+    pair = ("pair_repr", "norm_z_weight", "norm_z_bias", "proj_z_weight")
+    *pair_grads, _ = pair_heads_backward(pair_repr, nzw, nzb, wz, d_logits, [needs[n] for n in pair] + [False])
+    msa = ("msa_repr", "norm_m_weight", "norm_m_bias", "proj_mg_weight")
+    *msa_grads, _ = layer_norm_linear_backward(msa_repr, nmw, nmb, wmg, d_vg, [needs[n] for n in msa] + [False],
+                                               ctx.precision)
+    return dict(zip(pair, pair_grads)) | dict(zip(msa, msa_grads)) | dict(
+        proj_o_weight=d_wo.to(wo.dtype) if needs["proj_o_weight"] else None)
 
 
 # the op, and its call: eagerly on plain tensors the same functions without the dispatcher

@@ -72,25 +72,25 @@ def _setup_context(ctx, inputs, output):
                       mask_mode=mask_mode, precision=precision)
 
 
-def _backward(ctx, grad_out, *_):
+def _backward(ctx, needs, grad_out, *_):
     msa_repr, pair_repr, mask, lnw, lnb, w_qkvg, _, wo, _, wz, _, pnw, pnb, qkvg, gated, lse, z = ctx.saved_tensors
-    needs = ctx.needs_input_grad
     D = msa_repr.shape[-1]
     H = w_qkvg.shape[0] // 4
-    dtype = msa_repr.dtype
-    d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs[8] else None
-    d_wo = matmul(grad_out.reshape(-1, D).t(), gated.reshape(-1, H), ctx.precision) if needs[7] else None
-    if not (needs[0] or needs[1] or any(needs[3:7]) or any(needs[9:13])):  # out_proj's alone
-        return (None,) * 7 + (d_wo, d_bo) + (None,) * 8
-
+    grads = dict(
+        out_proj_bias=grad_out.sum((0, 1, 2), dtype=torch.float32).to(msa_repr.dtype)
+        if needs["out_proj_bias"] else None,
+        out_proj_weight=matmul(grad_out.reshape(-1, D).t(), gated.reshape(-1, H), ctx.precision)
+        if needs["out_proj_weight"] else None)
+    msa = ("msa_repr", "layer_norm_weight", "layer_norm_bias", "qkvg_weight", "qkvg_bias")
+    pair = ("pair_repr", "pair_norm_weight", "pair_norm_bias", "pair_bias_weight", "pair_bias_bias")
+    if not any(needs[name] for name in msa + pair):  # out_proj's alone
+        return grads
     backward = core_backward_op if traced(grad_out) else core_backward
     d_qkvg, dz = backward(qkvg, z, mask, grad_out, wo, gated, lse, ctx.num_heads, ctx.mask_mode,
                           ctx.precision)
-    dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(msa_repr, lnw, lnb, w_qkvg, d_qkvg, needs[0:1] + needs[3:7],
-                                                           ctx.precision)
-    d_pair, d_pnw, d_pnb, d_wz, d_bz = pair_heads_backward(pair_repr, pnw, pnb, wz, dz,
-                                                           (needs[1], needs[11], needs[12], needs[9], needs[10]))
-    return (dx, d_pair, None, dlnw, dlnb, dw, dbias, d_wo, d_bo, d_wz, d_bz, d_pnw, d_pnb, None, None, None, None)
+    grads |= dict(zip(msa, layer_norm_linear_backward(msa_repr, lnw, lnb, w_qkvg, d_qkvg, [needs[n] for n in msa],
+                                                      ctx.precision)))
+    return grads | dict(zip(pair, pair_heads_backward(pair_repr, pnw, pnb, wz, dz, [needs[n] for n in pair])))
 
 
 # the op, and its call: eagerly on plain tensors the same functions without the dispatcher

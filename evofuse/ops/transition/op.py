@@ -111,28 +111,27 @@ def _core_backward_fake(x, ln_weight, ln_bias, in_weight, in_bias, grad, mask, o
 core_backward_op = custom_op("transition_core_backward", core_backward, _core_backward_fake)
 
 
-def _backward(ctx, grad_out):
+def _backward(ctx, needs, grad_out):
     x, mask, lnw, lnb, w_in, b_in, w_out, _ = ctx.saved_tensors
-    needs = ctx.needs_input_grad
     C = w_out.shape[0]
     grad = grad_out.reshape(-1, C)  # (a view where it can be: a broadcast gradient stays one)
     mask_rows = None if mask is None else mask.reshape(-1).to(grad.dtype)
-    d_b_out = None
-    if needs[7]:  # the mask's rows of the gradient summed: a product, no masked copy
-        d_b_out = grad.sum(0) if mask_rows is None else grad.t() @ mask_rows
-        d_b_out = d_b_out.to(w_out.dtype)
-    if not (any(needs[:6]) or needs[6]):
-        return (None,) * 7 + (d_b_out,) + (None,) * 3
+    grads = {}
+    if needs["out_bias"]:  # the mask's rows of the gradient summed: a product, no masked copy
+        grads["out_bias"] = (grad.sum(0) if mask_rows is None else grad.t() @ mask_rows).to(w_out.dtype)
+    inner = ("x", "ln_weight", "ln_bias", "in_weight", "in_bias")
+    if not (any(needs[name] for name in inner) or needs["out_weight"]):
+        return grads
     backward = core_backward_op if traced(grad_out) else core_backward
     d_pre, h = backward(x.reshape(-1, x.shape[-1]), lnw, lnb, w_in, b_in, grad, mask_rows, w_out, ctx.glu,
                         ctx.precision)
-    d_w_out = matmul(grad.t(), h, ctx.precision) if needs[6] else None  # (h masked: the masked gradient's product)
+    if needs["out_weight"]:  # (h masked: the masked gradient's product)
+        grads["out_weight"] = matmul(grad.t(), h, ctx.precision)
     del h
-    dx = d_lnw = d_lnb = d_w_in = d_b_in = None
-    if any(needs[:6]):
-        dx, d_lnw, d_lnb, d_w_in, d_b_in = layer_norm_linear_backward(x, lnw, lnb, w_in, d_pre,
-                                                                      (needs[0], *needs[2:6]), ctx.precision)
-    return dx, None, d_lnw, d_lnb, d_w_in, d_b_in, d_w_out, d_b_out, None, None, None
+    if any(needs[name] for name in inner):
+        grads |= dict(zip(inner, layer_norm_linear_backward(x, lnw, lnb, w_in, d_pre, [needs[n] for n in inner],
+                                                            ctx.precision)))
+    return grads
 
 
 # the op, and its call: eagerly on plain tensors the same functions without the dispatcher

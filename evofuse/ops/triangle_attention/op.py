@@ -137,21 +137,22 @@ def _setup_context(ctx, inputs, output):
                       transpose_bias=transpose_bias, precision=precision)
 
 
-def _backward(ctx, grad_out, *_):
+def _backward(ctx, needs, grad_out, *_):
     pair_repr, mask, lnw, lnb, w_proj, _, wo, _, proj, gated, lse, z = ctx.saved_tensors
-    needs = ctx.needs_input_grad
     c, H, h = pair_repr.shape[-1], wo.shape[1], ctx.num_heads
-    d_bo = grad_out.sum((0, 1, 2), dtype=torch.float32).to(pair_repr.dtype) if needs[7] else None
-    d_wo = matmul(grad_out.reshape(-1, c).t(), gated.reshape(-1, H), ctx.precision) if needs[6] else None
-    if not any(needs[:6]):  # the output projection's alone
-        return (None,) * 6 + (d_wo, d_bo) + (None,) * 5
+    grads = dict(
+        out_bias=grad_out.sum((0, 1, 2), dtype=torch.float32).to(pair_repr.dtype) if needs["out_bias"] else None,
+        out_weight=matmul(grad_out.reshape(-1, c).t(), gated.reshape(-1, H), ctx.precision)
+        if needs["out_weight"] else None)
+    inner = ("pair_repr", "layer_norm_weight", "layer_norm_bias", "proj_weight", "proj_bias")
+    if not any(needs[name] for name in inner):  # the output projection's alone
+        return grads
     backward = core_backward_op if traced(grad_out) else core_backward
     d_proj, dz = backward(proj, z, mask, grad_out, wo, gated, lse, h, "add", ctx.precision)
     _bias_of(d_proj, H, h, ctx.transpose_bias).copy_(dz)  # the bias channels' gradient
     d_proj[..., 4 * H + h:] = 0
-    dx, dlnw, dlnb, dw, dbias = layer_norm_linear_backward(pair_repr, lnw, lnb, w_proj, d_proj, needs[0:1] + needs[2:6],
-                                                           ctx.precision)
-    return dx, None, dlnw, dlnb, dw, dbias, d_wo, d_bo, None, None, None, None, None
+    return grads | dict(zip(inner, layer_norm_linear_backward(pair_repr, lnw, lnb, w_proj, d_proj,
+                                                              [needs[n] for n in inner], ctx.precision)))
 
 
 # the op, and its call: eagerly on plain tensors the same functions without the dispatcher

@@ -209,13 +209,13 @@ def _backward_dispatched(grad_out: Tensor, pair_repr: Tensor, pair_mask: Tensor 
 core_backward_op = custom_op("triangle_multiplication_core_backward", _backward_dispatched, _backward_fake)
 
 
-def _backward(ctx, grad_out, *_):
+def _backward(ctx, needs, grad_out, *_):
     pair_repr, mask, *params, t = ctx.saved_tensors
-    needs = [ctx.needs_input_grad[0], *ctx.needs_input_grad[2:10]]
+    names = ("pair_repr", "norm_in_weight", "norm_in_bias", "in_weight", "in_bias", "norm_out_weight", "norm_out_bias",
+             "p_out_weight", "p_out_bias")
     backward = core_backward_op if traced(grad_out) else core_backward
-    grads = backward(grad_out, pair_repr, mask, *params, t, ctx.outgoing, ctx.precision, needs)
-    dx, *param_grads = (g if need else None for g, need in zip(grads, needs))
-    return dx, None, *param_grads, None, None, None
+    grads = backward(grad_out, pair_repr, mask, *params, t, ctx.outgoing, ctx.precision, [needs[n] for n in names])
+    return {name: grad for name, grad in zip(names, grads) if needs[name]}
 
 
 def _bmm(u: Tensor, v: Tensor, transpose: bool | None, precision: str, out: Tensor | None = None) -> Tensor:
