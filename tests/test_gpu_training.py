@@ -182,7 +182,10 @@ def _assert_like_module_reference(mod, x, mask, grad, out, got):
 
     lowp_out, lowp = reference(torch.bfloat16)
     exact_out, exact = reference(torch.float32)
-    _assert_bf16_contract(out, got, exact_out, exact, lowp_out, lowp)
+    for b in range(x.shape[0]):  # (a batch element at a time: the comparison's float64 copies of the whole pass 80 GB)
+        def element(grads, b=b):  # (the parameters' gradients with the first)
+            return {k: v[b] if k == "input0" else v for k, v in grads.items() if k == "input0" or b == 0}
+        _assert_bf16_contract(out[b], element(got), exact_out[b], element(exact), lowp_out[b], element(lowp))
 
 
 def _assert_bf16_contract(out, got, exact_out, exact, lowp_out, lowp):
