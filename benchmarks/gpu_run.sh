@@ -2,15 +2,14 @@
 # On a CUDA machine, from the repository root: the test suite on the GPU, then `evofuse bench` over the suite,
 # forward and training. Logs and results go to ${OUT:-benchmarks/results}. Exits non-zero when a test fails, when
 # pytest or the benchmark times out, or when the benchmark fails.
-# Variables: TIER=quick (default: every test but the full tier's, `gpu` ones included; 418 s on the H200 at e754c24
-# with an empty Triton cache) or full (EVOFUSE_FULL_TESTS=1: every kernel config, the suite's shapes, the
-# cases past 2**31 elements); TESTS=0 skips the tests; BENCH=0 skips the benchmark; SUITE (default all; none for
-# the grid alone); PEERS (default all; none times evofuse alone); GRID=1 adds the awkward-shape grid (GRID=pwa or
-# GRID=opm,att a part of it); TEST_PATHS (default tests) and TEST_K (a pytest -k expression) take a part of the tests
-# (the quick tier nears one 10-minute device call); HOST=1 adds each row's host time of a call (`--host`); MODELS=1
-# adds the model families' blocks (benchmarks/models.py); LIMIT seconds for each part (default 420; the quick tier
-# took 418 s at e754c24, before triangle multiplication's and column attention's GPU cases: LIMIT=560, or a part);
-# WORKERS pytest-xdist workers (default 8); DTYPE the benchmark's dtypes (default float32,bfloat16).
+# Variables: TIER=quick (default: every test but the full tier's, `gpu` ones included) or full (EVOFUSE_FULL_TESTS=1:
+# every kernel config, the suite's shapes, the cases past 2**31 elements); TESTS=0 skips the tests; BENCH=0 skips the
+# benchmark; SUITE (default all; none for the grid alone); PEERS (default all; none times evofuse alone); GRID=1 adds
+# the awkward-shape grid (GRID=pwa or GRID=opm,att a part of it); TEST_PATHS (default tests) and TEST_K (a pytest -k
+# expression) take a part of the tests (the quick tier nears one 10-minute device call); HOST=1 adds each row's host
+# time of a call (`--host`); MODELS=1 adds the model families' blocks (benchmarks/models.py); LIMIT seconds for each
+# part (default 420; the quick tier with an empty Triton cache nears it: LIMIT=560, or a part); WORKERS pytest-xdist
+# workers (default 8); DTYPE the benchmark's dtypes (default float32,bfloat16).
 set -uo pipefail
 out="${OUT:-benchmarks/results}"
 limit="${LIMIT:-420}"

@@ -288,7 +288,7 @@ def test_memory_bounds():
     pwa-long bfloat16 within 5% of what it must hold: the projections v, g (2 x S N h c) and the weighted
     sums u (S N h c) in bf16, with the weights (h N N, bf16: no float32 copy without a backward) while the sums are
     taken, then the output (S N c_m) - no float32 (S, N, h, c) tensor (512 MiB there) and no (h, S, N, N) one
-    (832 MiB measured at e773f25; 1024 at ae4a4fe)."""
+    (its size at this case)."""
     pwa = find_case("pwa-long")
     unit = pwa.B * pwa.S * pwa.N * pwa.width * pwa.head * 2
     last = max(pwa.B * pwa.S * pwa.N * pwa.D, pwa.B * pwa.width * pwa.N ** 2) * 2

@@ -11,11 +11,9 @@ from evofuse.suite import find_case, make_inputs, make_module
 
 pytestmark = pytest.mark.gpu
 
-# case: (forward, training step) kernels, measured on the H200 (torch 2.11, triton 3.6) at 7c51c09, then tri's and col's
-# joined bias in one fill a run of missing biases (3 and 2 fills fewer); eager PyTorch's then: opm (13, 34), att (20,
-# 63), pwa (19, 44), tri (22, 69), trimul (16, 43), col (22, 61), trans (8, 22). Global column attention's call changed
-# after that run (its columns' kernel): its counts join from the next. A change here is a change of the call path, to be
-# explained in its commit.
+# case: (forward, training step) kernels with torch 2.11 and triton 3.6; a change here is a change of the call path, to
+# be explained in its commit. (cuBLAS picks its kernels by card: a product split over K adds a reduction kernel on one
+# card and not on another, so the counts are a card's.)
 LAUNCHES = {
     "opm-seed": (11, 43),
     "att-seed": (9, 37),

@@ -195,8 +195,8 @@ def test_mask_forms_and_strided_inputs():
     exact = mod(x.double(), row.double(), impl="torch")
     assert_contract(mod.float()(x, row, impl="triton"), exact, torch.float32)
     # the backward takes the mask too (in the LayerNorm pass): every form's gradients meet the contract against
-    # float64 (not bit-equal between forms on a GPU: each mask dtype is its own kernel specialization, and the
-    # H200 summed a weight's gradient in another order for a bool mask)
+    # float64 (not bit-equal between forms on a GPU: each mask dtype is its own kernel specialization, which may sum
+    # a weight's gradient in another order)
     by_mask = grads(mod.double(), (x.double(), mask.double()), "torch")[1]
     by_row = grads(mod, (x.double(), row.double()), "torch")[1]
     mod.float()

@@ -283,7 +283,7 @@ def test_strided_output_gradient():
 def test_gated_projection_backward_configs_fit_shared_memory():
     """The backward's config predicate drops tiles whose shared memory passes sm_90's: float32, 64 rows x 128
     columns, 8 warps, 2 stages needs 263168 bytes at 128 output channels (Triton 3.9) and 246272 at 64 (Triton 3.6
-    on the H200, Boltz's widths: it failed to compile there); the same tile in bf16 fits at both; no config fits
+    at Boltz's widths: it failed to compile for sm_90); the same tile in bf16 fits at both; no config fits
     float32 that bf16 drops."""
     from evofuse.ops.pair_weighted_averaging import configs
 

@@ -128,8 +128,7 @@ def test_training_peak_memory(chunk_bytes, most, monkeypatch):
     """A training step's peak of live storage, in pair tensors (B, N, N, c_z) at c = c_z, the output and its
     gradient included: the forward keeps t alone, the backward drops each tensor once used, and a large pair's input
     backward runs in row chunks (here forced). Measured 15.2 and 11.4 at this shape, the interpreter's copies and the
-    parameters' partial sums included (13.1 and 8.7 at N 96, c 128; cuEquivariance 0.13's training step took 10.6 at
-    N 768 on the H200)."""
+    parameters' partial sums included (13.1 and 8.7 at N 96, c 128)."""
     from evofuse.ops.triangle_multiplication import op
 
     from .helpers import peak_live_bytes
