@@ -136,13 +136,15 @@ def msa_row_attention_with_bias(msa_repr, bias, msa_mask, layer_norm_weight, lay
                                 out_proj_weight, out_proj_bias, num_heads, dropout=0.0, training=False,
                                 mask_mode="replace"):
     """Row attention given the pair bias (B, h, N, N) already projected: the MSA rows are independent
-    of each other given it, so any block of rows s can be evaluated alone."""
+    of each other given it, so any block of rows s can be evaluated alone. layer_norm_weight None: no LayerNorm
+    (attention with pair bias takes its input normalized)."""
     B, S, N, D = msa_repr.shape
     h = num_heads
     H = query_weight.shape[0]  # the inner width num_heads * head_dim
     d = H // h
     dtype = msa_repr.dtype
-    x = F.layer_norm(msa_repr, (D,), layer_norm_weight, layer_norm_bias, LAYER_NORM_EPS)
+    x = msa_repr if layer_norm_weight is None else F.layer_norm(msa_repr, (D,), layer_norm_weight, layer_norm_bias,
+                                                                LAYER_NORM_EPS)
 
     def heads(t: torch.Tensor) -> torch.Tensor:  # (B, S, N, H) -> (B, S, h, N, d)
         return t.reshape(B, S, N, h, d).permute(0, 1, 3, 2, 4)
@@ -164,6 +166,32 @@ def msa_row_attention_with_bias(msa_repr, bias, msa_mask, layer_norm_weight, lay
     o = g * torch.einsum("bshij,bshjd->bshid", p, v)  # (B, S, h, N, d)
     o = o.permute(0, 1, 3, 2, 4).reshape(B, S, N, H)
     return F.linear(o, out_proj_weight, out_proj_bias)
+
+
+def attention_pair_bias_reference(single_repr, pair_repr, mask, query_weight, query_bias, key_weight, value_weight,
+                                  gate_weight, out_weight, pair_norm_weight, pair_norm_bias, pair_weight, *,
+                                  num_heads: int) -> torch.Tensor:
+    """Attention with pair bias over the single representation (AF3 Algorithm 24, Boltz-2's form): q = s Wq + bq,
+    k = s Wk, v = s Wv, g = sigmoid(s Wg), the bias LN(z) Wz, softmax(q k / sqrt(d) + bias) v gated by g, then Wo.
+
+    single_repr (B, N, c_s), already normalized (the models' LayerNorm or AdaLN comes before); pair_repr (B, N, N,
+    c_z), or, where pair_weight is None, the bias itself (B, N, N, h) projected once (the diffusion transformer's);
+    mask (B, N) over the keys, or None: a masked key's logit is -1e9 with the gradient of the logit, as the models'
+    float32 `logit - inf * (1 - mask)` for any row with a key unmasked (a row whose keys are all masked averages v
+    over all keys); the q, k, v and gate weights (H, c_s) for H = num_heads * head_dim, query_bias (H,) or None;
+    out_weight (c_s, H); pair_norm_weight, pair_norm_bias (c_z,) or None; pair_weight (h, c_z). Returns (B, N, c_s)
+    in single_repr's dtype."""
+    if pair_weight is None:
+        bias = pair_repr.permute(0, 3, 1, 2)
+    else:
+        if pair_norm_weight is not None:
+            pair_repr = F.layer_norm(pair_repr, pair_repr.shape[-1:], pair_norm_weight, pair_norm_bias,
+                                     LAYER_NORM_EPS)
+        bias = F.linear(pair_repr, pair_weight).permute(0, 3, 1, 2)  # (B, h, N, N)
+    out = msa_row_attention_with_bias(single_repr[:, None], bias, None if mask is None else mask[:, None], None, None,
+                                      query_weight, query_bias, key_weight, None, value_weight, None, gate_weight, None,
+                                      out_weight, None, num_heads, mask_mode="add")
+    return out[:, 0]
 
 
 PAIR_MASK_MODES = ("relative", "add")  # pair-weighted averaging: how the mask term meets the logits (see below)

@@ -10,7 +10,9 @@ custom op, which autograd, CUDA graphs and torch.compile see as one node with a 
 from .columns import msa_column_attention, msa_column_global_attention
 from .msa import msa_row_attention, outer_product_mean, pair_weighted_averaging
 from .pair import triangle_attention, triangle_multiplication
+from .single import attention_pair_bias
 from .transition import transition
 
-__all__ = ["msa_column_attention", "msa_column_global_attention", "msa_row_attention", "outer_product_mean",
-           "pair_weighted_averaging", "transition", "triangle_attention", "triangle_multiplication"]
+__all__ = ["attention_pair_bias", "msa_column_attention", "msa_column_global_attention", "msa_row_attention",
+           "outer_product_mean", "pair_weighted_averaging", "transition", "triangle_attention",
+           "triangle_multiplication"]

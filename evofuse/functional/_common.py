@@ -16,6 +16,7 @@ from .._runtime import PRECISIONS
 from .._validation import check_params, check_shapes
 
 if triton_available():  # the operations' torch.library ops, registered here: `import evofuse` makes torch.ops.evofuse.*
+    from ..ops import attention_pair_bias as apb
     from ..ops import msa_column_attention as col
     from ..ops import msa_column_global_attention as gcol
     from ..ops import outer_product_mean as opm
@@ -25,7 +26,7 @@ if triton_available():  # the operations' torch.library ops, registered here: `i
     from ..ops import triangle_attention as tri
     from ..ops import triangle_multiplication as trimul
 else:  # (no Triton: every call takes the reference; `resolve_impl` refuses impl="triton")
-    opm = pwa = att = tri = trimul = col = gcol = trans = None
+    opm = pwa = att = tri = trimul = col = gcol = trans = apb = None
 
 
 def parameters(x: torch.Tensor, source: str, params: dict[str, torch.Tensor | None], shapes: dict[str, str],
