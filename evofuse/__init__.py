@@ -1,15 +1,17 @@
 """evofuse: fused Triton kernels for the MSA operations of AlphaFold-family trunks.
 
 `OuterProductMean`, `MSARowAttentionWithPairBias`, `MSAColumnAttention`, `MSAColumnGlobalAttention`,
-`PairWeightedAveraging`, `TriangleAttention`, `TriangleMultiplication` and `Transition` are drop-in modules;
-`outer_product_mean`, `msa_row_attention`, `msa_column_attention`, `msa_column_global_attention`,
-`pair_weighted_averaging`, `triangle_attention`, `triangle_multiplication` and `transition` their functional forms;
+`PairWeightedAveraging`, `TriangleAttention`, `TriangleMultiplication`, `Transition` and `AttentionPairBias` are
+drop-in modules; `outer_product_mean`, `msa_row_attention`, `msa_column_attention`, `msa_column_global_attention`,
+`pair_weighted_averaging`, `triangle_attention`, `triangle_multiplication`, `transition` and `attention_pair_bias`
+their functional forms;
 `evofuse.reference` the plain-PyTorch definitions.
 Importing registers every operation's torch.library ops (`torch.ops.evofuse.*`, where Triton is installed), so
 that a program exported with them loads after `import evofuse`; it touches no GPU and compiles no kernel.
 """
 
 from .functional import (
+    attention_pair_bias,
     msa_column_attention,
     msa_column_global_attention,
     msa_row_attention,
@@ -20,6 +22,7 @@ from .functional import (
     triangle_multiplication,
 )
 from .modules import (
+    AttentionPairBias,
     MSAColumnAttention,
     MSAColumnGlobalAttention,
     MSARowAttentionWithPairBias,
@@ -31,7 +34,8 @@ from .modules import (
 )
 
 __version__ = "0.2.0"
-__all__ = ["MSAColumnAttention", "MSAColumnGlobalAttention", "MSARowAttentionWithPairBias", "OuterProductMean",
-           "PairWeightedAveraging", "Transition", "TriangleAttention", "TriangleMultiplication", "msa_column_attention",
-           "msa_column_global_attention", "msa_row_attention", "outer_product_mean", "pair_weighted_averaging",
-           "transition", "triangle_attention", "triangle_multiplication"]
+__all__ = ["AttentionPairBias", "MSAColumnAttention", "MSAColumnGlobalAttention", "MSARowAttentionWithPairBias",
+           "OuterProductMean", "PairWeightedAveraging", "Transition", "TriangleAttention", "TriangleMultiplication",
+           "attention_pair_bias", "msa_column_attention", "msa_column_global_attention", "msa_row_attention",
+           "outer_product_mean", "pair_weighted_averaging", "transition", "triangle_attention",
+           "triangle_multiplication"]

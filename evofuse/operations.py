@@ -13,6 +13,7 @@ from torch import nn
 
 from . import reference as ref
 from .modules import (
+    AttentionPairBias,
     MSAColumnAttention,
     MSAColumnGlobalAttention,
     MSARowAttentionWithPairBias,
@@ -31,7 +32,8 @@ class Case:
     """One suite shape. `width` is hidden_dim c for the Outer Product Mean and triangle multiplication, num_heads for
     the attentions and pair-weighted averaging, the hidden width H for the transition (SwiGLU); `head` the width of a
     head of pair-weighted averaging, triangle and column attention. The pair stack's pair (B, N, N, D) has S = N rows;
-    the transition's rows are (B, S, N) of D channels (a pair's where S = N)."""
+    the transition's rows are (B, S, N) of D channels (a pair's where S = N); attention with pair bias's single
+    representation (B, N, D) has S = 1."""
 
     name: str
     op: str  # an operation's key in OPERATIONS
@@ -62,9 +64,10 @@ class Operation:
     key: the suite's name of it ("opm", ...); build(case, **kwargs): its module at a case's widths; norm: the path of
     the module's LayerNorm that a suite module perturbs; params: the module's parameters in the reference's order, as
     paths (a path through a submodule that is None gives None); reference(*inputs, *params, **options(case)): its
-    definition; inputs: "msa" (msa, mask), "msa_pair" (msa, pair, MSA mask), "msa_pair_mask" (msa, pair, pair mask)
-    or "pair" (pair, pair mask); fully_masked: what a suite input masks whole, "residue" (a residue in every MSA row),
-    "row" (an MSA row) or "pair_row" (a residue's every pair); flops(case) and reference_bytes(case): the forward's
+    definition; inputs: "msa" (msa, mask), "msa_pair" (msa, pair, MSA mask), "msa_pair_mask" (msa, pair, pair mask),
+    "pair" (pair, pair mask) or "single_pair" (single (B, N, D), pair, token mask (B, N)); fully_masked: what a suite
+    input masks whole, "residue" (a residue in every MSA row, or a token), "row" (an MSA row) or "pair_row" (a
+    residue's every pair); flops(case) and reference_bytes(case): the forward's
     matrix-product work and the float64 reference's largest tensor; cases: its suite cases."""
 
     key: str
@@ -188,6 +191,16 @@ OPERATIONS: dict[str, Operation] = {op.key: op for op in (
          Case("trans-msa-af3", "trans", 1, 1024, 384, 64, 0, 256),  # the AF3-family MSA module's transition (c_m 64)
          Case("trans-pair-384", "trans", 1, 384, 384, 128, 0, 512),  # the Pairformer's pair transition (c_z 128)
          Case("trans-pair-768", "trans", 1, 768, 768, 128, 0, 512))),
+    Operation(
+        "apb", lambda c, **kw: AttentionPairBias(c.D, c.pair, c.width, **kw), "proj_z.0",
+        ("proj_q.weight", "proj_q.bias", "proj_k.weight", "proj_v.weight", "proj_g.weight", "proj_o.weight",
+         "proj_z.0.weight", "proj_z.0.bias", "proj_z.1.weight"), ref.attention_pair_bias_reference, _heads,
+        "single_pair", "residue",
+        lambda c: 2.0 * c.B * (5 * c.N * c.D * c.D + 2 * c.N ** 2 * c.D + c.N ** 2 * c.pair * c.width),
+        lambda c: c.B * c.width * c.N ** 2 * 8,  # (the logits, (B, h, N, N))
+        (Case("apb-seed", "apb", 2, 1, 32, 64, 32, 4),
+         Case("apb-384", "apb", 1, 1, 384, 384, 128, 16),  # the Pairformer's single track (c_s 384, 16 heads)
+         Case("apb-1024", "apb", 1, 1, 1024, 384, 128, 16))),
 )}
 
 
@@ -200,6 +213,12 @@ def random_inputs(case: Case, generator: torch.Generator, zero_frac: float,
                   fully_masked: bool) -> tuple[torch.Tensor, ...]:
     """A case's inputs in float32 on the CPU, in the order its module takes them (see `Operation.inputs`)."""
     op = operation(case)
+    if op.inputs == "single_pair":
+        single = torch.randn(case.B, case.N, case.D, generator=generator)
+        mask = (torch.rand(case.B, case.N, generator=generator) >= zero_frac).float()
+        if fully_masked:
+            mask[:, case.N // 2] = 0
+        return single, torch.randn(case.B, case.N, case.N, case.pair, generator=generator), mask
     if op.inputs == "pair":
         first = torch.randn(case.B, case.N, case.N, case.D, generator=generator)
         mask = (torch.rand(case.B, case.N, case.N, generator=generator) >= zero_frac).float()

@@ -38,8 +38,8 @@ def make_module(case: Case, seed: int = 0, **kwargs) -> torch.nn.Module:
         mod = op.build(case, **kwargs)
     norm = mod.get_submodule(op.norm)
     with torch.no_grad():
-        norm.weight.copy_(1 + 0.2 * torch.randn(case.D, generator=g))
-        norm.bias.copy_(0.2 * torch.randn(case.D, generator=g))
+        norm.weight.copy_(1 + 0.2 * torch.randn(norm.weight.shape, generator=g))
+        norm.bias.copy_(0.2 * torch.randn(norm.bias.shape, generator=g))
     return mod
 
 

@@ -429,7 +429,14 @@ def _nested_op_cases():
     trans = (randomize(Transition(8, 12, impl="triton"), 13), (torch.randn(2, 5, 8), (torch.rand(2, 5) > 0.3).float()),
              [("evofuse.ops.transition.op", "core_backward_op"),
               ("evofuse.stages.layer_norm_backward", "layer_norm_backward_op")])
-    return {"opm": opm, "att": att, "pwa": pwa, "tri": tri, "trimul": trimul, "col": col, "gcol": gcol, "trans": trans}
+    from evofuse import AttentionPairBias
+
+    apb = (randomize(AttentionPairBias(16, 8, 2, impl="triton"), 15), (torch.randn(1, 5, 16), torch.randn(1, 5, 5, 8),
+                                                                        (torch.rand(1, 5) > 0.3).float()),
+           [("evofuse.ops.attention_pair_bias.op", "core_backward_op"),
+            ("evofuse.stages.pair_heads", "pair_heads_backward_op")])
+    return {"opm": opm, "att": att, "pwa": pwa, "tri": tri, "trimul": trimul, "col": col, "gcol": gcol, "trans": trans,
+            "apb": apb}
 
 
 @pytest.mark.no_poison

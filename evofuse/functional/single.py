@@ -81,19 +81,22 @@ def attention_pair_bias(
                          "must be on one device")
     if pair_weight is not None:
         check_shapes(params, dict(pair_weight="h P"), {**sizes, "h": num_heads})
-    s = single_repr.reshape(-1, N, c)
-    z = pair_repr.reshape(-1, N, N, channels)
-    m = None if mask is None else mask.reshape(-1, N)
+    batched = single_repr.dim() == 3  # (else the leading dimensions are folded into one, and given back)
+    s = single_repr if batched else single_repr.reshape(-1, N, c)
+    z = pair_repr if batched else pair_repr.reshape(-1, N, N, channels)
+    m = mask if batched or mask is None else mask.reshape(-1, N)
     z, *weights = cast([z, *params.values()], s.dtype)
 
+    def unbatched(out):
+        return out if batched else out.view(single_repr.shape)
+
     def reference():
-        return ref.attention_pair_bias_reference(s, z, m, *weights, num_heads=num_heads).view(single_repr.shape)
+        return unbatched(ref.attention_pair_bias_reference(s, z, m, *weights, num_heads=num_heads))
 
     def fused(train):
         wq, bq, wk, wv, wg, wo, pnw, pnb, wz = weights
         qkvg = att.joined_qkvg([wq, wk, wv, wg], [bq, None, None, None])
-        out = apb.attention_pair_bias(s, z, m, *qkvg, wo, pnw, pnb, wz, num_heads, precision, train)[0]
-        return out.view(single_repr.shape)
+        return unbatched(apb.attention_pair_bias(s, z, m, *qkvg, wo, pnw, pnb, wz, num_heads, precision, train)[0])
 
     head, dtype = H // num_heads, s.dtype
     return dispatch("attention with pair bias", s, (s, z, *weights), impl, reference, fused,

@@ -3,7 +3,8 @@
 from .columns import MSAColumnAttention, MSAColumnGlobalAttention
 from .msa import MSARowAttentionWithPairBias, OuterProductMean, PairWeightedAveraging
 from .pair import TriangleAttention, TriangleMultiplication
+from .single import AttentionPairBias
 from .transition import Transition
 
-__all__ = ["MSAColumnAttention", "MSAColumnGlobalAttention", "MSARowAttentionWithPairBias", "OuterProductMean",
-           "PairWeightedAveraging", "Transition", "TriangleAttention", "TriangleMultiplication"]
+__all__ = ["AttentionPairBias", "MSAColumnAttention", "MSAColumnGlobalAttention", "MSARowAttentionWithPairBias",
+           "OuterProductMean", "PairWeightedAveraging", "Transition", "TriangleAttention", "TriangleMultiplication"]
