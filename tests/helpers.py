@@ -109,10 +109,11 @@ def grads(mod, inputs, impl, seed=0, differentiable=None, views=None, only=None)
     return out, named
 
 
-# softmax is shift-invariant per row, so key.bias, pair_bias.bias and (pair-weighted averaging) norm_z.bias
-# have exact gradient 0: those are judged on the scale of their weights' gradients
+# softmax is shift-invariant per row, so key.bias, pair_bias.bias, (pair-weighted averaging) norm_z.bias and
+# (attention with pair bias) the pair LayerNorm's bias have exact gradient 0: those are judged on the scale of their
+# weights' gradients
 ZERO_GRADS = {"key.bias": "key.weight", "pair_bias.bias": "pair_bias.weight", "norm_z.bias": "norm_z.weight",
-              "pair_norm.bias": "pair_norm.weight"}
+              "pair_norm.bias": "pair_norm.weight", "proj_z.0.bias": "proj_z.0.weight"}
 
 
 def compare(got, exact, dtype, lowp=None, names=None):

@@ -4,9 +4,9 @@ backward are `stages.attention`'s, the single representation taken as one row of
 
 Forward: the q, k, v and gate projections of the (already normalized) single representation in one product
 (`stages.matmul.linear`, (B, N, 4H)); the bias (B, h, N, N) from the pair by `pair_heads` (its LayerNorm and
-projection in one pass) or, where the caller projected it once, the given (B, N, N, h) bias read in place through a
-permuted view; the attention core with the key mask as an additive mask; the output projection. No (B, h, N, N)
-logits exist.
+projection in one pass) or, where the caller projected it once, the given (B, N, N, h) bias head major (a copy: the
+core's backward writes the bias's gradient in its layout); the attention core with the key mask as an additive mask;
+the output projection. No (B, h, N, N) logits exist.
 Backward: the output projection's weight gradient, the core's backward (the projections' gradient and the bias's),
 then the projections' input and weight gradients as two products and the bias's back through `pair_heads_backward`
 (or, for a given bias, its gradient transposed).
@@ -28,21 +28,20 @@ def attention_pair_bias_forward(single_repr: Tensor, pair_repr: Tensor, mask: Te
                                 pair_norm_bias: Tensor | None, pair_weight: Tensor | None, num_heads: int,
                                 precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(out (B, N, c_s), qkvg (B, 1, N, 4H), gated (B, 1, N, H), lse (2, B, 1, N, h) float32, z (B, h, N, N)): the
-    output, then what the backward takes (each empty unless `train`; z empty too for a given bias). single_repr (B,
+    output, then what the backward takes (each empty unless `train`). single_repr (B,
     N, c_s) any strides; pair_repr (B, N, N, c_z) with pair_weight (h, c_z) (and the pair's LayerNorm where
     pair_norm_weight and pair_norm_bias (c_z,) are given), or the bias (B, N, N, h) itself where pair_weight is None;
     mask (B, N) 0/1 of any real dtype or None; qkvg_weight (4H, c_s): q's, k's, v's and the gate's rows stacked,
     qkvg_bias (4H,) or None; out_weight (c_s, H). Every tensor argument has single_repr's dtype."""
     H = qkvg_weight.shape[0] // 4
     qkvg = linear(single_repr, qkvg_weight, qkvg_bias, precision)[:, None]  # (B, 1, N, 4H): one row of N tokens
-    given = pair_weight is None
-    z = pair_repr.permute(0, 3, 1, 2) if given else pair_heads(pair_repr, pair_norm_weight, pair_norm_bias,
-                                                               pair_weight, None)
+    z = pair_repr.permute(0, 3, 1, 2).contiguous() if pair_weight is None else pair_heads(
+        pair_repr, pair_norm_weight, pair_norm_bias, pair_weight, None)
     gated, lse = attention(qkvg, z, None if mask is None else mask[:, None], H, num_heads, "add", precision, train)
     out = linear(gated[:, 0], out_weight, None, precision)
     if not train:
         return out, qkvg.new_empty(0), gated.new_empty(0), lse, qkvg.new_empty(0)
-    return out, qkvg, gated, lse, z.new_empty(0) if given else z  # (a given bias: the input, saved as such)
+    return out, qkvg, gated, lse, z
 
 
 def _fake(single_repr, pair_repr, mask, qkvg_weight, qkvg_bias, out_weight, pair_norm_weight, pair_norm_bias,
@@ -53,8 +52,8 @@ def _fake(single_repr, pair_repr, mask, qkvg_weight, qkvg_bias, out_weight, pair
     out = single_repr.new_empty(B, N, out_weight.shape[0])
     if not train:
         return out, single_repr.new_empty(0), single_repr.new_empty(0), lse, single_repr.new_empty(0)
-    z = single_repr.new_empty(0) if pair_weight is None else single_repr.new_empty(B, num_heads, N, N)
-    return out, single_repr.new_empty(B, 1, N, W), single_repr.new_empty(B, 1, N, W // 4), lse, z
+    return (out, single_repr.new_empty(B, 1, N, W), single_repr.new_empty(B, 1, N, W // 4), lse,
+            single_repr.new_empty(B, num_heads, N, N))
 
 
 def _setup_context(ctx, inputs, output):
@@ -72,10 +71,8 @@ def _backward(ctx, needs, grad_out, *_):
     pair_names = ("pair_repr", "pair_norm_weight", "pair_norm_bias", "pair_weight")
     if not any(needs[name] for name in ("single_repr", "qkvg_weight", "qkvg_bias", *pair_names)):
         return grads
-    given = wz is None
-    bias = pair.permute(0, 3, 1, 2) if given else z
     backward = core_backward_op if traced(grad_out) else core_backward
-    d_qkvg, dz = backward(qkvg, bias, None if mask is None else mask[:, None], grad_out[:, None], wo, gated, lse,
+    d_qkvg, dz = backward(qkvg, z, None if mask is None else mask[:, None], grad_out[:, None], wo, gated, lse,
                           ctx.num_heads, "add", precision)
     rows = d_qkvg.reshape(B * N, W)
     if needs["single_repr"]:
@@ -84,7 +81,7 @@ def _backward(ctx, needs, grad_out, *_):
         grads["qkvg_weight"] = matmul(rows.t(), s.reshape(B * N, c), precision)
     if needs["qkvg_bias"] and b_qkvg is not None:
         grads["qkvg_bias"] = rows.sum(0, dtype=torch.float32).to(s.dtype)
-    if given:
+    if wz is None:  # (a given bias)
         grads["pair_repr"] = dz.permute(0, 2, 3, 1).to(pair.dtype) if needs["pair_repr"] else None
         return grads
     *pair_grads, _ = pair_heads_backward(pair, pnw, pnb, wz, dz, [needs[name] for name in pair_names] + [False])

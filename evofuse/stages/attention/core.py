@@ -83,8 +83,9 @@ def core_backward(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, grad_out: Te
     """(d_qkvg (B, S, N, W), dz (B, h, N, N) float32): the gradients of the projections and of the pair bias for
     the output's gradient grad_out (B, S, N, D), from out_proj's weight (D, H), the forward's projections qkvg
     (B, S, N, W) contiguous (q, k, v and the gate in its first 4H channels; d_qkvg's channels past them are left
-    unwritten), gated output (B, S, N, H) and statistics lse (2, B, S, N, h). Without `bias_grad` (attention
-    without a bias: z of zero strides) dz is empty and its kernel does not run."""
+    unwritten), gated output (B, S, N, H) and statistics lse (2, B, S, N, h). dz is written in z's strides: with
+    `bias_grad`, z must be contiguous. Without it (attention without a bias: z of zero strides) dz is empty and its
+    kernel does not run."""
     B, S, N, W = qkvg.shape
     D = out_proj_weight.shape[1]  # the inner width H
     h = num_heads
