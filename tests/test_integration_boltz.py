@@ -71,9 +71,10 @@ def test_patched_modules_under_autocast():
 
 
 def test_patched_pairformer_layer_matches_boltz():
-    """Boltz-2's PairformerLayer with its two triangle attentions, two triangle multiplications and two transitions
-    patched (its single attention stays): a training step as the original's, on a pair mask with a padding token, with
-    Boltz's chunk and kernel switches in the call. (Boltz 2.2.1's Boltz-1 form, v2=False, fails in Boltz's own attention.)"""
+    """Boltz-2's PairformerLayer with its two triangle attentions, two triangle multiplications, two transitions and
+    its single track's attention with pair bias patched: a training step as the original's, on a pair mask with a
+    padding token, with Boltz's chunk and kernel switches in the call. (Boltz 2.2.1's Boltz-1 form, v2=False, fails in
+    Boltz's own attention.)"""
     from boltz.model.layers.pairformer import PairformerLayer
 
     from evofuse.integrations import boltz as integration
@@ -87,9 +88,29 @@ def test_patched_pairformer_layer_matches_boltz():
     mask[:, -1] = 0
     pair_mask = mask[:, :, None] * mask[:, None, :]
     assert_patched_block_matches(integration, layer, [t.to(DEVICE) for t in (s, z, mask, pair_mask)],
-                                 ["transition_s", "transition_z", "tri_att_end", "tri_att_start", "tri_mul_in",
-                                  "tri_mul_out"],
+                                 ["attention", "transition_s", "transition_z", "tri_att_end", "tri_att_start",
+                                  "tri_mul_in", "tri_mul_out"],
                                  lambda block, *x: block(*x, chunk_size_tri_attn=4, use_kernels=False))
+
+
+@pytest.mark.parametrize("windowed", [False, True])
+def test_patched_diffusion_transformer_layer_matches_boltz(windowed):
+    """Boltz-2's DiffusionTransformerLayer: its attention takes the bias projected once (B, N, N, h) for two samples
+    a structure (multiplicity 2), after the adaptive LayerNorm and before the output gate: a training step as the
+    original's. With keys in windows (the atom transformer's `to_keys`: k_in not s) the original's forward runs."""
+    from boltz.model.modules.transformersv2 import DiffusionTransformerLayer
+
+    from evofuse.integrations import boltz as integration
+
+    torch.manual_seed(0)
+    layer = randomize(DiffusionTransformerLayer(heads=2, dim=16, dim_single_cond=8), 5).to(DEVICE)
+    g = torch.Generator().manual_seed(6)
+    a, s = torch.randn(4, 7, 16, generator=g), torch.randn(4, 7, 8, generator=g)
+    bias, mask = torch.randn(2, 7, 7, 2, generator=g), torch.ones(4, 7)
+    mask[:, -1] = 0
+    to_keys = (lambda x: x.flip(1)) if windowed else None  # (keys in another order: not the queries' tensor)
+    assert_patched_block_matches(integration, layer, [t.to(DEVICE) for t in (a, s, bias, mask)], ["pair_bias_attn"],
+                                 lambda block, *x: block(*x, to_keys=to_keys, multiplicity=2))
 
 
 def test_patched_pairformer_inference_updates_one_copy_of_the_pair():

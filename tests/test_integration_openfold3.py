@@ -119,3 +119,27 @@ def test_patched_modules_under_autocast():
                                                           "outer_product_mean": (m, msa_mask),
                                                           "pair_stack.tri_att_start": (z, pair_mask),
                                                           "pair_stack.tri_mul_in": (z, pair_mask)}, DEVICE)
+
+
+def test_patched_pairformer_block_matches_openfold3():
+    """OpenFold3's PairFormerBlock: its single track's attention with pair bias (one row of N tokens, both
+    LayerNorms fused, a padding token masked), the pair stack's triangle modules and both transitions patched."""
+    from openfold3.core.model.latent.pairformer import PairFormerBlock
+
+    from evofuse.integrations import openfold3 as integration
+
+    torch.manual_seed(0)
+    original = randomize(PairFormerBlock(
+        c_s=C_M, c_z=C_Z, c_hidden_pair_bias=8, no_heads_pair_bias=2, c_hidden_mul=8, c_hidden_pair_att=8,
+        no_heads_pair=2, transition_type="swiglu", transition_n=2, pair_dropout=0.0, fuse_projection_weights=False,
+        inf=1e9), 1).to(DEVICE)
+    g = torch.Generator().manual_seed(3)
+    s, z = torch.randn(1, N, C_M, generator=g), torch.randn(1, N, N, C_Z, generator=g)
+    single_mask = torch.ones(1, N)
+    single_mask[:, -1] = 0
+    pair_mask = single_mask[:, :, None] * single_mask[:, None, :]
+    assert_patched_block_matches(
+        integration, original, [t.to(DEVICE) for t in (s, z, single_mask, pair_mask)],
+        ["attn_pair_bias", "pair_stack.pair_transition", "pair_stack.tri_att_end", "pair_stack.tri_att_start",
+         "pair_stack.tri_mul_in", "pair_stack.tri_mul_out", "single_transition"],
+        lambda block, *x: block(*x, chunk_size=None, use_lma=False, inplace_safe=False))

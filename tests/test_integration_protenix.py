@@ -51,8 +51,8 @@ def test_patched_msa_block_matches_protenix():
 
 
 def test_patched_pairformer_block_matches_protenix():
-    """Protenix's PairformerBlock with its two triangle attentions, two triangle multiplications and two transitions
-    patched (its single attention stays): a training step as the original's, on a pair mask with a padding token, with
+    """Protenix's PairformerBlock with its two triangle attentions, two triangle multiplications, two transitions and
+    its single track's attention with pair bias patched: a training step as the original's, on a pair mask with a padding token, with
     Protenix's chunk size and kernel switch in the call."""
     from protenix.model.modules.pairformer import PairformerBlock
 
@@ -67,8 +67,8 @@ def test_patched_pairformer_block_matches_protenix():
     mask[-1] = 0
     pair_mask = mask[:, None] * mask[None, :]
     assert_patched_block_matches(integration, block, [t.to(DEVICE) for t in (s, z, pair_mask)],
-                                 ["pair_transition", "single_transition", "tri_att_end", "tri_att_start", "tri_mul_in",
-                                  "tri_mul_out"],
+                                 ["attention_pair_bias", "pair_transition", "single_transition", "tri_att_end",
+                                  "tri_att_start", "tri_mul_in", "tri_mul_out"],
                                  lambda b, *x: b(*x, triangle_attention="torch", chunk_size=4))
 
 

@@ -1,18 +1,20 @@
 """Boltz-1 and Boltz-2 (`boltz` 2.2.1): `patch(model)` puts evofuse's fused kernels in place of every
 `boltz.model.layers.pair_averaging.PairWeightedAveraging`, `boltz.model.layers.outer_product_mean.OuterProductMean`
-`boltz.model.layers.triangular_attention.attention.TriangleAttention` (starting and ending node: the Pairformer's
-and the MSA module's `tri_att_start`, `tri_att_end`) and `boltz.model.layers.triangular_mult`'s
+`boltz.model.layers.triangular_attention.attention.TriangleAttention` (starting and ending node: the Pairformer's and
+the MSA module's `tri_att_start`, `tri_att_end`) and `boltz.model.layers.triangular_mult`'s
 `TriangleMultiplicationOutgoing` and `TriangleMultiplicationIncoming` (`tri_mul_out`, `tri_mul_in`) and
 `boltz.model.layers.transition.Transition` (`transition_s`, `transition_z`, `msa_transition`, `z_transition`, the
-encoders') inside `model`, in place; each `boltz.model.layers.pairformer.PairformerLayer` adds its pair updates into one
-copy of the pair in inference (no gradients), where the original holds three float32 pairs at once.
+encoders') and Boltz-2's `boltz.model.layers.attentionv2.AttentionPairBias` (the Pairformers' `attention`, the diffusion
+transformers' `pair_bias_attn`) inside `model`, in place; each `boltz.model.layers.pairformer.PairformerLayer` adds its
+pair updates into one copy of the pair in inference (no gradients), where the original holds three float32 pairs at
+once.
 
 The replacements hold the original submodules themselves (the same Parameters under the same names), so the model's
-checkpoints load unchanged and training updates the original modules too; they take Boltz's calls as Boltz makes
-them (`pwa(m, z, mask, chunk_heads)`, `opm(m, mask, chunk_size)`, `tri(z, mask, chunk_size, use_kernels)`,
-`tri_mul(z, mask, use_kernels)`, `transition(x, chunk_size)`; chunking and cuEquivariance's kernels are not needed)
-and, under `torch.autocast`, compute in the autocast dtype as Boltz's linear layers do. A module evofuse cannot
-fuse (a head or hidden width it has no kernel for) stays as it is, with a warning naming it.
+checkpoints load unchanged and training updates the original modules too; they take Boltz's calls as Boltz makes them
+(`pwa(m, z, mask, chunk_heads)`, `opm(m, mask, chunk_size)`, `tri(z, mask, chunk_size, use_kernels)`, `tri_mul(z, mask,
+use_kernels)`, `transition(x, chunk_size)`, `attention(s, z, mask, k_in, multiplicity)`; chunking and cuEquivariance's
+kernels are not needed) and, under `torch.autocast`, compute in the autocast dtype as Boltz's linear layers do. A module
+evofuse cannot fuse (a head or hidden width it has no kernel for) stays as it is, with a warning naming it.
 """
 
 from __future__ import annotations
@@ -106,6 +108,40 @@ class FusedTriangleMultiplication(nn.Module):
                 self.p_out.bias, self.g_out.weight, self.g_out.bias, outgoing=self.outgoing)
 
 
+class FusedAttentionPairBias(nn.Module):
+    """Boltz-2's AttentionPairBias (attentionv2: `proj_q` with a bias, `proj_k`, `proj_v`, `proj_g`, `proj_o` without,
+    `proj_z` a LayerNorm and a linear to the heads, or, where `compute_pair_bias` is off, the bias given) computed by
+    `evofuse.attention_pair_bias`; keys other than the queries' tokens (the atom transformer's windows, `k_in` not s)
+    take the original's forward."""
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        self.c_s, self.num_heads, self.head_dim = original.c_s, original.num_heads, original.head_dim
+        self.inf, self.compute_pair_bias = original.inf, original.compute_pair_bias
+        for name in ("proj_q", "proj_k", "proj_v", "proj_g", "proj_z", "proj_o"):
+            setattr(self, name, getattr(original, name))
+        self.original_forward = type(original).forward
+
+    @staticmethod
+    def unsupported_reason(module: nn.Module) -> str | None:
+        return check_layer_norm(module.proj_z[0]) if module.compute_pair_bias else None
+
+    def forward(self, s: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, k_in: torch.Tensor,
+                multiplicity: int = 1) -> torch.Tensor:
+        if k_in is not s:
+            return self.original_forward(self, s, z, mask, k_in, multiplicity)
+        if multiplicity > 1:  # (as the original: each pair serves that many consecutive samples)
+            z = z.repeat_interleave(multiplicity, 0)
+        norm, linear = (self.proj_z[0], self.proj_z[1]) if self.compute_pair_bias else (None, None)
+        dtype = autocast_dtype(s)
+        with torch.autocast(s.device.type, enabled=False):
+            return functional.attention_pair_bias(
+                s.to(dtype), z.to(dtype), mask, self.proj_q.weight, self.proj_q.bias, self.proj_k.weight,
+                self.proj_v.weight, self.proj_g.weight, self.proj_o.weight, None if norm is None else norm.weight,
+                None if norm is None else norm.bias, None if linear is None else linear.weight,
+                num_heads=self.num_heads)
+
+
 def _pairformer_inference_forward(layer: nn.Module, s: torch.Tensor, z: torch.Tensor, mask: torch.Tensor,
                                   pair_mask: torch.Tensor, chunk_size_tri_attn: int | None = None,
                                   use_kernels: bool = False, use_cuequiv_mul: bool = False,
@@ -142,14 +178,15 @@ REPLACEMENTS = {
     (_TRIANGLE_MULT, "TriangleMultiplicationOutgoing"): FusedTriangleMultiplication,
     (_TRIANGLE_MULT, "TriangleMultiplicationIncoming"): FusedTriangleMultiplication,
     ("boltz.model.layers.transition", "Transition"): FusedTransition,
+    ("boltz.model.layers.attentionv2", "AttentionPairBias"): FusedAttentionPairBias,
 }
 
 
 def patch(model: nn.Module) -> list[str]:
     """Replaces, in place, every Boltz pair-weighted averaging, Outer Product Mean, triangle attention, triangle
-    multiplication and transition module among `model`'s descendants by evofuse's, and gives each PairformerLayer the
-    inference forward that updates one copy of the pair (`_pairformer_inference_forward`); returns the names of the
-    modules replaced."""
+    multiplication, transition and (Boltz-2) attention with pair bias module among `model`'s descendants by
+    evofuse's, and gives each PairformerLayer the inference forward that updates one copy of the pair
+    (`_pairformer_inference_forward`); returns the names of the modules replaced."""
     replaced = patch_modules(model, REPLACEMENTS)
     for module in model.modules():
         if (type(module).__module__, type(module).__name__) == _PAIRFORMER_LAYER:

@@ -5,8 +5,9 @@
 `openfold3.core.model.layers.triangular_attention.TriangleAttention` (and its `TriangleAttentionEndingNode`: every
 block's `tri_att_start` and `tri_att_end`) and `...triangular_multiplicative_update`'s
 TriangleMultiplication{Outgoing, Incoming} and their fused forms (`tri_mul_out`, `tri_mul_in`) and
-`openfold3.core.model.layers.transition`'s `SwiGLUTransition` and `ReLUTransition` inside `model`, in place;
-`unpatch(model)` undoes it.
+`openfold3.core.model.layers.transition`'s `SwiGLUTransition` and `ReLUTransition` and
+`openfold3.core.model.layers.attention_pair_bias.AttentionPairBias` (the Pairformer's `attn_pair_bias`) inside
+`model`, in place; `unpatch(model)` undoes it.
 
 The replacements hold the original submodules (the same Parameters under the same names), so checkpoints load
 unchanged, and take OpenFold3's calls (`pwa(m, z, mask, chunk_size, use_softmax_kernel)`,
@@ -24,6 +25,7 @@ from torch import nn
 
 from .. import functional
 from ..functional._common import autocast_dtype
+from ..stages.attention.core import MAX_HEAD_DIM
 from ._adapters import (
     FusedOpenFoldColumnAttention,
     FusedOpenFoldGlobalColumnAttention,
@@ -71,6 +73,44 @@ class FusedPairWeightedAveraging(nn.Module):
                 m.to(dtype), z.to(dtype), mask, self.layer_norm_m.weight, self.layer_norm_m.bias,
                 self.layer_norm_z.weight, self.layer_norm_z.bias, self.linear_v.weight, self.linear_g.weight,
                 self.linear_z.weight, self.linear_o.weight, num_heads=self.no_heads, inf=self.inf, mask_mode="add")
+
+
+class FusedAttentionPairBias(nn.Module):
+    """OpenFold3's AttentionPairBias (the Pairformer's single track, AF3 Algorithm 24: `layer_norm_a`,
+    `layer_norm_z`, `linear_z`, `mha`) computed by `evofuse.msa_row_attention` as one row of N tokens (both LayerNorms
+    fused into their projections; the mask's `inf * (mask - 1)` as the kernels' additive mask). Its kernel and
+    precision switches are accepted and not needed."""
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        self.c_q, self.c_s, self.c_z, self.inf = original.c_q, original.c_s, original.c_z, original.inf
+        for name in ("layer_norm_a", "layer_norm_z", "linear_z", "mha", "sigmoid"):
+            setattr(self, name, getattr(original, name))
+
+    @staticmethod
+    def unsupported_reason(module: nn.Module) -> str | None:
+        mha = module.mha
+        if mha.linear_g is None:
+            return "attention without gating"
+        if module.inf < FusedOpenFoldRowAttention.MIN_INF:
+            return f"inf {module.inf} (fused: masked keys as -1e9, equal for inf >= 1e9)"
+        return (check_linears(mha.linear_q, mha.linear_k, mha.linear_v, mha.linear_g, mha.linear_o, module.linear_z)
+                or (f"head width {mha.c_hidden} (fused: up to {MAX_HEAD_DIM})" if mha.c_hidden > MAX_HEAD_DIM else None)
+                or check_layer_norm(module.layer_norm_a) or check_layer_norm(module.layer_norm_z))
+
+    def forward(self, a: torch.Tensor, z: torch.Tensor, mask: torch.Tensor | None = None, **switches) -> torch.Tensor:
+        """a (*, N, c_q), z (*, N, N, c_z), mask (N,) or (*, N) or None -> (*, N, c_q) in the compute dtype."""
+        dtype = autocast_dtype(a)
+        mha = self.mha
+        rows = None if mask is None else mask.expand(a.shape[:-1]).unsqueeze(-2)  # (*, 1, N): one row of N keys
+        with torch.autocast(a.device.type, enabled=False):
+            return functional.msa_row_attention(
+                a.to(dtype).unsqueeze(-3), z.to(dtype), rows, self.layer_norm_a.weight, self.layer_norm_a.bias,
+                mha.linear_q.weight, mha.linear_q.bias, mha.linear_k.weight, mha.linear_k.bias, mha.linear_v.weight,
+                mha.linear_v.bias, mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias,
+                self.linear_z.weight, self.linear_z.bias, num_heads=mha.no_heads,
+                pair_norm_weight=self.layer_norm_z.weight, pair_norm_bias=self.layer_norm_z.bias,
+                mask_mode="add").squeeze(-3)
 
 
 class FusedTriangleAttention(FusedOpenFoldTriangleAttention):
@@ -122,13 +162,14 @@ REPLACEMENTS = {
        for fused in ("", "Fused") for edges in ("Outgoing", "Incoming")},
     ("openfold3.core.model.layers.transition", "SwiGLUTransition"): FusedSwiGLUTransition,
     ("openfold3.core.model.layers.transition", "ReLUTransition"): FusedReLUTransition,
+    ("openfold3.core.model.layers.attention_pair_bias", "AttentionPairBias"): FusedAttentionPairBias,
 }
 
 
 def patch(model: nn.Module) -> list[str]:
     """Replaces, in place, every OpenFold3 pair-weighted averaging, row, column and global column attention, Outer
-    Product Mean, triangle attention, triangle multiplication and transition among `model`'s descendants by evofuse's;
-    returns the names of the modules replaced."""
+    Product Mean, triangle attention, triangle multiplication, transition and (trunk) attention with pair bias among
+    `model`'s descendants by evofuse's; returns the names of the modules replaced."""
     return patch_modules(model, REPLACEMENTS)
 
 

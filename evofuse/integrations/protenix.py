@@ -3,7 +3,8 @@
 `protenix.model.triangular.triangular.TriangleAttention` (and `TriangleAttentionEndingNode`: the Pairformer's and
 the MSA module's `tri_att_start`, `tri_att_end`) and its `TriangleMultiplicationOutgoing` and
 `TriangleMultiplicationIncoming` (`tri_mul_out`, `tri_mul_in`) and `protenix.model.modules.primitives.Transition`
-(the Pairformer's and the MSA module's transitions) inside `model`, in place; `unpatch(model)` undoes it.
+(the Pairformer's and the MSA module's transitions) and `protenix.model.modules.transformer.AttentionPairBias` without
+conditioning (the Pairformer's `attention_pair_bias`) inside `model`, in place; `unpatch(model)` undoes it.
 
 The replacements hold the original submodules (the same Parameters under the same names), so checkpoints load
 unchanged, and take Protenix's calls (`pwa(m, z)`, `opm(m, mask, chunk_size, inplace_safe)`, `tri(x, mask,
@@ -21,6 +22,7 @@ from torch import nn
 
 from .. import functional
 from ..functional._common import autocast_dtype
+from ..reference import LAYER_NORM_EPS
 from ._adapters import (
     FusedOpenFoldOuterProductMean,
     FusedOpenFoldTriangleAttention,
@@ -93,6 +95,47 @@ class FusedTriangleMultiplication(_Float32UnderFloat16, FusedOpenFoldTriangleMul
         self.bind_float16_test()
 
 
+class FusedAttentionPairBias(nn.Module):
+    """Protenix's AttentionPairBias without conditioning (the Pairformer's single track, AF3 Algorithm 24:
+    `layernorm_a`, `layernorm_z` without offset, `linear_nobias_z`, `attention` with q's bias alone; no mask) computed
+    by `evofuse.msa_row_attention` as one row of N tokens, both LayerNorms fused into their projections. The
+    diffusion transformer's conditioned form (`has_s`) and the atom transformer's cross and local attention stay."""
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        self.n_heads, self.has_s = original.n_heads, original.has_s
+        self.cross_attention_mode = original.cross_attention_mode
+        for name in ("layernorm_a", "attention", "layernorm_z", "linear_nobias_z"):
+            setattr(self, name, getattr(original, name))
+
+    @staticmethod
+    def unsupported_reason(module: nn.Module) -> str | None:
+        if module.has_s or module.cross_attention_mode:
+            return "a conditioned or cross attention (the diffusion and atom transformers')"
+        attention = module.attention
+        if attention.linear_g is None:
+            return "attention without gating"
+        if module.layernorm_z.weight is None or module.layernorm_z.eps != LAYER_NORM_EPS:
+            return "a pair LayerNorm without scale or of another eps"
+        return check_layer_norm(module.layernorm_a)
+
+    def forward(self, a: torch.Tensor, s: torch.Tensor | None, z: torch.Tensor, n_queries: int | None = None,
+                n_keys: int | None = None, **switches) -> torch.Tensor:
+        """a (*, N, c_a), s None, z (*, N, N, c_z) -> (*, N, c_a) in the compute dtype."""
+        if n_queries and n_keys:
+            raise ValueError("local attention (n_queries, n_keys) is the atom transformer's: not replaced")
+        dtype = autocast_dtype(a)
+        attention, norm_z = self.attention, self.layernorm_z
+        with torch.autocast(a.device.type, enabled=False):
+            return functional.msa_row_attention(
+                a.to(dtype).unsqueeze(-3), z.to(dtype), None, self.layernorm_a.weight, self.layernorm_a.bias,
+                attention.linear_q.weight, attention.linear_q.bias, attention.linear_k.weight, None,
+                attention.linear_v.weight, None, attention.linear_g.weight, None, attention.linear_o.weight, None,
+                self.linear_nobias_z.weight, None, num_heads=self.n_heads, pair_norm_weight=norm_z.weight,
+                pair_norm_bias=torch.zeros_like(norm_z.weight) if norm_z.bias is None else norm_z.bias,
+                mask_mode="add").squeeze(-3)
+
+
 class FusedProtenixTransition(FusedTransition):
     """Protenix's Transition (AF3 Algorithm 11: `layernorm1`, `linear_no_bias_a`, `linear_no_bias_b`,
     `linear_no_bias`; called as `t(x)`)."""
@@ -109,12 +152,14 @@ REPLACEMENTS = {
     ("protenix.model.triangular.triangular", "TriangleMultiplicationOutgoing"): FusedTriangleMultiplication,
     ("protenix.model.triangular.triangular", "TriangleMultiplicationIncoming"): FusedTriangleMultiplication,
     ("protenix.model.modules.primitives", "Transition"): FusedProtenixTransition,
+    ("protenix.model.modules.transformer", "AttentionPairBias"): FusedAttentionPairBias,
 }
 
 
 def patch(model: nn.Module) -> list[str]:
     """Replaces, in place, every Protenix pair-weighted averaging, Outer Product Mean, triangle attention, triangle
-    multiplication and transition among `model`'s descendants by evofuse's; returns the names of the modules replaced."""
+    multiplication, transition and unconditioned attention with pair bias among `model`'s descendants by evofuse's;
+    returns the names of the modules replaced."""
     return patch_modules(model, REPLACEMENTS)
 
 
