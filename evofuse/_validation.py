@@ -103,12 +103,30 @@ def _factor(token: str) -> tuple[int, str]:
     return int(token[:len(token) - len(letter)] or 1), letter
 
 
+_CHECKED: dict = {}  # (shapes, the parameters' shapes, given sizes) -> the letters' sizes, of the checks that passed
+CHECKED_MAX = 4096  # signatures kept; past them every call is checked anew
+
+
 def check_shapes(params: dict[str, torch.Tensor | None], shapes: dict[str, str],
                  sizes: dict[str, int] | None = None) -> dict[str, int]:
     """Each parameter named in `shapes` (an optional one left None passes) must have the shape its letters name:
     "H D" is rank 2, sizes H and D; "2c cz" twice c by cz. Every rank is checked first; then each letter takes its
     size from the first parameter that has it (or from `sizes`) and every later one must agree, the error naming
-    the parameter and those its letters came from. Returns every letter's size."""
+    the parameter and those its letters came from. Returns every letter's size. A signature (the shapes' letters, the
+    parameters' shapes and `sizes`) that passed once is not parsed again: a call's host time counts at small sizes."""
+    key = (tuple(shapes.items()), tuple(None if params[name] is None else params[name].shape for name in shapes),
+           None if sizes is None else tuple(sizes.items()))
+    known = _CHECKED.get(key)
+    if known is not None:
+        return dict(known)
+    checked = _check_shapes(params, shapes, sizes)
+    if len(_CHECKED) < CHECKED_MAX:
+        _CHECKED[key] = checked
+    return dict(checked)
+
+
+def _check_shapes(params: dict[str, torch.Tensor | None], shapes: dict[str, str],
+                  sizes: dict[str, int] | None) -> dict[str, int]:
     for name, letters in shapes.items():
         if params[name] is not None and params[name].dim() != len(letters.split()):
             raise ValueError(f"{name} must have rank {len(letters.split())} ({letters}), got shape "

@@ -1,5 +1,6 @@
 """What the functional forms share (`evofuse/functional/_common.py`): the parameters cast to the input's dtype together
-(float32 weights under autocast), the same values and gradients as cast one by one, in one cast each way."""
+(float32 weights under autocast), the same values and gradients as cast one by one, in one cast each way; and the
+shape checks, whose passed signatures are not parsed again."""
 
 import pytest
 import torch
@@ -77,3 +78,19 @@ def test_float32_parameters_on_16_bit_inputs(op, monkeypatch):
     monkeypatch.setattr(_common, "JOINED_CAST_MAX", 0)  # (each parameter cast alone)
     for got, want in zip(joined, run(), strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_shape_checks_remember_passed_signatures_alone():
+    """A signature that passed is answered from memory (its sizes, a copy the caller may change); one that differs in
+    a parameter's shape, or in the sizes given, is checked again and fails naming the parameter."""
+    from evofuse import _validation
+
+    shapes = dict(w="2c D", b="2c")
+    params = dict(w=torch.zeros(6, 4), b=torch.zeros(6))
+    first = _validation.check_shapes(params, shapes)
+    first["c"] = 99
+    assert _validation.check_shapes(params, shapes) == {"c": 3, "D": 4}
+    with pytest.raises(ValueError, match="b must have shape"):
+        _validation.check_shapes(dict(params, b=torch.zeros(5)), shapes)
+    with pytest.raises(ValueError, match="w must have shape"):
+        _validation.check_shapes(params, shapes, {"D": 5})
