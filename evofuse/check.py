@@ -18,7 +18,8 @@ def median_ms(fn) -> float:
 
 
 def _cast_inputs(inputs, dtype):
-    return tuple(t.to(dtype) if t.is_floating_point() and t.dim() == 4 else t for t in inputs)
+    """Every input but the mask (the last) in `dtype`."""
+    return tuple(t.to(dtype) if k < len(inputs) - 1 and t.is_floating_point() else t for k, t in enumerate(inputs))
 
 
 def check_case(case: Case, dtype: torch.dtype, trials: int, device: torch.device, impl: str | None,

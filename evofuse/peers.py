@@ -191,6 +191,26 @@ def _boltz_peer(mod):
     return autocast_call(boltz.to(device=mod.norm_m.weight.device, dtype=torch.float32))
 
 
+# ---------------------------------------------------------------- peers: attention with pair bias
+
+
+def _boltz_attention_peer(mod):
+    """Boltz-2's own AttentionPairBias (boltz 2.2.1) holding the same weights, as its Pairformer runs it: float32, with
+    autocast off (the single track's), its logits and their softmax in float32."""
+    from boltz.model.layers.attentionv2 import AttentionPairBias
+
+    boltz = AttentionPairBias(mod.c_s, mod.proj_z[0].normalized_shape[0], mod.num_heads)
+    boltz.load_state_dict(mod.state_dict())
+    boltz = boltz.to(device=mod.proj_q.weight.device, dtype=torch.float32)
+
+    def run(s, z, mask):
+        s = s.float()
+        with torch.autocast(s.device.type, enabled=False):
+            return boltz(s, z.float(), mask.float(), s)
+
+    return run
+
+
 # ---------------------------------------------------------------- each operation's peers
 
 
@@ -212,4 +232,5 @@ PEERS: dict[str, list[tuple[str, str, object]]] = {
     "col": [("SDPA bf16", "bfloat16", lambda mod: partial(_sdpa_column_peer, mod))],
     "gcol": [("torch.compile bf16 reduce-overhead", "bfloat16", compiled_reduce_overhead)],
     "trans": [("torch.compile bf16 reduce-overhead", "bfloat16", compiled_reduce_overhead)],
+    "apb": [("Boltz module fp32", "float32", _boltz_attention_peer)],
 }
