@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from evofuse import (
+    AttentionPairBias,
     MSAColumnAttention,
     MSARowAttentionWithPairBias,
     OuterProductMean,
@@ -53,11 +54,20 @@ MODEL_CASES = {
     "trans-af2": lambda: Transition(256, 1024, activation="relu", bias=True),  # OpenFold's MSA transition
     "trans-boltz": lambda: Transition(128, 512),  # Boltz, AF3, Protenix, OpenFold3: the pair transition
     "trans-af3-single": lambda: Transition(384, 1536),  # AF3's single transition (rows past one 256-channel chunk)
+    "apb-boltz": lambda: AttentionPairBias(384, 128, 16),  # Boltz-2's Pairformer single track (16 heads x 24)
+    "apb-diffusion": lambda: AttentionPairBias(768, None, 16, compute_pair_bias=False),  # its token transformer
 }
 
 
 def _model_inputs(name, S=33, N=97, seed=1):
     mod = MODEL_CASES[name]()
+    if name.startswith("apb"):  # the single representation (1, N, c_s), the pair or the bias, a padding token
+        g = torch.Generator().manual_seed(seed)
+        mask = torch.rand(1, N, generator=g) > 0.1
+        mask[:, -1] = False
+        channels = 128 if mod.compute_pair_bias else mod.num_heads
+        return randomize(mod, seed), (torch.randn(1, N, mod.c_s, generator=g),
+                                      torch.randn(1, N, N, channels, generator=g), mask)
     norm = (mod.norm_m if name.startswith("pwa") else mod.norm_in if name.startswith("trimul")
             else mod.norm if name.startswith("trans")
             else mod._msa_att.layer_norm_m if name.startswith("col") else mod.layer_norm)
@@ -81,13 +91,13 @@ def _model_inputs(name, S=33, N=97, seed=1):
 def test_gradients_at_the_models_widths(name, dtype, autotuned):
     """Output and every gradient against float64 at each model's widths, autotuned, float32 and bf16."""
     mod, inputs = _model_inputs(name)
-    check_gradients(mod, inputs, dtype, "cuda")
+    check_gradients(mod, inputs, dtype, "cuda", differentiable=len(inputs) - 1)
 
 
 def _small_case(op, seed):
     """A module and inputs of `op` small enough for many steps."""
     name = {"opm": "opm-boltz", "att": "att-af2", "pwa": "pwa-boltz", "tri": "tri-boltz", "trimul": "trimul-boltz",
-            "col": "col-of3", "trans": "trans-boltz"}[op]
+            "col": "col-of3", "trans": "trans-boltz", "apb": "apb-boltz"}[op]
     mod, inputs = _model_inputs(name, S=6, N=19, seed=seed)
     return mod, tuple(mask_form(t, "bool") if k == len(inputs) - 1 else t for k, t in enumerate(inputs))
 
@@ -103,7 +113,7 @@ def _cuda_graphed(mod, sample):
 
 @pytest.mark.no_poison
 @pytest.mark.parametrize("mode", ["fullgraph", "reduce-overhead", "cuda-graph"])
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col", "trans"])
+@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col", "trans", "apb"])
 def test_training_loop_under_compile_and_graphs(op, mode):
     """Three training steps of each operation under torch.compile(fullgraph=True), mode="reduce-overhead" and a
     captured CUDA graph, the weights updated in place and new inputs each step: outputs and every gradient as the

@@ -52,8 +52,8 @@ def test_patched_msa_block_matches_protenix():
 
 def test_patched_pairformer_block_matches_protenix():
     """Protenix's PairformerBlock with its two triangle attentions, two triangle multiplications, two transitions and
-    its single track's attention with pair bias patched: a training step as the original's, on a pair mask with a padding token, with
-    Protenix's chunk size and kernel switch in the call."""
+    its single track's attention with pair bias patched: a training step as the original's, on a pair mask with a
+    padding token, with Protenix's chunk size and kernel switch in the call."""
     from protenix.model.modules.pairformer import PairformerBlock
 
     from evofuse.integrations import protenix as integration
