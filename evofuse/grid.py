@@ -1,7 +1,8 @@
-"""`evofuse bench --grid`: awkward shapes of the three operations (B 1-3, S 1-2048, N 1-4096, c 8-32, heads
-1-8, head_dim 3-64), each timed forward and forward + backward for evofuse and for eager PyTorch in the same
-dtype (float32 and bfloat16). A ratio is evofuse's median time over the other's: evofuse against eager in its
-dtype, and evofuse bfloat16 against evofuse float32; the worst of each is printed last and written to grid.csv."""
+"""`evofuse bench --grid`: awkward shapes of the operations that declare them (`Operation.grid`: the Outer Product
+Mean's, row attention's and pair-weighted averaging's, B 1-3, S 1-2048, N 1-4096, c 8-32, heads 1-8, head_dim 3-64),
+each timed forward and forward + backward for evofuse and for eager PyTorch in the same dtype (float32 and bfloat16).
+A ratio is evofuse's median time over the other's: evofuse against eager in its dtype, and evofuse bfloat16 against
+evofuse float32; the worst of each is printed last and written to grid.csv."""
 
 from __future__ import annotations
 
@@ -12,28 +13,19 @@ from pathlib import Path
 import torch
 
 from ._timing import measure
-from .operations import operation
+from .operations import OPERATIONS, operation
 from .suite import Case, make_inputs, make_module
-
-# (B, S, N, D, pair_dim, c), (B, S, N, D, pair_dim, heads) and (B, S, N, D, pair_dim, heads, head_width)
-OPM_GRID = ((1, 1, 129, 256, 128, 32), (2, 300, 61, 64, 32, 8), (3, 17, 97, 48, 16, 16), (1, 2048, 64, 64, 64, 32),
-            (1, 8, 1024, 128, 128, 32), (2, 1, 1, 16, 8, 8), (1, 64, 300, 96, 128, 32), (1, 4, 2048, 32, 32, 16))
-ATT_GRID = ((1, 33, 129, 256, 128, 8), (3, 5, 97, 96, 24, 3), (1, 16, 200, 256, 64, 4), (1, 4, 4096, 64, 32, 4),
-            (2, 1, 1, 16, 8, 1), (1, 128, 64, 24, 16, 8), (1, 2048, 32, 64, 16, 8), (2, 64, 256, 128, 64, 2))
-PWA_GRID = ((1, 1, 129, 64, 128, 8, 8), (2, 300, 61, 32, 16, 3, 8), (3, 17, 97, 48, 16, 4, 3), (1, 2048, 64, 64, 64, 8, 32),
-            (1, 16, 1024, 64, 128, 8, 32), (2, 1, 1, 16, 8, 1, 8), (1, 4, 2048, 64, 128, 8, 8))
-
-
-GRIDS = {"opm": OPM_GRID, "att": ATT_GRID, "pwa": PWA_GRID}
 
 
 def _cases(ops: str = "all") -> list[Case]:
-    """The grid's cases of the operations `ops` ('all' or comma-separated names of GRIDS)."""
-    names = list(GRIDS) if ops == "all" else [op.strip() for op in ops.split(",")]
-    unknown = [op for op in names if op not in GRIDS]
+    """The grid's cases of the operations `ops` ('all': every registered operation that declares a grid, or
+    comma-separated keys of those, `Operation.grid`)."""
+    gridded = [key for key, op in OPERATIONS.items() if op.grid]
+    names = gridded if ops == "all" else [op.strip() for op in ops.split(",")]
+    unknown = [op for op in names if op not in gridded]
     if unknown:
-        raise ValueError(f"grid: unknown operation(s) {unknown}; expected 'all' or some of {list(GRIDS)}")
-    return [Case(f"{op}-" + "x".join(map(str, s)), op, *s) for op in names for s in GRIDS[op]]
+        raise ValueError(f"grid: unknown operation(s) {unknown}; expected 'all' or some of {gridded}")
+    return [Case(f"{op}-" + "x".join(map(str, s)), op, *s) for op in names for s in OPERATIONS[op].grid]
 
 
 def _time(case: Case, dtype: torch.dtype, impl: str, train: bool) -> float:

@@ -68,7 +68,8 @@ class Operation:
     "pair" (pair, pair mask) or "single_pair" (single (B, N, D), pair, token mask (B, N)); fully_masked: what a suite
     input masks whole, "residue" (a residue in every MSA row, or a token), "row" (an MSA row) or "pair_row" (a
     residue's every pair); flops(case) and reference_bytes(case): the forward's
-    matrix-product work and the float64 reference's largest tensor; cases: its suite cases."""
+    matrix-product work and the float64 reference's largest tensor; cases: its suite cases; grid: the awkward shapes
+    `evofuse bench --grid` times it at, each (B, S, N, D, pair, width[, head]) as a Case takes them."""
 
     key: str
     build: Callable[..., nn.Module]
@@ -81,6 +82,7 @@ class Operation:
     flops: Callable[[Case], float]
     reference_bytes: Callable[[Case], float]
     cases: tuple[Case, ...]
+    grid: tuple[tuple[int, ...], ...] = ()
 
     def module_params(self, mod: nn.Module) -> tuple:
         """The module's parameters in the reference's order (None where a path passes through None)."""
@@ -127,7 +129,9 @@ OPERATIONS: dict[str, Operation] = {op.key: op for op in (
         lambda c: 2.0 * c.B * (c.S * c.N * c.D * 2 * c.width + c.N ** 2 * c.width ** 2 * (c.S + c.pair)),
         lambda c: 0.0,
         (Case("opm-seed", "opm", 2, 8, 32, 64, 64, 32), Case("opm-af2-main", "opm", 1, 512, 384, 256, 128, 32),
-         Case("opm-af2-extra", "opm", 1, 1024, 384, 64, 128, 32), Case("opm-long", "opm", 1, 512, 1024, 256, 128, 32))),
+         Case("opm-af2-extra", "opm", 1, 1024, 384, 64, 128, 32), Case("opm-long", "opm", 1, 512, 1024, 256, 128, 32)),
+        ((1, 1, 129, 256, 128, 32), (2, 300, 61, 64, 32, 8), (3, 17, 97, 48, 16, 16), (1, 2048, 64, 64, 64, 32),
+         (1, 8, 1024, 128, 128, 32), (2, 1, 1, 16, 8, 8), (1, 64, 300, 96, 128, 32), (1, 4, 2048, 32, 32, 16))),
     Operation(
         "att", lambda c, **kw: MSARowAttentionWithPairBias(c.D, c.pair, c.width, **kw), "layer_norm",
         _linears("layer_norm", "query", "key", "value", "gate", "out_proj", "pair_bias"),
@@ -135,7 +139,9 @@ OPERATIONS: dict[str, Operation] = {op.key: op for op in (
         lambda c: 2.0 * c.B * (c.S * c.N * c.D * 5 * c.D + 2 * c.S * c.N ** 2 * c.D + c.N ** 2 * c.pair * c.width),
         _attention_bytes,
         (Case("att-seed", "att", 2, 8, 32, 64, 64, 4), Case("att-af2-main", "att", 1, 512, 384, 256, 128, 8),
-         Case("att-long", "att", 1, 128, 1024, 256, 128, 8))),
+         Case("att-long", "att", 1, 128, 1024, 256, 128, 8)),
+        ((1, 33, 129, 256, 128, 8), (3, 5, 97, 96, 24, 3), (1, 16, 200, 256, 64, 4), (1, 4, 4096, 64, 32, 4),
+         (2, 1, 1, 16, 8, 1), (1, 128, 64, 24, 16, 8), (1, 2048, 32, 64, 16, 8), (2, 64, 256, 128, 64, 2))),
     Operation(
         "pwa", _pwa_module, "norm_m",
         ("norm_m.weight", "norm_m.bias", "norm_z.weight", "norm_z.bias", "proj_m.weight", "proj_g.weight",
@@ -144,7 +150,9 @@ OPERATIONS: dict[str, Operation] = {op.key: op for op in (
                                + c.N ** 2 * c.S * c.width * c.head),
         lambda c: 0.0,
         (Case("pwa-seed", "pwa", 2, 8, 32, 64, 32, 4, 8), Case("pwa-boltz", "pwa", 1, 1024, 384, 64, 128, 8, 32),
-         Case("pwa-af3", "pwa", 1, 1024, 384, 64, 128, 8, 8), Case("pwa-long", "pwa", 1, 256, 2048, 64, 128, 8, 32))),
+         Case("pwa-af3", "pwa", 1, 1024, 384, 64, 128, 8, 8), Case("pwa-long", "pwa", 1, 256, 2048, 64, 128, 8, 32)),
+        ((1, 1, 129, 64, 128, 8, 8), (2, 300, 61, 32, 16, 3, 8), (3, 17, 97, 48, 16, 4, 3), (1, 2048, 64, 64, 64, 8, 32),
+         (1, 16, 1024, 64, 128, 8, 32), (2, 1, 1, 16, 8, 1, 8), (1, 4, 2048, 64, 128, 8, 8))),
     Operation(
         "tri", lambda c, **kw: TriangleAttention(c.D, c.head, c.width, **kw), "layer_norm",
         ("layer_norm.weight", "layer_norm.bias", "linear.weight", *_GATED), ref.triangle_attention_reference, _heads,

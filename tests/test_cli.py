@@ -122,18 +122,20 @@ def test_grid_report(tmp_path, monkeypatch, capsys):
     import csv
 
     from evofuse import grid
+    from evofuse.operations import OPERATIONS
 
+    shapes = {key: len(op.grid) for key, op in OPERATIONS.items()}
     times = {("evofuse", "float32"): 2.0, ("eager", "float32"): 1.0, ("evofuse", "bfloat16"): 0.5,
              ("eager", "bfloat16"): 1.0}
     monkeypatch.setattr(grid, "_time", lambda case, dtype, impl, train: times[impl, str(dtype)[6:]])
     rows = grid.run_grid(tmp_path)
-    assert len(rows) == 2 * (len(grid.OPM_GRID) + len(grid.ATT_GRID) + len(grid.PWA_GRID))
+    assert len(rows) == 2 * sum(shapes.values()) and shapes["opm"] and shapes["att"] and shapes["pwa"]
     assert all(r["fp32 ratio"] == 2.0 and r["bf16 ratio"] == 0.5 and r["bf16/fp32"] == 0.25 for r in rows)
     out = capsys.readouterr().out
     assert "worst fp32 ratio: 2.00" in out and "worst bf16/fp32: 0.25" in out
     assert len(list(csv.DictReader(open(tmp_path / "grid.csv")))) == len(rows)
     part = grid.run_grid(tmp_path, "pwa, att")
-    assert len(part) == 2 * (len(grid.PWA_GRID) + len(grid.ATT_GRID)) and part[0]["shape"].startswith("pwa-")
+    assert len(part) == 2 * (shapes["pwa"] + shapes["att"]) and part[0]["shape"].startswith("pwa-")
     assert len(list(csv.DictReader(open(tmp_path / "grid-pwa-att.csv")))) == len(part)
     with pytest.raises(ValueError, match="unknown operation"):
         grid.run_grid(tmp_path, "opm,xyz")
