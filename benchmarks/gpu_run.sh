@@ -47,7 +47,7 @@ fi
 if [ "${BENCH:-1}" = 1 ]; then
   grid="${GRID:-}"
   [ "$grid" = 1 ] && grid=all
-  timeout "$limit" python3 -m evofuse bench --suite "${SUITE:-all}" --train --peers "${PEERS:-all}" \
+  timeout "$limit" python3 benchmarks/bench.py --suite "${SUITE:-all}" --train --peers "${PEERS:-all}" \
     ${DTYPE:+--dtype "$DTYPE"} ${grid:+--grid "$grid"} $([ "${HOST:-0}" = 1 ] && echo --host) --out "$out" \
     > "$out/bench.log" 2>&1
   check bench $?

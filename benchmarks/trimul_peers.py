@@ -17,9 +17,9 @@ from functools import partial
 from pathlib import Path
 
 import torch
+from peers import cueq_trimul_peer
 
 from evofuse._timing import autocast_call, measure
-from evofuse.peers import cueq_trimul_peer
 from evofuse.suite import Case, make_inputs, make_module
 
 # (name, module dtype, builder(mod) -> callable(z, mask)) of each implementation

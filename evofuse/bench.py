@@ -1,4 +1,6 @@
-"""`evofuse bench`: evofuse against every importable peer, forward and forward+backward.
+"""`evofuse bench`: evofuse against eager PyTorch and torch.compile of each operation's reference, and against the
+peers a caller registers (`benchmarks/bench.py`: the models' kernel libraries and modules), forward and
+forward+backward.
 
 Each (case, implementation) row gets the median time of `triton.testing.do_bench` and the peak
 memory allocated beyond the inputs and parameters. A peer that fails or runs out of memory is kept
@@ -20,15 +22,15 @@ import torch
 from ._timing import autocast_call, graphed, host_ms, kernel_launches, measure, reduce_overhead, training_step
 from .numerics import rel_error
 from .operations import OPERATIONS, operation
-from .peers import PEERS
 from .suite import Case, make_inputs, make_module, suite_cases
 
 # ---------------------------------------------------------------- the implementations timed
 
 
-def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, object]]:
+def implementations(case: Case, dtypes: list[str], peers: dict | None = None) -> list[tuple[str, str, object]]:
     """(name, dtype of the module, builder(mod) -> callable(*inputs)) for every implementation: eager PyTorch and
-    torch.compile of the operation's reference, its peers (`evofuse.peers.PEERS`), and evofuse's rows."""
+    torch.compile of the operation's reference, its peers (`peers`: each operation's key to its (name, dtype,
+    builder) list), and evofuse's rows."""
     op = operation(case)
     reference_fn = op.reference_call(case)
     params = op.module_params
@@ -46,7 +48,7 @@ def implementations(case: Case, dtypes: list[str]) -> list[tuple[str, str, objec
 
     impls = [("eager fp32", "float32", eager), ("eager bf16", "bfloat16", eager),
              ("eager bf16 autocast", "float32", autocast), ("torch.compile fp32", "float32", compiled),
-             ("torch.compile bf16", "bfloat16", compiled), *PEERS.get(case.op, [])]
+             ("torch.compile bf16", "bfloat16", compiled), *(peers or {}).get(case.op, [])]
     for dt in dtypes:
         short = {"float32": "fp32", "bfloat16": "bf16"}[dt]
         impls.append((f"evofuse {short}", dt, lambda mod: mod))
@@ -97,12 +99,14 @@ def _worst_error(fn, inputs, leaves, exact) -> float | None:
     return max([rel_error(out, out_exact), *errors])
 
 
-def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | None, host: bool = False) -> list[dict]:
-    """Every implementation's row for one case (forward, or a training step where `train`); with `host`, each row's
-    host time of a call with the GPU idle beside its median (`_timing.host_ms`)."""
+def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | None, host: bool = False,
+               peer_table: dict | None = None) -> list[dict]:
+    """Every implementation's row for one case (forward, or a training step where `train`), the peers of
+    `peer_table` named in `peers` (None: all); with `host`, each row's host time of a call with the GPU idle beside
+    its median (`_timing.host_ms`)."""
     rows = []
     exact = _exact(case, train)
-    for name, dt, build in implementations(case, dtypes):
+    for name, dt, build in implementations(case, dtypes, peer_table):
         if peers is not None and not name.startswith("evofuse") and name != BASELINE and name not in peers:
             continue
         row = {"case": case.name, "impl": name, "dtype": dt, "mode": "fwd+bwd" if train else "fwd"}
@@ -220,9 +224,10 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 
 
 def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers: str, grid: str | None = None,
-              host: bool = False) -> int:
-    """Times the suite's cases (see the module's docstring), then with `grid` ('all' or comma-separated
-    operations) the awkward shapes of `evofuse.grid` against eager PyTorch in the same dtype."""
+              host: bool = False, peer_table: dict | None = None) -> int:
+    """Times the suite's cases (see the module's docstring) with the peers of `peer_table` that `peers` names
+    ('all', 'none' or comma-separated), then with `grid` ('all' or comma-separated operations) the awkward shapes of
+    `evofuse.grid` against eager PyTorch in the same dtype."""
     if not torch.cuda.is_available():
         print("evofuse bench: no CUDA device here; the benchmark times the fused kernels on a GPU "
               "(`evofuse check` runs on a CPU)")
@@ -238,9 +243,9 @@ def run_bench(suite: str, dtypes: list[str] | None, train: bool, out: str, peers
     rows = []
     folder = _gpu_folder(Path(out), gpu)
     for case in _select(suite):
-        rows += bench_case(case, dtypes, False, peer_set, host)
+        rows += bench_case(case, dtypes, False, peer_set, host, peer_table)
         if train:
-            rows += bench_case(case, dtypes, True, peer_set, host)
+            rows += bench_case(case, dtypes, True, peer_set, host, peer_table)
         # the rows so far, so that a run stopped by a time limit keeps them
         (folder / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     folder = write_results(rows, meta, Path(out)) if rows else _gpu_folder(Path(out), gpu)

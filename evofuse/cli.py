@@ -6,7 +6,8 @@ import argparse
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, peers: dict | None = None) -> int:
+    """`peers`: the benchmark's peers by operation (`benchmarks/bench.py` passes the lab's), for `bench`."""
     parser = argparse.ArgumentParser(prog="evofuse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -19,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="'triton' without a GPU runs the kernels in Triton's interpreter (slow; correctness only)")
     check.add_argument("--precision", choices=["default", "fast"], default="default")
 
-    bench = sub.add_parser("bench", help="time evofuse against every importable peer")
+    bench = sub.add_parser("bench", help="time evofuse against eager PyTorch, torch.compile and any peers given")
     bench.add_argument("--suite", default="all",
                        help="'all', an operation (its key in evofuse.operations: opm, trimul, ...), 'none' or "
                             "comma-separated case names")
@@ -28,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--train", action="store_true", help="also time forward+backward")
     bench.add_argument("--out", default="benchmarks/results", help="results folder (a subfolder per GPU)")
     bench.add_argument("--peers", default="all",
-                       help="'all', 'none' (evofuse and eager bf16, the baseline, alone) or comma-separated peer names")
+                       help="'all', 'none' (evofuse and eager bf16, the baseline, alone) or comma-separated peer names "
+                            "(peers: those benchmarks/bench.py gives)")
     bench.add_argument("--host", action="store_true",
                        help="also time each row's host cost: the median time to enqueue one call with the GPU idle")
     bench.add_argument("--grid", nargs="?", const="all", default=None, metavar="OPS",
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_check(args.trials, args.dtype, args.case, args.impl, args.precision)
     from .bench import run_bench
 
-    return run_bench(args.suite, args.dtype, args.train, args.out, args.peers, args.grid, args.host)
+    return run_bench(args.suite, args.dtype, args.train, args.out, args.peers, args.grid, args.host, peers)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The benchmark's peers: other implementations of each operation (the models' kernel libraries, PyTorch's
 attention paths, the models' own modules), each a builder of a callable taking the suite case's inputs. An
-implementation that is not installed fails at its row, which keeps the reason."""
+implementation that is not installed fails at its row, which keeps the reason. The lab's, beside the package:
+`benchmarks/bench.py` runs `evofuse bench` with them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from functools import partial
 
 import torch
 
-from ._timing import autocast_call, compiled_reduce_overhead, graphed_compiled, graphed_reference
+from evofuse._timing import autocast_call, compiled_reduce_overhead, graphed_compiled, graphed_reference
 
 # ---------------------------------------------------------------- peers: Outer Product Mean
 
@@ -155,7 +156,7 @@ def _row_attention_stand_in(mod, z, mask):
     """The module's starting-node triangle attention as row attention computes it (z's rows as MSA rows, z as their
     pair, the LayerNorm applied twice: to the rows and, fused, to the bias's pair): what the triangle operation's
     single LayerNorm must beat."""
-    from .functional import msa_row_attention
+    from evofuse.functional import msa_row_attention
 
     ln, mha = mod.layer_norm, mod.mha
     return msa_row_attention(
