@@ -198,6 +198,23 @@ def l2_cache_bytes(device: torch.device) -> int:
     return _properties(device).L2_cache_size
 
 
+# an inference call runs in row chunks where its working set would take more than this share of the free memory;
+# free memory is asked (a driver call) only for working sets of more than SMALL_SHARE of the device's memory
+FREE_MEMORY_SHARE = 0.25
+SMALL_SHARE = 1 / 64
+
+
+def rows_that_fit(rows: int, row_bytes: int, device: torch.device, fixed_bytes: int = 0) -> int:
+    """Rows an inference call takes at a time, each `row_bytes` of working set beside `fixed_bytes` held for all of
+    them: all of them, unless the whole would pass FREE_MEMORY_SHARE of the CUDA device's free memory (its caching
+    allocator's free blocks included); then as many as fit that share (at least one). All rows off CUDA, where no
+    free memory is known, and where the whole takes at most SMALL_SHARE of the device's memory."""
+    if device.type != "cuda" or rows * row_bytes + fixed_bytes <= SMALL_SHARE * memory_bytes(device):
+        return max(rows, 1)
+    free = torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return max(1, min(rows, (int(FREE_MEMORY_SHARE * free) - fixed_bytes) // max(row_bytes, 1)))
+
+
 def memory_bytes(device: torch.device) -> int:
     """A CUDA device's memory in bytes, read on first use."""
     return _properties(device).total_memory

@@ -142,7 +142,7 @@ def _trimul_args(train, outgoing=True, mask=True, bias=True):
     params = [t if t is None else t.detach().requires_grad_(train) for t in (
         mod.norm_in.weight, mod.norm_in.bias, *joined, mod.norm_out.weight, mod.norm_out.bias, mod.p_out.weight,
         mod.p_out.bias)]
-    return (x, pair_mask, *params, outgoing, "default", train)
+    return (x, pair_mask, *params, outgoing, "default", 0, train)
 
 
 @pytest.mark.no_poison

@@ -182,6 +182,7 @@ def test_bad_arguments_are_named(name, value, exc):
 
 
 @pytest.mark.parametrize("change, pattern", [
+    (dict(chunk_size=0), "chunk_size must be a positive integer or None"),
     (dict(pair_repr=torch.randn(2, 4, 5, 8)), r"pair_repr must be a tensor of shape \(\.\.\., N, N, c\)"),
     (dict(precision="tf32"), "precision must be one of"), (dict(impl="cuda"), "impl / EVOFUSE_IMPL must be one of")])
 def test_bad_options_are_named(change, pattern):
@@ -189,3 +190,22 @@ def test_bad_options_are_named(change, pattern):
         evofuse.triangle_multiplication(**{**_valid_arguments(), **change})
     with pytest.raises(ValueError, match="c_hidden must be a positive integer"):
         TriangleMultiplication(8, 0)
+
+
+@pytest.mark.parametrize("outgoing, dtype", [(True, torch.float32), (False, torch.float32), (False, LOW)])
+def test_inference_in_row_chunks_matches_one_call(outgoing, dtype):
+    """An inference call in chunks of output rows (5 of 16, the last chunk short; b made once for every pair, a
+    batch element at a time, a bool mask with a fully masked residue) gives the one-call output, both directions,
+    and at its peak holds less than the one call does: a and t, c planes each, never whole."""
+    from .helpers import peak_live_bytes
+
+    mod = _module(8, 16, outgoing, seed=15, bias=True).to(DEVICE, dtype)
+    z, mask = _inputs(2, 16, 8, 16)
+    args = dict(pair_repr=z.to(DEVICE, dtype), pair_mask=mask.bool().to(DEVICE), outgoing=outgoing, impl="triton",
+                **{name.replace(".", "_"): p.detach() for name, p in mod.named_parameters()})
+
+    def call(chunk_size):
+        with torch.no_grad():
+            return evofuse.triangle_multiplication(**args, chunk_size=chunk_size)
+    torch.testing.assert_close(call(5), call(None), rtol=1e-5 if dtype == torch.float32 else 1e-3, atol=1e-5)
+    assert peak_live_bytes(lambda: call(5)) < 0.75 * peak_live_bytes(lambda: call(None))

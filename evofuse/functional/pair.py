@@ -124,6 +124,7 @@ def triangle_multiplication(
     g_out_bias: torch.Tensor | None,
     *,
     outgoing: bool = True,
+    chunk_size: int | None = None,
     precision: str = "default",
     impl: str | None = None,
 ) -> torch.Tensor:
@@ -139,6 +140,9 @@ def triangle_multiplication(
             g_in_bias: (2c,) or None; norm_out_weight, norm_out_bias: (c,); p_out_weight (c_z, c), p_out_bias (c_z,)
             or None; g_out_weight (c_z, c_z), g_out_bias (c_z,) or None (Boltz's and AF3's have no biases).
         outgoing: t[i, j] = sum_k a[i, k] b[j, k] (else incoming: sum_k a[k, i] b[k, j]).
+        chunk_size: output rows i an inference call (no gradient recorded) takes at a time, so that a and t (each c
+            planes of the pair) are never whole, b alone for every pair; None: all at once unless a, b and t would
+            pass a quarter of the CUDA device's free memory (then as many rows as fit it). The same output either way.
         precision, impl: as for `outer_product_mean`.
     Returns:
         (B, N, N, c_z) in pair_repr's dtype; the parameters are cast to it. 16-bit inputs accumulate in float32.
@@ -154,6 +158,8 @@ def triangle_multiplication(
         norm_out_weight="c", norm_out_bias="c", p_out_weight="cz c", p_out_bias="cz", g_out_weight="cz cz",
         g_out_bias="cz"), optional=("p_in_bias", "g_in_bias", "p_out_bias", "g_out_bias"))["cz"]
     check_last(pair_repr, "pair_repr", "..., N, N", cz, "norm_in_weight")
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
     z, mask, unbatched = pair_batched(pair_repr, pair_mask)
     weights = cast(params.values(), z.dtype)
 
@@ -164,7 +170,7 @@ def triangle_multiplication(
         nw_in, nb_in, p_in_w, p_in_b, g_in_w, g_in_b, nw_out, nb_out, p_out_w, p_out_b, g_out_w, g_out_b = weights
         joined = trimul.joined_inputs([p_in_w, g_in_w, g_out_w], [p_in_b, g_in_b, g_out_b])
         return unbatched(trimul.triangle_multiplication(z, mask, nw_in, nb_in, *joined, nw_out, nb_out, p_out_w,
-                                                        p_out_b, outgoing, precision, train)[0])
+                                                        p_out_b, outgoing, precision, chunk_size or 0, train)[0])
 
     return dispatch("triangle multiplication", z, (z, *weights), impl, reference, fused,
                     "float64" if z.dtype == torch.float64 else None)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import keep_for_backward, memory_bytes, operation, traced
+from ..._runtime import keep_for_backward, operation, rows_that_fit, traced
 from ...stages.attention.core import attention, core_backward, core_backward_op
 from ...stages.layer_norm_backward import layer_norm_linear_backward
 from ...stages.layer_norm_linear import joined_bias, layer_norm_linear
@@ -66,24 +66,10 @@ def triangle_attention_forward(pair_repr: Tensor, pair_mask: Tensor | None, laye
     return out, proj, gated if train else gated.new_empty(0), lse, z
 
 
-# an inference call runs in row chunks where its projections would take more than this share of the free memory;
-# free memory is asked (a driver call) only for projections of more than SMALL_SHARE of the device's memory
-FREE_MEMORY_SHARE = 0.25
-SMALL_SHARE = 1 / 64
-
-
 def inference_chunk_rows(pair_repr: Tensor, W: int) -> int:
-    """Rows i an inference call takes at a time: all of them, unless the projections (B, I, J, W) would pass
-    FREE_MEMORY_SHARE of the CUDA device's free memory (its caching allocator's free blocks included); then as many
-    as fit that share (at least one). All rows off CUDA, where no free memory is known, and where the projections
-    take at most SMALL_SHARE of the device's memory."""
+    """Rows i an inference call takes at a time (`_runtime.rows_that_fit`): a row's projections (B, J, W)."""
     B, rows, J, _ = pair_repr.shape
-    row_bytes = B * J * W * pair_repr.element_size()
-    if not pair_repr.is_cuda or rows * row_bytes <= SMALL_SHARE * memory_bytes(pair_repr.device):
-        return max(rows, 1)
-    free = torch.cuda.mem_get_info(pair_repr.device)[0]
-    free += torch.cuda.memory_reserved(pair_repr.device) - torch.cuda.memory_allocated(pair_repr.device)
-    return max(1, min(rows, int(FREE_MEMORY_SHARE * free) // max(row_bytes, 1)))
+    return rows_that_fit(rows, B * J * W * pair_repr.element_size(), pair_repr.device)
 
 
 def _chunked(pair_repr: Tensor, pair_mask: Tensor | None, layer_norm_weight: Tensor, layer_norm_bias: Tensor,

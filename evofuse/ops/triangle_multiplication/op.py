@@ -18,7 +18,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import autotuned, bucket, cdiv, custom_op, dot_precision, keep_for_backward, operation, traced
+from ..._runtime import (
+    autotuned,
+    bucket,
+    cdiv,
+    custom_op,
+    dot_precision,
+    keep_for_backward,
+    operation,
+    rows_that_fit,
+    traced,
+)
 from ...reference import LAYER_NORM_EPS
 from ...stages import layer_norm_glu
 from ...stages.layer_norm_backward import layer_norm_linear_backward
@@ -62,9 +72,9 @@ def _output(t: Tensor, pair_repr: Tensor, norm_in_weight: Tensor, norm_in_bias: 
     """The output side in one pass (`kernels.output_kernel`) from t (c, B, N, N) and the pair: out (B, N, N, c_z) =
     p_out(LN_out(t)) * sigmoid(g_out(LN_in(z))); or, given the output's gradient `grad` (B, N, N, c_z), any strides,
     y's gradient into `out` and g_out's pre-activation's into `d_gate_out` (c_z, B, N, N)."""
-    B, N, _, cz = pair_repr.shape
+    cz = pair_repr.shape[-1]
     c = t.shape[0]
-    M = B * N * N
+    M = pair_repr.shape[:-1].numel()  # (B N N, or a chunk's rows)
     if not M:
         return
     z = pair_repr.reshape(M, cz)
@@ -85,14 +95,19 @@ def _output(t: Tensor, pair_repr: Tensor, norm_in_weight: Tensor, norm_in_bias: 
 def triangle_multiplication_forward(pair_repr: Tensor, pair_mask: Tensor | None, norm_in_weight: Tensor,
                                     norm_in_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None,
                                     norm_out_weight: Tensor, norm_out_bias: Tensor, p_out_weight: Tensor,
-                                    p_out_bias: Tensor | None, outgoing: bool, precision: str,
+                                    p_out_bias: Tensor | None, outgoing: bool, precision: str, chunk_rows: int,
                                     train: bool) -> tuple[Tensor, Tensor]:
     """(out (B, N, N, c_z), t (c, B, N, N)): the output, and the product that the backward takes (empty unless
     `train`). pair_repr (B, N, N, c_z) any strides; pair_mask (B, N, N) 0/1 of any real dtype or None; in_weight (4c +
     c_z, c_z): p_a, p_b, g_a, g_b and g_out stacked, in_bias (4c + c_z,) or None; LN_out's (c,); p_out_weight (c_z, c),
-    p_out_bias (c_z,) or None."""
+    p_out_bias (c_z,) or None. chunk_rows: output rows i an inference call takes at a time (0: `inference_chunk_rows`
+    decides; a training call takes all)."""
     B, N, _, cz = pair_repr.shape
     c = norm_out_weight.shape[0]
+    rows = 0 if train else chunk_rows or inference_chunk_rows(pair_repr, c)
+    if 0 < rows < N:
+        return _chunked(pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, norm_out_weight,
+                        norm_out_bias, p_out_weight, p_out_bias, outgoing, precision, rows), pair_repr.new_empty(0)
     ab = _gated(pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, c, precision)
     t = _bmm(ab[:c], ab[c:], None if outgoing else True, precision)  # outgoing a b^T (sum_k a[i, k] b[j, k]), else a^T b
     del ab
@@ -102,15 +117,76 @@ def triangle_multiplication_forward(pair_repr: Tensor, pair_mask: Tensor | None,
     return out, (t if train else t.new_empty(0))
 
 
+def inference_chunk_rows(pair_repr: Tensor, c: int) -> int:
+    """Output rows i an inference call takes at a time (`_runtime.rows_that_fit`): a row's a (or its column, incoming)
+    and t, c channels each, beside b for every row (c planes)."""
+    B, N, _, _ = pair_repr.shape
+    row_bytes = 2 * c * B * N * pair_repr.element_size()
+    return rows_that_fit(N, row_bytes, pair_repr.device, fixed_bytes=N * row_bytes // 2)
+
+
+def _chunked(pair_repr: Tensor, mask: Tensor | None, norm_in_weight: Tensor, norm_in_bias: Tensor, in_weight: Tensor,
+             in_bias: Tensor | None, norm_out_weight: Tensor, norm_out_bias: Tensor, p_out_weight: Tensor,
+             p_out_bias: Tensor | None, outgoing: bool, precision: str, rows: int) -> Tensor:
+    """The inference forward `rows` output rows i at a time, a batch element at a time: b for every pair (c planes),
+    then per chunk a for its rows (outgoing: a[i, k]; incoming: a[k, i], from a contiguous copy of the pair's
+    columns i), t's rows by one batched product, and the output rows. a and t are never whole."""
+    B, N, _, cz = pair_repr.shape
+    c = norm_out_weight.shape[0]
+    out = pair_repr.new_empty(B, N, N, cz)
+    for b in range(B):
+        z = pair_repr[b]
+        m = None if mask is None else mask[b]
+        b_planes = _gated_half(z, m, norm_in_weight, norm_in_bias, in_weight, in_bias, c, 1, precision)  # (c, N, N)
+        for i0 in range(0, N, rows):
+            i1 = min(N, i0 + rows)
+            if outgoing:  # t[i, j] = sum_k a[i, k] b[j, k]
+                a = _gated_half(z[i0:i1], None if m is None else m[i0:i1], norm_in_weight, norm_in_bias, in_weight,
+                                in_bias, c, 0, precision)  # (c, R, N)
+                t = _planes_product(a, b_planes.transpose(1, 2), precision)
+            else:  # t[i, j] = sum_k a[k, i] b[k, j]
+                a = _gated_half(z[:, i0:i1].contiguous(), None if m is None else m[:, i0:i1].contiguous(),
+                                norm_in_weight, norm_in_bias, in_weight, in_bias, c, 0, precision)  # (c, N, R)
+                t = _planes_product(a.transpose(1, 2), b_planes, precision)
+            del a
+            _output(t[:, None], pair_repr[b:b + 1, i0:i1], norm_in_weight, norm_in_bias, in_weight, in_bias,
+                    norm_out_weight, norm_out_bias, p_out_weight, p_out_bias, precision, out[b:b + 1, i0:i1])
+    return out
+
+
+def _gated_half(z: Tensor, mask: Tensor | None, norm_in_weight: Tensor, norm_in_bias: Tensor, in_weight: Tensor,
+                in_bias: Tensor | None, c: int, half: int, precision: str) -> Tensor:
+    """a (half 0) or b (half 1) = p * sigmoid(g) * mask of the pairs z (..., c_z), channel major (c, ...): `_gated`'s
+    pass with that half's p and g rows alone."""
+    def rows_of(t):
+        return torch.cat([t[half * c:(half + 1) * c], t[(2 + half) * c:(3 + half) * c]])
+
+    M = z.shape[:-1].numel()
+    planes = z.new_empty(c, *z.shape[:-1])
+    layer_norm_glu.layer_norm_glu(z.reshape(M, z.shape[-1]), norm_in_weight, norm_in_bias, rows_of(in_weight),
+                                  None if in_bias is None else rows_of(in_bias),
+                                  None if mask is None else mask.reshape(M), planes.view(c, M).t(), "sigmoid",
+                                  precision)
+    return planes
+
+
+def _planes_product(u: Tensor, v: Tensor, precision: str) -> Tensor:
+    """u v per channel plane for u (c, R, K) and v (c, K, N), any strides: (c, R, N) contiguous, float32 by
+    `matmul`'s three TF32 products, else cuBLAS (float32 accumulation)."""
+    if uses_tensor_cores(u.dtype, precision):
+        return matmul_into(u, v, u.new_empty(u.shape[0], u.shape[1], v.shape[2]))
+    return torch.bmm(u, v)
+
+
 def _fake(pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, norm_out_weight, norm_out_bias,
-          p_out_weight, p_out_bias, outgoing, precision, train):
+          p_out_weight, p_out_bias, outgoing, precision, chunk_rows, train):
     B, N, _, cz = pair_repr.shape
     c = norm_out_weight.shape[0]
     return pair_repr.new_empty(B, N, N, cz), pair_repr.new_empty((c, B, N, N) if train else (0,))
 
 
 def _setup_context(ctx, inputs, output):
-    pair_repr, pair_mask, *params, outgoing, precision, _ = inputs
+    pair_repr, pair_mask, *params, outgoing, precision, _, _ = inputs
     keep_for_backward(ctx, [pair_repr, pair_mask, *params], [output[1]], outgoing=outgoing, precision=precision)
 
 
