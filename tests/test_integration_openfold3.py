@@ -143,3 +143,27 @@ def test_patched_pairformer_block_matches_openfold3():
         ["attn_pair_bias", "pair_stack.pair_transition", "pair_stack.tri_att_end", "pair_stack.tri_att_start",
          "pair_stack.tri_mul_in", "pair_stack.tri_mul_out", "single_transition"],
         lambda block, *x: block(*x, chunk_size=None, use_lma=False, inplace_safe=False))
+
+
+@pytest.mark.parametrize("shared_pair", [False, True])
+def test_patched_diffusion_transformer_block_matches_openfold3(shared_pair):
+    """OpenFold3's DiffusionTransformerBlock: its attention with pair bias after the adaptive LayerNorm, gated by s,
+    computed by evofuse (a padding token masked); a pair shared by two samples (one leading dimension fewer) gives its
+    bias once to both: a training step as the original's."""
+    from openfold3.core.model.layers.diffusion_transformer import DiffusionTransformerBlock
+
+    from evofuse.integrations import openfold3 as integration
+
+    torch.manual_seed(0)
+    original = randomize(DiffusionTransformerBlock(c_a=C_M, c_s=8, c_z=C_Z, c_hidden=8, no_heads=2, n_transition=2,
+                                                   n_query=None, n_key=None, inf=1e9), 1).to(DEVICE)
+    g = torch.Generator().manual_seed(3)
+    a, s = torch.randn(1, 2, N, C_M, generator=g), torch.randn(1, 2, N, 8, generator=g)
+    z = torch.randn(1, 1 if shared_pair else 2, N, N, C_Z, generator=g)
+    if shared_pair:
+        z = z[:, 0]
+    mask = torch.ones(1, 2, N)
+    mask[..., -1] = 0
+    assert_patched_block_matches(integration, original, [t.to(DEVICE) for t in (a, z, s, mask)],
+                                 ["attention_pair_bias"],
+                                 lambda block, a, z, s, mask: block(a=a, s=s, z=z, mask=mask))

@@ -143,3 +143,23 @@ def test_triangle_multiplication_under_float16_autocast_computes_in_float32(monk
     assert ours.dtype == theirs.dtype == torch.float16
     assert torch.isfinite(ours).all() and torch.isfinite(theirs).all()
     torch.testing.assert_close(ours.float(), theirs.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_patched_diffusion_transformer_block_matches_protenix(local):
+    """Protenix's DiffusionTransformerBlock: its conditioned attention with pair bias (adaptive LayerNorm of a by s,
+    the output gated by s) computed by evofuse, the pair's bias from z: a training step as the original's. With
+    local attention (the atom transformer's n_queries and n_keys, z in blocks) the original's forward runs."""
+    from protenix.model.modules.transformer import DiffusionTransformerBlock
+
+    from evofuse.integrations import protenix as integration
+
+    torch.manual_seed(0)
+    block = randomize(DiffusionTransformerBlock(n_heads=2, c_a=C_M, c_s=8, c_z=C_Z), 5).to(DEVICE)
+    g = torch.Generator().manual_seed(6)
+    N = 8
+    a, s = torch.randn(2, N, C_M, generator=g), torch.randn(2, N, 8, generator=g)
+    z = torch.randn(2, 2, 4, 8, C_Z, generator=g) if local else torch.randn(2, N, N, C_Z, generator=g)
+    window = dict(n_queries=4, n_keys=8) if local else {}
+    assert_patched_block_matches(integration, block, [t.to(DEVICE) for t in (a, s, z)], ["attention_pair_bias"],
+                                 lambda b, *x: b(*x, **window))

@@ -6,8 +6,8 @@
 block's `tri_att_start` and `tri_att_end`) and `...triangular_multiplicative_update`'s
 TriangleMultiplication{Outgoing, Incoming} and their fused forms (`tri_mul_out`, `tri_mul_in`) and
 `openfold3.core.model.layers.transition`'s `SwiGLUTransition` and `ReLUTransition` and
-`openfold3.core.model.layers.attention_pair_bias.AttentionPairBias` (the Pairformer's `attn_pair_bias`) inside
-`model`, in place; `unpatch(model)` undoes it.
+`openfold3.core.model.layers.attention_pair_bias.AttentionPairBias` (the Pairformer's `attn_pair_bias`) and its
+`DiffusionAttentionPairBias` (the diffusion transformer's) inside `model`, in place; `unpatch(model)` undoes it.
 
 The replacements hold the original submodules (the same Parameters under the same names), so checkpoints load
 unchanged, and take OpenFold3's calls (`pwa(m, z, mask, chunk_size, use_softmax_kernel)`,
@@ -113,6 +113,49 @@ class FusedAttentionPairBias(nn.Module):
                 mask_mode="add").squeeze(-3)
 
 
+class FusedDiffusionAttentionPairBias(nn.Module):
+    """OpenFold3's DiffusionAttentionPairBias (the diffusion transformer's: `layer_norm_a` an adaptive LayerNorm of a
+    by s, `linear_z` the pair's projection, `mha` with q's bias alone, the output gated by sigmoid(`linear_ada_out`(s)))
+    computed by `evofuse.attention_pair_bias` after the module's own adaptive LayerNorm; a pair shared by the samples
+    (fewer leading dimensions than a's) is projected once and its bias broadcast."""
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        self.c_q, self.c_s, self.c_z, self.inf = original.c_q, original.c_s, original.c_z, original.inf
+        for name in ("layer_norm_a", "linear_ada_out", "linear_z", "mha", "sigmoid"):
+            setattr(self, name, getattr(original, name))
+
+    @staticmethod
+    def unsupported_reason(module: nn.Module) -> str | None:
+        mha = module.mha
+        if mha.linear_g is None:
+            return "attention without gating"
+        if module.inf < FusedOpenFoldRowAttention.MIN_INF:
+            return f"inf {module.inf} (fused: masked keys as -1e9, equal for inf >= 1e9)"
+        if any(layer.bias is not None for layer in (mha.linear_k, mha.linear_v, mha.linear_g, mha.linear_o,
+                                                    module.linear_z)):
+            return "biases beside the query's"
+        return check_linears(mha.linear_q, mha.linear_k, mha.linear_v, mha.linear_g, mha.linear_o, module.linear_z)
+
+    def forward(self, a: torch.Tensor, z: torch.Tensor, s: torch.Tensor, mask: torch.Tensor | None = None,
+                **switches) -> torch.Tensor:
+        """a (*, N, c_q), z (*, N, N, c_z) (or fewer leading dimensions), s (*, N, c_s), mask (*, N) or None ->
+        (*, N, c_q) in the compute dtype."""
+        x = self.layer_norm_a(a, s)
+        dtype, mha = autocast_dtype(x), self.mha
+        lead = x.shape[:-2]
+        mask = None if mask is None else mask.expand(x.shape[:-1])
+        with torch.autocast(x.device.type, enabled=False):
+            z, weight = z.to(dtype), self.linear_z.weight
+            if z.shape[:-3] != lead:  # (one pair for every sample: its bias projected once, broadcast)
+                z = torch.nn.functional.linear(z, weight.to(dtype))
+                z, weight = z.expand(*lead, *z.shape[-3:]), None
+            out = functional.attention_pair_bias(
+                x.to(dtype), z, mask, mha.linear_q.weight, mha.linear_q.bias, mha.linear_k.weight, mha.linear_v.weight,
+                mha.linear_g.weight, mha.linear_o.weight, None, None, weight, num_heads=mha.no_heads)
+        return self.sigmoid(self.linear_ada_out(s)) * out
+
+
 class FusedTriangleAttention(FusedOpenFoldTriangleAttention):
     """OpenFold3's TriangleAttention: OpenFold's with the bias projection named `linear_z` and the `transpose_bias`
     flag (its blocks call the ending node on the transposed pair with the bias transposed)."""
@@ -163,6 +206,7 @@ REPLACEMENTS = {
     ("openfold3.core.model.layers.transition", "SwiGLUTransition"): FusedSwiGLUTransition,
     ("openfold3.core.model.layers.transition", "ReLUTransition"): FusedReLUTransition,
     ("openfold3.core.model.layers.attention_pair_bias", "AttentionPairBias"): FusedAttentionPairBias,
+    ("openfold3.core.model.layers.attention_pair_bias", "DiffusionAttentionPairBias"): FusedDiffusionAttentionPairBias,
 }
 
 

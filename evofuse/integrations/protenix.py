@@ -3,8 +3,9 @@
 `protenix.model.triangular.triangular.TriangleAttention` (and `TriangleAttentionEndingNode`: the Pairformer's and
 the MSA module's `tri_att_start`, `tri_att_end`) and its `TriangleMultiplicationOutgoing` and
 `TriangleMultiplicationIncoming` (`tri_mul_out`, `tri_mul_in`) and `protenix.model.modules.primitives.Transition`
-(the Pairformer's and the MSA module's transitions) and `protenix.model.modules.transformer.AttentionPairBias` without
-conditioning (the Pairformer's `attention_pair_bias`) inside `model`, in place; `unpatch(model)` undoes it.
+(the Pairformer's and the MSA module's transitions) and `protenix.model.modules.transformer.AttentionPairBias` (the
+Pairformer's `attention_pair_bias` and the diffusion transformer's, conditioned) inside `model`, in place;
+`unpatch(model)` undoes it.
 
 The replacements hold the original submodules (the same Parameters under the same names), so checkpoints load
 unchanged, and take Protenix's calls (`pwa(m, z)`, `opm(m, mask, chunk_size, inplace_safe)`, `tri(x, mask,
@@ -16,6 +17,8 @@ fuse stays as it is, with a warning naming it.
 """
 
 from __future__ import annotations
+
+import types
 
 import torch
 from torch import nn
@@ -96,44 +99,61 @@ class FusedTriangleMultiplication(_Float32UnderFloat16, FusedOpenFoldTriangleMul
 
 
 class FusedAttentionPairBias(nn.Module):
-    """Protenix's AttentionPairBias without conditioning (the Pairformer's single track, AF3 Algorithm 24:
-    `layernorm_a`, `layernorm_z` without offset, `linear_nobias_z`, `attention` with q's bias alone; no mask) computed
-    by `evofuse.msa_row_attention` as one row of N tokens, both LayerNorms fused into their projections. The
-    diffusion transformer's conditioned form (`has_s`) and the atom transformer's cross and local attention stay."""
+    """Protenix's AttentionPairBias (AF3 Algorithm 24: `layernorm_a`, a LayerNorm or, conditioned (`has_s`), an
+    adaptive one of a by s; `layernorm_z` without offset, `linear_nobias_z`, `attention` with q's bias alone; the
+    conditioned output gated by sigmoid(`linear_a_last`(s)); no mask): the Pairformer's by `evofuse.msa_row_attention`
+    as one row of N tokens (both LayerNorms fused into their projections), the diffusion transformer's by
+    `evofuse.attention_pair_bias` after the module's own adaptive LayerNorm. The atom transformer's local attention
+    (`n_queries`, `n_keys`) runs the original's forward; cross attention stays unreplaced."""
 
     def __init__(self, original: nn.Module):
         super().__init__()
         self.n_heads, self.has_s = original.n_heads, original.has_s
         self.cross_attention_mode = original.cross_attention_mode
-        for name in ("layernorm_a", "attention", "layernorm_z", "linear_nobias_z"):
-            setattr(self, name, getattr(original, name))
+        self.local_attention_method = original.local_attention_method
+        for name in ("layernorm_a", "attention", "layernorm_z", "linear_nobias_z", "linear_a_last"):
+            if hasattr(original, name):
+                setattr(self, name, getattr(original, name))
+        self.original_forward = type(original).forward
+        self.local_multihead_attention = types.MethodType(type(original).local_multihead_attention, self)
 
     @staticmethod
     def unsupported_reason(module: nn.Module) -> str | None:
-        if module.has_s or module.cross_attention_mode:
-            return "a conditioned or cross attention (the diffusion and atom transformers')"
-        attention = module.attention
-        if attention.linear_g is None:
+        if module.cross_attention_mode:
+            return "a cross attention (the atom transformer's)"
+        if module.attention.linear_g is None:
             return "attention without gating"
         if module.layernorm_z.weight is None or module.layernorm_z.eps != LAYER_NORM_EPS:
             return "a pair LayerNorm without scale or of another eps"
-        return check_layer_norm(module.layernorm_a)
+        return None if module.has_s else check_layer_norm(module.layernorm_a)
 
     def forward(self, a: torch.Tensor, s: torch.Tensor | None, z: torch.Tensor, n_queries: int | None = None,
-                n_keys: int | None = None, **switches) -> torch.Tensor:
-        """a (*, N, c_a), s None, z (*, N, N, c_z) -> (*, N, c_a) in the compute dtype."""
+                n_keys: int | None = None, inplace_safe: bool = False, chunk_size: int | None = None,
+                enable_efficient_fusion: bool = False) -> torch.Tensor:
+        """a (*, N, c_a), s (*, N, c_s) or None, z (*, N, N, c_z) -> (*, N, c_a) in the compute dtype."""
         if n_queries and n_keys:
-            raise ValueError("local attention (n_queries, n_keys) is the atom transformer's: not replaced")
-        dtype = autocast_dtype(a)
+            return self.original_forward(self, a, s, z, n_queries, n_keys, inplace_safe, chunk_size,
+                                         enable_efficient_fusion)
         attention, norm_z = self.attention, self.layernorm_z
+        norm_z_bias = torch.zeros_like(norm_z.weight) if norm_z.bias is None else norm_z.bias
+        if self.has_s:
+            a = self.layernorm_a(a=a, s=s)
+        dtype = autocast_dtype(a)
         with torch.autocast(a.device.type, enabled=False):
-            return functional.msa_row_attention(
-                a.to(dtype).unsqueeze(-3), z.to(dtype), None, self.layernorm_a.weight, self.layernorm_a.bias,
-                attention.linear_q.weight, attention.linear_q.bias, attention.linear_k.weight, None,
-                attention.linear_v.weight, None, attention.linear_g.weight, None, attention.linear_o.weight, None,
-                self.linear_nobias_z.weight, None, num_heads=self.n_heads, pair_norm_weight=norm_z.weight,
-                pair_norm_bias=torch.zeros_like(norm_z.weight) if norm_z.bias is None else norm_z.bias,
-                mask_mode="add").squeeze(-3)
+            if self.has_s:
+                out = functional.attention_pair_bias(
+                    a.to(dtype), z.to(dtype), None, attention.linear_q.weight, attention.linear_q.bias,
+                    attention.linear_k.weight, attention.linear_v.weight, attention.linear_g.weight,
+                    attention.linear_o.weight, norm_z.weight, norm_z_bias, self.linear_nobias_z.weight,
+                    num_heads=self.n_heads)
+            else:
+                return functional.msa_row_attention(
+                    a.to(dtype).unsqueeze(-3), z.to(dtype), None, self.layernorm_a.weight, self.layernorm_a.bias,
+                    attention.linear_q.weight, attention.linear_q.bias, attention.linear_k.weight, None,
+                    attention.linear_v.weight, None, attention.linear_g.weight, None, attention.linear_o.weight,
+                    None, self.linear_nobias_z.weight, None, num_heads=self.n_heads, pair_norm_weight=norm_z.weight,
+                    pair_norm_bias=norm_z_bias, mask_mode="add").squeeze(-3)
+        return torch.sigmoid(self.linear_a_last(s)) * out
 
 
 class FusedProtenixTransition(FusedTransition):
@@ -158,8 +178,8 @@ REPLACEMENTS = {
 
 def patch(model: nn.Module) -> list[str]:
     """Replaces, in place, every Protenix pair-weighted averaging, Outer Product Mean, triangle attention, triangle
-    multiplication, transition and unconditioned attention with pair bias among `model`'s descendants by evofuse's;
-    returns the names of the modules replaced."""
+    multiplication, transition and attention with pair bias among `model`'s descendants by evofuse's; returns the
+    names of the modules replaced."""
     return patch_modules(model, REPLACEMENTS)
 
 
