@@ -75,28 +75,42 @@ class FusedPairWeightedAveraging(nn.Module):
                 self.linear_z.weight, self.linear_o.weight, num_heads=self.no_heads, inf=self.inf, mask_mode="add")
 
 
-class FusedAttentionPairBias(nn.Module):
-    """OpenFold3's AttentionPairBias (the Pairformer's single track, AF3 Algorithm 24: `layer_norm_a`,
-    `layer_norm_z`, `linear_z`, `mha`) computed by `evofuse.msa_row_attention` as one row of N tokens (both LayerNorms
-    fused into their projections; the mask's `inf * (mask - 1)` as the kernels' additive mask). Its kernel and
-    precision switches are accepted and not needed."""
+class _AttentionWithPairBias(nn.Module):
+    """What OpenFold3's two attentions with pair bias share: the original's submodules `PARTS` under their names, and
+    why one cannot be fused (gating, `inf`, the head width, the linears)."""
+
+    PARTS: tuple[str, ...] = ()
 
     def __init__(self, original: nn.Module):
         super().__init__()
         self.c_q, self.c_s, self.c_z, self.inf = original.c_q, original.c_s, original.c_z, original.inf
-        for name in ("layer_norm_a", "layer_norm_z", "linear_z", "mha", "sigmoid"):
+        for name in self.PARTS:
             setattr(self, name, getattr(original, name))
 
     @staticmethod
-    def unsupported_reason(module: nn.Module) -> str | None:
+    def attention_reason(module: nn.Module) -> str | None:
         mha = module.mha
         if mha.linear_g is None:
             return "attention without gating"
         if module.inf < FusedOpenFoldRowAttention.MIN_INF:
             return f"inf {module.inf} (fused: masked keys as -1e9, equal for inf >= 1e9)"
-        return (check_linears(mha.linear_q, mha.linear_k, mha.linear_v, mha.linear_g, mha.linear_o, module.linear_z)
-                or (f"head width {mha.c_hidden} (fused: up to {MAX_HEAD_DIM})" if mha.c_hidden > MAX_HEAD_DIM else None)
-                or check_layer_norm(module.layer_norm_a) or check_layer_norm(module.layer_norm_z))
+        if mha.c_hidden > MAX_HEAD_DIM:
+            return f"head width {mha.c_hidden} (fused: up to {MAX_HEAD_DIM})"
+        return check_linears(mha.linear_q, mha.linear_k, mha.linear_v, mha.linear_g, mha.linear_o, module.linear_z)
+
+
+class FusedAttentionPairBias(_AttentionWithPairBias):
+    """OpenFold3's AttentionPairBias (the Pairformer's single track, AF3 Algorithm 24: `layer_norm_a`,
+    `layer_norm_z`, `linear_z`, `mha`) computed by `evofuse.msa_row_attention` as one row of N tokens (both LayerNorms
+    fused into their projections; the mask's `inf * (mask - 1)` as the kernels' additive mask). Its kernel and
+    precision switches are accepted and not needed."""
+
+    PARTS = ("layer_norm_a", "layer_norm_z", "linear_z", "mha", "sigmoid")
+
+    @classmethod
+    def unsupported_reason(cls, module: nn.Module) -> str | None:
+        return (cls.attention_reason(module) or check_layer_norm(module.layer_norm_a)
+                or check_layer_norm(module.layer_norm_z))
 
     def forward(self, a: torch.Tensor, z: torch.Tensor, mask: torch.Tensor | None = None, **switches) -> torch.Tensor:
         """a (*, N, c_q), z (*, N, N, c_z), mask (N,) or (*, N) or None -> (*, N, c_q) in the compute dtype."""
@@ -113,29 +127,20 @@ class FusedAttentionPairBias(nn.Module):
                 mask_mode="add").squeeze(-3)
 
 
-class FusedDiffusionAttentionPairBias(nn.Module):
+class FusedDiffusionAttentionPairBias(_AttentionWithPairBias):
     """OpenFold3's DiffusionAttentionPairBias (the diffusion transformer's: `layer_norm_a` an adaptive LayerNorm of a
     by s, `linear_z` the pair's projection, `mha` with q's bias alone, the output gated by sigmoid(`linear_ada_out`(s)))
     computed by `evofuse.attention_pair_bias` after the module's own adaptive LayerNorm; a pair shared by the samples
     (fewer leading dimensions than a's) is projected once and its bias broadcast."""
 
-    def __init__(self, original: nn.Module):
-        super().__init__()
-        self.c_q, self.c_s, self.c_z, self.inf = original.c_q, original.c_s, original.c_z, original.inf
-        for name in ("layer_norm_a", "linear_ada_out", "linear_z", "mha", "sigmoid"):
-            setattr(self, name, getattr(original, name))
+    PARTS = ("layer_norm_a", "linear_ada_out", "linear_z", "mha", "sigmoid")
 
-    @staticmethod
-    def unsupported_reason(module: nn.Module) -> str | None:
+    @classmethod
+    def unsupported_reason(cls, module: nn.Module) -> str | None:
         mha = module.mha
-        if mha.linear_g is None:
-            return "attention without gating"
-        if module.inf < FusedOpenFoldRowAttention.MIN_INF:
-            return f"inf {module.inf} (fused: masked keys as -1e9, equal for inf >= 1e9)"
-        if any(layer.bias is not None for layer in (mha.linear_k, mha.linear_v, mha.linear_g, mha.linear_o,
-                                                    module.linear_z)):
-            return "biases beside the query's"
-        return check_linears(mha.linear_q, mha.linear_k, mha.linear_v, mha.linear_g, mha.linear_o, module.linear_z)
+        biased = any(layer.bias is not None for layer in (mha.linear_k, mha.linear_v, mha.linear_o, module.linear_z))
+        return cls.attention_reason(module) or (
+            "biases beside the query's" if biased or mha.linear_g.bias is not None else None)
 
     def forward(self, a: torch.Tensor, z: torch.Tensor, s: torch.Tensor, mask: torch.Tensor | None = None,
                 **switches) -> torch.Tensor:
