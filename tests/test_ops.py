@@ -152,6 +152,38 @@ def test_opcheck_triangle_multiplication(train):
 
     torch.library.opcheck(triangle_multiplication_op, _trimul_args(train))
     torch.library.opcheck(triangle_multiplication_op, _trimul_args(train, outgoing=False, mask=False, bias=False))
+    chunked = _trimul_args(train, outgoing=False)  # (an inference call in chunks of 4 output rows)
+    torch.library.opcheck(triangle_multiplication_op, (*chunked[:-2], 4, chunked[-1]))
+
+
+def _apb_args(train, given=False, mask=True):
+    """Attention with pair bias's op arguments: a single representation (2, 5, 16), 2 heads of 8, the pair (2, 5, 5,
+    8) or a given bias (2, 5, 5, 2); q, k, v and the gate joined."""
+    from evofuse import AttentionPairBias
+    from evofuse.ops.row_attention import joined_qkvg
+
+    from .helpers import randomize
+
+    mod = randomize(AttentionPairBias(16, 8, 2, compute_pair_bias=not given), 17).to(DEVICE)
+    s = torch.randn(2, 5, 16, device=DEVICE, requires_grad=train)
+    z = torch.randn(2, 5, 5, 2 if given else 8, device=DEVICE, requires_grad=train)
+    keys = (torch.rand(2, 5, device=DEVICE) > 0.3).float() if mask else None
+    with torch.no_grad():  # (the op's own leaves)
+        qkvg = [t if t is None else t.requires_grad_(train) for t in joined_qkvg(
+            [mod.proj_q.weight, mod.proj_k.weight, mod.proj_v.weight, mod.proj_g.weight],
+            [mod.proj_q.bias, None, None, None])]
+    pair = (None, None, None) if given else tuple(t.detach().requires_grad_(train) for t in (
+        mod.proj_z[0].weight, mod.proj_z[0].bias, mod.proj_z[1].weight))
+    return (s, z, keys, *qkvg, mod.proj_o.weight.detach().requires_grad_(train), *pair, 2, "default", train)
+
+
+@pytest.mark.no_poison
+@pytest.mark.parametrize("train", [False, True])
+def test_opcheck_attention_pair_bias(train):
+    from evofuse.ops.attention_pair_bias import attention_pair_bias_op
+
+    torch.library.opcheck(attention_pair_bias_op, _apb_args(train))
+    torch.library.opcheck(attention_pair_bias_op, _apb_args(train, given=True, mask=False))
 
 
 def _col_args(train, mask=True, bias=True):
