@@ -1,5 +1,5 @@
 """The registry, `evofuse.operations.OPERATIONS`, is the one place the suite, `evofuse check`, the benchmark's case
-selection and the contract's gradient check read an operation from: a toy operation registered there alone (no other
+selection and grid and the contract's gradient check read an operation from: a toy operation registered there alone (no other
 file knows it) is seen by each."""
 
 import torch
@@ -35,18 +35,22 @@ TOY = Operation(
     "toy", lambda c, **kw: _NormProjection(c.D, c.width, **kw), "layer_norm",
     ("layer_norm.weight", "layer_norm.bias", "proj.weight", "proj.bias"), _norm_projection_reference, lambda c: {},
     "msa", "residue", lambda c: 2.0 * c.B * c.S * c.N * c.D * c.width, lambda c: 0.0,
-    (Case("toy-seed", "toy", 2, 3, 5, 8, 0, 6), Case("toy-wide", "toy", 1, 4, 9, 16, 0, 32)))
+    (Case("toy-seed", "toy", 2, 3, 5, 8, 0, 6), Case("toy-wide", "toy", 1, 4, 9, 16, 0, 32)),
+    ((1, 2, 7, 8, 0, 4), (3, 1, 1, 16, 0, 8)))
 
 
 def test_a_toy_operation_registered_alone_is_seen_everywhere(monkeypatch, capsys):
     from evofuse.bench import _select
     from evofuse.check import run_check
+    from evofuse.grid import _cases
     from evofuse.suite import find_case, make_inputs, make_module, seed_cases, suite_cases
 
     monkeypatch.setitem(OPERATIONS, "toy", TOY)
     assert [c.name for c in suite_cases() if c.op == "toy"] == ["toy-seed", "toy-wide"]
     assert find_case("toy-seed") in seed_cases()
     assert [c.name for c in _select("toy")] == ["toy-seed", "toy-wide"]
+    assert [c.name for c in _cases("toy")] == ["toy-1x2x7x8x0x4", "toy-3x1x1x16x0x8"]
+    assert "toy-1x2x7x8x0x4" in [c.name for c in _cases()]
 
     assert run_check(2, ["float32"], ["toy-seed", "toy-wide"], "torch", "default") == 0
     assert "2 passed, 0 failed" in capsys.readouterr().out
