@@ -92,11 +92,14 @@ def test_gradients_at_the_models_widths(name, dtype, autotuned):
     check_gradients(mod, inputs, dtype, "cuda", differentiable=len(inputs) - 1)
 
 
+# the model case each operation's training loop runs
+LOOP_CASES = {"opm": "opm-boltz", "att": "att-af2", "pwa": "pwa-boltz", "tri": "tri-boltz", "trimul": "trimul-boltz",
+              "col": "col-of3", "trans": "trans-boltz", "apb": "apb-boltz"}
+
+
 def _small_case(op, seed):
     """A module and inputs of `op` small enough for many steps."""
-    name = {"opm": "opm-boltz", "att": "att-af2", "pwa": "pwa-boltz", "tri": "tri-boltz", "trimul": "trimul-boltz",
-            "col": "col-of3", "trans": "trans-boltz", "apb": "apb-boltz"}[op]
-    mod, inputs = _model_inputs(name, S=6, N=19, seed=seed)
+    mod, inputs = _model_inputs(LOOP_CASES[op], S=6, N=19, seed=seed)
     return mod, tuple(mask_form(t, "bool") if k == len(inputs) - 1 else t for k, t in enumerate(inputs))
 
 
@@ -111,7 +114,7 @@ def _cuda_graphed(mod, sample):
 
 @pytest.mark.no_poison
 @pytest.mark.parametrize("mode", ["fullgraph", "reduce-overhead", "cuda-graph"])
-@pytest.mark.parametrize("op", ["opm", "att", "pwa", "tri", "trimul", "col", "trans", "apb"])
+@pytest.mark.parametrize("op", list(LOOP_CASES))
 def test_training_loop_under_compile_and_graphs(op, mode):
     """Three training steps of each operation under torch.compile(fullgraph=True), mode="reduce-overhead" and a
     captured CUDA graph, the weights updated in place and new inputs each step: outputs and every gradient as the
