@@ -26,6 +26,7 @@ from torch import nn
 
 from .. import functional
 from ..functional._common import autocast_dtype
+from ..modules import AttentionPairBias
 from ._adapters import FusedOpenFoldTriangleAttention, FusedTransition
 from ._patching import (
     check_layer_norm,
@@ -108,18 +109,18 @@ class FusedTriangleMultiplication(nn.Module):
                 self.p_out.bias, self.g_out.weight, self.g_out.bias, outgoing=self.outgoing)
 
 
-class FusedAttentionPairBias(nn.Module):
-    """Boltz-2's AttentionPairBias (attentionv2: `proj_q` with a bias, `proj_k`, `proj_v`, `proj_g`, `proj_o` without,
-    `proj_z` a LayerNorm and a linear to the heads, or, where `compute_pair_bias` is off, the bias given) computed by
-    `evofuse.attention_pair_bias`; keys other than the queries' tokens (the atom transformer's windows, `k_in` not s)
-    take the original's forward."""
+class FusedAttentionPairBias(AttentionPairBias):
+    """Boltz-2's AttentionPairBias (attentionv2) as `evofuse.AttentionPairBias`, whose names and call it has, on the
+    original's own submodules (its `proj_z` keeps Boltz's trailing rearrangement); keys other than the queries'
+    tokens (the atom transformer's windows, `k_in` not s) take the original's forward."""
 
     def __init__(self, original: nn.Module):
-        super().__init__()
+        nn.Module.__init__(self)  # (the original's parameters, not new ones)
         self.c_s, self.num_heads, self.head_dim = original.c_s, original.num_heads, original.head_dim
         self.inf, self.compute_pair_bias = original.inf, original.compute_pair_bias
         for name in ("proj_q", "proj_k", "proj_v", "proj_g", "proj_z", "proj_o"):
             setattr(self, name, getattr(original, name))
+        self.precision, self.impl = "default", None
         self.original_forward = type(original).forward
 
     @staticmethod
@@ -130,16 +131,7 @@ class FusedAttentionPairBias(nn.Module):
                 multiplicity: int = 1) -> torch.Tensor:
         if k_in is not s:
             return self.original_forward(self, s, z, mask, k_in, multiplicity)
-        if multiplicity > 1:  # (as the original: each pair serves that many consecutive samples)
-            z = z.repeat_interleave(multiplicity, 0)
-        norm, linear = (self.proj_z[0], self.proj_z[1]) if self.compute_pair_bias else (None, None)
-        dtype = autocast_dtype(s)
-        with torch.autocast(s.device.type, enabled=False):
-            return functional.attention_pair_bias(
-                s.to(dtype), z.to(dtype), mask, self.proj_q.weight, self.proj_q.bias, self.proj_k.weight,
-                self.proj_v.weight, self.proj_g.weight, self.proj_o.weight, None if norm is None else norm.weight,
-                None if norm is None else norm.bias, None if linear is None else linear.weight,
-                num_heads=self.num_heads)
+        return super().forward(s, z, mask, multiplicity=multiplicity)
 
 
 def _pairformer_inference_forward(layer: nn.Module, s: torch.Tensor, z: torch.Tensor, mask: torch.Tensor,

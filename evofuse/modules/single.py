@@ -53,7 +53,7 @@ class AttentionPairBias(nn.Module):
             raise ValueError(f"multiplicity must be a positive integer, got {multiplicity!r}")
         if multiplicity > 1:  # (as the models do: each pair serves that many consecutive samples)
             z = z.repeat_interleave(multiplicity, 0)
-        norm, linear = self.proj_z if self.proj_z is not None else (None, None)
+        norm, linear = (self.proj_z[0], self.proj_z[1]) if self.compute_pair_bias else (None, None)
         return functional.attention_pair_bias(
             s, z, mask, self.proj_q.weight, self.proj_q.bias, self.proj_k.weight, self.proj_v.weight,
             self.proj_g.weight, self.proj_o.weight, None if norm is None else norm.weight,
