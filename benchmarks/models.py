@@ -268,8 +268,13 @@ def _scalar(out) -> torch.Tensor:
     return sum(o.float().sum() for o in outs if o is not None)
 
 
-def bench_family(name: str, S: int, N: int, precisions: list[str], modes=("fwd", "fwd+bwd"), **options) -> list[dict]:
-    """`options`: the stack families' `layers` and `checkpointing` (the others take none)."""
+FIELDS = ["family", "residues", "what", "precision", "mode", "impl", "ms", "peak_mib", "status"]
+
+
+def bench_family(name: str, S: int, N: int, precisions: list[str], modes=("fwd", "fwd+bwd"), modules_only=False,
+                 sink=None, **options) -> list[dict]:
+    """`options`: the stack families' `layers` and `checkpointing` (the others take none). `modules_only`: the
+    patched modules alone, no block; `sink(row)` takes each row as it is measured (a time limit keeps those done)."""
     package, builder = FAMILIES[name]
     integration = importlib.import_module(f"evofuse.integrations.{package}")
     torch.manual_seed(0)
@@ -284,10 +289,11 @@ def bench_family(name: str, S: int, N: int, precisions: list[str], modes=("fwd",
     print(f"  {name}: patched {', '.join(replaced)}", flush=True)
     block_impls = [("unpatched", block, run), ("evofuse", patched, run)] + [
         (label, block if which == "unpatched" else patched, call) for label, (which, call) in variants.items()]
-    targets = [("block", block_impls)] + [  # (a module evofuse does not replace: its share of the block, unpatched)
+    targets = [] if modules_only else [("block", block_impls)]
+    targets += [  # (a module evofuse does not replace: its share of the block, unpatched)
         (path, [("unpatched", block.get_submodule(path), call)]
          + ([("evofuse", patched.get_submodule(path), call)] if path in replaced else []))
-        for path, call in modules.items()]
+        for path, call in modules.items() if path in replaced or not modules_only]
     for what, impls in targets:
         for precision in precisions:
             autocast = torch.autocast("cuda", dtype=torch.bfloat16) if precision != "fp32" else contextlib.nullcontext()
@@ -309,6 +315,8 @@ def bench_family(name: str, S: int, N: int, precisions: list[str], modes=("fwd",
                     row = dict(family=name, residues=N, what=what, precision=precision, mode="fwd+bwd" if train else "fwd",
                                impl=impl, ms=ms, peak_mib=peak, status=status)
                     rows.append(row)
+                    if sink is not None:
+                        sink(row)
                     shown = f"{ms:8.3f} ms {peak:9.1f} MiB" if ms is not None else status
                     print(f"  {name:10s} N {N:<5d} {what:28s} {precision:14s} {row['mode']:8s} {impl:28s} {shown}",
                           flush=True)
@@ -328,26 +336,31 @@ def main() -> int:
     parser.add_argument("--precisions", default="fp32,bf16", help="fp32, bf16 (autocast) or both")
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--never-slower", action="store_true",
-                        help="print every patched module's speedup over the original; fail if any is below 1")
+                        help="the patched modules alone (no block): print each one's speedup over the original; "
+                        "fail if any is below 1")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/models.py needs a CUDA GPU", file=sys.stderr)
         return 2
     rows = []
-    for name in args.families.split(","):
-        try:
-            precisions = [{"fp32": "fp32", "bf16": "bf16 autocast"}[p] for p in args.precisions.split(",")]
-            for N in (int(n) for n in args.residues.split(",")):
-                rows += bench_family(name, args.msa_rows, N, precisions, args.modes.split(","), layers=args.layers,
-                                     checkpointing=args.checkpointing)
-        except ImportError as exc:
-            print(f"  {name}: not installed ({exc})")
     folder = Path(args.out) / torch.cuda.get_device_name().replace(" ", "-")
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "models.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["family"])
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
-        writer.writerows(rows)
+
+        def sink(row):
+            writer.writerow(row)
+            f.flush()
+        for name in args.families.split(","):
+            try:
+                precisions = [{"fp32": "fp32", "bf16": "bf16 autocast"}[p] for p in args.precisions.split(",")]
+                for N in (int(n) for n in args.residues.split(",")):
+                    rows += bench_family(name, args.msa_rows, N, precisions, args.modes.split(","),
+                                         modules_only=args.never_slower, sink=sink, layers=args.layers,
+                                         checkpointing=args.checkpointing)
+            except ImportError as exc:
+                print(f"  {name}: not installed ({exc})")
     print(f"written to {folder / 'models.csv'}")
     if args.never_slower:
         import tables  # (benchmarks/tables.py, beside this script)
