@@ -153,8 +153,10 @@ def assert_block_matches(got, expected, limit=1e-5):
     (a softmax ignores the constant a bias adds: the original's is rounding, under 1e-6 of its weight's gradient)
     must be as small (under 1e-5 of that weight's); any other within `limit`, so that a lost or zeroed gradient
     fails."""
-    for a, b in zip(got[0] + got[1], expected[0] + expected[1]):
-        assert rel_error(a, b) <= limit
+    named = [(f"output {k}", a, b) for k, (a, b) in enumerate(zip(got[0], expected[0]))]
+    named += [(f"input {k}'s gradient", a, b) for k, (a, b) in enumerate(zip(got[1], expected[1]))]
+    for what, a, b in named:
+        assert rel_error(a, b) <= limit, f"{what}: rel error {rel_error(a, b):.3e}"
     assert got[2].keys() == expected[2].keys()
     for name, g in got[2].items():
         want = expected[2][name]
