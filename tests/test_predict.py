@@ -1,0 +1,59 @@
+"""benchmarks/predict.py on the CPU: Boltz-2's whole model at one block per stack on the script's synthetic protein,
+evofuse-patched against unpatched (trunk, diffusion with the same noise, confidence), and the stage timer's split."""
+
+import copy
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from .helpers import rel_error
+
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(name) is None for name in ("boltz", "pytorch_lightning", "einx", "frozendict")),
+    reason="Boltz-2's model needs boltz 2.2.1 (--no-deps) and the `models` extra")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import predict  # noqa: E402  (benchmarks/predict.py)
+
+
+def _run(model, feats):
+    sample = model.structure_module.sample
+
+    def seeded(*args, **kwargs):  # the diffusion's noise and augmentation: the same draws for both models
+        torch.manual_seed(3)
+        return sample(*args, **kwargs)
+    model.structure_module.sample = seeded
+    with torch.no_grad():
+        return model(dict(feats), recycling_steps=0, num_sampling_steps=2, diffusion_samples=1,
+                     run_confidence_sequentially=True)
+
+
+def test_patched_prediction_matches_boltz(fused_kernels):
+    from evofuse.integrations import boltz as integration
+
+    torch.manual_seed(0)
+    original = predict.build_model(tiny=True)
+    patched = copy.deepcopy(original)
+    replaced = integration.patch(patched)
+    assert any("pairformer_module" in name for name in replaced)
+    assert "structure_module.score_model.token_transformer.layers.0.pair_bias_attn" in replaced
+    feats = predict.protein_features(17, 5)
+    got, want = _run(patched, feats), _run(original, feats)
+    for key in ("s", "z", "pdistogram"):
+        assert rel_error(got[key], want[key]) <= 1e-5, key
+    for key in ("sample_atom_coords", "plddt", "pae", "pde"):
+        assert torch.isfinite(got[key]).all(), key
+        assert rel_error(got[key], want[key]) <= 1e-4, key
+
+
+def test_stage_times_add_up():
+    torch.manual_seed(0)
+    model = predict.build_model(tiny=True)
+    got = predict.predict(model, predict.protein_features(9, 3), recycles=0, steps=2, precision="fp32")
+    assert all(got[stage] > 0 for stage in predict.STAGES)
+    assert got["trunk"] + got["diffusion"] + got["confidence"] == pytest.approx(got["total"])
+    assert got["diffusion"] < got["total"] and got["confidence"] < got["total"]
+    assert "sample" not in vars(model.structure_module)  # (the timer's wrapper gone with it)
