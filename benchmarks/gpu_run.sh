@@ -6,7 +6,8 @@
 # every kernel config, the suite's shapes, the cases past 2**31 elements); TESTS=0 skips the tests; BENCH=0 skips the
 # benchmark; SUITE (default all; none for the grid alone); PEERS (default all; none times evofuse alone); GRID=1 adds
 # the awkward-shape grid (GRID=pwa or GRID=opm,att a part of it); TEST_PATHS (default tests) and TEST_K (a pytest -k
-# expression) take a part of the tests (the quick tier nears one 10-minute device call); HOST=1 adds each row's host
+# expression) take a part of the tests (the quick tier passes one 10-minute device call): PART=k/n takes every n-th
+# test file from the k-th (PART=1/2 and PART=2/2 in two calls cover them); HOST=1 adds each row's host
 # time of a call (`--host`); MODELS=1 adds the model families' blocks (benchmarks/models.py); LIMIT seconds for each
 # part (default 420; the quick tier with an empty Triton cache nears it: LIMIT=560, or a part); WORKERS pytest-xdist
 # workers (default 8); DTYPE the benchmark's dtypes (default float32,bfloat16).
@@ -32,10 +33,14 @@ if [ "${TESTS:-1}" = 1 ]; then
   full=0
   [ "${TIER:-quick}" = full ] && full=1
   # (one worker a CPU pair compiles in parallel; the `big` cases, tens of GiB each, alone afterwards)
+  paths="${TEST_PATHS:-tests}"
+  if [ -n "${PART:-}" ]; then
+    paths=$(ls tests/test_*.py | awk -v k="${PART%/*}" -v n="${PART#*/}" '(NR - k) % n == 0' | tr '\n' ' ')
+  fi
   workers=$(python3 -c "import importlib.util as u; print('-n ${WORKERS:-8}' if u.find_spec('xdist') else '')")
   # (SIGINT at the limit: pytest still prints the failures it has seen)
   EVOFUSE_FULL_TESTS=$full timeout -s INT -k 30 "$limit" python3 -m pytest -q $workers -m "not big" -p no:cacheprovider \
-    ${TEST_K:+-k "$TEST_K"} ${TEST_PATHS:-tests} > "$out/tests.log" 2>&1
+    ${TEST_K:+-k "$TEST_K"} $paths > "$out/tests.log" 2>&1
   check "tests (${TIER:-quick} tier)" $?
   grep -E "^FAILED|^ERROR|passed|failed" "$out/tests.log" | tail -15
   if [ "$full" = 1 ]; then
