@@ -268,18 +268,22 @@ def _backward_fake(grad_out, pair_repr, pair_mask, norm_in_weight, norm_in_bias,
                    norm_out_bias, p_out_weight, p_out_bias, t, outgoing, precision, needs):
     grads = (pair_repr, norm_in_weight, norm_in_bias, in_weight, in_bias, norm_out_weight, norm_out_bias, p_out_weight,
              p_out_bias)
-    return [torch.empty_like(like) if need else pair_repr.new_empty(0) for like, need in zip(grads, needs)]
+    return tuple(torch.empty_like(like) if need else pair_repr.new_empty(0) for like, need in zip(grads, needs))
+
+
+# the op's nine gradients as a fixed tuple (not Tensor[]): a sharding rule gives each its own placement
+GRADS = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
 
 
 def _backward_dispatched(grad_out: Tensor, pair_repr: Tensor, pair_mask: Tensor | None, norm_in_weight: Tensor,
                          norm_in_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None, norm_out_weight: Tensor,
                          norm_out_bias: Tensor, p_out_weight: Tensor, p_out_bias: Tensor | None, t: Tensor,
-                         outgoing: bool, precision: str, needs: list[bool]) -> list[Tensor]:
+                         outgoing: bool, precision: str, needs: list[bool]) -> GRADS:
     """`core_backward` as its op returns it: the parameters' gradients copied (a LayerNorm's two are views of one
     tensor, and a custom op's outputs must not alias)."""
     dx, *grads = core_backward(grad_out, pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias,
                                norm_out_weight, norm_out_bias, p_out_weight, p_out_bias, t, outgoing, precision, needs)
-    return [dx, *(g.clone() for g in grads)]
+    return (dx, *(g.clone() for g in grads))
 
 
 core_backward_op = custom_op("triangle_multiplication_core_backward", _backward_dispatched, _backward_fake)

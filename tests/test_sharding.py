@@ -1,0 +1,73 @@
+"""evofuse's ops on distributed tensors (`evofuse.sharding`): two processes with the gloo backend, the kernels in
+Triton's interpreter on the CPU (on the GPU device's CPUs too), each op on sharded inputs against the same module
+on the whole tensors: the output, the input's gradient and every parameter's, float32 within the contract's bound."""
+
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from evofuse.numerics import FP32_DEFAULT_BOUND, rel_error
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                reason="needs torch.distributed with gloo")
+WORLD = 2
+
+
+def _triangle_multiplication(mesh, outgoing):
+    from torch.distributed.tensor import Shard, distribute_module, distribute_tensor
+
+    import evofuse
+
+    torch.manual_seed(0)
+    mod = evofuse.TriangleMultiplication(16, 8, outgoing=outgoing)
+    z = torch.randn(2 * WORLD, 7, 7, 16)
+    mask = (torch.rand(2 * WORLD, 7, 7) > 0.2).float()
+    z_whole = z.clone().requires_grad_()
+    want = mod(z_whole, mask)
+    want.square().sum().backward()
+    want_grads = {name: p.grad.clone() for name, p in mod.named_parameters()}
+    mod.zero_grad()
+    sharded = distribute_module(mod, mesh)  # (the parameters replicated)
+    with torch.no_grad():
+        inference = sharded(distribute_tensor(z, mesh, [Shard(0)]), distribute_tensor(mask, mesh, [Shard(0)]))
+    _check("inference output", inference, want, Shard(0))
+    z_shards = distribute_tensor(z, mesh, [Shard(0)]).requires_grad_()
+    got = sharded(z_shards, distribute_tensor(mask, mesh, [Shard(0)]))
+    _check("output", got, want, Shard(0))
+    got.square().sum().backward()
+    _check("the pair's gradient", z_shards.grad, z_whole.grad, Shard(0))
+    for name, p in sharded.named_parameters():
+        _check(f"{name}'s gradient", p.grad, want_grads[name])
+
+
+def _check(what, got, want, placement=None):
+    from torch.distributed.tensor import DTensor
+
+    assert isinstance(got, DTensor), f"{what}: a {type(got).__name__}, not a DTensor"
+    assert placement is None or got.placements == (placement,), f"{what}: placements {got.placements}"
+    error = rel_error(got.full_tensor(), want)
+    assert error <= FP32_DEFAULT_BOUND, f"{what}: rel error {error:.3e}"
+
+
+def _worker(rank, store, case, *args):
+    os.environ["EVOFUSE_IMPL"] = "triton"  # (the kernels, in the interpreter, not the reference)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    try:
+        from torch.distributed.tensor import DeviceMesh
+
+        import evofuse.sharding  # noqa: F401
+
+        globals()[case](DeviceMesh("cpu", list(range(WORLD))), *args)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("outgoing", [True, False], ids=["outgoing", "incoming"])
+def test_triangle_multiplication_batch_sharded(outgoing):
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as folder:
+        mp.spawn(_worker, args=(os.path.join(folder, "store"), "_triangle_multiplication", outgoing), nprocs=WORLD)
