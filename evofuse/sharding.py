@@ -5,6 +5,10 @@ the local shards. evofuse adds no communication of its own. `import evofuse.shar
 DTensors (it imports `torch.distributed.tensor`, which `import evofuse` does not).
 
 Rules so far (every one also takes all inputs replicated):
+- the Outer Product Mean: the MSA and its mask sharded by batch elements (Shard(0)), parameters replicated; the
+  output and the kept projections Shard(0); in the backward the projections' gradient Shard(0), out_proj's Partial();
+- the LayerNorm (+ linear) backward that the operations' backwards share (`evofuse::layer_norm_backward`): rows
+  sharded (Shard(0)), the rows' outputs Shard(0), the parameters' gradients Partial();
 - triangle multiplication: the pair and its mask sharded by batch elements (Shard(0)), the parameters replicated; its
   product t (c, B, N, N) kept for the backward Shard(1); in the backward the pair's gradient Shard(0) and each
   parameter's a partial sum over the shards (Partial()), which DTensor reduces where it is read.
@@ -16,7 +20,9 @@ import torch
 from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
-from .ops.triangle_multiplication import op as _trimul  # noqa: F401  (registers torch.ops.evofuse.triangle_*)
+from .ops.outer_product_mean import op as _opm  # noqa: F401  (each registers its torch.ops.evofuse ops)
+from .ops.triangle_multiplication import op as _trimul  # noqa: F401
+from .stages import layer_norm_backward as _ln_stage  # noqa: F401
 
 _ops = torch.ops.evofuse
 
@@ -45,3 +51,33 @@ def _triangle_multiplication_backward(grad_out, pair_repr, pair_mask, *rest):
     batch = ([Shard(0) if needs[0] else Replicate(), *(Partial() if need else Replicate() for need in needs[1:])],
              [Shard(0), Shard(0), mask, *_replicated(params), Shard(1), *options])
     return [replicated, batch]
+
+
+@register_sharding(_ops.outer_product_mean.default)
+def _outer_product_mean(msa_repr, msa_mask, *rest):
+    params, options, train = rest[:8], [None] * 4, rest[-1]  # (normalization, count_eps, precision, train)
+    return [([Replicate(), Replicate()], [Replicate(), None if msa_mask is None else Replicate(),
+                                          *_replicated(params), *options]),
+            ([Shard(0), Shard(0) if train else Replicate()],
+             [Shard(0), None if msa_mask is None else Shard(0), *_replicated(params), *options])]
+
+
+@register_sharding(_ops.outer_product_mean_core_backward.default)
+def _outer_product_mean_backward(ab, grad_out, counts, weight, *options):
+    need_ab, need_weight = options[2], options[3]  # (normalization, count_eps, need_ab, need_weight, precision)
+    rest = [None] * len(options)
+    return [([Replicate()] * 3, [Replicate(), Replicate(), None if counts is None else Replicate(), Replicate(),
+                                 *rest]),
+            ([Shard(0) if need_ab else Replicate(), Partial() if need_weight else Replicate(), Partial()],
+             [Shard(0), Shard(0), None if counts is None else Shard(0), Replicate(), *rest])]
+
+
+@register_sharding(_ops.layer_norm_backward.default)
+def _layer_norm_backward(x, ln_weight, ln_bias, grad, weight, row_mask, store_xn, store_dx, precision):
+    options = [None] * 3
+    rows = [Shard(0), Replicate(), Replicate(), None if grad is None else Shard(0),
+            None if weight is None else Replicate(), None if row_mask is None else Shard(0), *options]
+    return [([Replicate()] * 5, [Replicate(), Replicate(), Replicate(), None if grad is None else Replicate(),
+                                 None if weight is None else Replicate(), None if row_mask is None else Replicate(),
+                                 *options]),
+            ([Shard(0), Shard(0), Partial(), Partial(), Partial()], rows)]

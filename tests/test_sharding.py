@@ -4,6 +4,7 @@ on the whole tensors: the output, the input's gradient and every parameter's, fl
 
 import os
 import tempfile
+import warnings
 
 import pytest
 import torch
@@ -43,6 +44,30 @@ def _triangle_multiplication(mesh, outgoing):
         _check(f"{name}'s gradient", p.grad, want_grads[name])
 
 
+def _outer_product_mean(mesh):
+    from torch.distributed.tensor import Shard, distribute_module, distribute_tensor
+
+    import evofuse
+
+    torch.manual_seed(0)
+    mod = evofuse.OuterProductMean(16, 8, 8)
+    m = torch.randn(2 * WORLD, 5, 7, 16)
+    mask = (torch.rand(2 * WORLD, 5, 7) > 0.2).float()
+    m_whole = m.clone().requires_grad_()
+    want = mod(m_whole, mask)
+    want.square().sum().backward()
+    want_grads = {name: p.grad.clone() for name, p in mod.named_parameters()}
+    mod.zero_grad()
+    sharded = distribute_module(mod, mesh)
+    m_shards = distribute_tensor(m, mesh, [Shard(0)]).requires_grad_()
+    got = sharded(m_shards, distribute_tensor(mask, mesh, [Shard(0)]))
+    _check("output", got, want, Shard(0))
+    got.square().sum().backward()
+    _check("the MSA's gradient", m_shards.grad, m_whole.grad, Shard(0))
+    for name, p in sharded.named_parameters():
+        _check(f"{name}'s gradient", p.grad, want_grads[name])
+
+
 def _check(what, got, want, placement=None):
     from torch.distributed.tensor import DTensor
 
@@ -54,6 +79,7 @@ def _check(what, got, want, placement=None):
 
 def _worker(rank, store, case, *args):
     os.environ["EVOFUSE_IMPL"] = "triton"  # (the kernels, in the interpreter, not the reference)
+    warnings.filterwarnings("error", message="evofuse: no fused")  # (a fallback to the reference fails)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     try:
         from torch.distributed.tensor import DeviceMesh
@@ -71,3 +97,10 @@ def test_triangle_multiplication_batch_sharded(outgoing):
 
     with tempfile.TemporaryDirectory() as folder:
         mp.spawn(_worker, args=(os.path.join(folder, "store"), "_triangle_multiplication", outgoing), nprocs=WORLD)
+
+
+def test_outer_product_mean_batch_sharded():
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as folder:
+        mp.spawn(_worker, args=(os.path.join(folder, "store"), "_outer_product_mean"), nprocs=WORLD)
