@@ -9,6 +9,9 @@ Rules so far (every one also takes all inputs replicated):
   output and the kept projections Shard(0); in the backward the projections' gradient Shard(0), out_proj's Partial();
 - the LayerNorm (+ linear) backward that the operations' backwards share (`evofuse::layer_norm_backward`): rows
   sharded (Shard(0)), the rows' outputs Shard(0), the parameters' gradients Partial();
+- the transition: x and its mask sharded along any leading dimension, parameters replicated; in the backward its
+  rows Shard(0) (the products of out_proj's and the projections' weight gradients then partial sums);
+- the float32 products (`evofuse::matmul`): rows of a, columns of b, batch elements, or the contraction (Partial());
 - triangle multiplication: the pair and its mask sharded by batch elements (Shard(0)), the parameters replicated; its
   product t (c, B, N, N) kept for the backward Shard(1); in the backward the pair's gradient Shard(0) and each
   parameter's a partial sum over the shards (Partial()), which DTensor reduces where it is read.
@@ -21,8 +24,10 @@ from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
 from .ops.outer_product_mean import op as _opm  # noqa: F401  (each registers its torch.ops.evofuse ops)
+from .ops.transition import op as _transition_op  # noqa: F401
 from .ops.triangle_multiplication import op as _trimul  # noqa: F401
 from .stages import layer_norm_backward as _ln_stage  # noqa: F401
+from .stages import matmul as _matmul_stage  # noqa: F401
 
 _ops = torch.ops.evofuse
 
@@ -81,3 +86,38 @@ def _layer_norm_backward(x, ln_weight, ln_bias, grad, weight, row_mask, store_xn
                                  None if weight is None else Replicate(), None if row_mask is None else Replicate(),
                                  *options]),
             ([Shard(0), Shard(0), Partial(), Partial(), Partial()], rows)]
+
+
+@register_sharding(_ops.transition.default)
+def _transition(x, mask, *rest):
+    params, options = rest[:6], [None] * 3  # (glu, precision, train)
+    mask_at = [None if mask is None else Replicate()]
+    strategies = [([Replicate()], [Replicate(), *mask_at, *_replicated(params), *options])]
+    for dim in range(len(x.shape) - 1):  # (any leading dimension: the rows are independent)
+        strategies.append(([Shard(dim)], [Shard(dim), None if mask is None else Shard(dim), *_replicated(params),
+                                          *options]))
+    return strategies
+
+
+@register_sharding(_ops.transition_core_backward.default)
+def _transition_backward(x, ln_weight, ln_bias, in_weight, in_bias, grad, mask, out_weight, glu, precision):
+    params = _replicated((ln_weight, ln_bias, in_weight, in_bias))
+    return [([Replicate()] * 2, [Replicate(), *params, Replicate(), None if mask is None else Replicate(),
+                                 Replicate(), None, None]),
+            ([Shard(0)] * 2, [Shard(0), *params, Shard(0), None if mask is None else Shard(0), Replicate(), None,
+                              None])]
+
+
+@register_sharding(_ops.matmul.default)
+def _matmul(a, b, alpha):
+    """a @ b for a (..., M, K) and b (..., K, N) or (K, N): rows of a (b shared), columns of b, the contraction
+    (a partial sum), and batch elements where both have them."""
+    ra, rb = len(a.shape), len(b.shape)
+    out = max(ra, rb)
+    strategies = [([Replicate()], [Replicate(), Replicate(), None]),
+                  ([Shard(out - 2)], [Shard(ra - 2), Replicate(), None]),
+                  ([Shard(out - 1)], [Replicate(), Shard(rb - 1), None]),
+                  ([Partial()], [Shard(ra - 1), Shard(rb - 2), None])]
+    if ra == rb and ra > 2:
+        strategies.append(([Shard(0)], [Shard(0), Shard(0), None]))
+    return strategies

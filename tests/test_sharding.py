@@ -68,6 +68,30 @@ def _outer_product_mean(mesh):
         _check(f"{name}'s gradient", p.grad, want_grads[name])
 
 
+def _transition(mesh, dim):
+    from torch.distributed.tensor import Shard, distribute_module, distribute_tensor
+
+    import evofuse
+
+    torch.manual_seed(0)
+    mod = evofuse.Transition(16, 32)
+    x = torch.randn(2 * WORLD, 2 * WORLD, 5, 16)
+    mask = (torch.rand(2 * WORLD, 2 * WORLD, 5) > 0.2).float()
+    x_whole = x.clone().requires_grad_()
+    want = mod(x_whole, mask)
+    want.square().sum().backward()
+    want_grads = {name: p.grad.clone() for name, p in mod.named_parameters()}
+    mod.zero_grad()
+    sharded = distribute_module(mod, mesh)
+    x_shards = distribute_tensor(x, mesh, [Shard(dim)]).requires_grad_()
+    got = sharded(x_shards, distribute_tensor(mask, mesh, [Shard(dim)]))
+    _check("output", got, want, Shard(dim))
+    got.square().sum().backward()
+    _check("x's gradient", x_shards.grad, x_whole.grad)
+    for name, p in sharded.named_parameters():
+        _check(f"{name}'s gradient", p.grad, want_grads[name])
+
+
 def _check(what, got, want, placement=None):
     from torch.distributed.tensor import DTensor
 
@@ -104,3 +128,11 @@ def test_outer_product_mean_batch_sharded():
 
     with tempfile.TemporaryDirectory() as folder:
         mp.spawn(_worker, args=(os.path.join(folder, "store"), "_outer_product_mean"), nprocs=WORLD)
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_transition_sharded_by_leading_dimension(dim):
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as folder:
+        mp.spawn(_worker, args=(os.path.join(folder, "store"), "_transition", dim), nprocs=WORLD)
