@@ -9,6 +9,9 @@ Rules so far (every one also takes all inputs replicated):
   output and the kept projections Shard(0); in the backward the projections' gradient Shard(0), out_proj's Partial();
 - the LayerNorm (+ linear) backward that the operations' backwards share (`evofuse::layer_norm_backward`): rows
   sharded (Shard(0)), the rows' outputs Shard(0), the parameters' gradients Partial();
+- pair-weighted averaging: the MSA, the pair and its mask sharded by batch elements, parameters replicated (the
+  kept values, sums and weights, head major, Shard(1)); the pair's head projection's backward
+  (`evofuse::pair_heads_backward`) by batch elements, its parameters' gradients Partial();
 - the transition: x and its mask sharded along any leading dimension, parameters replicated; in the backward its
   rows Shard(0) (the products of out_proj's and the projections' weight gradients then partial sums);
 - the float32 products (`evofuse::matmul`): rows of a, columns of b, batch elements, or the contraction (Partial());
@@ -24,10 +27,12 @@ from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
 from .ops.outer_product_mean import op as _opm  # noqa: F401  (each registers its torch.ops.evofuse ops)
+from .ops.pair_weighted_averaging import op as _pwa  # noqa: F401
 from .ops.transition import op as _transition_op  # noqa: F401
 from .ops.triangle_multiplication import op as _trimul  # noqa: F401
 from .stages import layer_norm_backward as _ln_stage  # noqa: F401
 from .stages import matmul as _matmul_stage  # noqa: F401
+from .stages import pair_heads as _pair_heads_stage  # noqa: F401
 
 _ops = torch.ops.evofuse
 
@@ -121,3 +126,28 @@ def _matmul(a, b, alpha):
     if ra == rb and ra > 2:
         strategies.append(([Shard(0)], [Shard(0), Shard(0), None]))
     return strategies
+
+
+@register_sharding(_ops.pair_weighted_averaging.default)
+def _pair_weighted_averaging(msa_repr, pair_repr, pair_mask, *rest):
+    params, options, train = rest[:7], [None] * 4, rest[-1]  # (inf, mask_mode, precision, train)
+    mask = [None if pair_mask is None else Replicate()]
+    kept = Shard(1) if train else Replicate()  # (u and w: head major, empty unless train)
+    return [([Replicate()] * 4, [Replicate(), Replicate(), *mask, *_replicated(params), *options]),
+            ([Shard(0), Shard(1), kept, kept], [Shard(0), Shard(0), None if pair_mask is None else Shard(0),
+                                                *_replicated(params), *options])]
+
+
+@register_sharding(_ops.pair_weighted_averaging_core_backward.default)
+def _pair_weighted_averaging_backward(v, w, grad_out, msa_repr, *rest):
+    params = rest[:4]  # (then u and precision)
+    return [([Replicate()] * 3, [Replicate()] * 4 + _replicated(params) + [Replicate(), None]),
+            ([Shard(0), Shard(0), Partial()], [Shard(1), Shard(1), Shard(0), Shard(0), *_replicated(params), Shard(1),
+                                               None])]
+
+
+@register_sharding(_ops.pair_heads_backward.default)
+def _pair_heads_backward(pair_repr, norm_weight, norm_bias, weight, grad, store_dx):
+    params = _replicated((norm_weight, norm_bias, weight))
+    return [([Replicate()] * 2, [Replicate(), *params, Replicate(), None]),
+            ([Shard(0) if store_dx else Replicate(), Partial()], [Shard(0), *params, Shard(0), None])]
