@@ -12,6 +12,8 @@ Rules so far (every one also takes all inputs replicated):
 - pair-weighted averaging: the MSA, the pair and its mask sharded by batch elements, parameters replicated (the
   kept values, sums and weights, head major, Shard(1)); the pair's head projection's backward
   (`evofuse::pair_heads_backward`) by batch elements, its parameters' gradients Partial();
+- row attention with pair bias: by batch elements, or by MSA rows with the pair shared (replicated), its bias's
+  gradient then a partial sum over the rows; the attention core's backward likewise;
 - the transition: x and its mask sharded along any leading dimension, parameters replicated; in the backward its
   rows Shard(0) (the products of out_proj's and the projections' weight gradients then partial sums);
 - the float32 products (`evofuse::matmul`): rows of a, columns of b, batch elements, or the contraction (Partial());
@@ -28,6 +30,7 @@ from torch.distributed.tensor.experimental import register_sharding
 
 from .ops.outer_product_mean import op as _opm  # noqa: F401  (each registers its torch.ops.evofuse ops)
 from .ops.pair_weighted_averaging import op as _pwa  # noqa: F401
+from .ops.row_attention import op as _row_attention  # noqa: F401
 from .ops.transition import op as _transition_op  # noqa: F401
 from .ops.triangle_multiplication import op as _trimul  # noqa: F401
 from .stages import layer_norm_backward as _ln_stage  # noqa: F401
@@ -149,5 +152,32 @@ def _pair_weighted_averaging_backward(v, w, grad_out, msa_repr, *rest):
 @register_sharding(_ops.pair_heads_backward.default)
 def _pair_heads_backward(pair_repr, norm_weight, norm_bias, weight, grad, store_dx):
     params = _replicated((norm_weight, norm_bias, weight))
+    # (all replicated; by batch elements; a partial gradient of a shared pair: linear in it, partial sums out)
     return [([Replicate()] * 2, [Replicate(), *params, Replicate(), None]),
-            ([Shard(0) if store_dx else Replicate(), Partial()], [Shard(0), *params, Shard(0), None])]
+            ([Shard(0) if store_dx else Replicate(), Partial()], [Shard(0), *params, Shard(0), None]),
+            ([Partial() if store_dx else Replicate(), Partial()], [Replicate(), *params, Partial(), None])]
+
+
+@register_sharding(_ops.msa_row_attention.default)
+def _msa_row_attention(msa_repr, pair_repr, msa_mask, *rest):
+    params, options, train = rest[:10], [None] * 4, rest[-1]  # (num_heads, mask_mode, precision, train)
+
+    def placed(msa, pair, lse, z):
+        kept = [msa if train else Replicate(), msa if train else Replicate(), lse, z if train else Replicate()]
+        return ([msa, *kept], [msa, pair, None if msa_mask is None else msa, *_replicated(params), *options])
+    # (all replicated; by batch elements; by MSA rows, the pair and its bias shared)
+    return [placed(Replicate(), Replicate(), Replicate(), Replicate()), placed(Shard(0), Shard(0), Shard(1), Shard(0)),
+            placed(Shard(1), Replicate(), Shard(2), Replicate())]
+
+
+@register_sharding(_ops.msa_row_attention_core_backward.default)
+def _attention_backward(qkvg, z, msa_mask, grad_out, out_proj_weight, gated, lse, *options):
+    bias_grad = options[3] if len(options) > 3 else True  # (num_heads, mask_mode, precision[, bias_grad])
+    rest = [None] * len(options)
+
+    def placed(rows, z_at, lse_at, dz):
+        return ([rows, dz if bias_grad else Replicate()],
+                [rows, z_at, None if msa_mask is None else rows, rows, Replicate(), rows, lse_at, *rest])
+    # (by MSA rows the bias is shared: its gradient a partial sum over the rows)
+    return [placed(Replicate(), Replicate(), Replicate(), Replicate()), placed(Shard(0), Shard(0), Shard(1), Shard(0)),
+            placed(Shard(1), Replicate(), Shard(2), Partial())]
