@@ -68,10 +68,11 @@ def _triangle_multiplication_backward(grad_out, pair_repr, pair_mask, *rest):
 
 @register_sharding(_ops.outer_product_mean.default)
 def _outer_product_mean(msa_repr, msa_mask, *rest):
-    params, options, train = rest[:8], [None] * 4, rest[-1]  # (normalization, count_eps, precision, train)
+    # (ab is (0,) unless train: Shard(0) either way, as a rule may not depend on train; see pair-weighted averaging's)
+    params, options = rest[:8], [None] * 4  # (normalization, count_eps, precision, train)
     return [([Replicate(), Replicate()], [Replicate(), None if msa_mask is None else Replicate(),
                                           *_replicated(params), *options]),
-            ([Shard(0), Shard(0) if train else Replicate()],
+            ([Shard(0), Shard(0)],
              [Shard(0), None if msa_mask is None else Shard(0), *_replicated(params), *options])]
 
 
@@ -133,11 +134,12 @@ def _matmul(a, b, alpha):
 
 @register_sharding(_ops.pair_weighted_averaging.default)
 def _pair_weighted_averaging(msa_repr, pair_repr, pair_mask, *rest):
-    params, options, train = rest[:7], [None] * 4, rest[-1]  # (inf, mask_mode, precision, train)
+    # (u and w head major, (0, 0) unless train; a rule may not depend on train, which DTensor's cache of rules by
+    # arguments does not key when the schema has no integer argument)
+    params, options = rest[:7], [None] * 4  # (inf, mask_mode, precision, train)
     mask = [None if pair_mask is None else Replicate()]
-    kept = Shard(1) if train else Replicate()  # (u and w: head major, empty unless train)
     return [([Replicate()] * 4, [Replicate(), Replicate(), *mask, *_replicated(params), *options]),
-            ([Shard(0), Shard(1), kept, kept], [Shard(0), Shard(0), None if pair_mask is None else Shard(0),
+            ([Shard(0), Shard(1), Shard(1), Shard(1)], [Shard(0), Shard(0), None if pair_mask is None else Shard(0),
                                                 *_replicated(params), *options])]
 
 

@@ -186,17 +186,18 @@ def pair_weighted_averaging_forward(msa_repr: Tensor, pair_repr: Tensor, pair_ma
             u, *_head_major(u), msa_repr, *msa_repr.stride(), norm_m_weight, norm_m_bias, w_g, *w_g.stride(),
             proj_o_weight, *proj_o_weight.stride(), out, out.stride(0), out.stride(1), out.stride(2), S, N, H, c_m,
             LAYER_NORM_EPS, C, PRECISION=dot_precision(msa_repr.dtype, precision), **tiles)
-    return out, v, u if train else u.new_empty(0), w if train else w.new_empty(0)
+    # (empty but two-dimensional unless train: a sharding rule places them by their head-major batch dimension 1)
+    return out, v, u if train else u.new_empty(0, 0), w if train else w.new_empty(0, 0)
 
 
 def _fake(msa_repr, pair_repr, pair_mask, norm_m_weight, norm_m_bias, norm_z_weight, norm_z_bias, proj_mg_weight,
           proj_z_weight, proj_o_weight, inf, mask_mode, precision, train):
     B, S, N, _ = msa_repr.shape
     inner, H = proj_mg_weight.shape[0] // 2, proj_z_weight.shape[0]
-    u = msa_repr.new_empty(H, B, N, S, inner // H) if train else msa_repr.new_empty(0)
+    u = msa_repr.new_empty(H, B, N, S, inner // H) if train else msa_repr.new_empty(0, 0)
     return (msa_repr.new_empty(B, S, N, proj_o_weight.shape[0]),
             msa_repr.new_empty(H, B, N, S, inner // H), u,
-            msa_repr.new_empty((H, B, N, N) if train else (0,), dtype=torch.float32))
+            msa_repr.new_empty((H, B, N, N) if train else (0, 0), dtype=torch.float32))
 
 
 PROJECTION_ROWS = 64  # MSA rows s a program of the forward's gated projection
