@@ -28,16 +28,7 @@ import torch
 from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
-from .ops.outer_product_mean import op as _opm  # noqa: F401  (each registers its torch.ops.evofuse ops)
-from .ops.pair_weighted_averaging import op as _pwa  # noqa: F401
-from .ops.row_attention import op as _row_attention  # noqa: F401
-from .ops.transition import op as _transition_op  # noqa: F401
-from .ops.triangle_multiplication import op as _trimul  # noqa: F401
-from .stages import layer_norm_backward as _ln_stage  # noqa: F401
-from .stages import matmul as _matmul_stage  # noqa: F401
-from .stages import pair_heads as _pair_heads_stage  # noqa: F401
-
-_ops = torch.ops.evofuse
+_ops = torch.ops.evofuse  # (registered by `import evofuse`, this package's parent)
 
 
 def _replicated(tensors) -> list:
