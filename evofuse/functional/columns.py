@@ -6,24 +6,57 @@ from __future__ import annotations
 import torch
 
 from .. import reference as ref
-from .._dispatch import warn_once
-from .._validation import check_mask, check_msa, check_width
-from ._common import (
-    att,
-    cast,
-    check_heads,
-    check_options,
-    col,
-    dispatch,
-    folds_leading,
-    follows_autocast,
-    gcol,
-    parameters,
-)
+from ._common import att, col, gcol
+from ._door import POSITIVE, Form, door, masked_inf
 
 
-@follows_autocast
-@folds_leading("msa_repr", "msa_mask")
+def _columns(a) -> tuple:
+    """(x, mask): each residue's column a row, (B, N, S, D) and (B, N, S) (views: the kernels take strides)."""
+    return a.msa_repr.transpose(1, 2), None if a.msa_mask is None else a.msa_mask.transpose(1, 2)
+
+
+def _column_attention(a, train):
+    qkvg = att.joined_qkvg([a.query_weight, a.key_weight, a.value_weight, a.gate_weight], [None, None, None, a.gate_bias])
+    return col.msa_column_attention(*_columns(a), a.layer_norm_weight, a.layer_norm_bias, *qkvg, a.out_weight,
+                                    a.out_bias, a.num_heads, a.precision, train)[0].transpose(1, 2)
+
+
+MSA_COLUMN_ATTENTION = Form(
+    "column attention", "msa", ("msa_repr", "msa_mask"),
+    dict(layer_norm_weight="D", layer_norm_bias="D", query_weight="H D", key_weight="H D", value_weight="H D",
+         gate_weight="H D", gate_bias="H", out_weight="D H", out_bias="D"),
+    ref.msa_column_attention_reference, _column_attention, optional=("gate_bias", "out_bias"),
+    heads=("H", "the inner width"),
+    supports=lambda a: masked_inf(a.inf, a.msa_mask) or (None if att.fused(a.sizes["H"] // a.num_heads, a.dtype)
+                                          else f"head_dim={a.sizes['H'] // a.num_heads}, dtype={a.dtype}"))
+
+
+def _global_heads(a) -> None:
+    H, d = a.sizes["H"], a.sizes["d"]
+    if not isinstance(a.num_heads, int) or a.num_heads < 1 or H != a.num_heads * d:
+        raise ValueError(f"num_heads must be a positive integer with num_heads * {d} (the key's width) = {H} (the "
+                         f"query's), got {a.num_heads!r}")
+
+
+def _global_attention(a, train):
+    projections = [a.gate_weight, a.query_weight, a.key_weight, a.value_weight]
+    proj_weight = torch.cat(projections)  # (the op projects every row's gate, query, key and value at once)
+    proj_bias = gcol.joined_bias([a.gate_bias, None, a.key_bias, a.value_bias], projections)  # (q's after the mean)
+    return gcol.msa_column_global_attention(
+        *_columns(a), a.layer_norm_weight, a.layer_norm_bias, proj_weight, proj_bias, a.query_bias, a.out_weight,
+        a.out_bias, a.num_heads, float(a.inf), float(a.eps), a.precision, train)[0].transpose(1, 2)
+
+
+MSA_COLUMN_GLOBAL_ATTENTION = Form(
+    "global column attention", "msa", ("msa_repr", "msa_mask"),
+    dict(layer_norm_weight="D", layer_norm_bias="D", query_weight="H D", query_bias="H", key_weight="d D",
+         key_bias="d", value_weight="d D", value_bias="d", gate_weight="H D", gate_bias="H", out_weight="D H",
+         out_bias="D"),
+    ref.msa_column_global_attention_reference, _global_attention,
+    optional=("query_bias", "key_bias", "value_bias", "gate_bias", "out_bias"), rules={"eps": POSITIVE},
+    checked=_global_heads, supports=lambda a: "float64" if a.dtype == torch.float64 else None)
+
+
 def msa_column_attention(
     msa_repr: torch.Tensor,
     msa_mask: torch.Tensor | None,
@@ -59,41 +92,9 @@ def msa_column_attention(
     Returns:
         (B, S, N, D) in msa_repr's dtype; the parameters are cast to it.
     """
-    check_options(precision)
-    msa_repr = check_msa(msa_repr)
-    params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, query_weight=query_weight,
-                  key_weight=key_weight, value_weight=value_weight, gate_weight=gate_weight, gate_bias=gate_bias,
-                  out_weight=out_weight, out_bias=out_bias)
-    sizes = parameters(msa_repr, "msa_repr", params, dict(
-        layer_norm_weight="D", layer_norm_bias="D", query_weight="H D", key_weight="H D", value_weight="H D",
-        gate_weight="H D", gate_bias="H", out_weight="D H", out_bias="D"), optional=("gate_bias", "out_bias"))
-    D, H = sizes["D"], sizes["H"]
-    check_heads(num_heads, H)
-    B, S, N = check_width(msa_repr, D, "layer_norm_weight")
-    check_mask(msa_mask, B, S, N, msa_repr.device)
-    if inf < ref.TRIANGLE_MIN_INF and msa_mask is not None and impl != "torch":
-        warn_once(f"col-inf-{inf}", f"evofuse: column attention with inf={inf} runs the PyTorch reference (the "
-                  f"kernels' masked logit is -1e9, equal for inf >= {ref.TRIANGLE_MIN_INF:g})")
-        impl = "torch"
-    weights = cast(params.values(), msa_repr.dtype)
-
-    def reference():
-        return ref.msa_column_attention_reference(msa_repr, msa_mask, *weights, num_heads=num_heads, inf=inf)
-
-    def fused(train):
-        lnw, lnb, wq, wk, wv, wg, bg, wo, bo = weights
-        x = msa_repr.transpose(1, 2)  # (B, N, S, D): each residue's column a row (a view: the kernels take strides)
-        mask = None if msa_mask is None else msa_mask.transpose(1, 2)
-        qkvg = att.joined_qkvg([wq, wk, wv, wg], [None, None, None, bg])
-        return col.msa_column_attention(x, mask, lnw, lnb, *qkvg, wo, bo, num_heads, precision, train)[0].transpose(1, 2)
-
-    head, dtype = H // num_heads, msa_repr.dtype
-    return dispatch("column attention", msa_repr, (msa_repr, *weights), impl, reference, fused,
-                    None if att.fused(head, dtype) else f"head_dim={head}, dtype={dtype}")
+    return door(MSA_COLUMN_ATTENTION, locals())
 
 
-@follows_autocast
-@folds_leading("msa_repr", "msa_mask")
 def msa_column_global_attention(
     msa_repr: torch.Tensor,
     msa_mask: torch.Tensor | None,
@@ -134,38 +135,4 @@ def msa_column_global_attention(
     Returns:
         (B, S, N, D) in msa_repr's dtype; the parameters are cast to it.
     """
-    check_options(precision)
-    msa_repr = check_msa(msa_repr)
-    params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, query_weight=query_weight,
-                  query_bias=query_bias, key_weight=key_weight, key_bias=key_bias, value_weight=value_weight,
-                  value_bias=value_bias, gate_weight=gate_weight, gate_bias=gate_bias, out_weight=out_weight,
-                  out_bias=out_bias)
-    sizes = parameters(msa_repr, "msa_repr", params, dict(
-        layer_norm_weight="D", layer_norm_bias="D", query_weight="H D", query_bias="H", key_weight="d D",
-        key_bias="d", value_weight="d D", value_bias="d", gate_weight="H D", gate_bias="H", out_weight="D H",
-        out_bias="D"), optional=("query_bias", "key_bias", "value_bias", "gate_bias", "out_bias"))
-    D, H, d = sizes["D"], sizes["H"], sizes["d"]
-    if not isinstance(num_heads, int) or num_heads < 1 or H != num_heads * d:
-        raise ValueError(f"num_heads must be a positive integer with num_heads * {d} (the key's width) = {H} (the "
-                         f"query's), got {num_heads!r}")
-    if not eps > 0:
-        raise ValueError(f"eps must be > 0, got {eps!r}")
-    B, S, N = check_width(msa_repr, D, "layer_norm_weight")
-    check_mask(msa_mask, B, S, N, msa_repr.device)
-    weights = cast(params.values(), msa_repr.dtype)
-
-    def reference():
-        return ref.msa_column_global_attention_reference(msa_repr, msa_mask, *weights, num_heads=num_heads, inf=inf,
-                                                         eps=eps)
-
-    def fused(train):
-        lnw, lnb, wq, bq, wk, bk, wv, bv, wg, bg, wo, bo = weights
-        x = msa_repr.transpose(1, 2)  # (B, N, S, D): each residue's column a row (a view: the kernels take strides)
-        mask = None if msa_mask is None else msa_mask.transpose(1, 2)
-        proj_weight = torch.cat([wg, wq, wk, wv])  # (the op projects every row's gate, query, key and value at once)
-        proj_bias = gcol.joined_bias([bg, None, bk, bv], [wg, wq, wk, wv])  # (the queries' bias after their mean)
-        return gcol.msa_column_global_attention(x, mask, lnw, lnb, proj_weight, proj_bias, bq, wo, bo, num_heads,
-                                                float(inf), float(eps), precision, train)[0].transpose(1, 2)
-
-    return dispatch("global column attention", msa_repr, (msa_repr, *weights), impl, reference, fused,
-                    "float64" if msa_repr.dtype == torch.float64 else None)
+    return door(MSA_COLUMN_GLOBAL_ATTENTION, locals())

@@ -6,23 +6,69 @@ from __future__ import annotations
 import torch
 
 from .. import reference as ref
-from .._validation import check_mask, check_msa, check_pair, check_pair_mask, check_shapes, check_width
-from ._common import (
-    att,
-    cast,
-    check_heads,
-    check_options,
-    dispatch,
-    folds_leading,
-    follows_autocast,
-    opm,
-    parameters,
-    pwa,
-)
+from ._common import att, opm, pwa
+from ._door import POSITIVE, Form, door, one_of
 
 
-@follows_autocast
-@folds_leading("msa_repr", "msa_mask")
+def _pair_norm_together(args: dict) -> None:
+    if (args["pair_norm_weight"] is None) != (args["pair_norm_bias"] is None):
+        raise ValueError("pair_norm_weight and pair_norm_bias must be given together")
+
+
+OUTER_PRODUCT_MEAN = Form(
+    "Outer Product Mean", "msa", ("msa_repr", "msa_mask"),
+    dict(layer_norm_weight="D", layer_norm_bias="D", proj_a_weight="c D", proj_a_bias="c", proj_b_weight="c D",
+         proj_b_bias="c", out_proj_weight="R cc", out_proj_bias="R"),
+    ref.outer_product_mean_reference,
+    lambda a, train: opm.outer_product_mean(
+        a.msa_repr, a.msa_mask, a.layer_norm_weight, a.layer_norm_bias, a.proj_a_weight, a.proj_a_bias,
+        a.proj_b_weight, a.proj_b_bias, a.out_proj_weight, a.out_proj_bias, a.normalization, float(a.count_eps),
+        a.precision, train)[0],
+    optional=("proj_a_bias", "proj_b_bias"),
+    later=dict(out_proj_weight="R cc", out_proj_bias="R"), letters=lambda a: {"cc": a.sizes["c"] ** 2},
+    rules={"normalization": one_of(ref.NORMALIZATIONS), "count_eps": POSITIVE},
+    supports=lambda a: None if opm.fused(a.sizes["c"], a.dtype) else f"hidden_dim={a.sizes['c']}, dtype={a.dtype}")
+
+_PROJECTIONS = ("query", "key", "value", "gate")
+MSA_ROW_ATTENTION = Form(
+    "row attention", "msa", ("msa_repr", "pair_repr", "msa_mask"),
+    dict(layer_norm_weight="D", layer_norm_bias="D",
+         **{f"{name}_{kind}": "H D" if kind == "weight" else "H" for name in _PROJECTIONS
+            for kind in ("weight", "bias")},
+         out_proj_weight="D H", out_proj_bias="D", pair_bias_weight="h P", pair_bias_bias="h", pair_norm_weight="P",
+         pair_norm_bias="P"),
+    ref.msa_row_attention_reference,
+    lambda a, train: att.row_attention(
+        a.msa_repr, a.pair_repr, a.msa_mask, a.layer_norm_weight, a.layer_norm_bias,
+        *att.joined_qkvg([a.query_weight, a.key_weight, a.value_weight, a.gate_weight],
+                         [a.query_bias, a.key_bias, a.value_bias, a.gate_bias]),
+        a.out_proj_weight, a.out_proj_bias, a.pair_bias_weight, a.pair_bias_bias, a.pair_norm_weight,
+        a.pair_norm_bias, a.num_heads, a.mask_mode, a.precision, train)[0],
+    optional=("query_bias", "key_bias", "value_bias", "gate_bias", "out_proj_bias", "pair_bias_bias",
+              "pair_norm_weight", "pair_norm_bias"),
+    pair=("P", "pair_bias_weight"), heads=("H", "the inner width"),
+    later=dict(pair_bias_weight="h P", pair_bias_bias="h"), letters=lambda a: {"h": a.num_heads},
+    rules={"mask_mode": one_of(ref.MASK_MODES)}, check=_pair_norm_together,
+    supports=lambda a: ("attention dropout in training mode" if a.training and a.dropout > 0
+                        else None if att.fused(a.sizes["H"] // a.num_heads, a.dtype)
+                        else f"head_dim={a.sizes['H'] // a.num_heads}, dtype={a.dtype}"))
+
+PAIR_WEIGHTED_AVERAGING = Form(
+    "pair-weighted averaging", "msa", ("msa_repr", "pair_repr", "pair_mask"),
+    dict(norm_m_weight="c_m", norm_m_bias="c_m", norm_z_weight="c_z", norm_z_bias="c_z", proj_m_weight="inner c_m",
+         proj_g_weight="inner c_m", proj_z_weight="h c_z", proj_o_weight="c_m inner"),
+    ref.pair_weighted_averaging_reference,
+    lambda a, train: pwa.pair_weighted_averaging(
+        a.msa_repr, a.pair_repr, a.pair_mask, a.norm_m_weight, a.norm_m_bias, a.norm_z_weight, a.norm_z_bias,
+        torch.cat([a.proj_m_weight, a.proj_g_weight]), a.proj_z_weight, a.proj_o_weight, float(a.inf), a.mask_mode,
+        a.precision, train)[0],  # (the op takes proj_m's and proj_g's weights stacked)
+    width=("c_m", "norm_m_weight"), pair=("c_z", "norm_z_weight"), heads=("inner", "proj_m's width"),
+    later=dict(proj_z_weight="h c_z"), letters=lambda a: {"h": a.num_heads},
+    rules={"mask_mode": one_of(ref.PAIR_MASK_MODES)},
+    supports=lambda a: (None if pwa.fused(a.sizes["inner"] // a.num_heads, a.sizes["c_m"], a.dtype)
+                        else f"head width {a.sizes['inner'] // a.num_heads}, c_m={a.sizes['c_m']}, dtype={a.dtype}"))
+
+
 def outer_product_mean(
     msa_repr: torch.Tensor,
     msa_mask: torch.Tensor | None,
@@ -62,36 +108,9 @@ def outer_product_mean(
         accumulate in float32. The fused kernels take hidden_dim c in (8, 16, 32, 64) and 16/32-bit floats;
         anything else runs the reference, with a one-time warning.
     """
-    check_options(precision, normalization)
-    if not count_eps > 0:
-        raise ValueError(f"count_eps must be > 0, got {count_eps!r}")
-    msa_repr = check_msa(msa_repr)
-    params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, proj_a_weight=proj_a_weight,
-                  proj_a_bias=proj_a_bias, proj_b_weight=proj_b_weight, proj_b_bias=proj_b_bias,
-                  out_proj_weight=out_proj_weight, out_proj_bias=out_proj_bias)
-    sizes = parameters(msa_repr, "msa_repr", params, dict(layer_norm_weight="D", layer_norm_bias="D",
-                                                          proj_a_weight="c D", proj_a_bias="c", proj_b_weight="c D",
-                                                          proj_b_bias="c"), optional=("proj_a_bias", "proj_b_bias"))
-    D, c = sizes["D"], sizes["c"]
-    # (out_proj's inputs: the c*c outer products)
-    check_shapes(params, dict(out_proj_weight="R cc", out_proj_bias="R"), {"cc": c * c})
-    B, S, N = check_width(msa_repr, D, "layer_norm_weight")
-    check_mask(msa_mask, B, S, N, msa_repr.device)
-    weights = cast(params.values(), msa_repr.dtype)
-
-    def reference():
-        return ref.outer_product_mean_reference(msa_repr, msa_mask, *weights, normalization, count_eps)
-
-    def fused(train):
-        return opm.outer_product_mean(msa_repr, msa_mask, *weights, normalization, float(count_eps), precision,
-                                      train)[0]
-
-    return dispatch("Outer Product Mean", msa_repr, (msa_repr, *weights), impl, reference, fused,
-                    None if opm.fused(c, msa_repr.dtype) else f"hidden_dim={c}, dtype={msa_repr.dtype}")
+    return door(OUTER_PRODUCT_MEAN, locals())
 
 
-@follows_autocast
-@folds_leading("msa_repr", "pair_repr", "msa_mask")
 def msa_row_attention(
     msa_repr: torch.Tensor,
     pair_repr: torch.Tensor,
@@ -144,51 +163,9 @@ def msa_row_attention(
         (B, S, N, D) in msa_repr's dtype; 16-bit inputs accumulate in float32. The fused kernels take
         head_dim <= 128 and 16/32-bit floats; anything else runs the reference, with a one-time warning.
     """
-    check_options(precision)
-    if mask_mode not in ref.MASK_MODES:
-        raise ValueError(f"mask_mode must be one of {ref.MASK_MODES}, got {mask_mode!r}")
-    if (pair_norm_weight is None) != (pair_norm_bias is None):
-        raise ValueError("pair_norm_weight and pair_norm_bias must be given together")
-    msa_repr = check_msa(msa_repr)
-    params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, query_weight=query_weight,
-                  query_bias=query_bias, key_weight=key_weight, key_bias=key_bias, value_weight=value_weight,
-                  value_bias=value_bias, gate_weight=gate_weight, gate_bias=gate_bias, out_proj_weight=out_proj_weight,
-                  out_proj_bias=out_proj_bias, pair_bias_weight=pair_bias_weight, pair_bias_bias=pair_bias_bias,
-                  pair_norm_weight=pair_norm_weight, pair_norm_bias=pair_norm_bias)
-    shapes = {f"{name}_{kind}": "H D" if kind == "weight" else "H"
-              for name in ("query", "key", "value", "gate") for kind in ("weight", "bias")}
-    sizes = parameters(msa_repr, "msa_repr", params, dict(
-        layer_norm_weight="D", layer_norm_bias="D", **shapes, out_proj_weight="D H", out_proj_bias="D",
-        pair_bias_weight="h P", pair_norm_weight="P", pair_norm_bias="P"),
-        optional=("query_bias", "key_bias", "value_bias", "gate_bias", "out_proj_bias", "pair_bias_bias",
-                  "pair_norm_weight", "pair_norm_bias"))
-    D, H, P = sizes["D"], sizes["H"], sizes["P"]
-    check_heads(num_heads, H)
-    check_shapes(params, dict(pair_bias_weight="h P", pair_bias_bias="h"), {**sizes, "h": num_heads})
-    B, S, N = check_width(msa_repr, D, "layer_norm_weight")
-    check_pair(pair_repr, B, N, P, "pair_bias_weight", msa_repr.device)
-    check_mask(msa_mask, B, S, N, msa_repr.device)
-
-    dtype = msa_repr.dtype
-    pair_repr, *weights = cast([pair_repr, *params.values()], dtype)
-
-    def reference():
-        return ref.msa_row_attention_reference(msa_repr, pair_repr, msa_mask, *weights[:-2], num_heads=num_heads,
-                                               dropout=dropout, training=training, pair_norm_weight=weights[-2],
-                                               pair_norm_bias=weights[-1], mask_mode=mask_mode)
-
-    def fused(train):
-        qkvg = att.joined_qkvg(weights[2:10:2], weights[3:10:2])
-        return att.row_attention(msa_repr, pair_repr, msa_mask, *weights[:2], *qkvg, *weights[10:], num_heads,
-                                 mask_mode, precision, train)[0]
-
-    unsupported = ("attention dropout in training mode" if training and dropout > 0
-                   else None if att.fused(H // num_heads, dtype) else f"head_dim={H // num_heads}, dtype={dtype}")
-    return dispatch("row attention", msa_repr, (msa_repr, pair_repr, *weights), impl, reference, fused, unsupported)
+    return door(MSA_ROW_ATTENTION, locals())
 
 
-@follows_autocast
-@folds_leading("msa_repr", "pair_repr", "pair_mask")
 def pair_weighted_averaging(
     msa_repr: torch.Tensor,
     pair_repr: torch.Tensor,
@@ -227,34 +204,4 @@ def pair_weighted_averaging(
     Returns:
         (B, S, N, c_m) in msa_repr's dtype; the parameters and the pair input are cast to it.
     """
-    check_options(precision)
-    if mask_mode not in ref.PAIR_MASK_MODES:
-        raise ValueError(f"mask_mode must be one of {ref.PAIR_MASK_MODES}, got {mask_mode!r}")
-    msa_repr = check_msa(msa_repr)
-    params = dict(norm_m_weight=norm_m_weight, norm_m_bias=norm_m_bias, norm_z_weight=norm_z_weight,
-                  norm_z_bias=norm_z_bias, proj_m_weight=proj_m_weight, proj_g_weight=proj_g_weight,
-                  proj_z_weight=proj_z_weight, proj_o_weight=proj_o_weight)
-    sizes = parameters(msa_repr, "msa_repr", params, dict(
-        norm_m_weight="c_m", norm_m_bias="c_m", norm_z_weight="c_z", norm_z_bias="c_z", proj_m_weight="inner c_m",
-        proj_g_weight="inner c_m", proj_o_weight="c_m inner"))
-    c_m, c_z, inner = sizes["c_m"], sizes["c_z"], sizes["inner"]
-    B, S, N = check_width(msa_repr, c_m, "norm_m_weight")
-    check_pair(pair_repr, B, N, c_z, "norm_z_weight", msa_repr.device)
-    check_pair_mask(pair_mask, B, N, msa_repr.device)
-    check_heads(num_heads, inner, "proj_m's width")
-    check_shapes(params, dict(proj_z_weight="h c_z"), {**sizes, "h": num_heads})
-    dtype = msa_repr.dtype
-    pair_repr, *weights = cast([pair_repr, *params.values()], dtype)
-
-    def reference():
-        return ref.pair_weighted_averaging_reference(msa_repr, pair_repr, pair_mask, *weights, num_heads=num_heads,
-                                                     inf=inf, mask_mode=mask_mode)
-
-    def fused(train):
-        proj_mg = torch.cat(weights[4:6])  # (the op takes proj_m's and proj_g's weights stacked)
-        return pwa.pair_weighted_averaging(msa_repr, pair_repr, pair_mask, *weights[:4], proj_mg, *weights[6:],
-                                           float(inf), mask_mode, precision, train)[0]
-
-    head = inner // num_heads
-    return dispatch("pair-weighted averaging", msa_repr, (msa_repr, pair_repr, *weights), impl, reference, fused,
-                    None if pwa.fused(head, c_m, dtype) else f"head width {head}, c_m={c_m}, dtype={dtype}")
+    return door(PAIR_WEIGHTED_AVERAGING, locals())

@@ -6,24 +6,46 @@ from __future__ import annotations
 import torch
 
 from .. import reference as ref
-from .._dispatch import warn_once
-from .._validation import check_pair_input, check_shapes
-from ._common import (
-    att,
-    cast,
-    check_heads,
-    check_last,
-    check_options,
-    dispatch,
-    follows_autocast,
-    pair_batched,
-    parameters,
-    tri,
-    trimul,
-)
+from ._common import att, tri, trimul
+from ._door import ROWS, Form, door, masked_inf
 
 
-@follows_autocast
+def _triangle_attention(a, train):
+    x, mask = a.pair_repr, a.pair_mask
+    if not a.starting:  # (the ending node on the transposed pair: strided views, no copies)
+        x, mask = x.transpose(1, 2), None if mask is None else mask.transpose(1, 2)
+    proj = tri.joined_projections([a.query_weight, a.key_weight, a.value_weight, a.gate_weight], a.linear_weight,
+                                  a.gate_bias)
+    out = tri.triangle_attention(x, mask, a.layer_norm_weight, a.layer_norm_bias, *proj, a.out_weight, a.out_bias,
+                                 a.num_heads, a.transpose_bias, a.precision, a.chunk_size or 0, train)[0]
+    return out if a.starting else out.transpose(1, 2)
+
+
+TRIANGLE_ATTENTION = Form(
+    "triangle attention", "pair", ("pair_repr", "pair_mask"),
+    dict(layer_norm_weight="c", layer_norm_bias="c", linear_weight="h c", query_weight="H c", key_weight="H c",
+         value_weight="H c", gate_weight="H c", gate_bias="H", out_weight="c H", out_bias="c"),
+    ref.triangle_attention_reference, _triangle_attention, optional=("gate_bias", "out_bias"),
+    width=("c", "layer_norm_weight"), heads=("H", "the inner width"), later=dict(linear_weight="h c"),
+    letters=lambda a: {"h": a.num_heads}, rules={"chunk_size": ROWS},
+    supports=lambda a: masked_inf(a.inf, a.pair_mask) or (None if att.fused(a.sizes["H"] // a.num_heads, a.dtype)
+                                          else f"head_dim={a.sizes['H'] // a.num_heads}, dtype={a.dtype}"))
+
+TRIANGLE_MULTIPLICATION = Form(
+    "triangle multiplication", "pair", ("pair_repr", "pair_mask"),
+    dict(norm_in_weight="cz", norm_in_bias="cz", p_in_weight="2c cz", p_in_bias="2c", g_in_weight="2c cz",
+         g_in_bias="2c", norm_out_weight="c", norm_out_bias="c", p_out_weight="cz c", p_out_bias="cz",
+         g_out_weight="cz cz", g_out_bias="cz"),
+    ref.triangle_multiplication_reference,
+    lambda a, train: trimul.triangle_multiplication(
+        a.pair_repr, a.pair_mask, a.norm_in_weight, a.norm_in_bias,
+        *trimul.joined_inputs([a.p_in_weight, a.g_in_weight, a.g_out_weight], [a.p_in_bias, a.g_in_bias, a.g_out_bias]),
+        a.norm_out_weight, a.norm_out_bias, a.p_out_weight, a.p_out_bias, a.outgoing, a.precision, a.chunk_size or 0,
+        train)[0],
+    optional=("p_in_bias", "g_in_bias", "p_out_bias", "g_out_bias"), width=("cz", "norm_in_weight"),
+    rules={"chunk_size": ROWS}, supports=lambda a: "float64" if a.dtype == torch.float64 else None)
+
+
 def triangle_attention(
     pair_repr: torch.Tensor,
     pair_mask: torch.Tensor | None,
@@ -69,44 +91,9 @@ def triangle_attention(
     Returns:
         (B, N, N, c) in pair_repr's dtype; the parameters are cast to it.
     """
-    check_options(precision)
-    check_pair_input(pair_repr, pair_mask)
-    params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, linear_weight=linear_weight,
-                  query_weight=query_weight, key_weight=key_weight, value_weight=value_weight, gate_weight=gate_weight,
-                  gate_bias=gate_bias, out_weight=out_weight, out_bias=out_bias)
-    sizes = parameters(pair_repr, "pair_repr", params, dict(
-        layer_norm_weight="c", layer_norm_bias="c", query_weight="H c", key_weight="H c", value_weight="H c",
-        gate_weight="H c", gate_bias="H", out_weight="c H", out_bias="c"), optional=("gate_bias", "out_bias"))
-    c, H = sizes["c"], sizes["H"]
-    check_last(pair_repr, "pair_repr", "..., N, N", c, "layer_norm_weight")
-    check_heads(num_heads, H)
-    check_shapes(params, dict(linear_weight="h c"), {**sizes, "h": num_heads})
-    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
-        raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
-    if inf < ref.TRIANGLE_MIN_INF and pair_mask is not None and impl != "torch":
-        warn_once(f"tri-inf-{inf}", f"evofuse: triangle attention with inf={inf} runs the PyTorch reference (the "
-                  f"kernels' masked logit is -1e9, equal for inf >= {ref.TRIANGLE_MIN_INF:g})")
-        impl = "torch"
-    z, mask, unbatched = pair_batched(pair_repr, pair_mask)
-    weights = cast(params.values(), z.dtype)
-
-    def reference():
-        return unbatched(ref.triangle_attention_reference(z, mask, *weights, num_heads=num_heads, starting=starting,
-                                                          inf=inf, transpose_bias=transpose_bias))
-
-    def fused(train):
-        lnw, lnb, linear_w, wq, wk, wv, wg, bg, wo, bo = weights
-        x, m = (z, mask) if starting else (z.transpose(1, 2), None if mask is None else mask.transpose(1, 2))
-        proj = tri.joined_projections([wq, wk, wv, wg], linear_w, bg)
-        out = tri.triangle_attention(x, m, lnw, lnb, *proj, wo, bo, num_heads, transpose_bias, precision,
-                                     chunk_size or 0, train)[0]
-        return unbatched(out if starting else out.transpose(1, 2))  # (the ending node: strided views, no copies)
-
-    return dispatch("triangle attention", z, (z, *weights), impl, reference, fused,
-                    None if att.fused(H // num_heads, z.dtype) else f"head_dim={H // num_heads}, dtype={z.dtype}")
+    return door(TRIANGLE_ATTENTION, locals())
 
 
-@follows_autocast
 def triangle_multiplication(
     pair_repr: torch.Tensor,
     pair_mask: torch.Tensor | None,
@@ -147,30 +134,4 @@ def triangle_multiplication(
     Returns:
         (B, N, N, c_z) in pair_repr's dtype; the parameters are cast to it. 16-bit inputs accumulate in float32.
     """
-    check_options(precision)
-    check_pair_input(pair_repr, pair_mask)
-    params = dict(norm_in_weight=norm_in_weight, norm_in_bias=norm_in_bias, p_in_weight=p_in_weight,
-                  p_in_bias=p_in_bias, g_in_weight=g_in_weight, g_in_bias=g_in_bias, norm_out_weight=norm_out_weight,
-                  norm_out_bias=norm_out_bias, p_out_weight=p_out_weight, p_out_bias=p_out_bias,
-                  g_out_weight=g_out_weight, g_out_bias=g_out_bias)
-    cz = parameters(pair_repr, "pair_repr", params, dict(
-        norm_in_weight="cz", norm_in_bias="cz", p_in_weight="2c cz", p_in_bias="2c", g_in_weight="2c cz", g_in_bias="2c",
-        norm_out_weight="c", norm_out_bias="c", p_out_weight="cz c", p_out_bias="cz", g_out_weight="cz cz",
-        g_out_bias="cz"), optional=("p_in_bias", "g_in_bias", "p_out_bias", "g_out_bias"))["cz"]
-    check_last(pair_repr, "pair_repr", "..., N, N", cz, "norm_in_weight")
-    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
-        raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
-    z, mask, unbatched = pair_batched(pair_repr, pair_mask)
-    weights = cast(params.values(), z.dtype)
-
-    def reference():
-        return unbatched(ref.triangle_multiplication_reference(z, mask, *weights, outgoing=outgoing))
-
-    def fused(train):
-        nw_in, nb_in, p_in_w, p_in_b, g_in_w, g_in_b, nw_out, nb_out, p_out_w, p_out_b, g_out_w, g_out_b = weights
-        joined = trimul.joined_inputs([p_in_w, g_in_w, g_out_w], [p_in_b, g_in_b, g_out_b])
-        return unbatched(trimul.triangle_multiplication(z, mask, nw_in, nb_in, *joined, nw_out, nb_out, p_out_w,
-                                                        p_out_b, outgoing, precision, chunk_size or 0, train)[0])
-
-    return dispatch("triangle multiplication", z, (z, *weights), impl, reference, fused,
-                    "float64" if z.dtype == torch.float64 else None)
+    return door(TRIANGLE_MULTIPLICATION, locals())

@@ -5,11 +5,50 @@ from __future__ import annotations
 import torch
 
 from .. import reference as ref
-from .._validation import check_floating, check_rows_input, check_shapes
-from ._common import apb, att, cast, check_heads, check_last, check_options, dispatch, follows_autocast, parameters
+from .._validation import check_floating
+from ._common import apb, att
+from ._door import Form, door
 
 
-@follows_autocast
+def _given_together(args: dict) -> None:
+    if isinstance(args["single_repr"], torch.Tensor) and args["single_repr"].dim() < 2:
+        raise ValueError(f"single_repr must have shape (..., N, c_s), got {tuple(args['single_repr'].shape)}")
+    if (args["pair_norm_weight"] is None) != (args["pair_norm_bias"] is None):
+        raise ValueError("pair_norm_weight and pair_norm_bias must be given together")
+    if args["pair_weight"] is None and args["pair_norm_weight"] is not None:
+        raise ValueError("pair_norm_weight needs pair_weight: a given bias (pair_weight None) has no LayerNorm")
+
+
+def _pair_shape(a) -> None:
+    """The pair (or a given bias) shares single_repr's leading dimensions and N."""
+    s, z = a.single_repr, a.pair_repr
+    channels = a.num_heads if a.pair_weight is None else a.sizes["P"]
+    check_floating("pair_repr", z)
+    if z.shape != (*s.shape[:-1], s.shape[-2], channels):
+        what = "num_heads" if a.pair_weight is None else "pair_weight"
+        raise ValueError(f"pair_repr must have shape {(*s.shape[:-1], s.shape[-2], channels)} (single_repr's leading "
+                         f"dimensions, N and N, and the size of {what}), got {tuple(z.shape)}")
+    if z.device != s.device:
+        raise ValueError(f"pair_repr is on {z.device} but single_repr is on {s.device}: all tensors must be on one "
+                         "device")
+
+
+ATTENTION_PAIR_BIAS = Form(
+    "attention with pair bias", "single", ("single_repr", "pair_repr", "mask"),
+    dict(query_weight="H c", query_bias="H", key_weight="H c", value_weight="H c", gate_weight="H c",
+         out_weight="c H", pair_norm_weight="P", pair_norm_bias="P", pair_weight="h P"),
+    ref.attention_pair_bias_reference,
+    lambda a, train: apb.attention_pair_bias(
+        a.single_repr, a.pair_repr, a.mask,
+        *att.joined_qkvg([a.query_weight, a.key_weight, a.value_weight, a.gate_weight], [a.query_bias, None, None, None]),
+        a.out_weight, a.pair_norm_weight, a.pair_norm_bias, a.pair_weight, a.num_heads, a.precision, train)[0],
+    optional=("query_bias", "pair_norm_weight", "pair_norm_bias", "pair_weight"), width=("c", "query_weight"),
+    heads=("H", "the inner width"), later=dict(pair_weight="h P"), letters=lambda a: {"h": a.num_heads},
+    check=_given_together, checked=_pair_shape,
+    supports=lambda a: (None if apb.fused(a.sizes["H"] // a.num_heads, a.dtype)
+                        else f"head_dim={a.sizes['H'] // a.num_heads}, dtype={a.dtype}"))
+
+
 def attention_pair_bias(
     single_repr: torch.Tensor,
     pair_repr: torch.Tensor,
@@ -51,53 +90,4 @@ def attention_pair_bias(
         float32. The kernels take head_dim <= 128 and 16/32-bit floats; anything else runs the reference, with a
         one-time warning.
     """
-    check_options(precision)
-    single_repr = check_rows_input(single_repr, mask, "single_repr")
-    if single_repr.dim() < 2:
-        raise ValueError(f"single_repr must have shape (..., N, c_s), got {tuple(single_repr.shape)}")
-    if (pair_norm_weight is None) != (pair_norm_bias is None):
-        raise ValueError("pair_norm_weight and pair_norm_bias must be given together")
-    if pair_weight is None and pair_norm_weight is not None:
-        raise ValueError("pair_norm_weight needs pair_weight: a given bias (pair_weight None) has no LayerNorm")
-    params = dict(query_weight=query_weight, query_bias=query_bias, key_weight=key_weight, value_weight=value_weight,
-                  gate_weight=gate_weight, out_weight=out_weight, pair_norm_weight=pair_norm_weight,
-                  pair_norm_bias=pair_norm_bias, pair_weight=pair_weight)
-    sizes = parameters(single_repr, "single_repr", params, dict(
-        query_weight="H c", query_bias="H", key_weight="H c", value_weight="H c", gate_weight="H c",
-        out_weight="c H", pair_norm_weight="P", pair_norm_bias="P", pair_weight="h P"),
-        optional=("query_bias", "pair_norm_weight", "pair_norm_bias", "pair_weight"))
-    c, H = sizes["c"], sizes["H"]
-    check_heads(num_heads, H)
-    check_last(single_repr, "single_repr", "..., N", c, "query_weight")
-    lead, N = single_repr.shape[:-2], single_repr.shape[-2]
-    channels = num_heads if pair_weight is None else sizes["P"]
-    check_floating("pair_repr", pair_repr)
-    if pair_repr.shape != (*lead, N, N, channels):
-        what = "num_heads" if pair_weight is None else "pair_weight"
-        raise ValueError(f"pair_repr must have shape {(*lead, N, N, channels)} (single_repr's leading dimensions, N "
-                         f"and N, and the size of {what}), got {tuple(pair_repr.shape)}")
-    if pair_repr.device != single_repr.device:
-        raise ValueError(f"pair_repr is on {pair_repr.device} but single_repr is on {single_repr.device}: all tensors "
-                         "must be on one device")
-    if pair_weight is not None:
-        check_shapes(params, dict(pair_weight="h P"), {**sizes, "h": num_heads})
-    batched = single_repr.dim() == 3  # (else the leading dimensions are folded into one, and given back)
-    s = single_repr if batched else single_repr.reshape(-1, N, c)
-    z = pair_repr if batched else pair_repr.reshape(-1, N, N, channels)
-    m = mask if batched or mask is None else mask.reshape(-1, N)
-    z, *weights = cast([z, *params.values()], s.dtype)
-
-    def unbatched(out):
-        return out if batched else out.view(single_repr.shape)
-
-    def reference():
-        return unbatched(ref.attention_pair_bias_reference(s, z, m, *weights, num_heads=num_heads))
-
-    def fused(train):
-        wq, bq, wk, wv, wg, wo, pnw, pnb, wz = weights
-        qkvg = att.joined_qkvg([wq, wk, wv, wg], [bq, None, None, None])
-        return unbatched(apb.attention_pair_bias(s, z, m, *qkvg, wo, pnw, pnb, wz, num_heads, precision, train)[0])
-
-    head, dtype = H // num_heads, s.dtype
-    return dispatch("attention with pair bias", s, (s, z, *weights), impl, reference, fused,
-                    None if apb.fused(head, dtype) else f"head_dim={head}, dtype={dtype}")
+    return door(ATTENTION_PAIR_BIAS, locals())

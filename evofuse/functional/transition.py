@@ -5,11 +5,36 @@ from __future__ import annotations
 import torch
 
 from .. import reference as ref
-from .._validation import check_rows_input
-from ._common import cast, check_last, check_options, dispatch, follows_autocast, parameters, trans
+from ._common import trans
+from ._door import Form, door, one_of
 
 
-@follows_autocast
+def _relu_has_no_b(args: dict) -> None:
+    if args["activation"] == "relu" and (args["b_weight"] is not None or args["b_bias"] is not None):
+        raise ValueError("b_weight and b_bias must be None for activation='relu'")
+
+
+def _transition(a, train):
+    if a.sizes["H"] == 0:  # (no hidden rows: the output is the bias alone)
+        return ref.transition_reference(a.x, a.mask, a.layer_norm_weight, a.layer_norm_bias, a.a_weight, a.a_bias,
+                                        a.b_weight, a.b_bias, a.out_weight, a.out_bias, activation=a.activation)
+    glu = a.activation == "swiglu"
+    w_in, b_in = ((torch.cat([a.a_weight, a.b_weight]), trans.joined_bias([a.a_bias, a.b_bias], [a.a_weight, a.b_weight]))
+                  if glu else (a.a_weight, a.a_bias))
+    return trans.transition(a.x, a.mask, a.layer_norm_weight, a.layer_norm_bias, w_in, b_in, a.out_weight, a.out_bias,
+                            glu, a.precision, train)
+
+
+TRANSITION = Form(
+    "transition", "rows", ("x", "mask"),
+    dict(layer_norm_weight="D", layer_norm_bias="D", a_weight="H D", a_bias="H", b_weight="H D", b_bias="H",
+         out_weight="C H", out_bias="C"),
+    ref.transition_reference, _transition,
+    optional=lambda args: ("a_bias", "b_bias", "out_bias") + (("b_weight",) if args["activation"] == "relu" else ()),
+    rules={"activation": one_of(ref.ACTIVATIONS)}, check=_relu_has_no_b,
+    supports=lambda a: "float64" if a.dtype == torch.float64 else None)
+
+
 def transition(
     x: torch.Tensor,
     mask: torch.Tensor | None,
@@ -43,30 +68,4 @@ def transition(
         (..., C) in x's dtype; the parameters are cast to it. 16-bit inputs accumulate in float32; the hidden rows are
         never in memory whole (blocks of rows), and a training call keeps nothing but x for the backward.
     """
-    check_options(precision)
-    if activation not in ref.ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ref.ACTIVATIONS}, got {activation!r}")
-    check_rows_input(x, mask)
-    glu = activation == "swiglu"
-    params = dict(layer_norm_weight=layer_norm_weight, layer_norm_bias=layer_norm_bias, a_weight=a_weight,
-                  a_bias=a_bias, b_weight=b_weight, b_bias=b_bias, out_weight=out_weight, out_bias=out_bias)
-    if not glu and (b_weight is not None or b_bias is not None):
-        raise ValueError("b_weight and b_bias must be None for activation='relu'")
-    sizes = parameters(x, "x", params, dict(layer_norm_weight="D", layer_norm_bias="D", a_weight="H D", a_bias="H",
-                                            b_weight="H D", b_bias="H", out_weight="C H", out_bias="C"),
-                       optional=("a_bias", "b_bias", "out_bias") + (() if glu else ("b_weight",)))
-    check_last(x, "x", "...", sizes["D"], "layer_norm_weight")
-    weights = cast(params.values(), x.dtype)
-
-    def reference():
-        return ref.transition_reference(x, mask, *weights, activation=activation)
-
-    def fused(train):
-        if sizes["H"] == 0:  # (no hidden rows: the output is the bias alone)
-            return reference()
-        lnw, lnb, wa, ba, wb, bb, wo, bo = weights
-        w_in, b_in = (wa, ba) if not glu else (torch.cat([wa, wb]), trans.joined_bias([ba, bb], [wa, wb]))
-        return trans.transition(x, mask, lnw, lnb, w_in, b_in, wo, bo, glu, precision, train)
-
-    return dispatch("transition", x, (x, *weights), impl, reference, fused,
-                    "float64" if x.dtype == torch.float64 else None)
+    return door(TRANSITION, locals())
