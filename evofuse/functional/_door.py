@@ -91,6 +91,10 @@ def unbatched(out: torch.Tensor, lead: tuple[int, ...]) -> torch.Tensor:
 
 
 
+# the layouts whose leading dimensions are folded once checked, and the dimensions after them
+FOLDED_RANK = {"pair": 3, "single": 2}
+
+
 @dataclass(frozen=True)
 class Rule:
     """An option's rule: `test(value)` true for the values it takes, `phrase` what the error says they must be."""
@@ -121,8 +125,7 @@ class Call:
     options), `sizes` (the parameters' shape letters' sizes) and `dtype`."""
 
     def __init__(self, args: dict, sizes: dict, dtype: torch.dtype):
-        for name, value in args.items():
-            setattr(self, name, value)
+        self.__dict__.update(args)
         self.sizes, self.dtype = sizes, dtype
 
 
@@ -161,6 +164,11 @@ class Form:
     check: Callable[[dict], None] | None = None
     checked: Callable[[Call], None] | None = None
     supports: Callable[[Call], str | None] = lambda call: None
+
+    @functools.cached_property
+    def cast_names(self) -> tuple[str, ...]:
+        """What is cast to the call's dtype: the inputs after the first but the masks, and the parameters."""
+        return (*(n for n in self.inputs[1:] if not n.endswith("mask")), *self.params)
 
     @functools.cached_property
     def reference_options(self) -> tuple[str, ...]:
@@ -214,7 +222,7 @@ def _checked_call(form: Form, args: dict):
     _check_layout(form, args, x, sizes)
     if form.checked is not None:
         form.checked(call)
-    return _call(form, call, restore)
+    return _call(form, args, call, restore)
 
 
 def _check_layout(form: Form, args: dict, x: torch.Tensor, sizes: dict) -> None:
@@ -233,27 +241,26 @@ def _check_layout(form: Form, args: dict, x: torch.Tensor, sizes: dict) -> None:
         check_last(x, form.inputs[0], shape, sizes[letter], source)
 
 
-def _call(form: Form, call: Call, restore):
-    """The checked call folded (the pair's and the single representation's leading dimensions), cast, dispatched."""
-    first = form.inputs[0]
-    x = getattr(call, first)
-    rank = {"pair": 3, "single": 2}.get(form.layout)
+def _call(form: Form, args: dict, call: Call, restore):
+    """The checked call (`args` and `call`, the same arguments) folded (the pair's and the single representation's
+    leading dimensions), cast and dispatched."""
+    x = args[form.inputs[0]]
+    rank = FOLDED_RANK.get(form.layout)
     if rank is not None and x.dim() != rank + 1:
         restore = x.shape[:-rank]
         for name in form.inputs:
-            t = getattr(call, name)
+            t = args[name]
             if t is not None:
-                setattr(call, name, t.reshape(-1, *t.shape[len(restore):]) if restore else t[None])
-        x = getattr(call, first)
-    cast_names = [n for n in form.inputs[1:] if not n.endswith("mask")] + list(form.params)
-    for name, t in zip(cast_names, cast([getattr(call, n) for n in cast_names], x.dtype)):
-        setattr(call, name, t)
-    inputs = [getattr(call, n) for n in form.inputs]
+                args[name] = t.reshape(-1, *t.shape[len(restore):]) if restore else t[None]
+        x = args[form.inputs[0]]
+    args.update(zip(form.cast_names, cast([args[n] for n in form.cast_names], x.dtype)))
+    call.__dict__.update(args)
+    inputs = [args[n] for n in form.inputs]
 
     def reference():
-        return form.reference(*inputs, **{n: getattr(call, n) for n in form.params},
-                              **{n: getattr(call, n) for n in form.reference_options})
+        return form.reference(*inputs, **{n: args[n] for n in form.params},
+                              **{n: args[n] for n in form.reference_options})
 
-    out = dispatch(form.label, x, [*inputs, *(getattr(call, n) for n in form.params)], call.impl, reference,
+    out = dispatch(form.label, x, [*inputs, *(args[n] for n in form.params)], args["impl"], reference,
                    lambda train: form.fused(call, train), form.supports(call))
     return out if restore is None else unbatched(out, tuple(restore))
