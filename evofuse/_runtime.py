@@ -26,6 +26,15 @@ def traced(tensor: torch.Tensor) -> bool:
     return torch.compiler.is_compiling() or type(tensor) is not torch.Tensor
 
 
+def contiguous(t: torch.Tensor) -> torch.Tensor:
+    """t in contiguous memory. A tensor subclass run eagerly (a DTensor) is copied whatever its strides say: a
+    DTensor's transposed gradient reports contiguous strides while its shards are transposed, and a view of it
+    then fails on them."""
+    if t.is_contiguous() and (type(t) is torch.Tensor or torch.compiler.is_compiling()):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
 def custom_op(name: str, impl, fake):
     """`evofuse::<name>`, a torch.library custom op of `impl` (its schema from impl's annotations; no argument
     mutated) with `fake` as its fake implementation: a nested op that a traced backward calls (`traced`)."""

@@ -19,7 +19,13 @@ Rules so far (every one also takes all inputs replicated):
 - the float32 products (`evofuse::matmul`): rows of a, columns of b, batch elements, or the contraction (Partial());
 - triangle multiplication: the pair and its mask sharded by batch elements (Shard(0)), the parameters replicated; its
   product t (c, B, N, N) kept for the backward Shard(1); in the backward the pair's gradient Shard(0) and each
-  parameter's a partial sum over the shards (Partial()), which DTensor reduces where it is read.
+  parameter's a partial sum over the shards (Partial()), which DTensor reduces where it is read;
+- triangle attention: by batch elements; and by the pair's rows (the starting node; the ending node by its
+  columns, the transposed view's rows): a distributed pair takes the bias apart (`evofuse::triangle_bias`, sharded
+  as the pair is), and the attention of the local rows gathers the bias (B, h, N, N), never the pair; the bias's
+  gradient then a partial sum over the rows;
+- column and global column attention and attention with pair bias: by batch elements (the column attentions' MSA
+  as its transposed view).
 """
 
 from __future__ import annotations
@@ -174,3 +180,63 @@ def _attention_backward(qkvg, z, msa_mask, grad_out, out_proj_weight, gated, lse
     # (by MSA rows the bias is shared: its gradient a partial sum over the rows)
     return [placed(Replicate(), Replicate(), Replicate(), Replicate()), placed(Shard(0), Shard(0), Shard(1), Shard(0)),
             placed(Shard(1), Replicate(), Shard(2), Partial())]
+
+
+@register_sharding(_ops.triangle_attention.default)
+def _triangle_attention(pair_repr, pair_mask, *rest):
+    # (the kept proj, gated and z Shard(0), lse (2, B, I, J, h) Shard(1): empty unless train, sharded alike)
+    params, bias, options = rest[:6], rest[6], [None] * 5  # (num_heads, transpose_bias, precision, chunk_rows, train)
+    mask = [None if pair_mask is None else Replicate()]
+    strategies = [([Replicate()] * 5, [Replicate(), *mask, *_replicated(params), *_replicated([bias]), *options]),
+                  ([Shard(0), Shard(0), Shard(0), Shard(1), Shard(0)],
+                   [Shard(0), None if pair_mask is None else Shard(0), *_replicated(params),
+                    None if bias is None else Shard(0), *options])]
+    if bias is not None:  # by rows i, every row's keys on its device: the bias (B, h, J, K) whole (gathered)
+        strategies.append(([Shard(1), Shard(1), Shard(1), Shard(2), Replicate()],
+                           [Shard(1), None if pair_mask is None else Shard(1), *_replicated(params), Replicate(),
+                            *options]))
+    return strategies
+
+
+@register_sharding(_ops.triangle_bias.default)
+def _triangle_bias(pair_repr, ln_weight, ln_bias, linear_weight, transpose_bias, precision, train):
+    """The bias z (B, h, J, K) of a pair (B, I, J, c) by batch elements, or by its rows or columns: z[b, h, j, k]
+    from x[b, j, k] (transposed: from x[b, k, j])."""
+    params, options = _replicated((ln_weight, ln_bias, linear_weight)), [None] * 3
+    row, column = (3, 2) if transpose_bias else (2, 3)
+    return [([Replicate()], [Replicate(), *params, *options]), ([Shard(0)], [Shard(0), *params, *options]),
+            ([Shard(row)], [Shard(1), *params, *options]), ([Shard(column)], [Shard(2), *params, *options])]
+
+
+@register_sharding(_ops.msa_column_attention.default)
+def _msa_column_attention(x, mask, *rest):
+    # (x the MSA's transposed view (B, N, S, D); the kept qkvg and gated Shard(0), lse (2, B, N, S, h) Shard(1))
+    params, options = rest[:6], [None] * 3  # (num_heads, precision, train)
+    return [([Replicate()] * 4, [Replicate(), None if mask is None else Replicate(), *_replicated(params), *options]),
+            ([Shard(0), Shard(0), Shard(0), Shard(1)],
+             [Shard(0), None if mask is None else Shard(0), *_replicated(params), *options])]
+
+
+@register_sharding(_ops.msa_column_global_attention.default)
+def _msa_column_global_attention(x, mask, *rest):
+    # (the kept queries (B*N, HC) batch major: Shard(0) is the same batch elements' columns)
+    params, options = rest[:7], [None] * 5  # (num_heads, inf, eps, precision, train)
+    return [([Replicate()] * 3, [Replicate(), None if mask is None else Replicate(), *_replicated(params), *options]),
+            ([Shard(0)] * 3, [Shard(0), None if mask is None else Shard(0), *_replicated(params), *options])]
+
+
+@register_sharding(_ops.msa_column_global_attention_core_backward.default)
+def _msa_column_global_attention_backward(proj, mask, q, du, *options):
+    rest = [None] * len(options)  # (num_heads, inf, eps)
+    return [([Replicate()] * 3, [Replicate(), None if mask is None else Replicate(), Replicate(), Replicate(), *rest]),
+            ([Shard(0)] * 3, [Shard(0), None if mask is None else Shard(0), Shard(0), Shard(0), *rest])]
+
+
+@register_sharding(_ops.attention_pair_bias.default)
+def _attention_pair_bias(single_repr, pair_repr, mask, *rest):
+    # (the kept qkvg, gated (B, 1, N, .) and z (B, h, N, N) Shard(0), lse (2, B, 1, N, h) Shard(1))
+    params, options = rest[:6], [None] * 3  # (num_heads, precision, train)
+    return [([Replicate()] * 5, [Replicate(), Replicate(), None if mask is None else Replicate(),
+                                 *_replicated(params), *options]),
+            ([Shard(0), Shard(0), Shard(0), Shard(1), Shard(0)],
+             [Shard(0), Shard(0), None if mask is None else Shard(0), *_replicated(params), *options])]

@@ -64,7 +64,7 @@ OPS = ("outer_product_mean", "outer_product_mean_core_backward", "msa_row_attent
        "msa_column_attention", "msa_column_global_attention",
        "msa_column_global_attention_core_backward", "transition", "transition_core_backward", "matmul",
        "layer_norm_backward",
-       "pair_heads_backward", "attention_pair_bias")
+       "pair_heads_backward", "attention_pair_bias", "triangle_bias")
 
 
 def test_import_registers_every_op_and_needs_no_gpu(tmp_path):

@@ -94,9 +94,10 @@ def test_opcheck_row_attention_core_backward():
                                              "replace", "default"))
 
 
-def _tri_args(train, transpose_bias=False, mask=True, gate_bias=True, chunk_rows=0):
-    """The triangle attention op's arguments: a pair (1, 6, 6, 8), 2 heads of 4, the projections joined; an
-    inference call in chunks of `chunk_rows` rows (0: all at once off CUDA)."""
+def _tri_args(train, transpose_bias=False, mask=True, gate_bias=True, chunk_rows=0, given_bias=False):
+    """The triangle attention op's arguments: a pair (1, 6, 6, 8), 2 heads of 4, the projections joined (without
+    the bias's, and the bias (1, 2, 6, 6) given, where `given_bias`); an inference call in chunks of `chunk_rows`
+    rows (0: all at once off CUDA)."""
     from evofuse import TriangleAttention
     from evofuse.ops.triangle_attention import joined_projections
 
@@ -108,11 +109,12 @@ def _tri_args(train, transpose_bias=False, mask=True, gate_bias=True, chunk_rows
     mha = mod.mha
     with torch.no_grad():  # (the op's own leaves)
         proj = [t if t is None else t.requires_grad_(train) for t in joined_projections(
-            [mha.linear_q.weight, mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight], mod.linear.weight,
-            mha.linear_g.bias)]
+            [mha.linear_q.weight, mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight],
+            None if given_bias else mod.linear.weight, mha.linear_g.bias)]
+    bias = torch.randn(1, 2, 6, 6, device=DEVICE, requires_grad=train) if given_bias else None
     params = [t if t is None else t.detach().requires_grad_(train) for t in (
         mod.layer_norm.weight, mod.layer_norm.bias, *proj, mha.linear_o.weight, mha.linear_o.bias)]
-    return (x, pair_mask, *params, 2, transpose_bias, "default", chunk_rows, train)
+    return (x, pair_mask, *params, bias, 2, transpose_bias, "default", chunk_rows, train)
 
 
 @pytest.mark.no_poison
@@ -123,6 +125,19 @@ def test_opcheck_triangle_attention(train):
     torch.library.opcheck(triangle_attention_op, _tri_args(train))
     torch.library.opcheck(triangle_attention_op, _tri_args(train, transpose_bias=True, mask=False, gate_bias=False))
     torch.library.opcheck(triangle_attention_op, _tri_args(train, transpose_bias=True, chunk_rows=4))
+    torch.library.opcheck(triangle_attention_op, _tri_args(train, given_bias=True))
+    torch.library.opcheck(triangle_attention_op, _tri_args(train, given_bias=True, chunk_rows=4))
+
+
+@pytest.mark.no_poison
+@pytest.mark.parametrize("train", [False, True])
+def test_opcheck_triangle_bias(train):
+    from evofuse.ops.triangle_attention import triangle_bias_op
+
+    x, _, lnw, lnb, *_ = _tri_args(train)
+    linear_weight = torch.randn(2, 8, device=DEVICE, requires_grad=train)
+    for transpose_bias in (False, True):
+        torch.library.opcheck(triangle_bias_op, (x, lnw, lnb, linear_weight, transpose_bias, "default", train))
 
 
 def _trimul_args(train, outgoing=True, mask=True, bias=True):

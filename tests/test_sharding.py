@@ -42,6 +42,16 @@ def _case(name):
         mod = evofuse.PairWeightedAveraging(c_m=16, c_z=8, c_h=8, num_heads=2)
         torch.nn.init.normal_(mod.proj_o.weight, std=0.25)  # (Boltz starts it at zero: no gradient would flow back)
         return mod, [torch.randn(B, 3, 7, 16), torch.randn(B, 7, 7, 8), _mask(B, 7, 7)], [0, 0, 0], 0
+    if op in ("tri-starting", "tri-ending"):  # (by batch elements, or by the pair's rows or columns)
+        mod = evofuse.TriangleAttention(16, 4, 2, starting=op.endswith("starting"))
+        dim = int(shard or 0)
+        return mod, [torch.randn(2, 2 * B, 2 * B, 16), _mask(2, 2 * B, 2 * B)], [dim, dim], dim
+    if op in ("col", "gcol"):
+        mod = (evofuse.MSAColumnAttention if op == "col" else evofuse.MSAColumnGlobalAttention)(16, 4, 2)
+        return mod, [torch.randn(B, 5, 7, 16), _mask(B, 5, 7)], [0, 0], 0
+    if op == "apb":
+        mod = evofuse.AttentionPairBias(16, 8, 2)
+        return mod, [torch.randn(B, 7, 16), torch.randn(B, 7, 7, 8), _mask(B, 7)], [0, 0, 0], 0
     dim = int(shard)  # row attention: by batch elements, or by MSA rows with the pair replicated
     return (evofuse.MSARowAttentionWithPairBias(16, 8, 2), [torch.randn(B, B, 7, 16), torch.randn(B, 7, 7, 8),
                                                             _mask(B, B, 7)], [dim, 0 if dim == 0 else None, dim], dim)
@@ -61,8 +71,15 @@ def _compare(mesh, name):
     def placed():
         return [distribute_tensor(t, mesh, [Replicate() if d is None else Shard(d)]) for t, d in zip(inputs, dims)]
     if not name.startswith(("opm", "pwa")):  # (their schemas' `train` is not in DTensor's cache key: see below)
-        with torch.no_grad():
-            _check("inference output", sharded(*placed()), want, Shard(out_dim))
+        from torch.distributed.tensor.debug import CommDebugMode
+
+        args = placed()
+        with torch.no_grad(), CommDebugMode() as comms:
+            got = sharded(*args)
+        _check("inference output", got, want, Shard(out_dim))
+        # (by batch elements nothing moves; by the pair's rows the bias alone is gathered, as the placements say)
+        gathers = sum(n for op, n in comms.get_comm_counts().items() if "all_gather" in str(op))
+        assert gathers == (1 if name in ("tri-starting:1", "tri-ending:2") else 0), comms.get_comm_counts()
     args = placed()
     for t in args[:-1]:
         t.requires_grad_()
@@ -105,13 +122,15 @@ def _worker(rank, store, name):
 
 
 @pytest.mark.parametrize("name", ["trimul-outgoing", "trimul-incoming", "opm", "trans:0", "trans:1", "pwa",
-                                  "att:0", "att:1"])
+                                  "att:0", "att:1", "tri-starting", "tri-ending", "tri-starting:1",
+                                  "tri-ending:2", "col", "gcol", "apb"])
 def test_sharded_matches_whole(name):
-    """att:1 is row attention by MSA rows (the pair replicated), trans:1 the transition by its second dimension; the
-    others by batch elements. DTensor caches an op's sharding by its arguments from the first integer one on
-    (`register_sharding`), so where no integer precedes `train` (the Outer Product Mean, pair-weighted averaging)
-    an inference call and a training call at the same shapes share the first one's output shapes: a process runs
-    one kind of call of them (tested here: training)."""
+    """att:1 is row attention by MSA rows (the pair replicated), trans:1 the transition by its second dimension,
+    tri-starting:1 and tri-ending:2 triangle attention by the pair's rows and columns; the others by batch
+    elements. DTensor caches an op's sharding by its arguments from the first integer one on (`register_sharding`),
+    so where no integer precedes `train` (the Outer Product Mean, pair-weighted averaging) an inference call and a
+    training call at the same shapes share the first one's output shapes: a process runs one kind of call of them
+    (tested here: training)."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as folder:

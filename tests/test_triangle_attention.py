@@ -233,3 +233,31 @@ def test_bad_options_are_named(change, pattern):
         evofuse.triangle_attention(**{**_valid_arguments(), "num_heads": 2, **change})
     with pytest.raises(ValueError, match="no_heads must be a positive integer"):
         TriangleAttention(8, 4, 0)
+
+
+@pytest.mark.parametrize("transpose_bias", [False, True])
+def test_bias_made_apart_matches_one_pass(transpose_bias):
+    """The composition a distributed pair takes (`evofuse.sharding`): the triangle bias by its own op and the
+    attention given it, against the one pass that makes the bias beside q, k, v and the gate: the output and every
+    gradient, float32 within the contract's bound."""
+    from evofuse.numerics import FP32_DEFAULT_BOUND, rel_error
+    from evofuse.ops.triangle_attention import joined_projections, triangle_attention, triangle_bias
+
+    mod = _module(8, 4, 2, seed=21).to(DEVICE)
+    z, mask = (t.to(DEVICE) for t in _inputs(2, 6, 8, 22))
+    z.requires_grad_()
+    mha = mod.mha
+    weights = [mha.linear_q.weight, mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight]
+    lnw, lnb = mod.layer_norm.weight, mod.layer_norm.bias
+    probe = torch.randn(2, 6, 6, 8, generator=torch.Generator().manual_seed(23)).to(DEVICE)
+
+    def run(apart):
+        bias = triangle_bias(z, lnw, lnb, mod.linear.weight, transpose_bias, "default", True) if apart else None
+        proj = joined_projections(weights, None if apart else mod.linear.weight, mha.linear_g.bias)
+        out = triangle_attention(z, mask, lnw, lnb, *proj, mha.linear_o.weight, mha.linear_o.bias, bias, 2,
+                                 transpose_bias, "default", 0, True)[0]
+        return [out, *torch.autograd.grad((out * probe).sum(), [z, *mod.parameters()])]
+
+    names = ["output", "pair_repr's gradient", *(f"{n}'s gradient" for n, _ in mod.named_parameters())]
+    for name, got, want in zip(names, run(True), run(False)):
+        assert rel_error(got, want) <= FP32_DEFAULT_BOUND, name

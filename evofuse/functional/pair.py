@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .. import reference as ref
-from ._common import att, tri, trimul
+from ._common import att, distributed, tri, trimul
 from ._door import ROWS, Form, door, masked_inf
 
 
@@ -14,9 +14,14 @@ def _triangle_attention(a, train):
     x, mask = a.pair_repr, a.pair_mask
     if not a.starting:  # (the ending node on the transposed pair: strided views, no copies)
         x, mask = x.transpose(1, 2), None if mask is None else mask.transpose(1, 2)
-    proj = tri.joined_projections([a.query_weight, a.key_weight, a.value_weight, a.gate_weight], a.linear_weight,
-                                  a.gate_bias)
-    out = tri.triangle_attention(x, mask, a.layer_norm_weight, a.layer_norm_bias, *proj, a.out_weight, a.out_bias,
+    projections = [a.query_weight, a.key_weight, a.value_weight, a.gate_weight]
+    if distributed(x):  # the bias apart, so that a pair split by rows gathers it and never the pair
+        bias = tri.triangle_bias(x, a.layer_norm_weight, a.layer_norm_bias, a.linear_weight, a.transpose_bias,
+                                 a.precision, train)
+        proj = tri.joined_projections(projections, None, a.gate_bias)
+    else:
+        bias, proj = None, tri.joined_projections(projections, a.linear_weight, a.gate_bias)
+    out = tri.triangle_attention(x, mask, a.layer_norm_weight, a.layer_norm_bias, *proj, a.out_weight, a.out_bias, bias,
                                  a.num_heads, a.transpose_bias, a.precision, a.chunk_size or 0, train)[0]
     return out if a.starting else out.transpose(1, 2)
 

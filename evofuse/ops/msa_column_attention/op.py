@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import keep_for_backward, operation, traced
+from ..._runtime import contiguous, keep_for_backward, operation, traced
 from ...stages.attention.core import attention, core_backward, core_backward_op
 from ...stages.layer_norm_backward import layer_norm_linear_backward
 from ...stages.layer_norm_linear import layer_norm_linear
@@ -60,6 +60,7 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, needs, grad_out, *_):
     x, mask, lnw, lnb, w_qkvg, _, wo, _, qkvg, gated, lse = ctx.saved_tensors
     D, H = x.shape[-1], wo.shape[1]
+    grad_out = contiguous(grad_out)  # (the MSA's transposed view's: the copy out_weight's product needs)
     grads = dict(out_bias=grad_out.sum((0, 1, 2), dtype=torch.float32).to(x.dtype) if needs["out_bias"] else None,
                  out_weight=matmul(grad_out.reshape(-1, D).t(), gated.reshape(-1, H), ctx.precision)
                  if needs["out_weight"] else None)

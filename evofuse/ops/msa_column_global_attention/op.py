@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import custom_op, keep_for_backward, next_pow2, operation, traced
+from ..._runtime import contiguous, custom_op, keep_for_backward, next_pow2, operation, traced
 from ...reference import MASK_LOGIT, TRIANGLE_MIN_INF
 from ...stages.layer_norm_backward import layer_norm_linear_backward
 from ...stages.layer_norm_linear import layer_norm_linear
@@ -121,7 +121,7 @@ def _backward(ctx, needs, grad_out, *_):
     B, R, L, D = x.shape
     HC = wo.shape[1]
     dtype, precision = x.dtype, ctx.precision
-    rows = grad_out.reshape(-1, D)
+    rows = contiguous(grad_out).view(-1, D)  # (the MSA's transposed view's: the copy the products need)
     du = matmul(rows, wo, precision).view(B, R, L, HC)  # the gated rows' gradient
     backward = core_backward_op if traced(grad_out) else core_backward
     d_proj, gated, dq = backward(proj, mask, q, du, ctx.num_heads, ctx.inf, ctx.eps)
