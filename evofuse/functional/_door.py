@@ -141,9 +141,11 @@ class Form:
     (`_validation.check_shapes`); optional: those that may be None (or a function of the call's arguments giving
     them); width: the first input's channels as (letter, the parameter that gives it); pair: the msa layout's
     pair_repr channels as (letter, parameter); heads: the letter of the width num_heads must divide (and how the
-    error calls it); later: shapes checked once `letters(call)` adds letters of options or products (h, c*c); rules:
+    error calls it); later: shapes checked once more with h = num_heads (where there are heads) and the letters
+    `letters(sizes)` adds (c*c); rules:
     the options' rules (precision's is every form's); check(call): the form's own checks of its arguments before
-    anything else is (as the raw arguments) and `checked(call)` once sizes are known; reference: the definition,
+    anything else is (as the raw arguments) and `checked(args, sizes)` once the letters' sizes are known;
+    reference: the definition,
     called with the inputs by position and the parameters and the options it names by keyword; fused(call, train):
     the op's call, returning the output in the folded layout; supports(call): why the kernels do not take the call
     (None where they do)."""
@@ -159,11 +161,16 @@ class Form:
     pair: tuple[str, str] | None = None
     heads: tuple[str, str] | None = None
     later: dict[str, str] = field(default_factory=dict)
-    letters: Callable[[Call], dict] | None = None
+    letters: Callable[[dict], dict] | None = None
     rules: dict[str, Rule] = field(default_factory=dict)
     check: Callable[[dict], None] | None = None
-    checked: Callable[[Call], None] | None = None
+    checked: Callable[[dict, dict], None] | None = None
     supports: Callable[[Call], str | None] = lambda call: None
+
+    @functools.cached_property
+    def tensors(self) -> tuple[str, ...]:
+        """Every tensor argument's name: the inputs, then the parameters."""
+        return (*self.inputs, *self.params)
 
     @functools.cached_property
     def cast_names(self) -> tuple[str, ...]:
@@ -214,15 +221,16 @@ def _checked_call(form: Form, args: dict):
     params = {name: args[name] for name in form.params}
     optional = form.optional(args) if callable(form.optional) else form.optional
     sizes = parameters(x, first, params, form.params, optional=optional)
-    call = Call(args, sizes, x.dtype)
     if form.heads is not None:
         check_heads(args["num_heads"], sizes[form.heads[0]], form.heads[1])
-    if form.letters is not None:
-        sizes.update(check_shapes(params, form.later, {**sizes, **form.letters(call)}))
+    if form.later:  # (h: num_heads, where the form has heads)
+        more = {} if form.letters is None else form.letters(sizes)
+        sizes.update(check_shapes(params, form.later, {**sizes, **more, **(
+            {"h": args["num_heads"]} if form.heads is not None else {})}))
     _check_layout(form, args, x, sizes)
     if form.checked is not None:
-        form.checked(call)
-    return _call(form, args, call, restore)
+        form.checked(args, sizes)
+    return _call(form, args, sizes, restore)
 
 
 def _check_layout(form: Form, args: dict, x: torch.Tensor, sizes: dict) -> None:
@@ -241,9 +249,9 @@ def _check_layout(form: Form, args: dict, x: torch.Tensor, sizes: dict) -> None:
         check_last(x, form.inputs[0], shape, sizes[letter], source)
 
 
-def _call(form: Form, args: dict, call: Call, restore):
-    """The checked call (`args` and `call`, the same arguments) folded (the pair's and the single representation's
-    leading dimensions), cast and dispatched."""
+def _call(form: Form, args: dict, sizes: dict, restore):
+    """The checked call folded (the pair's and the single representation's leading dimensions), cast and
+    dispatched."""
     x = args[form.inputs[0]]
     rank = FOLDED_RANK.get(form.layout)
     if rank is not None and x.dim() != rank + 1:
@@ -254,13 +262,11 @@ def _call(form: Form, args: dict, call: Call, restore):
                 args[name] = t.reshape(-1, *t.shape[len(restore):]) if restore else t[None]
         x = args[form.inputs[0]]
     args.update(zip(form.cast_names, cast([args[n] for n in form.cast_names], x.dtype)))
-    call.__dict__.update(args)
-    inputs = [args[n] for n in form.inputs]
-
+    call = Call(args, sizes, x.dtype)
     def reference():
-        return form.reference(*inputs, **{n: args[n] for n in form.params},
+        return form.reference(*[args[n] for n in form.inputs], **{n: args[n] for n in form.params},
                               **{n: args[n] for n in form.reference_options})
 
-    out = dispatch(form.label, x, [*inputs, *(args[n] for n in form.params)], args["impl"], reference,
+    out = dispatch(form.label, x, [args[n] for n in form.tensors], args["impl"], reference,
                    lambda train: form.fused(call, train), form.supports(call))
     return out if restore is None else unbatched(out, tuple(restore))

@@ -31,11 +31,11 @@ MSA_COLUMN_ATTENTION = Form(
                                           else f"head_dim={a.sizes['H'] // a.num_heads}, dtype={a.dtype}"))
 
 
-def _global_heads(a) -> None:
-    H, d = a.sizes["H"], a.sizes["d"]
-    if not isinstance(a.num_heads, int) or a.num_heads < 1 or H != a.num_heads * d:
+def _global_heads(args: dict, sizes: dict) -> None:
+    H, d, num_heads = sizes["H"], sizes["d"], args["num_heads"]
+    if not isinstance(num_heads, int) or num_heads < 1 or H != num_heads * d:
         raise ValueError(f"num_heads must be a positive integer with num_heads * {d} (the key's width) = {H} (the "
-                         f"query's), got {a.num_heads!r}")
+                         f"query's), got {num_heads!r}")
 
 
 def _global_attention(a, train):

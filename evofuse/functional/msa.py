@@ -25,7 +25,7 @@ OUTER_PRODUCT_MEAN = Form(
         a.proj_b_weight, a.proj_b_bias, a.out_proj_weight, a.out_proj_bias, a.normalization, float(a.count_eps),
         a.precision, train)[0],
     optional=("proj_a_bias", "proj_b_bias"),
-    later=dict(out_proj_weight="R cc", out_proj_bias="R"), letters=lambda a: {"cc": a.sizes["c"] ** 2},
+    later=dict(out_proj_weight="R cc", out_proj_bias="R"), letters=lambda sizes: {"cc": sizes["c"] ** 2},
     rules={"normalization": one_of(ref.NORMALIZATIONS), "count_eps": POSITIVE},
     supports=lambda a: None if opm.fused(a.sizes["c"], a.dtype) else f"hidden_dim={a.sizes['c']}, dtype={a.dtype}")
 
@@ -47,7 +47,7 @@ MSA_ROW_ATTENTION = Form(
     optional=("query_bias", "key_bias", "value_bias", "gate_bias", "out_proj_bias", "pair_bias_bias",
               "pair_norm_weight", "pair_norm_bias"),
     pair=("P", "pair_bias_weight"), heads=("H", "the inner width"),
-    later=dict(pair_bias_weight="h P", pair_bias_bias="h"), letters=lambda a: {"h": a.num_heads},
+    later=dict(pair_bias_weight="h P", pair_bias_bias="h"),
     rules={"mask_mode": one_of(ref.MASK_MODES)}, check=_pair_norm_together,
     supports=lambda a: ("attention dropout in training mode" if a.training and a.dropout > 0
                         else None if att.fused(a.sizes["H"] // a.num_heads, a.dtype)
@@ -63,7 +63,7 @@ PAIR_WEIGHTED_AVERAGING = Form(
         torch.cat([a.proj_m_weight, a.proj_g_weight]), a.proj_z_weight, a.proj_o_weight, float(a.inf), a.mask_mode,
         a.precision, train)[0],  # (the op takes proj_m's and proj_g's weights stacked)
     width=("c_m", "norm_m_weight"), pair=("c_z", "norm_z_weight"), heads=("inner", "proj_m's width"),
-    later=dict(proj_z_weight="h c_z"), letters=lambda a: {"h": a.num_heads},
+    later=dict(proj_z_weight="h c_z"),
     rules={"mask_mode": one_of(ref.PAIR_MASK_MODES)},
     supports=lambda a: (None if pwa.fused(a.sizes["inner"] // a.num_heads, a.sizes["c_m"], a.dtype)
                         else f"head width {a.sizes['inner'] // a.num_heads}, c_m={a.sizes['c_m']}, dtype={a.dtype}"))

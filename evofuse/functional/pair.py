@@ -32,7 +32,7 @@ TRIANGLE_ATTENTION = Form(
          value_weight="H c", gate_weight="H c", gate_bias="H", out_weight="c H", out_bias="c"),
     ref.triangle_attention_reference, _triangle_attention, optional=("gate_bias", "out_bias"),
     width=("c", "layer_norm_weight"), heads=("H", "the inner width"), later=dict(linear_weight="h c"),
-    letters=lambda a: {"h": a.num_heads}, rules={"chunk_size": ROWS},
+    rules={"chunk_size": ROWS},
     supports=lambda a: masked_inf(a.inf, a.pair_mask) or (None if att.fused(a.sizes["H"] // a.num_heads, a.dtype)
                                           else f"head_dim={a.sizes['H'] // a.num_heads}, dtype={a.dtype}"))
 

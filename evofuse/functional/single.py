@@ -19,13 +19,13 @@ def _given_together(args: dict) -> None:
         raise ValueError("pair_norm_weight needs pair_weight: a given bias (pair_weight None) has no LayerNorm")
 
 
-def _pair_shape(a) -> None:
+def _pair_shape(args: dict, sizes: dict) -> None:
     """The pair (or a given bias) shares single_repr's leading dimensions and N."""
-    s, z = a.single_repr, a.pair_repr
-    channels = a.num_heads if a.pair_weight is None else a.sizes["P"]
+    s, z, given = args["single_repr"], args["pair_repr"], args["pair_weight"] is None
+    channels = args["num_heads"] if given else sizes["P"]
     check_floating("pair_repr", z)
     if z.shape != (*s.shape[:-1], s.shape[-2], channels):
-        what = "num_heads" if a.pair_weight is None else "pair_weight"
+        what = "num_heads" if given else "pair_weight"
         raise ValueError(f"pair_repr must have shape {(*s.shape[:-1], s.shape[-2], channels)} (single_repr's leading "
                          f"dimensions, N and N, and the size of {what}), got {tuple(z.shape)}")
     if z.device != s.device:
@@ -43,7 +43,7 @@ ATTENTION_PAIR_BIAS = Form(
         *att.joined_qkvg([a.query_weight, a.key_weight, a.value_weight, a.gate_weight], [a.query_bias, None, None, None]),
         a.out_weight, a.pair_norm_weight, a.pair_norm_bias, a.pair_weight, a.num_heads, a.precision, train)[0],
     optional=("query_bias", "pair_norm_weight", "pair_norm_bias", "pair_weight"), width=("c", "query_weight"),
-    heads=("H", "the inner width"), later=dict(pair_weight="h P"), letters=lambda a: {"h": a.num_heads},
+    heads=("H", "the inner width"), later=dict(pair_weight="h P"),
     check=_given_together, checked=_pair_shape,
     supports=lambda a: (None if apb.fused(a.sizes["H"] // a.num_heads, a.dtype)
                         else f"head_dim={a.sizes['H'] // a.num_heads}, dtype={a.dtype}"))
