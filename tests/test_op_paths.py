@@ -10,7 +10,7 @@ from evofuse.ops.outer_product_mean import outer_product_mean_op
 from evofuse.ops.row_attention import row_attention_op
 
 from .conftest import DEVICE
-from .helpers import att_module, opm_module, random_mask
+from .helpers import opm_module
 from .test_ops import (
     _apb_args,
     _att_args,
@@ -66,92 +66,43 @@ def test_transition_keeps_only_its_input():
     out.sum().backward()
 
 
-def _nested_op_cases():
-    """(module, inputs, the nested ops its backward takes as (module of the op, name)) for each operation."""
-    from evofuse import PairWeightedAveraging
+def _small_case(op):
+    """A registered operation's module (kernels on every device) and inputs (the differentiable ones, then the
+    mask) at its first suite case cut to B 1, N 6 (S 3; the pair stack's S = N), made from the registry alone."""
+    from dataclasses import replace
 
-    from .helpers import randomize
+    from evofuse.suite import make_inputs, make_module
 
-    opm = (opm_module(16, 6, 8, seed=1, impl="triton"), (torch.randn(1, 3, 5, 16), random_mask(1, 3, 5, "random", 2)),
-           [("evofuse.ops.outer_product_mean.op", "core_backward_op"),
-            ("evofuse.stages.layer_norm_backward", "layer_norm_backward_op")])
-    att = (att_module(16, 4, 2, seed=3, impl="triton"), (torch.randn(1, 2, 5, 16), torch.randn(1, 5, 5, 4),
-                                          random_mask(1, 2, 5, "rows", 4)),
-           [("evofuse.ops.row_attention.op", "core_backward_op"), ("evofuse.stages.pair_heads", "pair_heads_backward_op"),
-            ("evofuse.stages.layer_norm_backward", "layer_norm_backward_op")])
-    pwa = (randomize(PairWeightedAveraging(16, 8, 8, 2, impl="triton"), 5), (torch.randn(1, 3, 5, 16), torch.randn(1, 5, 5, 8),
-                                                              (torch.rand(1, 5, 5) > 0.3).float()),
-           [("evofuse.ops.pair_weighted_averaging.op", "core_backward_op"),
-            ("evofuse.stages.pair_heads", "pair_heads_backward_op"),
-            ("evofuse.stages.layer_norm_backward", "layer_norm_backward_op")])
-    from evofuse import TriangleAttention
+    first = OPERATIONS[op].cases[0]
+    case = replace(first, B=1, N=6, S=6 if first.S == first.N else min(first.S, 3))
+    return make_module(case, seed=1, impl="triton").to(DEVICE), make_inputs(case, DEVICE, torch.float32, seed=2)
 
-    tri = (randomize(TriangleAttention(8, 4, 2, impl="triton"), 7), (torch.randn(1, 6, 6, 8),
-                                                                      (torch.rand(1, 6, 6) > 0.3).float()),
-           [("evofuse.ops.triangle_attention.op", "core_backward_op"),
-            ("evofuse.stages.layer_norm_backward", "layer_norm_backward_op")])
-    from evofuse import TriangleMultiplication
 
-    trimul = (randomize(TriangleMultiplication(8, 4, impl="triton"), 9), (torch.randn(1, 6, 6, 8),
-                                                                         (torch.rand(1, 6, 6) > 0.3).float()),
-              [("evofuse.ops.triangle_multiplication.op", "core_backward_op")])  # (one op: every part of it eager inside)
-    from evofuse import MSAColumnAttention
-
-    col = (randomize(MSAColumnAttention(8, 4, 2, impl="triton"), 11), (torch.randn(1, 5, 6, 8),
-                                                                       (torch.rand(1, 5, 6) > 0.3).float()),
-           [("evofuse.ops.msa_column_attention.op", "core_backward_op"),
-            ("evofuse.stages.layer_norm_backward", "layer_norm_backward_op")])
-    from evofuse import MSAColumnGlobalAttention
-
-    gcol = (randomize(MSAColumnGlobalAttention(8, 4, 2, impl="triton"), 11), (torch.randn(1, 5, 6, 8),
-                                                                              (torch.rand(1, 5, 6) > 0.3).float()),
-            [("evofuse.ops.msa_column_global_attention.op", "core_backward_op"),
-             ("evofuse.stages.layer_norm_backward", "layer_norm_backward_op")])
-    from evofuse import Transition
-
-    trans = (randomize(Transition(8, 12, impl="triton"), 13), (torch.randn(2, 5, 8), (torch.rand(2, 5) > 0.3).float()),
-             [("evofuse.ops.transition.op", "core_backward_op"),
-              ("evofuse.stages.layer_norm_backward", "layer_norm_backward_op")])
-    from evofuse import AttentionPairBias
-
-    apb = (randomize(AttentionPairBias(16, 8, 2, impl="triton"), 15), (torch.randn(1, 5, 16), torch.randn(1, 5, 5, 8),
-                                                                        (torch.rand(1, 5) > 0.3).float()),
-           [("evofuse.ops.attention_pair_bias.op", "core_backward_op"),
-            ("evofuse.stages.pair_heads", "pair_heads_backward_op")])
-    return {"opm": opm, "att": att, "pwa": pwa, "tri": tri, "trimul": trimul, "col": col, "gcol": gcol, "trans": trans,
-            "apb": apb}
+def _step(mod, inputs):
+    """The inputs' and parameters' gradients of a training step of mod (every input but the mask differentiable)."""
+    x = [t.clone().requires_grad_(k < len(inputs) - 1) for k, t in enumerate(inputs)]
+    mod.zero_grad()
+    mod(*x).square().sum().backward()
+    return [t.grad for t in x[:-1]] + [p.grad.clone() for p in mod.parameters()]
 
 
 @pytest.mark.no_poison
 @pytest.mark.parametrize("op", list(OPERATIONS))
-def test_backward_nested_ops_dispatched_only_when_traced(op, monkeypatch):
-    """An eager backward calls the Python functions behind its nested ops (no dispatcher in between); a traced one
-    (torch.compile through AOTAutograd, fake and functional tensors) calls the registered ops, which it keeps
-    opaque; both give the same gradients."""
-    import importlib
+def test_backward_nested_ops_dispatched_only_when_traced(op):
+    """An eager step calls no evofuse op through the dispatcher (the Python functions behind them directly); a traced
+    one (torch.compile through AOTAutograd, fake and functional tensors) calls its backward's nested ops
+    (`evofuse::*backward`), which it keeps opaque; both give the same gradients."""
+    mod, inputs = _small_case(op)
 
-    mod, inputs, nested = _nested_op_cases()[op]
-    mod = mod.to(DEVICE)
-    calls = []
-    for module_name, name in nested:
-        module = importlib.import_module(module_name)
-        real = getattr(module, name)
+    def dispatched(fn):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            grads = _step(fn, inputs)
+        return grads, {e.name for e in prof.events() if e.name.startswith("evofuse::")}
 
-        def counted(*args, real=real, name=name):
-            calls.append(name)
-            return real(*args)
-        monkeypatch.setattr(module, name, counted)
-
-    def step(fn):
-        x = [t.to(DEVICE).requires_grad_(t.is_floating_point() and k < len(inputs) - 1) for k, t in enumerate(inputs)]
-        mod.zero_grad()
-        fn(*x).square().sum().backward()
-        return [t.grad for t in x[:-1]] + [p.grad.clone() for p in mod.parameters()]
-
-    eager = step(mod)
-    assert calls == []
-    compiled = step(torch.compile(mod, backend="aot_eager", fullgraph=True))
-    assert {name for _, name in nested} <= set(calls)
+    eager, eager_ops = dispatched(mod)
+    assert not eager_ops, eager_ops
+    compiled, traced_ops = dispatched(torch.compile(mod, backend="aot_eager", fullgraph=True))
+    assert any(name.endswith("backward") for name in traced_ops), traced_ops
     for got, want in zip(compiled, eager):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
@@ -160,15 +111,12 @@ def test_backward_nested_ops_dispatched_only_when_traced(op, monkeypatch):
 @pytest.mark.parametrize("op", list(OPERATIONS))
 def test_eager_call_skips_the_dispatcher(op):
     """Eagerly on plain tensors an operation runs under a torch.autograd.Function (`_runtime.eager_or_dispatched`),
-    not through its custom op: its output's gradient node is that Function's, and the gradients match the custom
-    op's own autograd (checked against torch.compile above)."""
-    mod, inputs, _ = _nested_op_cases()[op]
-    mod = mod.to(DEVICE)
-    x = [t.to(DEVICE).requires_grad_(t.is_floating_point() and k < len(inputs) - 1) for k, t in enumerate(inputs)]
-    out = mod(*x)
-    node = out.grad_fn
-    if op in ("col", "gcol"):  # (their output: a transposed view of the op's)
-        assert type(node).__name__ == "TransposeBackward0"
+    not through its custom op: its output's gradient node is that Function's (past the views of a transposed
+    output), and the gradients match the custom op's own autograd (checked against torch.compile above)."""
+    mod, inputs = _small_case(op)
+    x = [t.clone().requires_grad_(k < len(inputs) - 1) for k, t in enumerate(inputs)]
+    node = mod(*x).grad_fn
+    while type(node).__name__ in ("TransposeBackward0", "ViewBackward0", "UnsafeViewBackward0"):
         node = node.next_functions[0][0]
     assert type(node).__name__ == "EagerBackward"
     with torch.no_grad():
