@@ -90,7 +90,6 @@ def unbatched(out: torch.Tensor, lead: tuple[int, ...]) -> torch.Tensor:
     return out.reshape(*lead, *out.shape[1:]) if lead else out[0]
 
 
-
 # the layouts whose leading dimensions are folded once checked, and the dimensions after them
 FOLDED_RANK = {"pair": 3, "single": 2}
 
@@ -133,22 +132,20 @@ class Call:
 class Form:
     """One operation's functional form as `door` reads it.
 
-    label: its name in warnings; layout: the first input's, "msa" (B, S, N, D: any leading dimensions folded into B
-    before anything is checked, the others inputs by name: msa_mask (B, S, N), pair_repr (B, N, N, P), pair_mask
-    (B, N, N)), "pair" ((..., N, N, c) with pair_mask), "single" ((..., N, c) with a pair and a token mask) or "rows"
-    ((..., D) with a mask of its leading shape); inputs: the tensor inputs in the reference's order, the layout's
-    first, the masks named "*mask"; params: each parameter in the reference's order with its shape letters
-    (`_validation.check_shapes`); optional: those that may be None (or a function of the call's arguments giving
-    them); width: the first input's channels as (letter, the parameter that gives it); pair: the msa layout's
-    pair_repr channels as (letter, parameter); heads: the letter of the width num_heads must divide (and how the
-    error calls it); later: shapes checked once more with h = num_heads (where there are heads) and the letters
-    `letters(sizes)` adds (c*c); rules:
-    the options' rules (precision's is every form's); check(call): the form's own checks of its arguments before
-    anything else is (as the raw arguments) and `checked(args, sizes)` once the letters' sizes are known;
-    reference: the definition,
-    called with the inputs by position and the parameters and the options it names by keyword; fused(call, train):
-    the op's call, returning the output in the folded layout; supports(call): why the kernels do not take the call
-    (None where they do)."""
+    label: its name in warnings. layout: the first input's: "msa" (B, S, N, D), any leading dimensions folded into B
+    before anything is checked, the other inputs by name: msa_mask (B, S, N), pair_repr (B, N, N, P), pair_mask
+    (B, N, N); "pair" ((..., N, N, c) with pair_mask); "single" ((..., N, c) with a pair and a token mask); or "rows"
+    ((..., D) with a mask of its leading shape). inputs: the tensor inputs in the reference's order, the layout's
+    first, the masks named "*mask". params: each parameter in the reference's order with its shape letters
+    (`_validation.check_shapes`). optional: those that may be None (or a function of the arguments giving them).
+    width: the first input's channels as (letter, the parameter that gives it); pair: the msa layout's pair_repr
+    channels likewise; heads: the letter of the width num_heads must divide, and how the error calls it. later:
+    shapes checked once more with h = num_heads (where there are heads) and the letters `letters(sizes)` adds (c*c).
+    rules: the options' rules (precision's is every form's). check(args): the form's own checks of the raw
+    arguments, before any other; checked(args, sizes): once the letters' sizes are known. reference: the
+    definition, called with the inputs by position and the parameters and the options it names by keyword.
+    fused(call, train): the op's call, returning the output in the folded layout. supports(call): why the kernels
+    do not take the call (None where they do)."""
 
     label: str
     layout: str
