@@ -40,7 +40,7 @@ def test_patched_prediction_matches_boltz(fused_kernels):
     replaced = integration.patch(patched)
     assert any("pairformer_module" in name for name in replaced)
     assert "structure_module.score_model.token_transformer.layers.0.pair_bias_attn" in replaced
-    feats = predict.protein_features(17, 5)
+    feats = predict.protein_features(9, 5)
     got, want = _run(patched, feats), _run(original, feats)
     for key in ("s", "z", "pdistogram"):
         assert rel_error(got[key], want[key]) <= 1e-5, key

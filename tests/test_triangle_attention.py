@@ -166,9 +166,11 @@ def test_transposed_bias_matches_its_definition(impl):
 
 
 def test_transposed_bias_gradients():
+    """Every gradient with the bias transposed (each gradient alone: `test_each_gradient_alone`; the flag changes
+    only which pair element feeds the bias)."""
     mod = randomize(_TransposedBias(8, 4, 2), 11)
     inputs, views = _contract_case(1, 17, "bool", "strided", 12)
-    check_gradients(mod, inputs, torch.float32, DEVICE, 1, views, strided_weights=True, alone=True)
+    check_gradients(mod, inputs, torch.float32, DEVICE, 1, views, strided_weights=True)
 
 
 @pytest.mark.parametrize("starting", [True, False])

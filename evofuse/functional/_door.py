@@ -260,6 +260,7 @@ def _call(form: Form, args: dict, sizes: dict, restore):
         x = args[form.inputs[0]]
     args.update(zip(form.cast_names, cast([args[n] for n in form.cast_names], x.dtype)))
     call = Call(args, sizes, x.dtype)
+
     def reference():
         return form.reference(*[args[n] for n in form.inputs], **{n: args[n] for n in form.params},
                               **{n: args[n] for n in form.reference_options})
