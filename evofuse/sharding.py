@@ -65,7 +65,7 @@ def _triangle_multiplication_backward(grad_out, pair_repr, pair_mask, *rest):
 
 @register_sharding(_ops.outer_product_mean.default)
 def _outer_product_mean(msa_repr, msa_mask, *rest):
-    # (ab is (0,) unless train: Shard(0) either way, as a rule may not depend on train; see pair-weighted averaging's)
+    # (ab is (0,) unless train: Shard(0) either way)
     params, options = rest[:8], [None] * 4  # (normalization, count_eps, precision, train)
     return [([Replicate(), Replicate()], [Replicate(), None if msa_mask is None else Replicate(),
                                           *_replicated(params), *options]),
@@ -131,8 +131,7 @@ def _matmul(a, b, alpha):
 
 @register_sharding(_ops.pair_weighted_averaging.default)
 def _pair_weighted_averaging(msa_repr, pair_repr, pair_mask, *rest):
-    # (u and w head major, (0, 0) unless train; a rule may not depend on train, which DTensor's cache of rules by
-    # arguments does not key when the schema has no integer argument)
+    # (u and w head major, (0, 0) unless train)
     params, options = rest[:7], [None] * 4  # (inf, mask_mode, precision, train)
     mask = [None if pair_mask is None else Replicate()]
     return [([Replicate()] * 4, [Replicate(), Replicate(), *mask, *_replicated(params), *options]),

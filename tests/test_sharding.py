@@ -70,16 +70,15 @@ def _compare(mesh, name):
 
     def placed():
         return [distribute_tensor(t, mesh, [Replicate() if d is None else Shard(d)]) for t, d in zip(inputs, dims)]
-    if not name.startswith(("opm", "pwa")):  # (their schemas' `train` is not in DTensor's cache key: see below)
-        from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.debug import CommDebugMode
 
-        args = placed()
-        with torch.no_grad(), CommDebugMode() as comms:
-            got = sharded(*args)
-        _check("inference output", got, want, Shard(out_dim))
-        # (by batch elements nothing moves; by the pair's rows the bias alone is gathered, as the placements say)
-        gathers = sum(n for op, n in comms.get_comm_counts().items() if "all_gather" in str(op))
-        assert gathers == (1 if name in ("tri-starting:1", "tri-ending:2") else 0), comms.get_comm_counts()
+    args = placed()
+    with torch.no_grad(), CommDebugMode() as comms:
+        got = sharded(*args)
+    _check("inference output", got, want, Shard(out_dim))
+    # (by batch elements nothing moves; by the pair's rows the bias alone is gathered, as the placements say)
+    gathers = sum(n for op, n in comms.get_comm_counts().items() if "all_gather" in str(op))
+    assert gathers == (1 if name in ("tri-starting:1", "tri-ending:2") else 0), comms.get_comm_counts()
     args = placed()
     for t in args[:-1]:
         t.requires_grad_()
@@ -127,10 +126,9 @@ def _worker(rank, store, name):
 def test_sharded_matches_whole(name):
     """att:1 is row attention by MSA rows (the pair replicated), trans:1 the transition by its second dimension,
     tri-starting:1 and tri-ending:2 triangle attention by the pair's rows and columns; the others by batch
-    elements. DTensor caches an op's sharding by its arguments from the first integer one on (`register_sharding`),
-    so where no integer precedes `train` (the Outer Product Mean, pair-weighted averaging) an inference call and a
-    training call at the same shapes share the first one's output shapes: a process runs one kind of call of them
-    (tested here: training)."""
+    elements. Each process makes an inference call and then a training call at the same shapes: DTensor caches an
+    op's sharding by its arguments from the first integer one on (`register_sharding`), and an op's kept outputs
+    differ between the two."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as folder:

@@ -68,10 +68,12 @@ def outer_product_mean_forward(msa_repr: Tensor, msa_mask: Tensor | None, layer_
                                layer_norm_bias: Tensor, proj_a_weight: Tensor, proj_a_bias: Tensor | None,
                                proj_b_weight: Tensor, proj_b_bias: Tensor | None, out_proj_weight: Tensor,
                                out_proj_bias: Tensor, normalization: str, count_eps: float, precision: str,
-                               train: bool) -> tuple[Tensor, Tensor]:
+                               train: int) -> tuple[Tensor, Tensor]:
     """(out (B, N, N, R), ab (B, S, N, 2c)): the output and, when `train`, the masked projections [a | b] that
     the backward takes (else an empty tensor), both in msa_repr's dtype. Every parameter already has
-    msa_repr's dtype (the functional API casts them)."""
+    msa_repr's dtype (the functional API casts them). `train` is a bool typed int: DTensor keys its cache of an op's
+    sharding on the arguments from the first int one on (`evofuse.sharding`), and the kept output's shape is
+    train's."""
     B, S, N, _ = msa_repr.shape
     R = out_proj_weight.shape[0]
     ab = layer_norm_linear(msa_repr, layer_norm_weight, layer_norm_bias, torch.cat([proj_a_weight, proj_b_weight]),

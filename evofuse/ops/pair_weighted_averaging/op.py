@@ -158,13 +158,13 @@ def _head_major(t: Tensor) -> tuple:
 def pair_weighted_averaging_forward(msa_repr: Tensor, pair_repr: Tensor, pair_mask: Tensor | None, norm_m_weight: Tensor,
                                     norm_m_bias: Tensor, norm_z_weight: Tensor, norm_z_bias: Tensor, proj_mg_weight: Tensor,
                                     proj_z_weight: Tensor, proj_o_weight: Tensor, inf: float, mask_mode: str,
-                                    precision: str, train: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                                    precision: str, train: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(out (B, S, N, c_m), v (h, B, N, S, C), u (h, B, N, S, C), w (h, B, N, N) float32): the output, then
     what the backward takes: the values (head major), the weighted sums u = w v and the weights; the last two
     empty unless `train`. proj_mg_weight (2hC, c_m) is proj_m's weight over proj_g's, stacked outside the op
     (one weight for the backward's LayerNorm + projection, and fewer schema arguments for a traced call;
     autograd hands each weight its share of the stacked gradient). Every tensor argument has msa_repr's dtype;
-    c_m is at most MAX_MSA_WIDTH."""
+    c_m is at most MAX_MSA_WIDTH. `train` is a bool typed int, as the Outer Product Mean's (DTensor's cache key)."""
     B, S, N, c_m = msa_repr.shape
     inner = proj_mg_weight.shape[0] // 2
     H = proj_z_weight.shape[0]  # the heads (the op takes no count: one schema argument fewer)
