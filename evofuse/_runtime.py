@@ -26,11 +26,16 @@ def traced(tensor: torch.Tensor) -> bool:
     return torch.compiler.is_compiling() or type(tensor) is not torch.Tensor
 
 
+def distributed(t: torch.Tensor) -> bool:
+    """Whether t is a tensor subclass run eagerly (a DTensor's shards): an operation then takes the composition whose
+    parts `evofuse.sharding` places (not the tracers of torch.compile, whose tensors are subclasses too)."""
+    return type(t) is not torch.Tensor and not torch.compiler.is_compiling()
+
+
 def contiguous(t: torch.Tensor) -> torch.Tensor:
-    """t in contiguous memory. A tensor subclass run eagerly (a DTensor) is copied whatever its strides say: a
-    DTensor's transposed gradient reports contiguous strides while its shards are transposed, and a view of it
-    then fails on them."""
-    if t.is_contiguous() and (type(t) is torch.Tensor or torch.compiler.is_compiling()):
+    """t in contiguous memory. A distributed tensor is copied whatever its strides say: a DTensor's transposed
+    gradient reports contiguous strides while its shards are transposed, and a view of it then fails on them."""
+    if t.is_contiguous() and not distributed(t):
         return t
     return t.clone(memory_format=torch.contiguous_format)
 

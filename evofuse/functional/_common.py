@@ -24,12 +24,6 @@ else:  # (no Triton: every call takes the reference; `resolve_impl` refuses impl
     opm = pwa = att = tri = trimul = col = gcol = trans = apb = None
 
 
-def distributed(t: torch.Tensor) -> bool:
-    """Whether t is a tensor subclass run eagerly (a DTensor's shards): an operation then takes the composition whose
-    parts `evofuse.sharding` places (not the tracers of torch.compile, whose tensors are subclasses too)."""
-    return type(t) is not torch.Tensor and not torch.compiler.is_compiling()
-
-
 def on_device(t: torch.Tensor):
     """Triton launches on the current CUDA device: the input's is made current for an eager call (a compiled
     graph guards its devices itself)."""

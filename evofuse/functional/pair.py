@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 
 from .. import reference as ref
-from ._common import att, distributed, tri, trimul
+from .._runtime import distributed
+from ._common import att, tri, trimul
 from ._door import ROWS, Form, door, masked_inf
 
 
