@@ -94,3 +94,32 @@ def test_shape_checks_remember_passed_signatures_alone():
         _validation.check_shapes(dict(params, b=torch.zeros(5)), shapes)
     with pytest.raises(ValueError, match="w must have shape"):
         _validation.check_shapes(params, shapes, {"D": 5})
+
+
+def test_front_binds_as_python_does():
+    """A functional form's arguments are bound by name as Python binds them (`_door.front`): positional and keyword
+    calls agree, defaults apply, the documented signature is the public one, and a call Python would refuse raises
+    Python's own TypeError naming the argument."""
+    import inspect
+
+    from evofuse import functional
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 8, generator=g)
+    w = dict(layer_norm_weight=torch.ones(8), layer_norm_bias=torch.zeros(8), a_weight=torch.randn(16, 8, generator=g),
+             a_bias=None, b_weight=torch.randn(16, 8, generator=g), b_bias=None,
+             out_weight=torch.randn(8, 16, generator=g), out_bias=None)
+    names = list(inspect.signature(functional.transition).parameters)
+    assert names[:3] == ["x", "mask", "layer_norm_weight"] and names[-3:] == ["activation", "precision", "impl"]
+    want = functional.transition(x, None, *w.values(), activation="swiglu", precision="default", impl="torch")
+    torch.testing.assert_close(functional.transition(x=x, mask=None, impl="torch", **w), want, rtol=0, atol=0)
+    torch.testing.assert_close(functional.transition(x, None, impl="torch", **w), want, rtol=0, atol=0)
+    for call, message in [
+        (lambda: functional.transition(x, None, **w, activaton="relu"), "unexpected keyword argument 'activaton'"),
+        (lambda: functional.transition(x, **w), "missing a required argument: 'mask'"),
+        (lambda: functional.transition(x, None, *w.values(), "relu"), "too many positional arguments"),
+        (lambda: functional.transition(x, None, *w.values(), x=x), "multiple values for argument 'x'"),
+    ]:
+        with pytest.raises(TypeError, match=message):
+            call()
+

@@ -57,3 +57,15 @@ def test_stage_times_add_up():
     assert got["trunk"] + got["diffusion"] + got["confidence"] == pytest.approx(got["total"])
     assert got["diffusion"] < got["total"] and got["confidence"] < got["total"]
     assert "sample" not in vars(model.structure_module)  # (the timer's wrapper gone with it)
+
+
+def test_script_writes_a_row_per_path(tmp_path):
+    """The script end to end (its warm-up prediction, then the timed one): a row per path, each "ok" with every
+    stage's time and a finite plDDT."""
+    import csv
+
+    assert predict.main(["--tiny", "--residues", "9", "--msa-rows", "3", "--recycles", "0", "--steps", "2",
+                         "--paths", "unpatched", "--precision", "fp32", "--out", str(tmp_path)]) == 0
+    rows = list(csv.DictReader(open(next(tmp_path.glob("*/predict.csv")))))
+    assert [(r["path"], r["residues"], r["status"]) for r in rows] == [("unpatched", "9", "ok")]
+    assert all(float(rows[0][f"{s}_ms"]) > 0 for s in predict.STAGES) and 0 <= float(rows[0]["plddt"]) <= 1

@@ -124,7 +124,8 @@ class Call:
     options), `sizes` (the parameters' shape letters' sizes) and `dtype`."""
 
     def __init__(self, args: dict, sizes: dict, dtype: torch.dtype):
-        self.__dict__.update(args)
+        for name, value in args.items():  # (attribute by attribute: what torch.compile traces)
+            setattr(self, name, value)
         self.sizes, self.dtype = sizes, dtype
 
 
@@ -164,25 +165,45 @@ class Form:
     checked: Callable[[dict, dict], None] | None = None
     supports: Callable[[Call], str | None] = lambda call: None
 
-    @functools.cached_property
-    def tensors(self) -> tuple[str, ...]:
-        """Every tensor argument's name: the inputs, then the parameters."""
-        return (*self.inputs, *self.params)
+    def __post_init__(self):
+        # computed once here, not as cached properties: torch.compile cannot trace a cached property's first read
+        taken = (*self.inputs, *self.params)
+        object.__setattr__(self, "tensors", taken)  # every tensor argument's name: the inputs, then the parameters
+        # what is cast to the call's dtype: the inputs after the first but the masks, and the parameters
+        object.__setattr__(self, "cast_names", (*(n for n in self.inputs[1:] if not n.endswith("mask")), *self.params))
+        # the names the reference takes by keyword beyond the inputs and parameters (its options)
+        object.__setattr__(self, "reference_options", tuple(
+            name for name in inspect.signature(self.reference).parameters if name not in taken))
 
-    @functools.cached_property
-    def cast_names(self) -> tuple[str, ...]:
-        """What is cast to the call's dtype: the inputs after the first but the masks, and the parameters."""
-        return (*(n for n in self.inputs[1:] if not n.endswith("mask")), *self.params)
 
-    @functools.cached_property
-    def reference_options(self) -> tuple[str, ...]:
-        """The names the reference takes by keyword beyond the inputs and parameters (its options)."""
-        taken = set(self.inputs) | set(self.params)
-        return tuple(name for name in inspect.signature(self.reference).parameters if name not in taken)
+def front(form: Form):
+    """The public functional form declared by the decorated function's signature and docstring (its body is the
+    docstring alone): a call binds its arguments by name as Python does and goes through `door` with `form`. The
+    binding is plain tuples and dicts, which torch.compile traces (it traces neither `locals()` nor
+    `inspect.Signature.bind`); a call Python would refuse gets Python's own TypeError."""
+
+    def declare(fn):
+        signature = inspect.signature(fn)
+        names = tuple(signature.parameters)
+        positional = tuple(n for n, p in signature.parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD)
+        defaults = {n: p.default for n, p in signature.parameters.items() if p.default is not p.empty}
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            given = dict(zip(positional, args))
+            values = {**defaults, **given, **kwargs}
+            if len(args) > len(positional) or len(values) != len(names) or any(
+                    n not in names or n in given for n in kwargs):
+                signature.bind(*args, **kwargs)  # raises the TypeError Python would
+            return door(form, values)
+
+        return call
+
+    return declare
 
 
 def door(form: Form, args: dict):
-    """A functional form's call: `args`, its arguments by name (the form's `locals()`), through `form`. Under
+    """A functional form's call: `args`, its arguments by name (bound by `front`), through `form`. Under
     `torch.autocast` a floating input computes in autocast's dtype as torch's own layers do, and the form runs with
     autocast off, so that its reference path rounds as the kernels do."""
     x = args[form.inputs[0]]

@@ -7,7 +7,7 @@ import torch
 
 from .. import reference as ref
 from ._common import att, col, gcol
-from ._door import POSITIVE, Form, door, masked_inf
+from ._door import POSITIVE, Form, front, masked_inf
 
 
 def _columns(a) -> tuple:
@@ -57,6 +57,7 @@ MSA_COLUMN_GLOBAL_ATTENTION = Form(
     checked=_global_heads, supports=lambda a: "float64" if a.dtype == torch.float64 else None)
 
 
+@front(MSA_COLUMN_ATTENTION)
 def msa_column_attention(
     msa_repr: torch.Tensor,
     msa_mask: torch.Tensor | None,
@@ -92,9 +93,9 @@ def msa_column_attention(
     Returns:
         (B, S, N, D) in msa_repr's dtype; the parameters are cast to it.
     """
-    return door(MSA_COLUMN_ATTENTION, locals())
 
 
+@front(MSA_COLUMN_GLOBAL_ATTENTION)
 def msa_column_global_attention(
     msa_repr: torch.Tensor,
     msa_mask: torch.Tensor | None,
@@ -135,4 +136,3 @@ def msa_column_global_attention(
     Returns:
         (B, S, N, D) in msa_repr's dtype; the parameters are cast to it.
     """
-    return door(MSA_COLUMN_GLOBAL_ATTENTION, locals())

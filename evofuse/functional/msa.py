@@ -7,7 +7,7 @@ import torch
 
 from .. import reference as ref
 from ._common import att, opm, pwa
-from ._door import POSITIVE, Form, door, one_of
+from ._door import POSITIVE, Form, front, one_of
 
 
 def _pair_norm_together(args: dict) -> None:
@@ -69,6 +69,7 @@ PAIR_WEIGHTED_AVERAGING = Form(
                         else f"head width {a.sizes['inner'] // a.num_heads}, c_m={a.sizes['c_m']}, dtype={a.dtype}"))
 
 
+@front(OUTER_PRODUCT_MEAN)
 def outer_product_mean(
     msa_repr: torch.Tensor,
     msa_mask: torch.Tensor | None,
@@ -108,9 +109,9 @@ def outer_product_mean(
         accumulate in float32. The fused kernels take hidden_dim c in (8, 16, 32, 64) and 16/32-bit floats;
         anything else runs the reference, with a one-time warning.
     """
-    return door(OUTER_PRODUCT_MEAN, locals())
 
 
+@front(MSA_ROW_ATTENTION)
 def msa_row_attention(
     msa_repr: torch.Tensor,
     pair_repr: torch.Tensor,
@@ -163,9 +164,9 @@ def msa_row_attention(
         (B, S, N, D) in msa_repr's dtype; 16-bit inputs accumulate in float32. The fused kernels take
         head_dim <= 128 and 16/32-bit floats; anything else runs the reference, with a one-time warning.
     """
-    return door(MSA_ROW_ATTENTION, locals())
 
 
+@front(PAIR_WEIGHTED_AVERAGING)
 def pair_weighted_averaging(
     msa_repr: torch.Tensor,
     pair_repr: torch.Tensor,
@@ -204,4 +205,3 @@ def pair_weighted_averaging(
     Returns:
         (B, S, N, c_m) in msa_repr's dtype; the parameters and the pair input are cast to it.
     """
-    return door(PAIR_WEIGHTED_AVERAGING, locals())

@@ -8,7 +8,7 @@ import torch
 from .. import reference as ref
 from .._runtime import distributed
 from ._common import att, tri, trimul
-from ._door import ROWS, Form, door, masked_inf
+from ._door import ROWS, Form, front, masked_inf
 
 
 def _triangle_attention(a, train):
@@ -52,6 +52,7 @@ TRIANGLE_MULTIPLICATION = Form(
     rules={"chunk_size": ROWS}, supports=lambda a: "float64" if a.dtype == torch.float64 else None)
 
 
+@front(TRIANGLE_ATTENTION)
 def triangle_attention(
     pair_repr: torch.Tensor,
     pair_mask: torch.Tensor | None,
@@ -97,9 +98,9 @@ def triangle_attention(
     Returns:
         (B, N, N, c) in pair_repr's dtype; the parameters are cast to it.
     """
-    return door(TRIANGLE_ATTENTION, locals())
 
 
+@front(TRIANGLE_MULTIPLICATION)
 def triangle_multiplication(
     pair_repr: torch.Tensor,
     pair_mask: torch.Tensor | None,
@@ -140,4 +141,3 @@ def triangle_multiplication(
     Returns:
         (B, N, N, c_z) in pair_repr's dtype; the parameters are cast to it. 16-bit inputs accumulate in float32.
     """
-    return door(TRIANGLE_MULTIPLICATION, locals())

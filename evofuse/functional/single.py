@@ -7,7 +7,7 @@ import torch
 from .. import reference as ref
 from .._validation import check_floating
 from ._common import apb, att
-from ._door import Form, door
+from ._door import Form, front
 
 
 def _given_together(args: dict) -> None:
@@ -49,6 +49,7 @@ ATTENTION_PAIR_BIAS = Form(
                         else f"head_dim={a.sizes['H'] // a.num_heads}, dtype={a.dtype}"))
 
 
+@front(ATTENTION_PAIR_BIAS)
 def attention_pair_bias(
     single_repr: torch.Tensor,
     pair_repr: torch.Tensor,
@@ -90,4 +91,3 @@ def attention_pair_bias(
         float32. The kernels take head_dim <= 128 and 16/32-bit floats; anything else runs the reference, with a
         one-time warning.
     """
-    return door(ATTENTION_PAIR_BIAS, locals())

@@ -6,7 +6,7 @@ import torch
 
 from .. import reference as ref
 from ._common import trans
-from ._door import Form, door, one_of
+from ._door import Form, front, one_of
 
 
 def _relu_has_no_b(args: dict) -> None:
@@ -35,6 +35,7 @@ TRANSITION = Form(
     supports=lambda a: "float64" if a.dtype == torch.float64 else None)
 
 
+@front(TRANSITION)
 def transition(
     x: torch.Tensor,
     mask: torch.Tensor | None,
@@ -68,4 +69,3 @@ def transition(
         (..., C) in x's dtype; the parameters are cast to it. 16-bit inputs accumulate in float32; the hidden rows are
         never in memory whole (blocks of rows), and a training call keeps nothing but x for the backward.
     """
-    return door(TRANSITION, locals())
