@@ -21,7 +21,7 @@ import torch
 
 from ._timing import autocast_call, graphed, host_ms, kernel_launches, measure, reduce_overhead, training_step
 from .numerics import rel_error
-from .operations import OPERATIONS, operation
+from .operations import OPERATIONS, flops, operation, reference_fits
 from .suite import Case, make_inputs, make_module, suite_cases
 
 # ---------------------------------------------------------------- the implementations timed
@@ -63,8 +63,8 @@ def implementations(case: Case, dtypes: list[str], peers: dict | None = None) ->
 def _exact(case: Case, train: bool) -> tuple[torch.Tensor, torch.Tensor | None, list[torch.Tensor]] | None:
     """The float64 reference on the benchmark's inputs (the error column): its output and, for training rows, a
     seeded random output gradient and the gradients it gives the parameters and the differentiable inputs, in the
-    order of a row's leaves; None where the reference does not fit (`Case.reference_fits`)."""
-    if not case.reference_fits:
+    order of a row's leaves; None where the reference does not fit (`operations.reference_fits`)."""
+    if not reference_fits(case):
         return None
     mod = make_module(case, seed=0, impl="torch").to(device="cuda", dtype=torch.float64)
     inputs = make_inputs(case, "cuda", torch.float64, seed=1, fully_masked=False)
@@ -124,7 +124,7 @@ def bench_case(case: Case, dtypes: list[str], train: bool, peers: set[str] | Non
             with torch.set_grad_enabled(train):
                 ms, peak = measure(lambda: fn(*inputs), train, tensors)
                 err = _worst_error(fn, inputs, tensors, exact)
-            tflops = case.flops * (3 if train else 1) / ms / 1e9
+            tflops = flops(case) * (3 if train else 1) / ms / 1e9
             row.update(ms=ms, peak_mib=peak, tflops=tflops, rel_err=err, status="ok")
             if host:
                 with torch.set_grad_enabled(train):

@@ -1,11 +1,11 @@
-"""What the functional forms share (`evofuse/functional/_common.py`): the parameters cast to the input's dtype together
+"""What the functional forms share (`evofuse/front/common.py`): the parameters cast to the input's dtype together
 (float32 weights under autocast), the same values and gradients as cast one by one, in one cast each way; and the
 shape checks, whose passed signatures are not parsed again."""
 
 import pytest
 import torch
 
-from evofuse.functional import _common
+from evofuse.front import common as _common
 
 from .conftest import DEVICE
 from .helpers import randomize
@@ -97,7 +97,7 @@ def test_shape_checks_remember_passed_signatures_alone():
 
 
 def test_front_binds_as_python_does():
-    """A functional form's arguments are bound by name as Python binds them (`_door.front`): positional and keyword
+    """A functional form's arguments are bound by name as Python binds them (`front.door.front`): positional and keyword
     calls agree, defaults apply, the documented signature is the public one, and a call Python would refuse raises
     Python's own TypeError naming the argument."""
     import inspect

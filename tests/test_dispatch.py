@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-import evofuse.ops.outer_product_mean as opm_op
+import evofuse.ops.outer_product_mean.op as opm_op
 from evofuse._dispatch import resolve_impl
 
 from .conftest import DEVICE
@@ -111,7 +111,7 @@ def test_modules_read_parametrized_and_replaced_weights():
 def test_fused_calls_launch_on_the_inputs_gpu(monkeypatch):
     """Triton launches on the current device: an eager fused call makes its input's GPU current; under
     torch.compile the graph guards devices itself; CPU tensors (Triton's interpreter) ask CUDA nothing."""
-    from evofuse.functional import _common as F
+    from evofuse.front import common as F
 
     entered = []
     monkeypatch.setattr(torch.cuda, "device", lambda d: entered.append(d) or "guard")

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from evofuse.operations import OPERATIONS
-from evofuse.ops.outer_product_mean import outer_product_mean_op
-from evofuse.ops.row_attention import row_attention_op
+from evofuse.ops.outer_product_mean.op import outer_product_mean_op
+from evofuse.ops.row_attention.op import row_attention_op
 
 from .conftest import DEVICE
 from .helpers import opm_module
@@ -30,12 +30,12 @@ def test_backward_makes_no_zero_gradients_for_the_kept_outputs(op):
     """The outputs an op keeps for its backward (projections, weighted or gated sums, weights) get no gradient: autograd
     must not fill zeros of their size (at pwa-long ~0.9 GiB and a pass over memory each step). (The transition keeps
     none: `test_transition_keeps_only_its_input`.)"""
-    from evofuse.ops.attention_pair_bias import attention_pair_bias_op
-    from evofuse.ops.msa_column_attention import msa_column_attention_op
-    from evofuse.ops.msa_column_global_attention import msa_column_global_attention_op
-    from evofuse.ops.pair_weighted_averaging import pair_weighted_averaging_op
-    from evofuse.ops.triangle_attention import triangle_attention_op
-    from evofuse.ops.triangle_multiplication import triangle_multiplication_op
+    from evofuse.ops.attention_pair_bias.op import attention_pair_bias_op
+    from evofuse.ops.msa_column_attention.op import msa_column_attention_op
+    from evofuse.ops.msa_column_global_attention.op import msa_column_global_attention_op
+    from evofuse.ops.pair_weighted_averaging.op import pair_weighted_averaging_op
+    from evofuse.ops.triangle_attention.op import triangle_attention_op
+    from evofuse.ops.triangle_multiplication.op import triangle_multiplication_op
 
     fn, args = {"col": (msa_column_attention_op, _col_args(True)), "opm": (outer_product_mean_op, _opm_args(True)),
                 "att": (row_attention_op, _att_args(True)),
@@ -55,7 +55,7 @@ def test_backward_makes_no_zero_gradients_for_the_kept_outputs(op):
 def test_transition_keeps_only_its_input():
     """A training call of the transition saves its input and parameters and no tensor of its own for the backward
     (the backward makes a and b again): nothing of the hidden rows' size outlives the forward."""
-    from evofuse.ops.transition import transition_op
+    from evofuse.ops.transition.op import transition_op
 
     args = _trans_args(True)
     saved = []

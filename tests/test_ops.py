@@ -4,8 +4,8 @@ AOT dispatch (torch.library.opcheck), on small inputs."""
 import pytest
 import torch
 
-from evofuse.ops.outer_product_mean import outer_product_mean_op
-from evofuse.ops.row_attention import joined_qkvg, row_attention_op
+from evofuse.ops.outer_product_mean.op import outer_product_mean_op
+from evofuse.ops.row_attention.op import joined_qkvg, row_attention_op
 from evofuse.stages.attention.core import core_backward_op
 from evofuse.stages.layer_norm_backward import layer_norm_backward_op
 
@@ -99,7 +99,7 @@ def _tri_args(train, transpose_bias=False, mask=True, gate_bias=True, chunk_rows
     the bias's, and the bias (1, 2, 6, 6) given, where `given_bias`); an inference call in chunks of `chunk_rows`
     rows (0: all at once off CUDA)."""
     from evofuse import TriangleAttention
-    from evofuse.ops.triangle_attention import joined_projections
+    from evofuse.ops.triangle_attention.op import joined_projections
 
     from .helpers import randomize
 
@@ -120,7 +120,7 @@ def _tri_args(train, transpose_bias=False, mask=True, gate_bias=True, chunk_rows
 @pytest.mark.no_poison
 @pytest.mark.parametrize("train", [False, True])
 def test_opcheck_triangle_attention(train):
-    from evofuse.ops.triangle_attention import triangle_attention_op
+    from evofuse.ops.triangle_attention.op import triangle_attention_op
 
     torch.library.opcheck(triangle_attention_op, _tri_args(train))
     torch.library.opcheck(triangle_attention_op, _tri_args(train, transpose_bias=True, mask=False, gate_bias=False))
@@ -132,7 +132,7 @@ def test_opcheck_triangle_attention(train):
 @pytest.mark.no_poison
 @pytest.mark.parametrize("train", [False, True])
 def test_opcheck_triangle_bias(train):
-    from evofuse.ops.triangle_attention import triangle_bias_op
+    from evofuse.ops.triangle_attention.op import triangle_bias_op
 
     x, _, lnw, lnb, *_ = _tri_args(train)
     linear_weight = torch.randn(2, 8, device=DEVICE, requires_grad=train)
@@ -143,7 +143,7 @@ def test_opcheck_triangle_bias(train):
 def _trimul_args(train, outgoing=True, mask=True, bias=True):
     """The triangle multiplication op's arguments: a pair (1, 6, 6, 8), c 4, the input projections joined."""
     from evofuse import TriangleMultiplication
-    from evofuse.ops.triangle_multiplication import joined_inputs
+    from evofuse.ops.triangle_multiplication.op import joined_inputs
 
     from .helpers import randomize
 
@@ -162,7 +162,7 @@ def _trimul_args(train, outgoing=True, mask=True, bias=True):
 @pytest.mark.no_poison
 @pytest.mark.parametrize("train", [False, True])
 def test_opcheck_triangle_multiplication(train):
-    from evofuse.ops.triangle_multiplication import triangle_multiplication_op
+    from evofuse.ops.triangle_multiplication.op import triangle_multiplication_op
 
     torch.library.opcheck(triangle_multiplication_op, _trimul_args(train))
     torch.library.opcheck(triangle_multiplication_op, _trimul_args(train, outgoing=False, mask=False, bias=False))
@@ -174,7 +174,7 @@ def _apb_args(train, given=False, mask=True):
     """Attention with pair bias's op arguments: a single representation (2, 5, 16), 2 heads of 8, the pair (2, 5, 5,
     8) or a given bias (2, 5, 5, 2); q, k, v and the gate joined."""
     from evofuse import AttentionPairBias
-    from evofuse.ops.row_attention import joined_qkvg
+    from evofuse.ops.row_attention.op import joined_qkvg
 
     from .helpers import randomize
 
@@ -194,7 +194,7 @@ def _apb_args(train, given=False, mask=True):
 @pytest.mark.no_poison
 @pytest.mark.parametrize("train", [False, True])
 def test_opcheck_attention_pair_bias(train):
-    from evofuse.ops.attention_pair_bias import attention_pair_bias_op
+    from evofuse.ops.attention_pair_bias.op import attention_pair_bias_op
 
     torch.library.opcheck(attention_pair_bias_op, _apb_args(train))
     torch.library.opcheck(attention_pair_bias_op, _apb_args(train, given=True, mask=False))
@@ -222,7 +222,7 @@ def _col_args(train, mask=True, bias=True):
 @pytest.mark.no_poison
 @pytest.mark.parametrize("train", [False, True])
 def test_opcheck_msa_column_attention(train):
-    from evofuse.ops.msa_column_attention import msa_column_attention_op
+    from evofuse.ops.msa_column_attention.op import msa_column_attention_op
 
     torch.library.opcheck(msa_column_attention_op, _col_args(train))
     torch.library.opcheck(msa_column_attention_op, _col_args(train, mask=False, bias=False))
@@ -252,7 +252,7 @@ def _gcol_args(train, mask=True, query_bias=False):
 @pytest.mark.no_poison
 @pytest.mark.parametrize("train", [False, True])
 def test_opcheck_msa_column_global_attention(train):
-    from evofuse.ops.msa_column_global_attention import msa_column_global_attention_op
+    from evofuse.ops.msa_column_global_attention.op import msa_column_global_attention_op
 
     torch.library.opcheck(msa_column_global_attention_op, _gcol_args(train))
     torch.library.opcheck(msa_column_global_attention_op, _gcol_args(train, mask=False, query_bias=True))
@@ -261,8 +261,7 @@ def test_opcheck_msa_column_global_attention(train):
 @pytest.mark.no_poison
 @pytest.mark.parametrize("mask", [True, False])
 def test_opcheck_msa_column_global_attention_core_backward(mask):
-    from evofuse.ops.msa_column_global_attention import msa_column_global_attention_op
-    from evofuse.ops.msa_column_global_attention.op import core_backward_op
+    from evofuse.ops.msa_column_global_attention.op import core_backward_op, msa_column_global_attention_op
 
     args = [a.detach() if isinstance(a, torch.Tensor) else a for a in _gcol_args(True, mask=mask)]
     _, proj, q = msa_column_global_attention_op(*args)
@@ -290,8 +289,7 @@ def _trans_args(train, glu=True, mask=True, bias=True):
 @pytest.mark.no_poison
 @pytest.mark.parametrize("train", [False, True])
 def test_opcheck_transition(train):
-    from evofuse.ops.transition import transition_op
-    from evofuse.ops.transition.op import core_backward_op
+    from evofuse.ops.transition.op import core_backward_op, transition_op
 
     torch.library.opcheck(transition_op, _trans_args(train))
     torch.library.opcheck(transition_op, _trans_args(train, glu=False, mask=False, bias=False))
@@ -307,8 +305,7 @@ def test_opcheck_transition(train):
 @pytest.mark.no_poison
 @pytest.mark.parametrize("outgoing, mask", [(True, True), (False, False)])
 def test_opcheck_triangle_multiplication_core_backward(outgoing, mask):
-    from evofuse.ops.triangle_multiplication import triangle_multiplication_op
-    from evofuse.ops.triangle_multiplication.op import core_backward_op
+    from evofuse.ops.triangle_multiplication.op import core_backward_op, triangle_multiplication_op
 
     args = _trimul_args(True, outgoing=outgoing, mask=mask)
     plain = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
@@ -323,7 +320,7 @@ def test_opcheck_triangle_multiplication_core_backward(outgoing, mask):
 def test_triangle_projection_rows_stay_aligned():
     """The joined projection's width is a multiple of 16 (every row of it starts aligned for the attention kernels),
     its padding rows zero and without a gradient, its bias the gate's alone."""
-    from evofuse.ops.triangle_attention import joined_projections
+    from evofuse.ops.triangle_attention.op import joined_projections
 
     weights = [torch.randn(12, 8, requires_grad=True) for _ in range(4)]
     bias_weight, gate_bias = torch.randn(3, 8, requires_grad=True), torch.randn(12)
@@ -366,7 +363,7 @@ def _pwa_args(train, mask=True, mask_mode="relative"):
 @pytest.mark.no_poison
 @pytest.mark.parametrize("train", [False, True])
 def test_opcheck_pair_weighted_averaging(train):
-    from evofuse.ops.pair_weighted_averaging import pair_weighted_averaging_op
+    from evofuse.ops.pair_weighted_averaging.op import pair_weighted_averaging_op
 
     torch.library.opcheck(pair_weighted_averaging_op, _pwa_args(train))
     torch.library.opcheck(pair_weighted_averaging_op, _pwa_args(train, mask=False))
@@ -377,7 +374,7 @@ def test_opcheck_pair_weighted_averaging(train):
 def test_pair_weighted_averaging_keeps_nothing_for_inference(dtype):
     """Without a backward the op returns no weighted sums u and no float32 weights (the softmax writes only the
     weights the sums take), and the same output as with them; with one, u (h, B, N, S, C) in the input's dtype."""
-    from evofuse.ops.pair_weighted_averaging import pair_weighted_averaging_op
+    from evofuse.ops.pair_weighted_averaging.op import pair_weighted_averaging_op
 
     args = [a.detach().to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
             for a in _pwa_args(False)[:-1]]

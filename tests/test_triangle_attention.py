@@ -243,7 +243,7 @@ def test_bias_made_apart_matches_one_pass(transpose_bias):
     attention given it, against the one pass that makes the bias beside q, k, v and the gate: the output and every
     gradient, float32 within the contract's bound."""
     from evofuse.numerics import FP32_DEFAULT_BOUND, rel_error
-    from evofuse.ops.triangle_attention import joined_projections, triangle_attention, triangle_bias
+    from evofuse.ops.triangle_attention.op import joined_projections, triangle_attention, triangle_bias
 
     mod = _module(8, 4, 2, seed=21).to(DEVICE)
     z, mask = (t.to(DEVICE) for t in _inputs(2, 6, 8, 22))

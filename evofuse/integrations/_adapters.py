@@ -36,7 +36,7 @@ from torch import nn
 
 from .. import functional
 from .._runtime import memory_bytes
-from ..functional._common import autocast_dtype
+from ..front.common import autocast_dtype
 from ..reference import TRIANGLE_MIN_INF
 from ..stages.attention.core import MAX_HEAD_DIM
 from ..stages.layer_norm_linear import joined_bias

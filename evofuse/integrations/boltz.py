@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from .. import functional
-from ..functional._common import autocast_dtype
+from ..front.common import autocast_dtype
 from ..modules import AttentionPairBias
 from ._adapters import FusedOpenFoldTriangleAttention, FusedTransition
 from ._patching import (

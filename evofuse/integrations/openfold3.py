@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from .. import functional
-from ..functional._common import autocast_dtype
+from ..front.common import autocast_dtype
 from ..stages.attention.core import MAX_HEAD_DIM
 from ._adapters import (
     FusedOpenFoldColumnAttention,

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from .. import functional
-from ..functional._common import autocast_dtype
+from ..front.common import autocast_dtype
 from ..reference import LAYER_NORM_EPS
 from ._adapters import (
     FusedOpenFoldOuterProductMean,

@@ -1,27 +1,11 @@
-"""What the functional forms and the integrations share: the operations' packages (the one place where operations are
-listed, so that `import evofuse` registers their torch.library ops), the casts, autocast's dtype and the device
-guard."""
+"""What the operations' declarations and the integrations share: the casts, autocast's dtype, the device guard and
+the column view of the MSA."""
 
 from __future__ import annotations
 
 import contextlib
 
 import torch
-
-from .._dispatch import triton_available
-
-if triton_available():  # the operations' torch.library ops, registered here: `import evofuse` makes torch.ops.evofuse.*
-    from ..ops import attention_pair_bias as apb
-    from ..ops import msa_column_attention as col
-    from ..ops import msa_column_global_attention as gcol
-    from ..ops import outer_product_mean as opm
-    from ..ops import pair_weighted_averaging as pwa
-    from ..ops import row_attention as att
-    from ..ops import transition as trans
-    from ..ops import triangle_attention as tri
-    from ..ops import triangle_multiplication as trimul
-else:  # (no Triton: every call takes the reference; `resolve_impl` refuses impl="triton")
-    opm = pwa = att = tri = trimul = col = gcol = trans = apb = None
 
 
 def on_device(t: torch.Tensor):
@@ -69,3 +53,8 @@ def autocast_dtype(x: torch.Tensor) -> torch.dtype:
             and x.dtype != torch.float64):
         return torch.get_autocast_dtype(device_type)
     return x.dtype
+
+
+def columns(msa_repr: torch.Tensor, msa_mask: torch.Tensor | None) -> tuple:
+    """(x, mask): each residue's column a row, (B, N, S, D) and (B, N, S) (views: the kernels take strides)."""
+    return msa_repr.transpose(1, 2), None if msa_mask is None else msa_mask.transpose(1, 2)

@@ -26,7 +26,7 @@ from .._validation import (
     check_shapes,
     check_width,
 )
-from ._common import AUTOCAST_DEVICES, autocast_dtype, cast, on_device
+from .common import AUTOCAST_DEVICES, autocast_dtype, cast, on_device
 
 
 def parameters(x: torch.Tensor, source: str, params: dict[str, torch.Tensor | None], shapes: dict[str, str],
