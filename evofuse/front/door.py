@@ -49,13 +49,15 @@ def check_last(x: torch.Tensor, name: str, shape: str, size: int, source: str) -
                          f"{x.shape[-1]}, expected {size}")
 
 
-def dispatch(label: str, x: torch.Tensor, tensors, impl: str | None, reference, fused, unsupported: str | None = None):
+def dispatch(label: str, x: torch.Tensor, tensors, impl: str | None, reference, fused, supports=lambda: None):
     """The call's path: `reference()` where impl resolves to "torch" (`_dispatch.resolve_impl`), and with a one-time
-    warning where the kernels do not take the call (`unsupported` says why: "float64", "head_dim=48, ..."); else
-    `fused(train)` on x's device, train whether autograd records the call (any of `tensors`, the input and the cast
-    parameters, requiring a gradient), so that the op keeps what its backward takes."""
+    warning where the kernels do not take the call (`supports()` says why: "float64", "head_dim=48, ..."; asked only
+    where the kernels could run, as it may ask them); else `fused(train)` on x's device, train whether autograd
+    records the call (any of `tensors`, the input and the cast parameters, requiring a gradient), so that the op
+    keeps what its backward takes."""
     if resolve_impl(impl, x) == "torch":
         return reference()
+    unsupported = supports()
     if unsupported is not None:
         warn_once(f"{label}-{unsupported}", f"evofuse: no fused {label} for {unsupported}; running the PyTorch "
                   "reference")
@@ -287,5 +289,5 @@ def _call(form: Form, args: dict, sizes: dict, restore):
                               **{n: args[n] for n in form.reference_options})
 
     out = dispatch(form.label, x, [args[n] for n in form.tensors], args["impl"], reference,
-                   lambda train: form.fused(call, train), form.supports(call))
+                   lambda train: form.fused(call, train), lambda: form.supports(call))
     return out if restore is None else unbatched(out, tuple(restore))
