@@ -34,8 +34,8 @@ MSA_COLUMN_ATTENTION = Form(
          gate_weight="H D", gate_bias="H", out_weight="D H", out_bias="D"),
     ref.msa_column_attention_reference, _column_attention, optional=("gate_bias", "out_bias"),
     heads=("H", "the inner width"),
-    supports=lambda a: masked_inf(a.inf, a.msa_mask) or (None if fused(a.sizes["H"] // a.num_heads, a.dtype)
-                                          else f"head_dim={a.sizes['H'] // a.num_heads}, dtype={a.dtype}"))
+    supports=lambda a: masked_inf(a.inf, a.msa_mask) or (
+        None if fused(a.sizes["H"] // a.num_heads, a.dtype) else f"head_dim={a.sizes['H'] // a.num_heads}, dtype={a.dtype}"))
 
 
 @front(MSA_COLUMN_ATTENTION)

@@ -44,8 +44,8 @@ TRIANGLE_ATTENTION = Form(
     ref.triangle_attention_reference, _triangle_attention, optional=("gate_bias", "out_bias"),
     width=("c", "layer_norm_weight"), heads=("H", "the inner width"), later=dict(linear_weight="h c"),
     rules={"chunk_size": ROWS},
-    supports=lambda a: masked_inf(a.inf, a.pair_mask) or (None if fused(a.sizes["H"] // a.num_heads, a.dtype)
-                                          else f"head_dim={a.sizes['H'] // a.num_heads}, dtype={a.dtype}"))
+    supports=lambda a: masked_inf(a.inf, a.pair_mask) or (
+        None if fused(a.sizes["H"] // a.num_heads, a.dtype) else f"head_dim={a.sizes['H'] // a.num_heads}, dtype={a.dtype}"))
 
 
 @front(TRIANGLE_ATTENTION)
