@@ -46,3 +46,10 @@ def test_the_measurement_pattern_finds_measurements():
         assert COMMIT.search(text), text
     for text in ("a deadbeef value", "1234567 elements", "the decade"):
         assert not COMMIT.search(text), text
+
+
+def test_every_source_folder_is_a_package():
+    """A folder of the package's sources without an `__init__.py` is left out of a built wheel (setuptools' `find`
+    takes packages only), though an editable install still imports it."""
+    missing = sorted(str(f.relative_to(ROOT)) for f in {p.parent for p in SOURCES} if not (f / "__init__.py").exists())
+    assert not missing, missing
