@@ -76,3 +76,22 @@ def test_forward_and_grad(activation, bias, planes, tile):
     assert layer_norm_glu.layer_norm_glu(*on, grad_h, activation, "default", d_pre, grad=True) is d_pre
     assert rel_error(d_pre.cpu(), d_exact) <= 1e-5
     torch.testing.assert_close(grad_h.cpu(), dh)  # (read, not written)
+
+
+def test_every_shape_is_offered_tiles_that_cover_it(monkeypatch):
+    """The tiles a GPU's autotuner is offered (`candidates` outside the interpreter), for this kernel and for triangle
+    multiplication's output kernel, at narrow and wide rows and outputs: never none, and a whole-row tile only where
+    its BLOCK_D holds the row (a narrower one would leave channels out)."""
+    import evofuse._runtime as runtime
+
+    monkeypatch.setattr(runtime, "interpreting", lambda: False)
+    for M in (1, 49, 100_000):
+        for D in (8, 16, 100, 128, 384):
+            for H in (4, 16, 20, 256):
+                for element_size in (2, 4):
+                    for operands in (1, 2):
+                        kept = layer_norm_glu.candidates(M, D, H, operands, element_size, whole_rows=True)
+                        assert kept, (M, D, H, operands, element_size)
+                        for config in kept:
+                            steps, block_d = config.kwargs.get("ROW_STEPS", 1), config.kwargs["BLOCK_D"]
+                            assert steps == 1 or block_d >= D, (M, D, H, operands, element_size, config)

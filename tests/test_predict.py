@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from .conftest import DEVICE
 from .helpers import rel_error
 
 pytestmark = pytest.mark.skipif(
@@ -35,12 +36,12 @@ def test_patched_prediction_matches_boltz(fused_kernels):
     from evofuse.integrations import boltz as integration
 
     torch.manual_seed(0)
-    original = predict.build_model(tiny=True)
+    original = predict.build_model(tiny=True).to(DEVICE)
     patched = copy.deepcopy(original)
     replaced = integration.patch(patched)
     assert any("pairformer_module" in name for name in replaced)
     assert "structure_module.score_model.token_transformer.layers.0.pair_bias_attn" in replaced
-    feats = predict.protein_features(9, 5)
+    feats = {k: v.to(DEVICE) for k, v in predict.protein_features(9, 5).items()}
     got, want = _run(patched, feats), _run(original, feats)
     for key in ("s", "z", "pdistogram"):
         assert rel_error(got[key], want[key]) <= 1e-5, key

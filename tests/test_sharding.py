@@ -123,7 +123,7 @@ def _worker(rank, store, name):
 @pytest.mark.parametrize("name", ["trimul-outgoing", "trimul-incoming", "opm", "trans:0", "trans:1", "pwa",
                                   "att:0", "att:1", "tri-starting", "tri-ending", "tri-starting:1",
                                   "tri-ending:2", "col", "gcol", "apb"])
-def test_sharded_matches_whole(name):
+def test_sharded_matches_whole(name, monkeypatch):
     """att:1 is row attention by MSA rows (the pair replicated), trans:1 the transition by its second dimension,
     tri-starting:1 and tri-ending:2 triangle attention by the pair's rows and columns; the others by batch
     elements. Each process makes an inference call and then a training call at the same shapes: DTensor caches an
@@ -131,5 +131,7 @@ def test_sharded_matches_whole(name):
     differ between the two."""
     import torch.multiprocessing as mp
 
+    # (the workers start fresh interpreters: on a CUDA machine too, Triton's interpreter runs their CPU tensors)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
     with tempfile.TemporaryDirectory() as folder:
         mp.spawn(_worker, args=(os.path.join(folder, "store"), name), nprocs=WORLD)

@@ -211,3 +211,34 @@ def test_inference_in_row_chunks_matches_one_call(outgoing, dtype):
             return evofuse.triangle_multiplication(**args, chunk_size=chunk_size)
     torch.testing.assert_close(call(5), call(None), rtol=1e-5 if dtype == torch.float32 else 1e-3, atol=1e-5)
     assert peak_live_bytes(lambda: call(5)) < 0.75 * peak_live_bytes(lambda: call(None))
+
+
+@pytest.mark.parametrize("kernel", ["layer_norm_glu", "output"])
+def test_gpu_tiles_at_a_narrow_pair_and_a_wide_product(kernel, monkeypatch):
+    """Protenix's MSA block's pair stack (c_z 16, c 128: a's and b's 256 gated channels from 16, an output row of 128
+    product channels for 16 outputs): each tile a GPU's autotuner would be offered for one kernel, forced in turn (here
+    in the interpreter), the forward within the float32 contract of float64."""
+    import evofuse._runtime as runtime
+    from evofuse.numerics import rel_error
+    from evofuse.ops.triangle_multiplication import configs
+    from evofuse.stages import layer_norm_glu
+
+    from .helpers import rebuild_kernels
+
+    mod = _module(16, 128)
+    z, mask = _inputs(1, 7, 16, seed=4)
+    want = mod.double()(z.double(), mask.double(), impl="torch")
+    mod.float().to(DEVICE)
+    with monkeypatch.context() as gpu:
+        gpu.setattr(runtime, "interpreting", lambda: False)
+        offered = (layer_norm_glu.candidates(49, 16, 256, 2, 4, whole_rows=True) if kernel == "layer_norm_glu" else
+                   configs.prune_output(None, dict(M=49, C=128, CZ=16, z_ptr=z)))
+    for config in offered:
+        if kernel == "layer_norm_glu":
+            monkeypatch.setattr(layer_norm_glu, "_prune", lambda *args, config=config, **kwargs: [config])
+        else:
+            monkeypatch.setattr(configs, "prune_output", lambda *args, config=config, **kwargs: [config])
+        rebuild_kernels()
+        got = mod(z.to(DEVICE), mask.to(DEVICE), impl="triton")
+        assert rel_error(got.double().cpu(), want) <= 1e-5, config
+    rebuild_kernels()

@@ -249,10 +249,10 @@ KEY = ["M_BUCKET", "H_BUCKET", "D", "ACTIVATION", "HAS_BIAS", "HAS_MASK", "STORE
 
 
 def fits(config: triton.Config, M: int, D: int, H: int, operands: int, element_size: int) -> bool:
-    """A tile is kept when it is no larger than the call needs and its pipelined x tile and `operands` weight tiles
-    fit shared memory; a whole-row tile (ROW_STEPS > 1) where a row fits its chunk."""
+    """A tile is kept when it is no larger than the call needs (or than the tables' smallest) and its pipelined x
+    tile and `operands` weight tiles fit shared memory; a whole-row tile (ROW_STEPS > 1) where a row fits its chunk."""
     bm, bn, bd = (config.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_D"))
-    if bm > max(16, next_pow2(M)) or bn > max(16, next_pow2(H)) or bd > max(16, next_pow2(D)):
+    if bm > max(16, next_pow2(M)) or bn > max(32, next_pow2(H)) or bd > max(32, next_pow2(D)):
         return False
     if config.kwargs.get("ROW_STEPS", 1) > 1 and bd < D:
         return False
@@ -263,10 +263,12 @@ def candidates(M: int, D: int, H: int, operands: int, element_size: int, whole_r
     """The tiles tried for a call (`fits`; the table of the rows' dtype, then its whole-row tiles where `whole_rows`:
     this kernel's) by this kernel and by the kernels built on `projected_rows` (the transition's backward, triangle
     multiplication's output), whose predicates call here."""
-    table = FLOAT32_CONFIGS if element_size == 4 else CONFIGS
-    if whole_rows:
-        table = table + (FLOAT32_ROW_CONFIGS if element_size == 4 else ROW_CONFIGS)
-    return tuning_candidates(table, lambda c: fits(c, M, D, H, operands, element_size), INTERPRETER_CONFIG)
+    blocks = FLOAT32_CONFIGS if element_size == 4 else CONFIGS
+    table = blocks + (FLOAT32_ROW_CONFIGS if element_size == 4 else ROW_CONFIGS) if whole_rows else blocks
+    kept = tuning_candidates(table, lambda c: fits(c, M, D, H, operands, element_size), INTERPRETER_CONFIG,
+                             fallback=False)
+    # where none fits, the smallest block tile: every shape can take it (a whole-row tile holds rows of its BLOCK_D)
+    return kept or tuning_candidates(blocks[-1:], lambda c: True, INTERPRETER_CONFIG)
 
 
 def tables() -> list[triton.Config]:
