@@ -150,10 +150,11 @@ def test_transition_of_few_rows_runs_the_original(monkeypatch):
     output to the bit, no fused call), also in a deep copy of the patched model, whose original shares the copy's
     weights; with as many rows, the fused one."""
     import copy
+    import functools
 
     from boltz.model.layers.transition import Transition
 
-    from evofuse import functional
+    from evofuse.integrations import _adapters
     from evofuse.integrations import boltz as integration
     from evofuse.integrations._adapters import FusedTransition
 
@@ -162,8 +163,13 @@ def test_transition_of_few_rows_runs_the_original(monkeypatch):
     original = copy.deepcopy(holder)
     assert integration.patch(holder) == ["0"]
     calls = []
-    fused = functional.transition
-    monkeypatch.setattr(functional, "transition", lambda *args, **kwargs: calls.append(1) or fused(*args, **kwargs))
+    fused = _adapters.transition
+
+    @functools.wraps(fused)  # (its `form` too)
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return fused(*args, **kwargs)
+    monkeypatch.setattr(_adapters, "transition", counted)
     monkeypatch.setattr(FusedTransition, "MIN_ROWS", 8)
     few, enough = torch.randn(1, 7, 16, device=DEVICE), torch.randn(1, 8, 16, device=DEVICE)
     with torch.no_grad():

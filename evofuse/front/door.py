@@ -178,6 +178,30 @@ class Form:
             name for name in inspect.signature(self.reference).parameters if name not in taken))
 
 
+    def weights(self, **parts) -> dict[str, torch.Tensor | None]:
+        """The parameters by name from a model's layers: each part (a parameter's name less `_weight` or `_bias`:
+        `layer_norm`, `query`, ...) as a layer with `weight` and `bias` (nn.Linear, nn.LayerNorm), a (weight, bias)
+        pair, or None where the part is optional and absent. Every part of the form is given, and a bias only where
+        the form takes one: an adapter that names a layer wrongly or drops a bias fails at its first call."""
+        out = {}
+        for part, layer in parts.items():
+            weight, bias = (None, None) if layer is None else layer if isinstance(layer, tuple) else (
+                layer.weight, layer.bias)
+            names = [n for n in (f"{part}_weight", f"{part}_bias") if n in self.params]
+            if not names:
+                raise TypeError(f"{self.label} has no parameter {part}_weight or {part}_bias")
+            if f"{part}_weight" in self.params:
+                out[f"{part}_weight"] = weight
+            if f"{part}_bias" in self.params:
+                out[f"{part}_bias"] = bias
+            elif bias is not None:
+                raise ValueError(f"{self.label}: {part} has a bias, which it does not take")
+        missing = [n for n in self.params if n not in out]
+        if missing:
+            raise TypeError(f"{self.label}: {', '.join(missing)} not given")
+        return out
+
+
 def front(form: Form):
     """The public functional form declared by the decorated function's signature and docstring (its body is the
     docstring alone): a call binds its arguments by name as Python does and goes through `door` with `form`. The
@@ -199,6 +223,7 @@ def front(form: Form):
                 signature.bind(*args, **kwargs)  # raises the TypeError Python would
             return door(form, values)
 
+        call.form = form  # (what adapters read the parameters' names from: `form.weights`)
         return call
 
     return declare

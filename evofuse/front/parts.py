@@ -1,22 +1,11 @@
-"""What the modules share: their parameters as the functional forms take them, the option checks, and OpenFold's
-gated attention's projections under its names."""
+"""What the modules share: the option checks, and OpenFold's gated attention's projections under its names."""
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from .._dispatch import IMPLS
 from .._runtime import PRECISIONS
-
-
-def linear_params(module: nn.Module, names: tuple[str, ...]) -> list[torch.Tensor]:
-    """weight, bias of each named submodule, in order (parametrized weights included)."""
-    out = []
-    for name in names:
-        sub = getattr(module, name)
-        out += (sub.weight, sub.bias)
-    return out
 
 
 def check_options(precision: str, impl: str | None, mask_mode: str | None = None, mask_modes: tuple = ()) -> None:

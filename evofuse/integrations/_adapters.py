@@ -34,9 +34,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import functional
 from .._runtime import memory_bytes
 from ..front.common import autocast_dtype
+from ..functional import msa_column_attention as col
+from ..functional import msa_column_global_attention as gcol
+from ..functional import msa_row_attention as row
+from ..functional import outer_product_mean as opm
+from ..functional import transition
+from ..functional import triangle_attention as tri
+from ..functional import triangle_multiplication as trimul
 from ..reference import TRIANGLE_MIN_INF
 from ..stages.attention.core import MAX_HEAD_DIM
 from ..stages.layer_norm_linear import joined_bias
@@ -72,10 +78,9 @@ class FusedOpenFoldOuterProductMean(nn.Module):
         mask's."""
         dtype = self.compute_dtype(m)
         with torch.autocast(m.device.type, enabled=False):
-            out = functional.outer_product_mean(
-                m.to(dtype), mask, self.layer_norm.weight, self.layer_norm.bias, self.linear_1.weight,
-                self.linear_1.bias, self.linear_2.weight, self.linear_2.bias, self.linear_out.weight,
-                self.linear_out.bias, normalization="count_ij_after", count_eps=self.eps)
+            out = opm(m.to(dtype), mask, **opm.form.weights(
+                layer_norm=self.layer_norm, proj_a=self.linear_1, proj_b=self.linear_2, out_proj=self.linear_out),
+                normalization="count_ij_after", count_eps=self.eps)
         if torch.is_autocast_enabled(m.device.type) or mask is None or not mask.is_floating_point():
             return out
         return out.to(torch.promote_types(out.dtype, mask.dtype))
@@ -119,12 +124,10 @@ class FusedOpenFoldRowAttention(nn.Module):
         dtype = autocast_dtype(m)
         mha = self.mha
         with torch.autocast(m.device.type, enabled=False):
-            return functional.msa_row_attention(
-                m.to(dtype), z.to(dtype), mask, self.layer_norm_m.weight, self.layer_norm_m.bias,
-                mha.linear_q.weight, mha.linear_q.bias, mha.linear_k.weight, mha.linear_k.bias, mha.linear_v.weight,
-                mha.linear_v.bias, mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias,
-                self.linear_z.weight, self.linear_z.bias, num_heads=self.no_heads,
-                pair_norm_weight=self.layer_norm_z.weight, pair_norm_bias=self.layer_norm_z.bias, mask_mode="add")
+            return row(m.to(dtype), z.to(dtype), mask, **row.form.weights(
+                layer_norm=self.layer_norm_m, query=mha.linear_q, key=mha.linear_k, value=mha.linear_v,
+                gate=mha.linear_g, out_proj=mha.linear_o, pair_bias=self.linear_z, pair_norm=self.layer_norm_z),
+                num_heads=self.no_heads, mask_mode="add")
 
 
 class FusedOpenFoldTriangleAttention(nn.Module):
@@ -168,11 +171,10 @@ class FusedOpenFoldTriangleAttention(nn.Module):
         dtype = autocast_dtype(x)
         mha = self.mha
         with torch.autocast(x.device.type, enabled=False):
-            return functional.triangle_attention(
-                x.to(dtype), mask, self.layer_norm.weight, self.layer_norm.bias, getattr(self, self.BIAS).weight,
-                mha.linear_q.weight, mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight, mha.linear_g.bias,
-                mha.linear_o.weight, mha.linear_o.bias, num_heads=self.no_heads, starting=self.starting,
-                transpose_bias=transpose_bias, inf=self.inf)
+            return tri(x.to(dtype), mask, **tri.form.weights(
+                layer_norm=self.layer_norm, linear=getattr(self, self.BIAS), query=mha.linear_q, key=mha.linear_k,
+                value=mha.linear_v, gate=mha.linear_g, out=mha.linear_o),
+                num_heads=self.no_heads, starting=self.starting, transpose_bias=transpose_bias, inf=self.inf)
 
 
 class FusedOpenFoldColumnAttention(nn.Module):
@@ -208,10 +210,9 @@ class FusedOpenFoldColumnAttention(nn.Module):
         dtype = autocast_dtype(m)
         ln, mha = self._msa_att.layer_norm_m, self._msa_att.mha
         with torch.autocast(m.device.type, enabled=False):
-            return functional.msa_column_attention(
-                m.to(dtype), mask, ln.weight, ln.bias, mha.linear_q.weight, mha.linear_k.weight, mha.linear_v.weight,
-                mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias,
-                num_heads=self.no_heads, inf=self.inf)
+            return col(m.to(dtype), mask, **col.form.weights(
+                layer_norm=ln, query=mha.linear_q, key=mha.linear_k, value=mha.linear_v, gate=mha.linear_g,
+                out=mha.linear_o), num_heads=self.no_heads, inf=self.inf)
 
 
 class FusedOpenFoldGlobalColumnAttention(nn.Module):
@@ -240,12 +241,10 @@ class FusedOpenFoldGlobalColumnAttention(nn.Module):
         """m (*, S, N, c_in), mask (*, S, N) or None -> (*, S, N, c_in) in the compute dtype."""
         dtype = autocast_dtype(m)
         att = self.global_attention
-        params = [p for name in "qkvgo" for p in (getattr(att, f"linear_{name}").weight,
-                                                 getattr(att, f"linear_{name}").bias)]
         with torch.autocast(m.device.type, enabled=False):
-            return functional.msa_column_global_attention(
-                m.to(dtype), mask, self.layer_norm_m.weight, self.layer_norm_m.bias, *params, num_heads=self.no_heads,
-                inf=self.inf, eps=self.eps)
+            return gcol(m.to(dtype), mask, **gcol.form.weights(
+                layer_norm=self.layer_norm_m, query=att.linear_q, key=att.linear_k, value=att.linear_v,
+                gate=att.linear_g, out=att.linear_o), num_heads=self.no_heads, inf=self.inf, eps=self.eps)
 
 
 class FusedOpenFoldTriangleMultiplication(nn.Module):
@@ -299,10 +298,9 @@ class FusedOpenFoldTriangleMultiplication(nn.Module):
         g_in, g_bias = self._stacked(projections[half:])
         dtype = self.compute_dtype(z)
         with torch.autocast(z.device.type, enabled=False):
-            out = functional.triangle_multiplication(
-                z.to(dtype), mask, self.layer_norm_in.weight, self.layer_norm_in.bias, p_in, p_bias, g_in, g_bias,
-                self.layer_norm_out.weight, self.layer_norm_out.bias, self.linear_z.weight, self.linear_z.bias,
-                self.linear_g.weight, self.linear_g.bias, outgoing=self._outgoing)
+            out = trimul(z.to(dtype), mask, **trimul.form.weights(
+                norm_in=self.layer_norm_in, p_in=(p_in, p_bias), g_in=(g_in, g_bias), norm_out=self.layer_norm_out,
+                p_out=self.linear_z, g_out=self.linear_g), outgoing=self._outgoing)
         out = out.to(autocast_dtype(z))  # (the model's dtype where the family computes in another: a no-op otherwise)
         return z.add_(out) if inplace_safe and _add_with_inplace else out
 
@@ -369,9 +367,8 @@ class FusedTransition(nn.Module):
             return self._original(x, *args, **kwargs)
         mask = (args[0] if args else kwargs.get("mask")) if self.MASKED else None
         with torch.autocast(x.device.type, enabled=False):
-            y = functional.transition(
-                x.to(dtype), mask, norm.weight, norm.bias, a.weight, a.bias, None if b is None else b.weight,
-                None if b is None else b.bias, out.weight, out.bias, activation=self.ACTIVATION)
+            y = transition(x.to(dtype), mask, **transition.form.weights(layer_norm=norm, a=a, b=b, out=out),
+                           activation=self.ACTIVATION)
         if not self.MASKED:
             return y
         # (the models multiply by the mask, or by ones of x's dtype, which promotes a 16-bit output under autocast)

@@ -24,8 +24,10 @@ import types
 import torch
 from torch import nn
 
-from .. import functional
 from ..front.common import autocast_dtype
+from ..functional import outer_product_mean as opm
+from ..functional import pair_weighted_averaging as pwa
+from ..functional import triangle_multiplication as trimul
 from ..modules import AttentionPairBias
 from ._adapters import FusedOpenFoldTriangleAttention, FusedTransition
 from ._patching import (
@@ -58,10 +60,9 @@ class FusedPairWeightedAveraging(nn.Module):
     def forward(self, m: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, chunk_heads: bool = False) -> torch.Tensor:
         dtype = autocast_dtype(m)
         with torch.autocast(m.device.type, enabled=False):
-            return functional.pair_weighted_averaging(
-                m.to(dtype), z.to(dtype), mask, self.norm_m.weight, self.norm_m.bias, self.norm_z.weight,
-                self.norm_z.bias, self.proj_m.weight, self.proj_g.weight, self.proj_z.weight, self.proj_o.weight,
-                num_heads=self.num_heads, inf=self.inf, mask_mode="add")
+            return pwa(m.to(dtype), z.to(dtype), mask, **pwa.form.weights(
+                norm_m=self.norm_m, norm_z=self.norm_z, proj_m=self.proj_m, proj_g=self.proj_g, proj_z=self.proj_z,
+                proj_o=self.proj_o), num_heads=self.num_heads, inf=self.inf, mask_mode="add")
 
 
 class FusedOuterProductMean(nn.Module):
@@ -81,9 +82,9 @@ class FusedOuterProductMean(nn.Module):
     def forward(self, m: torch.Tensor, mask: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
         dtype = autocast_dtype(m)
         with torch.autocast(m.device.type, enabled=False):
-            return functional.outer_product_mean(
-                m.to(dtype), mask, self.norm.weight, self.norm.bias, self.proj_a.weight, None, self.proj_b.weight,
-                None, self.proj_o.weight, self.proj_o.bias, normalization="count_ij")
+            return opm(m.to(dtype), mask, **opm.form.weights(
+                layer_norm=self.norm, proj_a=self.proj_a, proj_b=self.proj_b, out_proj=self.proj_o),
+                normalization="count_ij")
 
 
 class FusedTriangleMultiplication(nn.Module):
@@ -103,10 +104,9 @@ class FusedTriangleMultiplication(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor, use_kernels: bool = False) -> torch.Tensor:
         dtype = autocast_dtype(x)
         with torch.autocast(x.device.type, enabled=False):
-            return functional.triangle_multiplication(
-                x.to(dtype), mask, self.norm_in.weight, self.norm_in.bias, self.p_in.weight, self.p_in.bias,
-                self.g_in.weight, self.g_in.bias, self.norm_out.weight, self.norm_out.bias, self.p_out.weight,
-                self.p_out.bias, self.g_out.weight, self.g_out.bias, outgoing=self.outgoing)
+            return trimul(x.to(dtype), mask, **trimul.form.weights(
+                norm_in=self.norm_in, p_in=self.p_in, g_in=self.g_in, norm_out=self.norm_out, p_out=self.p_out,
+                g_out=self.g_out), outgoing=self.outgoing)
 
 
 class FusedAttentionPairBias(AttentionPairBias):

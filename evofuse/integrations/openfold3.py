@@ -23,8 +23,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import functional
 from ..front.common import autocast_dtype
+from ..functional import attention_pair_bias as apb
+from ..functional import msa_row_attention as row
+from ..functional import pair_weighted_averaging as pwa
 from ..stages.attention.core import MAX_HEAD_DIM
 from ._adapters import (
     FusedOpenFoldColumnAttention,
@@ -69,10 +71,9 @@ class FusedPairWeightedAveraging(nn.Module):
         """m (*, S, N, c_in), z (*, N, N, c_z), mask (*, N, N) or None -> (*, S, N, c_in) in the compute dtype."""
         dtype = autocast_dtype(m)
         with torch.autocast(m.device.type, enabled=False):
-            return functional.pair_weighted_averaging(
-                m.to(dtype), z.to(dtype), mask, self.layer_norm_m.weight, self.layer_norm_m.bias,
-                self.layer_norm_z.weight, self.layer_norm_z.bias, self.linear_v.weight, self.linear_g.weight,
-                self.linear_z.weight, self.linear_o.weight, num_heads=self.no_heads, inf=self.inf, mask_mode="add")
+            return pwa(m.to(dtype), z.to(dtype), mask, **pwa.form.weights(
+                norm_m=self.layer_norm_m, norm_z=self.layer_norm_z, proj_m=self.linear_v, proj_g=self.linear_g,
+                proj_z=self.linear_z, proj_o=self.linear_o), num_heads=self.no_heads, inf=self.inf, mask_mode="add")
 
 
 class _AttentionWithPairBias(nn.Module):
@@ -118,13 +119,10 @@ class FusedAttentionPairBias(_AttentionWithPairBias):
         mha = self.mha
         rows = None if mask is None else mask.expand(a.shape[:-1]).unsqueeze(-2)  # (*, 1, N): one row of N keys
         with torch.autocast(a.device.type, enabled=False):
-            return functional.msa_row_attention(
-                a.to(dtype).unsqueeze(-3), z.to(dtype), rows, self.layer_norm_a.weight, self.layer_norm_a.bias,
-                mha.linear_q.weight, mha.linear_q.bias, mha.linear_k.weight, mha.linear_k.bias, mha.linear_v.weight,
-                mha.linear_v.bias, mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias,
-                self.linear_z.weight, self.linear_z.bias, num_heads=mha.no_heads,
-                pair_norm_weight=self.layer_norm_z.weight, pair_norm_bias=self.layer_norm_z.bias,
-                mask_mode="add").squeeze(-3)
+            return row(a.to(dtype).unsqueeze(-3), z.to(dtype), rows, **row.form.weights(
+                layer_norm=self.layer_norm_a, query=mha.linear_q, key=mha.linear_k, value=mha.linear_v,
+                gate=mha.linear_g, out_proj=mha.linear_o, pair_bias=self.linear_z, pair_norm=self.layer_norm_z),
+                num_heads=mha.no_heads, mask_mode="add").squeeze(-3)
 
 
 class FusedDiffusionAttentionPairBias(_AttentionWithPairBias):
@@ -155,9 +153,9 @@ class FusedDiffusionAttentionPairBias(_AttentionWithPairBias):
             if z.shape[:-3] != lead:  # (one pair for every sample: its bias projected once, broadcast)
                 z = torch.nn.functional.linear(z, weight.to(dtype))
                 z, weight = z.expand(*lead, *z.shape[-3:]), None
-            out = functional.attention_pair_bias(
-                x.to(dtype), z, mask, mha.linear_q.weight, mha.linear_q.bias, mha.linear_k.weight, mha.linear_v.weight,
-                mha.linear_g.weight, mha.linear_o.weight, None, None, weight, num_heads=mha.no_heads)
+            out = apb(x.to(dtype), z, mask, **apb.form.weights(
+                query=mha.linear_q, key=mha.linear_k, value=mha.linear_v, gate=mha.linear_g, out=mha.linear_o,
+                pair_norm=None, pair=(weight, None)), num_heads=mha.no_heads)
         return self.sigmoid(self.linear_ada_out(s)) * out
 
 

@@ -23,8 +23,10 @@ import types
 import torch
 from torch import nn
 
-from .. import functional
 from ..front.common import autocast_dtype
+from ..functional import attention_pair_bias as apb
+from ..functional import msa_row_attention as row
+from ..functional import pair_weighted_averaging as pwa
 from ..reference import LAYER_NORM_EPS
 from ._adapters import (
     FusedOpenFoldOuterProductMean,
@@ -60,10 +62,9 @@ class FusedPairWeightedAveraging(nn.Module):
         """m (*, S, N, c_m), z (*, N, N, c_z) -> (*, S, N, c_m) in the compute dtype."""
         dtype = autocast_dtype(m)
         with torch.autocast(m.device.type, enabled=False):
-            return functional.pair_weighted_averaging(
-                m.to(dtype), z.to(dtype), None, self.layernorm_m.weight, self.layernorm_m.bias,
-                self.layernorm_z.weight, self.layernorm_z.bias, self.linear_no_bias_mv.weight,
-                self.linear_no_bias_mg.weight, self.linear_no_bias_z.weight, self.linear_no_bias_out.weight,
+            return pwa(m.to(dtype), z.to(dtype), None, **pwa.form.weights(
+                norm_m=self.layernorm_m, norm_z=self.layernorm_z, proj_m=self.linear_no_bias_mv,
+                proj_g=self.linear_no_bias_mg, proj_z=self.linear_no_bias_z, proj_o=self.linear_no_bias_out),
                 num_heads=self.n_heads)
 
 
@@ -139,20 +140,16 @@ class FusedAttentionPairBias(nn.Module):
         if self.has_s:
             a = self.layernorm_a(a=a, s=s)
         dtype = autocast_dtype(a)
+        parts = dict(query=attention.linear_q, key=attention.linear_k, value=attention.linear_v,
+                     gate=attention.linear_g, pair_norm=(norm_z.weight, norm_z_bias))
         with torch.autocast(a.device.type, enabled=False):
             if self.has_s:
-                out = functional.attention_pair_bias(
-                    a.to(dtype), z.to(dtype), None, attention.linear_q.weight, attention.linear_q.bias,
-                    attention.linear_k.weight, attention.linear_v.weight, attention.linear_g.weight,
-                    attention.linear_o.weight, norm_z.weight, norm_z_bias, self.linear_nobias_z.weight,
-                    num_heads=self.n_heads)
+                out = apb(a.to(dtype), z.to(dtype), None, **apb.form.weights(
+                    **parts, out=attention.linear_o, pair=self.linear_nobias_z), num_heads=self.n_heads)
             else:
-                return functional.msa_row_attention(
-                    a.to(dtype).unsqueeze(-3), z.to(dtype), None, self.layernorm_a.weight, self.layernorm_a.bias,
-                    attention.linear_q.weight, attention.linear_q.bias, attention.linear_k.weight, None,
-                    attention.linear_v.weight, None, attention.linear_g.weight, None, attention.linear_o.weight,
-                    None, self.linear_nobias_z.weight, None, num_heads=self.n_heads, pair_norm_weight=norm_z.weight,
-                    pair_norm_bias=norm_z_bias, mask_mode="add").squeeze(-3)
+                return row(a.to(dtype).unsqueeze(-3), z.to(dtype), None, **row.form.weights(
+                    **parts, layer_norm=self.layernorm_a, out_proj=attention.linear_o,
+                    pair_bias=self.linear_nobias_z), num_heads=self.n_heads, mask_mode="add").squeeze(-3)
         return torch.sigmoid(self.linear_a_last(s)) * out
 
 

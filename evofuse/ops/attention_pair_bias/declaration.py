@@ -151,10 +151,9 @@ class AttentionPairBias(nn.Module):
             z = z.repeat_interleave(multiplicity, 0)
         norm, linear = (self.proj_z[0], self.proj_z[1]) if self.compute_pair_bias else (None, None)
         return attention_pair_bias(
-            s, z, mask, self.proj_q.weight, self.proj_q.bias, self.proj_k.weight, self.proj_v.weight,
-            self.proj_g.weight, self.proj_o.weight, None if norm is None else norm.weight,
-            None if norm is None else norm.bias, None if linear is None else linear.weight, num_heads=self.num_heads,
-            precision=self.precision, impl=impl if impl is not None else self.impl)
+            s, z, mask, **ATTENTION_PAIR_BIAS.weights(query=self.proj_q, key=self.proj_k, value=self.proj_v,
+                                                      gate=self.proj_g, out=self.proj_o, pair_norm=norm, pair=linear),
+            num_heads=self.num_heads, precision=self.precision, impl=impl if impl is not None else self.impl)
 
 
 OPERATION = Operation(

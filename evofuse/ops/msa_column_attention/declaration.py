@@ -115,8 +115,9 @@ class MSAColumnAttention(nn.Module):
         parts = self._msa_att
         mha = parts.mha
         return msa_column_attention(
-            m, mask, parts.layer_norm_m.weight, parts.layer_norm_m.bias, mha.linear_q.weight, mha.linear_k.weight,
-            mha.linear_v.weight, mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight, mha.linear_o.bias,
+            m, mask, **MSA_COLUMN_ATTENTION.weights(layer_norm=parts.layer_norm_m, query=mha.linear_q,
+                                                    key=mha.linear_k, value=mha.linear_v, gate=mha.linear_g,
+                                                    out=mha.linear_o),
             num_heads=self.no_heads, inf=self.inf, precision=self.precision,
             impl=impl if impl is not None else self.impl)
 

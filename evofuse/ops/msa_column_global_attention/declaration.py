@@ -12,7 +12,7 @@ from ..._dispatch import triton_available
 from ...front.common import columns
 from ...front.declaration import Case, Operation
 from ...front.door import POSITIVE, Form, front
-from ...front.parts import check_options, linear_params
+from ...front.parts import check_options
 from ...reference import GLOBAL_COUNT_EPS
 
 if triton_available():  # the kernels (without Triton every call takes the reference)
@@ -137,8 +137,9 @@ class MSAColumnGlobalAttention(nn.Module):
                 impl: str | None = None, **switches) -> torch.Tensor:
         att = self.global_attention
         return msa_column_global_attention(
-            m, mask, self.layer_norm_m.weight, self.layer_norm_m.bias,
-            *linear_params(att, ("linear_q", "linear_k", "linear_v", "linear_g", "linear_o")),
+            m, mask, **MSA_COLUMN_GLOBAL_ATTENTION.weights(
+                layer_norm=self.layer_norm_m, query=att.linear_q, key=att.linear_k, value=att.linear_v,
+                gate=att.linear_g, out=att.linear_o),
             num_heads=self.no_heads, inf=self.inf, eps=self.eps, precision=self.precision,
             impl=impl if impl is not None else self.impl)
 

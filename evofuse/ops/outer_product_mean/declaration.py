@@ -11,7 +11,7 @@ from ... import reference as ref
 from ..._dispatch import triton_available
 from ...front.declaration import Case, Operation, linears
 from ...front.door import POSITIVE, Form, front, one_of
-from ...front.parts import check_options, linear_params
+from ...front.parts import check_options
 from ...reference import COUNT_EPS, NORMALIZATIONS
 
 if triton_available():  # the kernels (without Triton every call takes the reference)
@@ -77,9 +77,6 @@ def outer_product_mean(
     """
 
 
-_OPM_LINEARS = ("layer_norm", "proj_a", "proj_b", "out_proj")
-
-
 class OuterProductMean(nn.Module):
     """Outer Product Mean: (B, S, N, msa_dim) MSA -> (B, N, N, pair_dim) pair update.
 
@@ -119,7 +116,9 @@ class OuterProductMean(nn.Module):
     def forward(self, msa_repr: torch.Tensor, msa_mask: torch.Tensor | None = None, *,
                 impl: str | None = None) -> torch.Tensor:
         return outer_product_mean(
-            msa_repr, msa_mask, *linear_params(self, _OPM_LINEARS), normalization=self.normalization,
+            msa_repr, msa_mask, **OUTER_PRODUCT_MEAN.weights(
+                layer_norm=self.layer_norm, proj_a=self.proj_a, proj_b=self.proj_b, out_proj=self.out_proj),
+            normalization=self.normalization,
             count_eps=self.count_eps, precision=self.precision, impl=impl if impl is not None else self.impl)
 
 

@@ -116,9 +116,9 @@ class PairWeightedAveraging(nn.Module):
     def forward(self, m: torch.Tensor, z: torch.Tensor, mask: torch.Tensor | None = None, chunk_heads: bool = False,
                 *, impl: str | None = None) -> torch.Tensor:
         return pair_weighted_averaging(
-            m, z, mask, self.norm_m.weight, self.norm_m.bias, self.norm_z.weight, self.norm_z.bias,
-            self.proj_m.weight, self.proj_g.weight, self.proj_z.weight, self.proj_o.weight, num_heads=self.num_heads,
-            inf=self.inf, mask_mode=self.mask_mode, precision=self.precision,
+            m, z, mask, **PAIR_WEIGHTED_AVERAGING.weights(
+                norm_m=self.norm_m, norm_z=self.norm_z, proj_m=self.proj_m, proj_g=self.proj_g, proj_z=self.proj_z,
+                proj_o=self.proj_o), num_heads=self.num_heads, inf=self.inf, mask_mode=self.mask_mode, precision=self.precision,
             impl=impl if impl is not None else self.impl)
 
 

@@ -11,7 +11,7 @@ from ... import reference as ref
 from ..._dispatch import triton_available
 from ...front.declaration import Case, Operation, attention_bytes, heads, linears
 from ...front.door import Form, front, one_of
-from ...front.parts import check_options, linear_params
+from ...front.parts import check_options
 from ...reference import MASK_MODES
 
 if triton_available():  # the kernels (without Triton every call takes the reference)
@@ -108,9 +108,6 @@ def msa_row_attention(
     """
 
 
-_ATT_LINEARS = ("layer_norm", "query", "key", "value", "gate", "out_proj", "pair_bias")
-
-
 class MSARowAttentionWithPairBias(nn.Module):
     """MSA row attention with pair bias and gating: (B, S, N, D) -> (B, S, N, D).
 
@@ -153,10 +150,11 @@ class MSARowAttentionWithPairBias(nn.Module):
 
     def forward(self, msa_repr: torch.Tensor, pair_repr: torch.Tensor, msa_mask: torch.Tensor | None = None,
                 *, impl: str | None = None) -> torch.Tensor:
-        pair_norm = (None, None) if self.pair_norm is None else (self.pair_norm.weight, self.pair_norm.bias)
         return msa_row_attention(
-            msa_repr, pair_repr, msa_mask, *linear_params(self, _ATT_LINEARS), num_heads=self.num_heads,
-            pair_norm_weight=pair_norm[0], pair_norm_bias=pair_norm[1], mask_mode=self.mask_mode, dropout=self.dropout.p,
+            msa_repr, pair_repr, msa_mask, **MSA_ROW_ATTENTION.weights(
+                layer_norm=self.layer_norm, query=self.query, key=self.key, value=self.value, gate=self.gate,
+                out_proj=self.out_proj, pair_bias=self.pair_bias, pair_norm=self.pair_norm),
+            num_heads=self.num_heads, mask_mode=self.mask_mode, dropout=self.dropout.p,
             training=self.training, precision=self.precision, impl=impl if impl is not None else self.impl)
 
 

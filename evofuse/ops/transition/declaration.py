@@ -119,10 +119,9 @@ class Transition(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, impl: str | None = None,
                 **switches) -> torch.Tensor:
-        fc2 = (None, None) if self.fc2 is None else (self.fc2.weight, self.fc2.bias)
         return transition(
-            x, mask, self.norm.weight, self.norm.bias, self.fc1.weight, self.fc1.bias, *fc2, self.fc3.weight,
-            self.fc3.bias, activation=self.activation, precision=self.precision,
+            x, mask, **TRANSITION.weights(layer_norm=self.norm, a=self.fc1, b=self.fc2, out=self.fc3),
+            activation=self.activation, precision=self.precision,
             impl=impl if impl is not None else self.impl)
 
 

@@ -132,9 +132,10 @@ class TriangleAttention(nn.Module):
                 transpose_bias: bool = False, impl: str | None = None, **switches) -> torch.Tensor:
         mha = self.mha
         return triangle_attention(
-            x, mask, self.layer_norm.weight, self.layer_norm.bias, self.linear.weight, mha.linear_q.weight,
-            mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight, mha.linear_g.bias, mha.linear_o.weight,
-            mha.linear_o.bias, num_heads=self.no_heads, starting=self.starting, transpose_bias=transpose_bias,
+            x, mask, **TRIANGLE_ATTENTION.weights(layer_norm=self.layer_norm, linear=self.linear, query=mha.linear_q,
+                                                  key=mha.linear_k, value=mha.linear_v, gate=mha.linear_g,
+                                                  out=mha.linear_o),
+            num_heads=self.no_heads, starting=self.starting, transpose_bias=transpose_bias,
             inf=self.inf, precision=self.precision, impl=impl if impl is not None else self.impl)
 
 

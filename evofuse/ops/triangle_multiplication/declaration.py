@@ -114,9 +114,9 @@ class TriangleMultiplication(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, impl: str | None = None,
                 **switches) -> torch.Tensor:
         return triangle_multiplication(
-            x, mask, self.norm_in.weight, self.norm_in.bias, self.p_in.weight, self.p_in.bias, self.g_in.weight,
-            self.g_in.bias, self.norm_out.weight, self.norm_out.bias, self.p_out.weight, self.p_out.bias,
-            self.g_out.weight, self.g_out.bias, outgoing=self.outgoing, precision=self.precision,
+            x, mask, **TRIANGLE_MULTIPLICATION.weights(norm_in=self.norm_in, p_in=self.p_in, g_in=self.g_in,
+                                                       norm_out=self.norm_out, p_out=self.p_out, g_out=self.g_out),
+            outgoing=self.outgoing, precision=self.precision,
             impl=impl if impl is not None else self.impl)
 
 
