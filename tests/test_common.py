@@ -123,3 +123,25 @@ def test_front_binds_as_python_does():
         with pytest.raises(TypeError, match=message):
             call()
 
+
+
+def test_form_weights_names_every_part_and_refuses_a_dropped_bias():
+    """`Form.weights` maps layers to a form's parameters by part: a layer's weight and bias, a (weight, bias) pair, or
+    None for an absent optional part; a part the form lacks, a part left out, and a bias where the form takes none
+    are refused, each naming it."""
+    from torch import nn
+
+    from evofuse import functional
+
+    form = functional.triangle_attention.form
+    norm, bias = nn.LayerNorm(8), nn.Linear(8, 2, bias=False)
+    q, k, v, g, o = (nn.Linear(8, 8, bias=name in "go") for name in "qkvgo")
+    got = form.weights(layer_norm=norm, linear=bias, query=q, key=k, value=v, gate=(g.weight, None), out=o)
+    assert list(got) == list(form.params)
+    assert got["layer_norm_bias"] is norm.bias and got["gate_bias"] is None and got["out_bias"] is o.bias
+    with pytest.raises(ValueError, match="query has a bias"):
+        form.weights(layer_norm=norm, linear=bias, query=nn.Linear(8, 8), key=k, value=v, gate=g, out=o)
+    with pytest.raises(TypeError, match="no parameter keys_weight"):
+        form.weights(layer_norm=norm, linear=bias, query=q, keys=k, value=v, gate=g, out=o)
+    with pytest.raises(TypeError, match="out_weight, out_bias not given"):
+        form.weights(layer_norm=norm, linear=bias, query=q, key=k, value=v, gate=g)
