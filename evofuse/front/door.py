@@ -174,31 +174,37 @@ class Form:
         # what is cast to the call's dtype: the inputs after the first but the masks, and the parameters
         object.__setattr__(self, "cast_names", (*(n for n in self.inputs[1:] if not n.endswith("mask")), *self.params))
         # the names the reference takes by keyword beyond the inputs and parameters (its options)
+        parts = {}  # each part's (weight's name, bias's name or None), in the parameters' order
+        for name in self.params:
+            part, _, kind = name.rpartition("_")
+            parts.setdefault(part, ["", ""])[kind == "bias"] = name
+        object.__setattr__(self, "parts", {part: tuple(names) for part, names in parts.items()})
         object.__setattr__(self, "reference_options", tuple(
             name for name in inspect.signature(self.reference).parameters if name not in taken))
 
 
-    def weights(self, **parts) -> dict[str, torch.Tensor | None]:
+    def weights(self, **layers) -> dict[str, torch.Tensor | None]:
         """The parameters by name from a model's layers: each part (a parameter's name less `_weight` or `_bias`:
         `layer_norm`, `query`, ...) as a layer with `weight` and `bias` (nn.Linear, nn.LayerNorm), a (weight, bias)
         pair, or None where the part is optional and absent. Every part of the form is given, and a bias only where
         the form takes one: an adapter that names a layer wrongly or drops a bias fails at its first call."""
+        if len(layers) != len(self.parts) or any(part not in self.parts for part in layers):
+            unknown = [part for part in layers if part not in self.parts]
+            if unknown:
+                raise TypeError(f"{self.label} has no parameter {unknown[0]}_weight or {unknown[0]}_bias")
+            missing = [name for part, names in self.parts.items() if part not in layers for name in names if name]
+            raise TypeError(f"{self.label}: {', '.join(missing)} not given")
         out = {}
-        for part, layer in parts.items():
-            weight, bias = (None, None) if layer is None else layer if isinstance(layer, tuple) else (
+        for part, (weight_name, bias_name) in self.parts.items():
+            layer = layers[part]
+            weight, bias = (None, None) if layer is None else layer if type(layer) is tuple else (
                 layer.weight, layer.bias)
-            names = [n for n in (f"{part}_weight", f"{part}_bias") if n in self.params]
-            if not names:
-                raise TypeError(f"{self.label} has no parameter {part}_weight or {part}_bias")
-            if f"{part}_weight" in self.params:
-                out[f"{part}_weight"] = weight
-            if f"{part}_bias" in self.params:
-                out[f"{part}_bias"] = bias
+            if weight_name:
+                out[weight_name] = weight
+            if bias_name:
+                out[bias_name] = bias
             elif bias is not None:
                 raise ValueError(f"{self.label}: {part} has a bias, which it does not take")
-        missing = [n for n in self.params if n not in out]
-        if missing:
-            raise TypeError(f"{self.label}: {', '.join(missing)} not given")
         return out
 
 
