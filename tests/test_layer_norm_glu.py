@@ -95,3 +95,27 @@ def test_every_shape_is_offered_tiles_that_cover_it(monkeypatch):
                         for config in kept:
                             steps, block_d = config.kwargs.get("ROW_STEPS", 1), config.kwargs["BLOCK_D"]
                             assert steps == 1 or block_d >= D, (M, D, H, operands, element_size, config)
+
+
+@pytest.mark.parametrize("D, H", [(16, 128), (24, 20), (200, 16), (128, 64)])
+def test_every_offered_tile_computes_the_rows(D, H, monkeypatch):
+    """Each tile a GPU's autotuner is offered at narrow and wide rows and outputs, forced in turn (here in the
+    interpreter): h and, with grad, [a, b]'s gradient within the float32 contract of float64."""
+    import evofuse._runtime as runtime
+
+    x, lnw, lnb, w, b, mask, dh = _case("swiglu", True, seed=5, M=37, D=D, H=H)
+    h_exact, d_exact = _exact("swiglu", *(t.double() for t in (x, lnw, lnb, w, b, mask, dh)))
+    on = [t.to(DEVICE) for t in (x, lnw, lnb, w, b, mask)]
+    with monkeypatch.context() as gpu:
+        gpu.setattr(runtime, "interpreting", lambda: False)
+        offered = layer_norm_glu.candidates(37, D, H, 2, 4, whole_rows=True)
+    for config in offered:
+        monkeypatch.setattr(layer_norm_glu, "_prune", lambda *args, config=config, **kwargs: [config])
+        rebuild_kernels()
+        h, pre = torch.empty(37, H, device=DEVICE), torch.empty(37, 2 * H, device=DEVICE)
+        layer_norm_glu.layer_norm_glu(*on, h, "swiglu", "default", pre)
+        assert rel_error(h.cpu(), h_exact) <= 1e-5, config
+        d_pre = torch.empty(37, 2 * H, device=DEVICE)
+        layer_norm_glu.layer_norm_glu(*on, dh.to(DEVICE).clone(), "swiglu", "default", d_pre, grad=True)
+        assert rel_error(d_pre.cpu(), d_exact) <= 1e-5, config
+    rebuild_kernels()
