@@ -47,6 +47,9 @@ MODEL_CASES = {
     "tri-boltz": lambda: TriangleAttention(128, 32, 4, starting=False, gate_and_output_bias=False),  # Boltz, AF3
     "trimul-af2": lambda: TriangleMultiplication(128, 128, bias=True),  # OpenFold
     "trimul-boltz": lambda: TriangleMultiplication(128, outgoing=False),  # Boltz-2, AF3
+    # Protenix's MSA block's pair stack: a narrow pair, a wide product and wide heads
+    "trimul-protenix-msa": lambda: TriangleMultiplication(16, 128, bias=True),
+    "tri-protenix-msa": lambda: TriangleAttention(16, 32, 4),
     "col-af2": lambda: MSAColumnAttention(256, 32, 8),  # OpenFold
     "col-of3": lambda: MSAColumnAttention(256, 32, 8, gate_and_output_bias=False),  # OpenFold3's AF2-style block
     "trans-af2": lambda: Transition(256, 1024, activation="relu", bias=True),  # OpenFold's MSA transition
