@@ -168,6 +168,25 @@ def msa_row_attention_with_bias(msa_repr, bias, msa_mask, layer_norm_weight, lay
     return F.linear(o, out_proj_weight, out_proj_bias)
 
 
+def attention_tile_reference(q, k, v, bias, mask, mask_mode="replace"):
+    """One key tile of the attention core, as ring attention takes it: queries q (B, S, N, h, d) against the tile's
+    keys k and values v (B, S, N, h, d), the bias's tile (B, h, N, N) or None and the keys' mask (B, S, N) or None
+    (masked keys as in `msa_row_attention_with_bias`). Returns (o (B, S, N, h, d): the softmax over the tile's keys
+    times v, un-gated, in q's dtype; lse (B, S, N, h): the natural log of the sum of exp(logit) over those keys, in
+    float64, which holds -1e9 + log N). Tiles merge as lse = logsumexp_t lse_t, o = sum_t exp(lse_t - lse) o_t."""
+    logit = torch.einsum("bsihd,bsjhd->bshij", q, k) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        logit = logit + bias[:, None]
+    if mask is not None:
+        fill = max(MASK_LOGIT, torch.finfo(q.dtype).min)
+        masked = mask[:, :, None, None, :] == 0
+        logit = torch.where(masked, fill + (logit - logit.detach()), logit) if mask_mode == "add" else (
+            logit.masked_fill(masked, fill))
+    lse = torch.logsumexp(logit.double(), -1)
+    o = torch.einsum("bshij,bsjhd->bsihd", torch.softmax(logit, -1), v)
+    return o, lse.transpose(2, 3)
+
+
 def attention_pair_bias_reference(single_repr, pair_repr, mask, query_weight, query_bias, key_weight, value_weight,
                                   gate_weight, out_weight, pair_norm_weight, pair_norm_bias, pair_weight, *,
                                   num_heads: int) -> torch.Tensor:

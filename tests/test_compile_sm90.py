@@ -98,6 +98,7 @@ def _launches():
     from evofuse.stages import layer_norm_linear as lnl
     from evofuse.stages import matmul, pair_heads
     from evofuse.stages.attention import configs as att_configs
+    from evofuse.stages.attention import gate as att_gate
     from evofuse.stages.attention import kernels as att
 
     def cfg(config):
@@ -152,15 +153,19 @@ def _launches():
         for additive in (False, True):  # (the seed's replaced masked logits; the models' additive mask)
             yield (f"attention forward {dtype} additive={additive}", att.attention_forward_kernel, dtype,
                    dict(TRAIN=True, ADDITIVE_MASK=additive, **attention, **kw), warps, stages, {})
+        yield (f"attention forward {dtype} ring tile", att.attention_forward_kernel, dtype,
+               dict(TRAIN=True, ADDITIVE_MASK=True, GATED=False, **attention, **kw), warps, stages, {})
         kw, warps, stages = cfg(att_configs.BACKWARD_CONFIGS[0])
         for kernel in (att.attention_dq_kernel, att.attention_dkdv_kernel, att.attention_dz_kernel):
             for additive in (False, True):
                 yield (f"{kernel.__name__} {dtype} additive={additive}", kernel, dtype,
                        dict(ADDITIVE_MASK=additive, **attention, **kw), warps, stages, {})
+        yield (f"attention_dq_kernel {dtype} ring tile", att.attention_dq_kernel, dtype,
+               dict(ADDITIVE_MASK=True, EXACT_DELTA=False, **attention, **kw), warps, stages, {})
         for head_dim in (32, 8):
             gate = att_configs.gate_launch(8, head_dim)
             warps = gate.pop("num_warps")
-            yield (f"gate backward {dtype} head_dim {head_dim}", att.gate_backward_kernel, dtype, gate, warps, 2, {})
+            yield (f"gate backward {dtype} head_dim {head_dim}", att_gate.gate_backward_kernel, dtype, gate, warps, 2, {})
         for C in (32, 8):  # Boltz's heads, AF3's
             kw, warps, stages = cfg(pwa_configs.candidates(C, 2 if dtype == "bf16" else 4)[0])
             for heads_fastest in (True, False):

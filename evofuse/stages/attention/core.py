@@ -15,12 +15,12 @@ from ..._runtime import autotuned, bucket, cdiv, custom_op, dot_precision, multi
 from ...reference import MASK_LOGIT
 from ..matmul import matmul
 from . import configs
+from .gate import gate_backward_kernel
 from .kernels import (
     attention_dkdv_kernel,
     attention_dq_kernel,
     attention_dz_kernel,
     attention_forward_kernel,
-    gate_backward_kernel,
 )
 
 MAX_HEAD_DIM = 128

@@ -103,6 +103,7 @@ def attention_forward_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr,
+    GATED: tl.constexpr = True,  # False: the un-gated output o (a key tile of ring attention), g not read
 ):
     s, blk, h, b = _program_coords(S, N, H, BLOCK_M)
     offs_i = blk * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -136,8 +137,10 @@ def attention_forward_kernel(
         stat = lse_ptr + b * stride_lb + s * stride_ls + offs_i.to(tl.int64) * stride_ln + h * stride_lh
         tl.store(stat, top, mask=i_ok)
         tl.store(stat + stride_lt, tl.math.log2(total), mask=i_ok)
-    g = tl.load(row + 3 * D + offs_i[:, None].to(tl.int64) * stride_xn + offs_e[None, :], mask=out_ok, other=0.0)
-    tl.store(o_ptr + out_off, (out * tl.sigmoid(g.to(tl.float32))).to(o_ptr.dtype.element_ty), mask=out_ok)
+    if GATED:
+        g = tl.load(row + 3 * D + offs_i[:, None].to(tl.int64) * stride_xn + offs_e[None, :], mask=out_ok, other=0.0)
+        out = out * tl.sigmoid(g.to(tl.float32))
+    tl.store(o_ptr + out_off, out.to(o_ptr.dtype.element_ty), mask=out_ok)
 
 
 @triton.jit
@@ -181,6 +184,7 @@ def attention_dq_kernel(
     BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr,
     ADDITIVE_MASK: tl.constexpr,  # masked keys pass their gradient on (the models' additive -inf mask)
+    EXACT_DELTA: tl.constexpr = True,  # False: delta as given (a key tile's: its keys are part of the row)
 ):
     """dq for a block of queries, summed over the blocks of keys in order, and the rows' delta made exact for the
     kernels after it. delta = rowsum(do * o) comes from the rounded output; sum_j p dp (the exact delta) is summed
@@ -220,8 +224,9 @@ def attention_dq_kernel(
         spent += tl.sum(ds.to(tl.float32), axis=1)
         mass += tl.sum(p, axis=1)
     # exact delta = sum_j p dp = sum_j ds + delta sum_j p; dq less (exact - delta) sum_j p k
-    dq -= spent[:, None] * pk - (delta * (1.0 - mass))[:, None] * pk
-    tl.store(delta_ptr + stat, spent + delta * mass, mask=i_ok)
+    if EXACT_DELTA:
+        dq -= spent[:, None] * pk - (delta * (1.0 - mass))[:, None] * pk
+        tl.store(delta_ptr + stat, spent + delta * mass, mask=i_ok)
     tl.store(dq_ptr + b * stride_db + s * stride_ds + offs_i[:, None].to(tl.int64) * stride_dn + h * HEAD_DIM
              + offs_e[None, :], (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=ie_ok)
 
@@ -364,36 +369,3 @@ def attention_dz_kernel(
                                     ADDITIVE_MASK)
         dz += tl.where(ij_ok, ds, 0.0)
     tl.store(dz_ptr + split * stride_dz + z_off, dz, mask=ij_ok)
-
-
-@triton.jit
-def gate_backward_kernel(
-    dgated_ptr, gated_ptr, stride_m,  # the gated output's gradient and the gated output: (M, D) rows, channel stride 1
-    g_ptr, dg_ptr, stride_g,  # the gate's pre-activation and, out, its gradient: rows of stride_g
-    do_ptr,  # out: the un-gated output's gradient, (M, D) like the gated output (may be dgated_ptr: in place)
-    delta_ptr, stride_dm,  # out: rowsum(do * o) per head, (M, h) float32
-    M, H,
-    HEAD_DIM: tl.constexpr,  # (a constant: the compiler sees a head's channels as one aligned run)
-    BLOCK_M: tl.constexpr,
-    BLOCK_H: tl.constexpr,  # the heads rounded up to a power of two
-    BLOCK_D: tl.constexpr,  # the head dimension rounded up to a power of two
-):
-    """For a block of whole rows (every head), from gated = o * sigmoid(g): do = dgated * sigmoid(g), the
-    gate's gradient dgated * o * sigmoid'(g) = dgated * gated * (1 - sigmoid(g)) and delta, the per-head row
-    sum of do * o = dgated * gated, all in one pass over the rows (the un-gated output o is never kept)."""
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
-    offs_h = tl.arange(0, BLOCK_H)
-    offs_e = tl.arange(0, BLOCK_D)
-    channels = (offs_h[:, None] * HEAD_DIM + offs_e[None, :])[None, :, :]  # [1, BLOCK_H, BLOCK_D]
-    head_ok = (offs_h < H)[:, None] & (offs_e < HEAD_DIM)[None, :]
-    ok = (offs_m < M)[:, None, None] & head_ok[None, :, :]  # [BLOCK_M, BLOCK_H, BLOCK_D]
-    rows = offs_m.to(tl.int64)[:, None, None]
-    tile = rows * stride_m + channels
-    dgated = tl.load(dgated_ptr + tile, mask=ok, other=0.0).to(tl.float32)
-    gated = tl.load(gated_ptr + tile, mask=ok, other=0.0).to(tl.float32)
-    sg = tl.sigmoid(tl.load(g_ptr + rows * stride_g + channels, mask=ok, other=0.0).to(tl.float32))
-    tl.store(do_ptr + tile, (dgated * sg).to(do_ptr.dtype.element_ty), mask=ok)
-    tl.store(dg_ptr + rows * stride_g + channels, (dgated * gated * (1.0 - sg)).to(dg_ptr.dtype.element_ty), mask=ok)
-    tl.store(delta_ptr + offs_m.to(tl.int64)[:, None] * stride_dm + offs_h[None, :], tl.sum(dgated * gated, axis=2),
-             mask=(offs_m < M)[:, None] & (offs_h < H)[None, :])  # [BLOCK_M, BLOCK_H]
-

@@ -1,0 +1,87 @@
+"""Ring attention's entry points (`evofuse.ring`): rows of residues split into tiles of queries and of keys, each
+query tile's output and log-sum-exp merged over the key tiles, and each tile's gradients summed, against the whole
+rows' attention by autograd in float64: masks replacing or adding, rows whose keys are all masked (in one tile, or
+in every tile), no bias, tiles of one residue; the kernels in Triton's interpreter on the CPU. Bad arguments are
+named."""
+
+import pytest
+import torch
+
+from evofuse import reference as ref
+from evofuse import ring
+from evofuse.numerics import rel_error
+
+from .conftest import DEVICE
+
+
+def _inputs(T, tiles=2, S=3, h=2, d=8, with_bias=True, seed=0):
+    """q, k, v (1, S, N, h, d), the bias (1, h, N, N) or None and the keys' mask (1, S, N) for N = tiles * T: row 0's
+    keys of the first tile all masked, row 1's keys all masked, ~20% of the rest."""
+    g = torch.Generator().manual_seed(seed)
+    N = tiles * T
+    q, k, v = (torch.randn(1, S, N, h, d, generator=g, dtype=torch.float64) for _ in range(3))
+    bias = torch.randn(1, h, N, N, generator=g, dtype=torch.float64) if with_bias else None
+    mask = (torch.rand(1, S, N, generator=g) > 0.2).double()
+    mask[:, 0, :T] = 0
+    mask[:, 1] = 0
+    return q, k, v, bias, mask
+
+
+@pytest.mark.parametrize("impl", ["triton", "torch"])
+@pytest.mark.parametrize("T, mask_mode, with_bias", [(9, "replace", True), (9, "add", True), (5, "add", False),
+                                                     (1, "replace", True)])
+def test_tiles_merge_to_the_whole_rows(T, mask_mode, with_bias, impl):
+    tiles = 2
+    q, k, v, bias, mask = _inputs(T, tiles, with_bias=with_bias)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)] + ([bias.clone().requires_grad_()] if with_bias else [])
+    o_whole, lse_whole = ref.attention_tile_reference(*leaves[:3], leaves[3] if with_bias else None, mask, mask_mode)
+    grad = torch.randn(o_whole.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    o_whole.backward(grad)
+
+    def part(t, a, dim):  # tile a of t along dim, float32 on the tests' device
+        return None if t is None else t.narrow(dim, a * T, T).float().to(DEVICE)
+    grads = [torch.zeros_like(t) for t in (q, k, v)] + ([torch.zeros_like(bias)] if with_bias else [])
+    for a in range(tiles):  # the query tile a against every key tile
+        qa, grad_a = part(q, a, 2), part(grad, a, 2)
+        outs, lses = [], []
+        for t in range(tiles):
+            bias_at = None if bias is None else part(bias, a, 2).narrow(3, t * T, T)
+            o, lse = ring.attention_tile_forward(qa, part(k, t, 2), part(v, t, 2), bias_at, part(mask, t, 2),
+                                                 mask_mode=mask_mode, impl=impl)
+            assert o.dtype == torch.float32 and lse.dtype == torch.float64
+            outs.append(o)
+            lses.append(lse)
+        o, lse = ring.merge_tiles(outs, lses)
+        assert rel_error(o.double().cpu(), o_whole.narrow(2, a * T, T)) <= 1e-5, "output"
+        assert rel_error(lse.double().cpu(), lse_whole.narrow(2, a * T, T)) <= 1e-5, "log-sum-exp"
+        for t in range(tiles):
+            bias_at = None if bias is None else part(bias, a, 2).narrow(3, t * T, T).contiguous()
+            dq, dk, dv, dz = ring.attention_tile_backward(grad_a, qa, part(k, t, 2), part(v, t, 2), bias_at,
+                                                          part(mask, t, 2), o, lse, bias_grad=with_bias,
+                                                          mask_mode=mask_mode, impl=impl)
+            grads[0].narrow(2, a * T, T).add_(dq.double().cpu())
+            grads[1].narrow(2, t * T, T).add_(dk.double().cpu())
+            grads[2].narrow(2, t * T, T).add_(dv.double().cpu())
+            if with_bias:
+                grads[3].narrow(2, a * T, T).narrow(3, t * T, T).add_(dz.double().cpu())
+    for name, got, leaf in zip(("q", "k", "v", "bias"), grads, leaves):
+        assert rel_error(got, leaf.grad) <= 1e-5, f"{name}'s gradient"
+
+
+def test_bad_arguments_are_named():
+    q, k, v, bias, mask = (t.float() for t in _inputs(4))
+    with pytest.raises(ValueError, match="k must have q's shape"):
+        ring.attention_tile_forward(q, k[:, :, :3], v, bias, mask)
+    with pytest.raises(ValueError, match="bias must have shape"):
+        ring.attention_tile_forward(q, k, v, bias[..., :3], mask)
+    with pytest.raises(ValueError, match="mask must have shape"):
+        ring.attention_tile_forward(q, k, v, bias, mask[:, :2])
+    with pytest.raises(TypeError, match="v must be a torch.Tensor"):
+        ring.attention_tile_forward(q, k, v.tolist(), bias, mask)
+    with pytest.raises(ValueError, match="mask_mode"):
+        ring.attention_tile_forward(q, k, v, bias, mask, mask_mode="mul")
+    o, lse = ring.attention_tile_forward(q, k, v, bias, mask, impl="torch")
+    with pytest.raises(ValueError, match="lse must have shape"):
+        ring.attention_tile_backward(o, q, k, v, bias, mask, o, lse[..., :1], impl="torch")
+    with pytest.raises(ValueError, match="bias_grad needs a bias"):
+        ring.attention_tile_backward(o, q, k, v, None, mask, o, lse, impl="torch")
