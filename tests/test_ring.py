@@ -2,7 +2,7 @@
 query tile's output and log-sum-exp merged over the key tiles, and each tile's gradients summed, against the whole
 rows' attention by autograd in float64: masks replacing or adding, rows whose keys are all masked (in one tile, or
 in every tile), no bias, tiles of one residue; the kernels in Triton's interpreter on the CPU. Bad arguments are
-named."""
+named; and a ring of 2 and of 4 processes (gloo) passing keys and values round."""
 
 import pytest
 import torch
@@ -93,3 +93,84 @@ def test_bad_arguments_are_named():
         ring.attention_tile_backward(o, q, k, v, bias, mask, o, lse[..., :1], impl="torch")
     with pytest.raises(ValueError, match="bias_grad needs a bias"):
         ring.attention_tile_backward(o, q, k, v, None, mask, o, lse, impl="torch")
+
+
+def _ring_worker(rank, world, store, mask_mode):
+    """Rank r holds the queries, keys, values and keys' mask of residue tile r and the bias's rows of its queries;
+    keys and values go round the ring (gloo send / recv) for the forward, and with their gradients' running sums
+    for the backward, which come home complete after a full turn."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        T = 3
+        q, k, v, bias, mask = (t.float() for t in _inputs(T, world))
+        grad = torch.randn(q.shape, generator=torch.Generator().manual_seed(5))
+        mine = slice(rank * T, (rank + 1) * T)
+        q_r, grad_r, bias_r = q[:, :, mine], grad[:, :, mine], bias[:, :, mine]
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+
+        def turn(tensors):  # each rank's buffers to the next rank, the previous rank's here
+            got = [torch.empty_like(t) for t in tensors]
+            ops = [dist.P2POp(dist.isend, t, nxt) for t in tensors] + [dist.P2POp(dist.irecv, t, prv) for t in got]
+            for request in dist.batch_isend_irecv(ops):
+                request.wait()
+            return got
+
+        travel = [k[:, :, mine].contiguous(), v[:, :, mine].contiguous(), mask[:, :, mine].contiguous()]
+        outs, lses = [], []
+        for step in range(world):
+            t = (rank - step) % world  # the key tile held now
+            o, lse = ring.attention_tile_forward(q_r, *travel[:2], bias_r[..., t * T:(t + 1) * T], travel[2],
+                                                 mask_mode=mask_mode, impl="triton")
+            outs.append(o)
+            lses.append(lse)
+            travel = turn(travel)
+        o, lse = ring.merge_tiles(outs, lses)
+        dq = torch.zeros_like(q_r)
+        dbias = torch.zeros_like(bias_r)
+        travel += [torch.zeros_like(q_r), torch.zeros_like(q_r)]  # dk, dv of the tile held, summed on the way
+        for step in range(world):
+            t = (rank - step) % world
+            bias_t = bias_r[..., t * T:(t + 1) * T].contiguous()
+            dq_t, dk_t, dv_t, dz_t = ring.attention_tile_backward(grad_r, q_r, *travel[:2], bias_t, travel[2], o, lse,
+                                                                  mask_mode=mask_mode, impl="triton")
+            dq += dq_t
+            travel[3] += dk_t
+            travel[4] += dv_t
+            dbias[..., t * T:(t + 1) * T] = dz_t
+            travel = turn(travel)
+        got = {name: torch.cat(_gathered(t, world), 2) for name, t in
+               (("o", o.double()), ("q", dq.double()), ("k", travel[3].double()), ("v", travel[4].double()),
+                ("bias", dbias.double()))}
+        if rank == 0:
+            leaves = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+            whole, _ = ref.attention_tile_reference(*(t.double() for t in leaves), mask.double(), mask_mode)
+            whole.backward(grad.double())
+            assert rel_error(got["o"], whole) <= 1e-5, "output"
+            for name, leaf in zip(("q", "k", "v", "bias"), leaves):
+                assert rel_error(got[name], leaf.grad) <= 1e-5, f"{name}'s gradient"
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _gathered(t, world):
+    import torch.distributed as dist
+
+    parts = [torch.empty_like(t) for _ in range(world)]
+    dist.all_gather(parts, t)
+    return parts
+
+
+@pytest.mark.parametrize("world, mask_mode", [(2, "replace"), (4, "add")])
+def test_a_ring_of_processes(world, mask_mode, monkeypatch, tmp_path):
+    """A ring of 2 and of 4 processes (gloo), the kernels in Triton's interpreter: each rank's output and its
+    queries', keys', values' and bias's gradients, gathered, against the whole rows by autograd in float64."""
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("needs torch.distributed with gloo")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # (the workers start fresh interpreters)
+    mp.spawn(_ring_worker, args=(world, str(tmp_path / "store"), mask_mode), nprocs=world)
