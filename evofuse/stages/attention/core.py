@@ -98,28 +98,43 @@ def core_backward(qkvg: Tensor, z: Tensor, msa_mask: Tensor | None, grad_out: Te
     gate = configs.gate_launch(h, d)
     gate_backward_kernel[(cdiv(M, gate["BLOCK_M"]),)](
         do, gated, D, qkvg[..., 3 * D:], d_qkvg[..., 3 * D:], W, do, delta, h, M, h, **gate)
-    consts = dict(_constants(qkvg.dtype, msa_mask, d, precision), ADDITIVE_MASK=mask_mode == "add")
-    common = (qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(msa_mask, qkvg), do, *do.stride()[:3], lse, delta,
-              *lse.stride()[1:], lse.stride(0))
-    sizes = (S, N, h, D, d, math.log2(math.e) / math.sqrt(d))
-    _, dq_kernel, dkdv_kernel, dz_kernel = _kernels()
-    dq_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_M"]) * S,)](
-        *common, d_qkvg, *d_qkvg.stride()[:3], *sizes, 1 / math.sqrt(d), bucket(N), **consts)
-    dkdv_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_N"]) * S,)](
-        *common, d_qkvg[..., D:], *d_qkvg.stride()[:3], *sizes, 1 / math.sqrt(d), bucket(N), **consts)
+    dz = launch_backward(qkvg, z, msa_mask, do, lse, delta, d_qkvg, h, D, mask_mode, precision, bias_grad)
     if not bias_grad:
-        return d_qkvg, delta.new_empty(0)
-    splits = dz_splits(B * h * cdiv(N, DZ_TILE) ** 2, S, z.device)
-    dz = torch.empty(splits, *z.shape, dtype=torch.float32, device=z.device)
-    dz_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]) * splits,)](
-        *common, dz, dz.stride(0), S, N, h, D, splits, *sizes[4:], bucket(N), **consts)
-    dz = dz[0] if splits == 1 else dz.sum(0)
+        return d_qkvg, dz
     # every row of the exact dz sums to 0 (a softmax ignores a constant added to its logits), so its mean over the
     # keys is rounding alone; taking it out (an orthogonal projection onto
     # what the exact gradient satisfies) cannot enlarge dz's error, and keeps the gradient of a bias the softmax
     # ignores at float32's rounding (in bf16 it had carried 2-3x PyTorch's own rounding). The mean of the finite
     # entries: a NaN or Inf stays where the reference has it, and spreads nowhere else
     return d_qkvg, dz.sub_(dz.nan_to_num(0.0, 0.0, 0.0).mean(-1, keepdim=True))
+
+
+def launch_backward(rows: Tensor, z: Tensor, mask: Tensor | None, do: Tensor, stats: Tensor, delta: Tensor,
+                    d_rows: Tensor, h: int, D: int, mask_mode: str, precision: str, bias_grad: bool,
+                    exact_delta: bool = True) -> Tensor:
+    """The core's three backward kernels: dq into d_rows's channels 0 .. D, dk and dv into D .. 3D (d_rows (B, S, N,
+    W) like rows, whose q, k and v are at channels 0, D and 2D), and with `bias_grad` the bias's gradient (B, h, N,
+    N) float32 summed over the rows (z contiguous: it is written in z's strides; else an empty tensor), from the
+    un-gated output's gradient do (B, S, N, D), the rows' statistics (2, B, S, N, h) and delta (B, S, N, h).
+    exact_delta: the dq kernel makes delta exact for whole rows and stores it for the kernels after it."""
+    B, S, N, _ = rows.shape
+    d = D // h
+    consts = dict(_constants(rows.dtype, mask, d, precision), ADDITIVE_MASK=mask_mode == "add")
+    common = (rows, *rows.stride()[:3], z, *z.stride(), *_mask_args(mask, rows), do, *do.stride()[:3], stats, delta,
+              *stats.stride()[1:], stats.stride(0))
+    sizes = (S, N, h, D, d, math.log2(math.e) / math.sqrt(d))
+    _, dq_kernel, dkdv_kernel, dz_kernel = _kernels()
+    dq_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_M"]) * S,)](
+        *common, d_rows, *d_rows.stride()[:3], *sizes, 1 / math.sqrt(d), bucket(N), EXACT_DELTA=exact_delta, **consts)
+    dkdv_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_N"]) * S,)](
+        *common, d_rows[..., D:], *d_rows.stride()[:3], *sizes, 1 / math.sqrt(d), bucket(N), **consts)
+    if not bias_grad:
+        return delta.new_empty(0)
+    splits = dz_splits(B * h * cdiv(N, DZ_TILE) ** 2, S, z.device)
+    dz = torch.empty(splits, *z.shape, dtype=torch.float32, device=z.device)
+    dz_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]) * splits,)](
+        *common, dz, dz.stride(0), S, N, h, D, splits, *sizes[4:], bucket(N), **consts)
+    return dz[0] if splits == 1 else dz.sum(0)
 
 
 DZ_TILE = 64  # residues a side of the pair bias gradient's tiles, as the splits of the MSA rows count them

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ..._runtime import bucket, cdiv
-from .core import DZ_TILE, _constants, _kernels, _mask_args, dz_splits
+from .core import _constants, _kernels, _mask_args, launch_backward
 
 LN2 = math.log(2.0)
 
@@ -64,9 +64,9 @@ def tile_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Tenso
     H = h * d
     rows = _rows(q, k, v)
     d_rows = torch.empty_like(rows)
-    dz = torch.empty(B, h, N, N if bias_grad else 0, dtype=torch.float32, device=q.device)
     if not rows.numel():
-        return (*d_rows.view(B, S, N, 3, h, d).unbind(3), dz.zero_())
+        dz = torch.zeros(B, h, N, N if bias_grad else 0, dtype=torch.float32, device=q.device)
+        return (*d_rows.view(B, S, N, 3, h, d).unbind(3), dz)
     z = _bias(bias, rows, h) if not bias_grad else bias.contiguous()  # (dz is written in z's strides)
     do = grad_out.to(q.dtype).reshape(B, S, N, H).contiguous()
     delta = (grad_out.float() * out.float()).sum(-1).contiguous()  # (B, S, N, h): rowsum(do * o) of the whole rows
@@ -74,19 +74,6 @@ def tile_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Tenso
     log2 = lse.double() * math.log2(math.e)
     top = log2.float()
     stats = torch.stack([top, (log2 - top.double()).float()])
-    consts = dict(_constants(q.dtype, mask, d, precision), ADDITIVE_MASK=mask_mode == "add")
-    common = (rows, *rows.stride()[:3], z, *z.stride(), *_mask_args(mask, rows), do, *do.stride()[:3], stats, delta,
-              *stats.stride()[1:], stats.stride(0))
-    sizes = (S, N, h, H, d, math.log2(math.e) / math.sqrt(d))
-    _, dq_kernel, dkdv_kernel, dz_kernel = _kernels()
-    dq_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_M"]) * S,)](
-        *common, d_rows, *d_rows.stride()[:3], *sizes, 1 / math.sqrt(d), bucket(N), EXACT_DELTA=False, **consts)
-    dkdv_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_N"]) * S,)](
-        *common, d_rows[..., H:], *d_rows.stride()[:3], *sizes, 1 / math.sqrt(d), bucket(N), **consts)
-    if bias_grad:
-        splits = dz_splits(B * h * cdiv(N, DZ_TILE) ** 2, S, q.device)
-        parts = torch.empty(splits, B, h, N, N, dtype=torch.float32, device=q.device)
-        dz_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]) * splits,)](
-            *common, parts, parts.stride(0), S, N, h, H, splits, *sizes[4:], bucket(N), **consts)
-        dz = parts[0] if splits == 1 else parts.sum(0)
+    dz = launch_backward(rows, z, mask, do, stats, delta, d_rows, h, H, mask_mode, precision, bias_grad,
+                         exact_delta=False)
     return (*d_rows.view(B, S, N, 3, h, d).unbind(3), dz)
