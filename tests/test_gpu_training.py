@@ -50,6 +50,12 @@ MODEL_CASES = {
     # Protenix's MSA block's pair stack: a narrow pair, a wide product and wide heads
     "trimul-protenix-msa": lambda: TriangleMultiplication(16, 128, bias=True),
     "tri-protenix-msa": lambda: TriangleAttention(16, 32, 4),
+    # the template pair stacks: Boltz-2's (64 channels, heads of 32) and AF2's (heads of 16, transition x2)
+    "trimul-template": lambda: TriangleMultiplication(64),
+    "tri-template-boltz": lambda: TriangleAttention(64, 32, 4, starting=False, gate_and_output_bias=False),
+    "tri-template-af2": lambda: TriangleAttention(64, 16, 4),
+    "trans-template-boltz": lambda: Transition(64, 256),
+    "trans-template-af2": lambda: Transition(64, 128, activation="relu", bias=True),
     "col-af2": lambda: MSAColumnAttention(256, 32, 8),  # OpenFold
     "col-of3": lambda: MSAColumnAttention(256, 32, 8, gate_and_output_bias=False),  # OpenFold3's AF2-style block
     "trans-af2": lambda: Transition(256, 1024, activation="relu", bias=True),  # OpenFold's MSA transition
