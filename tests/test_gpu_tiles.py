@@ -1,6 +1,6 @@
-"""Every operation with the tiles a GPU takes where autotuning is off (`EVOFUSE_AUTOTUNE=0`: each kernel's first
-fitting tile, chosen by the predicates as on a GPU), run here in Triton's interpreter, whose own tiles are otherwise
-the only ones the CPU tiers run: the forward and every gradient against float64. A tile the GPU takes that computes
+"""Every operation with tiles a GPU takes (each kernel's first fitting tile, its default where autotuning is off, and
+its last, chosen by the predicates as on a GPU), run here in Triton's interpreter, whose own tiles are otherwise the
+only ones the CPU tiers run: the forward and every gradient against float64. A tile the GPU takes that computes
 something else fails here, before a GPU run."""
 
 import copy
@@ -30,10 +30,34 @@ def _case(op):
     return make_module(case, seed=1, impl="triton"), make_inputs(case, DEVICE, torch.float32, seed=2)
 
 
-@pytest.mark.parametrize("name", [*sorted(OPERATIONS), *MODEL_CASES])
-def test_gpu_default_tiles_compute_the_operation(name, monkeypatch):
-    """At each operation's first suite case and at each model's widths (`test_gpu_training.MODEL_CASES`)."""
+def _offer(which: str, monkeypatch) -> None:
+    """Every kernel takes the first or the last tile a GPU's autotuner is offered (the predicates as on a GPU): the
+    first is the GPU's default where autotuning is off; the last, the smallest or the fallback where none fits."""
+    import sys
+
     import evofuse._runtime as runtime
+
+    real = runtime.tuning_candidates
+
+    def offered(*args, **kwargs):
+        kept = real(*args, **kwargs)
+        return kept[:1] if which == "first" else kept[-1:]
+    monkeypatch.setattr(runtime, "interpreting", lambda: False)
+    monkeypatch.setenv("EVOFUSE_AUTOTUNE", "1")
+    for module in list(sys.modules.values()):  # (each module binds the name at its import)
+        if module.__name__.startswith("evofuse") and getattr(module, "tuning_candidates", None) is real:
+            monkeypatch.setattr(module, "tuning_candidates", offered)
+
+
+NARROW = [name for name in MODEL_CASES if "protenix" in name or "template" in name]  # (the last tiles' widths)
+
+
+@pytest.mark.parametrize("name, which", [(name, "first") for name in [*sorted(OPERATIONS), *MODEL_CASES]]
+                         + [(name, "last") for name in [*sorted(OPERATIONS), *NARROW]])
+def test_gpu_tiles_compute_the_operation(name, which, monkeypatch):
+    """The first tiles at each operation's first suite case and at each model's widths (`test_gpu_training.
+    MODEL_CASES`); the last (small tiles: many programs, slow in the interpreter) at the suite's cases and the
+    narrow pair stacks'."""
 
     mod, inputs = _case(name) if name in OPERATIONS else _model_inputs(name, S=3, N=20)
     exact = copy.deepcopy(mod).double()
@@ -42,8 +66,7 @@ def test_gpu_default_tiles_compute_the_operation(name, monkeypatch):
     want = exact(*want_in, mask, impl="torch")
     grad = torch.randn(want.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     want.backward(grad)
-    monkeypatch.setattr(runtime, "interpreting", lambda: False)
-    monkeypatch.setenv("EVOFUSE_AUTOTUNE", "0")
+    _offer(which, monkeypatch)
     rebuild_kernels()
     try:
         got_in = [x.clone().requires_grad_() for x in xs]
