@@ -5,7 +5,8 @@
 drop-in modules; `outer_product_mean`, `msa_row_attention`, `msa_column_attention`, `msa_column_global_attention`,
 `pair_weighted_averaging`, `triangle_attention`, `triangle_multiplication`, `transition` and `attention_pair_bias`
 their functional forms;
-`evofuse.reference` the plain-PyTorch definitions.
+`evofuse.reference` the plain-PyTorch definitions; `evofuse.sharding` the ops' rules for distributed tensors and
+`evofuse.ring` ring attention's entry points (imported on their own).
 Importing registers every operation's torch.library ops (`torch.ops.evofuse.*`, where Triton is installed), so
 that a program exported with them loads after `import evofuse`; it touches no GPU and compiles no kernel.
 """
