@@ -33,7 +33,8 @@ LOW = torch.float16 if DEVICE == "cpu" else torch.bfloat16  # the interpreter's 
 @pytest.mark.parametrize("impl", ["triton", "torch"])
 @pytest.mark.parametrize("T, mask_mode, with_bias, dtype", [
     (9, "replace", True, torch.float32), (9, "add", True, torch.float32), (5, "add", False, torch.float32),
-    (1, "replace", True, torch.float32), (9, "add", True, LOW)])
+    (1, "replace", True, torch.float32), (9, "add", True, LOW),
+    pytest.param(97, "add", True, torch.float32, marks=pytest.mark.gpu)])  # (several of the GPU's tiles)
 def test_tiles_merge_to_the_whole_rows(T, mask_mode, with_bias, dtype, impl):
     """float32 within the contract's 1e-5 of float64; 16-bit within 2e-2 (one rounding of the operands, the
     outputs and the gradients)."""
