@@ -34,7 +34,7 @@ def fused(head_dim: int, dtype: torch.dtype) -> bool:
 KEY = ["N_BUCKET", "HEAD_DIM", "HAS_MASK", "PRECISION"]  # what the autotuner's choices are kept by
 
 
-def _kernels():
+def tuned_kernels():
     """The four kernels under Triton's autotuner (`_runtime.autotuned`: built on their first launch)."""
     forward, backward = (lambda: configs.FORWARD_CONFIGS), (lambda: configs.BACKWARD_CONFIGS)
     # the dq kernel makes delta exact in place: each of its timing runs starts from the rounded one
@@ -44,11 +44,14 @@ def _kernels():
             autotuned(attention_dz_kernel, backward, KEY + ["SPLITS"], configs.prune))  # (its grid grows with them)
 
 
-def _mask_args(mask: Tensor | None, like: Tensor) -> tuple:
+def mask_args(mask: Tensor | None, like: Tensor) -> tuple:
+    """The key mask's pointer and strides as the kernels take them (`like` and zeros without one)."""
     return (like, 0, 0, 0) if mask is None else (mask, *mask.stride())
 
 
-def _constants(dtype: torch.dtype, mask: Tensor | None, head_dim: int, precision: str) -> dict:
+def launch_constants(dtype: torch.dtype, mask: Tensor | None, head_dim: int, precision: str) -> dict:
+    """The kernels' constexpr arguments for a call: the masked logit, whether there is a mask, the padded head width
+    and the products' precision."""
     return dict(MASKED=max(MASK_LOGIT, torch.finfo(dtype).min), HAS_MASK=mask is not None,
                 BLOCK_D=max(16, next_pow2(head_dim)), PRECISION=dot_precision(dtype, precision))
 
@@ -65,13 +68,13 @@ def attention(qkvg: Tensor, z: Tensor, mask: Tensor | None, H: int, num_heads: i
     gated = torch.empty(B, S, N, H, dtype=qkvg.dtype, device=qkvg.device)
     lse = torch.empty(2, B, S, N, h if train else 0, dtype=torch.float32, device=qkvg.device)
     if gated.numel():
-        consts = _constants(qkvg.dtype, mask, d, precision)
+        consts = launch_constants(qkvg.dtype, mask, d, precision)
 
         def grid(meta):
             return B * h * cdiv(N, meta["BLOCK_M"]) * S,
 
         stats = (lse, *lse.stride()[1:], lse.stride(0)) if train else (gated, 0, 0, 0, 0, 0)
-        _kernels()[0][grid](qkvg, *qkvg.stride()[:3], z, *z.stride(), *_mask_args(mask, qkvg), gated,
+        tuned_kernels()[0][grid](qkvg, *qkvg.stride()[:3], z, *z.stride(), *mask_args(mask, qkvg), gated,
                             *gated.stride()[:3], *stats, S, N, h, H, d, math.log2(math.e) / math.sqrt(d), bucket(N),
                             TRAIN=train, ADDITIVE_MASK=mask_mode == "add", **consts)
     return gated, lse
@@ -119,11 +122,11 @@ def launch_backward(rows: Tensor, z: Tensor, mask: Tensor | None, do: Tensor, st
     exact_delta: the dq kernel makes delta exact for whole rows and stores it for the kernels after it."""
     B, S, N, _ = rows.shape
     d = D // h
-    consts = dict(_constants(rows.dtype, mask, d, precision), ADDITIVE_MASK=mask_mode == "add")
-    common = (rows, *rows.stride()[:3], z, *z.stride(), *_mask_args(mask, rows), do, *do.stride()[:3], stats, delta,
+    consts = dict(launch_constants(rows.dtype, mask, d, precision), ADDITIVE_MASK=mask_mode == "add")
+    common = (rows, *rows.stride()[:3], z, *z.stride(), *mask_args(mask, rows), do, *do.stride()[:3], stats, delta,
               *stats.stride()[1:], stats.stride(0))
     sizes = (S, N, h, D, d, math.log2(math.e) / math.sqrt(d))
-    _, dq_kernel, dkdv_kernel, dz_kernel = _kernels()
+    _, dq_kernel, dkdv_kernel, dz_kernel = tuned_kernels()
     dq_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_M"]) * S,)](
         *common, d_rows, *d_rows.stride()[:3], *sizes, 1 / math.sqrt(d), bucket(N), EXACT_DELTA=exact_delta, **consts)
     dkdv_kernel[lambda meta: (B * h * cdiv(N, meta["BLOCK_N"]) * S,)](

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ..._runtime import bucket, cdiv
-from .core import _constants, _kernels, _mask_args, launch_backward
+from .core import launch_backward, launch_constants, mask_args, tuned_kernels
 
 LN2 = math.log(2.0)
 
@@ -46,10 +46,10 @@ def tile_forward(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, mask: Ten
         def grid(meta):
             return B * h * cdiv(N, meta["BLOCK_M"]) * S,
 
-        _kernels()[0][grid](rows, *rows.stride()[:3], z, *z.stride(), *_mask_args(mask, rows), o, *o.stride()[:3],
+        tuned_kernels()[0][grid](rows, *rows.stride()[:3], z, *z.stride(), *mask_args(mask, rows), o, *o.stride()[:3],
                             stats, *stats.stride()[1:], stats.stride(0), S, N, h, H, d,
                             math.log2(math.e) / math.sqrt(d), bucket(N), TRAIN=True, ADDITIVE_MASK=mask_mode == "add",
-                            GATED=False, **_constants(q.dtype, mask, d, precision))
+                            GATED=False, **launch_constants(q.dtype, mask, d, precision))
     return o.view(B, S, N, h, d), (stats[0].double() + stats[1].double()) * LN2
 
 
