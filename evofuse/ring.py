@@ -20,15 +20,13 @@ from torch import Tensor
 
 from . import reference as ref
 from ._dispatch import resolve_impl, triton_available
-from ._runtime import PRECISIONS
 from ._validation import check_floating, check_shapes
+from .front.parts import check_options
 
 __all__ = ["attention_tile_backward", "attention_tile_forward", "merge_tiles"]
 
-MASK_MODES = ("replace", "add")
-
-
-def _check(q, k, v, bias, mask, mask_mode, precision) -> None:
+def _check(q, k, v, bias, mask, mask_mode, precision, impl) -> None:
+    check_options(precision, impl, mask_mode, ref.MASK_MODES)
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_floating(name, t)
     if q.dim() != 5:
@@ -51,10 +49,6 @@ def _check(q, k, v, bias, mask, mask_mode, precision) -> None:
     for name, t in (("bias", bias), ("mask", mask)):
         if t is not None and t.device != q.device:
             raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
-    if mask_mode not in MASK_MODES:
-        raise ValueError(f"mask_mode must be one of {MASK_MODES}, got {mask_mode!r}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
 
 
 def _fused(q: Tensor, impl: str | None) -> bool:
@@ -83,7 +77,7 @@ def attention_tile_forward(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None 
         (o (B, S, N, h, d) in q's dtype, lse (B, S, N, h) float64): the softmax over this tile's keys times v
         (un-gated), and the natural log of the sum of exp(logit) over them (float64: see `merge_tiles`).
     """
-    _check(q, k, v, bias, mask, mask_mode, precision)
+    _check(q, k, v, bias, mask, mask_mode, precision, impl)
     if not _fused(q, impl):
         with torch.no_grad():
             o, lse = ref.attention_tile_reference(q, k, v, bias, mask, mask_mode)
@@ -143,7 +137,7 @@ def attention_tile_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, b
         this tile's term of the queries' gradient (the terms of every tile sum to it); dk, dv and dbias are this
         tile's keys', values' and bias's.
     """
-    _check(q, k, v, bias, mask, mask_mode, precision)
+    _check(q, k, v, bias, mask, mask_mode, precision, impl)
     for name, t, shape in (("grad_out", grad_out, q.shape), ("out", out, q.shape), ("lse", lse, q.shape[:4])):
         check_floating(name, t)
         if t.shape != shape or t.device != q.device:

@@ -173,15 +173,14 @@ class Form:
         object.__setattr__(self, "tensors", taken)  # every tensor argument's name: the inputs, then the parameters
         # what is cast to the call's dtype: the inputs after the first but the masks, and the parameters
         object.__setattr__(self, "cast_names", (*(n for n in self.inputs[1:] if not n.endswith("mask")), *self.params))
-        # the names the reference takes by keyword beyond the inputs and parameters (its options)
-        parts = {}  # each part's (weight's name, bias's name or None), in the parameters' order
+        parts = {}  # each part's (weight's name, bias's name or ""), in the parameters' order
         for name in self.params:
             part, _, kind = name.rpartition("_")
             parts.setdefault(part, ["", ""])[kind == "bias"] = name
         object.__setattr__(self, "parts", {part: tuple(names) for part, names in parts.items()})
+        # the names the reference takes by keyword beyond the inputs and parameters (its options)
         object.__setattr__(self, "reference_options", tuple(
             name for name in inspect.signature(self.reference).parameters if name not in taken))
-
 
     def weights(self, **layers) -> dict[str, torch.Tensor | None]:
         """The parameters by name from a model's layers: each part (a parameter's name less `_weight` or `_bias`:

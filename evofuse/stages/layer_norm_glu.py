@@ -248,11 +248,15 @@ INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_D": 16}
 KEY = ["M_BUCKET", "H_BUCKET", "D", "ACTIVATION", "HAS_BIAS", "HAS_MASK", "STORE_PRE", "PRECISION", "GRAD", "PLANES"]
 
 
+# the block tables' narrowest tiles: a call narrower than these is offered them
+LEAST_N, LEAST_D = (min(c.kwargs[k] for c in CONFIGS + FLOAT32_CONFIGS) for k in ("BLOCK_N", "BLOCK_D"))
+
+
 def fits(config: triton.Config, M: int, D: int, H: int, operands: int, element_size: int) -> bool:
     """A tile is kept when it is no larger than the call needs (or than the tables' smallest) and its pipelined x
     tile and `operands` weight tiles fit shared memory; a whole-row tile (ROW_STEPS > 1) where a row fits its chunk."""
     bm, bn, bd = (config.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_D"))
-    if bm > max(16, next_pow2(M)) or bn > max(32, next_pow2(H)) or bd > max(32, next_pow2(D)):
+    if bm > max(16, next_pow2(M)) or bn > max(LEAST_N, next_pow2(H)) or bd > max(LEAST_D, next_pow2(D)):
         return False
     if config.kwargs.get("ROW_STEPS", 1) > 1 and bd < D:
         return False

@@ -12,16 +12,10 @@ import torch
 from torch import Tensor
 
 from ..._runtime import contiguous, keep_for_backward, operation, traced
-from ...stages.attention.core import attention, core_backward, core_backward_op
+from ...stages.attention.core import attention, core_backward, core_backward_op, no_bias
 from ...stages.layer_norm_backward import layer_norm_linear_backward
 from ...stages.layer_norm_linear import layer_norm_linear
 from ...stages.matmul import linear, matmul
-
-
-def _no_bias(qkvg: Tensor, num_heads: int) -> Tensor:
-    """The attention core's bias (B, h, L, L): a zero of zero strides."""
-    B, _, L, _ = qkvg.shape
-    return qkvg.new_zeros(()).expand(B, num_heads, L, L)
 
 
 def msa_column_attention_forward(x: Tensor, mask: Tensor | None, layer_norm_weight: Tensor, layer_norm_bias: Tensor,
@@ -35,7 +29,7 @@ def msa_column_attention_forward(x: Tensor, mask: Tensor | None, layer_norm_weig
     query, key, value and gate projections stacked; out_weight (D, H), out_bias (D,) or None."""
     H = out_weight.shape[1]
     qkvg = layer_norm_linear(x, layer_norm_weight, layer_norm_bias, qkvg_weight, qkvg_bias, None, precision)
-    gated, lse = attention(qkvg, _no_bias(qkvg, num_heads), mask, H, num_heads, "add", precision, train)
+    gated, lse = attention(qkvg, no_bias(qkvg, num_heads), mask, H, num_heads, "add", precision, train)
     if not train:  # (its memory free before the output's is taken)
         qkvg = qkvg.new_empty(0)
     out = linear(gated, out_weight, out_bias, precision)
@@ -68,7 +62,7 @@ def _backward(ctx, needs, grad_out, *_):
     if not any(needs[name] for name in inner):  # the output projection's alone
         return grads
     backward = core_backward_op if traced(grad_out) else core_backward
-    d_qkvg, _ = backward(qkvg, _no_bias(qkvg, ctx.num_heads), mask, grad_out, wo, gated, lse, ctx.num_heads, "add",
+    d_qkvg, _ = backward(qkvg, no_bias(qkvg, ctx.num_heads), mask, grad_out, wo, gated, lse, ctx.num_heads, "add",
                          ctx.precision, False)
     return grads | dict(zip(inner, layer_norm_linear_backward(x, lnw, lnb, w_qkvg, d_qkvg, [needs[n] for n in inner],
                                                               ctx.precision)))

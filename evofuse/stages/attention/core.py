@@ -44,6 +44,12 @@ def tuned_kernels():
             autotuned(attention_dz_kernel, backward, KEY + ["SPLITS"], configs.prune))  # (its grid grows with them)
 
 
+def no_bias(rows: Tensor, num_heads: int) -> Tensor:
+    """The core's bias (B, h, N, N) for attention without one: a zero of zero strides."""
+    B, _, N, _ = rows.shape
+    return rows.new_zeros(()).expand(B, num_heads, N, N)
+
+
 def mask_args(mask: Tensor | None, like: Tensor) -> tuple:
     """The key mask's pointer and strides as the kernels take them (`like` and zeros without one)."""
     return (like, 0, 0, 0) if mask is None else (mask, *mask.stride())

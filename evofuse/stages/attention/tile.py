@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ..._runtime import bucket, cdiv
-from .core import launch_backward, launch_constants, mask_args, tuned_kernels
+from .core import launch_backward, launch_constants, mask_args, no_bias, tuned_kernels
 
 LN2 = math.log(2.0)
 
@@ -22,12 +22,6 @@ def _rows(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """q, k, v (B, S, N, h, d) as the core's rows (B, S, N, 3H): q, k and v at channels 0, H and 2H."""
     B, S, N, h, d = q.shape
     return torch.cat([t.reshape(B, S, N, h * d) for t in (q, k, v)], -1)
-
-
-def _bias(bias: Tensor | None, like: Tensor, h: int) -> Tensor:
-    """The bias, or zeros of zero strides (B, h, N, N) where there is none."""
-    B, _, N = like.shape[:3]
-    return like.new_zeros(1).expand(B, h, N, N) if bias is None else bias
 
 
 def tile_forward(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, mask: Tensor | None, mask_mode: str,
@@ -41,7 +35,7 @@ def tile_forward(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, mask: Ten
     o = torch.empty(B, S, N, H, dtype=q.dtype, device=q.device)
     stats = torch.empty(2, B, S, N, h, dtype=torch.float32, device=q.device)
     if o.numel():
-        z = _bias(bias, rows, h)
+        z = no_bias(rows, h) if bias is None else bias
 
         def grid(meta):
             return B * h * cdiv(N, meta["BLOCK_M"]) * S,
@@ -67,7 +61,7 @@ def tile_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Tenso
     if not rows.numel():
         dz = torch.zeros(B, h, N, N if bias_grad else 0, dtype=torch.float32, device=q.device)
         return (*d_rows.view(B, S, N, 3, h, d).unbind(3), dz)
-    z = _bias(bias, rows, h) if not bias_grad else bias.contiguous()  # (dz is written in z's strides)
+    z = bias.contiguous() if bias_grad else no_bias(rows, h) if bias is None else bias  # (dz is written in z's strides)
     do = grad_out.to(q.dtype).reshape(B, S, N, H).contiguous()
     delta = (grad_out.float() * out.float()).sum(-1).contiguous()  # (B, S, N, h): rowsum(do * o) of the whole rows
     # the kernels' statistics (largest logit, log2 of the sum), base 2: the log-sum-exp as two float32 that add to it
