@@ -4,12 +4,15 @@
     python benchmarks/tables.py trimul benchmarks/results/NVIDIA-H100-80GB-HBM3/trimul-peers.csv
     python benchmarks/tables.py modules benchmarks/results/NVIDIA-H200/models.csv
     python benchmarks/tables.py lengths benchmarks/results/NVIDIA-H100-80GB-HBM3/models-lengths.csv
+    python benchmarks/tables.py predict benchmarks/results/NVIDIA-H100-80GB-HBM3/predict.csv
 
 `blocks`: a model-blocks CSV of `benchmarks/models.py` (family, what, precision, mode, impl, ms, peak_mib), one row
 a family's block: forward / training step ms of each path and the training step's peak MiB. `modules`: the same
 CSV, one row a patched module, precision and mode, with its speedup (below 1: the patch slows it); `lengths`: the same
 CSV over several lengths, one row a block, length and mode, each path's ms and peak memory. `trimul`: a CSV of
-`benchmarks/trimul_peers.py`, one row a length and direction. The fastest time of a row is in bold.
+`benchmarks/trimul_peers.py`, one row a length and direction. `predict`: a CSV of `benchmarks/predict.py`, one row a
+length: each path's whole prediction in seconds (its trunk's) and peak GiB, and evofuse's speedup over the other
+two. The fastest time of a row is in bold.
 """
 
 from __future__ import annotations
@@ -108,7 +111,31 @@ def modules(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"blocks": blocks, "lengths": lengths, "modules": modules, "trimul": trimul}
+def predict(rows: list[dict]) -> str:
+    """One line a length: each path's total seconds (the trunk's in brackets) and peak GiB, the fastest in bold, the
+    failure's kind where a path did not finish; then evofuse's speedup over the unpatched and cuEquivariance paths."""
+    paths = [("unpatched", "unpatched"), ("cuequivariance", "cuEquivariance"), ("evofuse", "evofuse")]
+    lines = ["| N | " + " | ".join(label for _, label in paths) + " | evofuse's speedup |", "|---" * 5 + "|"]
+    for N in dict.fromkeys(r["residues"] for r in rows):
+        got = {r["path"]: r for r in rows if r["residues"] == N}
+        totals = [_ms(got.get(path, {}).get("total_ms")) for path, _ in paths]
+        best = min((t for t in totals if t is not None), default=None)
+        cells = []
+        for (path, _), total in zip(paths, totals):
+            if total is None:
+                status = got.get(path, {}).get("status", "")
+                cells.append("out of memory" if status.startswith("OutOfMemoryError") else "-")
+                continue
+            text = f"{total / 1e3:.2f} s"
+            cells.append(f"{f'**{text}**' if total == best else text} ({_ms(got[path]['trunk_ms']) / 1e3:.2f} s) "
+                         f"{_ms(got[path]['peak_mib']) / 1024:.1f} GiB")
+        ours = totals[-1]
+        ratios = [f"{t / ours:.2f}x {label}" for t, (_, label) in zip(totals[:-1], paths) if t and ours]
+        lines.append(f"| {N} | " + " | ".join(cells) + " | " + (", ".join(ratios) or "-") + " |")
+    return "\n".join(lines)
+
+
+TABLES = {"blocks": blocks, "lengths": lengths, "modules": modules, "predict": predict, "trimul": trimul}
 
 
 def main(argv: list[str] | None = None) -> int:

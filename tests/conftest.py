@@ -14,6 +14,9 @@ else:  # each kernel's first fitting config (tests/test_gpu.py runs every config
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 FULL = os.environ.get("EVOFUSE_FULL_TESTS", "0") not in ("", "0")
+# Tests whose spawned gloo workers run the kernels in Triton's interpreter: CPU machines only, as gloo cannot pass
+# CUDA tensors between them, and the GPU machine's Triton interpreter fails on loop bounds taken from arguments.
+SPAWNED_INTERPRETER = pytest.mark.skipif(DEVICE != "cpu", reason="gloo workers in Triton's interpreter: CPU only")
 
 
 def pytest_collection_modifyitems(config, items):

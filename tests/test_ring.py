@@ -11,7 +11,7 @@ from evofuse import reference as ref
 from evofuse import ring
 from evofuse.numerics import rel_error
 
-from .conftest import DEVICE
+from .conftest import DEVICE, SPAWNED_INTERPRETER
 
 
 def _inputs(T, tiles=2, S=3, h=2, d=8, with_bias=True, seed=0):
@@ -164,8 +164,9 @@ def _gathered(t, world):
     return parts
 
 
+@SPAWNED_INTERPRETER
 @pytest.mark.parametrize("world, mask_mode", [(2, "replace"), (4, "add")])
-def test_a_ring_of_processes(world, mask_mode, monkeypatch, tmp_path):
+def test_a_ring_of_processes(world, mask_mode, tmp_path):
     """A ring of 2 and of 4 processes (gloo), the kernels in Triton's interpreter: each rank's output and its
     queries', keys', values' and bias's gradients, gathered, against the whole rows by autograd in float64."""
     import torch.distributed as dist
@@ -173,5 +174,4 @@ def test_a_ring_of_processes(world, mask_mode, monkeypatch, tmp_path):
 
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("needs torch.distributed with gloo")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # (the workers start fresh interpreters)
     mp.spawn(_ring_worker, args=(world, str(tmp_path / "store"), mask_mode), nprocs=world)

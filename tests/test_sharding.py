@@ -1,5 +1,5 @@
 """evofuse's ops on distributed tensors (`evofuse.sharding`): two processes with the gloo backend, the kernels in
-Triton's interpreter on the CPU (on the GPU device's CPUs too), each op on sharded inputs against the same module
+Triton's interpreter on the CPU (CPU machines only: see `conftest.SPAWNED_INTERPRETER`), each op on sharded inputs against the same module
 on the whole tensors: the inference output, then a training step's output, the inputs' gradients and every
 parameter's, float32 within the contract's bound."""
 
@@ -13,8 +13,10 @@ import torch.distributed as dist
 
 from evofuse.numerics import FP32_DEFAULT_BOUND, rel_error
 
-pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
-                                reason="needs torch.distributed with gloo")
+from .conftest import SPAWNED_INTERPRETER
+
+pytestmark = [SPAWNED_INTERPRETER, pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                                      reason="needs torch.distributed with gloo")]
 WORLD = 2
 B = 2 * WORLD  # (batch elements, and MSA rows where those are sharded: two a process)
 
@@ -123,7 +125,7 @@ def _worker(rank, store, name):
 @pytest.mark.parametrize("name", ["trimul-outgoing", "trimul-incoming", "opm", "trans:0", "trans:1", "pwa",
                                   "att:0", "att:1", "tri-starting", "tri-ending", "tri-starting:1",
                                   "tri-ending:2", "col", "gcol", "apb"])
-def test_sharded_matches_whole(name, monkeypatch):
+def test_sharded_matches_whole(name):
     """att:1 is row attention by MSA rows (the pair replicated), trans:1 the transition by its second dimension,
     tri-starting:1 and tri-ending:2 triangle attention by the pair's rows and columns; the others by batch
     elements. Each process makes an inference call and then a training call at the same shapes: DTensor caches an
@@ -131,7 +133,5 @@ def test_sharded_matches_whole(name, monkeypatch):
     differ between the two."""
     import torch.multiprocessing as mp
 
-    # (the workers start fresh interpreters: on a CUDA machine too, Triton's interpreter runs their CPU tensors)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
     with tempfile.TemporaryDirectory() as folder:
         mp.spawn(_worker, args=(os.path.join(folder, "store"), name), nprocs=WORLD)

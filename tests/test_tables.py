@@ -68,3 +68,20 @@ def test_lengths_table_names_out_of_memory():
     assert table[2] == ("| boltz-pairformer-stack | 4096 | inference | out of memory | **929** (34.3 GiB) | "
                         "1513 (64.0 GiB) |")
     assert table[3] == "| boltz-pairformer-stack | 6000 | inference | - | - | - |"
+
+
+def test_predict_table_gives_each_path_and_the_speedups():
+    """A length's line: each path's total seconds with its trunk's and peak GiB, the fastest in bold, a path that ran
+    out of memory named; evofuse's speedup over the paths that finished."""
+    rows = [dict(path=path, residues=N, trunk_ms=trunk, total_ms=total, peak_mib=mib, status=status)
+            for path, N, trunk, total, mib, status in (
+                ("unpatched", "512", "7488.4", "14583.9", "2136.4", "ok"),
+                ("cuequivariance", "512", "2879.5", "10251.3", "2109.4", "ok"),
+                ("evofuse", "512", "1596.1", "8727.1", "2091.6", "ok"),
+                ("unpatched", "2048", "", "", "", "OutOfMemoryError: CUDA out of memory"),
+                ("evofuse", "2048", "30000", "60000", "20480", "ok"))]
+    table = _tables().predict(rows).splitlines()
+    assert table[0] == "| N | unpatched | cuEquivariance | evofuse | evofuse's speedup |"
+    assert table[2] == ("| 512 | 14.58 s (7.49 s) 2.1 GiB | 10.25 s (2.88 s) 2.1 GiB | **8.73 s** (1.60 s) 2.0 GiB | "
+                        "1.67x unpatched, 1.17x cuEquivariance |")
+    assert table[3] == "| 2048 | out of memory | - | **60.00 s** (30.00 s) 20.0 GiB | - |"
