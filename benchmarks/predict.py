@@ -1,9 +1,11 @@
 """A whole Boltz-2 prediction, timed from features to structure and confidence: trunk (3 recycles), 200 diffusion
-steps, 1 sample, the confidence head; unpatched eager, the model's cuEquivariance path (`use_kernels`) and
-evofuse-patched, one after another in one run.
+steps, 1 sample, the confidence head; unpatched eager, the model's cuEquivariance path (`use_kernels`),
+evofuse-patched, and evofuse-patched with the diffusion network's steps replayed from a CUDA graph
+(`patch(model, diffusion_graphs=True)`), one after another in one run.
 
-    python benchmarks/predict.py [--residues 256,512,1024,2048] [--paths unpatched,cuequivariance,evofuse]
-        [--msa-rows 1024] [--recycles 3] [--steps 200] [--precision bf16] [--out benchmarks/results]
+    python benchmarks/predict.py [--residues 256,512,1024,2048]
+        [--paths unpatched,cuequivariance,evofuse,evofuse-graphs] [--msa-rows 1024] [--recycles 3] [--steps 200]
+        [--precision bf16] [--out benchmarks/results]
     python benchmarks/predict.py --tiny --residues 24 --steps 2 --recycles 0  # a CPU check of the script (no times)
 
 The model is Boltz-2 at its published training configuration (boltz's `scripts/train/configs/structurev2.yaml`: 64
@@ -211,22 +213,23 @@ def predict(model, feats, recycles: int, steps: int, precision: str) -> dict[str
 
 
 def prepared(path: str, tiny: bool, device: str):
-    """A fresh model for a path: unpatched, its cuEquivariance kernels switched on, or evofuse-patched."""
+    """A fresh model for a path: unpatched, its cuEquivariance kernels switched on, evofuse-patched, or
+    evofuse-patched with the diffusion network's steps replayed from a CUDA graph ("evofuse-graphs")."""
     torch.manual_seed(0)
     model = build_model(tiny).to(device)
     if path == "cuequivariance":
         model.use_kernels = True
-    elif path == "evofuse":
+    elif path in ("evofuse", "evofuse-graphs"):
         from evofuse.integrations import boltz as integration
 
-        integration.patch(model)
+        integration.patch(model, diffusion_graphs=path == "evofuse-graphs")
     return model
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--residues", default="256,512,1024,2048")
-    parser.add_argument("--paths", default="unpatched,cuequivariance,evofuse")
+    parser.add_argument("--paths", default="unpatched,cuequivariance,evofuse,evofuse-graphs")
     parser.add_argument("--msa-rows", type=int, default=1024)
     parser.add_argument("--recycles", type=int, default=3)
     parser.add_argument("--steps", type=int, default=200)

@@ -112,16 +112,23 @@ def modules(rows: list[dict]) -> str:
 
 
 def predict(rows: list[dict]) -> str:
-    """One line a length: each path's total seconds (the trunk's in brackets) and peak GiB, the fastest in bold, the
-    failure's kind where a path did not finish; then evofuse's speedup over the unpatched and cuEquivariance paths."""
-    paths = [("unpatched", "unpatched"), ("cuequivariance", "cuEquivariance"), ("evofuse", "evofuse")]
-    lines = ["| N | " + " | ".join(label for _, label in paths) + " | evofuse's speedup |", "|---" * 5 + "|"]
+    """One line a length: each path's total seconds (the trunk's in brackets) and peak GiB, the fastest in bold, "out
+    of memory" where a path ran out of it; then each evofuse path's speedup over the unpatched and cuEquivariance
+    paths. Only the paths the CSV has get a column."""
+    known = [("unpatched", "unpatched"), ("cuequivariance", "cuEquivariance"), ("evofuse", "evofuse"),
+             ("evofuse-graphs", "evofuse, diffusion graphed")]
+    paths = [(path, label) for path, label in known if any(r["path"] == path for r in rows)]
+    ours = [(path, label) for path, label in paths if path.startswith("evofuse")]
+    lines = ["| N | " + " | ".join(label for _, label in paths) + " | "
+             + " | ".join(f"{label}: speedup over unpatched / cuEquivariance" for _, label in ours) + " |",
+             "|---" * (1 + len(paths) + len(ours)) + "|"]
     for N in dict.fromkeys(r["residues"] for r in rows):
         got = {r["path"]: r for r in rows if r["residues"] == N}
-        totals = [_ms(got.get(path, {}).get("total_ms")) for path, _ in paths]
-        best = min((t for t in totals if t is not None), default=None)
+        totals = {path: _ms(got.get(path, {}).get("total_ms")) for path, _ in paths}
+        best = min((t for t in totals.values() if t is not None), default=None)
         cells = []
-        for (path, _), total in zip(paths, totals):
+        for path, _ in paths:
+            total = totals[path]
             if total is None:
                 status = got.get(path, {}).get("status", "")
                 cells.append("out of memory" if status.startswith("OutOfMemoryError") else "-")
@@ -129,9 +136,11 @@ def predict(rows: list[dict]) -> str:
             text = f"{total / 1e3:.2f} s"
             cells.append(f"{f'**{text}**' if total == best else text} ({_ms(got[path]['trunk_ms']) / 1e3:.2f} s) "
                          f"{_ms(got[path]['peak_mib']) / 1024:.1f} GiB")
-        ours = totals[-1]
-        ratios = [f"{t / ours:.2f}x {label}" for t, (_, label) in zip(totals[:-1], paths) if t and ours]
-        lines.append(f"| {N} | " + " | ".join(cells) + " | " + (", ".join(ratios) or "-") + " |")
+        for path, _ in ours:
+            mine = totals[path]
+            cells.append(" / ".join(f"{totals[other] / mine:.2f}x" if mine and totals.get(other) else "-"
+                                    for other in ("unpatched", "cuequivariance")))
+        lines.append(f"| {N} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

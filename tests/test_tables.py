@@ -72,7 +72,8 @@ def test_lengths_table_names_out_of_memory():
 
 def test_predict_table_gives_each_path_and_the_speedups():
     """A length's line: each path's total seconds with its trunk's and peak GiB, the fastest in bold, a path that ran
-    out of memory named; evofuse's speedup over the paths that finished."""
+    out of memory named; each evofuse path's speedup over the unpatched and cuEquivariance paths where they finished;
+    a path the CSV lacks has no column."""
     rows = [dict(path=path, residues=N, trunk_ms=trunk, total_ms=total, peak_mib=mib, status=status)
             for path, N, trunk, total, mib, status in (
                 ("unpatched", "512", "7488.4", "14583.9", "2136.4", "ok"),
@@ -81,7 +82,13 @@ def test_predict_table_gives_each_path_and_the_speedups():
                 ("unpatched", "2048", "", "", "", "OutOfMemoryError: CUDA out of memory"),
                 ("evofuse", "2048", "30000", "60000", "20480", "ok"))]
     table = _tables().predict(rows).splitlines()
-    assert table[0] == "| N | unpatched | cuEquivariance | evofuse | evofuse's speedup |"
+    assert table[0] == ("| N | unpatched | cuEquivariance | evofuse | evofuse: speedup over unpatched / "
+                        "cuEquivariance |")
     assert table[2] == ("| 512 | 14.58 s (7.49 s) 2.1 GiB | 10.25 s (2.88 s) 2.1 GiB | **8.73 s** (1.60 s) 2.0 GiB | "
-                        "1.67x unpatched, 1.17x cuEquivariance |")
-    assert table[3] == "| 2048 | out of memory | - | **60.00 s** (30.00 s) 20.0 GiB | - |"
+                        "1.67x / 1.17x |")
+    assert table[3] == "| 2048 | out of memory | - | **60.00 s** (30.00 s) 20.0 GiB | - / - |"
+    rows.append(dict(path="evofuse-graphs", residues="512", trunk_ms="1500", total_ms="2500", peak_mib="2048",
+                     status="ok"))
+    table = _tables().predict(rows).splitlines()
+    assert table[0].endswith("| evofuse, diffusion graphed: speedup over unpatched / cuEquivariance |")
+    assert table[2].endswith("| **2.50 s** (1.50 s) 2.0 GiB | 1.67x / 1.17x | 5.83x / 4.10x |")

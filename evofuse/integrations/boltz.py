@@ -7,7 +7,8 @@ the MSA module's `tri_att_start`, `tri_att_end`) and `boltz.model.layers.triangu
 encoders') and Boltz-2's `boltz.model.layers.attentionv2.AttentionPairBias` (the Pairformers' `attention`, the diffusion
 transformers' `pair_bias_attn`) inside `model`, in place; each `boltz.model.layers.pairformer.PairformerLayer` adds its
 pair updates into one copy of the pair in inference (no gradients), where the original holds three float32 pairs at
-once.
+once; with `patch(model, diffusion_graphs=True)` the diffusion module's network replays its sampling steps from a
+CUDA graph.
 
 The replacements hold the original submodules themselves (the same Parameters under the same names), so the model's
 checkpoints load unchanged and training updates the original modules too; they take Boltz's calls as Boltz makes them
@@ -30,6 +31,7 @@ from ..functional import pair_weighted_averaging as pwa
 from ..functional import triangle_multiplication as trimul
 from ..modules import AttentionPairBias
 from ._adapters import FusedOpenFoldTriangleAttention, FusedTransition
+from ._replay import Replayed
 from ._patching import (
     check_layer_norm,
     check_outer_product_mean,
@@ -174,22 +176,32 @@ REPLACEMENTS = {
 }
 
 
-def patch(model: nn.Module) -> list[str]:
+_DIFFUSION_MODULES = (("boltz.model.modules.diffusionv2", "DiffusionModule"),
+                      ("boltz.model.modules.diffusion", "DiffusionModule"))
+
+
+def patch(model: nn.Module, diffusion_graphs: bool = False) -> list[str]:
     """Replaces, in place, every Boltz pair-weighted averaging, Outer Product Mean, triangle attention, triangle
     multiplication, transition and (Boltz-2) attention with pair bias module among `model`'s descendants by
     evofuse's, and gives each PairformerLayer the inference forward that updates one copy of the pair
-    (`_pairformer_inference_forward`); returns the names of the modules replaced."""
+    (`_pairformer_inference_forward`); returns the names of the modules replaced. With `diffusion_graphs`, the
+    diffusion module's network (`DiffusionModule`, called once a sampling step) replays its inference calls from a
+    CUDA graph from a prediction's second step on (`_replay.Replayed`)."""
     replaced = patch_modules(model, REPLACEMENTS)
     for module in model.modules():
-        if (type(module).__module__, type(module).__name__) == _PAIRFORMER_LAYER:
+        kind = (type(module).__module__, type(module).__name__)
+        if kind == _PAIRFORMER_LAYER:
             module.forward = types.MethodType(_pairformer_inference_forward, module)
+        elif diffusion_graphs and kind in _DIFFUSION_MODULES:
+            module.forward = Replayed(types.MethodType(type(module).forward, module), module)
     return replaced
 
 
 def unpatch(model: nn.Module) -> list[str]:
-    """Puts back the modules `patch` replaced inside `model` and the PairformerLayers' own forward; returns the names
-    of the modules put back."""
+    """Puts back the modules `patch` replaced inside `model`, the PairformerLayers' and the diffusion modules' own
+    forward; returns the names of the modules put back."""
     for module in model.modules():
-        if getattr(vars(module).get("forward"), "__func__", None) is _pairformer_inference_forward:
+        forward = vars(module).get("forward")
+        if getattr(forward, "__func__", None) is _pairformer_inference_forward or isinstance(forward, Replayed):
             del module.forward
     return unpatch_modules(model)

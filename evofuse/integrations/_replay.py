@@ -1,0 +1,105 @@
+"""A model's repeated inference call replayed from a CUDA graph: the diffusion module's network, called once a
+sampling step with the same conditioning tensors and a new noisy structure, spends most of a step's time in Python
+and in kernel launches below a thousand tokens. `Replayed` wraps such a forward: its first inference call at a
+layout runs as it is (kernels compile and autotune there); the second, if every argument has the first's layout,
+is captured as a CUDA graph (`torch.cuda.graph`) and replayed; later calls of that layout replay it. An argument
+that kept its memory between those two calls is read in place by the graph, one that moved (the noisy
+coordinates, the time) is copied into the graph's own input first. Any other call runs as it is."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+
+def layout(value, tensors: list) -> object:
+    """The hashable layout of a call's arguments (nested tuples, lists and dicts; every tensor's shape, strides,
+    dtype and device; every other leaf's value), its tensors appended to `tensors` in order."""
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return ("tensor", tuple(value.shape), value.stride(), value.dtype, value.device)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(layout(v, tensors) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, layout(v, tensors)) for k, v in value.items()))
+    try:
+        hash(value)
+    except TypeError:  # (an unhashable leaf is the same argument only if it is the same object)
+        return ("object", id(value))
+    return ("value", value)
+
+
+def rebuilt(value, tensors):
+    """`value` with its tensors (in `layout`'s order) taken from the iterator `tensors` instead."""
+    if isinstance(value, torch.Tensor):
+        return next(tensors)
+    if isinstance(value, (tuple, list)):
+        return type(value)(rebuilt(v, tensors) for v in value)
+    if isinstance(value, dict):
+        return {k: rebuilt(v, tensors) for k, v in value.items()}
+    return value
+
+
+class Replayed:
+    """`forward` (a module's bound forward) replayed from a CUDA graph for inference calls (no gradient recorded,
+    `module` in eval mode, CUDA tensors) that repeat one layout; see the module's docstring. A capture that fails
+    (a forward that synchronizes with the host or changes shapes with its values) leaves the module eager, with a
+    warning."""
+
+    def __init__(self, forward, module: torch.nn.Module):
+        self.forward, self.module = forward, module
+        self.seen = None  # (layout, each tensor's address) of the last call run eagerly
+        self.graph = None  # (layout, static addresses (None where copied), copied-in buffers, graph, output)
+        self.broken = False
+
+    def __call__(self, *args, **kwargs):
+        if self.broken or self.module.training or torch.is_grad_enabled():
+            return self.forward(*args, **kwargs)
+        tensors: list[torch.Tensor] = []
+        key = (layout((args, kwargs), tensors), torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
+        if not tensors or not all(t.is_cuda for t in tensors):
+            return self.forward(*args, **kwargs)
+        addresses = [t.data_ptr() for t in tensors]
+        if self.graph is not None and self.graph[0] == key and all(
+                kept is None or kept == now for kept, now in zip(self.graph[1], addresses)):
+            return self._replay(tensors)
+        if self.seen is not None and self.seen[0] == key:
+            return self._capture(key, args, kwargs, tensors, self.seen[1], addresses)
+        self.graph, self.seen = None, (key, addresses)
+        return self.forward(*args, **kwargs)
+
+    def _replay(self, tensors: list[torch.Tensor]):
+        _, kept, buffers, graph, output = self.graph
+        for buffer, t in zip(buffers, (t for t, address in zip(tensors, kept) if address is None)):
+            buffer.copy_(t)
+        graph.replay()
+        outs: list[torch.Tensor] = []
+        layout(output, outs)
+        return rebuilt(output, (t.clone() for t in outs))  # (the graph's output is overwritten by its next replay)
+
+    def _capture(self, key, args, kwargs, tensors, before, addresses):
+        """Captures the call with the tensors that moved since the last eager call copied into buffers of the
+        graph's own, replays it once and returns its output."""
+        kept = [now if now == then else None for then, now in zip(before, addresses)]
+        buffers = [t.clone() for t, address in zip(tensors, kept) if address is None]
+        moved = iter(buffers)
+        static = [t if address is not None else next(moved) for t, address in zip(tensors, kept)]
+        call_args, call_kwargs = rebuilt((args, kwargs), iter(static))
+        try:
+            side = torch.cuda.Stream()  # (warmed up on a side stream, as torch.cuda.graph's documentation does)
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.forward(*call_args, **call_kwargs)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                output = self.forward(*call_args, **call_kwargs)
+        except RuntimeError as exc:
+            self.broken, self.seen = True, None
+            warnings.warn(f"evofuse: {type(self.module).__name__} runs eagerly: its CUDA graph capture failed "
+                          f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})", RuntimeWarning,
+                          stacklevel=3)
+            return self.forward(*args, **kwargs)
+        self.graph, self.seen = (key, kept, buffers, graph, output), None
+        return self._replay(tensors)
