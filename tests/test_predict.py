@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import predict  # noqa: E402  (benchmarks/predict.py)
 
 
-def _run(model, feats):
+def _run(model, feats, steps=2):
     sample = model.structure_module.sample
 
     def seeded(*args, **kwargs):  # the diffusion's noise and augmentation: the same draws for both models
@@ -28,26 +28,46 @@ def _run(model, feats):
         return sample(*args, **kwargs)
     model.structure_module.sample = seeded
     with torch.no_grad():
-        return model(dict(feats), recycling_steps=0, num_sampling_steps=2, diffusion_samples=1,
+        return model(dict(feats), recycling_steps=0, num_sampling_steps=steps, diffusion_samples=1,
                      run_confidence_sequentially=True)
 
 
-def test_patched_prediction_matches_boltz(fused_kernels):
+@pytest.mark.parametrize("diffusion_graphs", [False, True])
+def test_patched_prediction_matches_boltz(fused_kernels, diffusion_graphs):
+    """On a GPU with diffusion_graphs, the diffusion network's third and fourth steps are replays of its CUDA
+    graph."""
     from evofuse.integrations import boltz as integration
 
     torch.manual_seed(0)
     original = predict.build_model(tiny=True).to(DEVICE)
     patched = copy.deepcopy(original)
-    replaced = integration.patch(patched)
+    replaced = integration.patch(patched, diffusion_graphs=diffusion_graphs)
     assert any("pairformer_module" in name for name in replaced)
     assert "structure_module.score_model.token_transformer.layers.0.pair_bias_attn" in replaced
     feats = {k: v.to(DEVICE) for k, v in predict.protein_features(9, 5).items()}
-    got, want = _run(patched, feats), _run(original, feats)
+    steps = 4 if diffusion_graphs else 2
+    got, want = _run(patched, feats, steps), _run(original, feats, steps)
+    replayed = vars(patched.structure_module.score_model).get("forward")
+    assert (replayed is not None) == diffusion_graphs
+    if diffusion_graphs:
+        assert not replayed.broken and (replayed.graph is not None) == (DEVICE == "cuda")
     for key in ("s", "z", "pdistogram"):
         assert rel_error(got[key], want[key]) <= 1e-5, key
     for key in ("sample_atom_coords", "plddt", "pae", "pde"):
         assert torch.isfinite(got[key]).all(), key
         assert rel_error(got[key], want[key]) <= 1e-4, key
+
+
+def test_diffusion_graphs_keep_the_parameters_and_go_with_unpatch():
+    from evofuse.integrations import boltz as integration
+    from evofuse.integrations._replay import Replayed
+
+    model = predict.build_model(tiny=True)
+    names = list(model.state_dict())
+    integration.patch(model, diffusion_graphs=True)
+    assert isinstance(vars(model.structure_module.score_model)["forward"], Replayed)
+    integration.unpatch(model)
+    assert "forward" not in vars(model.structure_module.score_model) and list(model.state_dict()) == names
 
 
 def test_stage_times_add_up():

@@ -2,8 +2,8 @@
 sampling step with the same conditioning tensors and a new noisy structure, spends most of a step's time in Python
 and in kernel launches below a thousand tokens. `Replayed` wraps such a forward: its first inference call at a
 layout runs as it is (kernels compile and autotune there); the second, if every argument has the first's layout,
-is captured as a CUDA graph (`torch.cuda.graph`) and replayed; later calls of that layout replay it. An argument
-that kept its memory between those two calls is read in place by the graph, one that moved (the noisy
+is captured as a CUDA graph (`torch.cuda.graph`) and replayed; later calls of that layout replay it. A tensor
+passed again in those two calls (the conditioning) is read in place by the graph, a new one (the noisy
 coordinates, the time) is copied into the graph's own input first. Any other call runs as it is."""
 
 from __future__ import annotations
@@ -43,57 +43,62 @@ def rebuilt(value, tensors):
 
 class Replayed:
     """`forward` (a module's bound forward) replayed from a CUDA graph for inference calls (no gradient recorded,
-    `module` in eval mode, CUDA tensors) that repeat one layout; see the module's docstring. A capture that fails
-    (a forward that synchronizes with the host or changes shapes with its values) leaves the module eager, with a
-    warning."""
+    `module` in eval mode, CUDA tensors) that repeat one layout; see the module's docstring. A tensor is read in place
+    when it is the same tensor (the same object, at the same address) in the call captured and in the call before it,
+    and the graph is replayed only while each such argument is that tensor again (the graph holds them); the others
+    are copied in. A capture that fails (a forward that synchronizes with the host or changes shapes with its values)
+    leaves the module eager, with a warning."""
 
     def __init__(self, forward, module: torch.nn.Module):
         self.forward, self.module = forward, module
-        self.seen = None  # (layout, each tensor's address) of the last call run eagerly
-        self.graph = None  # (layout, static addresses (None where copied), copied-in buffers, graph, output)
+        self.seen = None  # (layout, tensors) of the last call run eagerly
+        self.graph = None  # (layout, each tensor read in place or None where copied in, the copies, graph, output)
         self.broken = False
 
     def __call__(self, *args, **kwargs):
         if self.broken or self.module.training or torch.is_grad_enabled():
             return self.forward(*args, **kwargs)
         tensors: list[torch.Tensor] = []
-        key = (layout((args, kwargs), tensors), torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
+        # (the graph reads the parameters and buffers where they are: a module moved since is captured anew)
+        key = (layout((args, kwargs), tensors), torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
+               tuple(t.data_ptr() for t in (*self.module.parameters(), *self.module.buffers())))
         if not tensors or not all(t.is_cuda for t in tensors):
             return self.forward(*args, **kwargs)
-        addresses = [t.data_ptr() for t in tensors]
         if self.graph is not None and self.graph[0] == key and all(
-                kept is None or kept == now for kept, now in zip(self.graph[1], addresses)):
+                kept is None or _same(kept, now) for kept, now in zip(self.graph[1], tensors)):
             return self._replay(tensors)
         if self.seen is not None and self.seen[0] == key:
-            return self._capture(key, args, kwargs, tensors, self.seen[1], addresses)
-        self.graph, self.seen = None, (key, addresses)
+            return self._capture(key, args, kwargs, tensors, self.seen[1])
+        self.graph, self.seen = None, (key, tensors)
         return self.forward(*args, **kwargs)
 
     def _replay(self, tensors: list[torch.Tensor]):
-        _, kept, buffers, graph, output = self.graph
-        for buffer, t in zip(buffers, (t for t, address in zip(tensors, kept) if address is None)):
-            buffer.copy_(t)
+        _, kept, copies, graph, output = self.graph
+        for copy, t in zip(copies, (t for t, same in zip(tensors, kept) if same is None)):
+            copy.copy_(t)
         graph.replay()
         outs: list[torch.Tensor] = []
         layout(output, outs)
         return rebuilt(output, (t.clone() for t in outs))  # (the graph's output is overwritten by its next replay)
 
-    def _capture(self, key, args, kwargs, tensors, before, addresses):
-        """Captures the call with the tensors that moved since the last eager call copied into buffers of the
-        graph's own, replays it once and returns its output."""
-        kept = [now if now == then else None for then, now in zip(before, addresses)]
-        buffers = [t.clone() for t, address in zip(tensors, kept) if address is None]
-        moved = iter(buffers)
-        static = [t if address is not None else next(moved) for t, address in zip(tensors, kept)]
+    def _capture(self, key, args, kwargs, tensors, before):
+        """Captures the call with the tensors that are not the last eager call's copied into the graph's own, replays
+        it once and returns its output."""
+        kept = [now if _same(then, now) else None for then, now in zip(before, tensors)]
+        copies = [t.clone() for t, same in zip(tensors, kept) if same is None]
+        moved = iter(copies)
+        static = [t if same is not None else next(moved) for t, same in zip(tensors, kept)]
         call_args, call_kwargs = rebuilt((args, kwargs), iter(static))
+        # autocast's cast weights made in the graph, not read from its cache, which its region's end frees
+        casts = torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=key[1], cache_enabled=False)
         try:
             side = torch.cuda.Stream()  # (warmed up on a side stream, as torch.cuda.graph's documentation does)
             side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
+            with torch.cuda.stream(side), casts:
                 self.forward(*call_args, **call_kwargs)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph), casts:
                 output = self.forward(*call_args, **call_kwargs)
         except RuntimeError as exc:
             self.broken, self.seen = True, None
@@ -101,5 +106,9 @@ class Replayed:
                           f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})", RuntimeWarning,
                           stacklevel=3)
             return self.forward(*args, **kwargs)
-        self.graph, self.seen = (key, kept, buffers, graph, output), None
+        self.graph, self.seen = (key, kept, copies, graph, output), None
         return self._replay(tensors)
+
+
+def _same(then: torch.Tensor, now: torch.Tensor) -> bool:
+    return then is now and then.data_ptr() == now.data_ptr()
