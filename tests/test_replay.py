@@ -4,13 +4,15 @@ to eager calls while the moving input changes, a conditioning tensor changed in 
 memory run eagerly and captured again, training and gradient calls never captured, and a forward that cannot be
 captured left eager with a warning."""
 
+import gc
 import warnings
+import weakref
 
 import pytest
 import torch
 
 import evofuse
-from evofuse.integrations._replay import Replayed, layout, rebuilt
+from evofuse.integrations._replay import Replayed, _held, _same, layout, rebuilt
 
 from .conftest import DEVICE
 
@@ -38,6 +40,15 @@ def test_rebuilt_puts_the_tensors_back_in_place():
     got = rebuilt(value, iter(swapped))
     assert got[0][0] is swapped[0] and got[0][1] == 2 and got[1]["a"][0] is swapped[1] and got[1]["a"][1] == "s"
     assert got[1]["b"] is swapped[2] and isinstance(got[1]["a"], list) and isinstance(got[0], tuple)
+
+
+def test_a_held_tensor_is_itself_while_it_lives():
+    t = torch.zeros(3)
+    held = _held(t)
+    assert _same(held, t) and not _same(held, torch.zeros(3)) and not _same(held, t[1:])
+    del t
+    gc.collect()
+    assert held[0]() is None
 
 
 class Conditioned(torch.nn.Module):
@@ -91,7 +102,9 @@ def test_replays_equal_eager_calls(autocast):
         x, t = _inputs(9)
         assert torch.allclose(replayed(x, t, cond, scale=2), module(x, t, cond, scale=2), **tol)
         assert replayed.graph is graph
+        dropped = weakref.ref(cond["s"])
         cond = {"s": cond["s"].clone(), "mask": cond["mask"]}  # (moved: eager, then captured again)
+        assert dropped() is None  # (the graph does not keep the tensors it reads alive)
         for seed in (10, 11, 12):
             x, t = _inputs(seed)
             assert torch.allclose(replayed(x, t, cond, scale=2), module(x, t, cond, scale=2), **tol)

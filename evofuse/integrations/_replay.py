@@ -9,6 +9,7 @@ coordinates, the time) is copied into the graph's own input first. Any other cal
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import torch
 
@@ -45,14 +46,16 @@ class Replayed:
     """`forward` (a module's bound forward) replayed from a CUDA graph for inference calls (no gradient recorded,
     `module` in eval mode, CUDA tensors) that repeat one layout; see the module's docstring. A tensor is read in place
     when it is the same tensor (the same object, at the same address) in the call captured and in the call before it,
-    and the graph is replayed only while each such argument is that tensor again (the graph holds them); the others
-    are copied in. A capture that fails (a forward that synchronizes with the host or changes shapes with its values)
-    leaves the module eager, with a warning."""
+    and the graph is replayed only while each such argument is that tensor again; the others are copied in. The
+    tensors read in place are not kept alive by the graph (weak references): once the caller drops one (a
+    prediction's conditioning), the graph is not replayed and goes at the next call. A capture that fails (a forward
+    that synchronizes with the host or changes shapes with its values) leaves the module eager, with a warning."""
 
     def __init__(self, forward, module: torch.nn.Module):
         self.forward, self.module = forward, module
-        self.seen = None  # (layout, tensors) of the last call run eagerly
-        self.graph = None  # (layout, each tensor read in place or None where copied in, the copies, graph, output)
+        self.seen = None  # (layout, each tensor held weakly) of the last call run eagerly
+        self.graph = None  # (layout, each tensor read in place held weakly or None where copied in, the copies,
+        # the graph, its output)
         self.broken = False
 
     def __call__(self, *args, **kwargs):
@@ -69,7 +72,7 @@ class Replayed:
             return self._replay(tensors)
         if self.seen is not None and self.seen[0] == key:
             return self._capture(key, args, kwargs, tensors, self.seen[1])
-        self.graph, self.seen = None, (key, tensors)
+        self.graph, self.seen = None, (key, [_held(t) for t in tensors])
         return self.forward(*args, **kwargs)
 
     def _replay(self, tensors: list[torch.Tensor]):
@@ -84,7 +87,7 @@ class Replayed:
     def _capture(self, key, args, kwargs, tensors, before):
         """Captures the call with the tensors that are not the last eager call's copied into the graph's own, replays
         it once and returns its output."""
-        kept = [now if _same(then, now) else None for then, now in zip(before, tensors)]
+        kept = [then if _same(then, now) else None for then, now in zip(before, tensors)]
         copies = [t.clone() for t, same in zip(tensors, kept) if same is None]
         moved = iter(copies)
         static = [t if same is not None else next(moved) for t, same in zip(tensors, kept)]
@@ -110,5 +113,10 @@ class Replayed:
         return self._replay(tensors)
 
 
-def _same(then: torch.Tensor, now: torch.Tensor) -> bool:
-    return then is now and then.data_ptr() == now.data_ptr()
+def _held(t: torch.Tensor) -> tuple[weakref.ref, int]:
+    return weakref.ref(t), t.data_ptr()
+
+
+def _same(held: tuple[weakref.ref, int], now: torch.Tensor) -> bool:
+    """Whether `now` is the tensor `held` (`_held`) refers to, still at the same address."""
+    return held[0]() is now and held[1] == now.data_ptr()
