@@ -10,8 +10,10 @@ Rules so far (every one also takes all inputs replicated):
 - the LayerNorm (+ linear) backward that the operations' backwards share (`evofuse::layer_norm_backward`): rows
   sharded (Shard(0)), the rows' outputs Shard(0), the parameters' gradients Partial();
 - pair-weighted averaging: the MSA, the pair and its mask sharded by batch elements, parameters replicated (the
-  kept values, sums and weights, head major, Shard(1)); the pair's head projection's backward
-  (`evofuse::pair_heads_backward`) by batch elements, its parameters' gradients Partial();
+  kept values, sums and weights, head major, Shard(1)); or the MSA by its rows with the pair and its mask shared
+  (replicated), every device making the same weights, whose gradient is then a partial sum over the rows; the pair's
+  head projection's backward (`evofuse::pair_heads_backward`) by batch elements, or its gradient partial, its
+  parameters' gradients Partial();
 - row attention with pair bias: by batch elements, or by MSA rows with the pair shared (replicated), its bias's
   gradient then a partial sum over the rows; the attention core's backward likewise;
 - the transition: x and its mask sharded along any leading dimension, parameters replicated; in the backward its
@@ -24,8 +26,8 @@ Rules so far (every one also takes all inputs replicated):
   columns, the transposed view's rows): a distributed pair takes the bias apart (`evofuse::triangle_bias`, sharded
   as the pair is), and the attention of the local rows gathers the bias (B, h, N, N), never the pair; the bias's
   gradient then a partial sum over the rows;
-- column and global column attention and attention with pair bias: by batch elements (the column attentions' MSA
-  as its transposed view).
+- column attention: by batch elements or by residues (the MSA as its transposed view (B, N, S, D): each residue's
+  column on one device); global column attention and attention with pair bias: by batch elements.
 """
 
 from __future__ import annotations
@@ -131,20 +133,26 @@ def _matmul(a, b, alpha):
 
 @register_sharding(_ops.pair_weighted_averaging.default)
 def _pair_weighted_averaging(msa_repr, pair_repr, pair_mask, *rest):
-    # (u and w head major, (0, 0) unless train)
-    params, options = rest[:7], [None] * 4  # (inf, mask_mode, precision, train)
+    # (v and u (h, B, N, S, C), w (h, B, N, N); u and w (0, 0) unless train)
+    params, options, train = rest[:7], [None] * 4, rest[-1]  # (inf, mask_mode, precision, train)
     mask = [None if pair_mask is None else Replicate()]
+    # (by MSA rows the pair is shared: every device makes the same weights w)
     return [([Replicate()] * 4, [Replicate(), Replicate(), *mask, *_replicated(params), *options]),
             ([Shard(0), Shard(1), Shard(1), Shard(1)], [Shard(0), Shard(0), None if pair_mask is None else Shard(0),
-                                                *_replicated(params), *options])]
+                                                *_replicated(params), *options]),
+            ([Shard(1), Shard(3), Shard(3) if train else Replicate(), Replicate()],
+             [Shard(1), Replicate(), *mask, *_replicated(params), *options])]
 
 
 @register_sharding(_ops.pair_weighted_averaging_core_backward.default)
 def _pair_weighted_averaging_backward(v, w, grad_out, msa_repr, *rest):
     params = rest[:4]  # (then u and precision)
+    # (by MSA rows the weights' gradient is a partial sum over the rows, as proj_o's)
     return [([Replicate()] * 3, [Replicate()] * 4 + _replicated(params) + [Replicate(), None]),
             ([Shard(0), Shard(0), Partial()], [Shard(1), Shard(1), Shard(0), Shard(0), *_replicated(params), Shard(1),
-                                               None])]
+                                               None]),
+            ([Shard(1), Partial(), Partial()], [Shard(3), Replicate(), Shard(1), Shard(1), *_replicated(params),
+                                                Shard(3), None])]
 
 
 @register_sharding(_ops.pair_heads_backward.default)
@@ -209,11 +217,16 @@ def _triangle_bias(pair_repr, ln_weight, ln_bias, linear_weight, transpose_bias,
 
 @register_sharding(_ops.msa_column_attention.default)
 def _msa_column_attention(x, mask, *rest):
-    # (x the MSA's transposed view (B, N, S, D); the kept qkvg and gated Shard(0), lse (2, B, N, S, h) Shard(1))
-    params, options = rest[:6], [None] * 3  # (num_heads, precision, train)
+    # (x the MSA's transposed view (B, N, S, D); the kept qkvg and gated (B, N, S, .), or (0,) unless train; lse
+    # (2, B, N, S, h))
+    params, options, train = rest[:6], [None] * 3, rest[-1]  # (num_heads, precision, train)
+    kept = Shard(1) if train else Replicate()
+    # (all replicated; by batch elements; by residues, each column on its device)
     return [([Replicate()] * 4, [Replicate(), None if mask is None else Replicate(), *_replicated(params), *options]),
             ([Shard(0), Shard(0), Shard(0), Shard(1)],
-             [Shard(0), None if mask is None else Shard(0), *_replicated(params), *options])]
+             [Shard(0), None if mask is None else Shard(0), *_replicated(params), *options]),
+            ([Shard(1), kept, kept, Shard(2)],
+             [Shard(1), None if mask is None else Shard(1), *_replicated(params), *options])]
 
 
 @register_sharding(_ops.msa_column_global_attention.default)

@@ -43,14 +43,17 @@ def _case(name):
     if op == "pwa":
         mod = evofuse.PairWeightedAveraging(c_m=16, c_z=8, c_h=8, num_heads=2)
         torch.nn.init.normal_(mod.proj_o.weight, std=0.25)  # (Boltz starts it at zero: no gradient would flow back)
+        if shard:  # (by MSA rows, the pair and its mask replicated)
+            return mod, [torch.randn(B, B, 7, 16), torch.randn(B, 7, 7, 8), _mask(B, 7, 7)], [1, None, None], 1
         return mod, [torch.randn(B, 3, 7, 16), torch.randn(B, 7, 7, 8), _mask(B, 7, 7)], [0, 0, 0], 0
     if op in ("tri-starting", "tri-ending"):  # (by batch elements, or by the pair's rows or columns)
         mod = evofuse.TriangleAttention(16, 4, 2, starting=op.endswith("starting"))
         dim = int(shard or 0)
         return mod, [torch.randn(2, 2 * B, 2 * B, 16), _mask(2, 2 * B, 2 * B)], [dim, dim], dim
-    if op in ("col", "gcol"):
+    if op in ("col", "gcol"):  # (col:2, column attention by residues)
         mod = (evofuse.MSAColumnAttention if op == "col" else evofuse.MSAColumnGlobalAttention)(16, 4, 2)
-        return mod, [torch.randn(B, 5, 7, 16), _mask(B, 5, 7)], [0, 0], 0
+        dim = int(shard or 0)
+        return mod, [torch.randn(B, 5, 2 * B, 16), _mask(B, 5, 2 * B)], [dim, dim], dim
     if op == "apb":
         mod = evofuse.AttentionPairBias(16, 8, 2)
         return mod, [torch.randn(B, 7, 16), torch.randn(B, 7, 7, 8), _mask(B, 7)], [0, 0, 0], 0
@@ -122,13 +125,13 @@ def _worker(rank, store, name):
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("name", ["trimul-outgoing", "trimul-incoming", "opm", "trans:0", "trans:1", "pwa",
+@pytest.mark.parametrize("name", ["trimul-outgoing", "trimul-incoming", "opm", "trans:0", "trans:1", "pwa", "pwa:1",
                                   "att:0", "att:1", "tri-starting", "tri-ending", "tri-starting:1",
-                                  "tri-ending:2", "col", "gcol", "apb"])
+                                  "tri-ending:2", "col", "col:2", "gcol", "apb"])
 def test_sharded_matches_whole(name):
-    """att:1 is row attention by MSA rows (the pair replicated), trans:1 the transition by its second dimension,
-    tri-starting:1 and tri-ending:2 triangle attention by the pair's rows and columns; the others by batch
-    elements. Each process makes an inference call and then a training call at the same shapes: DTensor caches an
+    """att:1 is row attention by MSA rows (the pair replicated), pwa:1 pair-weighted averaging likewise, trans:1
+    the transition by its second dimension, tri-starting:1 and tri-ending:2 triangle attention by the pair's rows and
+    columns, col:2 column attention by residues; the others by batch elements. Each process makes an inference call and then a training call at the same shapes: DTensor caches an
     op's sharding by its arguments from the first integer one on (`register_sharding`), and an op's kept outputs
     differ between the two."""
     import torch.multiprocessing as mp
