@@ -10,6 +10,8 @@ with them too.
     python benchmarks/models.py --families boltz-pairformer-stack --layers 1 --modes fwd --residues 2048,4096,6000 \
         --precisions bf16  # inference per layer at length, the model's own chunking in its eval path
     python benchmarks/models.py --never-slower  # each patched module's speedup; exit status 1 if any is below 1
+    python benchmarks/models.py --families boltz-pairformer,protenix-pairformer --precisions bf16 --graphs
+        # each block's paths replayed from one CUDA graph a call too: the GPU's time without the host's
 
 Median ms of `triton.testing.do_bench` and peak MiB beyond the inputs; a table on stdout and
 <out>/<gpu>/models.csv. The model packages go in without their dependency stacks:
@@ -30,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from evofuse._timing import measure
+from evofuse._timing import graphed_step, measure
 
 
 def _boltz(S, N):
@@ -272,9 +274,10 @@ FIELDS = ["family", "residues", "what", "precision", "mode", "impl", "ms", "peak
 
 
 def bench_family(name: str, S: int, N: int, precisions: list[str], modes=("fwd", "fwd+bwd"), modules_only=False,
-                 sink=None, **options) -> list[dict]:
+                 sink=None, graphs=False, **options) -> list[dict]:
     """`options`: the stack families' `layers` and `checkpointing` (the others take none). `modules_only`: the
-    patched modules alone, no block; `sink(row)` takes each row as it is measured (a time limit keeps those done)."""
+    patched modules alone, no block; `sink(row)` takes each row as it is measured (a time limit keeps those done);
+    `graphs`: each block's paths also replayed from a CUDA graph ("<path> CUDA graph", no peak)."""
     package, builder = FAMILIES[name]
     integration = importlib.import_module(f"evofuse.integrations.{package}")
     torch.manual_seed(0)
@@ -289,6 +292,7 @@ def bench_family(name: str, S: int, N: int, precisions: list[str], modes=("fwd",
     print(f"  {name}: patched {', '.join(replaced)}", flush=True)
     block_impls = [("unpatched", block, run), ("evofuse", patched, run)] + [
         (label, block if which == "unpatched" else patched, call) for label, (which, call) in variants.items()]
+    block_impls += [(f"{impl} CUDA graph", mod, call) for impl, mod, call in block_impls] if graphs else []
     targets = [] if modules_only else [("block", block_impls)]
     targets += [  # (a module evofuse does not replace: its share of the block, unpatched)
         (path, [("unpatched", block.get_submodule(path), call)]
@@ -296,19 +300,23 @@ def bench_family(name: str, S: int, N: int, precisions: list[str], modes=("fwd",
         for path, call in modules.items() if path in replaced or not modules_only]
     for what, impls in targets:
         for precision in precisions:
-            autocast = torch.autocast("cuda", dtype=torch.bfloat16) if precision != "fp32" else contextlib.nullcontext()
             for train in [mode == "fwd+bwd" for mode in modes]:
                 for impl, mod, call in impls:
                     mod.train(train)  # forward rows as inference runs them (the models' eval paths)
                     for t in floats:
                         t.requires_grad_(train)
                     grad_mode = contextlib.nullcontext() if train else torch.no_grad()
+                    graph = impl.endswith("CUDA graph")
+                    # (a graph's casts made in it: autocast's cache is freed when its region ends)
+                    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision != "fp32",
+                                              cache_enabled=not graph)
 
                     def fn(mod=mod, call=call, autocast=autocast, grad_mode=grad_mode):
                         with autocast, grad_mode:
                             return _scalar(call(mod, *inputs))
                     try:
-                        ms, peak = measure(fn, train, floats)
+                        ms, peak = measure(graphed_step(fn, train), False, []) if graph else measure(fn, train, floats)
+                        peak = None if graph else peak
                         status = "ok"
                     except Exception as exc:  # out of memory, or a model's own kernels not installed: kept as a row
                         ms, peak, status = None, None, f"{type(exc).__name__}: {str(exc)[:60]}"
@@ -317,7 +325,7 @@ def bench_family(name: str, S: int, N: int, precisions: list[str], modes=("fwd",
                     rows.append(row)
                     if sink is not None:
                         sink(row)
-                    shown = f"{ms:8.3f} ms {peak:9.1f} MiB" if ms is not None else status
+                    shown = status if ms is None else f"{ms:8.3f} ms" + ("" if peak is None else f" {peak:9.1f} MiB")
                     print(f"  {name:10s} N {N:<5d} {what:28s} {precision:14s} {row['mode']:8s} {impl:28s} {shown}",
                           flush=True)
                     torch.cuda.empty_cache()
@@ -335,6 +343,7 @@ def main() -> int:
     parser.add_argument("--modes", default="fwd,fwd+bwd", help="fwd (inference), fwd+bwd (training step) or both")
     parser.add_argument("--precisions", default="fp32,bf16", help="fp32, bf16 (autocast) or both")
     parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--graphs", action="store_true", help="each block's paths replayed from a CUDA graph too")
     parser.add_argument("--never-slower", action="store_true",
                         help="the patched modules alone (no block): print each one's speedup over the original; "
                         "fail if any is below 1")
@@ -357,7 +366,8 @@ def main() -> int:
                 precisions = [{"fp32": "fp32", "bf16": "bf16 autocast"}[p] for p in args.precisions.split(",")]
                 for N in (int(n) for n in args.residues.split(",")):
                     rows += bench_family(name, args.msa_rows, N, precisions, args.modes.split(","),
-                                         modules_only=args.never_slower, sink=sink, layers=args.layers,
+                                         modules_only=args.never_slower, sink=sink, graphs=args.graphs,
+                                         layers=args.layers,
                                          checkpointing=args.checkpointing)
             except ImportError as exc:
                 print(f"  {name}: not installed ({exc})")

@@ -126,6 +126,31 @@ def graphed(mod):
     return run
 
 
+def graphed_step(fn, train: bool):
+    """fn's call (with `train`, a training step: its backward too) captured once as one CUDA graph after a warm-up on
+    a side stream, then replayed: a model block's GPU time without its host's (`benchmarks/models.py --graphs`)."""
+    graph = None
+
+    def step():
+        out = fn()
+        if train:
+            out.backward()
+
+    def replay():
+        nonlocal graph
+        if graph is None:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                step()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                step()
+        graph.replay()
+    return replay
+
+
 def graphed_reference(mod):
     """Eager PyTorch's reference (the module's `impl="torch"` path, the eager rows' function) captured as
     `graphed` captures evofuse: the GPU's time of the peer without its host's."""

@@ -214,3 +214,31 @@ def test_graphed_rows_match_eager_calls(op):
         got = fn(*inputs)
         torch.testing.assert_close(fn(*inputs), mod(*inputs))
         assert got.shape == want.shape
+
+
+@pytest.mark.gpu
+def test_a_graphed_step_replays_the_forward_and_the_backward():
+    """`_timing.graphed_step` (`benchmarks/models.py --graphs`): a forward replayed writes what an eager call makes;
+    a training step's gradients accumulate one step a replay (after the warm-up's), as eager steps would."""
+    import evofuse
+    from evofuse._timing import graphed_step
+
+    torch.manual_seed(0)
+    mod = evofuse.Transition(32, 64).cuda()
+    x = torch.randn(2, 24, 32, device="cuda")
+    sink = torch.empty(2, 24, 32, device="cuda")
+    with torch.no_grad():
+        want = mod(x)
+        replay = graphed_step(lambda: sink.copy_(mod(x)).sum(), train=False)
+        for _ in range(2):
+            sink.zero_()
+            replay()
+            assert torch.equal(sink, want)
+    mod(x).square().sum().backward()
+    once = [p.grad.clone() for p in mod.parameters()]
+    mod.zero_grad(set_to_none=True)
+    replay = graphed_step(lambda: mod(x).square().sum(), train=True)
+    replay()
+    replay()  # (the warm-up's step, then two replays)
+    for p, g in zip(mod.parameters(), once):
+        torch.testing.assert_close(p.grad, 3 * g, rtol=1e-5, atol=1e-6)
