@@ -78,7 +78,7 @@ def test_cpu_calls_run_as_they_are():
         for seed in range(3):
             x, t = _inputs(seed, "cpu")
             assert torch.equal(replayed(x, t, cond), module(x, t, cond))
-    assert replayed.graph is None and not replayed.broken
+    assert not replayed.graphs and not replayed.broken
 
 
 @pytest.mark.gpu
@@ -96,30 +96,46 @@ def test_replays_equal_eager_calls(autocast):
             want = module(x, t, cond, scale=2)
             got = replayed(x, t, cond, scale=2)
             assert torch.allclose(got, want, **tol), seed
-            assert (replayed.graph is not None) == (seed >= 1)
-        graph = replayed.graph
+            assert len(replayed.graphs) == (seed >= 1)
+        (graph,) = replayed.graphs.values()
         cond["s"].mul_(-1)  # (changed in place: the graph reads it anew)
         x, t = _inputs(9)
         assert torch.allclose(replayed(x, t, cond, scale=2), module(x, t, cond, scale=2), **tol)
-        assert replayed.graph is graph
+        assert next(iter(replayed.graphs.values())) is graph
         dropped = weakref.ref(cond["s"])
         cond = {"s": cond["s"].clone(), "mask": cond["mask"]}  # (moved: eager, then captured again)
         assert dropped() is None  # (the graph does not keep the tensors it reads alive)
         for seed in (10, 11, 12):
             x, t = _inputs(seed)
             assert torch.allclose(replayed(x, t, cond, scale=2), module(x, t, cond, scale=2), **tol)
-        assert replayed.graph is not None and replayed.graph is not graph
+        (again,) = replayed.graphs.values()
+        assert again is not graph
         module.proj.weight.data = module.proj.weight.data.clone()  # (a parameter in new memory: not replayed)
         x, t = _inputs(12)
         assert torch.allclose(replayed(x, t, cond, scale=2), module(x, t, cond, scale=2), **tol)
-        assert replayed.graph is None
+        assert list(replayed.graphs.values()) == [again]  # (its layout's graph: none yet)
         x, t = _inputs(13)
         other = replayed(x, t, cond, scale=3)  # (another value: another layout, eager)
-        assert torch.allclose(other, module(x, t, cond, scale=3), **tol) and replayed.graph is None
+        assert torch.allclose(other, module(x, t, cond, scale=3), **tol) and len(replayed.graphs) == 1
     module.train()
     x, t = _inputs(14)
     out = replayed(x, t, cond)
-    assert out.requires_grad and replayed.graph is None  # (training: never captured)
+    assert out.requires_grad and len(replayed.graphs) == 1  # (training: never captured)
+
+
+@pytest.mark.gpu
+def test_alternating_layouts_each_keep_a_graph():
+    """A sampler alternating two chunk layouts (here two values of an option) replays a graph for each."""
+    torch.manual_seed(0)
+    module = Conditioned().cuda().eval()
+    replayed = Replayed(module.forward, module)
+    cond = {"s": torch.randn(2, 24, 32, device="cuda"), "mask": torch.ones(2, 24, device="cuda")}
+    with torch.no_grad():
+        for seed in range(8):
+            x, t = _inputs(seed)
+            scale = 2 + seed % 2
+            torch.testing.assert_close(replayed(x, t, cond, scale=scale), module(x, t, cond, scale=scale))
+        assert len(replayed.graphs) == 2 and not replayed.seen
 
 
 @pytest.mark.gpu

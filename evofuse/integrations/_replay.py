@@ -43,19 +43,22 @@ def rebuilt(value, tensors):
 
 
 class Replayed:
-    """`forward` (a module's bound forward) replayed from a CUDA graph for inference calls (no gradient recorded,
-    `module` in eval mode, CUDA tensors) that repeat one layout; see the module's docstring. A tensor is read in place
-    when it is the same tensor (the same object, at the same address) in the call captured and in the call before it,
-    and the graph is replayed only while each such argument is that tensor again; the others are copied in. The
-    tensors read in place are not kept alive by the graph (weak references): once the caller drops one (a
-    prediction's conditioning), the graph is not replayed and goes at the next call. A capture that fails (a forward
-    that synchronizes with the host or changes shapes with its values) leaves the module eager, with a warning."""
+    """`forward` (a module's bound forward) replayed from CUDA graphs for inference calls (no gradient recorded,
+    `module` in eval mode, CUDA tensors) that repeat a layout; see the module's docstring. A tensor is read in place
+    when it is the same tensor (the same object, at the same address) in the call captured and in the call before it
+    of that layout, and a graph is replayed only while each such argument is that tensor again; the others are copied
+    in. The tensors read in place are not kept alive (weak references): once the caller drops one (a prediction's
+    conditioning), the graph is not replayed and goes at its layout's next call. Up to LAYOUTS layouts keep a graph
+    (a sampler alternating chunks of samples), the oldest going first. A capture that fails (a forward that
+    synchronizes with the host or changes shapes with its values) leaves the module eager, with a warning."""
+
+    LAYOUTS = 4
 
     def __init__(self, forward, module: torch.nn.Module):
         self.forward, self.module = forward, module
-        self.seen = None  # (layout, each tensor held weakly) of the last call run eagerly
-        self.graph = None  # (layout, each tensor read in place held weakly or None where copied in, the copies,
-        # the graph, its output)
+        self.seen: dict = {}  # layout -> each tensor of its last eager call, held weakly
+        # layout -> (each tensor read in place, held weakly, or None where copied in; the copies; graph; output)
+        self.graphs: dict = {}
         self.broken = False
 
     def __call__(self, *args, **kwargs):
@@ -67,22 +70,15 @@ class Replayed:
                tuple(t.data_ptr() for t in (*self.module.parameters(), *self.module.buffers())))
         if not tensors or not all(t.is_cuda for t in tensors):
             return self.forward(*args, **kwargs)
-        if self.graph is not None and self.graph[0] == key and all(
-                kept is None or _same(kept, now) for kept, now in zip(self.graph[1], tensors)):
-            return self._replay(tensors)
-        if self.seen is not None and self.seen[0] == key:
-            return self._capture(key, args, kwargs, tensors, self.seen[1])
-        self.graph, self.seen = None, (key, [_held(t) for t in tensors])
+        graph = self.graphs.get(key)
+        if graph is not None and all(kept is None or _same(kept, now) for kept, now in zip(graph[0], tensors)):
+            return _replay(graph, tensors)
+        self.graphs.pop(key, None)
+        before = self.seen.pop(key, None)
+        if before is not None:
+            return self._capture(key, args, kwargs, tensors, before)
+        _remember(self.seen, key, [_held(t) for t in tensors], self.LAYOUTS)
         return self.forward(*args, **kwargs)
-
-    def _replay(self, tensors: list[torch.Tensor]):
-        _, kept, copies, graph, output = self.graph
-        for copy, t in zip(copies, (t for t, same in zip(tensors, kept) if same is None)):
-            copy.copy_(t)
-        graph.replay()
-        outs: list[torch.Tensor] = []
-        layout(output, outs)
-        return rebuilt(output, (t.clone() for t in outs))  # (the graph's output is overwritten by its next replay)
 
     def _capture(self, key, args, kwargs, tensors, before):
         """Captures the call with the tensors that are not the last eager call's copied into the graph's own, replays
@@ -104,13 +100,32 @@ class Replayed:
             with torch.cuda.graph(graph), casts:
                 output = self.forward(*call_args, **call_kwargs)
         except RuntimeError as exc:
-            self.broken, self.seen = True, None
+            self.broken, self.seen, self.graphs = True, {}, {}
             warnings.warn(f"evofuse: {type(self.module).__name__} runs eagerly: its CUDA graph capture failed "
                           f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})", RuntimeWarning,
                           stacklevel=3)
             return self.forward(*args, **kwargs)
-        self.graph, self.seen = (key, kept, copies, graph, output), None
-        return self._replay(tensors)
+        record = (kept, copies, graph, output)
+        _remember(self.graphs, key, record, self.LAYOUTS)
+        return _replay(record, tensors)
+
+
+def _replay(record, tensors: list[torch.Tensor]):
+    """A captured call (`Replayed._capture`'s record) replayed with this call's moving tensors copied in."""
+    kept, copies, graph, output = record
+    for copy, t in zip(copies, (t for t, same in zip(tensors, kept) if same is None)):
+        copy.copy_(t)
+    graph.replay()
+    outs: list[torch.Tensor] = []
+    layout(output, outs)
+    return rebuilt(output, (t.clone() for t in outs))  # (the graph's output is overwritten by its next replay)
+
+
+def _remember(table: dict, key, value, limit: int) -> None:
+    """table[key] = value, the oldest entries dropped beyond `limit`."""
+    table[key] = value
+    while len(table) > limit:
+        del table[next(iter(table))]
 
 
 def _held(t: torch.Tensor) -> tuple[weakref.ref, int]:
