@@ -8,10 +8,13 @@
 # the awkward-shape grid (GRID=pwa or GRID=opm,att a part of it); TEST_PATHS (default tests) and TEST_K (a pytest -k
 # expression) take a part of the tests (the quick tier passes one 10-minute device call): PART=k/n takes every n-th
 # test file from the k-th (PART=1/2 and PART=2/2 in two calls cover them); HOST=1 adds each row's host
-# time of a call (`--host`); MODELS=1 adds the model families' blocks (benchmarks/models.py); LIMIT seconds for each
+# time of a call (`--host`); MODELS=1 adds the model families' blocks (benchmarks/models.py); FLOORS=1 SPEC's forward
+# floors (benchmarks/floors.py, rows labelled LABEL, default the commit); PREDICT=1 whole Boltz-2 predictions
+# (benchmarks/predict.py at RESIDUES, default 256,512,1024, for PREDICT_PATHS, default all four); LIMIT seconds for each
 # part (default 420; the quick tier with an empty Triton cache nears it: LIMIT=560, or a part); WORKERS pytest-xdist
 # workers (default 8); DTYPE the benchmark's dtypes (default float32,bfloat16).
 set -uo pipefail
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # (the scripts import this checkout's evofuse)
 out="${OUT:-benchmarks/results}"
 limit="${LIMIT:-420}"
 status=0
@@ -57,6 +60,19 @@ if [ "${BENCH:-1}" = 1 ]; then
     > "$out/bench.log" 2>&1
   check bench $?
   grep -E "^  |worst|written" "$out/bench.log"
+fi
+if [ "${FLOORS:-0}" = 1 ]; then
+  timeout "$limit" python3 benchmarks/floors.py --label "${LABEL:-$(git rev-parse --short HEAD 2>/dev/null || echo here)}" \
+    --out "$out" > "$out/floors.log" 2>&1
+  check floors $?
+  grep -E "^  |from" "$out/floors.log"
+fi
+if [ "${PREDICT:-0}" = 1 ]; then
+  timeout "$limit" python3 benchmarks/predict.py \
+    --residues "${RESIDUES:-256,512,1024}" --paths "${PREDICT_PATHS:-unpatched,cuequivariance,evofuse,evofuse-graphs}" \
+    --out "$out" > "$out/predict.log" 2>&1
+  check predict $?
+  grep -E "^  |written" "$out/predict.log"
 fi
 if [ "${MODELS:-0}" = 1 ]; then
   timeout "$limit" python3 benchmarks/models.py --out "$out" > "$out/models.log" 2>&1
