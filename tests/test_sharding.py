@@ -1,7 +1,7 @@
 """evofuse's ops on distributed tensors (`evofuse.sharding`): two processes with the gloo backend, the kernels in
-Triton's interpreter on the CPU (CPU machines only: see `conftest.SPAWNED_INTERPRETER`), each op on sharded inputs against the same module
-on the whole tensors: the inference output, then a training step's output, the inputs' gradients and every
-parameter's, float32 within the contract's bound."""
+Triton's interpreter on the CPU (CPU machines only: see `conftest.SPAWNED_INTERPRETER`), each op on sharded inputs
+against the same module on the whole tensors: the inference output, then a training step's output, the inputs'
+gradients and every parameter's, float32 within the contract's bound."""
 
 import os
 import tempfile
@@ -131,9 +131,9 @@ def _worker(rank, store, name):
 def test_sharded_matches_whole(name):
     """att:1 is row attention by MSA rows (the pair replicated), pwa:1 pair-weighted averaging likewise, trans:1
     the transition by its second dimension, tri-starting:1 and tri-ending:2 triangle attention by the pair's rows and
-    columns, col:2 column attention by residues; the others by batch elements. Each process makes an inference call and then a training call at the same shapes: DTensor caches an
-    op's sharding by its arguments from the first integer one on (`register_sharding`), and an op's kept outputs
-    differ between the two."""
+    columns, col:2 column attention by residues; the others by batch elements. Each process makes an inference call
+    and then a training call at the same shapes: DTensor caches an op's sharding by its arguments from the first
+    integer one on (`register_sharding`), and an op's kept outputs differ between the two."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as folder:

@@ -31,7 +31,6 @@ from ..functional import pair_weighted_averaging as pwa
 from ..functional import triangle_multiplication as trimul
 from ..modules import AttentionPairBias
 from ._adapters import FusedOpenFoldTriangleAttention, FusedTransition
-from ._replay import Replayed
 from ._patching import (
     check_layer_norm,
     check_outer_product_mean,
@@ -39,6 +38,7 @@ from ._patching import (
     patch_modules,
     unpatch_modules,
 )
+from ._replay import Replayed
 
 __all__ = ["patch", "unpatch"]
 
