@@ -5,14 +5,16 @@
     python benchmarks/tables.py modules benchmarks/results/NVIDIA-H200/models.csv
     python benchmarks/tables.py lengths benchmarks/results/NVIDIA-H100-80GB-HBM3/models-lengths.csv
     python benchmarks/tables.py predict benchmarks/results/NVIDIA-H100-80GB-HBM3/predict.csv
+    python benchmarks/tables.py stages benchmarks/results/NVIDIA-H100-80GB-HBM3/predict.csv
 
 `blocks`: a model-blocks CSV of `benchmarks/models.py` (family, what, precision, mode, impl, ms, peak_mib), one row
 a family's block: forward / training step ms of each path and the training step's peak MiB. `modules`: the same
 CSV, one row a patched module, precision and mode, with its speedup (below 1: the patch slows it); `lengths`: the same
 CSV over several lengths, one row a block, length and mode, each path's ms and peak memory. `trimul`: a CSV of
 `benchmarks/trimul_peers.py`, one row a length and direction. `predict`: a CSV of `benchmarks/predict.py`, one row a
-length: each path's whole prediction in seconds (its trunk's) and peak GiB, and evofuse's speedup over the other
-two. The fastest time of a row is in bold.
+length: each path's whole prediction in seconds (its trunk's) and peak GiB, and each evofuse path's speedup over the
+unpatched and cuEquivariance paths; `stages`: the same CSV, one row a length and path, each stage's seconds. The fastest time of a row is in
+bold.
 """
 
 from __future__ import annotations
@@ -144,7 +146,27 @@ def predict(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"blocks": blocks, "lengths": lengths, "modules": modules, "predict": predict, "trimul": trimul}
+def stages(rows: list[dict]) -> str:
+    """A CSV of `benchmarks/predict.py`, one line a length and path: each stage's seconds and the peak GiB, or the
+    failure's kind."""
+    labels = {"cuequivariance": "cuEquivariance", "evofuse-graphs": "evofuse, diffusion graphed"}
+    lines = ["| N | path | trunk | diffusion | confidence | total | peak GiB |", "|---" * 7 + "|"]
+    for r in rows:
+        path = labels.get(r["path"], r["path"])
+        if _ms(r.get("total_ms")) is None:
+            status = r.get("status", "")
+            lines.append(f"| {r['residues']} | {path} | " + " | ".join(
+                ["out of memory" if status.startswith("OutOfMemoryError") else "-"] * 5) + " |")
+            continue
+        seconds = [f"{_ms(r[f'{stage}_ms']) / 1e3:.{3 if stage == 'confidence' else 2}f}"
+                   for stage in ("trunk", "diffusion", "confidence", "total")]
+        lines.append(f"| {r['residues']} | {path} | " + " | ".join(seconds)
+                     + f" | {_ms(r['peak_mib']) / 1024:.1f} |")
+    return "\n".join(lines)
+
+
+TABLES = {"blocks": blocks, "lengths": lengths, "modules": modules, "predict": predict, "stages": stages,
+          "trimul": trimul}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -92,3 +92,13 @@ def test_predict_table_gives_each_path_and_the_speedups():
     table = _tables().predict(rows).splitlines()
     assert table[0].endswith("| evofuse, diffusion graphed: speedup over unpatched / cuEquivariance |")
     assert table[2].endswith("| **2.50 s** (1.50 s) 2.0 GiB | 1.67x / 1.17x | 5.83x / 4.10x |")
+
+
+def test_stages_table_gives_each_stage_in_seconds():
+    rows = [dict(path="evofuse-graphs", residues="256", trunk_ms="1006.4", diffusion_ms="7681.6", confidence_ms="20.5",
+                 total_ms="8708.6", peak_mib="783.9", status="ok"),
+            dict(path="unpatched", residues="4096", trunk_ms="", diffusion_ms="", confidence_ms="", total_ms="",
+                 peak_mib="", status="OutOfMemoryError: CUDA out of memory")]
+    table = _tables().stages(rows).splitlines()
+    assert table[2] == "| 256 | evofuse, diffusion graphed | 1.01 | 7.68 | 0.021 | 8.71 | 0.8 |"
+    assert table[3] == "| 4096 | unpatched | " + " | ".join(["out of memory"] * 5) + " |"
