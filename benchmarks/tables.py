@@ -13,8 +13,8 @@ CSV, one row a patched module, precision and mode, with its speedup (below 1: th
 CSV over several lengths, one row a block, length and mode, each path's ms and peak memory. `trimul`: a CSV of
 `benchmarks/trimul_peers.py`, one row a length and direction. `predict`: a CSV of `benchmarks/predict.py`, one row a
 length: each path's whole prediction in seconds (its trunk's) and peak GiB, and each evofuse path's speedup over the
-unpatched and cuEquivariance paths; `stages`: the same CSV, one row a length and path, each stage's seconds. The fastest time of a row is in
-bold.
+unpatched and cuEquivariance paths; `stages`: the same CSV, one row a length and path, each stage's seconds. The
+fastest time of a row is in bold.
 """
 
 from __future__ import annotations
