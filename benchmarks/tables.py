@@ -113,13 +113,16 @@ def modules(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# predict.py's paths, in the tables' order, and their labels
+PREDICT_PATHS = {"unpatched": "unpatched", "cuequivariance": "cuEquivariance", "evofuse": "evofuse",
+                 "evofuse-graphs": "evofuse, diffusion graphed"}
+
+
 def predict(rows: list[dict]) -> str:
     """One line a length: each path's total seconds (the trunk's in brackets) and peak GiB, the fastest in bold, "out
     of memory" where a path ran out of it; then each evofuse path's speedup over the unpatched and cuEquivariance
     paths. Only the paths the CSV has get a column."""
-    known = [("unpatched", "unpatched"), ("cuequivariance", "cuEquivariance"), ("evofuse", "evofuse"),
-             ("evofuse-graphs", "evofuse, diffusion graphed")]
-    paths = [(path, label) for path, label in known if any(r["path"] == path for r in rows)]
+    paths = [(path, label) for path, label in PREDICT_PATHS.items() if any(r["path"] == path for r in rows)]
     ours = [(path, label) for path, label in paths if path.startswith("evofuse")]
     lines = ["| N | " + " | ".join(label for _, label in paths) + " | "
              + " | ".join(f"{label}: speedup over unpatched / cuEquivariance" for _, label in ours) + " |",
@@ -149,10 +152,9 @@ def predict(rows: list[dict]) -> str:
 def stages(rows: list[dict]) -> str:
     """A CSV of `benchmarks/predict.py`, one line a length and path: each stage's seconds and the peak GiB, or the
     failure's kind."""
-    labels = {"cuequivariance": "cuEquivariance", "evofuse-graphs": "evofuse, diffusion graphed"}
     lines = ["| N | path | trunk | diffusion | confidence | total | peak GiB |", "|---" * 7 + "|"]
     for r in rows:
-        path = labels.get(r["path"], r["path"])
+        path = PREDICT_PATHS.get(r["path"], r["path"])
         if _ms(r.get("total_ms")) is None:
             status = r.get("status", "")
             lines.append(f"| {r['residues']} | {path} | " + " | ".join(

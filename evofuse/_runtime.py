@@ -112,6 +112,30 @@ def keep_for_backward(ctx, saved: list, kept: list, **options) -> None:
         setattr(ctx, name, value)
 
 
+def cuda_graph(step, host_free: bool = False):
+    """(graph, output): `step()` run once on a side stream (the warm-up `torch.cuda.graph`'s documentation asks
+    for), then captured as a CUDA graph (not run: replay it). With `host_free`, a warm-up that waits on the host (an
+    .item(), a shape taken from values) raises there, under the sync debug mode "error", rather than breaking the
+    capture; a capture that fails at its end leaves its stream current, so the caller's is made current again."""
+    stream, debug = torch.cuda.current_stream(), torch.cuda.get_sync_debug_mode()
+    side = torch.cuda.Stream()
+    side.wait_stream(stream)
+    try:
+        if host_free:
+            torch.cuda.set_sync_debug_mode("error")
+        with torch.cuda.stream(side):
+            step()
+        torch.cuda.set_sync_debug_mode(debug)
+        stream.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            output = step()
+    finally:
+        torch.cuda.set_sync_debug_mode(debug)
+        torch.cuda.set_stream(stream)
+    return graph, output
+
+
 _AUTOTUNED: dict = {}  # kernel -> its `Tuned` launcher, built on its first launch
 
 

@@ -9,6 +9,8 @@ import time
 
 import torch
 
+from ._runtime import cuda_graph
+
 
 def training_step(fn, leaves=()):
     """The forward+backward row's call: the leaves' gradients set to None first (each step's own, none
@@ -104,7 +106,7 @@ def reduce_overhead(mod):
 def graphed(mod):
     """The module captured once in CUDA graphs and replayed, its inputs the captured ones (as inside a captured
     model: no copies into the graph's buffers, which reduce-overhead's replays make). A forward row: the forward
-    by `torch.cuda.graph` after a warm-up call (autotuning and compilation outside the capture); a training row
+    by `_runtime.cuda_graph` (its warm-up call autotunes and compiles outside the capture); a training row
     (grad enabled at the first call): forward and backward by `torch.cuda.make_graphed_callables`."""
     state = {}
 
@@ -115,11 +117,7 @@ def graphed(mod):
             state["graphed"] = torch.cuda.make_graphed_callables(mod, inputs)
             return state["graphed"](*inputs)
         if "graph" not in state:
-            mod(*inputs)
-            torch.cuda.synchronize()
-            state["graph"] = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(state["graph"]):
-                state["out"] = mod(*inputs)
+            state["graph"], state["out"] = cuda_graph(lambda: mod(*inputs))
         state["graph"].replay()
         return state["out"]
 
@@ -139,14 +137,7 @@ def graphed_step(fn, train: bool):
     def replay():
         nonlocal graph
         if graph is None:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                step()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                step()
+            graph, _ = cuda_graph(step)
         graph.replay()
     return replay
 

@@ -13,6 +13,8 @@ import weakref
 
 import torch
 
+from .._runtime import cuda_graph
+
 
 def layout(value, tensors: list) -> object:
     """The hashable layout of a call's arguments (nested tuples, lists and dicts; every tensor's shape, strides,
@@ -90,23 +92,13 @@ class Replayed:
         call_args, call_kwargs = rebuilt((args, kwargs), iter(static))
         # autocast's cast weights made in the graph, not read from its cache, which its region's end frees
         casts = torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=key[1], cache_enabled=False)
-        stream, debug = torch.cuda.current_stream(), torch.cuda.get_sync_debug_mode()
+
+        def step():
+            with casts:
+                return self.forward(*call_args, **call_kwargs)
         try:
-            side = torch.cuda.Stream()  # (warmed up on a side stream, as torch.cuda.graph's documentation does)
-            side.wait_stream(stream)
-            # a forward that waits on the host fails here, before a capture it would break
-            torch.cuda.set_sync_debug_mode("error")
-            with torch.cuda.stream(side), casts:
-                self.forward(*call_args, **call_kwargs)
-            torch.cuda.set_sync_debug_mode(debug)
-            stream.wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph), casts:
-                output = self.forward(*call_args, **call_kwargs)
+            graph, output = cuda_graph(step, host_free=True)
         except RuntimeError as exc:
-            # (a capture that fails at its end leaves its stream current: the caller's again)
-            torch.cuda.set_sync_debug_mode(debug)
-            torch.cuda.set_stream(stream)
             self.broken, self.seen, self.graphs = True, {}, {}
             warnings.warn(f"evofuse: {type(self.module).__name__} runs eagerly: its CUDA graph capture failed "
                           f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})", RuntimeWarning,
