@@ -123,6 +123,9 @@ def _worker(rank, store, name):
         dist.barrier()  # (both ranks done before the group goes: gloo aborts a process torn down mid-exchange)
     finally:
         dist.destroy_process_group()
+    # (checks passed: leave without the interpreter's finalization, where gloo's threads can still hold work and
+    # abort the process, pytorch/pytorch#179291)
+    os._exit(0)
 
 
 @pytest.mark.parametrize("name", ["trimul-outgoing", "trimul-incoming", "opm", "trans:0", "trans:1", "pwa", "pwa:1",
