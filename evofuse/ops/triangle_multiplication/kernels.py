@@ -21,7 +21,8 @@ def output_kernel(
     bg_ptr,  # HAS_G_BIAS: g_out's bias (c_z,)
     grad_ptr, stride_dm, stride_dn,  # GRAD: the output's gradient (M, c_z), any strides (a broadcast one included)
     out_ptr,  # out: (M, c_z), rows contiguous: the output, or with GRAD y's gradient grad * sigmoid(g_out)
-    dgo_ptr,  # GRAD: out, g_out's pre-activation's gradient grad * y * sigmoid'(g_out) (c_z, M), channel major
+    dgo_ptr, stride_gc,  # GRAD: out, g_out's pre-activation's gradient grad * y * sigmoid'(g_out) (c_z, M), channel
+    # major: its channels stride_gc apart, its rows contiguous
     M, C, CZ, eps,
     M_BUCKET, CZ_BUCKET,  # autotuning key only
     HAS_P_BIAS: tl.constexpr,
@@ -52,7 +53,7 @@ def output_kernel(
         g, _ = projected_rows(z_ptr + rows * stride_zm, stride_zd, m_ok, lni_w_ptr, lni_b_ptr, wg_ptr + cols * stride_gk,
                               stride_gk, stride_gd, bg_ptr, offs_n, n_ok, CZ, 0, eps, dtype, False, HAS_G_BIAS,
                               PRECISION, BLOCK_M, BLOCK_N, BLOCK_D)
-        _gate(y, g, rows, m_ok, offs_n, n_ok, grad_ptr, stride_dm, stride_dn, out_ptr, dgo_ptr, M, CZ, GRAD)
+        _gate(y, g, rows, m_ok, offs_n, n_ok, grad_ptr, stride_dm, stride_dn, out_ptr, dgo_ptr, stride_gc, CZ, GRAD)
     else:
         xt = normalized_rows(t_ptr + rows * stride_tm, stride_tc, m_ok, lno_w_ptr, lno_b_ptr, C, eps, dtype,
                              BLOCK_D)  # [BLOCK_M, BLOCK_D]
@@ -66,11 +67,11 @@ def output_kernel(
                                           PRECISION, BLOCK_D, False)
             g = normalized_rows_projected(xz, wg_ptr, stride_gk, stride_gd, bg_ptr, offs_n, n_ok, CZ, dtype, HAS_G_BIAS,
                                           PRECISION, BLOCK_D, False)
-            _gate(y, g, rows, m_ok, offs_n, n_ok, grad_ptr, stride_dm, stride_dn, out_ptr, dgo_ptr, M, CZ, GRAD)
+            _gate(y, g, rows, m_ok, offs_n, n_ok, grad_ptr, stride_dm, stride_dn, out_ptr, dgo_ptr, stride_gc, CZ, GRAD)
 
 
 @triton.jit
-def _gate(y, g, rows, m_ok, offs_n, n_ok, grad_ptr, stride_dm, stride_dn, out_ptr, dgo_ptr, M, CZ,
+def _gate(y, g, rows, m_ok, offs_n, n_ok, grad_ptr, stride_dm, stride_dn, out_ptr, dgo_ptr, stride_gc, CZ,
           GRAD: tl.constexpr):
     """out = y * sigmoid(g) [BLOCK_M, BLOCK_N] (y and g in the pair's dtype) rounded once at rows [BLOCK_M, 1] and
     channels offs_n; with GRAD, y's gradient grad * sigmoid(g) there and g's grad * y * sigmoid'(g) channel major."""
@@ -81,6 +82,6 @@ def _gate(y, g, rows, m_ok, offs_n, n_ok, grad_ptr, stride_dm, stride_dn, out_pt
     if GRAD:
         d = tl.load(grad_ptr + rows * stride_dm + cols * stride_dn, mask=ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + rows * CZ + cols, (d * s).to(dtype), mask=ok)
-        tl.store(dgo_ptr + cols * M + rows, (d * y.to(tl.float32) * s * (1.0 - s)).to(dtype), mask=ok)
+        tl.store(dgo_ptr + cols * stride_gc + rows, (d * y.to(tl.float32) * s * (1.0 - s)).to(dtype), mask=ok)
     else:
         tl.store(out_ptr + rows * CZ + cols, (y.to(tl.float32) * s).to(dtype), mask=ok)

@@ -69,9 +69,10 @@ def _output(t: Tensor, pair_repr: Tensor, norm_in_weight: Tensor, norm_in_bias: 
             in_bias: Tensor | None, norm_out_weight: Tensor, norm_out_bias: Tensor, p_out_weight: Tensor,
             p_out_bias: Tensor | None, precision: str, out: Tensor, grad: Tensor | None = None,
             d_gate_out: Tensor | None = None) -> None:
-    """The output side in one pass (`kernels.output_kernel`) from t (c, B, N, N) and the pair: out (B, N, N, c_z) =
-    p_out(LN_out(t)) * sigmoid(g_out(LN_in(z))); or, given the output's gradient `grad` (B, N, N, c_z), any strides,
-    y's gradient into `out` and g_out's pre-activation's into `d_gate_out` (c_z, B, N, N)."""
+    """The output side in one pass (`kernels.output_kernel`) from t (c, B, N, N) and the pair (B, N, N, c_z), or from
+    rows of them, t (c, M) with contiguous rows and the pair (M, c_z): out (B, N, N, c_z) = p_out(LN_out(t)) *
+    sigmoid(g_out(LN_in(z))); or, given the output's gradient `grad` (B, N, N, c_z), any strides, y's gradient into
+    `out` and g_out's pre-activation's into `d_gate_out` (c_z, M), its rows contiguous."""
     cz = pair_repr.shape[-1]
     c = t.shape[0]
     M = pair_repr.shape[:-1].numel()  # (B N N, or a chunk's rows)
@@ -87,9 +88,9 @@ def _output(t: Tensor, pair_repr: Tensor, norm_in_weight: Tensor, norm_in_bias: 
         t, 1, t.stride(0), norm_out_weight, norm_out_bias, p_out_weight, *p_out_weight.stride(),
         p_out_weight if p_out_bias is None else p_out_bias, z, *z.stride(), norm_in_weight, norm_in_bias,
         in_weight[4 * c:], *in_weight.stride(), in_weight if in_bias is None else in_bias[4 * c:], grad_rows,
-        *grad_rows.stride(), out, out if d_gate_out is None else d_gate_out, M, c, cz, LAYER_NORM_EPS, bucket(M),
-        bucket(cz), HAS_P_BIAS=p_out_bias is not None, HAS_G_BIAS=in_bias is not None, GRAD=grad is not None,
-        PRECISION=dot_precision(pair_repr.dtype, precision))
+        *grad_rows.stride(), out, *((out, 0) if d_gate_out is None else (d_gate_out, d_gate_out.stride(0))), M, c, cz,
+        LAYER_NORM_EPS, bucket(M), bucket(cz), HAS_P_BIAS=p_out_bias is not None, HAS_G_BIAS=in_bias is not None,
+        GRAD=grad is not None, PRECISION=dot_precision(pair_repr.dtype, precision))
 
 
 def triangle_multiplication_forward(pair_repr: Tensor, pair_mask: Tensor | None, norm_in_weight: Tensor,
@@ -210,10 +211,19 @@ def core_backward(grad_out: Tensor, pair_repr: Tensor, pair_mask: Tensor | None,
     B, N, _, cz = pair_repr.shape
     c = t.shape[0]
     M = B * N * N
+    step = input_chunks(M, c, cz, pair_repr.element_size())
+    # The projections' gradient a chunk of rows takes as one (4c + c_z, rows) matrix, with no copy: each chunk's g_out
+    # gradient, c_z rows of d_proj, is written by the output pass; the chunk's p and g gradients, the 4c rows before
+    # it, by its input pass, over the g_out gradients of chunks already taken
+    d_proj = pair_repr.new_empty(4 * c + max(1, cdiv(M, step)) * cz, step)
+    z_rows, t_rows = pair_repr.reshape(M, cz), t.view(c, M)
+    grad_rows = grad_out.reshape(M, cz)  # (a view where it can be: a broadcast gradient stays one)
     dy = pair_repr.new_empty(B, N, N, cz)
-    d_gate_out = pair_repr.new_empty(cz, M)
-    _output(t, pair_repr, norm_in_weight, norm_in_bias, in_weight, in_bias, norm_out_weight, norm_out_bias,
-            p_out_weight, p_out_bias, precision, dy, grad_out, d_gate_out)
+    for k, start in enumerate(range(0, M, step)):  # (y's gradient, and g_out's into its chunk's rows of d_proj)
+        stop = min(M, start + step)
+        _output(t_rows[:, start:stop], z_rows[start:stop], norm_in_weight, norm_in_bias, in_weight, in_bias,
+                norm_out_weight, norm_out_bias, p_out_weight, p_out_bias, precision, dy.view(M, cz)[start:stop],
+                grad_rows[start:stop], d_proj[4 * c + k * cz:4 * c + (k + 1) * cz, :stop - start])
     dt = pair_repr.new_empty(c, B, N, N)  # (channel major, written so: the products below take its planes as they are)
     _, *out_grads = layer_norm_linear_backward(t.permute(1, 2, 3, 0), norm_out_weight, norm_out_bias, p_out_weight, dy,
                                                (True, *needs[5:9]), precision, dx_out=dt.view(c, M).t())
@@ -225,36 +235,35 @@ def core_backward(grad_out: Tensor, pair_repr: Tensor, pair_mask: Tensor | None,
     else:  # t = a^T b: da = b dt^T, db = a dt
         _bmm(ab[c:], dt, None, precision, out=dab[:c]), _bmm(ab[:c], dt, False, precision, out=dab[c:])
     del ab, dt
-    in_grads = _input_backward(pair_repr.reshape(M, cz), pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias,
-                               dab.view(2 * c, M), d_gate_out, needs[:5], precision)
+    in_grads = _input_backward(z_rows, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias,
+                               dab.view(2 * c, M), d_proj, step, needs[:5], precision)
     if needs[0]:
         in_grads[0] = in_grads[0].view(pair_repr.shape)
     return [g if need and g is not None else pair_repr.new_empty(0) for g, need in zip((*in_grads, *out_grads), needs)]
 
 
 def _input_backward(rows: Tensor, mask: Tensor | None, norm_in_weight: Tensor, norm_in_bias: Tensor,
-                    in_weight: Tensor, in_bias: Tensor | None, dab: Tensor, d_gate_out: Tensor, needs: list[bool],
-                    precision: str) -> list[Tensor | None]:
+                    in_weight: Tensor, in_bias: Tensor | None, dab: Tensor, d_proj: Tensor, step: int,
+                    needs: list[bool], precision: str) -> list[Tensor | None]:
     """(dx (M, c_z) or empty, then LN_in's and the stacked projection's gradients or None) from the pair's rows (M,
-    c_z), a's and b's gradients dab (2c, M) and g_out's d_gate_out (c_z, M), channel major: per chunk of rows
-    (`input_chunks`) a pass of the rows that makes p and g again on chip and writes their gradients (`layer_norm_glu`
-    with grad; p and g, 4c planes, are never in memory) beside g_out's, then `layer_norm_linear_backward` writing dx in
-    place; the parameters' chunk sums added in float32."""
+    c_z), a's and b's gradients dab (2c, M), channel major, and d_proj (4c + chunks c_z, step) holding each chunk's
+    g_out gradient (`core_backward`): per chunk of `step` rows a pass of the rows that makes p and g again on chip
+    and writes their gradients into the 4c rows of d_proj before the chunk's g_out gradient (`layer_norm_glu` with
+    grad; p and g, 4c planes, are never in memory), then `layer_norm_linear_backward` of that (4c + c_z, rows)
+    gradient, writing dx in place; the parameters' chunk sums added in float32."""
     M, cz = rows.shape
     c = dab.shape[0] // 2
     mask_rows = None if mask is None else mask.reshape(M)
     dx = rows.new_empty(M, cz) if needs[0] else rows.new_empty(0)
-    step = input_chunks(M, c, cz, rows.element_size())
     sums: list[Tensor | None] = [None] * 4
-    for start in range(0, max(M, 1), step):  # (one empty chunk where M = 0: zero gradients)
+    for k, start in enumerate(range(0, max(M, 1), step)):  # (one empty chunk where M = 0: zero gradients)
         stop = min(M, start + step)
-        d_proj = rows.new_empty(in_weight.shape[0], stop - start)  # (4c + c_z, rows): p's and g's gradients, g_out's
+        chunk = d_proj[k * cz:k * cz + 4 * c + cz, :stop - start]  # (4c + c_z, rows): p's and g's gradients, g_out's
         layer_norm_glu.layer_norm_glu(rows[start:stop], norm_in_weight, norm_in_bias, in_weight[:4 * c],
                                       None if in_bias is None else in_bias[:4 * c],
                                       None if mask_rows is None else mask_rows[start:stop], dab[:, start:stop].t(),
-                                      "sigmoid", precision, d_proj[:4 * c].t(), grad=True)
-        d_proj[4 * c:] = d_gate_out[:, start:stop]
-        _, *parts = layer_norm_linear_backward(rows[start:stop], norm_in_weight, norm_in_bias, in_weight, d_proj.t(),
+                                      "sigmoid", precision, chunk[:4 * c].t(), grad=True)
+        _, *parts = layer_norm_linear_backward(rows[start:stop], norm_in_weight, norm_in_bias, in_weight, chunk.t(),
                                                needs, precision, dx_out=dx[start:stop] if needs[0] else None)
         if step >= M:
             return [dx, *parts]
