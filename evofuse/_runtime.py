@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import warnings
 
 import torch
 
@@ -122,7 +123,9 @@ def cuda_graph(step, host_free: bool = False):
     side.wait_stream(stream)
     try:
         if host_free:
-            torch.cuda.set_sync_debug_mode("error")
+            with warnings.catch_warnings():  # (torch warns on every call that the debug mode is a prototype)
+                warnings.filterwarnings("ignore", "Synchronization debug mode", UserWarning)
+                torch.cuda.set_sync_debug_mode("error")
         with torch.cuda.stream(side):
             step()
         torch.cuda.set_sync_debug_mode(debug)
