@@ -27,7 +27,9 @@ Rules so far (every one also takes all inputs replicated):
   as the pair is), and the attention of the local rows gathers the bias (B, h, N, N), never the pair; the bias's
   gradient then a partial sum over the rows;
 - column attention: by batch elements or by residues (the MSA as its transposed view (B, N, S, D): each residue's
-  column on one device); global column attention and attention with pair bias: by batch elements.
+  column on one device), nothing moved in the forward; by residues the backward's products over all rows (the
+  weight gradients, the LayerNorm's) gather the rows' gradients; global column attention likewise; attention with
+  pair bias: by batch elements.
 """
 
 from __future__ import annotations
@@ -231,17 +233,21 @@ def _msa_column_attention(x, mask, *rest):
 
 @register_sharding(_ops.msa_column_global_attention.default)
 def _msa_column_global_attention(x, mask, *rest):
-    # (the kept queries (B*N, HC) batch major: Shard(0) is the same batch elements' columns)
-    params, options = rest[:7], [None] * 5  # (num_heads, inf, eps, precision, train)
+    # (x the MSA's transposed view (B, N, S, D); the kept proj (B, N, S, .) and queries (B, N, HC), or (0,) unless
+    # train: all replicated; by batch elements; by residues, each column on its device)
+    params, options, train = rest[:7], [None] * 5, rest[-1]  # (num_heads, inf, eps, precision, train)
+    kept = Shard(1) if train else Replicate()
     return [([Replicate()] * 3, [Replicate(), None if mask is None else Replicate(), *_replicated(params), *options]),
-            ([Shard(0)] * 3, [Shard(0), None if mask is None else Shard(0), *_replicated(params), *options])]
+            ([Shard(0)] * 3, [Shard(0), None if mask is None else Shard(0), *_replicated(params), *options]),
+            ([Shard(1), kept, kept], [Shard(1), None if mask is None else Shard(1), *_replicated(params), *options])]
 
 
 @register_sharding(_ops.msa_column_global_attention_core_backward.default)
 def _msa_column_global_attention_backward(proj, mask, q, du, *options):
     rest = [None] * len(options)  # (num_heads, inf, eps)
-    return [([Replicate()] * 3, [Replicate(), None if mask is None else Replicate(), Replicate(), Replicate(), *rest]),
-            ([Shard(0)] * 3, [Shard(0), None if mask is None else Shard(0), Shard(0), Shard(0), *rest])]
+    return [([Replicate()] * 3, [Replicate(), None if mask is None else Replicate(), Replicate(), Replicate(), *rest])] + [
+        ([Shard(dim)] * 3, [Shard(dim), None if mask is None else Shard(dim), Shard(dim), Shard(dim), *rest])
+        for dim in (0, 1)]  # (by batch elements, or by residues)
 
 
 @register_sharding(_ops.attention_pair_bias.default)

@@ -50,7 +50,7 @@ def _case(name):
         mod = evofuse.TriangleAttention(16, 4, 2, starting=op.endswith("starting"))
         dim = int(shard or 0)
         return mod, [torch.randn(2, 2 * B, 2 * B, 16), _mask(2, 2 * B, 2 * B)], [dim, dim], dim
-    if op in ("col", "gcol"):  # (col:2, column attention by residues)
+    if op in ("col", "gcol"):  # (col:2 and gcol:2: by residues)
         mod = (evofuse.MSAColumnAttention if op == "col" else evofuse.MSAColumnGlobalAttention)(16, 4, 2)
         dim = int(shard or 0)
         return mod, [torch.randn(B, 5, 2 * B, 16), _mask(B, 5, 2 * B)], [dim, dim], dim
@@ -130,13 +130,14 @@ def _worker(rank, store, name):
 
 @pytest.mark.parametrize("name", ["trimul-outgoing", "trimul-incoming", "opm", "trans:0", "trans:1", "pwa", "pwa:1",
                                   "att:0", "att:1", "tri-starting", "tri-ending", "tri-starting:1",
-                                  "tri-ending:2", "col", "col:2", "gcol", "apb"])
+                                  "tri-ending:2", "col", "col:2", "gcol", "gcol:2", "apb"])
 def test_sharded_matches_whole(name):
     """att:1 is row attention by MSA rows (the pair replicated), pwa:1 pair-weighted averaging likewise, trans:1
     the transition by its second dimension, tri-starting:1 and tri-ending:2 triangle attention by the pair's rows and
-    columns, col:2 column attention by residues; the others by batch elements. Each process makes an inference call
-    and then a training call at the same shapes: DTensor caches an op's sharding by its arguments from the first
-    integer one on (`register_sharding`), and an op's kept outputs differ between the two."""
+    columns, col:2 and gcol:2 column and global column attention by residues; the others by batch elements. Each
+    process makes an inference call and then a training call at the same shapes: DTensor caches an op's sharding by
+    its arguments from the first integer one on (`register_sharding`), and an op's kept outputs differ between the
+    two."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as folder:

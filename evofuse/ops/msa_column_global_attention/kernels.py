@@ -31,8 +31,8 @@ def columns_kernel(
     proj_ptr, stride_pb, stride_pr, stride_pl,  # the rows' [g, q, k, v]: (B, R, L, 2HC + 2d), channel stride 1
     m_ptr, stride_mb, stride_mr, stride_ml,  # HAS_MASK: the rows' mask (B, R, L), 0/1 of any dtype
     qb_ptr,  # HAS_QUERY_BIAS: the query's bias (HC,)
-    q_ptr,  # out: the scaled queries (B*R, HC) float32, head major
-    o_ptr,  # out: the attention results (B*R, HC) float32, head major
+    q_ptr,  # out: the scaled queries (B, R, HC) float32, head major
+    o_ptr,  # out: the attention results (B, R, HC) float32, head major
     R, L, HC, D_HEAD, qk_scale, eps, inf,
     HEADS: tl.constexpr,
     BLOCK_H: tl.constexpr,  # the heads, padded to a power of two
@@ -74,10 +74,10 @@ def columns_kernel(
 def columns_backward_kernel(
     proj_ptr, stride_pb, stride_pr, stride_pl,  # the rows' [g, q, k, v]: (B, R, L, 2HC + 2d), channel stride 1
     m_ptr, stride_mb, stride_mr, stride_ml,  # HAS_MASK: the rows' mask (B, R, L), 0/1 of any dtype
-    q_ptr,  # the scaled queries (B*R, HC) float32, head major (the forward's)
-    do_ptr,  # the attention results' gradient (B*R, HC) float32
-    o_ptr,  # out: the attention results again (B*R, HC) float32
-    dq_ptr,  # out: the unscaled query's gradient (B*R, HC) float32 (its bias's, summed over the columns)
+    q_ptr,  # the scaled queries (B, R, HC) float32, head major (the forward's)
+    do_ptr,  # the attention results' gradient (B, R, HC) float32
+    o_ptr,  # out: the attention results again (B, R, HC) float32
+    dq_ptr,  # out: the unscaled query's gradient (B, R, HC) float32 (its bias's, summed over the columns)
     dp_ptr, stride_db, stride_dr, stride_dl,  # out: the rows' [q, k, v] gradients, channels HC on of (B, R, L, 2HC + 2d)
     # (the gate's, channels 0 .. HC, are the caller's)
     R, L, HC, D_HEAD, qk_scale, eps, inf,

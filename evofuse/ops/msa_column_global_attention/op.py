@@ -35,11 +35,11 @@ def _column_args(proj: Tensor, mask: Tensor | None, num_heads: int, d: int, inf:
 
 def _attention(proj: Tensor, mask: Tensor | None, query_bias: Tensor | None, HC: int, num_heads: int, inf: float,
                eps: float) -> tuple[Tensor, Tensor]:
-    """(q, o) (B*R, HC) float32: each column's scaled query and attention result, by `kernels.columns_kernel` from the
+    """(q, o) (B, R, HC) float32: each column's scaled query and attention result, by `kernels.columns_kernel` from the
     rows' projection (B, R, L, 2HC + 2d)."""
     B, R, L, _ = proj.shape
     d = HC // num_heads
-    q = torch.empty(B * R, HC, dtype=torch.float32, device=proj.device)
+    q = torch.empty(B, R, HC, dtype=torch.float32, device=proj.device)
     o = torch.empty_like(q)
     if B * R:
         masks, consts = _column_args(proj, mask, num_heads, d, inf)
@@ -50,17 +50,17 @@ def _attention(proj: Tensor, mask: Tensor | None, query_bias: Tensor | None, HC:
 
 def core_backward(proj: Tensor, mask: Tensor | None, q: Tensor, du: Tensor, num_heads: int, inf: float,
                   eps: float) -> tuple[Tensor, Tensor, Tensor]:
-    """(d_proj (B, R, L, 2HC + 2d), gated (B, R, L, HC), both in proj's dtype, dq (B*R, HC) float32): the projection's
+    """(d_proj (B, R, L, 2HC + 2d), gated (B, R, L, HC), both in proj's dtype, dq (B, R, HC) float32): the projection's
     gradient, the gated rows sigmoid(g) o again (the output projection's input) and the queries' gradient before
     their scale (their bias's, summed over the columns), from the rows' projection proj (B, R, L, 2HC + 2d), their
-    mask, the kept scaled queries q (B*R, HC) and the gated rows' gradient du (B, R, L, HC): the results' gradient
+    mask, the kept scaled queries q (B, R, HC) and the gated rows' gradient du (B, R, L, HC): the results' gradient
     d_o = sum_l du sigmoid(g), then `kernels.columns_backward_kernel` (the rows' query, key and value gradients and o),
     then the gate's."""
     B, R, L, _ = proj.shape
-    HC = q.shape[1]
+    HC = q.shape[2]
     d = HC // num_heads
     sg = torch.sigmoid(proj[..., :HC])  # (B, R, L, HC)
-    d_o = (du * sg).sum(2, dtype=torch.float32).view(B * R, HC)
+    d_o = (du * sg).sum(2, dtype=torch.float32)  # (B, R, HC)
     d_proj = torch.empty_like(proj)
     o, dq = torch.empty_like(q), torch.empty_like(q)
     if B * R:
@@ -84,7 +84,7 @@ def msa_column_global_attention_forward(x: Tensor, mask: Tensor | None, layer_no
                                         query_bias: Tensor | None, out_weight: Tensor, out_bias: Tensor | None,
                                         num_heads: int, inf: float, eps: float, precision: str,
                                         train: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """(out (B, R, L, D), proj (B, R, L, 2HC + 2d), q (B*R, HC) float32): the output, then what the backward takes
+    """(out (B, R, L, D), proj (B, R, L, 2HC + 2d), q (B, R, HC) float32): the output, then what the backward takes
     (each empty unless `train`). x (B, R, L, D) any strides (the MSA's transposed view: R residues'
     columns of L rows); mask (B, R, L) 0/1 of any real dtype or None; proj_weight (2HC + 2d, D): the gate's and the
     queries' HC rows, then the key's and the value's d; proj_bias of its width or None (the queries' part zero: their
@@ -107,7 +107,7 @@ def _fake(x, mask, layer_norm_weight, layer_norm_bias, proj_weight, proj_bias, q
     out = x.new_empty(B, R, L, D)
     if not train:
         return out, x.new_empty(0), x.new_empty(0, dtype=torch.float32)
-    return out, x.new_empty(B, R, L, proj_weight.shape[0]), x.new_empty(B * R, out_weight.shape[1], dtype=torch.float32)
+    return out, x.new_empty(B, R, L, proj_weight.shape[0]), x.new_empty(B, R, out_weight.shape[1], dtype=torch.float32)
 
 
 def _setup_context(ctx, inputs, output):
@@ -127,7 +127,7 @@ def _backward(ctx, needs, grad_out, *_):
     d_proj, gated, dq = backward(proj, mask, q, du, ctx.num_heads, ctx.inf, ctx.eps)
     grads = dict(out_bias=grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs["out_bias"] else None,
                  out_weight=matmul(rows.t(), gated.view(-1, HC), precision) if needs["out_weight"] else None,
-                 query_bias=dq.sum(0).to(dtype) if needs["query_bias"] and b_q is not None else None)
+                 query_bias=dq.sum((0, 1)).to(dtype) if needs["query_bias"] and b_q is not None else None)
     inner = ("x", "layer_norm_weight", "layer_norm_bias", "proj_weight", "proj_bias")
     if not any(needs[name] for name in inner):  # the output projection's and the query bias's alone
         return grads
