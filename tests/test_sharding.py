@@ -3,6 +3,7 @@ Triton's interpreter on the CPU (CPU machines only: see `conftest.SPAWNED_INTERP
 against the same module on the whole tensors: the inference output, then a training step's output, the inputs'
 gradients and every parameter's, float32 within the contract's bound."""
 
+import importlib.util
 import os
 import tempfile
 import warnings
@@ -126,6 +127,57 @@ def _worker(rank, store, name):
     # (checks passed: leave without the interpreter's finalization, where gloo's threads can still hold work and
     # abort the process, pytorch/pytorch#179291)
     os._exit(0)
+
+
+def _patched_layer(mesh):
+    """A patched Boltz-2 PairformerLayer (narrow widths) on inputs sharded by batch elements, in inference (its
+    in-place forward): the same outputs as on the whole tensors, sharded alike, nothing moved. (Boltz's own training
+    forward makes its dropout masks as plain tensors, which DTensor refuses beside its own: its context-parallel
+    package brings layers of its own for that.)"""
+    from boltz.model.layers.pairformer import PairformerLayer
+    from torch.distributed.tensor import Shard, distribute_module, distribute_tensor
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    from evofuse.integrations import boltz
+
+    torch.manual_seed(0)
+    layer = PairformerLayer(32, 16, num_heads=2, dropout=0.0, pairwise_head_width=8, pairwise_num_heads=2,
+                            v2=True).eval()
+    assert len(boltz.patch(layer)) == 7  # (attention, both triangle multiplications and attentions, transitions)
+    s, z, mask = torch.randn(B, 9, 32), torch.randn(B, 9, 9, 16), _mask(B, 9)
+    inputs = (s, z, mask, mask[:, :, None] * mask[:, None, :])
+    with torch.no_grad():
+        want = layer(*inputs)
+        sharded, placed = distribute_module(layer, mesh), [distribute_tensor(t, mesh, [Shard(0)]) for t in inputs]
+        with CommDebugMode() as comms:
+            got = sharded(*placed)
+    assert comms.get_total_counts() == 0, comms.get_comm_counts()
+    for what, g, w in zip(("s", "z"), got, want):
+        _check(what, g, w, Shard(0))
+
+
+def _layer_worker(rank, store):
+    os.environ["EVOFUSE_IMPL"] = "triton"
+    warnings.filterwarnings("error", message="evofuse: no fused")
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    try:
+        from torch.distributed.tensor import DeviceMesh
+
+        import evofuse.sharding  # noqa: F401
+
+        _patched_layer(DeviceMesh("cpu", list(range(WORLD))))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    os._exit(0)  # (as _worker)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("boltz") is None, reason="needs boltz 2.2.1 (--no-deps)")
+def test_a_patched_model_layer_on_sharded_tensors():
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as folder:
+        mp.spawn(_layer_worker, args=(os.path.join(folder, "store"),), nprocs=WORLD)
 
 
 @pytest.mark.parametrize("name", ["trimul-outgoing", "trimul-incoming", "opm", "trans:0", "trans:1", "pwa", "pwa:1",
