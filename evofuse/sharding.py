@@ -26,10 +26,10 @@ Rules so far (every one also takes all inputs replicated):
   columns, the transposed view's rows): a distributed pair takes the bias apart (`evofuse::triangle_bias`, sharded
   as the pair is), and the attention of the local rows gathers the bias (B, h, N, N), never the pair; the bias's
   gradient then a partial sum over the rows;
-- column attention: by batch elements or by residues (the MSA as its transposed view (B, N, S, D): each residue's
-  column on one device), nothing moved in the forward; by residues the backward's products over all rows (the
-  weight gradients, the LayerNorm's) gather the rows' gradients; global column attention likewise; attention with
-  pair bias: by batch elements.
+- column attention and global column attention: by batch elements or by residues (the MSA as its transposed view
+  (B, N, S, D): each residue's column on one device), nothing moved in the forward; by residues column attention's
+  backward gathers the rows' gradients for its products over all rows (the weight gradients, the LayerNorm's), global
+  column attention's takes its rows residue major and gathers nothing; attention with pair bias: by batch elements.
 """
 
 from __future__ import annotations
