@@ -120,7 +120,8 @@ def _rows_order(grad_out: Tensor) -> tuple[int, int, int, int]:
     """The order of the dimensions (B, R, L, D) in the rows the backward's products take over every row: the residues
     first where the gradient is a distributed tensor sharded by them (`evofuse.sharding`: each device's rows then
     stay one block, and nothing is gathered), else as they are."""
-    by_residues = distributed(grad_out) and any(getattr(p, "dim", None) == 1 for p in grad_out.placements)
+    placements = getattr(grad_out, "placements", ()) if distributed(grad_out) else ()  # (other subclasses have none)
+    by_residues = any(getattr(p, "dim", None) == 1 for p in placements)
     return (1, 0, 2, 3) if by_residues else (0, 1, 2, 3)
 
 
