@@ -33,8 +33,8 @@ from ...reference import LAYER_NORM_EPS
 from ...stages import layer_norm_glu
 from ...stages.layer_norm_backward import layer_norm_linear_backward
 from ...stages.layer_norm_linear import joined_bias
-from ...stages.matmul import matmul_into, uses_tensor_cores
-from . import configs
+from ...stages.matmul import matmul, matmul_into, uses_tensor_cores
+from . import backward_kernels, configs
 from .kernels import output_kernel
 
 # what the output kernel's autotuned choice is kept by
@@ -247,24 +247,36 @@ def _input_backward(rows: Tensor, mask: Tensor | None, norm_in_weight: Tensor, n
                     needs: list[bool], precision: str) -> list[Tensor | None]:
     """(dx (M, c_z) or empty, then LN_in's and the stacked projection's gradients or None) from the pair's rows (M,
     c_z), a's and b's gradients dab (2c, M), channel major, and d_proj (4c + chunks c_z, step) holding each chunk's
-    g_out gradient (`core_backward`): per chunk of `step` rows a pass of the rows that makes p and g again on chip
-    and writes their gradients into the 4c rows of d_proj before the chunk's g_out gradient (`layer_norm_glu` with
-    grad; p and g, 4c planes, are never in memory), then `layer_norm_linear_backward` of that (4c + c_z, rows)
-    gradient, writing dx in place; the parameters' chunk sums added in float32."""
+    g_out gradient (`core_backward`), per chunk of `step` rows: p's and g's gradients, made from p and g made again on
+    chip (never in memory), are written into the 4c rows of d_proj before the chunk's g_out gradient, and dx and
+    LN_in's gradients are taken in the same pass (`backward_kernels.input_backward`), then the stacked weight's
+    gradient from that (4c + c_z, rows) matrix by one product. Rows too wide for it take three passes: the gates'
+    gradients (`layer_norm_glu` with grad), then `layer_norm_linear_backward`. The chunks' parameter sums are added
+    in float32."""
     M, cz = rows.shape
     c = dab.shape[0] // 2
     mask_rows = None if mask is None else mask.reshape(M)
     dx = rows.new_empty(M, cz) if needs[0] else rows.new_empty(0)
+    fused = backward_kernels.fused_fits(cz, rows.element_size())
     sums: list[Tensor | None] = [None] * 4
     for k, start in enumerate(range(0, max(M, 1), step)):  # (one empty chunk where M = 0: zero gradients)
         stop = min(M, start + step)
         chunk = d_proj[k * cz:k * cz + 4 * c + cz, :stop - start]  # (4c + c_z, rows): p's and g's gradients, g_out's
-        layer_norm_glu.layer_norm_glu(rows[start:stop], norm_in_weight, norm_in_bias, in_weight[:4 * c],
-                                      None if in_bias is None else in_bias[:4 * c],
-                                      None if mask_rows is None else mask_rows[start:stop], dab[:, start:stop].t(),
-                                      "sigmoid", precision, chunk[:4 * c].t(), grad=True)
-        _, *parts = layer_norm_linear_backward(rows[start:stop], norm_in_weight, norm_in_bias, in_weight, chunk.t(),
-                                               needs, precision, dx_out=dx[start:stop] if needs[0] else None)
+        chunk_mask = None if mask_rows is None else mask_rows[start:stop]
+        if fused:
+            xn, d_ln = backward_kernels.input_backward(
+                rows[start:stop], chunk_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, dab[:, start:stop],
+                chunk, dx[start:stop] if needs[0] else None, needs[3], precision)
+            parts = [d_ln[0].to(norm_in_weight.dtype) if needs[1] else None,
+                     d_ln[1].to(norm_in_bias.dtype) if needs[2] else None,
+                     matmul(chunk, xn, precision) if needs[3] else None, chunk.sum(1) if needs[4] else None]
+        else:
+            layer_norm_glu.layer_norm_glu(rows[start:stop], norm_in_weight, norm_in_bias, in_weight[:4 * c],
+                                          None if in_bias is None else in_bias[:4 * c], chunk_mask,
+                                          dab[:, start:stop].t(), "sigmoid", precision, chunk[:4 * c].t(), grad=True)
+            _, *parts = layer_norm_linear_backward(rows[start:stop], norm_in_weight, norm_in_bias, in_weight,
+                                                   chunk.t(), needs, precision,
+                                                   dx_out=dx[start:stop] if needs[0] else None)
         if step >= M:
             return [dx, *parts]
         sums = [None if part is None else part.float() if total is None else total.add_(part)
