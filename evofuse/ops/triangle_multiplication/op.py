@@ -8,9 +8,10 @@ for the output (`kernels.output_kernel`): LN_out and p_out of t, LN_in and g_out
 alone. Backward (`core_backward`): the output gate's gradients from y and g_out made again on chip (`output_kernel`
 with GRAD), the output projection's (`layer_norm_linear_backward` on t); a and b made again from z
 (`layer_norm_glu`), da and db by cuBLAS into one (2c, B, N, N) tensor; then, in row chunks where the pair is large
-(`input_chunks`), the gates' and projections' gradients from a pass of z that makes p and g again on chip
-(`layer_norm_glu` with grad) and one `layer_norm_linear_backward` of every input projection and LN_in. Each tensor is
-dropped once used: the peak is the product's stage (a, b, da, db, dt and g_out's gradient beside t).
+(`input_chunks`), one pass of z (`backward_kernels.input_backward`) that makes p and g again on chip, writes the gates'
+gradients and takes z's and LN_in's through the stacked projection on chip, and cuBLAS's product for the stacked
+weight's gradient. Each tensor is dropped once used: the peak is the product's stage (a, b, da, db, dt and g_out's
+gradient beside t).
 """
 
 from __future__ import annotations
