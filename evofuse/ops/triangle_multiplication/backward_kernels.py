@@ -52,11 +52,11 @@ def input_backward_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,  # the whole row, padded
 ):
-    """Each of the program's blocks of BLOCK_M rows: LN_in(z) on chip (rounded to z's dtype, as the forward's); for each block of BLOCK_N of the 2c
-    gated channels, p and g against their weight rows ([BLOCK_N, BLOCK_M], so that the planes' loads and stores run
-    along their unit stride), rounded as the forward's; their gradients from a's and b's (times the row mask), rounded
-    to z's dtype and stored, then multiplied by the same weight rows into LN_in's output gradient, accumulated in
-    float32 with g_out's; LN_in's backward from it."""
+    """Each of the program's blocks of BLOCK_M rows: LN_in(z) on chip (rounded to z's dtype, as the forward's); for
+    each block of BLOCK_N of the 2c gated channels, p and g against their weight rows ([BLOCK_N, BLOCK_M], so that
+    the planes' loads and stores run along their unit stride), rounded as the forward's; their gradients from a's
+    and b's (times the row mask), rounded to z's dtype and stored, then multiplied by the same weight rows into
+    LN_in's output gradient, accumulated in float32 with g_out's; LN_in's backward from it."""
     pid = tl.program_id(0)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < CZ
@@ -164,10 +164,10 @@ def output_backward_kernel(
     BLOCK_C: tl.constexpr,  # t's whole row, padded
     BLOCK_D: tl.constexpr,  # the pair's whole row, padded
 ):
-    """Each of the program's blocks of BLOCK_M rows: LN_out(t) and LN_in(z) on chip (rounded to z's dtype, as the forward's); for each block of
-    BLOCK_N output channels, y and g_out made again and rounded as the forward's, y's gradient grad sigmoid(g) and
-    g's grad y sigmoid'(g) rounded to z's dtype, y's multiplied by p_out's weight rows into LN_out's output gradient,
-    accumulated in float32; LN_out's backward from it."""
+    """Each of the program's blocks of BLOCK_M rows: LN_out(t) and LN_in(z) on chip (rounded to z's dtype, as the
+    forward's); for each block of BLOCK_N output channels, y and g_out made again and rounded as the forward's, y's
+    gradient grad sigmoid(g) and g's grad y sigmoid'(g) rounded to z's dtype, y's multiplied by p_out's weight rows
+    into LN_out's output gradient, accumulated in float32; LN_out's backward from it."""
     pid = tl.program_id(0)
     offs_c = tl.arange(0, BLOCK_C)
     c_ok = offs_c < C
