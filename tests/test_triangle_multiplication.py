@@ -115,10 +115,10 @@ def test_gradients_of_rows_too_wide_for_the_fused_input_pass(dtype):
     check_gradients(_module(272, 4, outgoing=False, seed=2, bias=True), [z, mask], dtype, DEVICE, 1)
 
 
-def test_input_backward_gpu_tiles(monkeypatch):
-    """Each tile a GPU's autotuner would offer the fused input backward at Protenix's MSA block's pair (c_z 16, c
-    128: 256 gated channels from 16) and at c_z 128, forced in turn (here in the interpreter): every gradient within
-    the float32 contract of float64."""
+def test_fused_backward_gpu_tiles(monkeypatch):
+    """Each tile a GPU's autotuner would offer the fused backward passes (input and output side) at Protenix's MSA
+    block's pair (c_z 16, c 128: 256 gated channels from 16) and at c_z 128, forced in turn (here in the
+    interpreter): every gradient within the float32 contract of float64."""
     import evofuse._runtime as runtime
     from evofuse.ops.triangle_multiplication import backward_kernels
 
