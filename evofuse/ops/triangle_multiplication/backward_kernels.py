@@ -65,6 +65,7 @@ def input_backward_kernel(
     lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
     H = 2 * C
     sums = sums_ptr + pid * (2 * CZ + 2 * H)
+    _zero_sums(sums + 2 * CZ, 2 * H, BLOCK_N)
     dlnw = tl.zeros((BLOCK_D,), dtype=tl.float32)
     dlnb = tl.zeros((BLOCK_D,), dtype=tl.float32)
     for block in range(pid, tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
@@ -131,6 +132,14 @@ def input_backward_kernel(
 
 
 @triton.jit
+def _zero_sums(at, width, BLOCK: tl.constexpr):
+    """Zeros at `at` .. `at` + width: the program's running sums, before its first block of rows."""
+    for k0 in range(0, width, BLOCK):
+        offs = k0 + tl.arange(0, BLOCK)
+        tl.store(at + offs, tl.zeros((BLOCK,), dtype=tl.float32), mask=offs < width)
+
+
+@triton.jit
 def _add_sums(at, partial, ok):
     """A program's running sums at `at` (its own row of the partial sums: no other program writes there) plus
     `partial`."""
@@ -176,6 +185,7 @@ def output_backward_kernel(
     lnw = tl.load(lno_w_ptr + offs_c, mask=c_ok, other=0.0).to(tl.float32)
     lnb = tl.load(lno_b_ptr + offs_c, mask=c_ok, other=0.0).to(tl.float32)
     sums = sums_ptr + pid * (2 * C + 2 * CZ)
+    _zero_sums(sums + 2 * C, 2 * CZ, BLOCK_N)
     dlnw = tl.zeros((BLOCK_C,), dtype=tl.float32)
     dlnb = tl.zeros((BLOCK_C,), dtype=tl.float32)
     for block in range(pid, tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
@@ -276,15 +286,16 @@ PROGRAMS_PER_SM = 4
 def _launch(kernel, key: list[str], M: int, width: int, element_size: int, sums_width: int, device, *args,
             **kwargs) -> Tensor:
     """Launches `kernel` on at most PROGRAMS_PER_SM programs a multiprocessor, each over every so-many-th block of
-    rows; returns their partial sums added, (sums_width,) float32 (sized for the candidates' smallest block, zeros
-    past the chosen tile's programs)."""
-    most = multiprocessors(device) * PROGRAMS_PER_SM
-    smallest = min(config.kwargs["BLOCK_M"] for config in _candidates(M, width, element_size))
-    sums = torch.zeros(min(most, cdiv(M, smallest)), sums_width, dtype=torch.float32, device=device)
-    if M:
-        autotuned(kernel, lambda: CONFIGS + FLOAT32_CONFIGS, key, _prune, restore_value=("sums_ptr",))[
-            lambda meta: (min(most, cdiv(M, meta["BLOCK_M"])),)](*args, sums, *kwargs.pop("after"), bucket(M),
-                                                                 **kwargs)
+    rows; returns their partial sums added, (sums_width,) float32. The programs are as many as the candidates'
+    smallest block asks, whatever the tile chosen (those past its blocks write zeros), so that every row of the sums
+    is written."""
+    programs = min(multiprocessors(device) * PROGRAMS_PER_SM,
+                   cdiv(M, min(config.kwargs["BLOCK_M"] for config in _candidates(M, width, element_size))))
+    sums = torch.empty(programs, sums_width, dtype=torch.float32, device=device)
+    if not M:
+        return sums.new_zeros(sums_width)
+    autotuned(kernel, lambda: CONFIGS + FLOAT32_CONFIGS, key, _prune)[(programs,)](*args, sums, *kwargs.pop("after"),
+                                                                                bucket(M), **kwargs)
     return sums.sum(0)
 
 

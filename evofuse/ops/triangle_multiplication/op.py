@@ -259,10 +259,9 @@ def _output_backward(grad_rows: Tensor, z_rows: Tensor, t_rows: Tensor, norm_in_
             None if dy is None else dy[start:stop], None if tn is None else tn[start:stop], precision)
         total = sums if total is None else total + sums
         gate_out_bias.append(sums[2 * c + cz:])
-    grads = [total[:c].to(norm_out_weight.dtype) if needs[5] else None,
-             total[c:2 * c].to(norm_out_bias.dtype) if needs[6] else None,
-             matmul(dy.t(), tn, precision) if needs[7] else None,
-             total[2 * c:2 * c + cz].to(p_out_bias.dtype) if needs[8] else None]
+    low = total.to(z_rows.dtype)  # (the op's parameters are in the pair's dtype: one cast for all)
+    grads = [low[:c] if needs[5] else None, low[c:2 * c] if needs[6] else None,
+             matmul(dy.t(), tn, precision) if needs[7] else None, low[2 * c:2 * c + cz] if needs[8] else None]
     return grads, gate_out_bias
 
 
@@ -312,10 +311,9 @@ def _input_backward(rows: Tensor, mask: Tensor | None, norm_in_weight: Tensor, n
             xn, chunk_sums = backward_kernels.input_backward(
                 rows[start:stop], chunk_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, dab[:, start:stop],
                 chunk, dx[start:stop] if needs[0] else None, needs[3], precision)
-            parts = [chunk_sums[:cz].to(norm_in_weight.dtype) if needs[1] else None,
-                     chunk_sums[cz:2 * cz].to(norm_in_bias.dtype) if needs[2] else None,
-                     matmul(chunk, xn, precision) if needs[3] else None,
-                     torch.cat([chunk_sums[2 * cz:], gate_out_bias[k]]).to(in_bias.dtype) if needs[4] else None]
+            low = (torch.cat([chunk_sums, gate_out_bias[k]]) if needs[4] else chunk_sums).to(rows.dtype)
+            parts = [low[:cz] if needs[1] else None, low[cz:2 * cz] if needs[2] else None,
+                     matmul(chunk, xn, precision) if needs[3] else None, low[2 * cz:] if needs[4] else None]
         else:
             layer_norm_glu.layer_norm_glu(rows[start:stop], norm_in_weight, norm_in_bias, in_weight[:4 * c],
                                           None if in_bias is None else in_bias[:4 * c], chunk_mask,
