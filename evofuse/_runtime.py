@@ -33,6 +33,33 @@ def distributed(t: torch.Tensor) -> bool:
     return type(t) is not torch.Tensor and not torch.compiler.is_compiling()
 
 
+def rows_first(t: torch.Tensor) -> tuple[int, ...] | None:
+    """The order of t's dimensions that puts first the leading one a distributed tensor is sharded along, so that its
+    rows (every dimension but the last, flattened) stay one block a device and a backward's products over every row
+    gather nothing; None where there is none to move (a plain tensor, or one sharded along its first or last)."""
+    if not distributed(t):
+        return None
+    dims = [p.dim for p in getattr(t, "placements", ()) if isinstance(getattr(p, "dim", None), int)]
+    if not dims or dims[0] in (0, t.dim() - 1):
+        return None
+    return (dims[0], *(k for k in range(t.dim()) if k != dims[0]))
+
+
+def permuted(t: torch.Tensor, order: tuple[int, ...] | None, back: bool = False) -> torch.Tensor:
+    """t's dimensions in `order` (`rows_first`), or back from it; t itself where order is None."""
+    if order is None:
+        return t
+    return t.permute(sorted(range(len(order)), key=order.__getitem__) if back else order)
+
+
+def as_rows(t: torch.Tensor, order: tuple[int, ...] | None = None) -> torch.Tensor:
+    """t's rows (every dimension but the last flattened), its dimensions first in `order`: a copy for a distributed
+    tensor (see `contiguous`), else a view where it can be (a broadcast tensor stays one)."""
+    if order is None and not distributed(t):
+        return t.reshape(-1, t.shape[-1])
+    return contiguous(permuted(t, order)).view(-1, t.shape[-1])
+
+
 def contiguous(t: torch.Tensor) -> torch.Tensor:
     """t in contiguous memory. A distributed tensor is copied whatever its strides say: a DTensor's transposed
     gradient reports contiguous strides while its shards are transposed, and a view of it then fails on them."""

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._runtime import cdiv, custom_op, dot_precision, multiprocessors, next_pow2, traced
+from .._runtime import cdiv, custom_op, dot_precision, multiprocessors, next_pow2, permuted, rows_first, traced
 from ..reference import LAYER_NORM_EPS
 from .layer_norm_rows import centred_rows
 from .matmul import matmul
@@ -244,6 +244,10 @@ def layer_norm_linear_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, we
     of a larger gradient), x's gradient is written into it."""
     D = x.shape[-1]
     K = weight.shape[0]
+    # (a distributed x sharded along a later leading dimension: its rows taken that dimension first, dy's alike)
+    order = rows_first(x) if dy.dim() == x.dim() else None
+    x, dy = permuted(x, order), permuted(dy, order)
+    mask = None if mask is None else permuted(mask, None if order is None else order[:-1])
     rows = x.reshape(-1, D)
     dy = dy.reshape(-1, K)
     mask_rows = None if mask is None else mask.reshape(-1)
@@ -262,5 +266,5 @@ def layer_norm_linear_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, we
         xn, dx, d_ln, _, _ = backward(rows, ln_weight, ln_bias, dxn, None, None, needs[3], needs[0], precision)
         d_weight = matmul(dy.t(), xn, precision) if needs[3] else None
     d_ln_weight, d_ln_bias = d_ln.to(ln_weight.dtype)
-    return (dx.view(x.shape) if needs[0] else None, d_ln_weight if needs[1] else None,
+    return (permuted(dx.view(x.shape), order, back=True) if needs[0] else None, d_ln_weight if needs[1] else None,
             d_ln_bias if needs[2] else None, d_weight, d_bias)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import contiguous, keep_for_backward, operation, traced
+from ..._runtime import as_rows, contiguous, keep_for_backward, operation, rows_first, traced
 from ...stages.attention.core import attention, core_backward, core_backward_op, no_bias
 from ...stages.layer_norm_backward import layer_norm_linear_backward
 from ...stages.layer_norm_linear import layer_norm_linear
@@ -53,10 +53,10 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, needs, grad_out, *_):
     x, mask, lnw, lnb, w_qkvg, _, wo, _, qkvg, gated, lse = ctx.saved_tensors
-    D, H = x.shape[-1], wo.shape[1]
+    order = rows_first(grad_out)  # (by residues: each device's rows one block, nothing gathered)
     grad_out = contiguous(grad_out)  # (the MSA's transposed view's: the copy out_weight's product needs)
     grads = dict(out_bias=grad_out.sum((0, 1, 2), dtype=torch.float32).to(x.dtype) if needs["out_bias"] else None,
-                 out_weight=matmul(grad_out.reshape(-1, D).t(), gated.reshape(-1, H), ctx.precision)
+                 out_weight=matmul(as_rows(grad_out, order).t(), as_rows(gated, order), ctx.precision)
                  if needs["out_weight"] else None)
     inner = ("x", "layer_norm_weight", "layer_norm_bias", "qkvg_weight", "qkvg_bias")
     if not any(needs[name] for name in inner):  # the output projection's alone

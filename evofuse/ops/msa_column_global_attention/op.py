@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import contiguous, custom_op, distributed, keep_for_backward, next_pow2, operation, traced
+from ..._runtime import as_rows, custom_op, keep_for_backward, next_pow2, operation, permuted, rows_first, traced
 from ...reference import MASK_LOGIT, TRIANGLE_MIN_INF
 from ...stages.layer_norm_backward import layer_norm_linear_backward
 from ...stages.layer_norm_linear import layer_norm_linear
@@ -116,41 +116,26 @@ def _setup_context(ctx, inputs, output):
                       precision=precision)
 
 
-def _rows_order(grad_out: Tensor) -> tuple[int, int, int, int]:
-    """The order of the dimensions (B, R, L, D) in the rows the backward's products take over every row: the residues
-    first where the gradient is a distributed tensor sharded by them (`evofuse.sharding`: each device's rows then
-    stay one block, and nothing is gathered), else as they are."""
-    placements = getattr(grad_out, "placements", ()) if distributed(grad_out) else ()  # (other subclasses have none)
-    by_residues = any(getattr(p, "dim", None) == 1 for p in placements)
-    return (1, 0, 2, 3) if by_residues else (0, 1, 2, 3)
-
-
-def _ordered(t: Tensor, order: tuple[int, ...]) -> Tensor:
-    """t's dimensions in `order` (a swap of the first two, its own inverse), t itself in its own order."""
-    return t if order[0] == 0 else t.permute(order)
-
-
 def _backward(ctx, needs, grad_out, *_):
     x, mask, lnw, lnb, w_proj, _, b_q, wo, _, proj, q = ctx.saved_tensors
-    D, HC = x.shape[-1], wo.shape[1]
+    HC = wo.shape[1]
     dtype, precision = x.dtype, ctx.precision
-    order = _rows_order(grad_out)
-    rows = contiguous(_ordered(grad_out, order)).view(-1, D)  # (the MSA's transposed view's: the copy the products need)
-    du = _ordered(matmul(rows, wo, precision).view(*_ordered(x, order).shape[:3], HC), order)  # the gated rows' grad
+    order = rows_first(grad_out)  # (by residues: each device's rows one block, nothing gathered)
+    rows = as_rows(grad_out, order)  # (the MSA's transposed view's: the copy the products need)
+    du = permuted(matmul(rows, wo, precision).view(*permuted(x, order).shape[:3], HC), order, back=True)  # gated's
     backward = core_backward_op if traced(grad_out) else core_backward
     d_proj, gated, dq = backward(proj, mask, q, du, ctx.num_heads, ctx.inf, ctx.eps)
     out_weight = None
     if needs["out_weight"]:
-        out_weight = matmul(rows.t(), contiguous(_ordered(gated, order)).view(-1, HC), precision)
+        out_weight = matmul(rows.t(), as_rows(gated, order), precision)
     grads = dict(out_bias=grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs["out_bias"] else None,
                  out_weight=out_weight,
                  query_bias=dq.sum((0, 1)).to(dtype) if needs["query_bias"] and b_q is not None else None)
     inner = ("x", "layer_norm_weight", "layer_norm_bias", "proj_weight", "proj_bias")
     if not any(needs[name] for name in inner):  # the output projection's and the query bias's alone
         return grads
-    dx, *rest = layer_norm_linear_backward(_ordered(x, order), lnw, lnb, w_proj, _ordered(d_proj, order),
-                                           [needs[n] for n in inner], precision)
-    return grads | dict(zip(inner, (None if dx is None else _ordered(dx, order), *rest)))
+    return grads | dict(zip(inner, layer_norm_linear_backward(x, lnw, lnb, w_proj, d_proj, [needs[n] for n in inner],
+                                                              precision)))
 
 
 # the op, and its call: eagerly on plain tensors the same functions without the dispatcher

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import keep_for_backward, operation, traced
+from ..._runtime import as_rows, keep_for_backward, operation, rows_first, traced
 from ...stages.attention.core import attention, core_backward, core_backward_op
 from ...stages.layer_norm_backward import layer_norm_linear_backward
 from ...stages.layer_norm_linear import joined_bias, layer_norm_linear
@@ -74,12 +74,11 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, needs, grad_out, *_):
     msa_repr, pair_repr, mask, lnw, lnb, w_qkvg, _, wo, _, wz, _, pnw, pnb, qkvg, gated, lse, z = ctx.saved_tensors
-    D = msa_repr.shape[-1]
-    H = w_qkvg.shape[0] // 4
+    order = rows_first(grad_out)  # (by MSA rows: each device's rows one block, nothing gathered)
     grads = dict(
         out_proj_bias=grad_out.sum((0, 1, 2), dtype=torch.float32).to(msa_repr.dtype)
         if needs["out_proj_bias"] else None,
-        out_proj_weight=matmul(grad_out.reshape(-1, D).t(), gated.reshape(-1, H), ctx.precision)
+        out_proj_weight=matmul(as_rows(grad_out, order).t(), as_rows(gated, order), ctx.precision)
         if needs["out_proj_weight"] else None)
     msa = ("msa_repr", "layer_norm_weight", "layer_norm_bias", "qkvg_weight", "qkvg_bias")
     pair = ("pair_repr", "pair_norm_weight", "pair_norm_bias", "pair_bias_weight", "pair_bias_bias")

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from ..._runtime import (
+    as_rows,
     autotuned,
     bucket,
     cdiv,
@@ -23,6 +24,8 @@ from ..._runtime import (
     dot_precision,
     keep_for_backward,
     operation,
+    permuted,
+    rows_first,
     traced,
 )
 from ...reference import LAYER_NORM_EPS
@@ -113,9 +116,11 @@ core_backward_op = custom_op("transition_core_backward", core_backward, _core_ba
 
 def _backward(ctx, needs, grad_out):
     x, mask, lnw, lnb, w_in, b_in, w_out, _ = ctx.saved_tensors
-    C = w_out.shape[0]
-    grad = grad_out.reshape(-1, C)  # (a view where it can be: a broadcast gradient stays one)
-    mask_rows = None if mask is None else mask.reshape(-1).to(grad.dtype)
+    # (a distributed x sharded along a later leading dimension: every rows' product takes that dimension first)
+    order = rows_first(x)
+    x = permuted(x, order)
+    grad = as_rows(grad_out, order)  # (a view where it can be: a broadcast gradient stays one)
+    mask_rows = None if mask is None else as_rows(mask[..., None], order).view(-1).to(grad.dtype)
     grads = {}
     if needs["out_bias"]:  # the mask's rows of the gradient summed: a product, no masked copy
         grads["out_bias"] = (grad.sum(0) if mask_rows is None else grad.t() @ mask_rows).to(w_out.dtype)
@@ -129,8 +134,8 @@ def _backward(ctx, needs, grad_out):
         grads["out_weight"] = matmul(grad.t(), h, ctx.precision)
     del h
     if any(needs[name] for name in inner):
-        grads |= dict(zip(inner, layer_norm_linear_backward(x, lnw, lnb, w_in, d_pre, [needs[n] for n in inner],
-                                                            ctx.precision)))
+        dx, *rest = layer_norm_linear_backward(x, lnw, lnb, w_in, d_pre, [needs[n] for n in inner], ctx.precision)
+        grads |= dict(zip(inner, (None if dx is None else permuted(dx, order, back=True), *rest)))
     return grads
 
 

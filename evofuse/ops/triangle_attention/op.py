@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import contiguous, keep_for_backward, operation, rows_that_fit, traced
+from ..._runtime import as_rows, contiguous, keep_for_backward, operation, rows_first, rows_that_fit, traced
 from ...stages.attention.core import attention, core_backward, core_backward_op
 from ...stages.layer_norm_backward import layer_norm_linear_backward
 from ...stages.layer_norm_linear import joined_bias, layer_norm_linear
@@ -131,11 +131,12 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, needs, grad_out, *_):
     pair_repr, mask, lnw, lnb, w_proj, _, wo, _, bias, proj, gated, lse, z = ctx.saved_tensors
     z = z if bias is None else bias
-    c, H, h = pair_repr.shape[-1], wo.shape[1], ctx.num_heads
+    H, h = wo.shape[1], ctx.num_heads
+    order = rows_first(grad_out)  # (by the pair's rows: each device's rows one block, nothing gathered)
     grad_out = contiguous(grad_out)  # (the ending node's is a transposed view: the copy out_weight's product needs)
     grads = dict(
         out_bias=grad_out.sum((0, 1, 2), dtype=torch.float32).to(pair_repr.dtype) if needs["out_bias"] else None,
-        out_weight=matmul(grad_out.reshape(-1, c).t(), gated.reshape(-1, H), ctx.precision)
+        out_weight=matmul(as_rows(grad_out, order).t(), as_rows(gated, order), ctx.precision)
         if needs["out_weight"] else None)
     inner = ("pair_repr", "layer_norm_weight", "layer_norm_bias", "proj_weight", "proj_bias")
     if not any(needs[name] for name in (*inner, "bias")):  # the output projection's alone
