@@ -102,41 +102,6 @@ def test_gradients_in_row_chunks(outgoing, dtype, monkeypatch):
         torch.testing.assert_close(chunked, one_pass, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, LOW])
-def test_gradients_of_rows_too_wide_for_the_fused_input_pass(dtype):
-    """c_z 272: a block of rows and its gradient do not fit the fused input backward's registers
-    (`backward_kernels.fused_fits`), so the gates' gradients and the stacked projection's backward take their three
-    passes: every gradient within the contract."""
-    from evofuse.ops.triangle_multiplication import backward_kernels
-
-    assert not backward_kernels.fused_fits(272, 2) and not backward_kernels.fused_fits(272, 4)
-    assert backward_kernels.fused_fits(256, 2) and backward_kernels.fused_fits(128, 4)
-    z, mask = _inputs(1, 5, 272, seed=6)
-    check_gradients(_module(272, 4, outgoing=False, seed=2, bias=True), [z, mask], dtype, DEVICE, 1)
-
-
-def test_fused_backward_gpu_tiles(monkeypatch):
-    """Each tile a GPU's autotuner would offer the fused backward passes (input and output side) at Protenix's MSA
-    block's pair (c_z 16, c 128: 256 gated channels from 16) and at c_z 128, forced in turn (here in the
-    interpreter): every gradient within the float32 contract of float64."""
-    import evofuse._runtime as runtime
-    from evofuse.ops.triangle_multiplication import backward_kernels
-
-    from .helpers import rebuild_kernels
-
-    for c_z, c in ((16, 128), (128, 8)):
-        z, mask = _inputs(1, 5, c_z, seed=4)
-        with monkeypatch.context() as gpu:
-            gpu.setattr(runtime, "interpreting", lambda: False)
-            offered = backward_kernels._prune(None, dict(M=25, CZ=c_z, z_ptr=z))
-        assert offered
-        for config in offered:
-            monkeypatch.setattr(backward_kernels, "_prune", lambda *args, config=config, **kwargs: [config])
-            rebuild_kernels()
-            check_gradients(_module(c_z, c, seed=1, bias=True), [z, mask], torch.float32, DEVICE, 1)
-    rebuild_kernels()
-
-
 @pytest.mark.parametrize("outgoing, dtype", [(False, torch.float32), (True, LOW)])
 def test_whole_row_output_tile(outgoing, dtype, monkeypatch):
     """The output kernel at a whole-row tile (t's and the pair's rows normalized once, then two blocks of 16 output

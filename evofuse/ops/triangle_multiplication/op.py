@@ -8,10 +8,9 @@ for the output (`kernels.output_kernel`): LN_out and p_out of t, LN_in and g_out
 alone. Backward (`core_backward`): the output gate's gradients from y and g_out made again on chip (`output_kernel`
 with GRAD), the output projection's (`layer_norm_linear_backward` on t); a and b made again from z
 (`layer_norm_glu`), da and db by cuBLAS into one (2c, B, N, N) tensor; then, in row chunks where the pair is large
-(`input_chunks`), one pass of z (`backward_kernels.input_backward`) that makes p and g again on chip, writes the gates'
-gradients and takes z's and LN_in's through the stacked projection on chip, and cuBLAS's product for the stacked
-weight's gradient. Each tensor is dropped once used: the peak is the product's stage (a, b, da, db, dt and g_out's
-gradient beside t).
+(`input_chunks`), the gates' and projections' gradients from a pass of z that makes p and g again on chip
+(`layer_norm_glu` with grad) and one `layer_norm_linear_backward` of every input projection and LN_in. Each tensor is
+dropped once used: the peak is the product's stage (a, b, da, db, dt and g_out's gradient beside t).
 """
 
 from __future__ import annotations
@@ -34,8 +33,8 @@ from ...reference import LAYER_NORM_EPS
 from ...stages import layer_norm_glu
 from ...stages.layer_norm_backward import layer_norm_linear_backward
 from ...stages.layer_norm_linear import joined_bias
-from ...stages.matmul import matmul, matmul_into, uses_tensor_cores
-from . import backward_kernels, configs
+from ...stages.matmul import matmul_into, uses_tensor_cores
+from . import configs
 from .kernels import output_kernel
 
 # what the output kernel's autotuned choice is kept by
@@ -219,11 +218,16 @@ def core_backward(grad_out: Tensor, pair_repr: Tensor, pair_mask: Tensor | None,
     d_proj = pair_repr.new_empty(4 * c + max(1, cdiv(M, step)) * cz, step)
     z_rows, t_rows = pair_repr.reshape(M, cz), t.view(c, M)
     grad_rows = grad_out.reshape(M, cz)  # (a view where it can be: a broadcast gradient stays one)
+    dy = pair_repr.new_empty(B, N, N, cz)
+    for k, start in enumerate(range(0, M, step)):  # (y's gradient, and g_out's into its chunk's rows of d_proj)
+        stop = min(M, start + step)
+        _output(t_rows[:, start:stop], z_rows[start:stop], norm_in_weight, norm_in_bias, in_weight, in_bias,
+                norm_out_weight, norm_out_bias, p_out_weight, p_out_bias, precision, dy.view(M, cz)[start:stop],
+                grad_rows[start:stop], d_proj[4 * c + k * cz:4 * c + (k + 1) * cz, :stop - start])
     dt = pair_repr.new_empty(c, B, N, N)  # (channel major, written so: the products below take its planes as they are)
-    fused = backward_kernels.fused_fits(max(c, cz), pair_repr.element_size())
-    out_grads, gate_out_bias = (_output_backward if fused else _output_backward_in_passes)(
-        grad_rows, z_rows, t_rows, norm_in_weight, norm_in_bias, in_weight, in_bias, norm_out_weight, norm_out_bias,
-        p_out_weight, p_out_bias, d_proj, dt.view(c, M), step, needs, precision)
+    _, *out_grads = layer_norm_linear_backward(t.permute(1, 2, 3, 0), norm_out_weight, norm_out_bias, p_out_weight, dy,
+                                               (True, *needs[5:9]), precision, dx_out=dt.view(c, M).t())
+    del dy
     ab = _gated(pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, c, precision)
     dab = torch.empty_like(ab)  # (da and db written by cuBLAS into its halves)
     if outgoing:  # t = a b^T: da = dt b, db = dt^T a
@@ -232,95 +236,35 @@ def core_backward(grad_out: Tensor, pair_repr: Tensor, pair_mask: Tensor | None,
         _bmm(ab[c:], dt, None, precision, out=dab[:c]), _bmm(ab[:c], dt, False, precision, out=dab[c:])
     del ab, dt
     in_grads = _input_backward(z_rows, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias,
-                               dab.view(2 * c, M), d_proj, step, needs[:5], precision, gate_out_bias)
+                               dab.view(2 * c, M), d_proj, step, needs[:5], precision)
     if needs[0]:
         in_grads[0] = in_grads[0].view(pair_repr.shape)
     return [g if need and g is not None else pair_repr.new_empty(0) for g, need in zip((*in_grads, *out_grads), needs)]
 
 
-def _output_backward(grad_rows: Tensor, z_rows: Tensor, t_rows: Tensor, norm_in_weight: Tensor, norm_in_bias: Tensor,
-                     in_weight: Tensor, in_bias: Tensor | None, norm_out_weight: Tensor, norm_out_bias: Tensor,
-                     p_out_weight: Tensor, p_out_bias: Tensor | None, d_proj: Tensor, dt: Tensor, step: int,
-                     needs: list[bool], precision: str) -> tuple[list[Tensor | None], list[Tensor]]:
-    """The output side's gradients (LN_out's, p_out's; None where not needed) and, per chunk of `step` rows, g_out's
-    bias's (c_z,) float32: per chunk one pass (`backward_kernels.output_backward`) that writes g_out's pre-activation's
-    gradient into its chunk's rows of d_proj and t's into dt (c, M), then p_out's weight's gradient by one product.
-    grad_rows and z_rows (M, c_z), t_rows (c, M)."""
-    M, cz = z_rows.shape
-    c = t_rows.shape[0]
-    dy, tn = (z_rows.new_empty(M, cz), z_rows.new_empty(M, c)) if needs[7] else (None, None)
-    total, gate_out_bias = None, []
-    for k, start in enumerate(range(0, max(M, 1), step)):  # (one empty chunk where M = 0: zero gradients)
-        stop = min(M, start + step)
-        sums = backward_kernels.output_backward(
-            t_rows[:, start:stop], z_rows[start:stop], norm_in_weight, norm_in_bias, in_weight[4 * c:],
-            None if in_bias is None else in_bias[4 * c:], norm_out_weight, norm_out_bias, p_out_weight, p_out_bias,
-            grad_rows[start:stop], d_proj[4 * c + k * cz:4 * c + (k + 1) * cz, :stop - start], dt[:, start:stop],
-            None if dy is None else dy[start:stop], None if tn is None else tn[start:stop], precision)
-        total = sums if total is None else total + sums
-        gate_out_bias.append(sums[2 * c + cz:])
-    low = total.to(z_rows.dtype)  # (the op's parameters are in the pair's dtype: one cast for all)
-    grads = [low[:c] if needs[5] else None, low[c:2 * c] if needs[6] else None,
-             matmul(dy.t(), tn, precision) if needs[7] else None, low[2 * c:2 * c + cz] if needs[8] else None]
-    return grads, gate_out_bias
-
-
-def _output_backward_in_passes(grad_rows: Tensor, z_rows: Tensor, t_rows: Tensor, norm_in_weight: Tensor,
-                               norm_in_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None,
-                               norm_out_weight: Tensor, norm_out_bias: Tensor, p_out_weight: Tensor,
-                               p_out_bias: Tensor | None, d_proj: Tensor, dt: Tensor, step: int, needs: list[bool],
-                               precision: str) -> tuple[list[Tensor | None], None]:
-    """`_output_backward` for rows too wide for its pass: per chunk the output kernel with GRAD (y's gradient, and
-    g_out's into d_proj), then `layer_norm_linear_backward` of t."""
-    M, cz = z_rows.shape
-    c = t_rows.shape[0]
-    dy = z_rows.new_empty(M, cz)
-    for k, start in enumerate(range(0, M, step)):
-        stop = min(M, start + step)
-        _output(t_rows[:, start:stop], z_rows[start:stop], norm_in_weight, norm_in_bias, in_weight, in_bias,
-                norm_out_weight, norm_out_bias, p_out_weight, p_out_bias, precision, dy[start:stop],
-                grad_rows[start:stop], d_proj[4 * c + k * cz:4 * c + (k + 1) * cz, :stop - start])
-    _, *grads = layer_norm_linear_backward(t_rows.t(), norm_out_weight, norm_out_bias, p_out_weight, dy,
-                                           (True, *needs[5:9]), precision, dx_out=dt.t())
-    return grads, None
-
-
 def _input_backward(rows: Tensor, mask: Tensor | None, norm_in_weight: Tensor, norm_in_bias: Tensor,
                     in_weight: Tensor, in_bias: Tensor | None, dab: Tensor, d_proj: Tensor, step: int,
-                    needs: list[bool], precision: str, gate_out_bias: list[Tensor] | None) -> list[Tensor | None]:
+                    needs: list[bool], precision: str) -> list[Tensor | None]:
     """(dx (M, c_z) or empty, then LN_in's and the stacked projection's gradients or None) from the pair's rows (M,
     c_z), a's and b's gradients dab (2c, M), channel major, and d_proj (4c + chunks c_z, step) holding each chunk's
-    g_out gradient (`core_backward`), per chunk of `step` rows: p's and g's gradients, made from p and g made again on
-    chip (never in memory), are written into the 4c rows of d_proj before the chunk's g_out gradient, and dx and
-    LN_in's gradients are taken in the same pass (`backward_kernels.input_backward`), then the stacked weight's
-    gradient from that (4c + c_z, rows) matrix by one product; gate_out_bias holds each chunk's g_out bias gradient
-    (c_z,) float32 from `_output_backward`. Where it is None (rows too wide for the fused passes), three passes: the
-    gates' gradients (`layer_norm_glu` with grad), then `layer_norm_linear_backward`. The chunks' parameter sums are
-    added in float32."""
+    g_out gradient (`core_backward`): per chunk of `step` rows a pass of the rows that makes p and g again on chip
+    and writes their gradients into the 4c rows of d_proj before the chunk's g_out gradient (`layer_norm_glu` with
+    grad; p and g, 4c planes, are never in memory), then `layer_norm_linear_backward` of that (4c + c_z, rows)
+    gradient, writing dx in place; the parameters' chunk sums added in float32."""
     M, cz = rows.shape
     c = dab.shape[0] // 2
     mask_rows = None if mask is None else mask.reshape(M)
     dx = rows.new_empty(M, cz) if needs[0] else rows.new_empty(0)
-    fused = gate_out_bias is not None
     sums: list[Tensor | None] = [None] * 4
     for k, start in enumerate(range(0, max(M, 1), step)):  # (one empty chunk where M = 0: zero gradients)
         stop = min(M, start + step)
         chunk = d_proj[k * cz:k * cz + 4 * c + cz, :stop - start]  # (4c + c_z, rows): p's and g's gradients, g_out's
-        chunk_mask = None if mask_rows is None else mask_rows[start:stop]
-        if fused:
-            xn, chunk_sums = backward_kernels.input_backward(
-                rows[start:stop], chunk_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, dab[:, start:stop],
-                chunk, dx[start:stop] if needs[0] else None, needs[3], precision)
-            low = (torch.cat([chunk_sums, gate_out_bias[k]]) if needs[4] else chunk_sums).to(rows.dtype)
-            parts = [low[:cz] if needs[1] else None, low[cz:2 * cz] if needs[2] else None,
-                     matmul(chunk, xn, precision) if needs[3] else None, low[2 * cz:] if needs[4] else None]
-        else:
-            layer_norm_glu.layer_norm_glu(rows[start:stop], norm_in_weight, norm_in_bias, in_weight[:4 * c],
-                                          None if in_bias is None else in_bias[:4 * c], chunk_mask,
-                                          dab[:, start:stop].t(), "sigmoid", precision, chunk[:4 * c].t(), grad=True)
-            _, *parts = layer_norm_linear_backward(rows[start:stop], norm_in_weight, norm_in_bias, in_weight,
-                                                   chunk.t(), needs, precision,
-                                                   dx_out=dx[start:stop] if needs[0] else None)
+        layer_norm_glu.layer_norm_glu(rows[start:stop], norm_in_weight, norm_in_bias, in_weight[:4 * c],
+                                      None if in_bias is None else in_bias[:4 * c],
+                                      None if mask_rows is None else mask_rows[start:stop], dab[:, start:stop].t(),
+                                      "sigmoid", precision, chunk[:4 * c].t(), grad=True)
+        _, *parts = layer_norm_linear_backward(rows[start:stop], norm_in_weight, norm_in_bias, in_weight, chunk.t(),
+                                               needs, precision, dx_out=dx[start:stop] if needs[0] else None)
         if step >= M:
             return [dx, *parts]
         sums = [None if part is None else part.float() if total is None else total.add_(part)
