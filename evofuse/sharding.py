@@ -27,9 +27,11 @@ Rules so far (every one also takes all inputs replicated):
   as the pair is), and the attention of the local rows gathers the bias (B, h, N, N), never the pair; the bias's
   gradient then a partial sum over the rows;
 - column attention and global column attention: by batch elements or by residues (the MSA as its transposed view
-  (B, N, S, D): each residue's column on one device), nothing moved in the forward; by residues column attention's
-  backward gathers the rows' gradients for its products over all rows (the weight gradients, the LayerNorm's), global
-  column attention's takes its rows residue major and gathers nothing; attention with pair bias: by batch elements.
+  (B, N, S, D): each residue's column on one device), nothing moved; attention with pair bias: by batch elements.
+
+A backward's products over every row (weight gradients, the LayerNorms') take a tensor sharded along a later leading
+dimension with that dimension first (`_runtime.rows_first`), so each device's rows stay one block: by MSA rows,
+residues or the transition's leading dimensions nothing is gathered.
 """
 
 from __future__ import annotations
