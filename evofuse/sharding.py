@@ -7,6 +7,9 @@ DTensors (it imports `torch.distributed.tensor`, which `import evofuse` does not
 Rules so far (every one also takes all inputs replicated):
 - the Outer Product Mean: the MSA and its mask sharded by batch elements (Shard(0)), parameters replicated; the
   output and the kept projections Shard(0); in the backward the projections' gradient Shard(0), out_proj's Partial();
+  or by MSA rows (Shard(1)) where the counts over every row are given (the functional form reduces them from the
+  mask, and adds the bias outside the op): the output a partial sum over the rows (Partial()), the projections
+  Shard(1), in the backward out_proj's gradient Partial();
 - the LayerNorm (+ linear) backward that the operations' backwards share (`evofuse::layer_norm_backward`): rows
   sharded (Shard(0)), the rows' outputs Shard(0), the parameters' gradients Partial();
 - pair-weighted averaging: the MSA, the pair and its mask sharded by batch elements, parameters replicated (the
@@ -71,22 +74,31 @@ def _triangle_multiplication_backward(grad_out, pair_repr, pair_mask, *rest):
 
 @register_sharding(_ops.outer_product_mean.default)
 def _outer_product_mean(msa_repr, msa_mask, *rest):
-    # (ab is (0,) unless train: Shard(0) either way)
-    params, options = rest[:8], [None] * 4  # (normalization, count_eps, precision, train)
-    return [([Replicate(), Replicate()], [Replicate(), None if msa_mask is None else Replicate(),
-                                          *_replicated(params), *options]),
-            ([Shard(0), Shard(0)],
-             [Shard(0), None if msa_mask is None else Shard(0), *_replicated(params), *options])]
+    # (ab is (0,) unless train: Shard(0) or Shard(1) either way)
+    params, counts, options = rest[:8], rest[8], [None] * 4  # (normalization, count_eps, precision, train)
+    strategies = [([Replicate(), Replicate()], [Replicate(), None if msa_mask is None else Replicate(),
+                                                *_replicated(params), None if counts is None else Replicate(),
+                                                *options]),
+                  ([Shard(0), Shard(0)], [Shard(0), None if msa_mask is None else Shard(0), *_replicated(params),
+                                          None if counts is None else Shard(0), *options])]
+    if counts is not None:  # by MSA rows, the counts over every row given: the output a partial sum over the rows
+        strategies.append(([Partial(), Shard(1)], [Shard(1), None if msa_mask is None else Shard(1),
+                                                   *_replicated(params), Replicate(), *options]))
+    return strategies
 
 
 @register_sharding(_ops.outer_product_mean_core_backward.default)
 def _outer_product_mean_backward(ab, grad_out, counts, weight, *options):
     need_ab, need_weight = options[2], options[3]  # (normalization, count_eps, need_ab, need_weight, precision)
     rest = [None] * len(options)
-    return [([Replicate()] * 3, [Replicate(), Replicate(), None if counts is None else Replicate(), Replicate(),
-                                 *rest]),
-            ([Shard(0) if need_ab else Replicate(), Partial() if need_weight else Replicate(), Partial()],
-             [Shard(0), Shard(0), None if counts is None else Shard(0), Replicate(), *rest])]
+    strategies = [([Replicate()] * 3, [Replicate(), Replicate(), None if counts is None else Replicate(), Replicate(),
+                                       *rest]),
+                  ([Shard(0) if need_ab else Replicate(), Partial() if need_weight else Replicate(), Partial()],
+                   [Shard(0), Shard(0), None if counts is None else Shard(0), Replicate(), *rest])]
+    if counts is not None:  # by MSA rows: the output's gradient and the counts whole, out_proj's weight's partial
+        strategies.append(([Shard(1) if need_ab else Replicate(), Partial() if need_weight else Replicate(),
+                            Replicate()], [Shard(1), Replicate(), Replicate(), Replicate(), *rest]))
+    return strategies
 
 
 @register_sharding(_ops.layer_norm_backward.default)

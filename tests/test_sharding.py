@@ -36,7 +36,13 @@ def _case(name):
     if op in ("trimul-outgoing", "trimul-incoming"):
         mod = evofuse.TriangleMultiplication(16, 8, outgoing=op.endswith("outgoing"))
         return mod, [torch.randn(B, 7, 7, 16), _mask(B, 7, 7)], [0, 0], 0
-    if op == "opm":
+    if op in ("opm", "opm-unmasked"):
+        if shard:  # (by MSA rows: the output a partial sum over the devices' rows; AF2's normalization, and without
+            # a mask the seed module's)
+            if op == "opm":
+                mod = evofuse.OuterProductMean(16, 8, 8, normalization="count_ij_after")
+                return mod, [torch.randn(2, 2 * B, 7, 16), _mask(2, 2 * B, 7)], [1, 1], None
+            return evofuse.OuterProductMean(16, 8, 8), [torch.randn(2, 2 * B, 7, 16), None], [1, None], None
         return evofuse.OuterProductMean(16, 8, 8), [torch.randn(B, 5, 7, 16), _mask(B, 5, 7)], [0, 0], 0
     if op == "trans":
         dim = int(shard)
@@ -64,7 +70,7 @@ def _case(name):
 
 
 def _compare(mesh, name):
-    from torch.distributed.tensor import Replicate, Shard, distribute_module, distribute_tensor
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_module, distribute_tensor
 
     mod, inputs, dims, out_dim = _case(name)
     whole = [t.clone().requires_grad_() for t in inputs[:-1]]
@@ -75,13 +81,14 @@ def _compare(mesh, name):
     sharded = distribute_module(mod, mesh)  # (the parameters replicated)
 
     def placed():
-        return [distribute_tensor(t, mesh, [Replicate() if d is None else Shard(d)]) for t, d in zip(inputs, dims)]
+        return [None if t is None else distribute_tensor(t, mesh, [Replicate() if d is None else Shard(d)])
+                for t, d in zip(inputs, dims)]
     from torch.distributed.tensor.debug import CommDebugMode
 
     args = placed()
     with torch.no_grad(), CommDebugMode() as comms:
         got = sharded(*args)
-    _check("inference output", got, want, Shard(out_dim))
+    _check("inference output", got, want, Partial() if out_dim is None else Shard(out_dim))
     # (by batch elements nothing moves; by the pair's rows the bias alone is gathered, as the placements say)
     gathers = sum(n for op, n in comms.get_comm_counts().items() if "all_gather" in str(op))
     assert gathers == (1 if name in ("tri-starting:1", "tri-ending:2") else 0), comms.get_comm_counts()
@@ -89,7 +96,9 @@ def _compare(mesh, name):
     for t in args[:-1]:
         t.requires_grad_()
     got = sharded(*args)
-    _check("output", got, want, Shard(out_dim))
+    _check("output", got, want, Partial() if out_dim is None else Shard(out_dim))
+    if out_dim is None:  # (the loss of a partial sum: reduced here, so that the backward below is the op's alone)
+        got = got.redistribute(mesh, [Replicate()])
     with CommDebugMode() as comms:
         got.square().sum().backward()
     # (nothing moves, every rows' product taking each device's rows as one block; but triangle attention by the
@@ -187,16 +196,16 @@ def test_a_patched_model_layer_on_sharded_tensors():
         mp.spawn(_layer_worker, args=(os.path.join(folder, "store"),), nprocs=WORLD)
 
 
-@pytest.mark.parametrize("name", ["trimul-outgoing", "trimul-incoming", "opm", "trans:0", "trans:1", "pwa", "pwa:1",
-                                  "att:0", "att:1", "tri-starting", "tri-ending", "tri-starting:1",
-                                  "tri-ending:2", "col", "col:2", "gcol", "gcol:2", "apb"])
+@pytest.mark.parametrize("name", ["trimul-outgoing", "trimul-incoming", "opm", "opm:1", "opm-unmasked:1", "trans:0",
+                                  "trans:1", "pwa", "pwa:1", "att:0", "att:1", "tri-starting", "tri-ending",
+                                  "tri-starting:1", "tri-ending:2", "col", "col:2", "gcol", "gcol:2", "apb"])
 def test_sharded_matches_whole(name):
-    """att:1 is row attention by MSA rows (the pair replicated), pwa:1 pair-weighted averaging likewise, trans:1
-    the transition by its second dimension, tri-starting:1 and tri-ending:2 triangle attention by the pair's rows and
-    columns, col:2 and gcol:2 column and global column attention by residues; the others by batch elements. Each
-    process makes an inference call and then a training call at the same shapes: DTensor caches an op's sharding by
-    its arguments from the first integer one on (`register_sharding`), and an op's kept outputs differ between the
-    two."""
+    """opm:1 and opm-unmasked:1 are the Outer Product Mean by MSA rows, att:1 row attention by MSA rows (the pair
+    replicated), pwa:1 pair-weighted averaging likewise, trans:1 the transition by its second dimension, tri-
+    starting:1 and tri-ending:2 triangle attention by the pair's rows and columns, col:2 and gcol:2 column and
+    global column attention by residues; the others by batch elements. Each process makes an inference call and then
+    a training call at the same shapes: DTensor caches an op's sharding by its arguments from the first integer one
+    on (`register_sharding`), and an op's kept outputs differ between the two."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as folder:

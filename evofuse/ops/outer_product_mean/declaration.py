@@ -9,6 +9,7 @@ from torch import nn
 
 from ... import reference as ref
 from ..._dispatch import triton_available
+from ..._runtime import rows_first
 from ...front.declaration import Case, Operation, linears
 from ...front.door import POSITIVE, Form, front, one_of
 from ...front.parts import check_options
@@ -20,15 +21,31 @@ else:
     op = None
 
 
+def _outer_product_mean(a, train):
+    counts, bias = None, a.out_proj_bias
+    if rows_first(a.msa_repr) == (1, 0, 2, 3):  # a distributed MSA split by its rows: each device's part a partial sum
+        from torch.distributed.tensor import Replicate
+
+        mask = torch.ones_like(a.msa_repr[..., 0]) if a.msa_mask is None else a.msa_mask
+        counts = op.counts_of(mask, a.normalization)  # (over every row, reduced once: the backward keeps them)
+        counts = counts.redistribute(counts.device_mesh, [Replicate()] * counts.device_mesh.ndim)
+        bias = torch.zeros_like(bias)
+    out = op.outer_product_mean(
+        a.msa_repr, a.msa_mask, a.layer_norm_weight, a.layer_norm_bias, a.proj_a_weight, a.proj_a_bias,
+        a.proj_b_weight, a.proj_b_bias, a.out_proj_weight, bias, counts, a.normalization, float(a.count_eps),
+        a.precision, train)[0]
+    if counts is None:
+        return out
+    if a.normalization == "count_ij_after":  # (the bias divided with the products)
+        return out + a.out_proj_bias / (counts + a.count_eps)[..., None].to(out.dtype)
+    return out + a.out_proj_bias
+
+
 OUTER_PRODUCT_MEAN = Form(
     "Outer Product Mean", "msa", ("msa_repr", "msa_mask"),
     dict(layer_norm_weight="D", layer_norm_bias="D", proj_a_weight="c D", proj_a_bias="c", proj_b_weight="c D",
          proj_b_bias="c", out_proj_weight="R cc", out_proj_bias="R"),
-    ref.outer_product_mean_reference,
-    lambda a, train: op.outer_product_mean(
-        a.msa_repr, a.msa_mask, a.layer_norm_weight, a.layer_norm_bias, a.proj_a_weight, a.proj_a_bias,
-        a.proj_b_weight, a.proj_b_bias, a.out_proj_weight, a.out_proj_bias, a.normalization, float(a.count_eps),
-        a.precision, train)[0],
+    ref.outer_product_mean_reference, _outer_product_mean,
     optional=("proj_a_bias", "proj_b_bias"),
     later=dict(out_proj_weight="R cc", out_proj_bias="R"), letters=lambda sizes: {"cc": sizes["c"] ** 2},
     rules={"normalization": one_of(ref.NORMALIZATIONS), "count_eps": POSITIVE},

@@ -52,7 +52,7 @@ def fused(hidden_dim: int, dtype: torch.dtype) -> bool:
     return hidden_dim in FUSED_HIDDEN_DIMS and dtype in (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _counts(mask: Tensor | None, normalization: str) -> Tensor | None:
+def counts_of(mask: Tensor | None, normalization: str) -> Tensor | None:
     """The counts the normalization divides by, (B, N, N) float32 (a broadcast view for "count_i", whose
     count depends on i alone), or None without a mask (every count is S). Exact for 0/1 masks."""
     if mask is None:
@@ -67,20 +67,22 @@ def _counts(mask: Tensor | None, normalization: str) -> Tensor | None:
 def outer_product_mean_forward(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_weight: Tensor,
                                layer_norm_bias: Tensor, proj_a_weight: Tensor, proj_a_bias: Tensor | None,
                                proj_b_weight: Tensor, proj_b_bias: Tensor | None, out_proj_weight: Tensor,
-                               out_proj_bias: Tensor, normalization: str, count_eps: float, precision: str,
-                               train: int) -> tuple[Tensor, Tensor]:
+                               out_proj_bias: Tensor, counts: Tensor | None, normalization: str, count_eps: float,
+                               precision: str, train: int) -> tuple[Tensor, Tensor]:
     """(out (B, N, N, R), ab (B, S, N, 2c)): the output and, when `train`, the masked projections [a | b] that
     the backward takes (else an empty tensor), both in msa_repr's dtype. Every parameter already has
-    msa_repr's dtype (the functional API casts them). `train` is a bool typed int: DTensor keys its cache of an op's
-    sharding on the arguments from the first int one on (`evofuse.sharding`), and the kept output's shape is
-    train's."""
+    msa_repr's dtype (the functional API casts them). counts (B, N, N) float32: what the normalization divides by,
+    given where the MSA's rows are split over devices (the counts over every row; the output is then a partial sum
+    over the rows, its bias given as zeros), or None: made from the mask. `train` is a bool typed int: DTensor keys
+    its cache of an op's sharding on the arguments from the first int one on (`evofuse.sharding`), and the kept
+    output's shape is train's."""
     B, S, N, _ = msa_repr.shape
     R = out_proj_weight.shape[0]
     ab = layer_norm_linear(msa_repr, layer_norm_weight, layer_norm_bias, torch.cat([proj_a_weight, proj_b_weight]),
                            joined_bias([proj_a_bias, proj_b_bias], [proj_a_weight, proj_b_weight]), msa_mask, precision)
     if B * N * N * R == 0:
         return torch.zeros(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device), ab
-    counts = _counts(msa_mask, normalization)
+    counts = counts_of(msa_mask, normalization) if counts is None else counts
     eps = count_eps if normalization == "count_ij_after" else 0.0
     if msa_repr.dtype != torch.float32:  # 16-bit: the outer products by cuBLAS, a block of rows i at a time
         out = torch.empty(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device)
@@ -318,7 +320,7 @@ core_backward_op = custom_op("outer_product_mean_core_backward", core_backward, 
 
 
 def _fake(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight, proj_a_bias, proj_b_weight, proj_b_bias,
-          out_proj_weight, out_proj_bias, normalization, count_eps, precision, train):
+          out_proj_weight, out_proj_bias, counts, normalization, count_eps, precision, train):
     B, S, N, _ = msa_repr.shape
     c = proj_a_weight.shape[0]
     ab = msa_repr.new_empty(B, S, N, 2 * c) if train or B * N * N * out_proj_weight.shape[0] == 0 else \
@@ -327,7 +329,7 @@ def _fake(msa_repr, msa_mask, layer_norm_weight, layer_norm_bias, proj_a_weight,
 
 
 def _setup_context(ctx, inputs, output):
-    msa_repr, msa_mask, *params, normalization, count_eps, precision, _ = inputs
+    msa_repr, msa_mask, *params, normalization, count_eps, precision, _ = inputs  # (params: counts last)
     keep_for_backward(ctx, [msa_repr, msa_mask, *params], [output[1]], normalization=normalization,
                       count_eps=count_eps, precision=precision)
 
@@ -335,7 +337,7 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, needs, grad_out, _grad_ab):
     """The gradients of the inputs `needs` names, from the forward's masked projections ab (B, S, N, 2c) and
     grad_out (B, N, N, R)."""
-    msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, bo, ab = ctx.saved_tensors
+    msa_repr, mask, lnw, lnb, wa, ba, wb, bb, wo, bo, counts, ab = ctx.saved_tensors
     c = wa.shape[0]
     dtype = msa_repr.dtype
     projections = ("proj_a_weight", "proj_a_bias", "proj_b_weight", "proj_b_bias")
@@ -343,8 +345,9 @@ def _backward(ctx, needs, grad_out, _grad_ab):
     if not (need_ab or needs["out_proj_weight"] or needs["out_proj_bias"]):
         return {}
     backward = core_backward_op if traced(grad_out) else core_backward
-    d_ab, d_wo, d_bo = backward(ab, grad_out, _counts(mask, ctx.normalization), wo, ctx.normalization, ctx.count_eps,
-                                need_ab, needs["out_proj_weight"], ctx.precision)
+    counts = counts_of(mask, ctx.normalization) if counts is None else counts
+    d_ab, d_wo, d_bo = backward(ab, grad_out, counts, wo, ctx.normalization, ctx.count_eps, need_ab,
+                                needs["out_proj_weight"], ctx.precision)
     grads = dict(out_proj_weight=d_wo.to(dtype) if needs["out_proj_weight"] else None,
                  out_proj_bias=d_bo.to(dtype) if needs["out_proj_bias"] else None)
     if not need_ab:
