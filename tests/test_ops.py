@@ -13,14 +13,19 @@ from .conftest import DEVICE
 from .helpers import att_module, opm_module, random_mask
 
 
-def _opm_args(train, mask_kind="random", projection_bias=True, dtype=torch.float32):
+def _opm_args(train, mask_kind="random", projection_bias=True, dtype=torch.float32, given_counts=False):
+    """The op's arguments; `given_counts`: the counts passed in (as for an MSA split by its rows), not made."""
+    from evofuse.ops.outer_product_mean.op import counts_of
+
     mod = opm_module(16, 6, 8, seed=1).to(DEVICE, dtype)
     x = torch.randn(1, 3, 5, 16, device=DEVICE, dtype=dtype, requires_grad=train)
     mask = random_mask(1, 3, 5, mask_kind, 2)
+    mask = None if mask is None else mask.to(DEVICE)
     params = [p.detach().requires_grad_(train) for p in mod.parameters()]
     if not projection_bias:  # proj_a's and proj_b's biases None
         params[3] = params[5] = None
-    return (x, None if mask is None else mask.to(DEVICE), *params, "count_ij_after", 1e-3, "default", train)
+    counts = counts_of(mask, "count_ij_after").contiguous() if given_counts else None
+    return (x, mask, *params, counts, "count_ij_after", 1e-3, "default", train)
 
 
 def _att_args(train, openfold=False):
@@ -61,6 +66,7 @@ def test_opcheck_outer_product_mean(train):
     torch.library.opcheck(outer_product_mean_op, _opm_args(train))
     torch.library.opcheck(outer_product_mean_op, _opm_args(train, "none"))
     torch.library.opcheck(outer_product_mean_op, _opm_args(train, projection_bias=False))
+    torch.library.opcheck(outer_product_mean_op, _opm_args(train, given_counts=True))
     # 16-bit inputs: the outer products by cuBLAS (the interpreter's bfloat16 products are not checked)
     torch.library.opcheck(outer_product_mean_op, _opm_args(train, dtype=torch.float16 if DEVICE == "cpu" else torch.bfloat16))
 
