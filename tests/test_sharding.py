@@ -145,25 +145,36 @@ def _worker(rank, store, name):
     os._exit(0)
 
 
-def _patched_layer(mesh):
-    """A patched Boltz-2 PairformerLayer (narrow widths) on inputs sharded by batch elements, in inference (its
-    in-place forward): the same outputs as on the whole tensors, sharded alike, nothing moved. (Boltz's own training
-    forward makes its dropout masks as plain tensors, which DTensor refuses beside its own: its context-parallel
-    package brings layers of its own for that.)"""
-    from boltz.model.layers.pairformer import PairformerLayer
+def _patched_layer(mesh, family):
+    """A patched Pairformer layer (narrow widths; Boltz-2's PairformerLayer, Protenix's PairformerBlock) on inputs
+    sharded by batch elements, in inference (Boltz's in-place forward): the same outputs as on the whole tensors,
+    sharded alike, nothing moved. (Boltz's own training forward makes its dropout masks as plain tensors, which
+    DTensor refuses beside its own: its context-parallel package brings layers of its own for that.)"""
     from torch.distributed.tensor import Shard, distribute_module, distribute_tensor
     from torch.distributed.tensor.debug import CommDebugMode
 
-    from evofuse.integrations import boltz
-
     torch.manual_seed(0)
-    layer = PairformerLayer(32, 16, num_heads=2, dropout=0.0, pairwise_head_width=8, pairwise_num_heads=2,
-                            v2=True).eval()
-    assert len(boltz.patch(layer)) == 7  # (attention, both triangle multiplications and attentions, transitions)
     s, z, mask = torch.randn(B, 9, 32), torch.randn(B, 9, 9, 16), _mask(B, 9)
-    inputs = (s, z, mask, mask[:, :, None] * mask[:, None, :])
+    pair_mask = mask[:, :, None] * mask[:, None, :]
+    if family == "boltz":
+        from boltz.model.layers.pairformer import PairformerLayer
+
+        from evofuse.integrations import boltz as integration
+
+        layer = PairformerLayer(32, 16, num_heads=2, dropout=0.0, pairwise_head_width=8, pairwise_num_heads=2,
+                                v2=True).eval()
+        inputs = (s, z, mask, pair_mask)
+    else:
+        from protenix.model.modules.pairformer import PairformerBlock
+
+        from evofuse.integrations import protenix as integration
+
+        layer = PairformerBlock(n_heads=2, c_z=16, c_s=32, c_hidden_mul=8, c_hidden_pair_att=8, no_heads_pair=2,
+                                dropout=0.0).eval()
+        inputs = (s, z, pair_mask)
+    assert len(integration.patch(layer)) == 7  # (attention, both triangle multiplications and attentions, transitions)
     with torch.no_grad():
-        want = layer(*inputs)
+        want = layer(*(t.clone() for t in inputs))
         sharded, placed = distribute_module(layer, mesh), [distribute_tensor(t, mesh, [Shard(0)]) for t in inputs]
         with CommDebugMode() as comms:
             got = sharded(*placed)
@@ -172,8 +183,9 @@ def _patched_layer(mesh):
         _check(what, g, w, Shard(0))
 
 
-def _layer_worker(rank, store):
+def _layer_worker(rank, store, family):
     os.environ["EVOFUSE_IMPL"] = "triton"
+    os.environ.setdefault("LAYERNORM_TYPE", "torch")  # (Protenix's own LayerNorm builds a CUDA extension otherwise)
     warnings.filterwarnings("error", message="evofuse: no fused")
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     try:
@@ -181,19 +193,24 @@ def _layer_worker(rank, store):
 
         import evofuse.sharding  # noqa: F401
 
-        _patched_layer(DeviceMesh("cpu", list(range(WORLD))))
+        _patched_layer(DeviceMesh("cpu", list(range(WORLD))), family)
         dist.barrier()
     finally:
         dist.destroy_process_group()
     os._exit(0)  # (as _worker)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("boltz") is None, reason="needs boltz 2.2.1 (--no-deps)")
-def test_a_patched_model_layer_on_sharded_tensors():
+@pytest.mark.parametrize("family", [
+    pytest.param("boltz", marks=pytest.mark.skipif(importlib.util.find_spec("boltz") is None,
+                                                   reason="needs boltz 2.2.1 (--no-deps)")),
+    pytest.param("protenix", marks=pytest.mark.skipif(
+        any(importlib.util.find_spec(name) is None for name in ("protenix", "optree", "rdkit", "scipy")),
+        reason="needs protenix 2.0.0 (--no-deps) and its imports"))])
+def test_a_patched_model_layer_on_sharded_tensors(family):
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as folder:
-        mp.spawn(_layer_worker, args=(os.path.join(folder, "store"),), nprocs=WORLD)
+        mp.spawn(_layer_worker, args=(os.path.join(folder, "store"), family), nprocs=WORLD)
 
 
 @pytest.mark.parametrize("name", ["trimul-outgoing", "trimul-incoming", "opm", "opm:1", "opm-unmasked:1", "trans:0",
