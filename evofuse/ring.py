@@ -8,7 +8,9 @@ output and log-sum-exp. Triangle attention is this core on the pair's rows (S = 
 per head); row attention on the MSA's rows. The queries' and the keys' tiles hold as many residues each.
 
 Both run the core's Triton kernels where they take the call (head width up to 128, 16- and 32-bit floats, on a CUDA
-device or in Triton's interpreter) and the plain-PyTorch definition otherwise (`impl` as everywhere in evofuse).
+device or in Triton's interpreter) and the plain-PyTorch definition otherwise (`impl` as everywhere in evofuse). Traced
+(torch.compile, torch.export), the kernels' calls are the custom ops `evofuse::attention_tile_forward` and
+`evofuse::attention_tile_backward`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from torch import Tensor
 
 from . import reference as ref
 from ._dispatch import resolve_impl, triton_available
+from ._runtime import traced
 from ._validation import check_floating, check_shapes
 from .front.parts import check_options
 
@@ -82,9 +85,9 @@ def attention_tile_forward(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None 
         with torch.no_grad():
             o, lse = ref.attention_tile_reference(q, k, v, bias, mask, mask_mode)
         return o, lse.double()
-    from .stages.attention.tile import tile_forward
+    from .stages.attention.tile import tile_forward, tile_forward_op
 
-    return tile_forward(q, k, v, bias, mask, mask_mode, precision)
+    return (tile_forward_op if traced(q) else tile_forward)(q, k, v, bias, mask, mask_mode, precision)
 
 
 def merge_tiles(outputs: list[Tensor], lses: list[Tensor]) -> tuple[Tensor, Tensor]:
@@ -148,6 +151,7 @@ def attention_tile_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, b
     if not _fused(q, impl):
         with torch.no_grad():
             return _backward_reference(grad_out, q, k, v, bias, mask, out, lse, mask_mode, bias_grad)
-    from .stages.attention.tile import tile_backward
+    from .stages.attention.tile import tile_backward, tile_backward_op
 
-    return tile_backward(grad_out, q, k, v, bias, mask, out, lse, mask_mode, precision, bias_grad)
+    return (tile_backward_op if traced(q) else tile_backward)(grad_out, q, k, v, bias, mask, out, lse, mask_mode,
+                                                              precision, bias_grad)

@@ -79,6 +79,42 @@ def test_tiles_merge_to_the_whole_rows(T, mask_mode, with_bias, dtype, impl):
         assert rel_error(got, leaf.grad) <= bound, f"{name}'s gradient"
 
 
+@pytest.mark.no_poison
+@pytest.mark.parametrize("with_bias, bias_grad", [(True, True), (True, False), (False, False)])
+def test_tile_ops_opcheck(with_bias, bias_grad):
+    """The tiles' kernels as custom ops (`evofuse::attention_tile_forward` and `_backward`): schema, fake and
+    dispatch checks (torch.library.opcheck)."""
+    from evofuse.stages.attention.tile import tile_backward_op, tile_forward_op
+
+    q, k, v, bias, mask = (None if t is None else t.float().to(DEVICE) for t in _inputs(4, with_bias=with_bias))
+    torch.library.opcheck(tile_forward_op, (q, k, v, bias, mask, "add", "default"))
+    o, lse = tile_forward_op(q, k, v, bias, mask, "add", "default")
+    torch.library.opcheck(tile_backward_op, (torch.randn_like(o), q, k, v, bias, mask, o, lse, "add", "default",
+                                             bias_grad))
+
+
+@pytest.mark.no_poison
+def test_a_compiled_ring_step_matches_the_eager_one():
+    """torch.compile(fullgraph=True) traces a query tile's forward over two key tiles, their merge and each tile's
+    backward (through the tiles' ops, no graph break) and computes what the eager calls do."""
+    q, k, v, bias, mask = (t.float().to(DEVICE) for t in _inputs(4))
+
+    def step(q, k, v, bias, mask, grad):
+        tiles = [(k[:, :, :4], v[:, :, :4], bias[:, :, :4, :4].contiguous(), mask[:, :, :4]),
+                 (k[:, :, 4:], v[:, :, 4:], bias[:, :, :4, 4:].contiguous(), mask[:, :, 4:])]
+        parts = [ring.attention_tile_forward(q[:, :, :4], *tile, mask_mode="add", impl="triton") for tile in tiles]
+        o, lse = ring.merge_tiles([p[0] for p in parts], [p[1] for p in parts])
+        grads = [ring.attention_tile_backward(grad, q[:, :, :4], *tile[:3], tile[3], o, lse, mask_mode="add",
+                                              impl="triton") for tile in tiles]
+        return o, lse, *[g for tile_grads in grads for g in tile_grads]
+
+    grad = torch.randn(1, 3, 4, 2, 8, generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    want = step(q, k, v, bias, mask, grad)
+    got = torch.compile(step, backend="aot_eager", fullgraph=True)(q, k, v, bias, mask, grad)
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
 def test_bad_arguments_are_named():
     q, k, v, bias, mask = (t.float() for t in _inputs(4))
     with pytest.raises(ValueError, match="k must have q's shape"):

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import Tensor
 
-from ..._runtime import bucket, cdiv
+from ..._runtime import bucket, cdiv, custom_op
 from .core import launch_backward, launch_constants, mask_args, no_bias, tuned_kernels
 
 LN2 = math.log(2.0)
@@ -59,7 +59,7 @@ def tile_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Tenso
     rows = _rows(q, k, v)
     d_rows = torch.empty_like(rows)
     if not rows.numel():
-        dz = torch.zeros(B, h, N, N if bias_grad else 0, dtype=torch.float32, device=q.device)
+        dz = torch.zeros((B, h, N, N) if bias_grad else (0,), dtype=torch.float32, device=q.device)
         return (*d_rows.view(B, S, N, 3, h, d).unbind(3), dz)
     z = bias.contiguous() if bias_grad else no_bias(rows, h) if bias is None else bias  # (dz is written in z's strides)
     do = grad_out.to(q.dtype).reshape(B, S, N, H).contiguous()
@@ -71,3 +71,27 @@ def tile_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Tenso
     dz = launch_backward(rows, z, mask, do, stats, delta, d_rows, h, H, mask_mode, precision, bias_grad,
                          exact_delta=False)
     return (*d_rows.view(B, S, N, 3, h, d).unbind(3), dz)
+
+
+def _tile_forward_fake(q, k, v, bias, mask, mask_mode, precision):
+    return torch.empty_like(q), q.new_empty(q.shape[:4], dtype=torch.float64)
+
+
+def _tile_backward_dispatched(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None,
+                              mask: Tensor | None, out: Tensor, lse: Tensor, mask_mode: str, precision: str,
+                              bias_grad: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """`tile_backward` as its op returns it: dq, dk and dv apart (views of one tensor there, and a custom op's outputs
+    must not alias)."""
+    dq, dk, dv, dz = tile_backward(grad_out, q, k, v, bias, mask, out, lse, mask_mode, precision, bias_grad)
+    return dq.contiguous(), dk.contiguous(), dv.contiguous(), dz
+
+
+def _tile_backward_fake(grad_out, q, k, v, bias, mask, out, lse, mask_mode, precision, bias_grad):
+    B, _, N, h, _ = q.shape
+    dz = q.new_empty((B, h, N, N) if bias_grad else (0,), dtype=torch.float32)
+    return torch.empty_like(q), torch.empty_like(q), torch.empty_like(q), dz
+
+
+# the tiles' calls as ops (`evofuse::attention_tile_forward` and `_backward`), for a traced ring (torch.compile)
+tile_forward_op = custom_op("attention_tile_forward", tile_forward, _tile_forward_fake)
+tile_backward_op = custom_op("attention_tile_backward", _tile_backward_dispatched, _tile_backward_fake)
