@@ -125,11 +125,8 @@ def _backward(ctx, needs, grad_out, *_):
     du = permuted(matmul(rows, wo, precision).view(*permuted(x, order).shape[:3], HC), order, back=True)  # gated's
     backward = core_backward_op if traced(grad_out) else core_backward
     d_proj, gated, dq = backward(proj, mask, q, du, ctx.num_heads, ctx.inf, ctx.eps)
-    out_weight = None
-    if needs["out_weight"]:
-        out_weight = matmul(rows.t(), as_rows(gated, order), precision)
     grads = dict(out_bias=grad_out.sum((0, 1, 2), dtype=torch.float32).to(dtype) if needs["out_bias"] else None,
-                 out_weight=out_weight,
+                 out_weight=matmul(rows.t(), as_rows(gated, order), precision) if needs["out_weight"] else None,
                  query_bias=dq.sum((0, 1)).to(dtype) if needs["query_bias"] and b_q is not None else None)
     inner = ("x", "layer_norm_weight", "layer_norm_bias", "proj_weight", "proj_bias")
     if not any(needs[name] for name in inner):  # the output projection's and the query bias's alone
