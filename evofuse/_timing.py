@@ -60,17 +60,22 @@ def _event_ms(run) -> float:
 SPLIT_K_REDUCTION = "splitKreduce"
 
 
-def kernel_launches(run) -> int:
-    """The GPU kernels (memory copies and fills included) one call of `run` enqueues, counted by torch.profiler
-    after a first call (compilation and autotuning outside the count): what a regression in the call path shows.
-    cuBLAS's split-K reductions are not counted, so that a count is the same on every card."""
+def kernel_names(run) -> list[str]:
+    """The GPU kernels (memory copies and fills included) one call of `run` enqueues, by name in their order, from
+    torch.profiler after a first call (compilation and autotuning outside them): what a regression in the call path
+    shows. cuBLAS's split-K reductions are left out, so that the list is the same on every card."""
     run()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         run()
         torch.cuda.synchronize()
-    return sum(1 for event in prof.events()
-               if event.device_type == torch.autograd.DeviceType.CUDA and SPLIT_K_REDUCTION not in event.name)
+    return [event.name for event in prof.events()
+            if event.device_type == torch.autograd.DeviceType.CUDA and SPLIT_K_REDUCTION not in event.name]
+
+
+def kernel_launches(run) -> int:
+    """How many kernels one call of `run` enqueues (`kernel_names`)."""
+    return len(kernel_names(run))
 
 
 def host_ms(run, synchronize, calls: int = 200) -> float:

@@ -6,7 +6,7 @@ module with impl="torch") beside it."""
 import pytest
 import torch
 
-from evofuse._timing import kernel_launches, training_step
+from evofuse._timing import kernel_launches, kernel_names, training_step
 from evofuse.suite import find_case, make_inputs, make_module
 
 pytestmark = pytest.mark.gpu
@@ -25,13 +25,20 @@ LAUNCHES = {
 }
 
 
-def _counts(case, impl, weights=torch.bfloat16):
+def _calls(case, impl, weights=torch.bfloat16):
+    """The case's module forward without a gradient, and its training step, as calls."""
     mod = make_module(case, seed=0, impl=impl).cuda().to(weights)
     inputs = make_inputs(case, "cuda", torch.bfloat16, seed=1, fully_masked=False)
-    with torch.no_grad():
-        forward = kernel_launches(lambda: mod(*inputs))
+
+    def forward():
+        with torch.no_grad():
+            mod(*inputs)
     leaves = [*mod.parameters(), *(t.requires_grad_() for t in inputs[:-1])]
-    return forward, kernel_launches(training_step(lambda: mod(*inputs), leaves))
+    return forward, training_step(lambda: mod(*inputs), leaves)
+
+
+def _counts(case, impl, weights=torch.bfloat16):
+    return tuple(kernel_launches(call) for call in _calls(case, impl, weights))
 
 
 @pytest.mark.parametrize("name", list(LAUNCHES))
@@ -39,7 +46,8 @@ def test_kernel_launches(name):
     case = find_case(name)
     got = _counts(case, "triton")
     assert got == LAUNCHES[name], (f"{name}: (forward, training step) {got}, expected {LAUNCHES[name]} (eager "
-                                   f"PyTorch's {_counts(case, 'torch')})")
+                                   f"PyTorch's {_counts(case, 'torch')}); the training step's kernels: "
+                                   f"{kernel_names(_calls(case, 'triton')[1])}")
 
 
 @pytest.mark.parametrize("name", [*LAUNCHES, "gcol-seed"])
