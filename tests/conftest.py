@@ -31,12 +31,14 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def fused_kernels(monkeypatch):
-    """The patched modules take the fused kernels (on CPU tensors, in Triton's interpreter), the transitions at the
-    tests' small shapes too (`FusedTransition.MIN_ROWS` and `HIDDEN_SHARE`: otherwise their original modules run)."""
+    """The patched modules take the fused kernels (on CPU tensors, in Triton's interpreter) at the tests' small shapes
+    too (the crossovers of `integrations._crossover` and the transitions' `HIDDEN_SHARE`: otherwise their original
+    modules run)."""
+    from evofuse.integrations import _crossover
     from evofuse.integrations._adapters import FusedTransition
 
     monkeypatch.setenv("EVOFUSE_IMPL", "triton")
-    monkeypatch.setattr(FusedTransition, "MIN_ROWS", 0)
+    monkeypatch.setattr(_crossover, "CROSSOVERS", dict.fromkeys(_crossover.CROSSOVERS, (0, 0)))
     monkeypatch.setattr(FusedTransition, "HIDDEN_SHARE", 0)
 
 

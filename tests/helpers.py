@@ -239,3 +239,25 @@ def peak_live_bytes(run) -> int:
     with Tracking():
         run()
     return peak[0]
+
+
+def assert_small_calls_run_the_original(integration, original, inputs, call=None):
+    """Below every crossover (`integrations._crossover.CROSSOVERS` past any size) a patched copy of the model's block
+    `original` runs the modules it replaced: its training step (`block_step`) and its inference call equal the
+    original's to the bit, so each replacement hands its original the call as the model made it."""
+    import pytest
+
+    from evofuse.integrations import _crossover
+
+    patched = copy.deepcopy(original)
+    assert integration.patch(patched)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_crossover, "CROSSOVERS", dict.fromkeys(_crossover.CROSSOVERS, (2**62, 2**62)))
+        steps = [block_step(block, inputs, call) for block in (patched, original)]
+        with torch.no_grad():
+            calls = [call(block, *inputs) if call is not None else block(*inputs) for block in (patched, original)]
+    (outs, grads, params), (want_outs, want_grads, want_params) = steps
+    assert all(torch.equal(a, b) for a, b in zip(outs + grads, want_outs + want_grads, strict=True))
+    assert params.keys() == want_params.keys() and all(torch.equal(params[n], want_params[n]) for n in params)
+    calls = [c if isinstance(c, tuple) else (c,) for c in calls]
+    assert all(torch.equal(a, b) for a, b in zip(*calls, strict=True))

@@ -205,3 +205,20 @@ def test_transition_runs_the_original_where_its_hidden_rows_are_small():
     assert not FusedTransition.small_hidden(4096 * 4096, 512, torch.bfloat16, card)
     assert not FusedTransition.small_hidden(1024 * 1024, 512, torch.float32, card)
     assert FusedTransition.small_hidden(6000, 1536, torch.float32, card)
+
+
+def test_crossover_by_gradient_mode_and_never_when_traced(monkeypatch):
+    """A replacement runs its original below its operation's crossover, the column of the call's gradient mode; a
+    call traced by torch.compile (or captured into a CUDA graph) takes the fused kernels at any size."""
+    from evofuse.integrations import _crossover
+
+    monkeypatch.setitem(_crossover.CROSSOVERS, "triangle_attention", (100, 1000))
+    replacement = _crossover.RunsOriginal()
+    replacement.OPERATION = "triangle_attention"
+    x = torch.zeros(1)
+    with torch.no_grad():
+        assert replacement.small(99, x) and not replacement.small(100, x)
+    assert replacement.small(999, x) and not replacement.small(1000, x)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert not replacement.small(1, x)
+    assert _crossover.pair_rows(torch.zeros(2, 5, 5, 3)) == 50 and _crossover.scores(torch.zeros(2, 7, 3)) == 98

@@ -11,6 +11,7 @@ from .helpers import (
     assert_autocast_like_original,
     assert_left_unpatched,
     assert_patched_block_matches,
+    assert_small_calls_run_the_original,
     randomize,
     rel_error,
 )
@@ -70,14 +71,10 @@ def test_patched_modules_under_autocast():
                                   DEVICE)
 
 
-def test_patched_pairformer_layer_matches_boltz():
-    """Boltz-2's PairformerLayer with its two triangle attentions, two triangle multiplications, two transitions and
-    its single track's attention with pair bias patched: a training step as the original's, on a pair mask with a
-    padding token, with Boltz's chunk and kernel switches in the call. (Boltz 2.2.1's Boltz-1 form, v2=False, fails in
-    Boltz's own attention.)"""
+def _pairformer_layer():
+    """Boltz-2's PairformerLayer, its inputs (a padding token masked) and its call with Boltz's chunk and kernel
+    switches. (Boltz 2.2.1's Boltz-1 form, v2=False, fails in Boltz's own attention.)"""
     from boltz.model.layers.pairformer import PairformerLayer
-
-    from evofuse.integrations import boltz as integration
 
     torch.manual_seed(0)
     layer = randomize(PairformerLayer(16, 16, num_heads=2, dropout=0.0, pairwise_head_width=8, pairwise_num_heads=2,
@@ -87,10 +84,26 @@ def test_patched_pairformer_layer_matches_boltz():
     mask = torch.ones(1, 7)
     mask[:, -1] = 0
     pair_mask = mask[:, :, None] * mask[:, None, :]
-    assert_patched_block_matches(integration, layer, [t.to(DEVICE) for t in (s, z, mask, pair_mask)],
+    return (layer, [t.to(DEVICE) for t in (s, z, mask, pair_mask)],
+            lambda block, *x: block(*x, chunk_size_tri_attn=4, use_kernels=False))
+
+
+def test_patched_pairformer_layer_matches_boltz():
+    """Boltz-2's PairformerLayer with its two triangle attentions, two triangle multiplications, two transitions and
+    its single track's attention with pair bias patched: a training step as the original's."""
+    from evofuse.integrations import boltz as integration
+
+    layer, inputs, call = _pairformer_layer()
+    assert_patched_block_matches(integration, layer, inputs,
                                  ["attention", "transition_s", "transition_z", "tri_att_end", "tri_att_start",
-                                  "tri_mul_in", "tri_mul_out"],
-                                 lambda block, *x: block(*x, chunk_size_tri_attn=4, use_kernels=False))
+                                  "tri_mul_in", "tri_mul_out"], call)
+
+
+def test_small_pairformer_layer_runs_boltz_modules():
+    """Below the crossovers the patched PairformerLayer's modules are Boltz's own, with and without gradients."""
+    from evofuse.integrations import boltz as integration
+
+    assert_small_calls_run_the_original(integration, *_pairformer_layer())
 
 
 @pytest.mark.parametrize("windowed", [False, True])
@@ -146,7 +159,7 @@ def test_patched_pairformer_inference_updates_one_copy_of_the_pair():
 
 
 def test_transition_of_few_rows_runs_the_original(monkeypatch):
-    """A patched transition called with fewer rows than `FusedTransition.MIN_ROWS` runs Boltz's own module (its
+    """A patched transition called with fewer rows than its crossover runs Boltz's own module (its
     output to the bit, no fused call), also in a deep copy of the patched model, whose original shares the copy's
     weights; with as many rows, the fused one."""
     import copy
@@ -154,9 +167,8 @@ def test_transition_of_few_rows_runs_the_original(monkeypatch):
 
     from boltz.model.layers.transition import Transition
 
-    from evofuse.integrations import _adapters
+    from evofuse.integrations import _adapters, _crossover
     from evofuse.integrations import boltz as integration
-    from evofuse.integrations._adapters import FusedTransition
 
     torch.manual_seed(0)
     holder = torch.nn.Sequential(randomize(Transition(16, 32), 3)).to(DEVICE)
@@ -170,7 +182,7 @@ def test_transition_of_few_rows_runs_the_original(monkeypatch):
         calls.append(1)
         return fused(*args, **kwargs)
     monkeypatch.setattr(_adapters, "transition", counted)
-    monkeypatch.setattr(FusedTransition, "MIN_ROWS", 8)
+    monkeypatch.setitem(_crossover.CROSSOVERS, "transition", (8, 8))
     few, enough = torch.randn(1, 7, 16, device=DEVICE), torch.randn(1, 8, 16, device=DEVICE)
     with torch.no_grad():
         assert torch.equal(holder(few), original(few)) and not calls

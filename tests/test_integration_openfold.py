@@ -10,7 +10,13 @@ import torch
 from torch import nn
 
 from .conftest import DEVICE
-from .helpers import assert_autocast_like_original, assert_left_unpatched, assert_patched_block_matches, randomize
+from .helpers import (
+    assert_autocast_like_original,
+    assert_left_unpatched,
+    assert_patched_block_matches,
+    assert_small_calls_run_the_original,
+    randomize,
+)
 
 S, N, C_M, C_Z = 5, 7, 16, 12
 
@@ -172,6 +178,14 @@ def test_patched_pair_stack_matches_openfold():
     torch.manual_seed(0)
     assert_patched_block_matches(integration, randomize(EvoformerPairPart(), 4).to(DEVICE), _pair_inputs(),
                                  ["pair_transition", "tri_att_end", "tri_att_start", "tri_mul_in", "tri_mul_out"])
+
+
+def test_small_pair_stack_runs_openfold_modules():
+    """Below the crossovers the patched pair stack's modules are OpenFold's own, with and without gradients."""
+    from evofuse.integrations import openfold as integration
+
+    torch.manual_seed(0)
+    assert_small_calls_run_the_original(integration, randomize(EvoformerPairPart(), 4).to(DEVICE), _pair_inputs())
 
 
 def test_triangle_attention_with_a_smaller_inf_is_left_with_a_warning():

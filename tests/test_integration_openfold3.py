@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from .conftest import DEVICE
-from .helpers import assert_autocast_like_original, assert_left_unpatched, assert_patched_block_matches, randomize
+from .helpers import (
+    assert_autocast_like_original,
+    assert_left_unpatched,
+    assert_patched_block_matches,
+    assert_small_calls_run_the_original,
+    randomize,
+)
 
 pytestmark = [pytest.mark.usefixtures("fused_kernels"), pytest.mark.skipif(
     any(importlib.util.find_spec(name) is None for name in ("openfold3", "gemmi", "ml_collections", "biotite")),
@@ -121,12 +127,9 @@ def test_patched_modules_under_autocast():
                                                           "pair_stack.tri_mul_in": (z, pair_mask)}, DEVICE)
 
 
-def test_patched_pairformer_block_matches_openfold3():
-    """OpenFold3's PairFormerBlock: its single track's attention with pair bias (one row of N tokens, both
-    LayerNorms fused, a padding token masked), the pair stack's triangle modules and both transitions patched."""
+def _pairformer_block():
+    """OpenFold3's PairFormerBlock, its inputs (a padding token masked) and its call."""
     from openfold3.core.model.latent.pairformer import PairFormerBlock
-
-    from evofuse.integrations import openfold3 as integration
 
     torch.manual_seed(0)
     original = randomize(PairFormerBlock(
@@ -138,11 +141,27 @@ def test_patched_pairformer_block_matches_openfold3():
     single_mask = torch.ones(1, N)
     single_mask[:, -1] = 0
     pair_mask = single_mask[:, :, None] * single_mask[:, None, :]
+    return (original, [t.to(DEVICE) for t in (s, z, single_mask, pair_mask)],
+            lambda block, *x: block(*x, chunk_size=None, use_lma=False, inplace_safe=False))
+
+
+def test_patched_pairformer_block_matches_openfold3():
+    """OpenFold3's PairFormerBlock: its single track's attention with pair bias (one row of N tokens, both
+    LayerNorms fused, a padding token masked), the pair stack's triangle modules and both transitions patched."""
+    from evofuse.integrations import openfold3 as integration
+
+    original, inputs, call = _pairformer_block()
     assert_patched_block_matches(
-        integration, original, [t.to(DEVICE) for t in (s, z, single_mask, pair_mask)],
+        integration, original, inputs,
         ["attn_pair_bias", "pair_stack.pair_transition", "pair_stack.tri_att_end", "pair_stack.tri_att_start",
-         "pair_stack.tri_mul_in", "pair_stack.tri_mul_out", "single_transition"],
-        lambda block, *x: block(*x, chunk_size=None, use_lma=False, inplace_safe=False))
+         "pair_stack.tri_mul_in", "pair_stack.tri_mul_out", "single_transition"], call)
+
+
+def test_small_pairformer_block_runs_openfold3_modules():
+    """Below the crossovers the patched PairFormerBlock's modules are OpenFold3's own, with and without gradients."""
+    from evofuse.integrations import openfold3 as integration
+
+    assert_small_calls_run_the_original(integration, *_pairformer_block())
 
 
 @pytest.mark.parametrize("shared_pair", [False, True])

@@ -13,6 +13,7 @@ from .helpers import (
     assert_autocast_like_original,
     assert_left_unpatched,
     assert_patched_block_matches,
+    assert_small_calls_run_the_original,
     randomize,
     rel_error,
 )
@@ -50,13 +51,10 @@ def test_patched_msa_block_matches_protenix():
                                   "pair_stack.tri_att_start", "pair_stack.tri_mul_in", "pair_stack.tri_mul_out"])
 
 
-def test_patched_pairformer_block_matches_protenix():
-    """Protenix's PairformerBlock with its two triangle attentions, two triangle multiplications, two transitions and
-    its single track's attention with pair bias patched: a training step as the original's, on a pair mask with a
-    padding token, with Protenix's chunk size and kernel switch in the call."""
+def _pairformer_block():
+    """Protenix's PairformerBlock, its inputs (a padding token masked) and its call with Protenix's chunk size and
+    kernel switch."""
     from protenix.model.modules.pairformer import PairformerBlock
-
-    from evofuse.integrations import protenix as integration
 
     torch.manual_seed(0)
     block = randomize(PairformerBlock(n_heads=2, c_z=C_Z, c_s=C_M, c_hidden_mul=8, c_hidden_pair_att=8,
@@ -66,10 +64,26 @@ def test_patched_pairformer_block_matches_protenix():
     mask = torch.ones(N)
     mask[-1] = 0
     pair_mask = mask[:, None] * mask[None, :]
-    assert_patched_block_matches(integration, block, [t.to(DEVICE) for t in (s, z, pair_mask)],
+    return (block, [t.to(DEVICE) for t in (s, z, pair_mask)],
+            lambda b, *x: b(*x, triangle_attention="torch", chunk_size=4))
+
+
+def test_patched_pairformer_block_matches_protenix():
+    """Protenix's PairformerBlock with its two triangle attentions, two triangle multiplications, two transitions and
+    its single track's attention with pair bias patched: a training step as the original's."""
+    from evofuse.integrations import protenix as integration
+
+    block, inputs, call = _pairformer_block()
+    assert_patched_block_matches(integration, block, inputs,
                                  ["attention_pair_bias", "pair_transition", "single_transition", "tri_att_end",
-                                  "tri_att_start", "tri_mul_in", "tri_mul_out"],
-                                 lambda b, *x: b(*x, triangle_attention="torch", chunk_size=4))
+                                  "tri_att_start", "tri_mul_in", "tri_mul_out"], call)
+
+
+def test_small_pairformer_block_runs_protenix_modules():
+    """Below the crossovers the patched PairformerBlock's modules are Protenix's own, with and without gradients."""
+    from evofuse.integrations import protenix as integration
+
+    assert_small_calls_run_the_original(integration, *_pairformer_block())
 
 
 def test_patched_pairformer_block_in_place_inference_matches_protenix():

@@ -25,8 +25,10 @@ TriangleMultiplicativeUpdate (outgoing or incoming by `_outgoing`): submodules `
 set it returns z + the update, as the models' in-place inference path does).
 
 `FusedTransition` stands in for a transition (LayerNorm, then a SwiGLU or ReLU MLP): Boltz's as it is, the other
-families' through subclasses that name their parts. A call of fewer than `MIN_ROWS` rows (the single
-representation's, a small MSA's) runs the original module, which is faster there.
+families' through subclasses that name their parts.
+
+The triangle operations and the transitions run the module they replaced on calls below its crossover
+(`_crossover`), where the original's call costs less host time.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from ..functional import triangle_multiplication as trimul
 from ..reference import TRIANGLE_MIN_INF
 from ..stages.attention.core import MAX_HEAD_DIM
 from ..stages.layer_norm_linear import joined_bias
+from ._crossover import RunsOriginal, pair_rows
 from ._patching import check_layer_norm, check_linears, check_outer_product_mean
 
 
@@ -130,13 +133,14 @@ class FusedOpenFoldRowAttention(nn.Module):
                 num_heads=self.no_heads, mask_mode="add")
 
 
-class FusedOpenFoldTriangleAttention(nn.Module):
+class FusedOpenFoldTriangleAttention(RunsOriginal, nn.Module):
     """An OpenFold-style TriangleAttention (starting or ending node) computed by `evofuse.triangle_attention`; holds
     the original's submodules (`layer_norm`, the triangle bias's projection, `mha`) under their names. The chunking
     and kernel switches of OpenFold's call are accepted and not needed. BIAS names the bias projection: OpenFold's,
-    Boltz's and Protenix's `linear`, OpenFold3's `linear_z`."""
+    Boltz's and Protenix's `linear`, OpenFold3's `linear_z`. A pair below the crossover runs the original."""
 
     BIAS = "linear"
+    OPERATION = "triangle_attention"
 
     def __init__(self, original: nn.Module):
         super().__init__()
@@ -144,6 +148,7 @@ class FusedOpenFoldTriangleAttention(nn.Module):
         self.starting, self.inf = original.starting, original.inf
         for name in ("layer_norm", self.BIAS, "mha"):
             setattr(self, name, getattr(original, name))
+        self.keep(original)
 
     @classmethod
     def unsupported_reason(cls, module: nn.Module) -> str | None:
@@ -165,6 +170,8 @@ class FusedOpenFoldTriangleAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, chunk_size: int | None = None,
                 **kwargs) -> torch.Tensor:
         """x (*, N, N, c_in), mask (*, N, N) or None -> (*, N, N, c_in) in the compute dtype."""
+        if self.small(pair_rows(x), x):
+            return self.original(x, mask=mask, chunk_size=chunk_size, **kwargs)
         return self.attend(x, mask)
 
     def attend(self, x: torch.Tensor, mask: torch.Tensor | None, transpose_bias: bool = False) -> torch.Tensor:
@@ -247,10 +254,13 @@ class FusedOpenFoldGlobalColumnAttention(nn.Module):
                 gate=att.linear_g, out=att.linear_o), num_heads=self.no_heads, inf=self.inf, eps=self.eps)
 
 
-class FusedOpenFoldTriangleMultiplication(nn.Module):
+class FusedOpenFoldTriangleMultiplication(RunsOriginal, nn.Module):
     """An OpenFold-style TriangleMultiplicativeUpdate computed by `evofuse.triangle_multiplication`; holds the
     original's submodules under their names (a's and b's projections stacked on each call: autograd hands each its
-    gradient). The models' kernel switches and chunk sizes are accepted and not needed."""
+    gradient). The models' kernel switches and chunk sizes are accepted and not needed. A pair below the crossover
+    runs the original."""
+
+    OPERATION = "triangle_multiplication"
 
     def __init__(self, original: nn.Module):
         super().__init__()
@@ -259,6 +269,7 @@ class FusedOpenFoldTriangleMultiplication(nn.Module):
         for name, child in original.named_children():  # (in the original's order: its state_dict's)
             if name in names:
                 setattr(self, name, child)
+        self.keep(original)
 
     @staticmethod
     def _projections(module: nn.Module) -> tuple[str, ...]:
@@ -292,6 +303,8 @@ class FusedOpenFoldTriangleMultiplication(nn.Module):
                 _add_with_inplace: bool = False, **kwargs) -> torch.Tensor:
         """z (*, N, N, c_z), mask (*, N, N) or None -> the update (*, N, N, c_z) in the compute dtype (with
         inplace_safe and _add_with_inplace: z with it added in place, as the original's inference path adds it)."""
+        if self.small(pair_rows(z), z):
+            return self.original(z, mask=mask, inplace_safe=inplace_safe, _add_with_inplace=_add_with_inplace, **kwargs)
         projections = self._projections(self)
         half = len(projections) // 2
         p_in, p_bias = self._stacked(projections[:half])
@@ -305,7 +318,7 @@ class FusedOpenFoldTriangleMultiplication(nn.Module):
         return z.add_(out) if inplace_safe and _add_with_inplace else out
 
 
-class FusedTransition(nn.Module):
+class FusedTransition(RunsOriginal, nn.Module):
     """A transition (LayerNorm, then a two-layer MLP) computed by `evofuse.transition`; holds the original's submodules
     under their names. A family's subclass names its parts (`PARTS`: the LayerNorm, a, b or None, the output linear,
     as paths from the module), its `ACTIVATION`, and whether its call takes a mask (`MASKED`: OpenFold's and
@@ -315,9 +328,7 @@ class FusedTransition(nn.Module):
     PARTS: tuple[str, str, str | None, str] = ("norm", "fc1", "fc2", "fc3")
     ACTIVATION = "swiglu"
     MASKED = False
-    # calls of fewer rows run the original module: there the fused call's host cost is more than it saves
-    # (docs/PERFORMANCE.md, "Transitions beside the models' own")
-    MIN_ROWS = 16384
+    OPERATION = "transition"
     # on a CUDA device, calls whose original would hold its hidden rows (a, b and their product in the compute dtype)
     # in at most this share of the device's memory run the original too: the fused call is not faster there, and
     # past it what it saves is the original's memory
@@ -330,8 +341,7 @@ class FusedTransition(nn.Module):
                 setattr(self, name, value)
         for name, child in original.named_children():  # (in the original's order: its state_dict's)
             setattr(self, name, child)
-        # the original itself, outside the module tree (its children are these): what a small call runs
-        self.__dict__["_original"] = original
+        self.keep(original)
 
     @classmethod
     def _parts(cls, module: nn.Module) -> list[nn.Module | None]:
@@ -344,12 +354,10 @@ class FusedTransition(nn.Module):
         return check_linears(*(linear for linear in linears if linear is not None)) or check_layer_norm(norm)
 
     def _runs_original(self, x: torch.Tensor, dtype: torch.dtype, hidden: int) -> bool:
-        """Whether a call on x runs the original module: fewer than MIN_ROWS rows, or on a CUDA device hidden rows
+        """Whether a call on x runs the original module: rows below the crossover, or on a CUDA device hidden rows
         (`hidden` channels, three tensors of them in `dtype`) within HIDDEN_SHARE of its memory."""
-        rows = x.numel() // max(x.shape[-1], 1)
-        if rows < self.MIN_ROWS:
-            return True
-        return x.is_cuda and self.small_hidden(rows, hidden, dtype, memory_bytes(x.device))
+        rows = pair_rows(x)
+        return self.small(rows, x) or (x.is_cuda and self.small_hidden(rows, hidden, dtype, memory_bytes(x.device)))
 
     @classmethod
     def small_hidden(cls, rows: int, hidden: int, dtype: torch.dtype, device_bytes: int) -> bool:
@@ -363,8 +371,7 @@ class FusedTransition(nn.Module):
         norm, a, b, out = self._parts(self)
         dtype = autocast_dtype(x)
         if self._runs_original(x, dtype, a.out_features):
-            self._original.training = self.training
-            return self._original(x, *args, **kwargs)
+            return self.original(x, *args, **kwargs)
         mask = (args[0] if args else kwargs.get("mask")) if self.MASKED else None
         with torch.autocast(x.device.type, enabled=False):
             y = transition(x.to(dtype), mask, **transition.form.weights(layer_norm=norm, a=a, b=b, out=out),

@@ -31,6 +31,7 @@ from ..functional import pair_weighted_averaging as pwa
 from ..functional import triangle_multiplication as trimul
 from ..modules import AttentionPairBias
 from ._adapters import FusedOpenFoldTriangleAttention, FusedTransition
+from ._crossover import RunsOriginal, pair_rows, scores
 from ._patching import (
     check_layer_norm,
     check_outer_product_mean,
@@ -89,21 +90,26 @@ class FusedOuterProductMean(nn.Module):
                 normalization="count_ij")
 
 
-class FusedTriangleMultiplication(nn.Module):
+class FusedTriangleMultiplication(RunsOriginal, nn.Module):
     """Boltz-2's TriangleMultiplicationOutgoing / Incoming (submodules `norm_in`, `p_in`, `g_in`, `norm_out`, `p_out`,
-    `g_out`, no biases) computed by `evofuse.triangle_multiplication`."""
+    `g_out`, no biases) computed by `evofuse.triangle_multiplication`; a pair below the crossover runs the original."""
+
+    OPERATION = "triangle_multiplication"
 
     def __init__(self, original: nn.Module):
         super().__init__()
         self.outgoing = type(original).__name__.endswith("Outgoing")
         for name in ("norm_in", "p_in", "g_in", "norm_out", "p_out", "g_out"):
             setattr(self, name, getattr(original, name))
+        self.keep(original)
 
     @staticmethod
     def unsupported_reason(module: nn.Module) -> str | None:
         return check_layer_norm(module.norm_in) or check_layer_norm(module.norm_out)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, use_kernels: bool = False) -> torch.Tensor:
+        if self.small(pair_rows(x), x):
+            return self.original(x, mask, use_kernels)
         dtype = autocast_dtype(x)
         with torch.autocast(x.device.type, enabled=False):
             return trimul(x.to(dtype), mask, **trimul.form.weights(
@@ -111,10 +117,13 @@ class FusedTriangleMultiplication(nn.Module):
                 g_out=self.g_out), outgoing=self.outgoing)
 
 
-class FusedAttentionPairBias(AttentionPairBias):
+class FusedAttentionPairBias(RunsOriginal, AttentionPairBias):
     """Boltz-2's AttentionPairBias (attentionv2) as `evofuse.AttentionPairBias`, whose names and call it has, on the
     original's own submodules (its `proj_z` keeps Boltz's trailing rearrangement); keys other than the queries'
-    tokens (the atom transformer's windows, `k_in` not s) take the original's forward."""
+    tokens (the atom transformer's windows, `k_in` not s) take the original's forward, and so do calls below the
+    crossover."""
+
+    OPERATION = "attention_pair_bias"
 
     def __init__(self, original: nn.Module):
         nn.Module.__init__(self)  # (the original's parameters, not new ones)
@@ -123,7 +132,7 @@ class FusedAttentionPairBias(AttentionPairBias):
         for name in ("proj_q", "proj_k", "proj_v", "proj_g", "proj_z", "proj_o"):
             setattr(self, name, getattr(original, name))
         self.precision, self.impl = "default", None
-        self.original_forward = type(original).forward
+        self.keep(original)
 
     @staticmethod
     def unsupported_reason(module: nn.Module) -> str | None:
@@ -131,8 +140,8 @@ class FusedAttentionPairBias(AttentionPairBias):
 
     def forward(self, s: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, k_in: torch.Tensor,
                 multiplicity: int = 1) -> torch.Tensor:
-        if k_in is not s:
-            return self.original_forward(self, s, z, mask, k_in, multiplicity)
+        if k_in is not s or self.small(scores(s), s):
+            return self.original(s, z, mask, k_in, multiplicity)
         return super().forward(s, z, mask, multiplicity=multiplicity)
 
 

@@ -37,6 +37,7 @@ from ._adapters import (
     FusedOpenFoldTriangleMultiplication,
     FusedTransition,
 )
+from ._crossover import RunsOriginal, pair_rows, scores
 from ._patching import (
     check_layer_norm,
     check_linears,
@@ -76,17 +77,20 @@ class FusedPairWeightedAveraging(nn.Module):
                 proj_z=self.linear_z, proj_o=self.linear_o), num_heads=self.no_heads, inf=self.inf, mask_mode="add")
 
 
-class _AttentionWithPairBias(nn.Module):
-    """What OpenFold3's two attentions with pair bias share: the original's submodules `PARTS` under their names, and
-    why one cannot be fused (gating, `inf`, the head width, the linears)."""
+class _AttentionWithPairBias(RunsOriginal, nn.Module):
+    """What OpenFold3's two attentions with pair bias share: the original's submodules `PARTS` under their names, the
+    original itself for calls below the crossover, and why one cannot be fused (gating, `inf`, the head width, the
+    linears)."""
 
     PARTS: tuple[str, ...] = ()
+    OPERATION = "attention_pair_bias"
 
     def __init__(self, original: nn.Module):
         super().__init__()
         self.c_q, self.c_s, self.c_z, self.inf = original.c_q, original.c_s, original.c_z, original.inf
         for name in self.PARTS:
             setattr(self, name, getattr(original, name))
+        self.keep(original)
 
     @staticmethod
     def attention_reason(module: nn.Module) -> str | None:
@@ -115,6 +119,8 @@ class FusedAttentionPairBias(_AttentionWithPairBias):
 
     def forward(self, a: torch.Tensor, z: torch.Tensor, mask: torch.Tensor | None = None, **switches) -> torch.Tensor:
         """a (*, N, c_q), z (*, N, N, c_z), mask (N,) or (*, N) or None -> (*, N, c_q) in the compute dtype."""
+        if self.small(scores(a), a):
+            return self.original(a, z, mask, **switches)
         dtype = autocast_dtype(a)
         mha = self.mha
         rows = None if mask is None else mask.expand(a.shape[:-1]).unsqueeze(-2)  # (*, 1, N): one row of N keys
@@ -144,6 +150,8 @@ class FusedDiffusionAttentionPairBias(_AttentionWithPairBias):
                 **switches) -> torch.Tensor:
         """a (*, N, c_q), z (*, N, N, c_z) (or fewer leading dimensions), s (*, N, c_s), mask (*, N) or None ->
         (*, N, c_q) in the compute dtype."""
+        if self.small(scores(a), a):
+            return self.original(a, z, s, mask, **switches)
         x = self.layer_norm_a(a, s)
         dtype, mha = autocast_dtype(x), self.mha
         lead = x.shape[:-2]
@@ -168,6 +176,8 @@ class FusedTriangleAttention(FusedOpenFoldTriangleAttention):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, transpose_bias: bool = False,
                 chunk_size: int | None = None, **kwargs) -> torch.Tensor:
         """x (*, N, N, c_in), mask (*, N, N) or None -> (*, N, N, c_in) in the compute dtype."""
+        if self.small(pair_rows(x), x):
+            return self.original(x, mask=mask, transpose_bias=transpose_bias, chunk_size=chunk_size, **kwargs)
         return self.attend(x, mask, transpose_bias)
 
 

@@ -18,8 +18,6 @@ fuse stays as it is, with a warning naming it.
 
 from __future__ import annotations
 
-import types
-
 import torch
 from torch import nn
 
@@ -34,6 +32,7 @@ from ._adapters import (
     FusedOpenFoldTriangleMultiplication,
     FusedTransition,
 )
+from ._crossover import RunsOriginal, scores
 from ._patching import check_layer_norm, check_pair_weighted_averaging, patch_modules, unpatch_modules
 
 __all__ = ["patch", "unpatch"]
@@ -99,13 +98,15 @@ class FusedTriangleMultiplication(_Float32UnderFloat16, FusedOpenFoldTriangleMul
         self.bind_float16_test()
 
 
-class FusedAttentionPairBias(nn.Module):
+class FusedAttentionPairBias(RunsOriginal, nn.Module):
     """Protenix's AttentionPairBias (AF3 Algorithm 24: `layernorm_a`, a LayerNorm or, conditioned (`has_s`), an
     adaptive one of a by s; `layernorm_z` without offset, `linear_nobias_z`, `attention` with q's bias alone; the
     conditioned output gated by sigmoid(`linear_a_last`(s)); no mask): the Pairformer's by `evofuse.msa_row_attention`
     as one row of N tokens (both LayerNorms fused into their projections), the diffusion transformer's by
     `evofuse.attention_pair_bias` after the module's own adaptive LayerNorm. The atom transformer's local attention
-    (`n_queries`, `n_keys`) runs the original's forward; cross attention stays unreplaced."""
+    (`n_queries`, `n_keys`) runs the original, as calls below the crossover do; cross attention stays unreplaced."""
+
+    OPERATION = "attention_pair_bias"
 
     def __init__(self, original: nn.Module):
         super().__init__()
@@ -115,8 +116,7 @@ class FusedAttentionPairBias(nn.Module):
         for name in ("layernorm_a", "attention", "layernorm_z", "linear_nobias_z", "linear_a_last"):
             if hasattr(original, name):
                 setattr(self, name, getattr(original, name))
-        self.original_forward = type(original).forward
-        self.local_multihead_attention = types.MethodType(type(original).local_multihead_attention, self)
+        self.keep(original)
 
     @staticmethod
     def unsupported_reason(module: nn.Module) -> str | None:
@@ -132,9 +132,8 @@ class FusedAttentionPairBias(nn.Module):
                 n_keys: int | None = None, inplace_safe: bool = False, chunk_size: int | None = None,
                 enable_efficient_fusion: bool = False) -> torch.Tensor:
         """a (*, N, c_a), s (*, N, c_s) or None, z (*, N, N, c_z) -> (*, N, c_a) in the compute dtype."""
-        if n_queries and n_keys:
-            return self.original_forward(self, a, s, z, n_queries, n_keys, inplace_safe, chunk_size,
-                                         enable_efficient_fusion)
+        if (n_queries and n_keys) or self.small(scores(a), a):
+            return self.original(a, s, z, n_queries, n_keys, inplace_safe, chunk_size, enable_efficient_fusion)
         attention, norm_z = self.attention, self.layernorm_z
         norm_z_bias = torch.zeros_like(norm_z.weight) if norm_z.bias is None else norm_z.bias
         if self.has_s:
