@@ -89,27 +89,31 @@ def lengths(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def module_ratios(rows: list[dict]) -> list[tuple[str, str, str, str, float, float, float]]:
-    """(family, module, precision, mode, unpatched ms, evofuse ms, unpatched / evofuse) of every module that a
-    models CSV times both unpatched and patched: the replacements' speedups, below 1 where a patch slows a module."""
-    got = {(r["family"], r["what"], r["precision"], r["mode"], r["impl"]): _ms(r.get("ms")) for r in rows
+def module_ratios(rows: list[dict]) -> list[tuple[str, str, str, str, str, float, float, float, str]]:
+    """(family, N, module, precision, mode, unpatched ms, evofuse ms, unpatched / evofuse, what the patched module
+    ran: "fused" or "original", its `runs`, blank in older CSVs) of every module that a models CSV times both
+    unpatched and patched: the replacements' speedups, below 1 where a patch slows a module."""
+    got = {(r["family"], r.get("residues", ""), r["what"], r["precision"], r["mode"], r["impl"]): r for r in rows
            if r["what"] != "block"}
     out = []
-    for family, what, precision, mode, impl in got:
+    for (family, N, what, precision, mode, impl), row in got.items():
         if impl != "evofuse":
             continue
-        before, after = got.get((family, what, precision, mode, "unpatched")), got[family, what, precision, mode, impl]
+        before = _ms(got.get((family, N, what, precision, mode, "unpatched"), {}).get("ms"))
+        after = _ms(row.get("ms"))
         if before is not None and after is not None:
-            out.append((family, what, precision, mode, before, after, before / after))
+            out.append((family, N, what, precision, mode, before, after, before / after, row.get("runs") or ""))
     return out
 
 
 def modules(rows: list[dict]) -> str:
-    """One line a patched module, precision and mode: unpatched and patched ms and their ratio, in bold below 1."""
-    lines = ["| family | module | precision | mode | unpatched ms | evofuse ms | speedup |", "|---" * 7 + "|"]
-    for family, what, precision, mode, before, after, ratio in module_ratios(rows):
+    """One line a patched module, length, precision and mode: unpatched and patched ms and their ratio, in bold below
+    1, and what the patched module ran (the fused kernels, or below its crossover the model's own module)."""
+    lines = ["| family | N | module | precision | mode | unpatched ms | evofuse ms | speedup | runs |", "|---" * 9 + "|"]
+    for family, N, what, precision, mode, before, after, ratio, runs in module_ratios(rows):
         shown = f"{ratio:.2f}x" if ratio >= 1 else f"**{ratio:.2f}x**"
-        lines.append(f"| {family} | {what} | {precision} | {mode} | {before:#.3g} | {after:#.3g} | {shown} |")
+        lines.append(f"| {family} | {N} | {what} | {precision} | {mode} | {before:#.3g} | {after:#.3g} | {shown} | "
+                     f"{runs} |")
     return "\n".join(lines)
 
 

@@ -192,3 +192,25 @@ def test_transition_of_few_rows_runs_the_original(monkeypatch):
         assert torch.equal(twin(few), original(few)) and not calls
         holder(enough)
     assert calls == [1]
+
+
+def test_never_slower_mode_names_what_a_patched_module_ran(monkeypatch):
+    """`benchmarks/models.py --never-slower` judges a patched module only where it ran the fused kernels: its probe
+    says "original" for a call below the crossover, "fused" for one at it."""
+    from pathlib import Path
+
+    from boltz.model.layers.transition import Transition
+
+    from evofuse.integrations import _crossover
+    from evofuse.integrations import boltz as integration
+
+    spec = importlib.util.spec_from_file_location(
+        "models", Path(__file__).resolve().parents[1] / "benchmarks" / "models.py")
+    models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(models)
+    holder = torch.nn.Sequential(randomize(Transition(16, 32), 3)).to(DEVICE)
+    integration.patch(holder)
+    monkeypatch.setitem(_crossover.CROSSOVERS, "transition", (8, 8))
+    with torch.no_grad():
+        assert models._runs(lambda: holder(torch.randn(1, 7, 16, device=DEVICE))) == "original"
+        assert models._runs(lambda: holder(torch.randn(1, 8, 16, device=DEVICE))) == "fused"

@@ -35,22 +35,27 @@ def test_trimul_table_keeps_trailing_zeros():
 
 
 def test_module_ratios_flag_a_slower_patch():
-    """Every module timed both ways gets unpatched / evofuse for each precision and mode; below 1 it is in bold, and
-    the block's rows and a module timed unpatched alone are left out."""
-    rows = [dict(family="boltz", what=what, precision="bf16 autocast", mode=mode, impl=impl, ms=ms, peak_mib="1")
-            for what, mode, impl, ms in (("block", "fwd", "unpatched", "9"), ("block", "fwd", "evofuse", "3"),
-                                         ("transition_s", "fwd", "unpatched", "0.12"),
-                                         ("transition_s", "fwd", "evofuse", "0.26"),
-                                         ("tri_mul_out", "fwd+bwd", "unpatched", "4.0"),
-                                         ("tri_mul_out", "fwd+bwd", "evofuse", "2.0"),
-                                         ("attention", "fwd", "unpatched", "0.66"))]
+    """Every module timed both ways gets unpatched / evofuse for each length, precision and mode, with what the patched
+    one ran; below 1 it is in bold, and the block's rows and a module timed unpatched alone are left out."""
+    rows = [dict(family="boltz", residues=N, what=what, precision="bf16 autocast", mode=mode, impl=impl, ms=ms,
+                 peak_mib="1", runs=runs)
+            for N, what, mode, impl, ms, runs in (
+                ("384", "block", "fwd", "unpatched", "9", ""), ("384", "block", "fwd", "evofuse", "3", ""),
+                ("384", "transition_s", "fwd", "unpatched", "0.12", ""),
+                ("384", "transition_s", "fwd", "evofuse", "0.26", "original"),
+                ("384", "tri_mul_out", "fwd+bwd", "unpatched", "4.0", ""),
+                ("384", "tri_mul_out", "fwd+bwd", "evofuse", "2.0", "fused"),
+                ("768", "tri_mul_out", "fwd+bwd", "unpatched", "8.0", ""),
+                ("768", "tri_mul_out", "fwd+bwd", "evofuse", "2.0", "fused"),
+                ("384", "attention", "fwd", "unpatched", "0.66", ""))]
     tables = _tables()
     ratios = tables.module_ratios(rows)
-    assert [(r[1], r[3], round(r[-1], 3)) for r in ratios] == [("transition_s", "fwd", 0.462),
-                                                                ("tri_mul_out", "fwd+bwd", 2.0)]
+    assert [(r[1], r[2], r[4], round(r[-2], 3), r[-1]) for r in ratios] == [
+        ("384", "transition_s", "fwd", 0.462, "original"), ("384", "tri_mul_out", "fwd+bwd", 2.0, "fused"),
+        ("768", "tri_mul_out", "fwd+bwd", 4.0, "fused")]
     table = tables.modules(rows).splitlines()
-    assert table[2] == "| boltz | transition_s | bf16 autocast | fwd | 0.120 | 0.260 | **0.46x** |"
-    assert table[3] == "| boltz | tri_mul_out | bf16 autocast | fwd+bwd | 4.00 | 2.00 | 2.00x |"
+    assert table[2] == "| boltz | 384 | transition_s | bf16 autocast | fwd | 0.120 | 0.260 | **0.46x** | original |"
+    assert table[3] == "| boltz | 384 | tri_mul_out | bf16 autocast | fwd+bwd | 4.00 | 2.00 | 2.00x | fused |"
 
 
 def test_lengths_table_names_out_of_memory():

@@ -342,6 +342,7 @@ class FusedTransition(RunsOriginal, nn.Module):
         for name, child in original.named_children():  # (in the original's order: its state_dict's)
             setattr(self, name, child)
         self.keep(original)
+        self._hidden = self._parts(self)[1].out_features
 
     @classmethod
     def _parts(cls, module: nn.Module) -> list[nn.Module | None]:
@@ -353,11 +354,12 @@ class FusedTransition(RunsOriginal, nn.Module):
         norm, *linears = cls._parts(module)
         return check_linears(*(linear for linear in linears if linear is not None)) or check_layer_norm(norm)
 
-    def _runs_original(self, x: torch.Tensor, dtype: torch.dtype, hidden: int) -> bool:
+    def _runs_original(self, x: torch.Tensor, dtype: torch.dtype) -> bool:
         """Whether a call on x runs the original module: rows below the crossover, or on a CUDA device hidden rows
-        (`hidden` channels, three tensors of them in `dtype`) within HIDDEN_SHARE of its memory."""
+        (the hidden width's channels, three tensors of them in `dtype`) within HIDDEN_SHARE of its memory."""
         rows = pair_rows(x)
-        return self.small(rows, x) or (x.is_cuda and self.small_hidden(rows, hidden, dtype, memory_bytes(x.device)))
+        return self.small(rows, x) or (x.is_cuda and self.small_hidden(rows, self._hidden, dtype,
+                                                                        memory_bytes(x.device)))
 
     @classmethod
     def small_hidden(cls, rows: int, hidden: int, dtype: torch.dtype, device_bytes: int) -> bool:
@@ -367,11 +369,11 @@ class FusedTransition(RunsOriginal, nn.Module):
 
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         """x (*, c) (and mask (*) or None where `MASKED`) -> (*, c_out) in the compute dtype; the original module's
-        call where `_runs_original`."""
-        norm, a, b, out = self._parts(self)
+        call where `_runs_original` (checked first: the original's calls are small, so their host time counts)."""
         dtype = autocast_dtype(x)
-        if self._runs_original(x, dtype, a.out_features):
+        if self._runs_original(x, dtype):
             return self.original(x, *args, **kwargs)
+        norm, a, b, out = self._parts(self)
         mask = (args[0] if args else kwargs.get("mask")) if self.MASKED else None
         with torch.autocast(x.device.type, enabled=False):
             y = transition(x.to(dtype), mask, **transition.form.weights(layer_norm=norm, a=a, b=b, out=out),
