@@ -3,13 +3,15 @@
     python benchmarks/tables.py blocks benchmarks/results/NVIDIA-H200/models-pairformer.csv
     python benchmarks/tables.py trimul benchmarks/results/NVIDIA-H100-80GB-HBM3/trimul-peers.csv
     python benchmarks/tables.py modules benchmarks/results/NVIDIA-H200/models.csv
+    python benchmarks/tables.py crossover benchmarks/results/NVIDIA-H100-80GB-HBM3/models-never-slower.csv
     python benchmarks/tables.py lengths benchmarks/results/NVIDIA-H100-80GB-HBM3/models-lengths.csv
     python benchmarks/tables.py predict benchmarks/results/NVIDIA-H100-80GB-HBM3/predict.csv
     python benchmarks/tables.py stages benchmarks/results/NVIDIA-H100-80GB-HBM3/predict.csv
 
 `blocks`: a model-blocks CSV of `benchmarks/models.py` (family, what, precision, mode, impl, ms, peak_mib), one row
 a family's block: forward / training step ms of each path and the training step's peak MiB. `modules`: the same
-CSV, one row a patched module, precision and mode, with its speedup (below 1: the patch slows it); `lengths`: the same
+CSV, one row a patched module, precision and mode, with its speedup (below 1: the patch slows it); `crossover`: the
+same over several lengths, one row a module and mode, one column a length; `lengths`: the same
 CSV over several lengths, one row a block, length and mode, each path's ms and peak memory. `trimul`: a CSV of
 `benchmarks/trimul_peers.py`, one row a length and direction. `predict`: a CSV of `benchmarks/predict.py`, one row a
 length: each path's whole prediction in seconds (its trunk's) and peak GiB, and each evofuse path's speedup over the
@@ -117,6 +119,24 @@ def modules(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def crossover(rows: list[dict]) -> str:
+    """One line a family's patched module and mode, one column a length: its speedup there (in bold below 1; "(own)"
+    where the patched module ran the model's own below its crossover): where a rule should switch."""
+    ratios = module_ratios(rows)
+    lengths = list(dict.fromkeys(r[1] for r in ratios))
+    got = {(family, what, mode, N): (ratio, runs) for family, N, what, _, mode, _, _, ratio, runs in ratios}
+    lines = ["| family | module | mode | " + " | ".join(f"N {N}" for N in lengths) + " |",
+             "|---" * (3 + len(lengths)) + "|"]
+    for family, what, mode in dict.fromkeys((r[0], r[2], r[4]) for r in ratios):
+        cells = []
+        for N in lengths:
+            ratio, runs = got.get((family, what, mode, N), (None, ""))
+            shown = "-" if ratio is None else f"{ratio:.2f}x" if ratio >= 1 else f"**{ratio:.2f}x**"
+            cells.append(shown + (" (own)" if runs == "original" else ""))
+        lines.append(f"| {family} | {what} | {mode} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 # predict.py's paths, in the tables' order, and their labels
 PREDICT_PATHS = {"unpatched": "unpatched", "cuequivariance": "cuEquivariance", "evofuse": "evofuse",
                  "evofuse-graphs": "evofuse, diffusion graphed"}
@@ -171,8 +191,8 @@ def stages(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"blocks": blocks, "lengths": lengths, "modules": modules, "predict": predict, "stages": stages,
-          "trimul": trimul}
+TABLES = {"blocks": blocks, "crossover": crossover, "lengths": lengths, "modules": modules, "predict": predict,
+          "stages": stages, "trimul": trimul}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,6 +58,21 @@ def test_module_ratios_flag_a_slower_patch():
     assert table[3] == "| boltz | 384 | tri_mul_out | bf16 autocast | fwd+bwd | 4.00 | 2.00 | 2.00x | fused |"
 
 
+def test_crossover_table_has_a_column_a_length():
+    """One line a module and mode, its speedup at each length, "(own)" where it ran the model's module, "-" where
+    the CSV has no such row."""
+    rows = [dict(family="boltz", residues=N, what="tri_mul_out", precision="bf16 autocast", mode="fwd+bwd", impl=impl,
+                 ms=ms, peak_mib="1", runs=runs)
+            for N, impl, ms, runs in (("128", "unpatched", "1.0", ""), ("128", "evofuse", "1.1", "original"),
+                                      ("384", "unpatched", "4.0", ""), ("384", "evofuse", "2.0", "fused"))]
+    rows.append(dict(rows[0], what="tri_att_start", residues="384"))
+    rows.append(dict(rows[1], what="tri_att_start", residues="384", ms="0.5"))
+    lines = _tables().crossover(rows).splitlines()
+    assert lines[0] == "| family | module | mode | N 128 | N 384 |"
+    assert lines[2] == "| boltz | tri_mul_out | fwd+bwd | **0.91x** (own) | 2.00x |"
+    assert lines[3] == "| boltz | tri_att_start | fwd+bwd | - | 2.00x (own) |"
+
+
 def test_lengths_table_names_out_of_memory():
     """A line a block, length and mode: each path's ms and peak GiB, the fastest in bold; a path that ran out of
     memory says so, one that did not run shows a dash."""
