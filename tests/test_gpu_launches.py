@@ -19,7 +19,7 @@ LAUNCHES = {
     "att-seed": (9, 37),
     "pwa-seed": (8, 33),
     "tri-seed": (11, 38),
-    "trimul-seed": (4, 27),
+    "trimul-seed": (4, 26),
     "col-seed": (9, 30),
     "trans-seed": (3, 13),
 }
