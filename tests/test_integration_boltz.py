@@ -204,8 +204,9 @@ def test_never_slower_mode_names_what_a_patched_module_ran(monkeypatch):
     from evofuse.integrations import _crossover
     from evofuse.integrations import boltz as integration
 
-    spec = importlib.util.spec_from_file_location(
-        "models", Path(__file__).resolve().parents[1] / "benchmarks" / "models.py")
+    scripts = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(scripts))  # (its `families`, beside it)
+    spec = importlib.util.spec_from_file_location("models", scripts / "models.py")
     models = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(models)
     holder = torch.nn.Sequential(randomize(Transition(16, 32), 3)).to(DEVICE)
