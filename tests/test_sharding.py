@@ -192,7 +192,10 @@ def _layer_worker(rank, store, family):
         from torch.distributed.tensor import DeviceMesh
 
         import evofuse.sharding  # noqa: F401
+        from evofuse.integrations import _crossover
 
+        # (the fused kernels at this small size too, below the crossovers where the models' own modules run)
+        _crossover.CROSSOVERS = dict.fromkeys(_crossover.CROSSOVERS, (0, 0))
         _patched_layer(DeviceMesh("cpu", list(range(WORLD))), family)
         dist.barrier()
     finally:
