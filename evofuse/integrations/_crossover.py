@@ -45,9 +45,11 @@ class RunsOriginal:
     def small(self, size: int, x: torch.Tensor) -> bool:
         """Whether a call of `size` on x (a CUDA or CPU tensor) runs the original: smaller than the crossover of its
         gradient mode, neither captured into a CUDA graph nor traced."""
+        if torch.compiler.is_compiling():  # (asked first: no guard on the size in a compiled graph)
+            return False
         if size >= CROSSOVERS[self.OPERATION][torch.is_grad_enabled()]:
             return False
-        return not (torch.compiler.is_compiling() or (x.is_cuda and torch.cuda.is_current_stream_capturing()))
+        return not (x.is_cuda and torch.cuda.is_current_stream_capturing())
 
     def original(self, *args, **kwargs):
         """The original module's call, in the replacement's training mode."""
