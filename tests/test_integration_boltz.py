@@ -215,3 +215,34 @@ def test_never_slower_mode_names_what_a_patched_module_ran(monkeypatch):
     with torch.no_grad():
         assert models._runs(lambda: holder(torch.randn(1, 7, 16, device=DEVICE))) == "original"
         assert models._runs(lambda: holder(torch.randn(1, 8, 16, device=DEVICE))) == "fused"
+
+
+@pytest.mark.gpu
+def test_a_captured_call_below_the_crossover_runs_fused(monkeypatch):
+    """Below its crossover a patched triangle multiplication hands an eager call to Boltz's module, and runs fused
+    when the call is captured into a CUDA graph (no host time is paid per replay there): the replay gives the fused
+    call's output."""
+    from boltz.model.layers.triangular_mult import TriangleMultiplicationOutgoing
+
+    from evofuse._runtime import cuda_graph
+    from evofuse.integrations import _crossover
+    from evofuse.integrations import boltz as integration
+
+    torch.manual_seed(0)
+    holder = torch.nn.Sequential(randomize(TriangleMultiplicationOutgoing(16), 3)).cuda()
+    integration.patch(holder)
+    z, mask = torch.randn(1, 24, 24, 16, device="cuda"), torch.ones(1, 24, 24, device="cuda")
+    handed, original = [], _crossover.RunsOriginal.original
+    monkeypatch.setattr(_crossover.RunsOriginal, "original",
+                        lambda self, *args, **kwargs: handed.append(1) or original(self, *args, **kwargs))
+    with torch.no_grad():
+        fused = holder[0](z, mask)  # (the crossovers at 0: compiled and tuned here, outside the capture)
+        assert not handed
+        monkeypatch.setitem(_crossover.CROSSOVERS, "triangle_multiplication", (1 << 40, 1 << 40))
+        eager = holder[0](z, mask)
+        assert handed == [1]
+        graph, replayed = cuda_graph(lambda: holder[0](z, mask))
+        assert handed == [1, 1]  # (the warm-up on a side stream is eager; the capture is not)
+        graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(replayed, fused) and not torch.equal(eager, fused)
