@@ -1,6 +1,6 @@
 """What the functional forms share (`evofuse/front/common.py`): the parameters cast to the input's dtype together
 (float32 weights under autocast), the same values and gradients as cast one by one, in one cast each way; and the
-shape checks, whose passed signatures are not parsed again."""
+shape checks, whose passed signatures are not parsed again, and the front door's, which checks a call signature once."""
 
 import pytest
 import torch
@@ -145,3 +145,29 @@ def test_form_weights_names_every_part_and_refuses_a_dropped_bias():
         form.weights(layer_norm=norm, linear=bias, query=q, keys=k, value=v, gate=g, out=o)
     with pytest.raises(TypeError, match="out_weight, out_bias not given"):
         form.weights(layer_norm=norm, linear=bias, query=q, key=k, value=v, gate=g)
+
+
+def test_a_call_signature_is_checked_once(monkeypatch):
+    """`front.door` checks each call signature once (its tensors' types, shapes, dtypes and devices, its options): a
+    second call of one runs no check and folds the MSA's leading dimensions as the first did; a call that differs in
+    a shape or in a tensor given or not is checked again, and a bad one still fails naming the argument."""
+    from evofuse import MSARowAttentionWithPairBias
+    from evofuse.front import door
+
+    checked = []
+    checks = door._checks
+    monkeypatch.setattr(door, "_CHECKED", {})
+    monkeypatch.setattr(door, "_checks", lambda form, args: checked.append(form.label) or checks(form, args))
+    torch.manual_seed(0)
+    att = randomize(MSARowAttentionWithPairBias(msa_dim=8, pair_dim=4, num_heads=2), 1).to(DEVICE)
+    m, z = torch.randn(2, 1, 3, 5, 8, device=DEVICE), torch.randn(2, 1, 5, 5, 4, device=DEVICE)
+    mask = torch.ones(2, 1, 3, 5, device=DEVICE)
+    first = att(m, z, mask, impl="torch")
+    again = att(m, z, mask, impl="torch")
+    assert len(checked) == 1 and torch.equal(first, again) and again.shape == m.shape
+    att(m[:, :, :2], z, mask[:, :, :2], impl="torch")
+    att(m, z, None, impl="torch")
+    assert len(checked) == 3
+    with pytest.raises(ValueError, match="pair_repr"):
+        att(m, z[..., :3], mask, impl="torch")
+    assert len(checked) == 4

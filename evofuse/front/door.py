@@ -247,7 +247,50 @@ def door(form: Form, args: dict):
     return _checked_call(form, args)
 
 
+# (form label, `_signature`) -> the parameters' letters' sizes: the signatures whose checks have passed
+_CHECKED: dict = {}
+CHECKED_MAX = 4096  # signatures kept before the table starts again (inference over many lengths)
+
+
+def _signature(args: dict) -> tuple | None:
+    """What the checks read of a call: each argument's name with, for a tensor, its type, shape, dtype and device,
+    else its type and value; None where a value cannot be a key (the call is then checked in full)."""
+    key = []
+    for name, value in args.items():
+        if isinstance(value, torch.Tensor):
+            key.append((name, type(value), value.shape, value.dtype, value.device))
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            key.append((name, type(value), value))
+        else:
+            return None
+    return tuple(key)
+
+
 def _checked_call(form: Form, args: dict):
+    """The checks of a call, once for each signature (`_signature`: the checks read shapes, dtypes, devices and
+    option values, never tensor values), then `_call`. torch.compile traces them every time: its guards stand for
+    the table there."""
+    key = None if torch.compiler.is_compiling() else _signature(args)
+    sizes = None if key is None else _CHECKED.get((form.label, key))
+    if sizes is None:
+        args, sizes, restore = _checks(form, args)
+        if key is not None:
+            if len(_CHECKED) >= CHECKED_MAX:
+                _CHECKED.clear()
+            _CHECKED[form.label, key] = dict(sizes)
+        return _call(form, args, sizes, restore)
+    restore = None
+    if form.layout == "msa":  # (the checked signature's fold, without its checks)
+        lead = leading(args[form.inputs[0]])
+        if lead is not None:
+            args = {**args, **dict(zip(form.inputs, batched(lead, **{n: args[n] for n in form.inputs})))}
+            restore = lead
+    return _call(form, args, dict(sizes), restore)
+
+
+def _checks(form: Form, args: dict) -> tuple[dict, dict, tuple | None]:
+    """(args, the parameters' letters' sizes, the leading dimensions folded or None): every check of a call, errors
+    naming the argument, and the MSA layout's folding of its leading dimensions."""
     precision = args["precision"]
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -280,7 +323,7 @@ def _checked_call(form: Form, args: dict):
     _check_layout(form, args, x, sizes)
     if form.checked is not None:
         form.checked(args, sizes)
-    return _call(form, args, sizes, restore)
+    return args, sizes, restore
 
 
 def _check_layout(form: Form, args: dict, x: torch.Tensor, sizes: dict) -> None:
