@@ -123,6 +123,33 @@ def _protenix_pairformer_stack(S, N, layers=4, checkpointing=False):
     return block, inputs, run, {}, variants
 
 
+def _openfold3_pairformer(S, N):
+    """OpenFold3's PairFormerBlock at the model's widths (c_s 384, c_z 128, 16 single heads x 24, 4 pair heads x 32,
+    SwiGLU transitions), called as its stack calls it: in inference with `inplace_safe` and its own Triton triangle
+    kernels, in training with neither; its cuEquivariance path is `use_cueq_triangle_kernels=True`."""
+    from openfold3.core.model.latent.pairformer import PairFormerBlock
+
+    block = PairFormerBlock(c_s=384, c_z=128, c_hidden_pair_bias=24, no_heads_pair_bias=16, c_hidden_mul=128,
+                            c_hidden_pair_att=32, no_heads_pair=4, transition_type="swiglu", transition_n=4,
+                            pair_dropout=0.0, fuse_projection_weights=False, inf=1e9)
+    s, z, mask = torch.randn(1, N, 384), torch.randn(1, N, N, 128), torch.ones(1, N)
+    inputs = (s, z, mask[:, :, None] * mask[:, None, :], mask)
+
+    def run(b, s, z, pair_mask, mask, cueq=False):
+        inference = not torch.is_grad_enabled()
+        return b(s, z, mask, pair_mask, inplace_safe=inference, use_cueq_triangle_kernels=cueq,
+                 use_triton_triangle_kernels=inference and not cueq)
+
+    def pair(b, s, z, pair_mask, mask):
+        return b(z, mask=pair_mask)
+    modules = {"pair_stack.tri_att_start": pair, "pair_stack.tri_att_end": pair, "pair_stack.tri_mul_out": pair,
+               "pair_stack.pair_transition": pair,
+               "attn_pair_bias": lambda b, s, z, pair_mask, mask: b(a=s, z=z, mask=mask),
+               "single_transition": lambda b, s, z, pair_mask, mask: b(s, mask=mask)}
+    variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, cueq=True))}
+    return block, inputs, run, modules, variants
+
+
 def _openfold3_pairformer_stack(S, N, layers=4, checkpointing=False):
     """`layers` of OpenFold3's PairFormerBlocks (its PairFormerStack at the model's widths: c_s 384, c_z 128, 16
     single heads x 24, 4 pair heads x 32, SwiGLU transitions; `checkpointing`: one block a checkpoint) at N residues,
@@ -238,5 +265,6 @@ FAMILIES = {"boltz": ("boltz", _boltz), "protenix": ("protenix", _protenix), "op
             "protenix-pairformer": ("protenix", _protenix_pairformer),
             "boltz-pairformer-stack": ("boltz", _boltz_pairformer_stack),
             "protenix-pairformer-stack": ("protenix", _protenix_pairformer_stack),
+            "openfold3-pairformer": ("openfold3", _openfold3_pairformer),
             "openfold3-pairformer-stack": ("openfold3", _openfold3_pairformer_stack),
             "openfold3-evoformer": ("openfold3", _openfold3_evoformer)}
