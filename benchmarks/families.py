@@ -123,22 +123,34 @@ def _protenix_pairformer_stack(S, N, layers=4, checkpointing=False):
     return block, inputs, run, {}, variants
 
 
-def _openfold3_pairformer(S, N):
-    """OpenFold3's PairFormerBlock at the model's widths (c_s 384, c_z 128, 16 single heads x 24, 4 pair heads x 32,
-    SwiGLU transitions), called as its stack calls it: in inference with `inplace_safe` and its own Triton triangle
-    kernels, in training with neither; its cuEquivariance path is `use_cueq_triangle_kernels=True`."""
-    from openfold3.core.model.latent.pairformer import PairFormerBlock
-
-    block = PairFormerBlock(c_s=384, c_z=128, c_hidden_pair_bias=24, no_heads_pair_bias=16, c_hidden_mul=128,
+# OpenFold3's Pairformer widths: c_s 384, c_z 128, 16 single heads x 24, 4 pair heads x 32, SwiGLU transitions
+OPENFOLD3_PAIRFORMER = dict(c_s=384, c_z=128, c_hidden_pair_bias=24, no_heads_pair_bias=16, c_hidden_mul=128,
                             c_hidden_pair_att=32, no_heads_pair=4, transition_type="swiglu", transition_n=4,
                             pair_dropout=0.0, fuse_projection_weights=False, inf=1e9)
-    s, z, mask = torch.randn(1, N, 384), torch.randn(1, N, N, 128), torch.ones(1, N)
-    inputs = (s, z, mask[:, :, None] * mask[:, None, :], mask)
 
-    def run(b, s, z, pair_mask, mask, cueq=False):
-        inference = not torch.is_grad_enabled()
-        return b(s, z, mask, pair_mask, inplace_safe=inference, use_cueq_triangle_kernels=cueq,
-                 use_triton_triangle_kernels=inference and not cueq)
+
+def _openfold3_inputs(N):
+    """(s, z, pair_mask, mask) of one chain of N tokens at OpenFold3's widths."""
+    s, z, mask = torch.randn(1, N, 384), torch.randn(1, N, N, 128), torch.ones(1, N)
+    return s, z, mask[:, :, None] * mask[:, None, :], mask
+
+
+def _openfold3_run(b, s, z, pair_mask, mask, cueq=False):
+    """An OpenFold3 Pairformer block or stack called as its model calls it: in inference (no gradients) with
+    `inplace_safe` and its own Triton triangle kernels (its eval settings), in training with neither; `cueq`: its
+    cuEquivariance path (`use_cueq_triangle_kernels=True`)."""
+    inference = not torch.is_grad_enabled()
+    return b(s, z, mask, pair_mask, inplace_safe=inference, use_cueq_triangle_kernels=cueq,
+             use_triton_triangle_kernels=inference and not cueq)
+
+
+OPENFOLD3_VARIANTS = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: _openfold3_run(b, *x, cueq=True))}
+
+
+def _openfold3_pairformer(S, N):
+    """OpenFold3's PairFormerBlock at the model's widths, called as its stack calls it (`_openfold3_run`), and its six
+    patched modules."""
+    from openfold3.core.model.latent.pairformer import PairFormerBlock
 
     def pair(b, s, z, pair_mask, mask):
         return b(z, mask=pair_mask)
@@ -146,31 +158,17 @@ def _openfold3_pairformer(S, N):
                "pair_stack.pair_transition": pair,
                "attn_pair_bias": lambda b, s, z, pair_mask, mask: b(a=s, z=z, mask=mask),
                "single_transition": lambda b, s, z, pair_mask, mask: b(s, mask=mask)}
-    variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, cueq=True))}
-    return block, inputs, run, modules, variants
+    return PairFormerBlock(**OPENFOLD3_PAIRFORMER), _openfold3_inputs(N), _openfold3_run, modules, OPENFOLD3_VARIANTS
 
 
 def _openfold3_pairformer_stack(S, N, layers=4, checkpointing=False):
-    """`layers` of OpenFold3's PairFormerBlocks (its PairFormerStack at the model's widths: c_s 384, c_z 128, 16
-    single heads x 24, 4 pair heads x 32, SwiGLU transitions; `checkpointing`: one block a checkpoint) at N residues,
-    called as its model calls it: in inference (no gradients) with `inplace_safe` and its own Triton triangle kernels
-    (its eval settings), in training with neither; its cuEquivariance path is `use_cueq_triangle_kernels=True`."""
+    """`layers` of OpenFold3's PairFormerBlocks (its PairFormerStack at the model's widths; `checkpointing`: one block
+    a checkpoint) at N residues, called as its model calls it (`_openfold3_run`)."""
     from openfold3.core.model.latent.pairformer import PairFormerStack
 
-    block = PairFormerStack(c_s=384, c_z=128, c_hidden_pair_bias=24, no_heads_pair_bias=16, c_hidden_mul=128,
-                            c_hidden_pair_att=32, no_heads_pair=4, no_blocks=layers, transition_type="swiglu",
-                            transition_n=4, pair_dropout=0.0, fuse_projection_weights=False,
-                            blocks_per_ckpt=1 if checkpointing else None, inf=1e9, use_reentrant=False)
-    s, z, mask = torch.randn(1, N, 384), torch.randn(1, N, N, 128), torch.ones(1, N)
-    inputs = (s, z, mask[:, :, None] * mask[:, None, :], mask)
-
-    def run(b, s, z, pair_mask, mask, cueq=False):
-        inference = not torch.is_grad_enabled()
-        return b(s, z, mask, pair_mask, inplace_safe=inference, use_cueq_triangle_kernels=cueq,
-                 use_triton_triangle_kernels=inference and not cueq)
-
-    variants = {"unpatched cuEquivariance": ("unpatched", lambda b, *x: run(b, *x, cueq=True))}
-    return block, inputs, run, {}, variants
+    block = PairFormerStack(**OPENFOLD3_PAIRFORMER, no_blocks=layers, blocks_per_ckpt=1 if checkpointing else None,
+                            use_reentrant=False)
+    return block, _openfold3_inputs(N), _openfold3_run, {}, OPENFOLD3_VARIANTS
 
 
 def _openfold3_evoformer(S, N):
