@@ -65,6 +65,22 @@ def _boltz_pairformer(S, N):
     return block, inputs, run, modules, variants
 
 
+def _boltz_diffusion_layer(S, N):
+    """A layer of Boltz-2's token transformer in its diffusion module (dim 2 x token_s = 768, 16 heads, conditioned on
+    s of the same width; the pair bias projected once a prediction, (1, N, N, 16) in float32 as the module passes it),
+    one sample: called 24 times a diffusion step, 200 steps a prediction."""
+    from boltz.model.modules.transformersv2 import DiffusionTransformerLayer
+
+    block = DiffusionTransformerLayer(heads=16, dim=768, dim_single_cond=768)
+    inputs = (torch.randn(1, N, 768), torch.randn(1, N, 768), torch.randn(1, N, N, 16), torch.ones(1, N))
+
+    def run(b, a, s, bias, mask):
+        return b(a, s, bias, mask, multiplicity=1)
+
+    modules = {"pair_bias_attn": lambda b, a, s, bias, mask: b(s=a, z=bias, mask=mask, k_in=a, multiplicity=1)}
+    return block, inputs, run, modules, {}
+
+
 def _boltz_pairformer_stack(S, N, layers=4, checkpointing=False):
     """`layers` of Boltz-2's PairformerLayers (its PairformerModule; `checkpointing`: the model's activation
     checkpointing of each layer in training, as its training configuration sets it; in eval mode its triangle
@@ -261,6 +277,7 @@ def _openfold(S, N):
 FAMILIES = {"boltz": ("boltz", _boltz), "protenix": ("protenix", _protenix), "openfold3": ("openfold3", _openfold3),
             "openfold": ("openfold", _openfold), "boltz-pairformer": ("boltz", _boltz_pairformer),
             "protenix-pairformer": ("protenix", _protenix_pairformer),
+            "boltz-diffusion-layer": ("boltz", _boltz_diffusion_layer),
             "boltz-pairformer-stack": ("boltz", _boltz_pairformer_stack),
             "protenix-pairformer-stack": ("protenix", _protenix_pairformer_stack),
             "openfold3-pairformer": ("openfold3", _openfold3_pairformer),
