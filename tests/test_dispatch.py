@@ -221,4 +221,4 @@ def test_crossover_by_gradient_mode_and_never_when_traced(monkeypatch):
     assert replacement.small(999, x) and not replacement.small(1000, x)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert not replacement.small(1, x)
-    assert _crossover.pair_rows(torch.zeros(2, 5, 5, 3)) == 50 and _crossover.scores(torch.zeros(2, 7, 3)) == 98
+    assert _crossover.rows_of(torch.zeros(2, 5, 5, 3)) == 50 and _crossover.scores(torch.zeros(2, 7, 3)) == 98

@@ -48,7 +48,7 @@ from ..functional import triangle_multiplication as trimul
 from ..reference import TRIANGLE_MIN_INF
 from ..stages.attention.core import MAX_HEAD_DIM
 from ..stages.layer_norm_linear import joined_bias
-from ._crossover import RunsOriginal, pair_rows
+from ._crossover import RunsOriginal, rows_of
 from ._patching import check_layer_norm, check_linears, check_outer_product_mean
 
 
@@ -170,7 +170,7 @@ class FusedOpenFoldTriangleAttention(RunsOriginal, nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, chunk_size: int | None = None,
                 **kwargs) -> torch.Tensor:
         """x (*, N, N, c_in), mask (*, N, N) or None -> (*, N, N, c_in) in the compute dtype."""
-        if self.small(pair_rows(x), x):
+        if self.small(rows_of(x), x):
             return self.original(x, mask=mask, chunk_size=chunk_size, **kwargs)
         return self.attend(x, mask)
 
@@ -303,7 +303,7 @@ class FusedOpenFoldTriangleMultiplication(RunsOriginal, nn.Module):
                 _add_with_inplace: bool = False, **kwargs) -> torch.Tensor:
         """z (*, N, N, c_z), mask (*, N, N) or None -> the update (*, N, N, c_z) in the compute dtype (with
         inplace_safe and _add_with_inplace: z with it added in place, as the original's inference path adds it)."""
-        if self.small(pair_rows(z), z):
+        if self.small(rows_of(z), z):
             return self.original(z, mask=mask, inplace_safe=inplace_safe, _add_with_inplace=_add_with_inplace, **kwargs)
         projections = self._projections(self)
         half = len(projections) // 2
@@ -357,7 +357,7 @@ class FusedTransition(RunsOriginal, nn.Module):
     def _runs_original(self, x: torch.Tensor, dtype: torch.dtype) -> bool:
         """Whether a call on x runs the original module: rows below the crossover, or on a CUDA device hidden rows
         (the hidden width's channels, three tensors of them in `dtype`) within HIDDEN_SHARE of its memory."""
-        rows = pair_rows(x)
+        rows = rows_of(x)
         return self.small(rows, x) or (x.is_cuda and self.small_hidden(rows, self._hidden, dtype,
                                                                         memory_bytes(x.device)))
 

@@ -21,8 +21,8 @@ CROSSOVERS: dict[str, tuple[int, int]] = {
 }
 
 
-def pair_rows(x: torch.Tensor) -> int:
-    """The rows of x (*, c): for a pair (*, N, N, c), the size a triangle operation's crossover is set in."""
+def rows_of(x: torch.Tensor) -> int:
+    """The rows of x (*, c): a transition's size, and for a pair (*, N, N, c) a triangle operation's (B N N)."""
     return x.numel() // max(x.shape[-1], 1)
 
 

@@ -31,7 +31,7 @@ from ..functional import pair_weighted_averaging as pwa
 from ..functional import triangle_multiplication as trimul
 from ..modules import AttentionPairBias
 from ._adapters import FusedOpenFoldTriangleAttention, FusedTransition
-from ._crossover import RunsOriginal, pair_rows, scores
+from ._crossover import RunsOriginal, rows_of, scores
 from ._patching import (
     check_layer_norm,
     check_outer_product_mean,
@@ -108,7 +108,7 @@ class FusedTriangleMultiplication(RunsOriginal, nn.Module):
         return check_layer_norm(module.norm_in) or check_layer_norm(module.norm_out)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, use_kernels: bool = False) -> torch.Tensor:
-        if self.small(pair_rows(x), x):
+        if self.small(rows_of(x), x):
             return self.original(x, mask, use_kernels)
         dtype = autocast_dtype(x)
         with torch.autocast(x.device.type, enabled=False):

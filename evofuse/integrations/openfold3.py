@@ -37,7 +37,7 @@ from ._adapters import (
     FusedOpenFoldTriangleMultiplication,
     FusedTransition,
 )
-from ._crossover import RunsOriginal, pair_rows, scores
+from ._crossover import RunsOriginal, rows_of, scores
 from ._patching import (
     check_layer_norm,
     check_linears,
@@ -176,7 +176,7 @@ class FusedTriangleAttention(FusedOpenFoldTriangleAttention):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, transpose_bias: bool = False,
                 chunk_size: int | None = None, **kwargs) -> torch.Tensor:
         """x (*, N, N, c_in), mask (*, N, N) or None -> (*, N, N, c_in) in the compute dtype."""
-        if self.small(pair_rows(x), x):
+        if self.small(rows_of(x), x):
             return self.original(x, mask=mask, transpose_bias=transpose_bias, chunk_size=chunk_size, **kwargs)
         return self.attend(x, mask, transpose_bias)
 
