@@ -4,8 +4,8 @@ setting), eager calls, by rows M and width c: median ms of `triton.testing.do_be
 
     python benchmarks/transition_crossover.py [--widths 384,128] [--rows 256,512,...,147456] [--out DIR]
 
-A CSV goes to DIR/<gpu-name>/transition-crossover.csv; `FusedTransition.MIN_ROWS` (the integrations' rule) is read
-from it (docs/PERFORMANCE.md).
+A CSV goes to DIR/<gpu-name>/transition-crossover.csv; the transitions' row in `integrations._crossover.CROSSOVERS`
+(the integrations' rule) is read from it (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
