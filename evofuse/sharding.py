@@ -25,6 +25,10 @@ Rules so far (every one also takes all inputs replicated):
 - triangle multiplication: the pair and its mask sharded by batch elements (Shard(0)), the parameters replicated; its
   product t (c, B, N, N) kept for the backward Shard(1); in the backward the pair's gradient Shard(0) and each
   parameter's a partial sum over the shards (Partial()), which DTensor reduces where it is read;
+- triangle multiplication by the pair's rows (outgoing) or columns (incoming): its two passes as two ops
+  (`ops.triangle_multiplication.sharded`): a and b made on each device's pairs, split as the pair is, then the
+  product and the output side with b (outgoing) or a (incoming) gathered, never the pair; in the backward the
+  gathered one's gradient and the parameters' partial sums;
 - triangle attention: by batch elements; and by the pair's rows (the starting node; the ending node by its
   columns, the transposed view's rows): a distributed pair takes the bias apart (`evofuse::triangle_bias`, sharded
   as the pair is), and the attention of the local rows gathers the bias (B, h, N, N), never the pair; the bias's
@@ -70,6 +74,63 @@ def _triangle_multiplication_backward(grad_out, pair_repr, pair_mask, *rest):
     batch = ([Shard(0) if needs[0] else Replicate(), *(Partial() if need else Replicate() for need in needs[1:])],
              [Shard(0), Shard(0), mask, *_replicated(params), Shard(1), *options])
     return [replicated, batch]
+
+
+@register_sharding(_ops.triangle_multiplication_gates.default)
+def _triangle_multiplication_gates(pair_repr, pair_mask, *rest):
+    params, options = _replicated(rest[:4]), [None] * 2  # (precision, train)
+    mask = [None] if pair_mask is None else [Replicate()]
+    strategies = [([Replicate()], [Replicate(), *mask, *params, *options])]
+    for dim in range(3):  # (batch elements, rows or columns: a and b planes (2c, B, N, N) split as the pair is)
+        strategies.append(([Shard(dim + 1)], [Shard(dim), None if pair_mask is None else Shard(dim), *params,
+                                               *options]))
+    return strategies
+
+
+@register_sharding(_ops.triangle_multiplication_gates_backward.default)
+def _triangle_multiplication_gates_backward(dab, pair_repr, pair_mask, *rest):
+    # (the pair's gradient always made; the parameters' partial sums over the devices' pairs, an empty one where not
+    # needed: DTensor keys this op's sharding by its tensors alone, so the placements cannot follow `needs`)
+    params, options = _replicated(rest[:4]), [None] * 2  # (precision, needs)
+    strategies = [([Replicate()] * 5, [Replicate(), Replicate(), None if pair_mask is None else Replicate(), *params,
+                                       *options])]
+    for dim in range(3):
+        strategies.append(([Shard(dim), *[Partial()] * 4],
+                           [Shard(dim + 1), Shard(dim), None if pair_mask is None else Shard(dim), *params, *options]))
+    return strategies
+
+
+def _update_placements(outgoing: bool) -> list:
+    """(a's, b's, the pair's and t's placements) under which the update runs on each device's pairs: by batch
+    elements; outgoing by the pair's rows, b whole (t[i, j] = sum_k a[i, k] b[j, k]); incoming by its columns, a
+    whole (sum_k a[k, i] b[k, j])."""
+    batch = (Shard(1), Shard(1), Shard(0), Shard(1))
+    by_residues = (Shard(2), Replicate(), Shard(1), Shard(2)) if outgoing else (Replicate(), Shard(3), Shard(2),
+                                                                                Shard(3))
+    return [batch, by_residues]
+
+
+@register_sharding(_ops.triangle_multiplication_update.default)
+def _triangle_multiplication_update(a, b, pair_repr, *rest):
+    params, (outgoing, _, train) = _replicated(rest[:8]), rest[8:]
+    options = [None] * 3
+    strategies = [([Replicate(), Replicate()], [Replicate()] * 3 + [*params, *options])]
+    for pa, pb, pz, pt in _update_placements(outgoing):
+        strategies.append(([pz, pt if train else Replicate()], [pa, pb, pz, *params, *options]))
+    return strategies
+
+
+@register_sharding(_ops.triangle_multiplication_update_backward.default)
+def _triangle_multiplication_update_backward(grad_out, a, b, pair_repr, *rest):
+    params, (outgoing, _, needs) = _replicated(rest[:8]), rest[9:]  # (rest[8]: t)
+    options = [None] * 3
+    strategies = [([Replicate()] * 11, [Replicate()] * 4 + [*params, Replicate(), *options])]
+    for pa, pb, pz, pt in _update_placements(outgoing):
+        # (the whole one's gradient, like the parameters', a partial sum over the devices' pairs)
+        grads = [Partial() if p == Replicate() else p for p in (pa, pb, pz)] + [Partial()] * 8
+        strategies.append(([g if need else Replicate() for g, need in zip(grads, needs)],
+                           [pz, pa, pb, pz, *params, pt, *options]))
+    return strategies
 
 
 @register_sharding(_ops.outer_product_mean.default)

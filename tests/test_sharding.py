@@ -20,6 +20,8 @@ pytestmark = [SPAWNED_INTERPRETER, pytest.mark.skipif(not dist.is_available() or
                                                       reason="needs torch.distributed with gloo")]
 WORLD = 2
 B = 2 * WORLD  # (batch elements, and MSA rows where those are sharded: two a process)
+# the cases whose inference gathers one tensor: triangle attention's bias, triangle multiplication's b or a
+GATHERING = ("tri-starting:1", "tri-ending:2", "trimul-outgoing:1", "trimul-incoming:2")
 
 
 def _mask(*shape):
@@ -33,8 +35,11 @@ def _case(name):
 
     torch.manual_seed(0)
     op, _, shard = name.partition(":")
-    if op in ("trimul-outgoing", "trimul-incoming"):
+    if op in ("trimul-outgoing", "trimul-incoming"):  # (by batch elements, or by the pair's rows or columns)
         mod = evofuse.TriangleMultiplication(16, 8, outgoing=op.endswith("outgoing"))
+        if shard:
+            dim = int(shard)
+            return mod, [torch.randn(2, 2 * B, 2 * B, 16), _mask(2, 2 * B, 2 * B)], [dim, dim], dim
         return mod, [torch.randn(B, 7, 7, 16), _mask(B, 7, 7)], [0, 0], 0
     if op in ("opm", "opm-unmasked"):
         if shard:  # (by MSA rows: the output a partial sum over the devices' rows; AF2's normalization, and without
@@ -89,9 +94,10 @@ def _compare(mesh, name):
     with torch.no_grad(), CommDebugMode() as comms:
         got = sharded(*args)
     _check("inference output", got, want, Partial() if out_dim is None else Shard(out_dim))
-    # (by batch elements nothing moves; by the pair's rows the bias alone is gathered, as the placements say)
+    # (by batch elements nothing moves; by the pair's rows triangle attention gathers the bias alone, as the
+    # placements say, and triangle multiplication b (outgoing) or a (incoming))
     gathers = sum(n for op, n in comms.get_comm_counts().items() if "all_gather" in str(op))
-    assert gathers == (1 if name in ("tri-starting:1", "tri-ending:2") else 0), comms.get_comm_counts()
+    assert gathers == (1 if name in GATHERING else 0), comms.get_comm_counts()
     args = placed()
     for t in args[:-1]:
         t.requires_grad_()
@@ -103,10 +109,11 @@ def _compare(mesh, name):
         got.square().sum().backward()
     # (nothing moves, every rows' product taking each device's rows as one block; but triangle attention by the
     # pair's rows gathers the bias (B, h, N, N) again for the attention's backward, as its forward did, and reduces
-    # the bias's gradient, a partial sum over the rows)
+    # the bias's gradient, a partial sum over the rows; triangle multiplication by rows or columns gathers b or a
+    # again and reduce-scatters its gradient, a partial sum over the devices' pairs)
     moved = {str(op).split(".")[-1].split("'")[0]: n for op, n in comms.get_comm_counts().items()}
-    bias_only = name in ("tri-starting:1", "tri-ending:2")
-    assert moved == ({"all_gather_into_tensor": 1, "all_reduce": 1} if bias_only else {}), (name, moved)
+    expected = {"all_gather_into_tensor": 1, "reduce_scatter_tensor" if name.startswith("trimul") else "all_reduce": 1}
+    assert moved == (expected if name in GATHERING else {}), (name, moved)
     for k, (t, w) in enumerate(zip(args, whole)):
         _check(f"input {k}'s gradient", t.grad, w.grad)
     for n, p in sharded.named_parameters():
@@ -216,14 +223,16 @@ def test_a_patched_model_layer_on_sharded_tensors(family):
         mp.spawn(_layer_worker, args=(os.path.join(folder, "store"), family), nprocs=WORLD)
 
 
-@pytest.mark.parametrize("name", ["trimul-outgoing", "trimul-incoming", "opm", "opm:1", "opm-unmasked:1", "trans:0",
-                                  "trans:1", "pwa", "pwa:1", "att:0", "att:1", "tri-starting", "tri-ending",
-                                  "tri-starting:1", "tri-ending:2", "col", "col:2", "gcol", "gcol:2", "apb"])
+@pytest.mark.parametrize("name", ["trimul-outgoing", "trimul-incoming", "trimul-outgoing:1", "trimul-incoming:2",
+                                  "opm", "opm:1", "opm-unmasked:1", "trans:0", "trans:1", "pwa", "pwa:1", "att:0", "att:1",
+                                  "tri-starting", "tri-ending", "tri-starting:1", "tri-ending:2", "col", "col:2", "gcol",
+                                  "gcol:2", "apb"])
 def test_sharded_matches_whole(name):
-    """opm:1 and opm-unmasked:1 are the Outer Product Mean by MSA rows, att:1 row attention by MSA rows (the pair
-    replicated), pwa:1 pair-weighted averaging likewise, trans:1 the transition by its second dimension, tri-
-    starting:1 and tri-ending:2 triangle attention by the pair's rows and columns, col:2 and gcol:2 column and
-    global column attention by residues; the others by batch elements. Each process makes an inference call and then
+    """trimul-outgoing:1 and trimul-incoming:2 are triangle multiplication by the pair's rows and columns, opm:1 and
+    opm-unmasked:1 the Outer Product Mean by MSA rows, att:1 row attention by MSA rows (the pair replicated), pwa:1
+    pair-weighted averaging likewise, trans:1 the transition by its second dimension, tri-starting:1 and
+    tri-ending:2 triangle attention by the pair's rows and columns, col:2 and gcol:2 column and global column
+    attention by residues; the others by batch elements. Each process makes an inference call and then
     a training call at the same shapes: DTensor caches an op's sharding by its arguments from the first integer one
     on (`register_sharding`), and an op's kept outputs differ between the two."""
     import torch.multiprocessing as mp

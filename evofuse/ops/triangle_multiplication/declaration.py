@@ -14,9 +14,18 @@ from ...front.door import ROWS, Form, front
 from ...front.parts import check_options
 
 if triton_available():  # the kernels (without Triton every call takes the reference)
-    from . import op
+    from . import op, sharded
 else:
-    op = None
+    op = sharded = None
+
+
+def _triangle_multiplication(a, train):
+    args = (a.pair_repr, a.pair_mask, a.norm_in_weight, a.norm_in_bias,
+            *op.joined_inputs([a.p_in_weight, a.g_in_weight, a.g_out_weight], [a.p_in_bias, a.g_in_bias, a.g_out_bias]),
+            a.norm_out_weight, a.norm_out_bias, a.p_out_weight, a.p_out_bias, a.outgoing, a.precision)
+    if sharded.by_residues(a.pair_repr):  # (a pair split by its rows or columns: a and b apart, one of them gathered)
+        return sharded.triangle_multiplication(*args, train)
+    return op.triangle_multiplication(*args, a.chunk_size or 0, train)[0]
 
 
 TRIANGLE_MULTIPLICATION = Form(
@@ -24,12 +33,7 @@ TRIANGLE_MULTIPLICATION = Form(
     dict(norm_in_weight="cz", norm_in_bias="cz", p_in_weight="2c cz", p_in_bias="2c", g_in_weight="2c cz",
          g_in_bias="2c", norm_out_weight="c", norm_out_bias="c", p_out_weight="cz c", p_out_bias="cz",
          g_out_weight="cz cz", g_out_bias="cz"),
-    ref.triangle_multiplication_reference,
-    lambda a, train: op.triangle_multiplication(
-        a.pair_repr, a.pair_mask, a.norm_in_weight, a.norm_in_bias,
-        *op.joined_inputs([a.p_in_weight, a.g_in_weight, a.g_out_weight], [a.p_in_bias, a.g_in_bias, a.g_out_bias]),
-        a.norm_out_weight, a.norm_out_bias, a.p_out_weight, a.p_out_bias, a.outgoing, a.precision, a.chunk_size or 0,
-        train)[0],
+    ref.triangle_multiplication_reference, _triangle_multiplication,
     optional=("p_in_bias", "g_in_bias", "p_out_bias", "g_out_bias"), width=("cz", "norm_in_weight"),
     rules={"chunk_size": ROWS}, supports=lambda a: "float64" if a.dtype == torch.float64 else None)
 

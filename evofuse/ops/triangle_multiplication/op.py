@@ -51,13 +51,14 @@ def joined_inputs(weights: list[Tensor], biases: list[Tensor | None]) -> tuple[T
     return torch.cat(weights), joined_bias(biases, weights)
 
 
-def _gated(pair_repr: Tensor, mask: Tensor | None, norm_in_weight: Tensor, norm_in_bias: Tensor, in_weight: Tensor,
+def gated(pair_repr: Tensor, mask: Tensor | None, norm_in_weight: Tensor, norm_in_bias: Tensor, in_weight: Tensor,
            in_bias: Tensor | None, c: int, precision: str) -> Tensor:
     """ab (2c, B, N, N) in the pair's dtype: a and b = p * sigmoid(g) * mask channel major (the layout of cuBLAS's
-    batched product), from one pass of the pair (`layer_norm_glu`: LN_in, p_in and g_in on chip)."""
-    B, N, _, cz = pair_repr.shape
-    M = B * N * N
-    ab = pair_repr.new_empty(2 * c, B, N, N)
+    batched product), from one pass of the pair (`layer_norm_glu`: LN_in, p_in and g_in on chip); (2c, B, R, K) for
+    a device's R rows or K columns of a split pair."""
+    cz = pair_repr.shape[-1]
+    M = pair_repr.shape[:-1].numel()
+    ab = pair_repr.new_empty(2 * c, *pair_repr.shape[:-1])
     layer_norm_glu.layer_norm_glu(pair_repr.reshape(M, cz), norm_in_weight, norm_in_bias, in_weight[:4 * c],
                                   None if in_bias is None else in_bias[:4 * c],
                                   None if mask is None else mask.reshape(M), ab.view(2 * c, M).t(), "sigmoid",
@@ -65,14 +66,20 @@ def _gated(pair_repr: Tensor, mask: Tensor | None, norm_in_weight: Tensor, norm_
     return ab
 
 
-def _output(t: Tensor, pair_repr: Tensor, norm_in_weight: Tensor, norm_in_bias: Tensor, in_weight: Tensor,
-            in_bias: Tensor | None, norm_out_weight: Tensor, norm_out_bias: Tensor, p_out_weight: Tensor,
-            p_out_bias: Tensor | None, precision: str, out: Tensor, grad: Tensor | None = None,
-            d_gate_out: Tensor | None = None) -> None:
+def _gate_out(in_weight: Tensor, in_bias: Tensor | None, c: int) -> tuple[Tensor, Tensor | None]:
+    """g_out's weight and bias: the rows of the stacked projection after p_in's and g_in's 4c."""
+    return in_weight[4 * c:], None if in_bias is None else in_bias[4 * c:]
+
+
+def gated_output(t: Tensor, pair_repr: Tensor, norm_in_weight: Tensor, norm_in_bias: Tensor, g_out_weight: Tensor,
+                 g_out_bias: Tensor | None, norm_out_weight: Tensor, norm_out_bias: Tensor, p_out_weight: Tensor,
+                 p_out_bias: Tensor | None, precision: str, out: Tensor, grad: Tensor | None = None,
+                 d_gate_out: Tensor | None = None) -> None:
     """The output side in one pass (`kernels.output_kernel`) from t (c, B, N, N) and the pair (B, N, N, c_z), or from
     rows of them, t (c, M) with contiguous rows and the pair (M, c_z): out (B, N, N, c_z) = p_out(LN_out(t)) *
-    sigmoid(g_out(LN_in(z))); or, given the output's gradient `grad` (B, N, N, c_z), any strides, y's gradient into
-    `out` and g_out's pre-activation's into `d_gate_out` (c_z, M), its rows contiguous."""
+    sigmoid(g_out(LN_in(z))), g_out_weight (c_z, c_z) and g_out_bias (c_z,) or None; or, given the output's gradient
+    `grad` (B, N, N, c_z), any strides, y's gradient into `out` and g_out's pre-activation's into `d_gate_out` (c_z,
+    M), its rows contiguous."""
     cz = pair_repr.shape[-1]
     c = t.shape[0]
     M = pair_repr.shape[:-1].numel()  # (B N N, or a chunk's rows)
@@ -87,9 +94,9 @@ def _output(t: Tensor, pair_repr: Tensor, norm_in_weight: Tensor, norm_in_bias: 
     autotuned(output_kernel, layer_norm_glu.row_tables, OUTPUT_KEY, configs.prune_output)[grid](
         t, 1, t.stride(0), norm_out_weight, norm_out_bias, p_out_weight, *p_out_weight.stride(),
         p_out_weight if p_out_bias is None else p_out_bias, z, *z.stride(), norm_in_weight, norm_in_bias,
-        in_weight[4 * c:], *in_weight.stride(), in_weight if in_bias is None else in_bias[4 * c:], grad_rows,
+        g_out_weight, *g_out_weight.stride(), g_out_weight if g_out_bias is None else g_out_bias, grad_rows,
         *grad_rows.stride(), out, *((out, 0) if d_gate_out is None else (d_gate_out, d_gate_out.stride(0))), M, c, cz,
-        LAYER_NORM_EPS, bucket(M), bucket(cz), HAS_P_BIAS=p_out_bias is not None, HAS_G_BIAS=in_bias is not None,
+        LAYER_NORM_EPS, bucket(M), bucket(cz), HAS_P_BIAS=p_out_bias is not None, HAS_G_BIAS=g_out_bias is not None,
         GRAD=grad is not None, PRECISION=dot_precision(pair_repr.dtype, precision))
 
 
@@ -109,12 +116,12 @@ def triangle_multiplication_forward(pair_repr: Tensor, pair_mask: Tensor | None,
     if 0 < rows < N:
         return _chunked(pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, norm_out_weight,
                         norm_out_bias, p_out_weight, p_out_bias, outgoing, precision, rows), pair_repr.new_empty(0)
-    ab = _gated(pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, c, precision)
-    t = _bmm(ab[:c], ab[c:], None if outgoing else True, precision)  # outgoing a b^T (sum_k a[i, k] b[j, k]), else a^T b
+    ab = gated(pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, c, precision)
+    t = bmm(ab[:c], ab[c:], None if outgoing else True, precision)  # outgoing a b^T (sum_k a[i, k] b[j, k]), else a^T b
     del ab
     out = pair_repr.new_empty(B, N, N, cz)
-    _output(t, pair_repr, norm_in_weight, norm_in_bias, in_weight, in_bias, norm_out_weight, norm_out_bias,
-            p_out_weight, p_out_bias, precision, out)
+    gated_output(t, pair_repr, norm_in_weight, norm_in_bias, *_gate_out(in_weight, in_bias, c), norm_out_weight,
+                 norm_out_bias, p_out_weight, p_out_bias, precision, out)
     return out, (t if train else t.new_empty(0))
 
 
@@ -150,14 +157,15 @@ def _chunked(pair_repr: Tensor, mask: Tensor | None, norm_in_weight: Tensor, nor
                                 norm_in_weight, norm_in_bias, in_weight, in_bias, c, 0, precision)  # (c, N, R)
                 t = _planes_product(a.transpose(1, 2), b_planes, precision)
             del a
-            _output(t[:, None], pair_repr[b:b + 1, i0:i1], norm_in_weight, norm_in_bias, in_weight, in_bias,
-                    norm_out_weight, norm_out_bias, p_out_weight, p_out_bias, precision, out[b:b + 1, i0:i1])
+            gated_output(t[:, None], pair_repr[b:b + 1, i0:i1], norm_in_weight, norm_in_bias,
+                         *_gate_out(in_weight, in_bias, c), norm_out_weight, norm_out_bias, p_out_weight, p_out_bias,
+                         precision, out[b:b + 1, i0:i1])
     return out
 
 
 def _gated_half(z: Tensor, mask: Tensor | None, norm_in_weight: Tensor, norm_in_bias: Tensor, in_weight: Tensor,
                 in_bias: Tensor | None, c: int, half: int, precision: str) -> Tensor:
-    """a (half 0) or b (half 1) = p * sigmoid(g) * mask of the pairs z (..., c_z), channel major (c, ...): `_gated`'s
+    """a (half 0) or b (half 1) = p * sigmoid(g) * mask of the pairs z (..., c_z), channel major (c, ...): `gated`'s
     pass with that half's p and g rows alone."""
     def rows_of(t):
         return torch.cat([t[half * c:(half + 1) * c], t[(2 + half) * c:(3 + half) * c]])
@@ -221,19 +229,20 @@ def core_backward(grad_out: Tensor, pair_repr: Tensor, pair_mask: Tensor | None,
     dy = pair_repr.new_empty(B, N, N, cz)
     for k, start in enumerate(range(0, M, step)):  # (y's gradient, and g_out's into its chunk's rows of d_proj)
         stop = min(M, start + step)
-        _output(t_rows[:, start:stop], z_rows[start:stop], norm_in_weight, norm_in_bias, in_weight, in_bias,
-                norm_out_weight, norm_out_bias, p_out_weight, p_out_bias, precision, dy.view(M, cz)[start:stop],
-                grad_rows[start:stop], d_proj[4 * c + k * cz:4 * c + (k + 1) * cz, :stop - start])
+        gated_output(t_rows[:, start:stop], z_rows[start:stop], norm_in_weight, norm_in_bias,
+                     *_gate_out(in_weight, in_bias, c), norm_out_weight, norm_out_bias, p_out_weight, p_out_bias,
+                     precision, dy.view(M, cz)[start:stop], grad_rows[start:stop],
+                     d_proj[4 * c + k * cz:4 * c + (k + 1) * cz, :stop - start])
     dt = pair_repr.new_empty(c, B, N, N)  # (channel major, written so: the products below take its planes as they are)
     _, *out_grads = layer_norm_linear_backward(t.permute(1, 2, 3, 0), norm_out_weight, norm_out_bias, p_out_weight, dy,
                                                (True, *needs[5:9]), precision, dx_out=dt.view(c, M).t())
     del dy
-    ab = _gated(pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, c, precision)
+    ab = gated(pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, c, precision)
     dab = torch.empty_like(ab)  # (da and db written by cuBLAS into its halves)
     if outgoing:  # t = a b^T: da = dt b, db = dt^T a
-        _bmm(dt, ab[c:], False, precision, out=dab[:c]), _bmm(dt, ab[:c], True, precision, out=dab[c:])
+        bmm(dt, ab[c:], False, precision, out=dab[:c]), bmm(dt, ab[:c], True, precision, out=dab[c:])
     else:  # t = a^T b: da = b dt^T, db = a dt
-        _bmm(ab[c:], dt, None, precision, out=dab[:c]), _bmm(ab[:c], dt, False, precision, out=dab[c:])
+        bmm(ab[c:], dt, None, precision, out=dab[:c]), bmm(ab[:c], dt, False, precision, out=dab[c:])
     del ab, dt
     in_grads = _input_backward(z_rows, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias,
                                dab.view(2 * c, M), d_proj, step, needs[:5], precision)
@@ -307,22 +316,24 @@ def _backward(ctx, needs, grad_out, *_):
     return {name: grad for name, grad in zip(names, grads) if needs[name]}
 
 
-def _bmm(u: Tensor, v: Tensor, transpose: bool | None, precision: str, out: Tensor | None = None) -> Tensor:
-    """Per (channel, batch element) planes (c, B, N, N): u v (transpose False), u^T v (True) or u v^T (None); into
-    `out` (c, B, N, N) contiguous where given. float32 by `matmul`'s three TF32 products, else cuBLAS."""
-    c, B, N, _ = u.shape
-    u, v = u.reshape(c * B, N, N), v.reshape(c * B, N, N)
+def bmm(u: Tensor, v: Tensor, transpose: bool | None, precision: str, out: Tensor | None = None) -> Tensor:
+    """Per (channel, batch element) planes: u v (transpose False), u^T v (True) or u v^T (None) for u and v (c, B, R,
+    K) (a device's rows or columns where the pair is split); into `out` (c, B, R', K') contiguous where given. float32
+    by `matmul`'s three TF32 products, else cuBLAS."""
+    c, B = u.shape[:2]
+    u, v = u.reshape(c * B, *u.shape[2:]), v.reshape(c * B, *v.shape[2:])
     if transpose:
         u = u.transpose(1, 2)
     elif transpose is None:
         v = v.transpose(1, 2)
+    R, K = u.shape[1], v.shape[2]
     if uses_tensor_cores(u.dtype, precision):
-        t = u.new_empty(c, B, N, N) if out is None else out
-        matmul_into(u, v, t.view(c * B, N, N))
+        t = u.new_empty(c, B, R, K) if out is None else out
+        matmul_into(u, v, t.view(c * B, R, K))
         return t
     if out is None:
-        return torch.bmm(u, v).view(c, B, N, N)
-    torch.bmm(u, v, out=out.view(c * B, N, N))
+        return torch.bmm(u, v).view(c, B, R, K)
+    torch.bmm(u, v, out=out.view(c * B, R, K))
     return out
 
 
