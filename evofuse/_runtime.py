@@ -70,7 +70,10 @@ def contiguous(t: torch.Tensor) -> torch.Tensor:
 
 def custom_op(name: str, impl, fake):
     """`evofuse::<name>`, a torch.library custom op of `impl` (its schema from impl's annotations; no argument
-    mutated) with `fake` as its fake implementation: a nested op that a traced backward calls (`traced`)."""
+    mutated) with `fake` as its fake implementation: a nested op that a traced backward calls (`traced`). Where the
+    outputs' shapes or placements follow a flag (a gradient asked for or not, what a forward keeps), an int argument
+    comes at or before it (a 0/1 flag typed int): DTensor keys an op's sharding by its tensors and by its arguments
+    from the first int on (`register_sharding`), and would otherwise hand a later call an earlier one's."""
     op = torch.library.custom_op(f"evofuse::{name}", mutates_args=())(impl)
     op.register_fake(fake)
     return op

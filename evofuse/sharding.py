@@ -89,12 +89,10 @@ def _triangle_multiplication_gates(pair_repr, pair_mask, *rest):
 
 @register_sharding(_ops.triangle_multiplication_gates_backward.default)
 def _triangle_multiplication_gates_backward(dab, pair_repr, pair_mask, *rest):
-    # (the pair's gradient always made; the parameters' partial sums over the devices' pairs, an empty one where not
-    # needed: DTensor keys this op's sharding by its tensors alone, so the placements cannot follow `needs`)
-    params, options = _replicated(rest[:4]), [None] * 2  # (precision, needs)
+    params, options = _replicated(rest[:4]), [None]  # (precision)
     strategies = [([Replicate()] * 5, [Replicate(), Replicate(), None if pair_mask is None else Replicate(), *params,
                                        *options])]
-    for dim in range(3):
+    for dim in range(3):  # (the parameters' gradients partial sums over the devices' pairs)
         strategies.append(([Shard(dim), *[Partial()] * 4],
                            [Shard(dim + 1), Shard(dim), None if pair_mask is None else Shard(dim), *params, *options]))
     return strategies

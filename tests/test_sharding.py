@@ -98,6 +98,11 @@ def _compare(mesh, name):
     # placements say, and triangle multiplication b (outgoing) or a (incoming))
     gathers = sum(n for op, n in comms.get_comm_counts().items() if "all_gather" in str(op))
     assert gathers == (1 if name in GATHERING else 0), comms.get_comm_counts()
+    # (a training call whose inputs take no gradient first: DTensor caches a backward's sharding by its tensors, and
+    # the placements of the gradients it makes must follow which it is asked for)
+    out = sharded(*placed())
+    (out.redistribute(mesh, [Replicate()]) if out_dim is None else out).square().sum().backward()
+    sharded.zero_grad()
     args = placed()
     for t in args[:-1]:
         t.requires_grad_()

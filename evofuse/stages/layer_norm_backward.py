@@ -164,7 +164,7 @@ def backward_tiles(D: int, K: int, project: bool) -> tuple[int, int, int, int]:
 
 
 def layer_norm_pass(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: Tensor | None, weight: Tensor | None,
-                    row_mask: Tensor | None, store_xn: bool, store_dx: bool,
+                    row_mask: Tensor | None, store_xn: int, store_dx: bool,
                     precision: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The LayerNorm's rows and, given a gradient, its backward, in one pass over x (M, D)
     (`_layer_norm_backward_kernel`; registered as the op `evofuse::layer_norm_backward`, so that torch.compile
@@ -176,7 +176,7 @@ def layer_norm_pass(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, grad: Tensor 
     Returns (xn, dx, d_ln, d_weight, d_bias): xn = LayerNorm(x) in x's dtype, (M, D) where store_xn (without
     weight), else empty; dx in x's dtype, (M, D) where store_dx and grad is given, else empty; d_ln (2, D) float32,
     the LayerNorm weight's and bias's gradients, (2, 0) without grad; d_weight (K, D) and d_bias (K,) float32 with
-    weight and grad, else empty."""
+    weight and grad, else empty. store_xn is a 0/1 int (`_runtime.custom_op`)."""
     return layer_norm_pass_into(x, ln_weight, ln_bias, grad, weight, row_mask, store_xn, store_dx, precision, None)
 
 

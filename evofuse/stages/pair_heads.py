@@ -232,11 +232,11 @@ def pair_heads(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor 
 
 
 def pair_heads_backward_pass(pair_repr: Tensor, norm_weight: Tensor | None, norm_bias: Tensor | None, weight: Tensor,
-                             grad: Tensor, store_dx: bool) -> tuple[Tensor, Tensor]:
+                             grad: Tensor, store_dx: int) -> tuple[Tensor, Tensor]:
     """(d_pair, sums): the pair's gradient in its dtype, (B, N, N, P) contiguous where store_dx, else empty; sums
     (h*P + 2P + h,) float32, the weight's gradient (h, P) flattened, the LayerNorm weight's and bias's (zeros
     without a LayerNorm) and the bias's (`pair_heads_backward_kernel`, as an op of its own so that torch.compile
-    traces the operations' backwards around it)."""
+    traces the operations' backwards around it). store_dx is a 0/1 int (`_runtime.custom_op`)."""
     B, N, _, P = pair_repr.shape
     h = weight.shape[0]
     tiles = pair_heads_tiles(N, P, h, BACKWARD_TILE_BYTES // pair_repr.element_size())

@@ -249,13 +249,13 @@ GRAD_SCALE_PAIRS = 128  # pairs (b, i, j) a program of the Gs kernel
 
 
 def core_backward(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight: Tensor, normalization: str,
-                  count_eps: float, need_ab: bool, need_weight: bool,
+                  count_eps: float, need_ab: int, need_weight: bool,
                   precision: str) -> tuple[Tensor, Tensor, Tensor]:
     """(d_ab (B, S, N, 2c) in ab's dtype, d_weight (R, c*c) float32, d_bias (R,) float32): the gradients of the
     masked projections ab = [a | b], of out_proj's weight and of its bias for the output's gradient grad_out
     (B, N, N, R, any strides), counts (B, N, N) float32 as the forward took them (None without a mask); d_ab and
-    d_weight are empty where not needed. The backward's contraction is one op so that torch.compile traces
-    around it.
+    d_weight are empty where not needed (need_ab a 0/1 int: `_runtime.custom_op`). The backward's contraction is
+    one op so that torch.compile traces around it.
 
     Gs, the gradient times the normalization's factor, comes from `opm_grad_scale_kernel` with the bias's
     gradient. Then for blocks of rows i, so that no block's N*N*c*c tensors pass BLOCK_BYTES (one block up

@@ -153,11 +153,12 @@ def _backward(ctx, needs, grad_out, *_):
 
 
 def triangle_bias_forward(pair_repr: Tensor, layer_norm_weight: Tensor, layer_norm_bias: Tensor, linear_weight: Tensor,
-                          transpose_bias: bool, precision: str, train: bool) -> Tensor:
+                          transpose_bias: int, precision: str, train: bool) -> Tensor:
     """The triangle bias z (B, h, J, K) of the pair (B, I, J, c) apart from the attention (LayerNorm and the (h, c)
     projection of every pair; transposed with transpose_bias): for a pair split over devices by rows, whose
     attention then gathers z, never the pair (`evofuse.sharding`), and for inference in chunks. `train` (whether a
-    gradient is recorded) changes nothing here: it is the ops' last argument (`_runtime.eager_or_dispatched`)."""
+    gradient is recorded) changes nothing here: it is the ops' last argument (`_runtime.eager_or_dispatched`).
+    transpose_bias is a 0/1 int: the placements follow it (`_runtime.custom_op`)."""
     heads = layer_norm_linear(pair_repr, layer_norm_weight, layer_norm_bias, linear_weight, None, None, precision)
     return _bias_of(heads, 0, linear_weight.shape[0], transpose_bias).contiguous()
 

@@ -211,11 +211,12 @@ def input_chunks(M: int, c: int, cz: int, element_size: int) -> int:
 
 def core_backward(grad_out: Tensor, pair_repr: Tensor, pair_mask: Tensor | None, norm_in_weight: Tensor,
                   norm_in_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None, norm_out_weight: Tensor,
-                  norm_out_bias: Tensor, p_out_weight: Tensor, p_out_bias: Tensor | None, t: Tensor, outgoing: bool,
+                  norm_out_bias: Tensor, p_out_weight: Tensor, p_out_bias: Tensor | None, t: Tensor, outgoing: int,
                   precision: str, needs: list[bool]) -> list[Tensor]:
     """The gradients of (pair_repr, norm_in_weight, norm_in_bias, in_weight, in_bias, norm_out_weight, norm_out_bias,
     p_out_weight, p_out_bias), each in its tensor's dtype and empty where `needs` (one flag each) is false, from the
-    output's gradient grad_out (B, N, N, c_z), any strides, the forward's inputs and its product t (c, B, N, N)."""
+    output's gradient grad_out (B, N, N, c_z), any strides, the forward's inputs and its product t (c, B, N, N);
+    outgoing a 0/1 int (`_runtime.custom_op`)."""
     B, N, _, cz = pair_repr.shape
     c = t.shape[0]
     M = B * N * N
@@ -296,7 +297,7 @@ GRADS = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Te
 def _backward_dispatched(grad_out: Tensor, pair_repr: Tensor, pair_mask: Tensor | None, norm_in_weight: Tensor,
                          norm_in_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None, norm_out_weight: Tensor,
                          norm_out_bias: Tensor, p_out_weight: Tensor, p_out_bias: Tensor | None, t: Tensor,
-                         outgoing: bool, precision: str, needs: list[bool]) -> GRADS:
+                         outgoing: int, precision: str, needs: list[bool]) -> GRADS:
     """`core_backward` as its op returns it: the parameters' gradients copied (a LayerNorm's two are views of one
     tensor, and a custom op's outputs must not alias)."""
     dx, *grads = core_backward(grad_out, pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias,

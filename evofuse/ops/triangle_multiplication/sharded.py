@@ -67,37 +67,32 @@ GATE_GRADS = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
 
 
 def gates_backward(dab: Tensor, pair_repr: Tensor, pair_mask: Tensor | None, norm_in_weight: Tensor,
-                   norm_in_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None, precision: str,
-                   needs: list[bool]) -> GATE_GRADS:
-    """The gradients of (pair_repr, norm_in_weight, norm_in_bias, in_weight, in_bias), the parameters' empty where
-    `needs` is false (the pair's always made: see the op's sharding rule), from ab's gradient dab (2c, B, N, N): p
-    and g made again on chip with their gradients written (4c planes), then LN_in's and the projections' backward."""
+                   norm_in_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None, precision: str) -> GATE_GRADS:
+    """The gradients of (pair_repr, norm_in_weight, norm_in_bias, in_weight, in_bias), in_bias's empty where it is
+    None, from ab's gradient dab (2c, B, N, N): p and g made again on chip with their gradients written (4c planes),
+    then LN_in's and the projections' backward. Every one is made: the op has no int argument for a flag of the
+    gradients asked for to key its sharding by (`_runtime.custom_op`), and a split pair's call takes them all."""
     M, cz = pair_repr.shape[:-1].numel(), pair_repr.shape[-1]
     rows = pair_repr.reshape(M, cz)
     d_pre = pair_repr.new_empty(in_weight.shape[0], M)
     layer_norm_glu.layer_norm_glu(rows, norm_in_weight, norm_in_bias, in_weight, in_bias,
                                   None if pair_mask is None else pair_mask.reshape(M), dab.reshape(-1, M).t(),
                                   "sigmoid", precision, d_pre.t(), grad=True)
-    grads = layer_norm_linear_backward(rows, norm_in_weight, norm_in_bias, in_weight, d_pre.t(), (True, *needs[1:]),
-                                       precision)
-    return tuple(pair_repr.new_empty(0) if g is None else g.view(pair_repr.shape) if k == 0 else g.clone()
-                 for k, g in enumerate(grads))
+    dx, *grads = layer_norm_linear_backward(rows, norm_in_weight, norm_in_bias, in_weight, d_pre.t(),
+                                            (True, True, True, True, in_bias is not None), precision)
+    return dx.view(pair_repr.shape), *(pair_repr.new_empty(0) if g is None else g.clone() for g in grads)
 
 
-def _gates_backward_fake(dab, pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, precision,
-                         needs):
-    likes = (pair_repr, norm_in_weight, norm_in_bias, in_weight, in_bias)
-    return tuple(torch.empty_like(like) if need or k == 0 else pair_repr.new_empty(0)
-                 for k, (like, need) in enumerate(zip(likes, needs)))
+def _gates_backward_fake(dab, pair_repr, pair_mask, norm_in_weight, norm_in_bias, in_weight, in_bias, precision):
+    return (torch.empty_like(pair_repr), torch.empty_like(norm_in_weight), torch.empty_like(norm_in_bias),
+            torch.empty_like(in_weight), pair_repr.new_empty(0) if in_bias is None else torch.empty_like(in_bias))
 
 
 def _gates_grads(ctx, needs, dab):
     pair_repr, mask, *params = ctx.saved_tensors
     names = ("pair_repr", "norm_in_weight", "norm_in_bias", "in_weight", "in_bias")
-    wanted = [needs[n] for n in names]
     backward = gates_backward_op if traced(dab) else gates_backward
-    return {n: g for n, g, need in zip(names, backward(dab, pair_repr, mask, *params, ctx.precision, wanted), wanted)
-            if need}
+    return {n: g for n, g in zip(names, backward(dab, pair_repr, mask, *params, ctx.precision)) if needs[n]}
 
 
 def _update(a: Tensor, b: Tensor, pair_repr: Tensor, norm_in_weight: Tensor, norm_in_bias: Tensor,
