@@ -157,11 +157,13 @@ def _worker(rank, store, name):
     os._exit(0)
 
 
-def _patched_layer(mesh, family):
+def _patched_layer(mesh, family, dim=0):
     """A patched Pairformer layer (narrow widths; Boltz-2's PairformerLayer, Protenix's PairformerBlock) on inputs
-    sharded by batch elements, in inference (Boltz's in-place forward): the same outputs as on the whole tensors,
-    sharded alike, nothing moved. (Boltz's own training forward makes its dropout masks as plain tensors, which
-    DTensor refuses beside its own: its context-parallel package brings layers of its own for that.)"""
+    sharded by batch elements (dim 0), in inference (Boltz's in-place forward): the same outputs as on the whole
+    tensors, sharded alike, nothing moved; or by residues (dim 1: the single representation's, the pair's rows):
+    the same outputs, DTensor moving what the modules' rules ask. (Boltz's own training forward makes its dropout
+    masks as plain tensors, which DTensor refuses beside its own: its context-parallel package brings layers of its
+    own for that.)"""
     from torch.distributed.tensor import Shard, distribute_module, distribute_tensor
     from torch.distributed.tensor.debug import CommDebugMode
 
@@ -187,15 +189,19 @@ def _patched_layer(mesh, family):
     assert len(integration.patch(layer)) == 7  # (attention, both triangle multiplications and attentions, transitions)
     with torch.no_grad():
         want = layer(*(t.clone() for t in inputs))
-        sharded, placed = distribute_module(layer, mesh), [distribute_tensor(t, mesh, [Shard(0)]) for t in inputs]
+        sharded, placed = distribute_module(layer, mesh), [distribute_tensor(t, mesh, [Shard(dim)]) for t in inputs]
         with CommDebugMode() as comms:
             got = sharded(*placed)
-    assert comms.get_total_counts() == 0, comms.get_comm_counts()
+    if dim:  # (the outgoing triangle multiplication on the pair's rows gathers b alone)
+        counts = {fqn: sum(c["forward"].values()) for fqn, c in comms.comm_module_counts.items()}
+        assert [n for fqn, n in counts.items() if fqn.endswith(".tri_mul_out")] == [1], counts
+    else:
+        assert comms.get_total_counts() == 0, comms.get_comm_counts()
     for what, g, w in zip(("s", "z"), got, want):
-        _check(what, g, w, Shard(0))
+        _check(what, g, w, Shard(dim))
 
 
-def _layer_worker(rank, store, family):
+def _layer_worker(rank, store, family, dim):
     os.environ["EVOFUSE_IMPL"] = "triton"
     os.environ.setdefault("LAYERNORM_TYPE", "torch")  # (Protenix's own LayerNorm builds a CUDA extension otherwise)
     warnings.filterwarnings("error", message="evofuse: no fused")
@@ -208,7 +214,7 @@ def _layer_worker(rank, store, family):
 
         # (the fused kernels at this small size too, below the crossovers where the models' own modules run)
         _crossover.CROSSOVERS = dict.fromkeys(_crossover.CROSSOVERS, (0, 0))
-        _patched_layer(DeviceMesh("cpu", list(range(WORLD))), family)
+        _patched_layer(DeviceMesh("cpu", list(range(WORLD))), family, dim)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -221,11 +227,12 @@ def _layer_worker(rank, store, family):
     pytest.param("protenix", marks=pytest.mark.skipif(
         any(importlib.util.find_spec(name) is None for name in ("protenix", "optree", "rdkit", "scipy")),
         reason="needs protenix 2.0.0 (--no-deps) and its imports"))])
-def test_a_patched_model_layer_on_sharded_tensors(family):
+@pytest.mark.parametrize("dim", [0, 1])
+def test_a_patched_model_layer_on_sharded_tensors(family, dim):
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as folder:
-        mp.spawn(_layer_worker, args=(os.path.join(folder, "store"), family), nprocs=WORLD)
+        mp.spawn(_layer_worker, args=(os.path.join(folder, "store"), family, dim), nprocs=WORLD)
 
 
 @pytest.mark.parametrize("name", ["trimul-outgoing", "trimul-incoming", "trimul-outgoing:1", "trimul-incoming:2",
