@@ -251,3 +251,46 @@ def test_sharded_matches_whole(name):
 
     with tempfile.TemporaryDirectory() as folder:
         mp.spawn(_worker, args=(os.path.join(folder, "store"), name), nprocs=WORLD)
+
+
+def _grid_worker(rank, store, name):
+    """One process of a 2 x 2 grid: the pair split by its rows along the mesh's first dimension and by its columns
+    along the second, as context-parallel engines tile it; outputs and every gradient against the whole tensors
+    (DTensor moves what the rules, expanded over both mesh dimensions, ask)."""
+    os.environ["EVOFUSE_IMPL"] = "triton"
+    warnings.filterwarnings("error", message="evofuse: no fused")
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=4)
+    try:
+        from torch.distributed.tensor import DeviceMesh, Shard, distribute_module, distribute_tensor
+
+        import evofuse.sharding  # noqa: F401
+
+        mesh = DeviceMesh("cpu", [[0, 1], [2, 3]])
+        mod, inputs, _, _ = _case(name)
+        whole = [t.clone().requires_grad_() for t in inputs[:-1]]
+        want = mod(*whole, inputs[-1])
+        want.square().sum().backward()
+        want_grads = {n: p.grad.clone() for n, p in mod.named_parameters()}
+        mod.zero_grad()
+        sharded = distribute_module(mod, mesh)  # (in place: the parameters become replicated DTensors)
+        args = [distribute_tensor(t, mesh, [Shard(1), Shard(2)]) for t in inputs]
+        with torch.no_grad():
+            _check("inference output", sharded(*args), want)
+        args[0].requires_grad_()
+        sharded(*args).square().sum().backward()
+        _check("the pair's gradient", args[0].grad, whole[0].grad)
+        for n, p in sharded.named_parameters():
+            _check(f"{n}'s gradient", p.grad, want_grads[n])
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    os._exit(0)  # (as _worker)
+
+
+@pytest.mark.parametrize("name", ["trimul-outgoing:1", "trimul-incoming:2", "tri-starting:1", "tri-ending:2"])
+def test_the_pair_on_a_two_by_two_grid(name):
+    """Four processes: the pair operations on a pair tiled by rows and columns (`_grid_worker`)."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as folder:
+        mp.spawn(_grid_worker, args=(os.path.join(folder, "store"), name), nprocs=4)
