@@ -10,6 +10,9 @@ Rules so far (every one also takes all inputs replicated):
   or by MSA rows (Shard(1)) where the counts over every row are given (the functional form reduces them from the
   mask, and adds the bias outside the op): the output a partial sum over the rows (Partial()), the projections
   Shard(1), in the backward out_proj's gradient Partial();
+- the Outer Product Mean by residues (a 16-bit MSA split along N, Shard(2)): its passes as two ops
+  (`ops.outer_product_mean.sharded`), the projections made on each device's residues and b gathered for the
+  contraction, whose output is split by its rows (Shard(1)); in the backward b's gradient a partial sum;
 - the LayerNorm (+ linear) backward that the operations' backwards share (`evofuse::layer_norm_backward`): rows
   sharded (Shard(0)), the rows' outputs Shard(0), the parameters' gradients Partial();
 - pair-weighted averaging: the MSA, the pair and its mask sharded by batch elements, parameters replicated (the
@@ -157,6 +160,43 @@ def _outer_product_mean_backward(ab, grad_out, counts, weight, *options):
     if counts is not None:  # by MSA rows: the output's gradient and the counts whole, out_proj's weight's partial
         strategies.append(([Shard(1) if need_ab else Replicate(), Partial() if need_weight else Replicate(),
                             Replicate()], [Shard(1), Replicate(), Replicate(), Replicate(), *rest]))
+    return strategies
+
+
+@register_sharding(_ops.outer_product_mean_projections.default)
+def _outer_product_mean_projections(msa_repr, msa_mask, *rest):
+    params, options = _replicated(rest[:4]), [None] * 2  # (precision, train)
+    strategies = [([Replicate()], [Replicate(), None if msa_mask is None else Replicate(), *params, *options])]
+    for dim in range(3):  # (batch elements, MSA rows or residues: every row's projections its own)
+        strategies.append(([Shard(dim)], [Shard(dim), None if msa_mask is None else Shard(dim), *params, *options]))
+    return strategies
+
+
+# (a's, b's, the counts' and the output's placements) under which the contraction runs on each device's part: by
+# batch elements, or by residues with b whole (the output's rows i those of the device's a)
+_CONTRACTION = ((Shard(0), Shard(0), Shard(0), Shard(0)), (Shard(2), Replicate(), Shard(1), Shard(1)))
+
+
+@register_sharding(_ops.outer_product_mean_contraction.default)
+def _outer_product_mean_contraction(a, b, counts, weight, bias, *options):
+    options = [None] * len(options)
+    strategies = [([Replicate()], [Replicate(), Replicate(), None if counts is None else Replicate(), Replicate(),
+                                   Replicate(), *options])]
+    for pa, pb, pc, po in _CONTRACTION:
+        strategies.append(([po], [pa, pb, None if counts is None else pc, Replicate(), Replicate(), *options]))
+    return strategies
+
+
+@register_sharding(_ops.outer_product_mean_contraction_backward.default)
+def _outer_product_mean_contraction_backward(a, b, grad_out, counts, weight, *options):
+    need_ab, need_weight = options[2], options[3]  # (normalization, count_eps, need_ab, need_weight, precision)
+    options = [None] * len(options)
+    strategies = [([Replicate()] * 4, [Replicate(), Replicate(), Replicate(), None if counts is None else Replicate(),
+                                       Replicate(), *options])]
+    for pa, pb, pc, po in _CONTRACTION:  # (b's gradient a partial sum where b was whole; the parameters' alike)
+        grads = [pa if need_ab else Replicate(), (Partial() if pb == Replicate() else pb) if need_ab else Replicate(),
+                 Partial() if need_weight else Replicate(), Partial()]
+        strategies.append((grads, [pa, pb, po, None if counts is None else pc, Replicate(), *options]))
     return strategies
 
 

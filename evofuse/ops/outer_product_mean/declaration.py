@@ -16,12 +16,17 @@ from ...front.parts import check_options
 from ...reference import COUNT_EPS, NORMALIZATIONS
 
 if triton_available():  # the kernels (without Triton every call takes the reference)
-    from . import op
+    from . import op, sharded
 else:
-    op = None
+    op = sharded = None
 
 
 def _outer_product_mean(a, train):
+    if sharded.by_residues(a.msa_repr):  # (a 16-bit MSA split by residues: the projections apart, b gathered)
+        return sharded.outer_product_mean(
+            a.msa_repr, a.msa_mask, a.layer_norm_weight, a.layer_norm_bias, a.proj_a_weight, a.proj_a_bias,
+            a.proj_b_weight, a.proj_b_bias, a.out_proj_weight, a.out_proj_bias, a.normalization, float(a.count_eps),
+            a.precision, train)
     counts, bias = None, a.out_proj_bias
     if rows_first(a.msa_repr) == (1, 0, 2, 3):  # a distributed MSA split by its rows: each device's part a partial sum
         from torch.distributed.tensor import Replicate

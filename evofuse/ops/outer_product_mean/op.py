@@ -86,7 +86,7 @@ def outer_product_mean_forward(msa_repr: Tensor, msa_mask: Tensor | None, layer_
     eps = count_eps if normalization == "count_ij_after" else 0.0
     if msa_repr.dtype != torch.float32:  # 16-bit: the outer products by cuBLAS, a block of rows i at a time
         out = torch.empty(B, N, N, R, dtype=msa_repr.dtype, device=msa_repr.device)
-        _project_blocks(ab, counts, out_proj_weight, out_proj_bias, out, eps)
+        project_blocks(*_split_operands(ab), counts, out_proj_weight, out_proj_bias, out, eps)
         return out, ab if train else ab.new_empty(0)
     # float32: one fused kernel on float16 halves of the operands, scaled by powers of two
     terms = 3 if precision == "default" else 1
@@ -139,19 +139,21 @@ def _outer_products(a_rows: Tensor, b_flat: Tensor, scale: float, precision: str
     return x.baddbmm_(a_rows.mT, b_flat, beta=0.0, alpha=scale)
 
 
-def _project_blocks(ab: Tensor, counts: Tensor | None, weight: Tensor, bias: Tensor, out: Tensor, eps: float) -> None:
-    """out (B, N, N, R) from the masked projections ab = [a | b] (B, S, N, 2c), 16-bit: for each block of rows i,
-    X = a_block^T b times 1 / (S rounded up to a power of two) by cuBLAS (float32 sums, rounded once to ab's
-    dtype: the scale keeps float16's within range), then `kernels.opm_project_kernel` for X @ W^T with the
-    normalization's factor (counts (B, N, N) float32, or None for S) and the bias. (eps > 0: "count_ij_after".)"""
-    B, S, N, c2 = ab.shape
-    c = c2 // 2
+def project_blocks(a: Tensor, b_flat: Tensor, counts: Tensor | None, weight: Tensor, bias: Tensor, out: Tensor,
+                   eps: float) -> None:
+    """out (B, N_i, N, R) from the masked projections a (B, S, N_i, c) of the rows i and b_flat (B, S, N*c) of every
+    residue j (`_split_operands`; N_i = N but where the MSA is split by residues): for each block of rows i, X =
+    a_block^T b times 1 / (S rounded up to a power of two) by cuBLAS (float32 sums, rounded once to their dtype:
+    the scale keeps float16's within range; float32 by `matmul`'s three TF32 products), then
+    `kernels.opm_project_kernel` for X @ W^T with the normalization's factor (counts (B, N_i, N) float32, or None for
+    S) and the bias. (eps > 0: "count_ij_after".)"""
+    B, S, N_i, c = a.shape
+    N = b_flat.shape[-1] // c
     R = weight.shape[0]
-    a, b_flat = _split_operands(ab)
     x_scale = _outer_products_scale(S)
-    rows = _block_rows(B, N, c, ab.element_size())
-    for i0 in range(0, N, rows):
-        n = min(rows, N - i0)
+    rows = _block_rows(B, N, c, a.element_size())
+    for i0 in range(0, N_i, rows):
+        n = min(rows, N_i - i0)
         x_block = _outer_products(a[:, :, i0:i0 + n].reshape(B, S, n * c), b_flat, x_scale)
         o = out[:, i0:i0 + n]
         count_args = (o, 0, 0, 0) if counts is None else (counts[:, i0:i0 + n], *counts.stride())
@@ -264,12 +266,28 @@ def core_backward(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight: T
     cuBLAS (scaled by 1 / S rounded up to a power of two before their rounding, as in the forward, and the sum
     unscaled at the end) give out_proj's weight gradient Gs^T X through `opm_dw_kernel`, in float32 partial sums."""
     B, S, N, c2 = ab.shape
-    c = c2 // 2
+    a, b_flat = _split_operands(ab)
+    da, db, d_weight, d_bias = contraction_backward(a, b_flat, grad_out, counts, weight, normalization, count_eps,
+                                                    need_ab, need_weight, precision)
+    if not need_ab:
+        return ab.new_empty(0), d_weight, d_bias
+    return torch.cat([da, db.view(B, S, N, c2 // 2).to(ab.dtype)], dim=-1), d_weight, d_bias
+
+
+def contraction_backward(a: Tensor, b_flat: Tensor, grad_out: Tensor, counts: Tensor | None, weight: Tensor,
+                         normalization: str, count_eps: float, need_ab: bool, need_weight: bool,
+                         precision: str) -> tuple[Tensor | None, Tensor | None, Tensor, Tensor]:
+    """(da (B, S, N_i, c) or None, db (B, S, N*c) or None, d_weight, d_bias): `core_backward` for the projections a of
+    the rows i and b_flat of every residue j (`project_blocks`' operands), grad_out (B, N_i, N, R) and counts (B, N_i,
+    N); db in float32 where it sums blocks of rows (a partial sum over the rows where the MSA is split by
+    residues)."""
+    B, S, N_i, c = a.shape
+    N = b_flat.shape[-1] // c
     R = weight.shape[0]
-    device = ab.device
+    device = a.device
     divide_bias = normalization == "count_ij_after"
-    pairs = B * N * N
-    gs = torch.empty(B, N, N, R, dtype=grad_out.dtype, device=device)
+    pairs = B * N_i * N
+    gs = torch.empty(B, N_i, N, R, dtype=grad_out.dtype, device=device)
     programs = cdiv(pairs, GRAD_SCALE_PAIRS)
     sums = torch.empty(programs, R, dtype=torch.float32, device=device)  # (no programs: the sums are zeros)
     if programs and R:
@@ -281,31 +299,31 @@ def core_backward(ab: Tensor, grad_out: Tensor, counts: Tensor | None, weight: T
     d_bias = sums.sum(0)
     if not need_ab and not need_weight or pairs == 0:
         d_weight = torch.zeros(R, c * c if need_weight else 0, dtype=torch.float32, device=device)
-        return ab.new_zeros((B, S, N, c2) if need_ab else (0,)), d_weight, d_bias
-    a, b_flat = _split_operands(ab)
-    rows = _block_rows(B, N, c, ab.element_size())
+        if need_ab:
+            return a.new_zeros(a.shape), b_flat.new_zeros(b_flat.shape), d_weight, d_bias
+        return None, None, d_weight, d_bias
+    rows = _block_rows(B, N, c, a.element_size())
     x_scale = _outer_products_scale(S)
     if need_weight:
         splits = max(1, min(cdiv(B * rows * N, 256), cdiv(2 * multiprocessors(device), cdiv(R, 128) * cdiv(c * c, 128))))
         partial = torch.empty(splits, R, c * c, dtype=torch.float32, device=device)
     da_blocks, db = [], None
-    for i0 in range(0, N, rows):
-        n = min(rows, N - i0)
+    for i0 in range(0, N_i, rows):
+        n = min(rows, N_i - i0)
         g = gs[:, i0:i0 + n]  # (B, n, N, R)
         a_rows = a[:, :, i0:i0 + n].reshape(B, S, n * c)  # [s, (i p)]
         if need_ab:
             dx = _outer_products_grad(g, weight, c, precision)  # [(i p), (j q)]
             da_blocks.append(matmul(b_flat, dx.mT, precision).view(B, S, n, c))
             db_block = matmul(a_rows, dx, precision)  # one block: db itself; else summed over the blocks in float32
-            db = db_block if rows == N else db_block.float() if db is None else db.add_(db_block)
+            db = db_block if rows >= N_i else db_block.float() if db is None else db.add_(db_block)
             del dx
         if need_weight:  # (X scaled, as the forward's: undone once the sums are made)
             _add_weight_grad(g, _outer_products(a_rows, b_flat, x_scale, precision), partial, i0 > 0, precision)
     d_weight = partial.sum(0) / x_scale if need_weight else d_bias.new_empty(R, 0)
     if not need_ab:
-        return ab.new_empty(0), d_weight, d_bias
-    da = da_blocks[0] if rows == N else torch.cat(da_blocks, dim=2)
-    return torch.cat([da, db.view(B, S, N, c).to(ab.dtype)], dim=-1), d_weight, d_bias
+        return None, None, d_weight, d_bias
+    return (da_blocks[0] if rows >= N_i else torch.cat(da_blocks, dim=2)), db, d_weight, d_bias
 
 
 def _core_backward_fake(ab, grad_out, counts, weight, normalization, count_eps, need_ab, need_weight, precision):
