@@ -79,15 +79,22 @@ def _case(name):
                                                             _mask(B, B, 7)], [dim, 0 if dim == 0 else None, dim], dim)
 
 
-def _compare(mesh, name):
-    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_module, distribute_tensor
-
-    mod, inputs, dims, out_dim = _case(name)
+def _whole(mod, inputs):
+    """(the differentiable inputs as leaves, the output, each parameter's gradient): the module on the whole
+    tensors, a training step of the squares' sum, its parameters' gradients then cleared."""
     whole = [t.clone().requires_grad_() for t in inputs[:-1]]
     want = mod(*whole, inputs[-1])
     want.square().sum().backward()
     want_grads = {n: p.grad.clone() for n, p in mod.named_parameters()}
     mod.zero_grad()
+    return whole, want, want_grads
+
+
+def _compare(mesh, name):
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_module, distribute_tensor
+
+    mod, inputs, dims, out_dim = _case(name)
+    whole, want, want_grads = _whole(mod, inputs)
     sharded = distribute_module(mod, mesh)  # (the parameters replicated)
 
     def placed():
@@ -274,11 +281,7 @@ def _grid_worker(rank, store, name):
 
         mesh = DeviceMesh("cpu", [[0, 1], [2, 3]])
         mod, inputs, _, _ = _case(name)
-        whole = [t.clone().requires_grad_() for t in inputs[:-1]]
-        want = mod(*whole, inputs[-1])
-        want.square().sum().backward()
-        want_grads = {n: p.grad.clone() for n, p in mod.named_parameters()}
-        mod.zero_grad()
+        whole, want, want_grads = _whole(mod, inputs)
         sharded = distribute_module(mod, mesh)  # (in place: the parameters become replicated DTensors)
         args = [distribute_tensor(t, mesh, [Shard(1), Shard(2)]) for t in inputs]
         with torch.no_grad():
