@@ -10,7 +10,7 @@ Rules so far (every one also takes all inputs replicated):
   or by MSA rows (Shard(1)) where the counts over every row are given (the functional form reduces them from the
   mask, and adds the bias outside the op): the output a partial sum over the rows (Partial()), the projections
   Shard(1), in the backward out_proj's gradient Partial();
-- the Outer Product Mean by residues (a 16-bit MSA split along N, Shard(2)): its passes as two ops
+- the Outer Product Mean by residues (the MSA split along N, Shard(2)): its passes as two ops
   (`ops.outer_product_mean.sharded`), the projections made on each device's residues and b gathered for the
   contraction, whose output is split by its rows (Shard(1)); in the backward b's gradient a partial sum;
 - the LayerNorm (+ linear) backward that the operations' backwards share (`evofuse::layer_norm_backward`): rows

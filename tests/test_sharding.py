@@ -43,10 +43,11 @@ def _case(name):
             return mod, [torch.randn(2, 2 * B, 2 * B, 16), _mask(2, 2 * B, 2 * B)], [dim, dim], dim
         return mod, [torch.randn(B, 7, 7, 16), _mask(B, 7, 7)], [0, 0], 0
     if op in ("opm", "opm-unmasked"):
-        if shard == "2":  # (by residues, in float16: the 16-bit MSAs' composition, b gathered)
-            mod = evofuse.OuterProductMean(16, 8, 8, normalization="count_ij_after" if op == "opm" else "count_i")
-            mask = _mask(2, 5, 2 * B).half() if op == "opm" else None
-            return mod.half(), [torch.randn(2, 5, 2 * B, 16).half(), mask], [2, 2 if op == "opm" else None], 1
+        if shard == "2":  # (by residues, b gathered: float32, and without a mask float16)
+            if op == "opm":
+                mod = evofuse.OuterProductMean(16, 8, 8, normalization="count_ij_after")
+                return mod, [torch.randn(2, 5, 2 * B, 16), _mask(2, 5, 2 * B)], [2, 2], 1
+            return evofuse.OuterProductMean(16, 8, 8).half(), [torch.randn(2, 5, 2 * B, 16).half(), None], [2, None], 1
         if shard:  # (by MSA rows: the output a partial sum over the devices' rows; AF2's normalization, and without
             # a mask the seed module's)
             if op == "opm":

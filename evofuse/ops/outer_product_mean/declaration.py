@@ -22,7 +22,7 @@ else:
 
 
 def _outer_product_mean(a, train):
-    if sharded.by_residues(a.msa_repr):  # (a 16-bit MSA split by residues: the projections apart, b gathered)
+    if sharded.by_residues(a.msa_repr):  # (an MSA split by residues: the projections apart, b gathered)
         return sharded.outer_product_mean(
             a.msa_repr, a.msa_mask, a.layer_norm_weight, a.layer_norm_bias, a.proj_a_weight, a.proj_a_bias,
             a.proj_b_weight, a.proj_b_bias, a.out_proj_weight, a.out_proj_bias, a.normalization, float(a.count_eps),

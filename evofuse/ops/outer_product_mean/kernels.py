@@ -201,6 +201,7 @@ def opm_project_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_K: tl.constexpr,  # columns (p q) of out_proj's weight a step
     GROUP_I: tl.constexpr,
+    PRECISION: tl.constexpr = "tf32",  # tl.dot's input_precision where X and W are float32
 ):
     """out[b, i, j, r] = (sum_(p q) X[b, (i p), (j q)] W[r, (p q)]) / x_scale times the pair's factor, plus the
     bias (divided too for "count_ij_after"), for a tile of BLOCK_I x BLOCK_J pairs and BLOCK_R of the outputs:
@@ -229,7 +230,7 @@ def opm_project_kernel(
                     mask=pair_ok[:, None], other=0.0)  # [PAIRS, BLOCK_K]
         w = tl.load(w_ptr + offs_r[None, :] * stride_wr + offs_k[:, None] * stride_wk, mask=r_ok[None, :],
                     other=0.0)  # [BLOCK_K, BLOCK_R]
-        acc = tl.dot(x, w, acc)  # [PAIRS, BLOCK_R]
+        acc = tl.dot(x, w, acc, input_precision=PRECISION)  # [PAIRS, BLOCK_R]
     scale = pair_scale(cnt_ptr + bb * stride_cb, stride_ci, stride_cj, i, j, pair_ok, S, EPS, HAS_COUNTS)  # [PAIRS]
     bias = tl.load(wb_ptr + offs_r, mask=r_ok, other=0.0).to(tl.float32)  # [BLOCK_R]
     if DIVIDE_BIAS:

@@ -140,13 +140,13 @@ def _outer_products(a_rows: Tensor, b_flat: Tensor, scale: float, precision: str
 
 
 def project_blocks(a: Tensor, b_flat: Tensor, counts: Tensor | None, weight: Tensor, bias: Tensor, out: Tensor,
-                   eps: float) -> None:
+                   eps: float, precision: str = "default") -> None:
     """out (B, N_i, N, R) from the masked projections a (B, S, N_i, c) of the rows i and b_flat (B, S, N*c) of every
     residue j (`_split_operands`; N_i = N but where the MSA is split by residues): for each block of rows i, X =
     a_block^T b times 1 / (S rounded up to a power of two) by cuBLAS (float32 sums, rounded once to their dtype:
     the scale keeps float16's within range; float32 by `matmul`'s three TF32 products), then
     `kernels.opm_project_kernel` for X @ W^T with the normalization's factor (counts (B, N_i, N) float32, or None for
-    S) and the bias. (eps > 0: "count_ij_after".)"""
+    S) and the bias (float32: three TF32 products at the default precision). (eps > 0: "count_ij_after".)"""
     B, S, N_i, c = a.shape
     N = b_flat.shape[-1] // c
     R = weight.shape[0]
@@ -154,7 +154,7 @@ def project_blocks(a: Tensor, b_flat: Tensor, counts: Tensor | None, weight: Ten
     rows = _block_rows(B, N, c, a.element_size())
     for i0 in range(0, N_i, rows):
         n = min(rows, N_i - i0)
-        x_block = _outer_products(a[:, :, i0:i0 + n].reshape(B, S, n * c), b_flat, x_scale)
+        x_block = _outer_products(a[:, :, i0:i0 + n].reshape(B, S, n * c), b_flat, x_scale, precision)
         o = out[:, i0:i0 + n]
         count_args = (o, 0, 0, 0) if counts is None else (counts[:, i0:i0 + n], *counts.stride())
 
@@ -163,7 +163,7 @@ def project_blocks(a: Tensor, b_flat: Tensor, counts: Tensor | None, weight: Ten
 
         _tuned_project()[grid](x_block, *x_block.stride(), *count_args, weight, *weight.stride(), bias, o, *o.stride(),
                                n, N, R, S, x_scale, bucket(N), C=c, DIVIDE_BIAS=eps > 0, EPS=eps,
-                               HAS_COUNTS=counts is not None)
+                               HAS_COUNTS=counts is not None, PRECISION=dot_precision(x_block.dtype, precision))
         del x_block  # (freed before the next block's is taken: one block of X at a time)
 
 
@@ -205,7 +205,7 @@ def _tuned():
 def _tuned_project():
     """The 16-bit route's product with out_proj's weight under Triton's autotuner."""
     return autotuned(kernels.opm_project_kernel, lambda: configs.PROJECT_CONFIGS,
-                     ["C", "R", "N_BUCKET", "DIVIDE_BIAS", "HAS_COUNTS"], configs.project_prune)
+                     ["C", "R", "N_BUCKET", "DIVIDE_BIAS", "HAS_COUNTS", "PRECISION"], configs.project_prune)
 
 
 def _tuned_dw():

@@ -8,9 +8,9 @@ that each device projects its own residues and DTensor gathers b, never the MSA.
   bias (`op.project_blocks`), the output split by its rows; in the backward (`op.contraction_backward`) b's
   gradient is a partial sum over the devices.
 
-16-bit MSAs: the contraction's product with out_proj is `opm_project_kernel`'s, whose float32 products are TF32; a
-float32 MSA split by residues takes the fused op, for which DTensor gathers the MSA. Plain tensors, and MSAs split by
-batch elements or rows, take the fused op."""
+Every dtype takes the fused op's 16-bit route (the outer products a block of rows at a time, then
+`opm_project_kernel`), float32 with three TF32 products in both. Plain tensors, and MSAs split by batch elements or
+rows, take the fused op."""
 
 from __future__ import annotations
 
@@ -24,10 +24,9 @@ from .op import contraction_backward, counts_of, project_blocks
 
 
 def by_residues(msa_repr: Tensor) -> bool:
-    """Whether msa_repr (B, S, N, D) is a 16-bit distributed tensor split along its residues: the calls this
-    composition takes."""
-    return msa_repr.dtype != torch.float32 and any(
-        getattr(p, "dim", None) == 2 for p in getattr(msa_repr, "placements", ()))
+    """Whether msa_repr (B, S, N, D) is a distributed tensor split along its residues: the calls this composition
+    takes."""
+    return any(getattr(p, "dim", None) == 2 for p in getattr(msa_repr, "placements", ()))
 
 
 def outer_product_mean(msa_repr: Tensor, msa_mask: Tensor | None, layer_norm_weight: Tensor, layer_norm_bias: Tensor,
@@ -75,7 +74,7 @@ def _contraction(a: Tensor, b: Tensor, counts: Tensor | None, out_proj_weight: T
     out = a.new_empty(B, N_i, N, out_proj_weight.shape[0])
     if out.numel():
         project_blocks(a.contiguous(), b.contiguous().view(B, S, N * c), counts, out_proj_weight, out_proj_bias, out,
-                       count_eps if normalization == "count_ij_after" else 0.0)
+                       count_eps if normalization == "count_ij_after" else 0.0, precision)
     return out
 
 
