@@ -9,7 +9,8 @@ rebuild), timed beside the library's kernels in one run, each checked against a 
 
 The designs: whole rows a program with the weight tiles and the stores through tensor descriptors (TMA on sm_90),
 the rows loaded plainly or by a descriptor; and persistent programs (a few a multiprocessor) stepping over the row
-tiles with the next tile's loads pipelined. Floors count the bytes each pass must move at ~3.0 TB/s.
+tiles with the next tile's loads pipelined. Floors count the bytes each pass must move at the card's copy rate,
+measured at the start of the run (a device-to-device copy of 1 GiB, bytes read and written).
 
     python benchmarks/glu_designs.py [--cases trimul-768,trans-768,trimul-2048] [--output]
     TRITON_INTERPRET=1 python benchmarks/glu_designs.py --tiny  # a CPU check of the kernels (no times)
@@ -28,7 +29,6 @@ from evofuse._runtime import interpreting, multiprocessors
 from evofuse.ops.triangle_multiplication.op import gated_output
 from evofuse.stages.layer_norm_glu import layer_norm_glu
 
-COPY_RATE = 3.0e12  # bytes a second, read and written (an H100's device-to-device copy)
 # name: (M rows, D, H, activation, planes)
 CASES = {"trimul-768": (768 * 768, 128, 256, "sigmoid", True), "trimul-2048": (2048 * 2048, 128, 256, "sigmoid", True),
          "trans-384": (384 * 384, 128, 512, "swiglu", False), "trans-768": (768 * 768, 128, 512, "swiglu", False)}
@@ -145,6 +145,15 @@ def run_output(t, z, lno_w, lno_b, lni_w, lni_b, wp, wg, out, tile):
         BLOCK_N=bn, STAGES=stages, num_warps=warps, num_stages=stages)
 
 
+def copy_rate(device) -> float:
+    """Bytes a second, read and written, of a device-to-device copy of 1 GiB (1.0 in the interpreter: no times)."""
+    if interpreting():
+        return 1.0
+    x = torch.empty(2**29, dtype=torch.float16, device=device)
+    y = torch.empty_like(x)
+    return 2 * x.nbytes / (triton.testing.do_bench(lambda: y.copy_(x), warmup=5, rep=20) / 1e3)
+
+
 def _ms(fn) -> float:
     fn()
     return float("nan") if interpreting() else triton.testing.do_bench(fn, warmup=10, rep=30)
@@ -167,8 +176,9 @@ def _report(label, fn, got, want, floor_ms) -> float:
     return error
 
 
-def glu_case(name, M, D, H, act, planes, tiles, device, dtype) -> list[float]:
-    """The LayerNorm + gated projection pass: the library's and each design's errors, in that order."""
+def glu_case(name, M, D, H, act, planes, tiles, device, dtype, rate) -> list[float]:
+    """The LayerNorm + gated projection pass: the library's and each design's errors, in that order; rate: the copy
+    rate (bytes a second) its floor takes."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(M, D, generator=g).to(device, dtype)
     lnw, lnb = (1 + 0.1 * torch.randn(D, generator=g)).to(device, dtype), (0.1 * torch.randn(D, generator=g)).to(
@@ -178,7 +188,7 @@ def glu_case(name, M, D, H, act, planes, tiles, device, dtype) -> list[float]:
     ab = (_layer_norm(x, lnw, lnb) @ w.t()).float()
     a, b = ab[:, :H], ab[:, H:]
     want = (a * torch.sigmoid(a) * b if act == "swiglu" else a * torch.sigmoid(b)) * (1 if mask is None else mask[:, None])
-    floor_ms = ((M * D + M * H) * x.element_size() + (M * mask.element_size() if planes else 0)) / COPY_RATE * 1e3
+    floor_ms = ((M * D + M * H) * x.element_size() + (M * mask.element_size() if planes else 0)) / rate * 1e3
     print(f"== {name}: M {M}, D {D}, H {H}, {act}, {'planes' if planes else 'rows'}; floor {floor_ms:.3f} ms",
           flush=True)
 
@@ -198,8 +208,9 @@ def glu_case(name, M, D, H, act, planes, tiles, device, dtype) -> list[float]:
     return errors
 
 
-def output_case(N, C, tiles, device, dtype) -> list[float]:
-    """Triangle multiplication's output pass: the library's and each design's errors, in that order."""
+def output_case(N, C, tiles, device, dtype, rate) -> list[float]:
+    """Triangle multiplication's output pass: the library's and each design's errors, in that order; rate as
+    `glu_case`'s."""
     M = N * N
     g = torch.Generator().manual_seed(0)
     t = torch.randn(C, 1, N, N, generator=g).to(device, dtype)
@@ -208,7 +219,7 @@ def output_case(N, C, tiles, device, dtype) -> list[float]:
     wp, wg = ((torch.randn(C, C, generator=g) / C ** 0.5).to(device, dtype) for _ in range(2))
     want = ((_layer_norm(t.reshape(C, M).t(), lno_w, lno_b) @ wp.t()).float()
             * torch.sigmoid((_layer_norm(z.reshape(M, C), lni_w, lni_b) @ wg.t()).float()))
-    floor_ms = 3 * M * C * t.element_size() / COPY_RATE * 1e3
+    floor_ms = 3 * M * C * t.element_size() / rate * 1e3
     print(f"== output N {N}, c = c_z = {C}: floor {floor_ms:.3f} ms", flush=True)
     out = torch.empty(1, N, N, C, device=device, dtype=dtype)
     errors = [_report("gated_output", lambda: gated_output(t, z, lni_w, lni_b, wg, None, lno_w, lno_b, wp, None,
@@ -231,15 +242,17 @@ def main(argv=None) -> list[float]:
     device = "cpu" if interpreting() else "cuda"
     dtype = torch.float16 if interpreting() else torch.bfloat16  # (the interpreter's bf16 products are unreliable)
     if args.tiny:
-        return (glu_case("trimul", 64, 32, 32, "sigmoid", True, TINY, device, dtype)
-                + glu_case("trans", 48, 32, 64, "swiglu", False, TINY, device, dtype) + output_case(8, 32, TINY, device,
-                                                                                                   dtype))
-    print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__, flush=True)
+        return (glu_case("trimul", 64, 32, 32, "sigmoid", True, TINY, device, dtype, 1.0)
+                + glu_case("trans", 48, 32, 64, "swiglu", False, TINY, device, dtype, 1.0)
+                + output_case(8, 32, TINY, device, dtype, 1.0))
+    rate = copy_rate(device)
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__,
+          f"copy {rate / 1e12:.2f} TB/s", flush=True)
     errors = []
     for name in filter(None, args.cases.split(",")):
-        errors += glu_case(name, *CASES[name], TILES, device, dtype)
+        errors += glu_case(name, *CASES[name], TILES, device, dtype, rate)
     for N in filter(None, args.output.split(",")):
-        errors += output_case(int(N), 128, TILES, device, dtype)
+        errors += output_case(int(N), 128, TILES, device, dtype, rate)
     return errors
 
 
