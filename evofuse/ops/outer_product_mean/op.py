@@ -203,7 +203,8 @@ def _tuned():
 
 
 def _tuned_project():
-    """The 16-bit route's product with out_proj's weight under Triton's autotuner."""
+    """The product with out_proj's weight (`project_blocks`: the 16-bit route's, and the split composition's in
+    every dtype) under Triton's autotuner."""
     return autotuned(kernels.opm_project_kernel, lambda: configs.PROJECT_CONFIGS,
                      ["C", "R", "N_BUCKET", "DIVIDE_BIAS", "HAS_COUNTS", "PRECISION"], configs.project_prune)
 

@@ -52,7 +52,7 @@ def joined_inputs(weights: list[Tensor], biases: list[Tensor | None]) -> tuple[T
 
 
 def gated(pair_repr: Tensor, mask: Tensor | None, norm_in_weight: Tensor, norm_in_bias: Tensor, in_weight: Tensor,
-           in_bias: Tensor | None, c: int, precision: str) -> Tensor:
+          in_bias: Tensor | None, c: int, precision: str) -> Tensor:
     """ab (2c, B, N, N) in the pair's dtype: a and b = p * sigmoid(g) * mask channel major (the layout of cuBLAS's
     batched product), from one pass of the pair (`layer_norm_glu`: LN_in, p_in and g_in on chip); (2c, B, R, K) for
     a device's R rows or K columns of a split pair."""
