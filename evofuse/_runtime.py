@@ -182,7 +182,7 @@ class Tuned:
     def __init__(self, tuner, key: list[str]):
         self.tuner = tuner
         self.key = [(tuner.arg_names.index(name), name) for name in key if name in tuner.arg_names]
-        self.chosen: dict = {}  # key -> the chosen config's launch arguments (num_warps, num_stages, constexprs)
+        self.chosen: dict = {}  # key -> (the chosen config's launch arguments, its hook or None)
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.launch(grid, args, kwargs)
@@ -194,10 +194,12 @@ class Tuned:
                *[arg.dtype for arg in kwargs.values() if isinstance(arg, torch.Tensor)])
         chosen = self.chosen.get(key)
         if chosen is not None:
-            return self.tuner.fn[grid](*args, **kwargs, **chosen)
+            config, hook = chosen
+            if hook is not None:  # (a config's hook runs before each of its launches, as the autotuner runs it)
+                hook({**dict(zip(self.tuner.arg_names, args)), **kwargs, **config})
+            return self.tuner.fn[grid](*args, **kwargs, **config)
         launched = self.tuner[grid](*args, **kwargs)
-        if self.tuner.best_config.pre_hook is None:  # (a config's hook runs before each launch: the autotuner's)
-            self.chosen[key] = self.tuner.best_config.all_kwargs()
+        self.chosen[key] = self.tuner.best_config.all_kwargs(), self.tuner.best_config.pre_hook
         return launched
 
 
@@ -260,6 +262,11 @@ def multiprocessors(device: torch.device) -> int:
     if device.type != "cuda":
         return 3
     return _properties(device).multi_processor_count
+
+
+def capability(device: torch.device) -> int:
+    """A CUDA device's compute capability, its major number (9 for sm_90), read on first use."""
+    return _properties(device).major
 
 
 def l2_cache_bytes(device: torch.device) -> int:

@@ -70,12 +70,14 @@ def _compile(kernel, dtype, consts, num_warps, num_stages, pointers=None):
     for name in kernel.arg_names:
         if name in consts:
             sig[name] = "constexpr"
+        elif name.endswith("_desc"):  # (a tensor descriptor: its type and block shape given in `pointers`)
+            sig[name] = pointers[name]
         elif name.endswith("_ptr"):
             sig[name] = pointers.get(name, "*fp32" if name in FLOAT32_POINTERS else f"*{dtype}")
         else:
             sig[name] = "fp32" if name in FLOATS else "i32"
     attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in kernel.arg_names
-             if n not in consts and n not in FLOATS}
+             if n not in consts and n not in FLOATS and not n.endswith("_desc")}
     source = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 128),
                           options={"num_warps": num_warps, "num_stages": num_stages}).metadata.shared
@@ -95,6 +97,7 @@ def _launches():
     from evofuse.ops.triangle_multiplication import kernels as trimul
     from evofuse.stages import layer_norm_backward as lnb
     from evofuse.stages import layer_norm_glu as glu
+    from evofuse.stages import layer_norm_glu_tma as glu_tma
     from evofuse.stages import layer_norm_linear as lnl
     from evofuse.stages import matmul, pair_heads
     from evofuse.stages.attention import configs as att_configs
@@ -216,6 +219,16 @@ def _launches():
                    dict(ACTIVATION="sigmoid", HAS_BIAS=True, HAS_MASK=True, STORE_PRE=True, PRECISION=precision,
                         GRAD=True, stride_hm=1, stride_pm=1, PLANES=kind != "tile", **kw), warps, stages,
                    {"m_ptr": "*fp32"})
+        if dtype == "bf16":  # LayerNorm + gated linear through tensor descriptors (16-bit rows): every tile, D 128
+            for config in glu_tma.CONFIGS:
+                kw, warps, stages = cfg(config)
+                bm, bn = kw["BLOCK_M"], kw["BLOCK_N"]
+                for activation, planes in (("swiglu", False), ("sigmoid", True), ("relu", False)):
+                    descs = {"x_desc": [bm, 128], "w_desc": [bn, 128], "h_desc": [bn, bm] if planes else [bm, bn]}
+                    yield (f"layer_norm_glu_tma {dtype} {bm}x{bn} stages {stages} {activation}",
+                           glu_tma.layer_norm_glu_tma_kernel, dtype,
+                           dict(D=128, ACTIVATION=activation, HAS_BIAS=True, HAS_MASK=True, PLANES=planes, **kw), warps,
+                           stages, {"m_ptr": "*fp32"} | {n: f"tensordesc<{dtype}[{b[0]}, {b[1]}]>" for n, b in descs.items()})
         for fill in (True, False):  # global column attention's columns (the extra-MSA stack's 8 heads of 8)
             columns = dict(HEADS=8, BLOCK_H=8, BLOCK_D=8, BLOCK_L=128, FILL=fill, MASK_LOGIT=-1e9, HAS_MASK=True)
             floats = {name: "*fp32" for name in ("m_ptr", "q_ptr", "o_ptr", "do_ptr", "dq_ptr")}

@@ -1,13 +1,14 @@
 """The shared LayerNorm + gated linear kernel (`stages/layer_norm_glu.py`) against PyTorch in float64: h for each
 activation, and with grad a's and b's gradients for h's, in rows and in channel planes, at the default tile and a
-whole-row one."""
+whole-row one; and its 16-bit forward through tensor descriptors (`stages/layer_norm_glu_tma.py`): which calls it
+takes, and each of its tiles beside the pointer kernel."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from evofuse.numerics import rel_error
-from evofuse.stages import layer_norm_glu
+from evofuse.stages import layer_norm_glu, layer_norm_glu_tma
 
 from .conftest import DEVICE
 from .helpers import rebuild_kernels
@@ -118,4 +119,77 @@ def test_every_offered_tile_computes_the_rows(D, H, monkeypatch):
         d_pre = torch.empty(37, 2 * H, device=DEVICE)
         layer_norm_glu.layer_norm_glu(*on, dh.to(DEVICE).clone(), "swiglu", "default", d_pre, grad=True)
         assert rel_error(d_pre.cpu(), d_exact) <= 1e-5, config
+    rebuild_kernels()
+
+
+def _half_case(activation, bias, dtype, M=72, D=32, H=40, seed=7):
+    """A 16-bit call on DEVICE, and h in float64 from its rounded inputs."""
+    x, lnw, lnb, w, b, mask, _ = _case(activation, bias, seed, M=M, D=D, H=H)
+    on = [t if t is None else t.to(DEVICE, dtype) for t in (x, lnw, lnb, w, b, mask)]
+    h_exact, _ = _exact(activation, *(t if t is None else t.double().cpu() for t in on), torch.zeros(M, H).double())
+    return on, h_exact
+
+
+def _h(M, H, dtype, planes):
+    return (torch.empty(H, M, device=DEVICE, dtype=dtype).t() if planes
+            else torch.empty(M, H, device=DEVICE, dtype=dtype))
+
+
+DTYPES_16 = [torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])  # (the interpreter's bf16 dot)
+
+
+@pytest.mark.parametrize("dtype", DTYPES_16, ids=str)
+@pytest.mark.parametrize("activation, bias", [("swiglu", False), ("sigmoid", True), ("relu", True)])
+@pytest.mark.parametrize("planes", [False, True], ids=["rows", "planes"])
+def test_descriptor_pass_computes_what_the_pointer_kernel_does(activation, bias, planes, dtype):
+    """The forward through tensor descriptors (taken for 16-bit aligned calls) at rows and channels that no tile
+    divides (72 rows, 40 channels: the descriptors clip the last tiles), against the pointer kernel (taken where the
+    pre-activations are asked for) and float64: as close to float64 as the pointer kernel is."""
+    M, H = 72, 40
+    on, h_exact = _half_case(activation, bias, dtype, M=M, H=H)
+    h = _h(M, H, dtype, planes)
+    assert layer_norm_glu_tma.takes(on[0], on[3], h, activation)
+    assert layer_norm_glu.layer_norm_glu(*on, h, activation, "default") is h
+    h_pointer = _h(M, H, dtype, planes)
+    pre = torch.empty(M, on[3].shape[0], device=DEVICE, dtype=dtype)
+    layer_norm_glu.layer_norm_glu(*on, h_pointer, activation, "default", pre)
+    torch.testing.assert_close(h, h_pointer, rtol=1e-2, atol=1e-3)
+    assert rel_error(h.cpu(), h_exact) <= 1.25 * rel_error(h_pointer.cpu(), h_exact) + 1e-4
+
+
+def test_descriptor_pass_takes_only_the_calls_it_can_address():
+    """16-bit rows of a power-of-two width from 16 to 256, addressable by descriptors (unit stride last, 16-byte
+    aligned strides and bases), rows or channel planes; every other call goes to the pointer kernel."""
+    takes = layer_norm_glu_tma.takes
+
+    def call(M=64, D=32, H=16, dtype=torch.float16, planes=False):
+        x = torch.randn(M, D, device=DEVICE).to(dtype)
+        return x, torch.randn(2 * H, D, device=DEVICE).to(dtype), _h(M, H, dtype, planes)
+
+    assert takes(*call(), "swiglu") and takes(*call(planes=True), "sigmoid") and takes(*call(D=256), "relu")
+    assert not takes(*call(dtype=torch.float32), "swiglu")
+    assert not any(takes(*call(D=D), "swiglu") for D in (8, 24, 512))
+    x, w, h = call(D=64)
+    assert takes(x[:, :32], w[:, :32], h, "swiglu")  # (rows 128 bytes apart: aligned)
+    assert not takes(x[:, ::2], w[:, ::2], h, "swiglu")  # (channels strided)
+    assert not takes(x.reshape(-1)[1:1 + 64 * 32].view(64, 32), w[:, :32], h, "swiglu")  # (base 2 bytes off)
+    assert not takes(*call(M=17, planes=True), "sigmoid")  # (planes 34 bytes apart)
+    assert not takes(*call(H=20), "swiglu")  # (h's rows 40 bytes apart)
+
+
+def test_every_descriptor_tile_computes_the_rows(monkeypatch):
+    """Each tile of the descriptor pass's table, forced in turn (in the interpreter too), rows and channel planes at
+    a row count and width no tile divides: as close to float64 as the pointer kernel."""
+    M, D, H = 200, 64, 80
+    for activation, planes in (("swiglu", False), ("sigmoid", True)):
+        on, h_exact = _half_case(activation, True, torch.float16, M=M, D=D, H=H)
+        h_pointer = _h(M, H, torch.float16, planes)
+        layer_norm_glu.layer_norm_glu(*on, h_pointer, activation, "default",
+                                      torch.empty(M, 2 * H, device=DEVICE, dtype=torch.float16))
+        for config in layer_norm_glu_tma.CONFIGS:
+            monkeypatch.setattr(layer_norm_glu_tma, "_prune", lambda *args, config=config, **kwargs: [config])
+            rebuild_kernels()
+            h = _h(M, H, torch.float16, planes)
+            layer_norm_glu.layer_norm_glu(*on, h, activation, "default")
+            assert rel_error(h.cpu(), h_exact) <= 1.25 * rel_error(h_pointer.cpu(), h_exact) + 1e-4, config
     rebuild_kernels()

@@ -12,7 +12,9 @@ from torch import Tensor
 
 from .._runtime import OPERAND_SHARED_BYTES, autotuned, bucket, cdiv, dot_precision, next_pow2, tuning_candidates
 from ..reference import LAYER_NORM_EPS
-from .layer_norm_rows import row_moments
+from . import layer_norm_glu_tma
+from .glu_activations import activation, activation_grad
+from .layer_norm_rows import normalized, row_moments
 
 
 @triton.jit
@@ -119,17 +121,9 @@ def normalized_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, D, eps, dtype: tl
     """LayerNorm of whole rows at x_rows [BLOCK_M, 1] (D <= BLOCK_D), [BLOCK_M, BLOCK_D] in `dtype`, zero in the padding
     channels: `row_moments`' and `projected_rows`' arithmetic on one chunk, from one read."""
     offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < D
-    ok = m_ok[:, None] & d_ok[None, :]
+    ok = m_ok[:, None] & (offs_d < D)[None, :]
     x = tl.load(x_rows + offs_d.to(tl.int64)[None, :] * stride_xd, mask=ok, other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_D]
-    mean = tl.sum(x, axis=1) / D
-    xc = tl.where(ok, x - mean[:, None], 0.0)
-    shift = tl.sum(xc, axis=1) / D
-    rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(xc * xc, axis=1) / D - shift * shift, 0.0) + eps)
-    xhat = (x - (mean + shift)[:, None]) * rstd[:, None]
-    lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-    lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-    return tl.where(d_ok[None, :], xhat * lnw[None, :] + lnb[None, :], 0.0).to(dtype)
+    return normalized(x, ok, lnw_ptr, lnb_ptr, D, eps, dtype, BLOCK_D)
 
 
 @triton.jit
@@ -187,34 +181,6 @@ def projected_rows(x_rows, stride_xd, m_ok, lnw_ptr, lnb_ptr, w_a, stride_wk, st
         if GATED:
             acc_b += tl.load(bias_ptr + H + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     return acc_a.to(dtype), acc_b.to(dtype)
-
-
-@triton.jit
-def activation(a, b, ACTIVATION: tl.constexpr):
-    """h from the pre-activations a and b (float32; b unused for "relu"), its products in the order the backwards'
-    kernels follow where they make h again (`transition_backward_kernel`): from the same a and b, the same bits."""
-    if ACTIVATION == "swiglu":
-        h = a * tl.sigmoid(a) * b
-    elif ACTIVATION == "sigmoid":
-        h = a * tl.sigmoid(b)
-    else:
-        h = tl.maximum(a, 0.0)
-    return h
-
-
-@triton.jit
-def activation_grad(a, b, dh, ACTIVATION: tl.constexpr):
-    """(da, db) float32 of h = `activation`(a, b) for h's gradient dh (the mask already taken): "sigmoid" da = dh s,
-    db = dh a s (1 - s) with s = sigmoid(b) (triangle multiplication's gates); "swiglu" da = dh b silu'(a), db = dh
-    silu(a); "relu" da = dh where a > 0 (db unused)."""
-    if ACTIVATION == "sigmoid":
-        s = tl.sigmoid(b)
-        return dh * s, dh * a * s * (1.0 - s)
-    elif ACTIVATION == "swiglu":
-        s = tl.sigmoid(a)
-        return dh * b * (s + a * s * (1.0 - s)), dh * a * s
-    else:
-        return tl.where(a > 0, dh, 0.0), dh
 
 
 def _configs(tiles) -> list[triton.Config]:
@@ -304,6 +270,8 @@ def layer_norm_glu(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor
     H = h.shape[1]
     if M == 0 or H == 0:
         return pre if grad else h
+    if not grad and pre is None and layer_norm_glu_tma.takes(x, weight, h, activation):
+        return layer_norm_glu_tma.layer_norm_glu_tma(x, ln_weight, ln_bias, weight, bias, mask, h, activation)
 
     def grid(meta):
         return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"] * meta.get("ROW_STEPS", 1))

@@ -1,6 +1,7 @@
 """A LayerNorm's arithmetic on rows held on chip, shared by the kernels that normalize rows: `centred_rows` (the
 rows less their mean, and their variance), `layer_norm_rows` (the standardized rows, 1 / std and the
-LayerNorm's output rounded as the reference's) and `row_moments` (mean and 1 / std of rows read in chunks)."""
+LayerNorm's output rounded as the reference's), `normalized` (whole rows' LayerNorm output, from moments shifted as
+`row_moments`') and `row_moments` (mean and 1 / std of rows read in chunks)."""
 
 import triton
 import triton.language as tl
@@ -52,3 +53,20 @@ def row_moments(x_rows, m_ok, stride_xd, D, eps, BLOCK_M: tl.constexpr, BLOCK_D:
         shift += tl.sum(xc, axis=1)
     shift = shift / D
     return mean + shift, 1.0 / tl.sqrt(tl.maximum(var / D - shift * shift, 0.0) + eps)
+
+
+@triton.jit
+def normalized(x, ok, lnw_ptr, lnb_ptr, D, eps, dtype: tl.constexpr, BLOCK_D: tl.constexpr):
+    """LayerNorm of whole rows already read, [BLOCK_M, BLOCK_D] in `dtype`, zero in the padding channels: x
+    [BLOCK_M, BLOCK_D] float32, zero where not `ok` (the padding channels, rows past the last); `layer_norm_glu`'s
+    `normalized_rows` and its pass through tensor descriptors."""
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    mean = tl.sum(x, axis=1) / D
+    xc = tl.where(ok, x - mean[:, None], 0.0)
+    shift = tl.sum(xc, axis=1) / D
+    rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(xc * xc, axis=1) / D - shift * shift, 0.0) + eps)
+    xhat = (x - (mean + shift)[:, None]) * rstd[:, None]
+    lnw = tl.load(lnw_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    lnb = tl.load(lnb_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    return tl.where(d_ok[None, :], xhat * lnw[None, :] + lnb[None, :], 0.0).to(dtype)
