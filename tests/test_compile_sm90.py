@@ -223,15 +223,12 @@ def _launches():
             for config in glu_tma.CONFIGS:
                 kw, warps, stages = cfg(config)
                 bm, bn = kw["BLOCK_M"], kw["BLOCK_N"]
-                for activation, planes, grad in (("swiglu", False, False), ("sigmoid", True, False),
-                                                 ("relu", False, False), ("sigmoid", True, True)):
-                    h = [bn, bm] if planes else [bm, bn]
-                    descs = {"x_desc": [bm, 128], "w_desc": [bn, 128], "h_desc": h, "da_desc": h, "db_desc": h}
-                    yield (f"layer_norm_glu_tma {dtype} {bm}x{bn} stages {stages} {activation} grad={grad}",
+                for activation, planes in (("swiglu", False), ("sigmoid", True), ("relu", False)):
+                    descs = {"x_desc": [bm, 128], "w_desc": [bn, 128], "h_desc": [bn, bm] if planes else [bm, bn]}
+                    yield (f"layer_norm_glu_tma {dtype} {bm}x{bn} stages {stages} {activation}",
                            glu_tma.layer_norm_glu_tma_kernel, dtype,
-                           dict(D=128, ACTIVATION=activation, HAS_BIAS=True, HAS_MASK=True, PLANES=planes, GRAD=grad,
-                                **kw), warps, stages,
-                           {"m_ptr": "*fp32"} | {n: f"tensordesc<{dtype}[{b[0]}, {b[1]}]>" for n, b in descs.items()})
+                           dict(D=128, ACTIVATION=activation, HAS_BIAS=True, HAS_MASK=True, PLANES=planes, **kw), warps,
+                           stages, {"m_ptr": "*fp32"} | {n: f"tensordesc<{dtype}[{b[0]}, {b[1]}]>" for n, b in descs.items()})
         for fill in (True, False):  # global column attention's columns (the extra-MSA stack's 8 heads of 8)
             columns = dict(HEADS=8, BLOCK_H=8, BLOCK_D=8, BLOCK_L=128, FILL=fill, MASK_LOGIT=-1e9, HAS_MASK=True)
             floats = {name: "*fp32" for name in ("m_ptr", "q_ptr", "o_ptr", "do_ptr", "dq_ptr")}

@@ -270,9 +270,8 @@ def layer_norm_glu(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor
     H = h.shape[1]
     if M == 0 or H == 0:
         return pre if grad else h
-    grad_pre = pre if grad else None
-    if (grad or pre is None) and layer_norm_glu_tma.takes(x, weight, h, activation, grad_pre):
-        return layer_norm_glu_tma.layer_norm_glu_tma(x, ln_weight, ln_bias, weight, bias, mask, h, activation, grad_pre)
+    if not grad and pre is None and layer_norm_glu_tma.takes(x, weight, h, activation):
+        return layer_norm_glu_tma.layer_norm_glu_tma(x, ln_weight, ln_bias, weight, bias, mask, h, activation)
 
     def grid(meta):
         return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"] * meta.get("ROW_STEPS", 1))

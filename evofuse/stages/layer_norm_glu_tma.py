@@ -1,9 +1,9 @@
-"""`layer_norm_glu` through tensor descriptors (TMA, sm_90 and later): a program normalizes its whole rows once and
-steps through h's channels, the weight's row tiles pipelined into shared memory and h's tiles (or, with grad, h's
-gradient in and a's and b's out) moved by the copy engine, where the pointer kernel loads the weight tiles a thread
-at a time from L2 and moves h through registers. Taken for 16-bit rows of 16-256 channels (a power of two) whose
-tensors TMA can address; the pointer kernel (`layer_norm_glu_kernel`) takes every other call and the forward's
-stores of the pre-activations.
+"""`layer_norm_glu`'s forward through tensor descriptors (TMA, sm_90 and later): a program normalizes its whole rows
+once and steps through h's channels, the weight's row tiles pipelined into shared memory and h's tiles stored by
+the copy engine, where the pointer kernel loads the weight tiles a thread at a time from L2 and stores h through
+registers. Taken for calls of many 16-bit rows of 16-256 channels (a power of two) whose tensors TMA can address; the
+pointer kernel (`layer_norm_glu_kernel`) takes every other call, the gradients (through descriptors they were slower)
+and the pre-activations' stores.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .._runtime import OPERAND_SHARED_BYTES, autotuned, bucket, capability, cdiv, interpreting, tuning_candidates
 from ..reference import LAYER_NORM_EPS
-from .glu_activations import activation, activation_grad
+from .glu_activations import activation
 from .layer_norm_rows import normalized
 
 
@@ -28,7 +28,6 @@ def layer_norm_glu_tma_kernel(
     bias_ptr,  # HAS_BIAS: (K,)
     m_ptr,  # HAS_MASK: the row mask (M,), 0/1 of any dtype
     h_desc,  # out: h (M, H), blocks [BLOCK_M, BLOCK_N]; PLANES: h's channel planes (H, M), blocks [BLOCK_N, BLOCK_M]
-    da_desc, db_desc,  # GRAD, out: a's and b's gradients, h_desc's shape and blocks each (h_desc then holds h's)
     M, H, eps,
     M_BUCKET, H_BUCKET,  # autotuning key only
     D: tl.constexpr,
@@ -36,16 +35,13 @@ def layer_norm_glu_tma_kernel(
     HAS_BIAS: tl.constexpr,
     HAS_MASK: tl.constexpr,
     PLANES: tl.constexpr,
-    GRAD: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
     """BLOCK_M rows of h, all H channels, BLOCK_N a step: `layer_norm_glu_kernel`'s arithmetic (moments in float32,
     LayerNorm(x) rounded to x's dtype, a and b from products accumulated in float32 and rounded to it, the
-    activation in float32 times the row mask, rounded once). With GRAD, a and b made the same way meet h's gradient
-    (read where h would be written, times the row mask) and their gradients are stored instead. Rows past M read as
-    zeros and channels past H (a's tile running into b's rows) are computed and not stored: the descriptors clip
-    both."""
+    activation in float32 times the row mask, rounded once). Rows past M read as zeros and channels past H (a's tile
+    running into b's rows) are computed and not stored: the descriptors clip both."""
     GATED: tl.constexpr = ACTIVATION != "relu"
     m0 = tl.program_id(0) * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)  # [BLOCK_M]
@@ -62,23 +58,15 @@ def layer_norm_glu_tma_kernel(
         b = a
         if GATED:
             b = _projected(xn, w_desc, H + n0, bias_ptr + H, offs_n, n_ok, dtype, HAS_BIAS, PLANES)
+        h = activation(a.to(tl.float32), b.to(tl.float32), ACTIVATION)
         if PLANES:
-            at = [n0, m0]
-        else:
-            at = [m0, n0]
-        if GRAD:
-            dh = h_desc.load(at).to(tl.float32)
             if HAS_MASK:
-                dh *= row_mask[None, :] if PLANES else row_mask[:, None]
-            da, db = activation_grad(a.to(tl.float32), b.to(tl.float32), dh, ACTIVATION)
-            da_desc.store(at, da.to(dtype))
-            if GATED:
-                db_desc.store(at, db.to(dtype))
+                h *= row_mask[None, :]
+            h_desc.store([n0, m0], h.to(dtype))
         else:
-            h = activation(a.to(tl.float32), b.to(tl.float32), ACTIVATION)
             if HAS_MASK:
-                h *= row_mask[None, :] if PLANES else row_mask[:, None]
-            h_desc.store(at, h.to(dtype))
+                h *= row_mask[:, None]
+            h_desc.store([m0, n0], h.to(dtype))
 
 
 @triton.jit
@@ -104,8 +92,7 @@ def _block_shapes(nargs: dict) -> None:
     block_m, block_n, D = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["D"]
     nargs["x_desc"].block_shape = [block_m, D]
     nargs["w_desc"].block_shape = [block_n, D]
-    for name in ("h_desc", "da_desc", "db_desc"):
-        nargs[name].block_shape = [block_n, block_m] if nargs["PLANES"] else [block_m, block_n]
+    nargs["h_desc"].block_shape = [block_n, block_m] if nargs["PLANES"] else [block_m, block_n]
 
 
 def _config(block_m: int, block_n: int, warps: int, stages: int) -> triton.Config:
@@ -117,7 +104,10 @@ def _config(block_m: int, block_n: int, warps: int, stages: int) -> triton.Confi
 # where autotuning is off
 CONFIGS = [_config(*tile) for tile in ((128, 64, 8, 2), (128, 64, 8, 3), (64, 64, 4, 2), (64, 128, 4, 2))]
 INTERPRETER_CONFIG = _config(16, 16, 1, 1)
-KEY = ["M_BUCKET", "H_BUCKET", "D", "ACTIVATION", "HAS_BIAS", "HAS_MASK", "PLANES", "GRAD"]
+# fewer rows go to the pointer kernel: there the host time a launch through descriptors adds (three descriptors made
+# and encoded, the config's hook) is more than the kernel time it saves
+MIN_ROWS = 1 << 18
+KEY = ["M_BUCKET", "H_BUCKET", "D", "ACTIVATION", "HAS_BIAS", "HAS_MASK", "PLANES"]
 
 
 def fits(config: triton.Config, D: int, operands: int, element_size: int) -> bool:
@@ -144,55 +134,38 @@ def _addressable(t: Tensor) -> bool:
             and t.shape[1] * t.element_size() >= 16)
 
 
-def _planes(t: Tensor) -> bool:
-    """Whether an (M, H) output is channel planes (unit row stride): its descriptor then addresses t.t(), (H, M)."""
-    return t.stride(0) == 1 and t.stride(1) != 1
-
-
-def _outputs(h: Tensor, grad_pre: Tensor | None, activation: str) -> list[Tensor]:
-    """What the descriptors address: h, then with grad_pre a's and b's gradients (its halves; "relu": a's alone),
-    each (M, H) or its channel planes (H, M)."""
-    H = h.shape[1]
-    halves = [] if grad_pre is None else [grad_pre[:, :H]] if activation == "relu" else [grad_pre[:, :H],
-                                                                                         grad_pre[:, H:]]
-    return [t.t() if _planes(t) else t for t in (h, *halves)]
-
-
-def takes(x: Tensor, weight: Tensor, h: Tensor, activation: str, grad_pre: Tensor | None = None) -> bool:
-    """Whether this pass takes a call of `layer_norm_glu` (its arguments as there; grad_pre: `pre` of a call with
-    grad): 16-bit rows of D = 16-256 channels, a power of two; a device with TMA (Triton's interpreter emulates it);
-    x, the weight, h and grad_pre's halves (rows or, with unit row stride, channel planes, the same for both)
-    addressable by descriptors; a tile that fits."""
-    D = x.shape[1]
-    if x.dtype not in (torch.float16, torch.bfloat16) or D < 16 or D > 256 or D & (D - 1):
+def takes(x: Tensor, weight: Tensor, h: Tensor, activation: str) -> bool:
+    """Whether this pass takes a forward call of `layer_norm_glu` (its arguments as there): at least MIN_ROWS 16-bit
+    rows of D = 16-256 channels, a power of two; a device with TMA (Triton's interpreter emulates it); x, the weight
+    and h (its rows or, with unit row stride, its channel planes) addressable by descriptors; a tile that fits."""
+    M, D = x.shape
+    if M < MIN_ROWS or x.dtype not in (torch.float16, torch.bfloat16) or D < 16 or D > 256 or D & (D - 1):
         return False
     if not (interpreting() or (x.device.type == "cuda" and capability(x.device) >= 9)):
         return False
-    if grad_pre is not None and _planes(grad_pre) != _planes(h):
-        return False
-    if not all(_addressable(t) for t in (x, weight, *_outputs(h, grad_pre, activation))):
+    planes = h.stride(0) == 1 and h.stride(1) != 1
+    if not (_addressable(x) and _addressable(weight) and _addressable(h.t() if planes else h)):
         return False
     return bool(candidates(D, 1 if activation == "relu" else 2, x.element_size()))
 
 
 def layer_norm_glu_tma(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Tensor, bias: Tensor | None,
-                       mask: Tensor | None, h: Tensor, activation: str, grad_pre: Tensor | None = None) -> Tensor:
-    """`layer_norm_glu` where `takes` holds: writes h (M, H) = act(a, b) * mask for [a, b] = LayerNorm(x) @ weight^T
-    + bias and returns it; or, given grad_pre (M, K), h holding h's gradient, writes [a, b]'s gradient there and
-    returns it. x (M, D) float16 or bfloat16; ln_weight, ln_bias (D,); weight (K, D), bias (K,) or None, in x's
-    dtype; mask (M,) 0/1 of any real dtype, or None; h and grad_pre rows or channel planes (unit row stride)."""
+                       mask: Tensor | None, h: Tensor, activation: str) -> Tensor:
+    """`layer_norm_glu`'s forward (no pre-activations) where `takes` holds: writes h (M, H) = act(a, b) * mask for
+    [a, b] = LayerNorm(x) @ weight^T + bias and returns it. x (M, D) float16 or bfloat16; ln_weight, ln_bias (D,);
+    weight (K, D), bias (K,) or None, in x's dtype; mask (M,) 0/1 of any real dtype, or None; h rows (M, H) or
+    channel planes (unit row stride)."""
     (M, D), H = x.shape, h.shape[1]
+    planes = h.stride(0) == 1 and h.stride(1) != 1
     K = H if activation == "relu" else 2 * H
-    outputs = _outputs(h, grad_pre, activation)
     # (the blocks are the config's: its hook sets them before each launch)
-    descs = [TensorDescriptor.from_tensor(t, [16, 16]) for t in (x, weight[:K], *outputs)]
-    h_desc, grads = descs[2], descs[3:] or descs[2:3]
+    descs = [TensorDescriptor.from_tensor(t, [16, 16]) for t in (x, weight[:K], h.t() if planes else h)]
 
     def grid(meta):
         return (cdiv(M, meta["BLOCK_M"]),)
 
     autotuned(layer_norm_glu_tma_kernel, lambda: CONFIGS, KEY, _prune)[grid](
-        descs[0], ln_weight, ln_bias, descs[1], weight if bias is None else bias, h if mask is None else mask, h_desc,
-        grads[0], grads[-1], M, H, LAYER_NORM_EPS, bucket(M), bucket(H), D=D, ACTIVATION=activation,
-        HAS_BIAS=bias is not None, HAS_MASK=mask is not None, PLANES=_planes(h), GRAD=grad_pre is not None)
-    return h if grad_pre is None else grad_pre
+        descs[0], ln_weight, ln_bias, descs[1], weight if bias is None else bias, h if mask is None else mask,
+        descs[2], M, H, LAYER_NORM_EPS, bucket(M), bucket(H), D=D, ACTIVATION=activation, HAS_BIAS=bias is not None,
+        HAS_MASK=mask is not None, PLANES=planes)
+    return h
