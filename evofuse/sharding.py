@@ -37,7 +37,8 @@ Rules so far (every one also takes all inputs replicated):
   as the pair is), and the attention of the local rows gathers the bias (B, h, N, N), never the pair; the bias's
   gradient then a partial sum over the rows;
 - column attention and global column attention: by batch elements or by residues (the MSA as its transposed view
-  (B, N, S, D): each residue's column on one device), nothing moved; attention with pair bias: by batch elements.
+  (B, N, S, D): each residue's column on one device), nothing moved; attention with pair bias: by batch elements,
+  or by tokens (`ops.attention_pair_bias.sharded`): each device's queries and pair rows, every key gathered.
 
 A backward's products over every row (weight gradients, the LayerNorms') take a tensor sharded along a later leading
 dimension with that dimension first (`_runtime.rows_first`), so each device's rows stay one block: by MSA rows,
@@ -371,3 +372,23 @@ def _attention_pair_bias(single_repr, pair_repr, mask, *rest):
                                  *_replicated(params), *options]),
             ([Shard(0), Shard(0), Shard(0), Shard(1), Shard(0)],
              [Shard(0), Shard(0), None if mask is None else Shard(0), *_replicated(params), *options])]
+
+
+@register_sharding(_ops.attention_pair_bias_tokens.default)
+def _attention_pair_bias_tokens(qkvg, kv, z, mask, num_heads, precision, train):
+    # (by batch elements; or by tokens: the queries' rows, every key and its mask whole, the bias's query rows)
+    kept = [Shard(1) if train else Replicate()] * 2
+    options = [None] * 3
+    return [([Replicate()] * 3, [Replicate()] * 3 + [None if mask is None else Replicate(), *options]),
+            ([Shard(0)] * 3, [Shard(0)] * 3 + [None if mask is None else Shard(0), *options]),
+            ([Shard(1), *kept], [Shard(1), Replicate(), Shard(2), None if mask is None else Replicate(), *options])]
+
+
+@register_sharding(_ops.attention_pair_bias_tokens_backward.default)
+def _attention_pair_bias_tokens_backward(d_gated, qkvg, kv, z, mask, o, lse, num_heads, precision):
+    # (by tokens the keys' gradient a partial sum over the devices' queries)
+    m, options = None if mask is None else Replicate(), [None] * 2
+    return [([Replicate()] * 3, [Replicate()] * 4 + [m, Replicate(), Replicate(), *options]),
+            ([Shard(0)] * 3, [Shard(0)] * 4 + [None if mask is None else Shard(0), Shard(0), Shard(0), *options]),
+            ([Shard(1), Partial(), Shard(2)], [Shard(1), Shard(1), Replicate(), Shard(2), m, Shard(1), Shard(1),
+                                               *options])]

@@ -20,9 +20,11 @@ pytestmark = [SPAWNED_INTERPRETER, pytest.mark.skipif(not dist.is_available() or
                                                       reason="needs torch.distributed with gloo")]
 WORLD = 2
 B = 2 * WORLD  # (batch elements, and MSA rows where those are sharded: two a process)
-# the cases whose inference gathers one tensor: triangle attention's bias, triangle multiplication's b or a
+# the cases whose inference gathers: triangle attention's bias, triangle multiplication's b or a, the Outer Product
+# Mean's b (and its mask), attention with pair bias's keys and values (and their mask); one tensor unless said here
 GATHERING = ("tri-starting:1", "tri-ending:2", "trimul-outgoing:1", "trimul-incoming:2", "opm:2",
-             "opm-unmasked:2")
+             "opm-unmasked:2", "apb:1")
+GATHERS = {"opm:2": 2, "apb:1": 2}
 
 
 def _mask(*shape):
@@ -72,8 +74,11 @@ def _case(name):
         mod = (evofuse.MSAColumnAttention if op == "col" else evofuse.MSAColumnGlobalAttention)(16, 4, 2)
         dim = int(shard or 0)
         return mod, [torch.randn(B, 5, 2 * B, 16), _mask(B, 5, 2 * B)], [dim, dim], dim
-    if op == "apb":
+    if op == "apb":  # (by batch elements, or by tokens: the single representation's, the pair's rows, the mask's)
         mod = evofuse.AttentionPairBias(16, 8, 2)
+        if shard:
+            return mod, [torch.randn(2, 4 * WORLD, 16), torch.randn(2, 4 * WORLD, 4 * WORLD, 8),
+                         _mask(2, 4 * WORLD)], [1, 1, 1], 1
         return mod, [torch.randn(B, 7, 16), torch.randn(B, 7, 7, 8), _mask(B, 7)], [0, 0, 0], 0
     dim = int(shard)  # row attention: by batch elements, or by MSA rows with the pair replicated
     return (evofuse.MSARowAttentionWithPairBias(16, 8, 2), [torch.randn(B, B, 7, 16), torch.randn(B, 7, 7, 8),
@@ -111,7 +116,7 @@ def _compare(mesh, name):
     # placements say, triangle multiplication b (outgoing) or a (incoming), the Outer Product Mean by residues b,
     # and the mask where the counts are made from it)
     gathers = sum(n for op, n in comms.get_comm_counts().items() if "all_gather" in str(op))
-    assert gathers == (2 if name == "opm:2" else 1 if name in GATHERING else 0), comms.get_comm_counts()
+    assert gathers == GATHERS.get(name, 1 if name in GATHERING else 0), comms.get_comm_counts()
     # (a training call whose inputs take no gradient first: DTensor caches a backward's sharding by its tensors, and
     # the placements of the gradients it makes must follow which it is asked for)
     out = sharded(*placed())
@@ -131,7 +136,9 @@ def _compare(mesh, name):
     # the bias's gradient, a partial sum over the rows; triangle multiplication by rows or columns, and the Outer
     # Product Mean by residues, gather b (or a) again and reduce-scatter its gradient, a partial sum over the devices)
     moved = {str(op).split(".")[-1].split("'")[0]: n for op, n in comms.get_comm_counts().items()}
-    expected = {"all_gather_into_tensor": 1, "all_reduce" if name.startswith("tri-") else "reduce_scatter_tensor": 1}
+    # (attention with pair bias gathers its keys and values and their mask again)
+    expected = {"all_gather_into_tensor": 2 if name == "apb:1" else 1,
+                "all_reduce" if name.startswith("tri-") else "reduce_scatter_tensor": 1}
     assert moved == (expected if name in GATHERING else {}), (name, moved)
     for k, (t, w) in enumerate(zip(args, whole)):
         _check(f"input {k}'s gradient", t.grad, w.grad)
@@ -253,13 +260,13 @@ def test_a_patched_model_layer_on_sharded_tensors(family, dim):
 @pytest.mark.parametrize("name", ["trimul-outgoing", "trimul-incoming", "trimul-outgoing:1", "trimul-incoming:2",
                                   "opm", "opm:1", "opm-unmasked:1", "opm:2", "opm-unmasked:2", "trans:0", "trans:1",
                                   "pwa", "pwa:1", "att:0", "att:1", "tri-starting", "tri-ending", "tri-starting:1",
-                                  "tri-ending:2", "col", "col:2", "gcol", "gcol:2", "apb"])
+                                  "tri-ending:2", "col", "col:2", "gcol", "gcol:2", "apb", "apb:1"])
 def test_sharded_matches_whole(name):
     """trimul-outgoing:1 and trimul-incoming:2 are triangle multiplication by the pair's rows and columns, opm:1 and
     opm-unmasked:1 the Outer Product Mean by MSA rows, att:1 row attention by MSA rows (the pair replicated), pwa:1
     pair-weighted averaging likewise, trans:1 the transition by its second dimension, tri-starting:1 and
     tri-ending:2 triangle attention by the pair's rows and columns, col:2 and gcol:2 column and global column
-    attention by residues; the others by batch elements. Each process makes an inference call and then
+    attention by residues, apb:1 attention with pair bias by tokens; the others by batch elements. Each process makes an inference call and then
     a training call at the same shapes: DTensor caches an op's sharding by its arguments from the first integer one
     on (`register_sharding`), and an op's kept outputs differ between the two."""
     import torch.multiprocessing as mp

@@ -17,9 +17,9 @@ from ...front.parts import check_options
 if triton_available():  # the kernels (without Triton every call takes the reference)
     from ...stages.attention.core import fused
     from ..row_attention.op import joined_qkvg
-    from . import op
+    from . import op, sharded
 else:
-    op = fused = joined_qkvg = None
+    op = sharded = fused = joined_qkvg = None
 
 
 def _given_together(args: dict) -> None:
@@ -45,15 +45,21 @@ def _pair_shape(args: dict, sizes: dict) -> None:
                          "device")
 
 
+def _attention_pair_bias(a, train):
+    args = (a.single_repr, a.pair_repr, a.mask,
+            *joined_qkvg([a.query_weight, a.key_weight, a.value_weight, a.gate_weight], [a.query_bias, None, None, None]),
+            a.out_weight, a.pair_norm_weight, a.pair_norm_bias, a.pair_weight, a.num_heads, a.precision, train)
+    if sharded.by_tokens(a.single_repr, a.pair_norm_weight, a.pair_weight):  # (split by tokens: the keys gathered)
+        return sharded.attention_pair_bias(*args)
+    return op.attention_pair_bias(*args)[0]
+
+
 ATTENTION_PAIR_BIAS = Form(
     "attention with pair bias", "single", ("single_repr", "pair_repr", "mask"),
     dict(query_weight="H c", query_bias="H", key_weight="H c", value_weight="H c", gate_weight="H c",
          out_weight="c H", pair_norm_weight="P", pair_norm_bias="P", pair_weight="h P"),
     ref.attention_pair_bias_reference,
-    lambda a, train: op.attention_pair_bias(
-        a.single_repr, a.pair_repr, a.mask,
-        *joined_qkvg([a.query_weight, a.key_weight, a.value_weight, a.gate_weight], [a.query_bias, None, None, None]),
-        a.out_weight, a.pair_norm_weight, a.pair_norm_bias, a.pair_weight, a.num_heads, a.precision, train)[0],
+    _attention_pair_bias,
     optional=("query_bias", "pair_norm_weight", "pair_norm_bias", "pair_weight"), width=("c", "query_weight"),
     heads=("H", "the inner width"), later=dict(pair_weight="h P"),
     check=_given_together, checked=_pair_shape,
