@@ -183,14 +183,14 @@ def _patched_layer(mesh, family, dim=0):
     """A patched Pairformer layer (narrow widths; Boltz-2's PairformerLayer, Protenix's PairformerBlock) on inputs
     sharded by batch elements (dim 0), in inference (Boltz's in-place forward): the same outputs as on the whole
     tensors, sharded alike, nothing moved; or by residues (dim 1: the single representation's, the pair's rows):
-    the same outputs, DTensor moving what the modules' rules ask. (Boltz's own training forward makes its dropout
+    the same outputs, DTensor moving what the modules' rules ask (8 tokens: attention with pair bias by tokens). (Boltz's own training forward makes its dropout
     masks as plain tensors, which DTensor refuses beside its own: its context-parallel package brings layers of its
     own for that.)"""
     from torch.distributed.tensor import Shard, distribute_module, distribute_tensor
     from torch.distributed.tensor.debug import CommDebugMode
 
     torch.manual_seed(0)
-    s, z, mask = torch.randn(B, 9, 32), torch.randn(B, 9, 9, 16), _mask(B, 9)
+    s, z, mask = torch.randn(B, 8, 32), torch.randn(B, 8, 8, 16), _mask(B, 8)
     pair_mask = mask[:, :, None] * mask[:, None, :]
     if family == "boltz":
         from boltz.model.layers.pairformer import PairformerLayer
@@ -217,6 +217,8 @@ def _patched_layer(mesh, family, dim=0):
     if dim:  # (the outgoing triangle multiplication on the pair's rows gathers b alone)
         counts = {fqn: sum(c["forward"].values()) for fqn, c in comms.comm_module_counts.items()}
         assert [n for fqn, n in counts.items() if fqn.endswith(".tri_mul_out")] == [1], counts
+        if family == "boltz":  # (attention with pair bias by tokens: the keys and values and their mask, not the pair)
+            assert [n for fqn, n in counts.items() if fqn.endswith(".attention")] == [2], counts
     else:
         assert comms.get_total_counts() == 0, comms.get_comm_counts()
     for what, g, w in zip(("s", "z"), got, want):
