@@ -161,16 +161,16 @@ def _check(what, got, want, placement=None):
     assert error <= bound, f"{what}: rel error {error:.3e}"
 
 
-def _worker(rank, store, name):
+def _worker(rank, store, name, world=WORLD):
     os.environ["EVOFUSE_IMPL"] = "triton"  # (the kernels, in the interpreter, not the reference)
     warnings.filterwarnings("error", message="evofuse: no fused")  # (a fallback to the reference fails)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         from torch.distributed.tensor import DeviceMesh
 
         import evofuse.sharding  # noqa: F401
 
-        _compare(DeviceMesh("cpu", list(range(WORLD))), name)
+        _compare(DeviceMesh("cpu", list(range(world))), name)
         dist.barrier()  # (both ranks done before the group goes: gloo aborts a process torn down mid-exchange)
     finally:
         dist.destroy_process_group()
@@ -275,6 +275,17 @@ def test_sharded_matches_whole(name):
 
     with tempfile.TemporaryDirectory() as folder:
         mp.spawn(_worker, args=(os.path.join(folder, "store"), name), nprocs=WORLD)
+
+
+@pytest.mark.parametrize("name", ["trimul-outgoing:1", "opm:2", "trans:1", "pwa:1", "att:1", "tri-starting:1",
+                                  "col:2", "gcol:2", "apb:1"])
+def test_sharded_matches_whole_on_four_processes(name):
+    """Each operation's split along a residue, token or MSA-row dimension (`test_sharded_matches_whole`'s cases) on
+    four processes: the same shapes, each sharded dimension in four parts (one or two each)."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as folder:
+        mp.spawn(_worker, args=(os.path.join(folder, "store"), name, 4), nprocs=4)
 
 
 def _grid_worker(rank, store, name):
