@@ -5,7 +5,8 @@ the keys and values around (as Boltz's context-parallel engine asks of its backe
 `attention_tile_forward` gives one tile's un-gated output and log-sum-exp; the caller merges the tiles
 (`merge_tiles`), applies its gate, and for the backward calls `attention_tile_backward` once per tile with the merged
 output and log-sum-exp. Triangle attention is this core on the pair's rows (S = N rows of the pair, the bias one
-per head); row attention on the MSA's rows. The queries' and the keys' tiles hold as many residues each.
+per head); row attention on the MSA's rows. A key tile holds as many residues as the queries' tile, or fewer (the
+last of a ring whose N is not a multiple of the tile: that tile runs in PyTorch).
 
 Both run the core's Triton kernels where they take the call (head width up to 128, 16- and 32-bit floats, on a CUDA
 device or in Triton's interpreter) and the plain-PyTorch definition otherwise (`impl` as everywhere in evofuse). Traced
@@ -35,27 +36,30 @@ def _check(q, k, v, bias, mask, mask_mode, precision, impl) -> None:
     if q.dim() != 5:
         raise ValueError(f"q must have rank 5 (B, S, N, h, d), got shape {tuple(q.shape)}")
     for name, t in (("k", k), ("v", v)):
-        if t.shape != q.shape:
-            raise ValueError(f"{name} must have q's shape (B, S, N, h, d) = {tuple(q.shape)} (a key tile holds as "
-                             f"many residues as the queries'), got {tuple(t.shape)}")
+        if t.dim() != 5 or t.shape[:2] + t.shape[3:] != q.shape[:2] + q.shape[3:] or t.shape[2] < 1:
+            raise ValueError(f"{name} must have shape (B, S, M, h, d) with q's B, S, h and d {tuple(q.shape)} and M "
+                             f">= 1 keys, got {tuple(t.shape)}")
+    if k.shape != v.shape:
+        raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
         if t.dtype != q.dtype or t.device != q.device:
             raise ValueError(f"{name} must have q's dtype and device ({q.dtype}, {q.device}), got ({t.dtype}, "
                              f"{t.device})")
     B, S, N, h, _ = q.shape
     if bias is not None:
         check_floating("bias", bias)
-        check_shapes({"bias": bias}, {"bias": "B h N N"}, {"B": B, "h": h, "N": N})
+        check_shapes({"bias": bias}, {"bias": "B h N M"}, {"B": B, "h": h, "N": N, "M": k.shape[2]})
     if mask is not None:
         if not isinstance(mask, Tensor):
             raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
-        check_shapes({"mask": mask}, {"mask": "B S N"}, {"B": B, "S": S, "N": N})
+        check_shapes({"mask": mask}, {"mask": "B S M"}, {"B": B, "S": S, "M": k.shape[2]})
     for name, t in (("bias", bias), ("mask", mask)):
         if t is not None and t.device != q.device:
             raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
 
 
-def _fused(q: Tensor, impl: str | None) -> bool:
-    if resolve_impl(impl, q) == "torch" or not triton_available():
+def _fused(q: Tensor, k: Tensor, impl: str | None) -> bool:
+    """Whether the kernels take a tile: as many keys as queries (a shorter key tile runs in PyTorch)."""
+    if resolve_impl(impl, q) == "torch" or not triton_available() or k.shape != q.shape:
         return False
     from .stages.attention.core import fused
 
@@ -70,9 +74,9 @@ def attention_tile_forward(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None 
     Args:
         q: (B, S, N, h, d) queries of N residues in S rows (an MSA's rows; the pair's rows for triangle attention),
             float16, bfloat16, float32 or float64, scaled by 1/sqrt(d) inside.
-        k, v: (B, S, N, h, d) the tile's keys and values, as q.
-        bias: (B, h, N, N) the bias between the queries' and the keys' residues, or None.
-        mask: (B, S, N) the keys' mask, 0/1 of any dtype, or None: a masked key's logit is -1e9 ("replace": no
+        k, v: (B, S, M, h, d) the tile's keys and values, as q; M = N (the kernels) or fewer (PyTorch).
+        bias: (B, h, N, M) the bias between the queries' and the keys' residues, or None.
+        mask: (B, S, M) the keys' mask, 0/1 of any dtype, or None: a masked key's logit is -1e9 ("replace": no
             gradient; "add": the logit's gradient passes on, as the models' additive -inf mask).
         precision: "default" or "fast", as the operations'.
         impl: "auto", "triton" or "torch"; None follows EVOFUSE_IMPL.
@@ -81,7 +85,7 @@ def attention_tile_forward(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None 
         (un-gated), and the natural log of the sum of exp(logit) over them (float64: see `merge_tiles`).
     """
     _check(q, k, v, bias, mask, mask_mode, precision, impl)
-    if not _fused(q, impl):
+    if not _fused(q, k, impl):
         with torch.no_grad():
             o, lse = ref.attention_tile_reference(q, k, v, bias, mask, mask_mode)
         return o, lse.double()
@@ -136,9 +140,9 @@ def attention_tile_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, b
         out: (B, S, N, h, d) the merged output; lse: (B, S, N, h) the merged log-sum-exp (`merge_tiles`).
         bias_grad: whether to make the bias's gradient (needs a bias).
     Returns:
-        (dq, dk, dv) (B, S, N, h, d) in q's dtype and dbias (B, h, N, N) float32 (empty without bias_grad): dq is
-        this tile's term of the queries' gradient (the terms of every tile sum to it); dk, dv and dbias are this
-        tile's keys', values' and bias's.
+        (dq (B, S, N, h, d), dk, dv (B, S, M, h, d)) in q's dtype and dbias (B, h, N, M) float32 (empty without
+        bias_grad): dq is this tile's term of the queries' gradient (the terms of every tile sum to it); dk, dv and
+        dbias are this tile's keys', values' and bias's.
     """
     _check(q, k, v, bias, mask, mask_mode, precision, impl)
     for name, t, shape in (("grad_out", grad_out, q.shape), ("out", out, q.shape), ("lse", lse, q.shape[:4])):
@@ -148,7 +152,7 @@ def attention_tile_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, b
                              f"{t.device}")
     if bias_grad and bias is None:
         raise ValueError("bias_grad needs a bias: bias is None")
-    if not _fused(q, impl):
+    if not _fused(q, k, impl):
         with torch.no_grad():
             return _backward_reference(grad_out, q, k, v, bias, mask, out, lse, mask_mode, bias_grad)
     from .stages.attention.tile import tile_backward, tile_backward_op

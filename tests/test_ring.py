@@ -117,8 +117,10 @@ def test_a_compiled_ring_step_matches_the_eager_one():
 
 def test_bad_arguments_are_named():
     q, k, v, bias, mask = (t.float() for t in _inputs(4))
-    with pytest.raises(ValueError, match="k must have q's shape"):
-        ring.attention_tile_forward(q, k[:, :, :3], v, bias, mask)
+    with pytest.raises(ValueError, match="k must have shape"):
+        ring.attention_tile_forward(q, k[..., :4], v, bias, mask)
+    with pytest.raises(ValueError, match="v must have k's shape"):
+        ring.attention_tile_forward(q, k[:, :, :3], v, bias[..., :3], mask[..., :3])
     with pytest.raises(ValueError, match="bias must have shape"):
         ring.attention_tile_forward(q, k, v, bias[..., :3], mask)
     with pytest.raises(ValueError, match="mask must have shape"):

@@ -183,9 +183,9 @@ def _patched_layer(mesh, family, dim=0):
     """A patched Pairformer layer (narrow widths; Boltz-2's PairformerLayer, Protenix's PairformerBlock) on inputs
     sharded by batch elements (dim 0), in inference (Boltz's in-place forward): the same outputs as on the whole
     tensors, sharded alike, nothing moved; or by residues (dim 1: the single representation's, the pair's rows):
-    the same outputs, DTensor moving what the modules' rules ask (8 tokens: attention with pair bias by tokens). (Boltz's own training forward makes its dropout
-    masks as plain tensors, which DTensor refuses beside its own: its context-parallel package brings layers of its
-    own for that.)"""
+    the same outputs, DTensor moving what the modules' rules ask (attention with pair bias by tokens). (Boltz's own
+    training forward makes its dropout masks as plain tensors, which DTensor refuses beside its own: its
+    context-parallel package brings layers of its own for that.)"""
     from torch.distributed.tensor import Shard, distribute_module, distribute_tensor
     from torch.distributed.tensor.debug import CommDebugMode
 
@@ -268,9 +268,9 @@ def test_sharded_matches_whole(name):
     opm-unmasked:1 the Outer Product Mean by MSA rows, att:1 row attention by MSA rows (the pair replicated), pwa:1
     pair-weighted averaging likewise, trans:1 the transition by its second dimension, tri-starting:1 and
     tri-ending:2 triangle attention by the pair's rows and columns, col:2 and gcol:2 column and global column
-    attention by residues, apb:1 attention with pair bias by tokens; the others by batch elements. Each process makes an inference call and then
-    a training call at the same shapes: DTensor caches an op's sharding by its arguments from the first integer one
-    on (`register_sharding`), and an op's kept outputs differ between the two."""
+    attention by residues, apb:1 attention with pair bias by tokens; the others by batch elements. Each process
+    makes an inference call and then a training call at the same shapes: DTensor caches an op's sharding by its
+    arguments from the first integer one on (`register_sharding`), and an op's kept outputs differ between the two."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as folder:

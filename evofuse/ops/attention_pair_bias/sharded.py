@@ -7,12 +7,12 @@ token (2H channels a token), never the pair.
 - The bias (B, h, N, N) of the device's pair rows is `evofuse::triangle_bias` (the pair's LayerNorm and
   projection; a given bias is only permuted), split as the pair's rows are.
 - `evofuse::attention_pair_bias_tokens`: the attention of the device's R queries against every token's keys, key
-  tile by key tile of R tokens on the ring-attention kernels (`stages.attention.tile`), the tiles merged by their
-  log-sum-exps, then the gate. Its sharding rule (`evofuse.sharding`) asks the keys and values and the keys' mask
-  replicated; in its backward their gradient is a partial sum over the devices.
+  tile by key tile of R tokens on the ring-attention kernels (`evofuse.ring`; a last tile of fewer tokens, where N
+  is not a multiple of R, in PyTorch), the tiles merged by their log-sum-exps, then the gate. Its sharding rule
+  (`evofuse.sharding`) asks the keys and values and the keys' mask replicated; in its backward their gradient is a
+  partial sum over the devices.
 
-Taken where the tokens are split evenly (N a multiple of the devices along the split), so that every key tile holds
-R tokens as the kernels ask; plain tensors and other splits take the one fused op."""
+Taken where the tokens are split evenly; plain tensors and other splits take the one fused op."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..._runtime import custom_op, keep_for_backward, operation, traced
-from ...ring import merge_tiles
-from ...stages.attention.tile import tile_backward, tile_forward
+from ...ring import attention_tile_backward, attention_tile_forward, merge_tiles
 from ..triangle_attention.op import triangle_bias
 
 
 def by_tokens(single_repr: Tensor, pair_norm_weight: Tensor | None, pair_weight: Tensor | None) -> bool:
     """Whether a call takes this composition: single_repr a distributed (B, N, c_s) split along its tokens alone
-    (dimension 1), into equal parts; the pair's bias normalized (the models') or given."""
+    (dimension 1) into equal parts (DTensor does not flatten the pair's rows split unevenly); the pair's bias
+    normalized (the models') or given."""
     placements = getattr(single_repr, "placements", ())
     splits = [k for k, p in enumerate(placements) if getattr(p, "dim", None) is not None]
     if single_repr.dim() != 3 or [placements[k].dim for k in splits] != [1]:
@@ -52,14 +52,14 @@ def attention_pair_bias(single_repr: Tensor, pair_repr: Tensor, mask: Tensor | N
 
 
 def _tiles(qkvg: Tensor, kv: Tensor, z: Tensor, mask: Tensor | None, num_heads: int):
-    """q (B, 1, R, h, d) and, for each key tile of R tokens, (k, v (B, 1, R, h, d), its bias (B, h, R, R), its
-    keys' mask (B, 1, R) or None, its first token)."""
+    """q (B, 1, R, h, d) and, for each key tile of R tokens (the last of fewer where N is not a multiple of R), (k,
+    v (B, 1, M, h, d), its bias (B, h, R, M), its keys' mask (B, 1, M) or None, its first token)."""
     B, R, W = qkvg.shape
     H, N = W // 4, kv.shape[1]
     d = H // num_heads
     q = qkvg[..., :H].reshape(B, 1, R, num_heads, d)
     for j0 in range(0, N, R):
-        k, v = (kv[:, j0:j0 + R, c:c + H].reshape(B, 1, R, num_heads, d) for c in (0, H))
+        k, v = (kv[:, j0:j0 + R, c:c + H].reshape(B, 1, -1, num_heads, d) for c in (0, H))
         yield q, k, v, z[..., j0:j0 + R], None if mask is None else mask[:, None, j0:j0 + R], j0
 
 
@@ -67,13 +67,13 @@ def _attend(qkvg: Tensor, kv: Tensor, z: Tensor, mask: Tensor | None, num_heads:
             train: bool) -> tuple[Tensor, Tensor, Tensor]:
     """(gated (B, R, H), o (B, R, H) the un-gated output, lse (B, R, h) float64; o and lse empty unless `train`):
     sigmoid(g) * softmax(q k^T / sqrt(d) + z, keys masked) v for R queries against N keys. qkvg (B, R, 4H): the
-    queries' q, k, v and g (k and v unused); kv (B, N, 2H): every key's k and v, N a multiple of R; z (B, h, R, N)
+    queries' q, k, v and g (k and v unused); kv (B, N, 2H): every key's k and v; z (B, h, R, N)
     the bias, any strides; mask (B, N) 0/1 or None; all of qkvg's dtype but the mask."""
     B, R, W = qkvg.shape
     H = W // 4
     outs, lses = [], []
     for q, k, v, bias, keys_mask, _ in _tiles(qkvg, kv, z, mask, num_heads):
-        o, lse = tile_forward(q, k, v, bias, keys_mask, "add", precision)
+        o, lse = attention_tile_forward(q, k, v, bias, keys_mask, mask_mode="add", precision=precision)
         outs.append(o)
         lses.append(lse)
     o, lse = merge_tiles(outs, lses)
@@ -100,7 +100,7 @@ def attend_backward(d_gated: Tensor, qkvg: Tensor, kv: Tensor, z: Tensor, mask: 
     """(d_qkvg (B, R, 4H): q's and g's gradients, zero at k's and v's channels; d_kv (B, N, 2H): every key's k and v
     gradient from these queries; dz (B, h, R, N)), in qkvg's dtype, from the gated output's gradient d_gated (B, R,
     H), any strides, and the forward's o and lse: the gate's backward, then each key tile's share of the core's
-    (`tile_backward` with the merged o and lse), the queries' terms summed in float32."""
+    (`attention_tile_backward` with the merged o and lse), the queries' terms summed in float32."""
     B, R, W = qkvg.shape
     H, h = W // 4, num_heads
     s = torch.sigmoid(qkvg[..., 3 * H:].float())
@@ -111,9 +111,10 @@ def attend_backward(d_gated: Tensor, qkvg: Tensor, kv: Tensor, z: Tensor, mask: 
     dq = torch.zeros(B, 1, R, h, H // h, dtype=torch.float32, device=qkvg.device)
     o_tiles, lse_tiles = o.reshape(B, 1, R, h, H // h), lse.reshape(B, 1, R, h)
     for q, k, v, bias, keys_mask, j0 in _tiles(qkvg, kv, z, mask, num_heads):
-        dq_j, dk, dv, dz_j = tile_backward(d_o, q, k, v, bias, keys_mask, o_tiles, lse_tiles, "add", precision, True)
+        dq_j, dk, dv, dz_j = attention_tile_backward(d_o, q, k, v, bias, keys_mask, o_tiles, lse_tiles,
+                                                     mask_mode="add", precision=precision)
         dq += dq_j
-        d_kv[:, j0:j0 + R] = torch.cat([dk.reshape(B, R, H), dv.reshape(B, R, H)], -1)
+        d_kv[:, j0:j0 + R] = torch.cat([dk.reshape(B, -1, H), dv.reshape(B, -1, H)], -1)
         dz[..., j0:j0 + R] = dz_j
     d_qkvg[..., :H] = dq.reshape(B, R, H)
     return d_qkvg, d_kv, dz
