@@ -134,6 +134,11 @@ def _addressable(t: Tensor) -> bool:
             and t.shape[1] * t.element_size() >= 16)
 
 
+def _planes(h: Tensor) -> bool:
+    """Whether h (M, H) is channel planes (unit row stride): its descriptor then addresses h.t(), (H, M)."""
+    return h.stride(0) == 1 and h.stride(1) != 1
+
+
 def takes(x: Tensor, weight: Tensor, h: Tensor, activation: str) -> bool:
     """Whether this pass takes a forward call of `layer_norm_glu` (its arguments as there): at least MIN_ROWS 16-bit
     rows of D = 16-256 channels, a power of two; a device with TMA (Triton's interpreter emulates it); x, the weight
@@ -143,8 +148,7 @@ def takes(x: Tensor, weight: Tensor, h: Tensor, activation: str) -> bool:
         return False
     if not (interpreting() or (x.device.type == "cuda" and capability(x.device) >= 9)):
         return False
-    planes = h.stride(0) == 1 and h.stride(1) != 1
-    if not (_addressable(x) and _addressable(weight) and _addressable(h.t() if planes else h)):
+    if not (_addressable(x) and _addressable(weight) and _addressable(h.t() if _planes(h) else h)):
         return False
     return bool(candidates(D, 1 if activation == "relu" else 2, x.element_size()))
 
@@ -156,7 +160,7 @@ def layer_norm_glu_tma(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, weight: Te
     weight (K, D), bias (K,) or None, in x's dtype; mask (M,) 0/1 of any real dtype, or None; h rows (M, H) or
     channel planes (unit row stride)."""
     (M, D), H = x.shape, h.shape[1]
-    planes = h.stride(0) == 1 and h.stride(1) != 1
+    planes = _planes(h)
     K = H if activation == "relu" else 2 * H
     # (the blocks are the config's: its hook sets them before each launch)
     descs = [TensorDescriptor.from_tensor(t, [16, 16]) for t in (x, weight[:K], h.t() if planes else h)]
