@@ -202,3 +202,20 @@ def test_every_descriptor_tile_computes_the_rows(monkeypatch, any_rows):
             layer_norm_glu.layer_norm_glu(*on, h, activation, "default")
             assert rel_error(h.cpu(), h_exact) <= 1.25 * rel_error(h_pointer.cpu(), h_exact) + 1e-4, config
     rebuild_kernels()
+
+
+def test_descriptor_pass_keeps_a_non_finite_row_to_itself(any_rows):
+    """A row holding NaN or Inf gives a non-finite h row, and every other row of its tile stays what the pointer
+    kernel gives (rows and channel planes)."""
+    on, _ = _half_case("swiglu", True, torch.float16)
+    (M, H), x = (72, 40), on[0].clone()
+    x[3, 5], x[9, 0] = float("nan"), float("inf")
+    for planes in (False, True):
+        h, h_pointer = _h(M, H, torch.float16, planes), _h(M, H, torch.float16, planes)
+        layer_norm_glu.layer_norm_glu(x, *on[1:], h, "swiglu", "default")
+        layer_norm_glu.layer_norm_glu(x, *on[1:], h_pointer, "swiglu", "default",
+                                      torch.empty(M, 2 * H, device=DEVICE, dtype=torch.float16))
+        bad = torch.zeros(M, dtype=torch.bool, device=DEVICE)
+        bad[[3, 9]] = True
+        assert not torch.isfinite(h[bad]).any(dim=1).any()
+        torch.testing.assert_close(h[~bad], h_pointer[~bad], rtol=1e-2, atol=1e-3)
