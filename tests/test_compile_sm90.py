@@ -93,6 +93,7 @@ def _launches():
     from evofuse.ops.pair_weighted_averaging import configs as pwa_configs
     from evofuse.ops.pair_weighted_averaging import kernels as pwa
     from evofuse.ops.pair_weighted_averaging import op as pwa_op
+    from evofuse.ops.transition import backward_tma as trans_tma
     from evofuse.ops.transition import kernels as trans
     from evofuse.ops.triangle_multiplication import kernels as trimul
     from evofuse.stages import layer_norm_backward as lnb
@@ -229,6 +230,17 @@ def _launches():
                            glu_tma.layer_norm_glu_tma_kernel, dtype,
                            dict(D=128, ACTIVATION=activation, HAS_BIAS=True, HAS_MASK=True, PLANES=planes, **kw), warps,
                            stages, {"m_ptr": "*fp32"} | {n: f"tensordesc<{dtype}[{b[0]}, {b[1]}]>" for n, b in descs.items()})
+        if dtype == "bf16":  # the transition's backward through tensor descriptors: every tile, D = C = 128
+            for config in trans_tma.CONFIGS:
+                kw, warps, stages = cfg(config)
+                bm, bn = kw["BLOCK_M"], kw["BLOCK_N"]
+                blocks = {"x_desc": [bm, 128], "w_desc": [bn, 128], "g_desc": [bm, 128], "wo_desc": [128, bn],
+                          "dpre_desc": [bm, bn], "h_desc": [bm, bn], "xn_desc": [bm, 128], "dx_desc": [bm, 128]}
+                for gated in (True, False):
+                    yield (f"transition backward tma {dtype} {bm}x{bn} stages {stages} glu={gated}",
+                           trans_tma.transition_backward_tma_kernel, dtype,
+                           dict(D=128, C=128, GLU=gated, HAS_BIAS=not gated, HAS_MASK=True, **kw), warps, stages,
+                           {"m_ptr": "*bf16"} | {n: f"tensordesc<{dtype}[{b[0]}, {b[1]}]>" for n, b in blocks.items()})
         for fill in (True, False):  # global column attention's columns (the extra-MSA stack's 8 heads of 8)
             columns = dict(HEADS=8, BLOCK_H=8, BLOCK_D=8, BLOCK_L=128, FILL=fill, MASK_LOGIT=-1e9, HAS_MASK=True)
             floats = {name: "*fp32" for name in ("m_ptr", "q_ptr", "o_ptr", "do_ptr", "dq_ptr")}

@@ -127,11 +127,16 @@ def _prune(configs, named_args, **kwargs):
                       named_args["x_desc"].base.element_size())
 
 
-def _addressable(t: Tensor) -> bool:
-    """Whether TMA can address a 2-D tensor as it is: unit stride last, the other stride and the base 16-byte
-    aligned."""
-    return (t.stride(1) == 1 and t.stride(0) * t.element_size() % 16 == 0 and t.data_ptr() % 16 == 0
+def descriptor_strides(t: Tensor) -> bool:
+    """Whether a 2-D tensor's strides let TMA address it: unit stride last, rows of at least 16 bytes that do not
+    overlap (no broadcast), 16-byte aligned. What a traced tensor can tell too: its base is `addressable`'s."""
+    return (t.stride(1) == 1 and t.stride(0) >= t.shape[1] and t.stride(0) * t.element_size() % 16 == 0
             and t.shape[1] * t.element_size() >= 16)
+
+
+def addressable(t: Tensor) -> bool:
+    """Whether TMA can address a 2-D tensor as it is: `descriptor_strides`, and its base 16-byte aligned."""
+    return descriptor_strides(t) and t.data_ptr() % 16 == 0
 
 
 def _planes(h: Tensor) -> bool:
@@ -148,7 +153,7 @@ def takes(x: Tensor, weight: Tensor, h: Tensor, activation: str) -> bool:
         return False
     if not (interpreting() or (x.device.type == "cuda" and capability(x.device) >= 9)):
         return False
-    if not (_addressable(x) and _addressable(weight) and _addressable(h.t() if _planes(h) else h)):
+    if not (addressable(x) and addressable(weight) and addressable(h.t() if _planes(h) else h)):
         return False
     return bool(candidates(D, 1 if activation == "relu" else 2, x.element_size()))
 

@@ -1,12 +1,23 @@
-"""The transition's backward kernel: from the output's gradient to the pre-activations' gradient, a and b made again
-from the input (the shared `layer_norm_glu` rows on chip) and the hidden rows' gradient on chip, which also gives back
-the hidden rows for the output projection's weight gradient: the forward keeps nothing but its input. Its forward is
-the shared `layer_norm_glu` kernel."""
+"""The transition's backward kernel through pointers, and its launch (`core_backward`): from the output's gradient to
+the pre-activations' gradient, a and b made again from the input (the shared `layer_norm_glu` rows on chip) and the
+hidden rows' gradient on chip, which also gives back the hidden rows for the output projection's weight gradient: the
+forward keeps nothing but its input. Its forward is the shared `layer_norm_glu` kernel; many 16-bit rows take the
+pass through tensor descriptors instead (`backward_tma`)."""
+
+from __future__ import annotations
 
 import triton
 import triton.language as tl
+from torch import Tensor
 
+from ..._runtime import autotuned, bucket, cdiv, custom_op, dot_precision
+from ...reference import LAYER_NORM_EPS
+from ...stages import layer_norm_glu
 from ...stages.layer_norm_glu import projected_rows
+from . import configs
+
+# what the backward kernel's autotuned choice is kept by
+BACKWARD_KEY = ["M_BUCKET", "H_BUCKET", "D", "C", "GLU", "HAS_BIAS", "HAS_MASK", "PRECISION"]
 
 
 @triton.jit
@@ -69,3 +80,34 @@ def transition_backward_kernel(
         tl.store(da_at, tl.where(a > 0.0, dh, 0.0).to(dtype), mask=ok)
         h = tl.maximum(a, 0.0)
     tl.store(h_ptr + rows * H + offs_n[None, :], (h * keep[:, None]).to(dtype), mask=ok)
+
+
+def core_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None,
+                  grad: Tensor, mask: Tensor | None, out_weight: Tensor, glu: bool,
+                  precision: str) -> tuple[Tensor, Tensor]:
+    """(d_pre (M, K), h (M, H)): the pre-activations' gradient, from the rows x (M, D) any strides, the LayerNorm's and
+    the input projection's parameters as the forward took them, the output's gradient grad (M, C) (any strides), the
+    row mask (M,) or None and out_weight (C, H); a and b made again and the hidden rows' gradient on chip; and the
+    hidden rows again, times the mask, for out_weight's gradient (`transition_backward_kernel`)."""
+    M, D = x.shape
+    C, H = out_weight.shape
+    d_pre = x.new_empty(M, in_weight.shape[0])
+    h = x.new_empty(M, H)
+    if M:
+        def grid(meta):
+            return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"])
+
+        kernel = autotuned(transition_backward_kernel, layer_norm_glu.tables, BACKWARD_KEY, configs.prune_backward)
+        kernel[grid](x, *x.stride(), ln_weight, ln_bias, in_weight, *in_weight.stride(),
+                     in_weight if in_bias is None else in_bias, grad, *grad.stride(), h if mask is None else mask,
+                     out_weight, *out_weight.stride(), d_pre, h, M, D, C, H, LAYER_NORM_EPS, bucket(M), bucket(H),
+                     GLU=glu, HAS_BIAS=in_bias is not None, HAS_MASK=mask is not None,
+                     PRECISION=dot_precision(x.dtype, precision))
+    return d_pre, h
+
+
+def _core_backward_fake(x, ln_weight, ln_bias, in_weight, in_bias, grad, mask, out_weight, glu, precision):
+    return x.new_empty(x.shape[0], in_weight.shape[0]), x.new_empty(x.shape[0], out_weight.shape[1])
+
+
+core_backward_op = custom_op("transition_core_backward", core_backward, _core_backward_fake)

@@ -4,9 +4,10 @@ AF3 Algorithm 11) or ReLU (AF2 Algorithms 9 and 15).
 
 Forward: the shared `layer_norm_glu` kernel makes the hidden rows h = act(a, b) * mask from x in one pass (the
 normalized rows on chip), for blocks of rows whose hidden rows take at most BLOCK_BYTES, each block's output rows by
-one cuBLAS product with W_out. Nothing but the input is kept for the backward. Backward:
-`kernels.transition_backward_kernel` makes a and b again from x and dh = (g mask) W_out on chip and from them the
-pre-activations' gradient, and h * mask, in one pass; W_out's gradient g^T (h mask) by cuBLAS; then
+one cuBLAS product with W_out. Nothing but the input is kept for the backward. Backward: many 16-bit rows take
+`backward_tma`'s pass, which also takes the LayerNorm's backward on chip, then W_in's and W_out's gradients by cuBLAS;
+every other call `kernels.transition_backward_kernel`, which makes a and b again from x and dh = (g mask) W_out on chip
+and from them the pre-activations' gradient, and h * mask, in one pass; W_out's gradient g^T (h mask) by cuBLAS; then
 `layer_norm_linear_backward` for x, the LayerNorm and W_in.
 """
 
@@ -15,29 +16,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..._runtime import (
-    as_rows,
-    autotuned,
-    bucket,
-    cdiv,
-    custom_op,
-    dot_precision,
-    keep_for_backward,
-    operation,
-    permuted,
-    rows_first,
-    traced,
-)
-from ...reference import LAYER_NORM_EPS
+from ..._runtime import as_rows, keep_for_backward, operation, permuted, rows_first, traced
 from ...stages import layer_norm_glu
 from ...stages.layer_norm_backward import layer_norm_linear_backward
 from ...stages.matmul import matmul, matmul_into, uses_tensor_cores
-from . import configs
-from .kernels import transition_backward_kernel
+from . import backward_tma
+from .kernels import core_backward, core_backward_op
 
 BLOCK_BYTES = 320 * 2**20  # the hidden rows a forward holds at a time (one block at the suite's shapes)
-# what the backward kernel's autotuned choice is kept by
-BACKWARD_KEY = ["M_BUCKET", "H_BUCKET", "D", "C", "GLU", "HAS_BIAS", "HAS_MASK", "PRECISION"]
 
 
 def transition_forward(x: Tensor, mask: Tensor | None, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tensor,
@@ -83,37 +69,6 @@ def _setup_context(ctx, inputs, output):
     keep_for_backward(ctx, [x, mask, *params], [], glu=glu, precision=precision)
 
 
-def core_backward(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, in_weight: Tensor, in_bias: Tensor | None,
-                  grad: Tensor, mask: Tensor | None, out_weight: Tensor, glu: bool,
-                  precision: str) -> tuple[Tensor, Tensor]:
-    """(d_pre (M, K), h (M, H)): the pre-activations' gradient, from the rows x (M, D) any strides, the LayerNorm's and
-    the input projection's parameters as the forward took them, the output's gradient grad (M, C) (any strides), the
-    row mask (M,) or None and out_weight (C, H); a and b made again and the hidden rows' gradient on chip; and the
-    hidden rows again, times the mask, for out_weight's gradient (`kernels.transition_backward_kernel`)."""
-    M, D = x.shape
-    C, H = out_weight.shape
-    d_pre = x.new_empty(M, in_weight.shape[0])
-    h = x.new_empty(M, H)
-    if M:
-        def grid(meta):
-            return cdiv(M, meta["BLOCK_M"]), cdiv(H, meta["BLOCK_N"])
-
-        kernel = autotuned(transition_backward_kernel, layer_norm_glu.tables, BACKWARD_KEY, configs.prune_backward)
-        kernel[grid](x, *x.stride(), ln_weight, ln_bias, in_weight, *in_weight.stride(),
-                     in_weight if in_bias is None else in_bias, grad, *grad.stride(), h if mask is None else mask,
-                     out_weight, *out_weight.stride(), d_pre, h, M, D, C, H, LAYER_NORM_EPS, bucket(M), bucket(H),
-                     GLU=glu, HAS_BIAS=in_bias is not None, HAS_MASK=mask is not None,
-                     PRECISION=dot_precision(x.dtype, precision))
-    return d_pre, h
-
-
-def _core_backward_fake(x, ln_weight, ln_bias, in_weight, in_bias, grad, mask, out_weight, glu, precision):
-    return x.new_empty(x.shape[0], in_weight.shape[0]), x.new_empty(x.shape[0], out_weight.shape[1])
-
-
-core_backward_op = custom_op("transition_core_backward", core_backward, _core_backward_fake)
-
-
 def _backward(ctx, needs, grad_out):
     x, mask, lnw, lnb, w_in, b_in, w_out, _ = ctx.saved_tensors
     # (a distributed x sharded along a later leading dimension: every rows' product takes that dimension first)
@@ -127,9 +82,20 @@ def _backward(ctx, needs, grad_out):
     inner = ("x", "ln_weight", "ln_bias", "in_weight", "in_bias")
     if not (any(needs[name] for name in inner) or needs["out_weight"]):
         return grads
+    rows = x.reshape(-1, x.shape[-1])
+    if any(needs[name] for name in inner) and backward_tma.takes(rows, w_in, grad, w_out, ctx.glu):
+        fused = backward_tma.transition_backward_rows_op if traced(grad_out) else backward_tma.transition_backward_rows
+        d_pre, h, xn, dx, d_ln = fused(rows, lnw, lnb, w_in, b_in, grad, mask_rows, w_out, ctx.glu)
+        if needs["out_weight"]:
+            grads["out_weight"] = matmul(grad.t(), h, ctx.precision)
+        del h
+        d_ln = d_ln.to(lnw.dtype)
+        made = {"x": lambda: permuted(dx.view(x.shape), order, back=True), "ln_weight": lambda: d_ln[0],
+                "ln_bias": lambda: d_ln[1], "in_weight": lambda: matmul(d_pre.t(), xn, ctx.precision),
+                "in_bias": lambda: d_pre.sum(0)}
+        return grads | {name: made[name]() for name in inner if needs[name]}
     backward = core_backward_op if traced(grad_out) else core_backward
-    d_pre, h = backward(x.reshape(-1, x.shape[-1]), lnw, lnb, w_in, b_in, grad, mask_rows, w_out, ctx.glu,
-                        ctx.precision)
+    d_pre, h = backward(rows, lnw, lnb, w_in, b_in, grad, mask_rows, w_out, ctx.glu, ctx.precision)
     if needs["out_weight"]:  # (h masked: the masked gradient's product)
         grads["out_weight"] = matmul(grad.t(), h, ctx.precision)
     del h
