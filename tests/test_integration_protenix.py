@@ -177,3 +177,22 @@ def test_patched_diffusion_transformer_block_matches_protenix(local):
     window = dict(n_queries=4, n_keys=8) if local else {}
     assert_patched_block_matches(integration, block, [t.to(DEVICE) for t in (a, s, z)], ["attention_pair_bias"],
                                  lambda b, *x: b(*x, **window))
+
+
+def test_patched_diffusion_transformer_block_with_efficient_fusion_matches_protenix():
+    """The diffusion module's inference setting `enable_efficient_fusion`: every block gets the pair normalized once
+    (no scale, no offset) with its channels first, shared by the samples (a broadcast against a's two), and makes
+    its bias from it; evofuse's bias from the same product, given to `attention_pair_bias` ready made."""
+    from protenix.model.modules.transformer import DiffusionTransformerBlock
+
+    from evofuse.integrations import protenix as integration
+
+    torch.manual_seed(0)
+    block = randomize(DiffusionTransformerBlock(n_heads=2, c_a=C_M, c_s=8, c_z=C_Z), 7).to(DEVICE)
+    g = torch.Generator().manual_seed(8)
+    N = 8
+    a, s = torch.randn(2, N, C_M, generator=g), torch.randn(2, N, 8, generator=g)
+    pair = torch.nn.functional.layer_norm(torch.randn(1, N, N, C_Z, generator=g), (C_Z,))
+    z = pair.permute(0, 3, 1, 2).contiguous()  # (1, c_z, N, N), as the diffusion module hands it on
+    assert_patched_block_matches(integration, block, [t.to(DEVICE) for t in (a, s, z)], ["attention_pair_bias"],
+                                 lambda b, *x: b(*x, enable_efficient_fusion=True))

@@ -103,8 +103,11 @@ class FusedAttentionPairBias(RunsOriginal, nn.Module):
     adaptive one of a by s; `layernorm_z` without offset, `linear_nobias_z`, `attention` with q's bias alone; the
     conditioned output gated by sigmoid(`linear_a_last`(s)); no mask): the Pairformer's by `evofuse.msa_row_attention`
     as one row of N tokens (both LayerNorms fused into their projections), the diffusion transformer's by
-    `evofuse.attention_pair_bias` after the module's own adaptive LayerNorm. The atom transformer's local attention
-    (`n_queries`, `n_keys`) runs the original, as calls below the crossover do; cross attention stays unreplaced."""
+    `evofuse.attention_pair_bias` after the module's own adaptive LayerNorm; with `enable_efficient_fusion` (its
+    inference setting) the diffusion module hands every block the pair normalized once, channels first, and the
+    bias is that module's product with the block's weights, given to `evofuse.attention_pair_bias` ready made. The
+    atom transformer's local attention (`n_queries`, `n_keys`) runs the original, as calls below the crossover do;
+    cross attention stays unreplaced."""
 
     OPERATION = "attention_pair_bias"
 
@@ -142,7 +145,10 @@ class FusedAttentionPairBias(RunsOriginal, nn.Module):
         parts = dict(query=attention.linear_q, key=attention.linear_k, value=attention.linear_v,
                      gate=attention.linear_g, pair_norm=(norm_z.weight, norm_z_bias))
         with torch.autocast(a.device.type, enabled=False):
-            if self.has_s:
+            if self.has_s and enable_efficient_fusion:  # (the bias from the pair normalized once, channels first)
+                out = apb(a.to(dtype), self._fused_bias(z, a, dtype), None, **apb.form.weights(
+                    **(parts | {"pair_norm": None}), out=attention.linear_o, pair=None), num_heads=self.n_heads)
+            elif self.has_s:
                 out = apb(a.to(dtype), z.to(dtype), None, **apb.form.weights(
                     **parts, out=attention.linear_o, pair=self.linear_nobias_z), num_heads=self.n_heads)
             else:
@@ -150,6 +156,14 @@ class FusedAttentionPairBias(RunsOriginal, nn.Module):
                     **parts, layer_norm=self.layernorm_a, out_proj=attention.linear_o,
                     pair_bias=self.linear_nobias_z), num_heads=self.n_heads, mask_mode="add").squeeze(-3)
         return torch.sigmoid(self.linear_a_last(s)) * out
+
+    def _fused_bias(self, z: torch.Tensor, a: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The bias (*a's leading shape, N, N, h), a broadcast view where the samples share it, as the module's
+        `enable_efficient_fusion` path makes it: z (*, c_z, N, N), the pair normalized without scale or offset,
+        against linear_nobias_z's weight times layernorm_z's (which has no offset), head major in memory."""
+        weight = self.linear_nobias_z.weight * self.layernorm_z.weight  # (h, c_z)
+        bias = torch.einsum("hc,...cij->...hij", weight.to(dtype), z.to(dtype)).movedim(-3, -1)
+        return bias.expand(*a.shape[:-1], *bias.shape[-2:])
 
 
 class FusedProtenixTransition(FusedTransition):
