@@ -143,34 +143,42 @@ def protein_features(N: int, S: int, seed: int = 0) -> dict[str, torch.Tensor]:
 
 
 class StageTimer:
-    """CUDA events (or wall clock on a CPU) around the model's diffusion (`structure_module.sample` with its
-    conditioning) and confidence head calls: their ms, the rest of a prediction being the trunk. A context: the
-    hooks and the wrapper go when it closes."""
+    """CUDA events (or wall clock on a CPU) around a model's stage calls: each of `methods` (a method wrapped on its
+    owner, by name) and `modules` (forward hooks); their ms by stage name, the rest of a prediction being the trunk.
+    Boltz-2's: its diffusion (`structure_module.sample`, with its conditioning) and its confidence head. A context:
+    the hooks and the wrappers go when it closes."""
 
     def __init__(self, model):
         self.marks: dict[str, list] = {}
         self.cuda = next(model.parameters()).is_cuda
-        self.sample_owner, self.undo = model.structure_module, []
-        sample = model.structure_module.sample
-
-        def timed(*args, **kwargs):
-            start = self.now()
-            out = sample(*args, **kwargs)
-            self.marks.setdefault("diffusion", []).append((start, self.now()))
-            return out
-        model.structure_module.sample = timed
-        for name, module in (("conditioning", model.diffusion_conditioning), ("confidence", model.confidence_module)):
+        self.owners, self.undo = [], []
+        for name, owner, attr in self.methods(model):
+            def timed(*args, name=name, call=getattr(owner, attr), **kwargs):
+                start = self.now()
+                out = call(*args, **kwargs)
+                self.marks.setdefault(name, []).append((start, self.now()))
+                return out
+            setattr(owner, attr, timed)
+            self.owners.append((owner, attr))
+        for name, module in self.modules(model):
             self.undo.append(module.register_forward_pre_hook(
                 lambda mod, args, name=name: self.marks.setdefault(name + "<", []).append(self.now())))
             self.undo.append(module.register_forward_hook(
                 lambda mod, args, out, name=name: self.marks.setdefault(name, []).append(
                     (self.marks[name + "<"].pop(), self.now()))))
 
+    def methods(self, model) -> list[tuple[str, object, str]]:
+        return [("diffusion", model.structure_module, "sample")]
+
+    def modules(self, model) -> list[tuple[str, torch.nn.Module]]:
+        return [("conditioning", model.diffusion_conditioning), ("confidence", model.confidence_module)]
+
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        del self.sample_owner.sample  # (the instance attribute: the class's method again)
+        for owner, attr in self.owners:
+            delattr(owner, attr)  # (the instance attribute: the class's method again)
         for handle in self.undo:
             handle.remove()
 
@@ -238,34 +246,45 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    def measure(path: str, N: int, feats: dict) -> dict:
+        model = prepared(path, args.tiny, device)
+        predict(model, feats, 0, 2, args.precision)  # (compiles, autotunes; Boltz's schedule needs 2 steps)
+        return predict(model, feats, args.recycles, args.steps, args.precision)
+
+    return write_rows("boltz2", "predict.csv", args, device,
+                      lambda N: {k: v.to(device) for k, v in protein_features(N, args.msa_rows).items()}, measure)
+
+
+def write_rows(model_name: str, filename: str, args, device: str, features, measure) -> int:
+    """For each N of args.residues and each path of args.paths, measure(path, N, features(N)) (a prediction's ms by
+    stage, peak MiB and mean pLDDT), a row of <args.out>/<gpu>/<filename> written as it comes and a line on stdout;
+    a path that fails (out of memory, its kernels not installed) keeps its reason as its row."""
     name = torch.cuda.get_device_name().replace(" ", "-") if device == "cuda" else "cpu"
     folder = Path(args.out) / name
     folder.mkdir(parents=True, exist_ok=True)
     fields = ["path", "residues", "msa_rows", *(f"{s}_ms" for s in STAGES), "peak_mib", "plddt", "status"]
-    with open(folder / "predict.csv", "w", newline="") as f:
+    with open(folder / filename, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         for N in (int(n) for n in args.residues.split(",")):
-            feats = {k: v.to(device) for k, v in protein_features(N, args.msa_rows).items()}
+            feats = features(N)
             for path in args.paths.split(","):
                 row = {"path": path, "residues": N, "msa_rows": args.msa_rows}
                 try:
-                    model = prepared(path, args.tiny, device)
-                    predict(model, feats, 0, 2, args.precision)  # (compiles, autotunes; Boltz's schedule needs 2 steps)
-                    got = predict(model, feats, args.recycles, args.steps, args.precision)
+                    got = measure(path, N, feats)
                     row.update({f"{s}_ms": round(got[s], 1) for s in STAGES}, peak_mib=round(got["peak_mib"], 1),
                                plddt=round(got["plddt"], 4), status="ok")
                     shown = " ".join(f"{s} {got[s]:9.1f}" for s in STAGES) + f" ms  {got['peak_mib']:9.1f} MiB"
                 except Exception as exc:  # out of memory, or the model's own kernels not installed: kept as a row
                     row["status"] = f"{type(exc).__name__}: {str(exc)[:80]}"
                     shown = row["status"]
-                model = None
                 if device == "cuda":
                     torch.cuda.empty_cache()
                 writer.writerow(row)
                 f.flush()
-                print(f"  boltz2 N {N:<5d} {path:15s} {shown}", flush=True)
-    print(f"written to {folder / 'predict.csv'}")
+                print(f"  {model_name} N {N:<5d} {path:15s} {shown}", flush=True)
+    print(f"written to {folder / filename}")
     return 0
 
 
