@@ -130,3 +130,27 @@ def test_opcheck(masked, bias):
     b_in = torch.randn(w_in.shape[0], device=DEVICE).half() if bias else None
     ln = torch.randn(32, device=DEVICE).half()
     torch.library.opcheck(backward_tma.transition_backward_rows_op, (x, ln, ln, w_in, b_in, grad, mask, w_out, glu))
+
+
+@pytest.mark.no_poison
+def test_traced_backward_dispatches_the_pass(any_rows):
+    """torch.compile (AOTAutograd, fake tensors: no base to check) takes the pass from strides and shapes alone,
+    through `evofuse::transition_backward_rows`; its gradients are the eager call's."""
+    mod = _module(bias=True, seed=8).to(DEVICE, torch.float16)
+    x, mask = (t.to(DEVICE) for t in _inputs((2, 19), 32, seed=9))
+
+    def step(fn):
+        leaf = x.half().clone().requires_grad_()
+        mod.zero_grad()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            fn(leaf, mask).float().square().sum().backward()
+        return [leaf.grad] + [p.grad.clone() for p in mod.parameters()], {e.name for e in prof.events()}
+
+    def fused(x, mask):
+        return mod(x, mask, impl="triton")
+
+    eager, _ = step(fused)
+    traced, names = step(torch.compile(fused, backend="aot_eager", fullgraph=True))
+    assert "evofuse::transition_backward_rows" in names, sorted(n for n in names if n.startswith("evofuse"))
+    for got, want in zip(traced, eager):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
