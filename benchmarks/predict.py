@@ -195,29 +195,37 @@ class StageTimer:
         return sum(span(a, b) for a, b in self.marks.get(name, []))
 
 
-def predict(model, feats, recycles: int, steps: int, precision: str) -> dict[str, float]:
-    """One prediction's ms by stage (see StageTimer) and its peak memory in MiB (0 on a CPU)."""
-    cuda = feats["res_type"].is_cuda
+def timed(timer_type, model, cuda: bool, precision: str, call) -> tuple[object, dict[str, float]]:
+    """call()'s output and its ms by stage (trunk, diffusion with its conditioning, confidence, total: a `timer_type`
+    around the model) and its peak memory in MiB (0 on a CPU), called without gradients under bf16 autocast (on a GPU
+    where precision is "bf16", as the models' predict commands call them) or in float32."""
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda and precision == "bf16")
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-    with StageTimer(model) as timer, torch.no_grad(), autocast:
+    with timer_type(model) as timer, torch.no_grad(), autocast:
         start = timer.now()
-        out = model(dict(feats), recycling_steps=recycles, num_sampling_steps=steps, diffusion_samples=1,
-                    run_confidence_sequentially=True)
+        out = call()
         end = timer.now()
     if cuda:
         torch.cuda.synchronize()
     total = start.elapsed_time(end) if cuda else (end - start) * 1e3
-    if not torch.isfinite(out["sample_atom_coords"]).all():
-        raise FloatingPointError("the predicted coordinates are not finite")
     diffusion = timer.ms("diffusion") + timer.ms("conditioning")
     confidence = timer.ms("confidence")
     peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else 0.0
-    return {"trunk": total - diffusion - confidence, "diffusion": diffusion, "confidence": confidence,
-            "total": total, "peak_mib": peak, "plddt": float(out["plddt"].float().mean())}
+    return out, {"trunk": total - diffusion - confidence, "diffusion": diffusion, "confidence": confidence,
+                 "total": total, "peak_mib": peak}
+
+
+def predict(model, feats, recycles: int, steps: int, precision: str) -> dict[str, float]:
+    """One prediction's ms by stage (see StageTimer), its peak memory in MiB (0 on a CPU) and mean pLDDT."""
+    out, got = timed(StageTimer, model, feats["res_type"].is_cuda, precision, lambda: model(
+        dict(feats), recycling_steps=recycles, num_sampling_steps=steps, diffusion_samples=1,
+        run_confidence_sequentially=True))
+    if not torch.isfinite(out["sample_atom_coords"]).all():
+        raise FloatingPointError("the predicted coordinates are not finite")
+    return got | {"plddt": float(out["plddt"].float().mean())}
 
 
 def prepared(path: str, tiny: bool, device: str):
@@ -234,17 +242,22 @@ def prepared(path: str, tiny: bool, device: str):
     return model
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(argv: list[str] | None, description: str, paths: str) -> argparse.Namespace:
+    """The prediction scripts' command line (this one's and `predict_protenix.py`'s), `paths` the default paths."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--residues", default="256,512,1024,2048")
-    parser.add_argument("--paths", default="unpatched,cuequivariance,evofuse,evofuse-graphs")
+    parser.add_argument("--paths", default=paths)
     parser.add_argument("--msa-rows", type=int, default=1024)
     parser.add_argument("--recycles", type=int, default=3)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
     parser.add_argument("--tiny", action="store_true", help="1 block per stack: a check of the script, not a time")
     parser.add_argument("--out", default="benchmarks/results")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv, __doc__.split("\n\n")[0], "unpatched,cuequivariance,evofuse,evofuse-graphs")
     device = "cuda" if torch.cuda.is_available() else "cpu"
 
     def measure(path: str, N: int, feats: dict) -> dict:

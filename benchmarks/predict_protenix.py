@@ -20,14 +20,13 @@ table on stdout and <out>/<gpu>/predict-protenix.csv, each row written as it is 
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import sys
 from collections.abc import Mapping
 
 import torch
-from predict import ATOMS_PER_TOKEN, StageTimer, write_rows
+from predict import ATOMS_PER_TOKEN, StageTimer, arguments, timed, write_rows
 
 os.environ.setdefault("LAYERNORM_TYPE", "torch")  # (before protenix's import: its fused LayerNorm builds from CUDA sources)
 MODEL = "protenix_base_default_v1.0.0"
@@ -136,30 +135,16 @@ class ProtenixStages(StageTimer):
 
 
 def predict(model, feats, precision: str) -> dict[str, float]:
-    """One prediction's ms by stage and its peak memory in MiB (0 on a CPU), under bf16 autocast as Protenix's
-    runner calls it (`precision` "bf16") or in float32."""
-    cuda = feats["restype"].is_cuda
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda and precision == "bf16")
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    with ProtenixStages(model) as timer, torch.no_grad(), autocast:
-        start = timer.now()
-        out, _, _ = model(input_feature_dict=dict(feats), label_full_dict=None, label_dict=None, mode="inference",
-                          mc_dropout_apply_rate=0.0)
-        end = timer.now()
-    if cuda:
-        torch.cuda.synchronize()
-    total = start.elapsed_time(end) if cuda else (end - start) * 1e3
+    """One prediction's ms by stage, its peak memory in MiB (0 on a CPU) and expected pLDDT, under bf16 autocast as
+    Protenix's runner calls it (`precision` "bf16") or in float32 (`predict.timed`)."""
+    out, got = timed(ProtenixStages, model, feats["restype"].is_cuda, precision, lambda: model(
+        input_feature_dict=dict(feats), label_full_dict=None, label_dict=None, mode="inference",
+        mc_dropout_apply_rate=0.0)[0])
     if not torch.isfinite(out["coordinate"]).all():
         raise FloatingPointError("the predicted coordinates are not finite")
-    diffusion, confidence = timer.ms("diffusion"), timer.ms("confidence")
-    peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else 0.0
     probs = out["plddt"].float().softmax(-1)  # (its bins' probabilities: the expected pLDDT in [0, 1])
     plddt = (probs * (torch.arange(probs.shape[-1], device=probs.device) + 0.5) / probs.shape[-1]).sum(-1).mean()
-    return {"trunk": total - diffusion - confidence, "diffusion": diffusion, "confidence": confidence,
-            "total": total, "peak_mib": peak, "plddt": float(plddt)}
+    return got | {"plddt": float(plddt)}
 
 
 def prepared(path: str, recycles: int, steps: int, tiny: bool, device: str):
@@ -178,16 +163,7 @@ def prepared(path: str, recycles: int, steps: int, tiny: bool, device: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--residues", default="256,512,1024,2048")
-    parser.add_argument("--paths", default="unpatched,cuequivariance,evofuse")
-    parser.add_argument("--msa-rows", type=int, default=1024)
-    parser.add_argument("--recycles", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
-    parser.add_argument("--tiny", action="store_true", help="1 block per stack: a check of the script, not a time")
-    parser.add_argument("--out", default="benchmarks/results")
-    args = parser.parse_args(argv)
+    args = arguments(argv, __doc__.split("\n\n")[0], "unpatched,cuequivariance,evofuse")
     device = "cuda" if torch.cuda.is_available() else "cpu"
 
     def measure(path: str, N: int, feats: dict) -> dict:
