@@ -10,7 +10,8 @@
 # test file from the k-th (PART=1/2 and PART=2/2 in two calls cover them); HOST=1 adds each row's host
 # time of a call (`--host`); MODELS=1 adds the model families' blocks (benchmarks/models.py); FLOORS=1 SPEC's forward
 # floors (benchmarks/floors.py, rows labelled LABEL, default the commit); PREDICT=1 whole Boltz-2 predictions
-# (benchmarks/predict.py at RESIDUES, default 256,512,1024, for PREDICT_PATHS, default all four); LIMIT seconds for each
+# (benchmarks/predict.py at RESIDUES, default 256,512,1024, for PREDICT_PATHS, default all four); PREDICT=protenix
+# whole Protenix predictions instead (benchmarks/predict_protenix.py, its three paths); LIMIT seconds for each
 # part (default 420; the quick tier with an empty Triton cache nears it: LIMIT=560, or a part); WORKERS pytest-xdist
 # workers (default 8); DTYPE the benchmark's dtypes (default float32,bfloat16).
 set -uo pipefail
@@ -67,7 +68,12 @@ if [ "${FLOORS:-0}" = 1 ]; then
   check floors $?
   grep -E "^  |from" "$out/floors.log"
 fi
-if [ "${PREDICT:-0}" = 1 ]; then
+if [ "${PREDICT:-0}" = protenix ]; then
+  timeout "$limit" python3 benchmarks/predict_protenix.py --residues "${RESIDUES:-256,512,1024}" \
+    --paths "${PREDICT_PATHS:-unpatched,cuequivariance,evofuse}" --out "$out" > "$out/predict.log" 2>&1
+  check predict $?
+  grep -E "^  |written" "$out/predict.log"
+elif [ "${PREDICT:-0}" = 1 ]; then
   timeout "$limit" python3 benchmarks/predict.py \
     --residues "${RESIDUES:-256,512,1024}" --paths "${PREDICT_PATHS:-unpatched,cuequivariance,evofuse,evofuse-graphs}" \
     --out "$out" > "$out/predict.log" 2>&1
