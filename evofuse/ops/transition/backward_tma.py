@@ -146,7 +146,7 @@ def _config(block_m: int, block_n: int, warps: int, stages: int) -> triton.Confi
 CONFIGS = [_config(*tile) for tile in ((128, 32, 8, 2), (64, 32, 4, 3), (128, 32, 8, 3), (64, 32, 4, 2),
                                        (64, 64, 4, 2))]
 INTERPRETER_CONFIG = _config(16, 16, 1, 1)
-LEAST_BLOCK_M = min(c.kwargs["BLOCK_M"] for c in CONFIGS + [INTERPRETER_CONFIG])
+LEAST_BLOCK_M = min(c.kwargs["BLOCK_M"] for c in CONFIGS)
 # fewer rows take the pointer path: there the host time of eight descriptors made and encoded a launch is more than
 # the kernel time the pass saves
 MIN_ROWS = 1 << 16
@@ -209,7 +209,9 @@ def transition_backward_rows(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, in_w
                                              "default")
         return d_pre, h, xn, dx, d_ln
     d_pre, h, xn, dx = x.new_empty(M, K), x.new_empty(M, H), x.new_empty(M, D), x.new_empty(M, D)
-    blocks = cdiv(M, LEAST_BLOCK_M)  # (a wider tile fills fewer of the sums; the rest stay zero)
+    # a program's sums a block of rows of the table's narrowest tile (16 bytes a row of x's 2D at BLOCK_M 64): a
+    # wider tile fills fewer and leaves zeros, which the autotuner's timing runs restore between tiles
+    blocks = cdiv(M, INTERPRETER_CONFIG.kwargs["BLOCK_M"] if interpreting() else LEAST_BLOCK_M)
     d_ln = torch.zeros(2, blocks, D, dtype=torch.float32, device=x.device)
     # (the blocks are the config's: its hook sets them before each launch)
     descs = [TensorDescriptor.from_tensor(t, [16, 16]) for t in (x, in_weight, grad, out_weight, d_pre, h, xn, dx)]
@@ -217,7 +219,7 @@ def transition_backward_rows(x: Tensor, ln_weight: Tensor, ln_bias: Tensor, in_w
     def grid(meta):
         return (cdiv(M, meta["BLOCK_M"]),)
 
-    autotuned(transition_backward_tma_kernel, lambda: CONFIGS, KEY, _prune)[grid](
+    autotuned(transition_backward_tma_kernel, lambda: CONFIGS, KEY, _prune, restore_value=("dln_ptr",))[grid](
         descs[0], ln_weight, ln_bias, descs[1], in_weight if in_bias is None else in_bias, descs[2],
         h if mask is None else mask, *descs[3:], d_ln, M, H, LAYER_NORM_EPS, blocks, bucket(M), bucket(H), D=D, C=C,
         GLU=glu, HAS_BIAS=in_bias is not None, HAS_MASK=mask is not None)
