@@ -106,6 +106,25 @@ def test_leading_dimensions_and_unbatched_input():
     assert_contract(mod.float()(s, z, mask, impl="triton").cpu(), exact.cpu(), torch.float32)
 
 
+def test_given_bias_shared_by_the_samples():
+    """A given bias (h = 2) as the diffusion's callers pass it, head major in memory and broadcast over 3 samples:
+    inference reads it in place, training copies it; both as the samples' own copies give, and within the contract
+    of float64."""
+    mod = _module(compute_pair_bias=False, seed=11).to(DEVICE)
+    s, _, mask = (t.to(DEVICE) for t in _inputs(3, 6, seed=12))
+    heads = torch.randn(1, 2, 6, 6, generator=torch.Generator().manual_seed(13)).to(DEVICE)
+    shared = heads.movedim(1, -1).expand(3, 6, 6, 2)  # (3, N, N, h), strides (0, N, 1, N * N)
+    owned = shared.contiguous()
+    with torch.no_grad():
+        torch.testing.assert_close(mod(s, shared, mask, impl="triton"), mod(s, owned, mask, impl="triton"))
+    bias = shared.detach().requires_grad_()
+    out = mod(s, bias, mask, impl="triton")
+    out.square().sum().backward()
+    assert bias.grad.shape == (3, 6, 6, 2) and torch.isfinite(bias.grad).all()
+    exact = mod.double()(s.double(), owned.double(), mask.double(), impl="torch")
+    assert_contract(out.detach().cpu(), exact.cpu(), torch.float32)
+
+
 @pytest.mark.parametrize("target, value", nonfinite_cases(_module(), 2))
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # (the interpreter's NumPy on NaN and Inf)
 def test_nonfinite_shows_as_in_the_reference(target, value):

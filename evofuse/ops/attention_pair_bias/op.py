@@ -4,9 +4,10 @@ backward are `stages.attention`'s, the single representation taken as one row of
 
 Forward: the q, k, v and gate projections of the (already normalized) single representation in one product
 (`stages.matmul.linear`, (B, N, 4H)); the bias (B, h, N, N) from the pair by `pair_heads` (its LayerNorm and
-projection in one pass) or, where the caller projected it once, the given (B, N, N, h) bias head major (a copy: the
-core's backward writes the bias's gradient in its layout); the attention core with the key mask as an additive mask;
-the output projection. No (B, h, N, N) logits exist.
+projection in one pass) or, where the caller projected it once, the given (B, N, N, h) bias head major (a copy for a
+training call, whose core's backward writes the bias's gradient in its layout, or where its heads are not
+contiguous; an inference call reads a head-major view in place, a batch broadcast included); the attention core with
+the key mask as an additive mask; the output projection. No (B, h, N, N) logits exist.
 Backward: the output projection's weight gradient, the core's backward (the projections' gradient and the bias's),
 then the projections' input and weight gradients as two products and the bias's back through `pair_heads_backward`
 (or, for a given bias, its gradient transposed).
@@ -35,8 +36,10 @@ def attention_pair_bias_forward(single_repr: Tensor, pair_repr: Tensor, mask: Te
     qkvg_bias (4H,) or None; out_weight (c_s, H). Every tensor argument has single_repr's dtype."""
     H = qkvg_weight.shape[0] // 4
     qkvg = linear(single_repr, qkvg_weight, qkvg_bias, precision)[:, None]  # (B, 1, N, 4H): one row of N tokens
-    z = pair_repr.permute(0, 3, 1, 2).contiguous() if pair_weight is None else pair_heads(
+    z = pair_repr.permute(0, 3, 1, 2) if pair_weight is None else pair_heads(
         pair_repr, pair_norm_weight, pair_norm_bias, pair_weight, None)
+    if pair_weight is None and (train or z.stride(-1) != 1):  # (the backward writes the bias's gradient in z's strides)
+        z = z.contiguous()
     gated, lse = attention(qkvg, z, None if mask is None else mask[:, None], H, num_heads, "add", precision, train)
     out = linear(gated[:, 0], out_weight, None, precision)
     if not train:
