@@ -83,22 +83,22 @@ def _backward(ctx, needs, grad_out):
     if not (any(needs[name] for name in inner) or needs["out_weight"]):
         return grads
     rows = x.reshape(-1, x.shape[-1])
-    if any(needs[name] for name in inner) and backward_tma.takes(rows, w_in, grad, w_out, ctx.glu):
-        fused = backward_tma.transition_backward_rows_op if traced(grad_out) else backward_tma.transition_backward_rows
-        d_pre, h, xn, dx, d_ln = fused(rows, lnw, lnb, w_in, b_in, grad, mask_rows, w_out, ctx.glu)
-        if needs["out_weight"]:
-            grads["out_weight"] = matmul(grad.t(), h, ctx.precision)
-        del h
-        d_ln = d_ln.to(lnw.dtype)
-        made = {"x": lambda: permuted(dx.view(x.shape), order, back=True), "ln_weight": lambda: d_ln[0],
-                "ln_bias": lambda: d_ln[1], "in_weight": lambda: matmul(d_pre.t(), xn, ctx.precision),
-                "in_bias": lambda: d_pre.sum(0)}
-        return grads | {name: made[name]() for name in inner if needs[name]}
-    backward = core_backward_op if traced(grad_out) else core_backward
-    d_pre, h = backward(rows, lnw, lnb, w_in, b_in, grad, mask_rows, w_out, ctx.glu, ctx.precision)
+    fused = any(needs[name] for name in inner) and backward_tma.takes(rows, w_in, grad, w_out, ctx.glu)
+    if fused:  # (the LayerNorm's backward on chip: x's gradient and the LayerNorm's come with d_pre)
+        call = backward_tma.transition_backward_rows_op if traced(grad_out) else backward_tma.transition_backward_rows
+        d_pre, h, xn, dx, d_ln = call(rows, lnw, lnb, w_in, b_in, grad, mask_rows, w_out, ctx.glu)
+    else:
+        call = core_backward_op if traced(grad_out) else core_backward
+        d_pre, h = call(rows, lnw, lnb, w_in, b_in, grad, mask_rows, w_out, ctx.glu, ctx.precision)
     if needs["out_weight"]:  # (h masked: the masked gradient's product)
         grads["out_weight"] = matmul(grad.t(), h, ctx.precision)
     del h
+    if fused:
+        d_ln = d_ln.to(lnw.dtype)
+        made = (permuted(dx.view(x.shape), order, back=True), d_ln[0], d_ln[1],
+                matmul(d_pre.t(), xn, ctx.precision) if needs["in_weight"] else None,
+                d_pre.sum(0) if needs["in_bias"] else None)
+        return grads | {name: g for name, g in zip(inner, made) if needs[name]}
     if any(needs[name] for name in inner):
         dx, *rest = layer_norm_linear_backward(x, lnw, lnb, w_in, d_pre, [needs[n] for n in inner], ctx.precision)
         grads |= dict(zip(inner, (None if dx is None else permuted(dx, order, back=True), *rest)))
